@@ -1,0 +1,1 @@
+//! vmscope CLI library.

@@ -1,0 +1,138 @@
+//! Types shared by the kernel-side sampler (`vmscope-ebpf`) and the daemon (`vmscoped`).
+//!
+//! Everything here is `#[repr(C)]` with explicit padding so that the byte layout is the same on
+//! both sides of the ring buffer and of the BPF maps. The daemon never casts ring-buffer bytes to
+//! these types directly: it decodes them with [`Event::from_bytes`], which checks the length.
+#![cfg_attr(not(test), no_std)]
+#![deny(missing_docs)]
+
+/// [`Event::kind`] of a timer sample.
+pub const EVENT_SAMPLE: u32 = 0;
+/// [`Event::kind`] of an `execve` by a tracked process: its mappings were all replaced.
+pub const EVENT_EXEC: u32 = 1;
+
+/// [`Event::flags`] bit: the sample interrupted kernel code (`regs.cs & 3 == 0`).
+pub const FLAG_KERNEL_MODE: u32 = 1;
+
+/// Size of the BPF ring buffer in bytes (a power of two and a multiple of the page size).
+///
+/// 8 MiB holds about 170,000 events: a second of 1400 Hz sampling on 120 busy CPUs, which leaves
+/// the daemon ample slack before anything is lost.
+pub const RING_BUFFER_BYTES: u32 = 8 << 20;
+
+/// Capacity of the target filter map (distinct `(period, tgid)` pairs across all sessions).
+pub const MAX_TARGETS: u32 = 16 * 1024;
+
+/// Capacity of the per-CPU lost-sample counters keyed by [`TargetKey`].
+pub const MAX_LOST_KEYS: u32 = 16 * 1024;
+
+/// Index of the number of system-wide sessions in the `CONFIG` array.
+pub const CONFIG_SYSTEM_WIDE: u32 = 0;
+/// Number of slots in the `CONFIG` array.
+pub const CONFIG_LEN: u32 = 4;
+
+/// One record in the ring buffer, written by the kernel and read by the daemon.
+///
+/// 48 bytes, no implicit padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    /// [`EVENT_SAMPLE`] or [`EVENT_EXEC`].
+    pub kind: u32,
+    /// CPU the event was taken on (`bpf_get_smp_processor_id`).
+    pub cpu: u32,
+    /// Process id (thread group id) of the interrupted task.
+    pub tgid: u32,
+    /// Thread id of the interrupted task.
+    pub tid: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock that jitdump timestamps use too.
+    pub timestamp_ns: u64,
+    /// Instruction pointer (`regs.rip`); 0 for exec events.
+    pub ip: u64,
+    /// Sampling period of the perf event that fired, in nanoseconds. The kernel turns a
+    /// cpu-clock frequency into the fixed period `NSEC_PER_SEC / freq`, so this names the
+    /// frequency group, and thereby the sessions, a sample belongs to.
+    pub period_ns: u64,
+    /// [`FLAG_KERNEL_MODE`] and future flags.
+    pub flags: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+}
+
+impl Event {
+    /// Size of an encoded event in bytes.
+    pub const SIZE: usize = core::mem::size_of::<Event>();
+
+    /// Decodes an event from ring-buffer bytes, or `None` if `bytes` is too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Event> {
+        if bytes.len() < Self::SIZE {
+            return None;
+        }
+        // SAFETY: the length was checked above, Event is plain old data with no invalid bit
+        // patterns, and read_unaligned copes with any alignment of the ring-buffer slice.
+        Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Event>()) })
+    }
+
+    /// Encodes the event into its ring-buffer bytes (used by tests and benchmarks).
+    pub fn to_bytes(&self) -> [u8; Self::SIZE] {
+        // SAFETY: Event is repr(C) without implicit padding, so every byte is initialised.
+        unsafe { core::mem::transmute::<Event, [u8; Self::SIZE]>(*self) }
+    }
+
+    /// Whether the sample interrupted kernel code.
+    pub fn is_kernel(&self) -> bool {
+        self.flags & FLAG_KERNEL_MODE != 0
+    }
+}
+
+/// Key of the target filter and of the lost-sample counters: a process at a sampling period.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TargetKey {
+    /// Sampling period in nanoseconds, see [`Event::period_ns`].
+    pub period_ns: u64,
+    /// Process id (thread group id).
+    pub tgid: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), no padding, any bit pattern is valid.
+unsafe impl aya::Pod for TargetKey {}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), no padding, any bit pattern is valid.
+unsafe impl aya::Pod for Event {}
+
+const _: () = assert!(Event::SIZE == 48);
+const _: () = assert!(core::mem::size_of::<TargetKey>() == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_round_trips_through_bytes() {
+        let e = Event {
+            kind: EVENT_SAMPLE,
+            cpu: 3,
+            tgid: 42,
+            tid: 43,
+            timestamp_ns: 123_456_789,
+            ip: 0xffff_ffff_8100_0000,
+            period_ns: 714_285,
+            flags: FLAG_KERNEL_MODE,
+            _pad: 0,
+        };
+        let bytes = e.to_bytes();
+        assert_eq!(Event::from_bytes(&bytes), Some(e));
+        assert!(Event::from_bytes(&bytes).unwrap().is_kernel());
+    }
+
+    #[test]
+    fn short_input_is_refused() {
+        assert_eq!(Event::from_bytes(&[0u8; Event::SIZE - 1]), None);
+        assert_eq!(Event::from_bytes(&[]), None);
+    }
+}

@@ -1,0 +1,21 @@
+//! Generates the vmscope.v1 client, server and messages, plus the encoded file descriptor set that
+//! the daemon serves through gRPC reflection.
+
+use std::{env, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    let include = protoc_bin_vendored::include_path()?;
+    // SAFETY: build scripts are single-threaded; nothing else reads the environment concurrently.
+    unsafe { env::set_var("PROTOC", protoc) };
+
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    let protos = ["vmscope/v1/profiler.proto"];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("vmscope_v1_descriptor.bin"))
+        .compile_protos(&protos.map(PathBuf::from), &[PathBuf::from("."), include])?;
+    Ok(())
+}
