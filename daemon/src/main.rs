@@ -1,21 +1,45 @@
-use aya::{maps::{HashMap, RingBuf}, programs::{PerfEvent, perf_event::*}, util::online_cpus};
-use vmscope_common::*;
-fn main() -> anyhow::Result<()> {
-    let mut ebpf = aya::Ebpf::load(vmscoped::EBPF)?;
-    let prog: &mut PerfEvent = ebpf.program_mut("vmscope_sample").unwrap().try_into()?;
-    prog.load()?;
-    for cpu in online_cpus().unwrap() {
-        prog.attach(PerfEventConfig::Software(SoftwareEvent::CpuClock), PerfEventScope::AllProcessesOneCpu { cpu }, SamplePolicy::Frequency(1400), false)?;
+//! `vmscoped`: the vmscope daemon. See the library documentation for how it works.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV};
+use vmscoped::{DaemonConfig, session::ManagerConfig};
+
+/// Samples language-VM processes with eBPF and serves symbolised profiles over gRPC.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Unix socket to serve on.
+    #[arg(long, env = SOCKET_ENV, default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `vmscoped=debug`.
+    #[arg(long, env = "VMSCOPE_LOG", default_value = "info")]
+    log: String,
+    /// Stopped sessions kept for later reports.
+    #[arg(long, default_value_t = ManagerConfig::default().max_stopped_sessions)]
+    keep_sessions: usize,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .with_writer(std::io::stderr)
+        .init();
+    let config = DaemonConfig {
+        socket: args.socket,
+        manager: ManagerConfig {
+            max_stopped_sessions: args.keep_sessions,
+            ..ManagerConfig::default()
+        },
+    };
+    match vmscoped::run(config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vmscoped: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
-    let mut sw: HashMap<_, u64, u8> = HashMap::try_from(ebpf.map_mut("SYSTEM_WIDE").unwrap())?;
-    sw.insert(1_000_000_000u64 / 1400, 1, 0)?;
-    let mut rb = RingBuf::try_from(ebpf.take_map("EVENTS").unwrap())?;
-    let t = std::time::Instant::now();
-    let mut n = 0; let mut periods = std::collections::BTreeMap::new();
-    while t.elapsed().as_secs() < 2 {
-        while let Some(item) = rb.next() { let e = Event::from_bytes(&item).unwrap(); n += 1; *periods.entry((e.period_ns, e.is_kernel())).or_insert(0) += 1; }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    println!("{n} samples {periods:?}");
-    Ok(())
 }

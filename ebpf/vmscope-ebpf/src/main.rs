@@ -5,8 +5,8 @@
 //!   target at that event's period, or when a system-wide session runs at that period, and
 //!   writes an [`Event`] to the ring buffer. A tick that finds the ring buffer full is counted
 //!   in `LOST` (per CPU) and dropped: the kernel never waits for the daemon.
-//! * `vmscope_exec` reports `execve` of tracked processes, whose mappings the daemon must then
-//!   re-read.
+//! * `vmscope_exec` (raw tracepoint `sched_process_exec`) reports `execve` of tracked
+//!   processes, whose mappings the daemon must then re-read.
 //!
 //! Built for `bpfel-unknown-none` by `daemon/build.rs` (aya-build). On the host this file
 //! compiles to an empty `main` so that `cargo build --workspace` and clippy work.
@@ -17,9 +17,9 @@ mod prog {
     use aya_ebpf::{
         bindings::bpf_perf_event_data,
         helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
-        macros::{map, perf_event, tracepoint},
+        macros::{map, perf_event, raw_tracepoint},
         maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-        programs::{PerfEventContext, TracePointContext},
+        programs::{PerfEventContext, RawTracePointContext},
     };
     use vmscope_common::{
         CONFIG_LEN, CONFIG_SYSTEM_WIDE, EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE,
@@ -66,9 +66,14 @@ mod prog {
         // SAFETY: the kernel passes a valid bpf_perf_event_data to perf_event programs.
         let data: &bpf_perf_event_data = unsafe { &*ctx.ctx };
         let period_ns = data.sample_period;
-        let key = TargetKey { period_ns, tgid, _pad: 0 };
+        let key = TargetKey {
+            period_ns,
+            tgid,
+            _pad: 0,
+        };
         // SAFETY: map lookups return pointers into the map that stay valid for this program run.
-        let wanted = unsafe { SYSTEM_WIDE.get(&period_ns).is_some() || TARGETS.get(&key).is_some() };
+        let wanted =
+            unsafe { SYSTEM_WIDE.get(&period_ns).is_some() || TARGETS.get(&key).is_some() };
         if !wanted {
             return 0;
         }
@@ -92,8 +97,10 @@ mod prog {
         0
     }
 
-    #[tracepoint]
-    pub fn vmscope_exec(_ctx: TracePointContext) -> u32 {
+    // A raw tracepoint attaches by name and needs no tracefs mounted (many containers and
+    // minimal hosts have none); the current task is all we need from it.
+    #[raw_tracepoint(tracepoint = "sched_process_exec")]
+    pub fn vmscope_exec(_ctx: RawTracePointContext) -> i32 {
         let pid_tgid = bpf_get_current_pid_tgid();
         let tgid = (pid_tgid >> 32) as u32;
         let system_wide = CONFIG.get(CONFIG_SYSTEM_WIDE).copied().unwrap_or(0) > 0;

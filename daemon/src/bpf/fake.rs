@@ -1,0 +1,104 @@
+//! A stand-in for the kernel side: records what the session manager asks of it, so that
+//! session logic can be tested (and benchmarked) without root or BPF.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+};
+
+use vmscope_common::TargetKey;
+
+use super::{LostCounts, SamplerControl, SamplerError};
+
+/// What the fake kernel currently holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FakeKernel {
+    /// Periods with perf events open.
+    pub periods: BTreeSet<u64>,
+    /// Filter entries `(period, tgid)`.
+    pub targets: BTreeSet<(u64, u32)>,
+    /// Periods sampled system-wide.
+    pub system_wide: BTreeSet<u64>,
+    /// Processes whose exec is reported.
+    pub tracked: BTreeSet<u32>,
+    /// Number of system-wide sessions.
+    pub system_wide_sessions: u32,
+    /// Lost counters to report.
+    pub lost: LostCounts,
+    /// Fail the next `start_period` (to test rollback).
+    pub fail_next_start: bool,
+    /// Calls to `start_period` that opened events, by period.
+    pub starts: BTreeMap<u64, u32>,
+}
+
+/// A [`SamplerControl`] whose state tests can inspect through a shared handle.
+#[derive(Clone, Debug, Default)]
+pub struct FakeSampler {
+    /// The shared state.
+    pub kernel: Arc<Mutex<FakeKernel>>,
+}
+
+impl FakeSampler {
+    fn with<T>(&self, f: impl FnOnce(&mut FakeKernel) -> T) -> T {
+        f(&mut self.kernel.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl SamplerControl for FakeSampler {
+    fn start_period(&mut self, period_ns: u64) -> Result<(), SamplerError> {
+        self.with(|k| {
+            if std::mem::take(&mut k.fail_next_start) {
+                return Err(SamplerError::Cpus(std::io::Error::other(
+                    "injected failure",
+                )));
+            }
+            k.periods.insert(period_ns);
+            *k.starts.entry(period_ns).or_insert(0) += 1;
+            Ok(())
+        })
+    }
+
+    fn stop_period(&mut self, period_ns: u64) {
+        self.with(|k| k.periods.remove(&period_ns));
+    }
+
+    fn add_target(&mut self, key: TargetKey) -> Result<(), SamplerError> {
+        self.with(|k| k.targets.insert((key.period_ns, key.tgid)));
+        Ok(())
+    }
+
+    fn remove_target(&mut self, key: TargetKey) {
+        self.with(|k| k.targets.remove(&(key.period_ns, key.tgid)));
+    }
+
+    fn add_system_wide(&mut self, period_ns: u64) -> Result<(), SamplerError> {
+        self.with(|k| k.system_wide.insert(period_ns));
+        Ok(())
+    }
+
+    fn remove_system_wide(&mut self, period_ns: u64) {
+        self.with(|k| k.system_wide.remove(&period_ns));
+    }
+
+    fn set_exec_tracking(&mut self, tgid: u32, tracked: bool) {
+        self.with(|k| {
+            if tracked {
+                k.tracked.insert(tgid);
+            } else {
+                k.tracked.remove(&tgid);
+            }
+        });
+    }
+
+    fn set_system_wide_sessions(&mut self, count: u32) {
+        self.with(|k| k.system_wide_sessions = count);
+    }
+
+    fn lost(&self) -> Result<LostCounts, SamplerError> {
+        Ok(self.with(|k| k.lost.clone()))
+    }
+
+    fn clear_lost(&mut self, period_ns: u64) {
+        self.with(|k| k.lost.keyed.retain(|key, _| key.period_ns != period_ns));
+    }
+}

@@ -1,0 +1,314 @@
+//! The kernel side seen from user space: loading the eBPF object, opening perf events, and the
+//! maps that select what is sampled.
+//!
+//! [`Sampler`] is the only type that talks to BPF. The session manager drives it through the
+//! [`SamplerControl`] trait, so that session logic is unit-tested with a fake and only a few
+//! end-to-end tests need root.
+//!
+//! Requires Linux 5.8 (BPF ring buffer) and root (CAP_BPF + CAP_PERFMON at least).
+
+pub mod fake;
+mod reader;
+
+use std::collections::HashMap;
+
+use aya::{
+    Ebpf, EbpfError,
+    maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::{
+        PerfEvent, ProgramError, RawTracePoint,
+        perf_event::{
+            PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
+        },
+    },
+};
+pub use reader::{Batch, spawn_reader};
+use vmscope_common::{CONFIG_SYSTEM_WIDE, TargetKey};
+
+/// The compiled eBPF object (built by build.rs with aya-build).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vmscope-ebpf"));
+
+/// Nanoseconds in a second: the kernel turns a cpu-clock frequency `f` into the period
+/// `NSEC_PER_SEC / f`, and so do we.
+pub const NSEC_PER_SEC: u64 = 1_000_000_000;
+
+/// The sampling period, in ns, of a frequency in Hz. Frequencies that round to the same period
+/// share one set of perf events.
+pub fn period_of(frequency_hz: u32) -> u64 {
+    NSEC_PER_SEC / u64::from(frequency_hz.max(1))
+}
+
+/// Failure to load, attach or drive the BPF side.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    /// The object could not be loaded into the kernel (verifier, BTF, permissions).
+    #[error("cannot load the BPF sampler: {0}")]
+    Load(#[source] Box<EbpfError>),
+    /// A program could not be loaded or attached.
+    #[error("cannot {what}: {source}")]
+    Program {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: Box<ProgramError>,
+    },
+    /// A map operation failed.
+    #[error("BPF map {map}: {source}")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// The underlying error.
+        #[source]
+        source: Box<MapError>,
+    },
+    /// The object lacks a map or program the daemon expects (a build mismatch).
+    #[error("the BPF object has no {0}")]
+    Missing(&'static str),
+    /// The list of online CPUs could not be read.
+    #[error("cannot list online CPUs: {0}")]
+    Cpus(#[source] std::io::Error),
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(MapError) -> SamplerError {
+    move |source| SamplerError::Map {
+        map,
+        source: Box::new(source),
+    }
+}
+
+/// Samples that the kernel could not deliver because the ring buffer was full, per CPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LostCounts {
+    /// By target process and period; vectors are indexed by CPU number.
+    pub keyed: HashMap<TargetKey, Vec<u64>>,
+    /// Lost while the keyed table itself was full, or exec events lost; indexed by CPU.
+    pub unkeyed: Vec<u64>,
+}
+
+/// What the session manager asks of the kernel side. Reference counting across sessions is the
+/// manager's job: every call here is a plain state change.
+pub trait SamplerControl: Send {
+    /// Opens a cpu-clock perf event with this period on every online CPU and attaches the
+    /// sampler to each.
+    fn start_period(&mut self, period_ns: u64) -> Result<(), SamplerError>;
+    /// Closes the perf events of a period.
+    fn stop_period(&mut self, period_ns: u64);
+    /// Samples a process at a period.
+    fn add_target(&mut self, key: TargetKey) -> Result<(), SamplerError>;
+    /// Stops sampling a process at a period.
+    fn remove_target(&mut self, key: TargetKey);
+    /// Samples every process at a period.
+    fn add_system_wide(&mut self, period_ns: u64) -> Result<(), SamplerError>;
+    /// Stops sampling every process at a period.
+    fn remove_system_wide(&mut self, period_ns: u64);
+    /// Reports (or stops reporting) `execve` of this process.
+    fn set_exec_tracking(&mut self, tgid: u32, tracked: bool);
+    /// Sets the number of system-wide sessions, which turns on exec events for all processes.
+    fn set_system_wide_sessions(&mut self, count: u32);
+    /// Current lost-sample counters.
+    fn lost(&self) -> Result<LostCounts, SamplerError>;
+    /// Forgets the lost-sample counters of a period nobody samples at any more, so that the
+    /// keyed table does not fill up over the daemon's life.
+    fn clear_lost(&mut self, period_ns: u64);
+}
+
+/// The loaded eBPF object and its perf events.
+pub struct Sampler {
+    ebpf: Ebpf,
+    cpus: Vec<u32>,
+    targets: BpfHashMap<MapData, TargetKey, u8>,
+    system_wide: BpfHashMap<MapData, u64, u8>,
+    tracked: BpfHashMap<MapData, u32, u8>,
+    config: Array<MapData, u32>,
+    lost: PerCpuHashMap<MapData, TargetKey, u64>,
+    lost_unkeyed: PerCpuArray<MapData, u64>,
+    links: HashMap<u64, Vec<PerfEventLinkId>>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("cpus", &self.cpus)
+            .field("periods", &self.links.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, SamplerError>
+where
+    T: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(SamplerError::Missing(name))?;
+    T::try_from(map).map_err(map_err(name))
+}
+
+impl Sampler {
+    /// Loads the eBPF object, loads the sampler and attaches the exec raw tracepoint. Nothing is
+    /// sampled until a period is started and a target or system-wide mode is added.
+    ///
+    /// Returns the sampler and the ring buffer from which [`spawn_reader`] reads events.
+    pub fn load() -> Result<(Sampler, RingBuf<MapData>), SamplerError> {
+        let mut ebpf = Ebpf::load(EBPF_OBJECT).map_err(|e| SamplerError::Load(Box::new(e)))?;
+        let cpus = aya::util::online_cpus().map_err(|(_, e)| SamplerError::Cpus(e))?;
+
+        let program_err = |what: &str| {
+            let what = what.to_owned();
+            move |source| SamplerError::Program {
+                what,
+                source: Box::new(source),
+            }
+        };
+        let sample: &mut PerfEvent = ebpf
+            .program_mut("vmscope_sample")
+            .ok_or(SamplerError::Missing("program vmscope_sample"))?
+            .try_into()
+            .map_err(program_err("use vmscope_sample as a perf_event program"))?;
+        sample
+            .load()
+            .map_err(program_err("load the perf_event sampler"))?;
+        let exec: &mut RawTracePoint = ebpf
+            .program_mut("vmscope_exec")
+            .ok_or(SamplerError::Missing("program vmscope_exec"))?
+            .try_into()
+            .map_err(program_err("use vmscope_exec as a raw tracepoint program"))?;
+        exec.load()
+            .map_err(program_err("load the exec tracepoint program"))?;
+        exec.attach("sched_process_exec")
+            .map_err(program_err("attach to raw tracepoint sched_process_exec"))?;
+
+        let events = take_map(&mut ebpf, "EVENTS")?;
+        let sampler = Sampler {
+            targets: take_map(&mut ebpf, "TARGETS")?,
+            system_wide: take_map(&mut ebpf, "SYSTEM_WIDE")?,
+            tracked: take_map(&mut ebpf, "TRACKED")?,
+            config: take_map(&mut ebpf, "CONFIG")?,
+            lost: take_map(&mut ebpf, "LOST")?,
+            lost_unkeyed: take_map(&mut ebpf, "LOST_UNKEYED")?,
+            ebpf,
+            cpus,
+            links: HashMap::new(),
+        };
+        Ok((sampler, events))
+    }
+
+    /// Online CPUs, on each of which a perf event is opened per period.
+    pub fn cpus(&self) -> &[u32] {
+        &self.cpus
+    }
+
+    fn program(&mut self) -> &mut PerfEvent {
+        // Checked in load(): the program exists and is a perf_event program.
+        self.ebpf
+            .program_mut("vmscope_sample")
+            .and_then(|p| <&mut PerfEvent>::try_from(p).ok())
+            .expect("vmscope_sample was loaded as a perf_event program")
+    }
+}
+
+impl SamplerControl for Sampler {
+    fn start_period(&mut self, period_ns: u64) -> Result<(), SamplerError> {
+        if self.links.contains_key(&period_ns) {
+            return Ok(());
+        }
+        let cpus = self.cpus.clone();
+        let mut links = Vec::with_capacity(cpus.len());
+        for cpu in cpus {
+            // A period rather than a frequency: for cpu-clock the kernel converts a frequency
+            // into exactly this period anyway, and the period is what the program sees.
+            let attached = self.program().attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Period(period_ns),
+                false,
+            );
+            match attached {
+                Ok(link) => links.push(link),
+                Err(source) => {
+                    for link in links {
+                        let _ = self.program().detach(link);
+                    }
+                    return Err(SamplerError::Program {
+                        what: format!("open a cpu-clock perf event on CPU {cpu}"),
+                        source: Box::new(source),
+                    });
+                }
+            }
+        }
+        self.links.insert(period_ns, links);
+        Ok(())
+    }
+
+    fn stop_period(&mut self, period_ns: u64) {
+        for link in self.links.remove(&period_ns).unwrap_or_default() {
+            if let Err(e) = self.program().detach(link) {
+                tracing::warn!(period_ns, "detaching a perf event failed: {e}");
+            }
+        }
+    }
+
+    fn add_target(&mut self, key: TargetKey) -> Result<(), SamplerError> {
+        self.targets.insert(key, 1, 0).map_err(map_err("TARGETS"))
+    }
+
+    fn remove_target(&mut self, key: TargetKey) {
+        if let Err(e) = self.targets.remove(&key) {
+            tracing::warn!(?key, "removing a target failed: {e}");
+        }
+    }
+
+    fn add_system_wide(&mut self, period_ns: u64) -> Result<(), SamplerError> {
+        self.system_wide
+            .insert(period_ns, 1, 0)
+            .map_err(map_err("SYSTEM_WIDE"))
+    }
+
+    fn remove_system_wide(&mut self, period_ns: u64) {
+        if let Err(e) = self.system_wide.remove(&period_ns) {
+            tracing::warn!(period_ns, "removing system-wide mode failed: {e}");
+        }
+    }
+
+    fn set_exec_tracking(&mut self, tgid: u32, tracked: bool) {
+        let result = if tracked {
+            self.tracked.insert(tgid, 1, 0)
+        } else {
+            self.tracked.remove(&tgid)
+        };
+        if let Err(e) = result {
+            tracing::warn!(tgid, tracked, "updating exec tracking failed: {e}");
+        }
+    }
+
+    fn set_system_wide_sessions(&mut self, count: u32) {
+        if let Err(e) = self.config.set(CONFIG_SYSTEM_WIDE, count, 0) {
+            tracing::warn!(count, "updating the system-wide count failed: {e}");
+        }
+    }
+
+    fn lost(&self) -> Result<LostCounts, SamplerError> {
+        let mut counts = LostCounts::default();
+        for entry in self.lost.iter() {
+            let (key, values) = entry.map_err(map_err("LOST"))?;
+            counts.keyed.insert(key, values.to_vec());
+        }
+        let unkeyed = self
+            .lost_unkeyed
+            .get(&0, 0)
+            .map_err(map_err("LOST_UNKEYED"))?;
+        counts.unkeyed = unkeyed.to_vec();
+        Ok(counts)
+    }
+
+    fn clear_lost(&mut self, period_ns: u64) {
+        let keys: Vec<TargetKey> = self
+            .lost
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.period_ns == period_ns)
+            .collect();
+        for key in keys {
+            let _ = self.lost.remove(&key);
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Processes the daemon has sampled: their executable mappings, and the normalisation of a
+//! sample's `(pid, ip)` into a [`Location`].
+//!
+//! Mappings are read from `/proc/PID/maps` when a process is first seen (at session start for
+//! named targets, so that even a process that exits quickly is known), again after `execve`
+//! (reported by the BPF exec tracepoint), and again when a sample falls outside every known
+//! mapping (`dlopen`, a new JIT code zone), at most once per [`MIN_REFRESH_INTERVAL_NS`].
+//! Only executable mappings are kept: a sampled instruction pointer cannot be anywhere else.
+//!
+//! The binaries behind file mappings are registered with [`Modules`] at once, which opens them,
+//! so that a binary that is deleted or replaced later, or a process that exits, can still be
+//! symbolised.
+
+pub mod maps;
+pub mod stat;
+
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
+
+use maps::{MapEntry, MapPath};
+
+use crate::{
+    symbolize::{Location, ModuleId, Modules, UnmappedReason},
+    sys::{self, FileId},
+};
+
+/// Shortest time between two reads of one process's maps caused by samples that fit no mapping.
+pub const MIN_REFRESH_INTERVAL_NS: u64 = 10_000_000;
+
+/// What an executable mapping holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MappingKind {
+    File { module: ModuleId, main: bool },
+    Anonymous,
+    Vdso,
+    Pseudo,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ExecMapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    kind: MappingKind,
+}
+
+/// A sampled process.
+#[derive(Debug)]
+pub struct Process {
+    /// Process id.
+    pub pid: u32,
+    /// `comm`, the process's name.
+    pub command: String,
+    /// Main executable, if it could be read.
+    pub executable: Option<PathBuf>,
+    /// Start time in clock ticks since boot: with the pid, the identity of the process.
+    pub start_time: Option<u64>,
+    /// Whether the process has anonymous executable mappings (JIT code).
+    pub has_anonymous_code: bool,
+    /// Set once the process could not be read any more.
+    pub gone: bool,
+    mappings: Vec<ExecMapping>,
+    maps_read_at_ns: u64,
+    last_sample_ns: u64,
+}
+
+/// Counters of the process table, reported by the daemon.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessCounters {
+    /// Reads of /proc/PID/maps.
+    pub maps_reads: u64,
+    /// Reads of /proc/PID/maps that failed (process gone, permission).
+    pub maps_read_failures: u64,
+    /// Lines of /proc/PID/maps that could not be parsed.
+    pub maps_bad_lines: u64,
+    /// `execve` events handled.
+    pub execs: u64,
+}
+
+/// The processes the daemon knows, by pid.
+#[derive(Debug)]
+pub struct ProcessTable {
+    processes: HashMap<u32, Process>,
+    modules: Arc<Modules>,
+    counters: ProcessCounters,
+}
+
+impl ProcessTable {
+    /// An empty table registering binaries with `modules`.
+    pub fn new(modules: Arc<Modules>) -> ProcessTable {
+        ProcessTable {
+            processes: HashMap::new(),
+            modules,
+            counters: ProcessCounters::default(),
+        }
+    }
+
+    /// The table's counters.
+    pub fn counters(&self) -> ProcessCounters {
+        self.counters
+    }
+
+    /// A known process.
+    pub fn get(&self, pid: u32) -> Option<&Process> {
+        self.processes.get(&pid)
+    }
+
+    /// Makes sure a process is known, reading its mappings if it is not, and returns it.
+    pub fn observe(&mut self, pid: u32, now_ns: u64) -> &Process {
+        if !self.processes.contains_key(&pid) {
+            let process = self.read_process(pid, now_ns);
+            self.processes.insert(pid, process);
+        }
+        &self.processes[&pid]
+    }
+
+    /// Re-reads a process after `execve`: everything about it changed but its pid.
+    pub fn exec(&mut self, pid: u32, now_ns: u64) {
+        self.counters.execs += 1;
+        let process = self.read_process(pid, now_ns);
+        self.processes.insert(pid, process);
+    }
+
+    /// Normalises a user-mode instruction pointer of `pid`.
+    pub fn normalize(&mut self, pid: u32, ip: u64, now_ns: u64) -> Location {
+        self.observe(pid, now_ns);
+        if let Some(location) = self.lookup(pid, ip, now_ns) {
+            return location;
+        }
+        let process = &self.processes[&pid];
+        if process.gone {
+            return Location::Unmapped(UnmappedReason::ProcessGone);
+        }
+        if now_ns.saturating_sub(process.maps_read_at_ns) < MIN_REFRESH_INTERVAL_NS {
+            return Location::Unmapped(UnmappedReason::NoMapping);
+        }
+        // A miss usually means new code: dlopen, a JIT's new code zone. Re-read, keeping what
+        // we knew if the process has gone in the meantime.
+        let fresh = self.read_process(pid, now_ns);
+        let process = self.processes.get_mut(&pid).expect("observed above");
+        if fresh.gone {
+            process.maps_read_at_ns = now_ns;
+        } else {
+            *process = fresh;
+        }
+        self.lookup(pid, ip, now_ns)
+            .unwrap_or(Location::Unmapped(UnmappedReason::NoMapping))
+    }
+
+    fn lookup(&mut self, pid: u32, ip: u64, now_ns: u64) -> Option<Location> {
+        let process = self.processes.get_mut(&pid)?;
+        process.last_sample_ns = now_ns;
+        let i = process.mappings.partition_point(|m| m.start <= ip);
+        let mapping = process.mappings.get(i.checked_sub(1)?)?;
+        if ip >= mapping.end {
+            return None;
+        }
+        Some(match mapping.kind {
+            MappingKind::File { module, main } => Location::File {
+                module,
+                offset: mapping.offset + (ip - mapping.start),
+                main_executable: main,
+            },
+            MappingKind::Anonymous => Location::Anonymous {
+                pid,
+                start: mapping.start,
+                end: mapping.end,
+            },
+            MappingKind::Vdso => Location::Vdso {
+                offset: ip - mapping.start,
+            },
+            MappingKind::Pseudo => Location::Unmapped(UnmappedReason::Pseudo),
+        })
+    }
+
+    /// Forgets processes that no running session names and that produced no sample since
+    /// `before_ns`, keeping the table bounded in system-wide sessions.
+    pub fn forget_idle(&mut self, keep: impl Fn(u32) -> bool, before_ns: u64) {
+        self.processes
+            .retain(|&pid, p| keep(pid) || p.last_sample_ns >= before_ns);
+    }
+
+    fn read_process(&mut self, pid: u32, now_ns: u64) -> Process {
+        let mut process = Process {
+            pid,
+            command: String::new(),
+            executable: None,
+            start_time: None,
+            has_anonymous_code: false,
+            gone: false,
+            mappings: Vec::new(),
+            maps_read_at_ns: now_ns,
+            last_sample_ns: now_ns,
+        };
+        if let Ok(text) = sys::read_proc(pid, "stat")
+            && let Ok(stat) = stat::parse_stat(&text)
+        {
+            process.command = stat.comm;
+            process.start_time = Some(stat.start_time_ticks);
+        }
+        let exe = sys::process_exe(pid).ok();
+        process.executable = exe.as_ref().map(|(path, _)| path.clone());
+
+        self.counters.maps_reads += 1;
+        let text = match sys::read_proc(pid, "maps") {
+            Ok(text) => text,
+            Err(e) => {
+                self.counters.maps_read_failures += 1;
+                tracing::debug!(pid, "cannot read /proc/{pid}/maps: {e}");
+                process.gone = true;
+                return process;
+            }
+        };
+        let parsed = maps::parse_maps(&text);
+        self.counters.maps_bad_lines += parsed.bad_lines as u64;
+        // A zombie or a kernel thread has no mappings at all.
+        if parsed.entries.is_empty() {
+            process.gone = true;
+        }
+        for entry in parsed.entries.iter().filter(|e| e.perms.exec) {
+            let kind = self.classify(pid, entry, exe.as_ref());
+            if kind == MappingKind::Anonymous {
+                process.has_anonymous_code = true;
+            }
+            process.mappings.push(ExecMapping {
+                start: entry.start,
+                end: entry.end,
+                offset: entry.offset,
+                kind,
+            });
+        }
+        process.mappings.sort_by_key(|m| m.start);
+        process
+    }
+
+    fn classify(&self, pid: u32, entry: &MapEntry, exe: Option<&(PathBuf, FileId)>) -> MappingKind {
+        if entry.is_anonymous_exec() {
+            return MappingKind::Anonymous;
+        }
+        match &entry.path {
+            MapPath::File { path, .. } => {
+                let id = FileId {
+                    dev_major: entry.dev_major,
+                    dev_minor: entry.dev_minor,
+                    inode: entry.inode,
+                };
+                let main = exe.is_some_and(|(exe_path, exe_id)| *exe_id == id || exe_path == path);
+                let module = self.modules.register(id, path, || {
+                    sys::open_mapped_file(pid, entry.start, entry.end, path)
+                });
+                MappingKind::File { module, main }
+            }
+            MapPath::Vdso => MappingKind::Vdso,
+            _ => MappingKind::Pseudo,
+        }
+    }
+}

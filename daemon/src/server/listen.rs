@@ -1,0 +1,105 @@
+//! The daemon's Unix socket.
+//!
+//! The directory is created owned by root with mode 0755: others may reach the socket but not
+//! replace it. The socket itself is 0666: any local user may connect, and each request is then
+//! authorised from the peer credentials the kernel attaches to the connection.
+
+use std::{
+    fs,
+    io::{self, ErrorKind},
+    os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt},
+    path::Path,
+};
+
+use tokio::net::UnixListener;
+
+/// Binds the socket at `path`, replacing a stale socket left by a daemon that died, but never a
+/// live one nor a file that is not a socket.
+pub fn bind_socket(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        match fs::symlink_metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(io::Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a directory", dir.display()),
+                ));
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(dir)
+                    .map_err(|e| with_path(e, "cannot create", dir))?;
+            }
+            Err(e) => return Err(with_path(e, "cannot inspect", dir)),
+        }
+    }
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        ErrorKind::AddrInUse,
+                        format!(
+                            "another vmscoped already serves {}; stop it first or pick another \
+                             socket with --socket",
+                            path.display()
+                        ),
+                    ));
+                }
+                Err(_) => fs::remove_file(path)
+                    .map_err(|e| with_path(e, "cannot remove stale socket", path))?,
+            }
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket; remove it", path.display()),
+            ));
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(with_path(e, "cannot inspect", path)),
+    }
+    let listener = UnixListener::bind(path).map_err(|e| with_path(e, "cannot bind", path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o666))
+        .map_err(|e| with_path(e, "cannot set permissions of", path))?;
+    Ok(listener)
+}
+
+fn with_path(error: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(error.kind(), format!("{what} {}: {error}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn binds_replaces_stale_and_refuses_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/vmscoped.sock");
+        let listener = bind_socket(&path).unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666);
+        let dir_mode = fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(dir_mode, 0o755);
+
+        let live = bind_socket(&path).unwrap_err();
+        assert_eq!(live.kind(), ErrorKind::AddrInUse, "{live}");
+        assert!(live.to_string().contains("already serves"));
+
+        drop(listener); // the file stays: a stale socket
+        assert!(path.exists());
+        bind_socket(&path).unwrap();
+
+        let file = dir.path().join("plain");
+        fs::write(&file, b"x").unwrap();
+        let err = bind_socket(&file).unwrap_err();
+        assert!(err.to_string().contains("not a socket"), "{err}");
+    }
+}

@@ -1,0 +1,203 @@
+//! The gRPC face of the daemon: `vmscope.v1.Profiler`, gRPC health and reflection, on a Unix
+//! socket.
+//!
+//! Handlers are thin: they learn who the caller is from the socket's peer credentials, pass the
+//! request to the session manager, and turn its typed errors into status codes. Profiles are
+//! symbolised on blocking threads.
+
+mod listen;
+mod status;
+
+use std::{pin::Pin, time::Duration};
+
+pub use listen::bind_socket;
+use status::to_status;
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status, transport::server::UdsConnectInfo};
+use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
+
+use crate::{
+    profile::build_profile,
+    session::{Caller, ManagerHandle},
+    symbolize::Symbolizer,
+    sys,
+};
+
+/// Shortest interval between watch snapshots.
+pub const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
+/// Interval between watch snapshots when the request names none.
+pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Implementation of `vmscope.v1.Profiler`.
+#[derive(Debug, Clone)]
+pub struct ProfilerService {
+    manager: ManagerHandle,
+    symbolizer: Symbolizer,
+    online_cpus: u32,
+}
+
+impl ProfilerService {
+    /// A service over a running manager.
+    pub fn new(manager: ManagerHandle, symbolizer: Symbolizer, online_cpus: u32) -> Self {
+        ProfilerService {
+            manager,
+            symbolizer,
+            online_cpus,
+        }
+    }
+
+    async fn profile(&self, caller: Caller, id: u64) -> Result<pb::Profile, Status> {
+        let snapshot = self.manager.snapshot(caller, id).await.map_err(to_status)?;
+        let symbolizer = self.symbolizer.clone();
+        tokio::task::spawn_blocking(move || build_profile(snapshot, &symbolizer))
+            .await
+            .map_err(|e| Status::internal(format!("building the profile failed: {e}")))
+    }
+}
+
+/// The caller, from the peer credentials the kernel attached to the Unix socket.
+fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
+    request
+        .extensions()
+        .get::<UdsConnectInfo>()
+        .and_then(|info| info.peer_cred)
+        .map(|cred| Caller {
+            uid: cred.uid(),
+            pid: cred.pid(),
+        })
+        .ok_or_else(|| {
+            Status::unauthenticated(
+                "cannot tell who you are: the daemon only takes requests on its Unix socket",
+            )
+        })
+}
+
+type ProfileStream = Pin<Box<dyn Stream<Item = Result<pb::Profile, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::profiler_server::Profiler for ProfilerService {
+    async fn start_session(
+        &self,
+        request: Request<pb::StartSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let caller = caller(&request)?;
+        self.manager
+            .start(caller, request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(to_status)
+    }
+
+    async fn stop_session(
+        &self,
+        request: Request<pb::StopSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let caller = caller(&request)?;
+        let request = request.into_inner();
+        self.manager
+            .stop(caller, request.session_id, &request.reason)
+            .await
+            .map(Response::new)
+            .map_err(to_status)
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let caller = caller(&request)?;
+        let sessions = self.manager.list(caller).await.map_err(to_status)?;
+        Ok(Response::new(pb::ListSessionsResponse { sessions }))
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let caller = caller(&request)?;
+        self.manager
+            .get(caller, request.get_ref().session_id)
+            .await
+            .map(Response::new)
+            .map_err(to_status)
+    }
+
+    async fn get_profile(
+        &self,
+        request: Request<pb::GetProfileRequest>,
+    ) -> Result<Response<pb::Profile>, Status> {
+        let caller = caller(&request)?;
+        self.profile(caller, request.get_ref().session_id)
+            .await
+            .map(Response::new)
+    }
+
+    type WatchSessionStream = ProfileStream;
+
+    async fn watch_session(
+        &self,
+        request: Request<pb::WatchSessionRequest>,
+    ) -> Result<Response<Self::WatchSessionStream>, Status> {
+        let caller = caller(&request)?;
+        let request = request.into_inner();
+        let interval = match request.interval {
+            None => DEFAULT_WATCH_INTERVAL,
+            Some(d) => {
+                let d = Duration::try_from(d).map_err(|_| {
+                    Status::invalid_argument("interval must be a positive duration")
+                })?;
+                if d < MIN_WATCH_INTERVAL {
+                    return Err(Status::invalid_argument(format!(
+                        "interval {d:?} is shorter than the {MIN_WATCH_INTERVAL:?} minimum"
+                    )));
+                }
+                d
+            }
+        };
+        // Fail now, not in the stream, when the session is not there.
+        self.manager
+            .get(caller, request.session_id)
+            .await
+            .map_err(to_status)?;
+        let (tx, rx) = mpsc::channel(2);
+        let service = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let profile = service.profile(caller, request.session_id).await;
+                let complete = profile.as_ref().map_or(true, |p| p.complete);
+                // A client that went away closes the channel; that ends the watch, nothing else.
+                if tx.send(profile).await.is_err() || complete {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = tx.closed() => break,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn get_daemon_info(
+        &self,
+        _request: Request<pb::GetDaemonInfoRequest>,
+    ) -> Result<Response<pb::DaemonInfo>, Status> {
+        let max_frequency_hz = sys::perf_event_max_sample_rate().map_err(|e| {
+            Status::internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
+        })?;
+        let counters = self.manager.counters().await.map_err(to_status)?;
+        Ok(Response::new(pb::DaemonInfo {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            max_frequency_hz,
+            default_frequency_hz: DEFAULT_FREQUENCY_HZ,
+            online_cpus: self.online_cpus,
+            hardware_events: sys::has_hardware_pmu(),
+            counters: counters
+                .values
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }))
+    }
+}

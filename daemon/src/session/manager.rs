@@ -1,0 +1,799 @@
+//! The session manager: one task that owns every session, the process table and the kernel-side
+//! filters.
+//!
+//! gRPC handlers send it [`Command`]s through a [`ManagerHandle`] and wait for the reply; the
+//! ring-buffer reader sends it batches of events; a tick every [`ManagerConfig::tick`] reads the
+//! targets' CPU time, ends sessions whose duration elapsed or whose targets all exited, and
+//! forgets idle processes. Nothing else mutates this state, so it needs no locks, and ordering
+//! is simple: a session sees every sample the kernel stamped after its start.
+//!
+//! Symbolisation is *not* done here: a profile request takes a [`Snapshot`] of the counts and
+//! the handler symbolises it on a blocking thread, so a slow binary never delays sampling.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+};
+use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event};
+use vmscope_proto::v1 as pb;
+
+use super::{
+    Session, SessionError, Snapshot, State, Target,
+    request::{self, Caller},
+    routes::Routes,
+};
+use crate::{
+    bpf::{Batch, LostCounts, SamplerControl, period_of},
+    process::{ProcessTable, stat},
+    symbolize::{Location, Modules},
+    sys,
+};
+
+/// Settings of the manager.
+#[derive(Clone, Debug)]
+pub struct ManagerConfig {
+    /// Most sessions running at once.
+    pub max_running_sessions: usize,
+    /// Stopped sessions kept for later reports; older ones are evicted.
+    pub max_stopped_sessions: usize,
+    /// Period of the housekeeping tick.
+    pub tick: Duration,
+    /// Time after a stop during which samples may still be in flight in the kernel.
+    pub stop_slack: Duration,
+    /// Longest wait for the ring-buffer reader to pass a stop time before a stop completes
+    /// anyway (only reached if the reader is stuck).
+    pub stop_timeout: Duration,
+    /// Processes that produced no sample for this long, and that no running session names, are
+    /// forgotten.
+    pub forget_processes_after: Duration,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            max_running_sessions: 64,
+            max_stopped_sessions: 64,
+            tick: Duration::from_millis(100),
+            stop_slack: Duration::from_millis(2),
+            stop_timeout: Duration::from_secs(2),
+            forget_processes_after: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters of the whole daemon, for `GetDaemonInfo`.
+#[derive(Clone, Debug, Default)]
+pub struct DaemonCounters {
+    /// Name and value of every counter, sorted by name.
+    pub values: BTreeMap<&'static str, u64>,
+}
+
+enum Command {
+    Start {
+        caller: Caller,
+        request: pb::StartSessionRequest,
+        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+    },
+    Stop {
+        caller: Caller,
+        id: u64,
+        reason: String,
+        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+    },
+    List {
+        caller: Caller,
+        reply: oneshot::Sender<Vec<pb::Session>>,
+    },
+    Get {
+        caller: Caller,
+        id: u64,
+        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+    },
+    Snapshot {
+        caller: Caller,
+        id: u64,
+        reply: oneshot::Sender<Result<Snapshot, SessionError>>,
+    },
+    Counters {
+        reply: oneshot::Sender<DaemonCounters>,
+    },
+}
+
+/// The way to talk to the manager; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ManagerHandle {
+    tx: mpsc::Sender<Command>,
+}
+
+impl ManagerHandle {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, SessionError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| SessionError::ShuttingDown)?;
+        rx.await.map_err(|_| SessionError::ShuttingDown)
+    }
+
+    /// Starts a session.
+    pub async fn start(
+        &self,
+        caller: Caller,
+        request: pb::StartSessionRequest,
+    ) -> Result<pb::Session, SessionError> {
+        self.ask(|reply| Command::Start {
+            caller,
+            request,
+            reply,
+        })
+        .await?
+    }
+
+    /// Stops a session; returns once its profile is final. `reason` (may be empty) becomes the
+    /// session's stop reason.
+    pub async fn stop(
+        &self,
+        caller: Caller,
+        id: u64,
+        reason: &str,
+    ) -> Result<pb::Session, SessionError> {
+        let reason = stop_reason(reason);
+        self.ask(|reply| Command::Stop {
+            caller,
+            id,
+            reason,
+            reply,
+        })
+        .await?
+    }
+
+    /// The caller's sessions.
+    pub async fn list(&self, caller: Caller) -> Result<Vec<pb::Session>, SessionError> {
+        self.ask(|reply| Command::List { caller, reply }).await
+    }
+
+    /// One session.
+    pub async fn get(&self, caller: Caller, id: u64) -> Result<pb::Session, SessionError> {
+        self.ask(|reply| Command::Get { caller, id, reply }).await?
+    }
+
+    /// A copy of a session's counts, to build a profile from.
+    pub async fn snapshot(&self, caller: Caller, id: u64) -> Result<Snapshot, SessionError> {
+        self.ask(|reply| Command::Snapshot { caller, id, reply })
+            .await?
+    }
+
+    /// The daemon's counters.
+    pub async fn counters(&self) -> Result<DaemonCounters, SessionError> {
+        self.ask(|reply| Command::Counters { reply }).await
+    }
+}
+
+/// Starts the manager task.
+///
+/// `max_frequency_hz` reads the kernel's current sampling-rate limit (it can change while the
+/// daemon runs); tests pass a constant.
+pub fn spawn_manager(
+    sampler: Box<dyn SamplerControl>,
+    batches: mpsc::Receiver<Batch>,
+    modules: Arc<Modules>,
+    config: ManagerConfig,
+    max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
+) -> (ManagerHandle, JoinHandle<()>) {
+    let (tx, commands) = mpsc::channel(256);
+    let manager = Manager {
+        sampler,
+        routes: Routes::default(),
+        sessions: BTreeMap::new(),
+        by_period: HashMap::new(),
+        stop_waiters: HashMap::new(),
+        processes: ProcessTable::new(modules.clone()),
+        modules,
+        next_id: 1,
+        watermark_ns: 0,
+        config,
+        max_frequency_hz,
+        clock_ticks: sys::clock_ticks_per_second(),
+        counters: Counters::default(),
+        last_forget_ns: 0,
+    };
+    let task = tokio::spawn(manager.run(commands, batches));
+    (ManagerHandle { tx }, task)
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    batches: u64,
+    events: u64,
+    samples_routed: u64,
+    samples_unrouted: u64,
+    exec_events: u64,
+    malformed_events: u64,
+    unknown_events: u64,
+    sessions_started: u64,
+    sessions_refused: u64,
+    stop_timeouts: u64,
+    sessions_evicted: u64,
+}
+
+type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
+
+struct Manager {
+    sampler: Box<dyn SamplerControl>,
+    routes: Routes,
+    sessions: BTreeMap<u64, Session>,
+    /// Running and stopping sessions by sampling period: where samples are routed.
+    by_period: HashMap<u64, Vec<u64>>,
+    stop_waiters: HashMap<u64, Vec<Reply>>,
+    processes: ProcessTable,
+    modules: Arc<Modules>,
+    next_id: u64,
+    watermark_ns: u64,
+    config: ManagerConfig,
+    max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
+    clock_ticks: u64,
+    counters: Counters,
+    last_forget_ns: u64,
+}
+
+impl Manager {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut batches: mpsc::Receiver<Batch>,
+    ) {
+        let mut tick = tokio::time::interval(self.config.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut batches_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                command = commands.recv() => match command {
+                    Some(command) => self.handle(command),
+                    None => break,
+                },
+                batch = batches.recv(), if batches_open => match batch {
+                    Some(batch) => self.ingest(batch),
+                    None => {
+                        tracing::error!("the ring-buffer reader stopped; no more samples will arrive");
+                        batches_open = false;
+                    }
+                },
+                _ = tick.tick() => self.tick(),
+            }
+        }
+        // Leave the kernel clean: the BPF object is dropped with the sampler, but say so.
+        let ids: Vec<u64> = self.by_period.values().flatten().copied().collect();
+        for id in ids {
+            if let Some(session) = self.sessions.get(&id)
+                && session.state == State::Running
+            {
+                self.routes.release(self.sampler.as_mut(), &session.spec);
+            }
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Start {
+                caller,
+                request,
+                reply,
+            } => {
+                let result = self.start(caller, &request);
+                if let Err(e) = &result {
+                    self.counters.sessions_refused += 1;
+                    tracing::info!(uid = caller.uid, "session refused: {e}");
+                }
+                let _ = reply.send(result);
+            }
+            Command::Stop {
+                caller,
+                id,
+                reason,
+                reply,
+            } => match self.visible(caller, id) {
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+                Ok(session) if session.state != State::Running => {
+                    let _ = reply.send(Err(SessionError::AlreadyStopped(id)));
+                }
+                Ok(_) => {
+                    self.stop_waiters.entry(id).or_default().push(reply);
+                    let now = sys::monotonic_ns();
+                    self.begin_stop(id, &reason, now);
+                    self.finalize_ready(now);
+                }
+            },
+            Command::List { caller, reply } => {
+                let now = sys::monotonic_ns();
+                let list = self
+                    .sessions
+                    .values()
+                    .filter(|s| caller.owns(s.owner_uid))
+                    .map(|s| s.to_proto(now))
+                    .collect();
+                let _ = reply.send(list);
+            }
+            Command::Get { caller, id, reply } => {
+                let now = sys::monotonic_ns();
+                let _ = reply.send(self.visible(caller, id).map(|s| s.to_proto(now)));
+            }
+            Command::Snapshot { caller, id, reply } => {
+                let result = self
+                    .visible(caller, id)
+                    .map(|_| ())
+                    .map(|()| self.snapshot(id));
+                let _ = reply.send(result);
+            }
+            Command::Counters { reply } => {
+                let _ = reply.send(self.daemon_counters());
+            }
+        }
+    }
+
+    fn visible(&self, caller: Caller, id: u64) -> Result<&Session, SessionError> {
+        self.sessions
+            .get(&id)
+            .filter(|s| caller.owns(s.owner_uid))
+            .ok_or(SessionError::NoSuchSession(id))
+    }
+
+    fn start(
+        &mut self,
+        caller: Caller,
+        request: &pb::StartSessionRequest,
+    ) -> Result<pb::Session, SessionError> {
+        let max_frequency = (self.max_frequency_hz)().map_err(|e| {
+            SessionError::Internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
+        })?;
+        let spec = request::validate(request, max_frequency)?;
+        request::authorize(&caller, &spec)?;
+        let running = self.by_period.values().map(Vec::len).sum::<usize>();
+        if running >= self.config.max_running_sessions {
+            return Err(SessionError::ResourceExhausted(format!(
+                "{running} sessions are running, the most this daemon allows; stop one first"
+            )));
+        }
+
+        let now = sys::monotonic_ns();
+        let mut targets = Vec::with_capacity(spec.pids.len());
+        for &pid in &spec.pids {
+            // Read the process now, while it surely lives: a target that exits right away is
+            // still symbolised.
+            let process = self.processes.observe(pid, now);
+            let mut target = Target {
+                pid,
+                start_time: process.start_time,
+                command: process.command.clone(),
+                executable: process
+                    .executable
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                exited: false,
+                cpu_ticks_start: 0,
+                cpu_ticks_last: 0,
+            };
+            match read_cpu_ticks(pid, target.start_time) {
+                CpuReading::Alive(ticks) | CpuReading::Exited(ticks) => {
+                    target.cpu_ticks_start = ticks;
+                    target.cpu_ticks_last = ticks;
+                }
+                CpuReading::Gone => return Err(SessionError::NoSuchProcess(pid)),
+            }
+            targets.push(target);
+        }
+
+        self.routes.acquire(self.sampler.as_mut(), &spec)?;
+        let period_ns = period_of(spec.frequency_hz);
+        let lost_baseline = match self.sampler.lost() {
+            Ok(lost) => lost_for(&lost, period_ns, &spec),
+            Err(e) => {
+                tracing::warn!("cannot read lost-sample counters: {e}");
+                Vec::new()
+            }
+        };
+        let system_ticks = if spec.system_wide {
+            let busy = read_system_busy_ticks();
+            (busy, busy)
+        } else {
+            (0, 0)
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let session = Session {
+            id,
+            owner_uid: caller.uid,
+            period_ns,
+            started_at: SystemTime::now(),
+            start_ns: sys::monotonic_ns(),
+            stop_ns: None,
+            state: State::Running,
+            stop_reason: None,
+            targets,
+            counts: HashMap::new(),
+            total: 0,
+            system_ticks,
+            lost: vec![0; lost_baseline.len()],
+            lost_baseline,
+            spec,
+        };
+        tracing::info!(
+            id,
+            uid = caller.uid,
+            pids = ?session.spec.pids,
+            system_wide = session.spec.system_wide,
+            frequency_hz = session.spec.frequency_hz,
+            "session started"
+        );
+        let reply = session.to_proto(session.start_ns);
+        self.by_period.entry(period_ns).or_default().push(id);
+        self.sessions.insert(id, session);
+        self.counters.sessions_started += 1;
+        Ok(reply)
+    }
+
+    /// Fixes a running session's stop time and releases its kernel filters. It becomes final in
+    /// [`Manager::finalize_ready`] once samples up to `stop_ns` have all been read.
+    fn begin_stop(&mut self, id: u64, reason: &str, stop_ns: u64) {
+        let Some(session) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        if session.state != State::Running {
+            return;
+        }
+        update_cpu(session);
+        session.state = State::Stopping;
+        session.stop_ns = Some(stop_ns);
+        session.stop_reason = Some(reason.to_owned());
+        tracing::info!(id, reason, samples = session.total, "session stopping");
+        self.routes.release(self.sampler.as_mut(), &session.spec);
+    }
+
+    fn finalize_ready(&mut self, now_ns: u64) {
+        let slack = self.config.stop_slack.as_nanos() as u64;
+        let timeout = self.config.stop_timeout.as_nanos() as u64;
+        let ready: Vec<(u64, bool)> = self
+            .sessions
+            .values()
+            .filter(|s| s.state == State::Stopping)
+            .filter_map(|s| {
+                let stop = s.stop_ns?;
+                if self.watermark_ns >= stop + slack {
+                    Some((s.id, false))
+                } else if now_ns >= stop + timeout {
+                    Some((s.id, true))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        let lost = self.sampler.lost().ok();
+        for (id, timed_out) in ready {
+            if timed_out {
+                self.counters.stop_timeouts += 1;
+                tracing::warn!(
+                    id,
+                    "no sample batch passed the stop time; finishing the session anyway"
+                );
+            }
+            let Some(session) = self.sessions.get_mut(&id) else {
+                continue;
+            };
+            if let Some(lost) = &lost {
+                session.lost = subtract(
+                    &lost_for(lost, session.period_ns, &session.spec),
+                    &session.lost_baseline,
+                );
+            }
+            session.state = State::Stopped;
+            if let Some(ids) = self.by_period.get_mut(&session.period_ns) {
+                ids.retain(|&other| other != id);
+                if ids.is_empty() {
+                    self.by_period.remove(&session.period_ns);
+                }
+            }
+            let reply = session.to_proto(now_ns);
+            tracing::info!(id, samples = session.total, "session stopped");
+            for waiter in self.stop_waiters.remove(&id).unwrap_or_default() {
+                let _ = waiter.send(Ok(reply.clone()));
+            }
+        }
+        self.evict();
+    }
+
+    fn evict(&mut self) {
+        let stopped: Vec<u64> = self
+            .sessions
+            .values()
+            .filter(|s| s.state == State::Stopped)
+            .map(|s| s.id)
+            .collect();
+        let excess = stopped
+            .len()
+            .saturating_sub(self.config.max_stopped_sessions);
+        for id in stopped.into_iter().take(excess) {
+            self.sessions.remove(&id);
+            self.counters.sessions_evicted += 1;
+        }
+    }
+
+    fn ingest(&mut self, batch: Batch) {
+        self.counters.batches += 1;
+        self.counters.events += batch.events.len() as u64;
+        self.counters.malformed_events += batch.malformed;
+        let now = batch.watermark_ns;
+        for event in &batch.events {
+            match event.kind {
+                EVENT_SAMPLE => self.route(event, now),
+                EVENT_EXEC => {
+                    self.counters.exec_events += 1;
+                    self.processes.exec(event.tgid, now);
+                }
+                _ => self.counters.unknown_events += 1,
+            }
+        }
+        self.watermark_ns = self.watermark_ns.max(batch.watermark_ns);
+        self.finalize_ready(sys::monotonic_ns());
+    }
+
+    fn route(&mut self, event: &Event, now_ns: u64) {
+        let Some(ids) = self.by_period.get(&event.period_ns) else {
+            self.counters.samples_unrouted += 1;
+            return;
+        };
+        let mut location: Option<Location> = None;
+        let mut routed = false;
+        for id in ids {
+            let Some(session) = self.sessions.get_mut(id) else {
+                continue;
+            };
+            if !session.wants(event.tgid, event.timestamp_ns) {
+                continue;
+            }
+            let location = *location.get_or_insert_with(|| {
+                if event.is_kernel() {
+                    Location::Kernel { ip: event.ip }
+                } else {
+                    self.processes.normalize(event.tgid, event.ip, now_ns)
+                }
+            });
+            *session.counts.entry(location).or_insert(0) += 1;
+            session.total += 1;
+            routed = true;
+        }
+        if routed {
+            self.counters.samples_routed += 1;
+        } else {
+            self.counters.samples_unrouted += 1;
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = sys::monotonic_ns();
+        let running: Vec<u64> = self
+            .sessions
+            .values()
+            .filter(|s| s.state == State::Running)
+            .map(|s| s.id)
+            .collect();
+        for id in running {
+            let Some(session) = self.sessions.get_mut(&id) else {
+                continue;
+            };
+            update_cpu(session);
+            for target in &mut session.targets {
+                if let Some(process) = self.processes.get(target.pid)
+                    && !process.gone
+                {
+                    target.command.clone_from(&process.command);
+                    if let Some(exe) = &process.executable {
+                        target.executable = exe.display().to_string();
+                    }
+                }
+            }
+            if let Some(duration) = session.spec.duration {
+                let end = session.start_ns + duration.as_nanos() as u64;
+                if now >= end {
+                    // Stop exactly at the requested duration, not at the tick that noticed it.
+                    self.begin_stop(id, "duration elapsed", end);
+                    continue;
+                }
+            }
+            if !session.spec.system_wide && session.targets.iter().all(|t| t.exited) {
+                self.begin_stop(id, "all targets exited", now);
+            }
+        }
+        self.finalize_ready(now);
+
+        if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
+            self.last_forget_ns = now;
+            let keep: Vec<u32> = self
+                .sessions
+                .values()
+                .filter(|s| s.state != State::Stopped)
+                .flat_map(|s| s.spec.pids.iter().copied())
+                .collect();
+            let horizon = now.saturating_sub(self.config.forget_processes_after.as_nanos() as u64);
+            self.processes
+                .forget_idle(|pid| keep.contains(&pid), horizon);
+        }
+    }
+
+    fn snapshot(&mut self, id: u64) -> Snapshot {
+        let now = sys::monotonic_ns();
+        let lost = self.sampler.lost().ok();
+        let session = self.sessions.get_mut(&id).expect("checked by visible()");
+        if session.state == State::Running {
+            update_cpu(session);
+            if let Some(lost) = &lost {
+                session.lost = subtract(
+                    &lost_for(lost, session.period_ns, &session.spec),
+                    &session.lost_baseline,
+                );
+            }
+        }
+        let session = &self.sessions[&id];
+        let has_generated_code = session.targets.iter().any(|t| {
+            self.processes
+                .get(t.pid)
+                .is_some_and(|p| p.has_anonymous_code)
+        }) || session
+            .counts
+            .keys()
+            .any(|l| matches!(l, Location::Anonymous { .. }));
+        Snapshot {
+            session: session.to_proto(now),
+            counts: session.counts.iter().map(|(l, n)| (*l, *n)).collect(),
+            total_samples: session.total,
+            lost_per_cpu: session.lost.clone(),
+            duration: session.elapsed(now),
+            cpu_seconds: session.cpu_ticks() as f64 / self.clock_ticks as f64,
+            vm_executable: session
+                .targets
+                .first()
+                .map(|t| t.executable.clone())
+                .unwrap_or_default(),
+            has_generated_code,
+            complete: session.state == State::Stopped,
+        }
+    }
+
+    fn daemon_counters(&self) -> DaemonCounters {
+        let c = &self.counters;
+        let p = self.processes.counters();
+        let m = self.modules.counters();
+        let values = [
+            ("batches", c.batches),
+            ("events", c.events),
+            ("samples_routed", c.samples_routed),
+            ("samples_unrouted", c.samples_unrouted),
+            ("exec_events", c.exec_events),
+            ("malformed_events", c.malformed_events),
+            ("unknown_events", c.unknown_events),
+            ("sessions_started", c.sessions_started),
+            ("sessions_refused", c.sessions_refused),
+            ("sessions_evicted", c.sessions_evicted),
+            ("stop_timeouts", c.stop_timeouts),
+            ("maps_reads", p.maps_reads),
+            ("maps_read_failures", p.maps_read_failures),
+            ("maps_bad_lines", p.maps_bad_lines),
+            ("modules_registered", m.registered),
+            ("modules_open_failures", m.open_failures),
+            ("modules_parsed", m.parsed),
+            ("modules_build_id_hits", m.build_id_hits),
+            ("modules_parse_failures", m.parse_failures),
+        ];
+        DaemonCounters {
+            values: values.into_iter().collect(),
+        }
+    }
+}
+
+/// Longest stop reason a client may give.
+pub const MAX_STOP_REASON_CHARS: usize = 200;
+
+/// The stop reason to record for a client's stop request.
+fn stop_reason(requested: &str) -> String {
+    let requested = requested.trim();
+    if requested.is_empty() {
+        return "stopped by client".to_owned();
+    }
+    // Control characters would garble reports and logs.
+    requested
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_STOP_REASON_CHARS)
+        .collect()
+}
+
+enum CpuReading {
+    Alive(u64),
+    /// A zombie: exited, but its final CPU time is still readable.
+    Exited(u64),
+    Gone,
+}
+
+fn read_cpu_ticks(pid: u32, start_time: Option<u64>) -> CpuReading {
+    let Ok(text) = sys::read_proc(pid, "stat") else {
+        return CpuReading::Gone;
+    };
+    let Ok(stat) = stat::parse_stat(&text) else {
+        return CpuReading::Gone;
+    };
+    // Another process under a recycled pid is not our target.
+    if start_time.is_some_and(|t| t != stat.start_time_ticks) {
+        return CpuReading::Gone;
+    }
+    if stat.is_zombie() {
+        CpuReading::Exited(stat.cpu_ticks())
+    } else {
+        CpuReading::Alive(stat.cpu_ticks())
+    }
+}
+
+fn read_system_busy_ticks() -> u64 {
+    sys::read_bounded(std::path::Path::new("/proc/stat"), sys::MAX_PROC_FILE_BYTES)
+        .ok()
+        .and_then(|text| stat::parse_proc_stat_cpu(&text).ok())
+        .map(|t| t.busy_ticks)
+        .unwrap_or(0)
+}
+
+fn update_cpu(session: &mut Session) {
+    if session.spec.system_wide {
+        session.system_ticks.1 = read_system_busy_ticks().max(session.system_ticks.1);
+        return;
+    }
+    for target in session.targets.iter_mut().filter(|t| !t.exited) {
+        match read_cpu_ticks(target.pid, target.start_time) {
+            CpuReading::Alive(ticks) => target.cpu_ticks_last = ticks,
+            CpuReading::Exited(ticks) => {
+                target.cpu_ticks_last = ticks;
+                target.exited = true;
+            }
+            CpuReading::Gone => target.exited = true,
+        }
+    }
+}
+
+/// The lost-sample counters, per CPU, that concern a session.
+fn lost_for(lost: &LostCounts, period_ns: u64, spec: &request::SessionSpec) -> Vec<u64> {
+    let mut per_cpu = lost.unkeyed.clone();
+    for (key, values) in &lost.keyed {
+        if key.period_ns != period_ns || !(spec.system_wide || spec.pids.contains(&key.tgid)) {
+            continue;
+        }
+        if per_cpu.len() < values.len() {
+            per_cpu.resize(values.len(), 0);
+        }
+        for (sum, v) in per_cpu.iter_mut().zip(values) {
+            *sum += v;
+        }
+    }
+    per_cpu
+}
+
+fn subtract(now: &[u64], baseline: &[u64]) -> Vec<u64> {
+    now.iter()
+        .enumerate()
+        .map(|(i, v)| v.saturating_sub(baseline.get(i).copied().unwrap_or(0)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

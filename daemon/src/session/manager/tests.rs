@@ -1,0 +1,495 @@
+//! Session manager tests over a fake kernel: routing, stop semantics, reference counting,
+//! permissions. Real processes (this test process, short-lived children) stand in as targets.
+
+use std::{
+    process::{Child, Command},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::sync::mpsc;
+use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, TargetKey};
+use vmscope_proto::v1 as pb;
+
+use super::*;
+use crate::bpf::fake::{FakeKernel, FakeSampler};
+
+const MAX_HZ: u32 = 10_000;
+
+struct Harness {
+    manager: ManagerHandle,
+    batches: mpsc::Sender<Batch>,
+    kernel: Arc<Mutex<FakeKernel>>,
+}
+
+fn harness_with(config: ManagerConfig) -> Harness {
+    let sampler = FakeSampler::default();
+    let kernel = sampler.kernel.clone();
+    let (batches, rx) = mpsc::channel(16);
+    let (manager, _task) = spawn_manager(
+        Box::new(sampler),
+        rx,
+        Arc::new(Modules::new()),
+        config,
+        Box::new(|| Ok(MAX_HZ)),
+    );
+    Harness {
+        manager,
+        batches,
+        kernel,
+    }
+}
+
+fn harness() -> Harness {
+    harness_with(ManagerConfig {
+        tick: Duration::from_millis(20),
+        ..ManagerConfig::default()
+    })
+}
+
+const ROOT: Caller = Caller { uid: 0, pid: None };
+
+fn start_request(pids: &[u32], hz: u32) -> pb::StartSessionRequest {
+    pb::StartSessionRequest {
+        pids: pids.to_vec(),
+        system_wide: false,
+        frequency_hz: Some(hz),
+        duration: None,
+    }
+}
+
+/// An instruction pointer inside this test binary.
+fn code_address() -> u64 {
+    code_address as fn() -> u64 as usize as u64
+}
+
+fn sample(tgid: u32, hz: u32, timestamp_ns: u64) -> Event {
+    Event {
+        kind: EVENT_SAMPLE,
+        cpu: 0,
+        tgid,
+        tid: tgid,
+        timestamp_ns,
+        ip: code_address(),
+        period_ns: period_of(hz),
+        flags: 0,
+        _pad: 0,
+    }
+}
+
+impl Harness {
+    /// Sends a batch and waits until the manager has taken it in (it serves commands before
+    /// batches, so a command sent right after could otherwise overtake the batch).
+    async fn send(&self, events: Vec<Event>, watermark_ns: u64) {
+        let before = self.batches_seen().await;
+        self.batches
+            .send(Batch {
+                events,
+                watermark_ns,
+                malformed: 0,
+            })
+            .await
+            .unwrap();
+        while self.batches_seen().await == before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    async fn batches_seen(&self) -> u64 {
+        self.manager.counters().await.unwrap().values["batches"]
+    }
+
+    /// Sends an empty batch whose watermark passes every stop so far.
+    async fn pass_watermark(&self) {
+        self.send(Vec::new(), sys::monotonic_ns() + 1_000_000_000)
+            .await;
+    }
+
+    async fn stop(&self, id: u64) -> Result<pb::Session, SessionError> {
+        let manager = self.manager.clone();
+        let stop = tokio::spawn(async move { manager.stop(ROOT, id, "").await });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.pass_watermark().await;
+        stop.await.unwrap()
+    }
+
+    fn kernel(&self) -> FakeKernel {
+        self.kernel.lock().unwrap().clone()
+    }
+}
+
+fn me() -> u32 {
+    std::process::id()
+}
+
+fn sleeper(seconds: &str) -> Child {
+    Command::new("sleep").arg(seconds).spawn().unwrap()
+}
+
+#[tokio::test]
+async fn start_and_stop_set_and_clear_the_kernel_filters() {
+    let h = harness();
+    let session = h
+        .manager
+        .start(ROOT, start_request(&[me()], 1000))
+        .await
+        .unwrap();
+    assert_eq!(session.state(), pb::SessionState::Running);
+    assert_eq!(session.frequency_hz, 1000);
+    let k = h.kernel();
+    assert_eq!(k.periods, [1_000_000].into());
+    assert_eq!(k.targets, [(1_000_000, me())].into());
+    assert_eq!(k.tracked, [me()].into());
+
+    let stopped = h.stop(session.id).await.unwrap();
+    assert_eq!(stopped.state(), pb::SessionState::Stopped);
+    assert_eq!(stopped.stop_reason, "stopped by client");
+    assert_eq!(
+        h.kernel(),
+        FakeKernel {
+            starts: k.starts.clone(),
+            ..FakeKernel::default()
+        }
+    );
+}
+
+#[tokio::test]
+async fn samples_count_by_period_pid_and_time_window() {
+    let h = harness();
+    let child = sleeper("5");
+    let other = child.id();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 1000))
+        .await
+        .unwrap();
+    let before = sys::monotonic_ns() - 1_000_000_000;
+    let now = sys::monotonic_ns();
+    let mut kernel_sample = sample(me(), 1000, now);
+    kernel_sample.flags = FLAG_KERNEL_MODE;
+    kernel_sample.ip = 0xffff_ffff_8100_0000;
+    h.send(
+        vec![
+            sample(me(), 1000, now),     // counted
+            sample(me(), 1000, now + 1), // counted
+            kernel_sample,               // counted, as kernel code
+            sample(me(), 999, now),      // another period: not this session's
+            sample(other, 1000, now),    // another process
+            sample(me(), 1000, before),  // before the session started
+        ],
+        now,
+    )
+    .await;
+    let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert_eq!(snapshot.total_samples, 3);
+    assert!(!snapshot.complete);
+    let kernel = snapshot
+        .counts
+        .iter()
+        .find(|(l, _)| matches!(l, Location::Kernel { .. }))
+        .map(|(_, n)| *n);
+    assert_eq!(kernel, Some(1));
+    let own = snapshot
+        .counts
+        .iter()
+        .find(|(l, _)| {
+            matches!(
+                l,
+                Location::File {
+                    main_executable: true,
+                    ..
+                }
+            )
+        })
+        .map(|(_, n)| *n);
+    assert_eq!(own, Some(2), "{:?}", snapshot.counts);
+
+    // Stop: samples stamped before the stop still count when they arrive late; later ones not.
+    let manager = h.manager.clone();
+    let stop = tokio::spawn(async move { manager.stop(ROOT, s.id, "").await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!stop.is_finished(), "stop must wait for samples in flight");
+    let stop_time = sys::monotonic_ns();
+    h.send(
+        vec![
+            sample(me(), 1000, now + 2),
+            sample(me(), 1000, stop_time + 10_000_000),
+        ],
+        stop_time - 1,
+    )
+    .await;
+    h.pass_watermark().await;
+    let stopped = stop.await.unwrap().unwrap();
+    assert_eq!(stopped.samples, 4);
+    let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert!(snapshot.complete);
+    assert_eq!(snapshot.total_samples, 4);
+    drop(child);
+}
+
+#[tokio::test]
+async fn overlapping_sessions_each_get_every_sample_and_share_filters() {
+    let h = harness();
+    let a = h
+        .manager
+        .start(ROOT, start_request(&[me()], 1400))
+        .await
+        .unwrap();
+    let b = h
+        .manager
+        .start(ROOT, start_request(&[me()], 1400))
+        .await
+        .unwrap();
+    let c = h
+        .manager
+        .start(ROOT, start_request(&[me()], 700))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.kernel().starts[&period_of(1400)],
+        1,
+        "one set of perf events per period"
+    );
+    let now = sys::monotonic_ns();
+    let events = (0..100).map(|i| sample(me(), 1400, now + i)).collect();
+    h.send(events, now).await;
+    for id in [a.id, b.id] {
+        assert_eq!(
+            h.manager.snapshot(ROOT, id).await.unwrap().total_samples,
+            100
+        );
+    }
+    assert_eq!(
+        h.manager.snapshot(ROOT, c.id).await.unwrap().total_samples,
+        0
+    );
+
+    h.stop(a.id).await.unwrap();
+    let k = h.kernel();
+    assert!(
+        k.targets.contains(&(period_of(1400), me())),
+        "b still needs the filter"
+    );
+    assert!(k.periods.contains(&period_of(1400)));
+    h.stop(b.id).await.unwrap();
+    let k = h.kernel();
+    assert!(!k.periods.contains(&period_of(1400)));
+    assert!(k.tracked.contains(&me()), "c still tracks the process");
+    h.stop(c.id).await.unwrap();
+    assert!(h.kernel().tracked.is_empty());
+}
+
+#[tokio::test]
+async fn clients_may_say_why_they_stop() {
+    let h = harness();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let manager = h.manager.clone();
+    let reason = format!("the recorded command exited\n{}", "x".repeat(500));
+    let stop = tokio::spawn(async move { manager.stop(ROOT, s.id, &reason).await });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    h.pass_watermark().await;
+    let stopped = stop.await.unwrap().unwrap();
+    assert!(
+        stopped
+            .stop_reason
+            .starts_with("the recorded command exitedxxx")
+    );
+    assert_eq!(stopped.stop_reason.chars().count(), MAX_STOP_REASON_CHARS);
+}
+
+#[tokio::test]
+async fn errors_are_typed_and_the_manager_keeps_serving() {
+    let h = harness();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    h.stop(s.id).await.unwrap();
+    assert!(matches!(
+        h.manager.stop(ROOT, s.id, "").await,
+        Err(SessionError::AlreadyStopped(id)) if id == s.id
+    ));
+    assert!(matches!(
+        h.manager.snapshot(ROOT, 999).await,
+        Err(SessionError::NoSuchSession(999))
+    ));
+    assert!(matches!(
+        h.manager
+            .start(ROOT, start_request(&[me()], MAX_HZ + 1))
+            .await,
+        Err(SessionError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        h.manager
+            .start(ROOT, start_request(&[4_194_305], 100))
+            .await,
+        Err(SessionError::NoSuchProcess(4_194_305))
+    ));
+    // Another user sees neither the session nor, as non-root, our (root-owned) process.
+    let stranger = Caller {
+        uid: sys::effective_uid() + 4242,
+        pid: None,
+    };
+    assert!(matches!(
+        h.manager.snapshot(stranger, s.id).await,
+        Err(SessionError::NoSuchSession(_))
+    ));
+    assert!(h.manager.list(stranger).await.unwrap().is_empty());
+    assert!(matches!(
+        h.manager.start(stranger, start_request(&[me()], 100)).await,
+        Err(SessionError::PermissionDenied(_))
+    ));
+    assert_eq!(h.manager.list(ROOT).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_start_leaves_nothing_behind() {
+    let h = harness();
+    h.kernel.lock().unwrap().fail_next_start = true;
+    let err = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SessionError::Kernel(_)), "{err}");
+    let k = h.kernel();
+    assert!(
+        k.targets.is_empty() && k.tracked.is_empty() && k.periods.is_empty(),
+        "{k:?}"
+    );
+    assert!(h.manager.list(ROOT).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn duration_and_exit_end_sessions_by_themselves() {
+    let h = harness();
+    let mut timed = start_request(&[me()], 100);
+    timed.duration = Some(prost_types::Duration {
+        seconds: 0,
+        nanos: 100_000_000,
+    });
+    let timed = h.manager.start(ROOT, timed).await.unwrap();
+    let mut child = sleeper("0.2");
+    let exiting = h
+        .manager
+        .start(ROOT, start_request(&[child.id()], 100))
+        .await
+        .unwrap();
+    child.wait().unwrap();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (mut timed_done, mut exit_done) = (None, None);
+    while std::time::Instant::now() < deadline && (timed_done.is_none() || exit_done.is_none()) {
+        h.pass_watermark().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let get = |id| h.manager.get(ROOT, id);
+        let t = get(timed.id).await.unwrap();
+        if t.state() == pb::SessionState::Stopped {
+            timed_done = Some(t);
+        }
+        let e = get(exiting.id).await.unwrap();
+        if e.state() == pb::SessionState::Stopped {
+            exit_done = Some(e);
+        }
+    }
+    let timed = timed_done.expect("the timed session stopped");
+    assert_eq!(timed.stop_reason, "duration elapsed");
+    assert_eq!(
+        timed.elapsed,
+        Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 100_000_000
+        }),
+        "a timed session covers exactly its duration"
+    );
+    let exited = exit_done.expect("the session of the exited process stopped");
+    assert_eq!(exited.stop_reason, "all targets exited");
+    assert!(exited.targets[0].exited);
+}
+
+#[tokio::test]
+async fn lost_samples_are_reported_per_cpu_since_start() {
+    let h = harness();
+    let key = TargetKey {
+        period_ns: period_of(100),
+        tgid: me(),
+        _pad: 0,
+    };
+    h.kernel.lock().unwrap().lost.keyed.insert(key, vec![5, 1]);
+    h.kernel.lock().unwrap().lost.unkeyed = vec![0, 0];
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    {
+        let mut k = h.kernel.lock().unwrap();
+        k.lost.keyed.insert(key, vec![7, 4]);
+        // Another period's losses are not this session's.
+        k.lost.keyed.insert(
+            TargetKey {
+                period_ns: period_of(200),
+                ..key
+            },
+            vec![100, 100],
+        );
+    }
+    let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert_eq!(snapshot.lost_per_cpu, vec![2, 3]);
+}
+
+#[tokio::test]
+async fn old_stopped_sessions_are_evicted() {
+    let h = harness_with(ManagerConfig {
+        max_stopped_sessions: 2,
+        tick: Duration::from_millis(20),
+        ..ManagerConfig::default()
+    });
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let s = h
+            .manager
+            .start(ROOT, start_request(&[me()], 100))
+            .await
+            .unwrap();
+        h.stop(s.id).await.unwrap();
+        ids.push(s.id);
+    }
+    assert!(matches!(
+        h.manager.get(ROOT, ids[0]).await,
+        Err(SessionError::NoSuchSession(_))
+    ));
+    assert!(h.manager.get(ROOT, ids[2]).await.is_ok());
+}
+
+#[tokio::test]
+async fn exec_events_reread_the_process() {
+    let h = harness();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let now = sys::monotonic_ns();
+    let exec = Event {
+        kind: EVENT_EXEC,
+        tgid: me(),
+        tid: me(),
+        timestamp_ns: now,
+        ..Event::default()
+    };
+    h.send(vec![exec, sample(me(), 100, now + 1)], now + 2)
+        .await;
+    let counters = h.manager.counters().await.unwrap();
+    assert_eq!(counters.values["exec_events"], 1);
+    assert!(counters.values["maps_reads"] >= 2, "{counters:?}");
+    assert_eq!(
+        h.manager.snapshot(ROOT, s.id).await.unwrap().total_samples,
+        1
+    );
+}

@@ -1,0 +1,205 @@
+//! Sampling sessions: what each asked for, the samples it collected, and its life cycle.
+//!
+//! A session is *running* from start until it is asked to stop (by a client, because its
+//! duration elapsed, or because all its targets exited). It is then *stopping* until every
+//! sample stamped before the stop time has been read from the kernel (see
+//! [`crate::bpf::Batch::watermark_ns`]), and *stopped* from then on: its profile is final. A
+//! session counts exactly the samples of its targets at its period stamped in
+//! `[start, stop)`, whatever other sessions run alongside.
+
+mod manager;
+pub mod request;
+mod routes;
+
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
+
+pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, spawn_manager};
+pub use request::{Caller, SessionSpec};
+use vmscope_proto::v1 as pb;
+
+use crate::{bpf::SamplerError, symbolize::Location};
+
+/// Why a session request failed. The gRPC layer maps each to a status code.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The request is malformed (bad pid, frequency, duration...).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A target does not exist.
+    #[error("no process with pid {0} (it may have exited)")]
+    NoSuchProcess(u32),
+    /// The caller may not do this.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// No session with this id is visible to the caller.
+    #[error(
+        "no session {0}: it never existed, belongs to another user, or was evicted \
+         (the daemon keeps the most recent stopped sessions only)"
+    )]
+    NoSuchSession(u64),
+    /// The session is already stopped.
+    #[error("session {0} is already stopped")]
+    AlreadyStopped(u64),
+    /// Too many sessions run at once.
+    #[error("{0}")]
+    ResourceExhausted(String),
+    /// The kernel side refused.
+    #[error("the kernel refused: {0}")]
+    Kernel(#[from] SamplerError),
+    /// Something that should not happen; the message says what.
+    #[error("{0}")]
+    Internal(String),
+    /// The daemon is shutting down.
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
+}
+
+/// Life-cycle state of a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Sampling.
+    Running,
+    /// Stop time fixed; waiting for samples still in flight.
+    Stopping,
+    /// Final.
+    Stopped,
+}
+
+/// A target process as the session sees it.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Process id.
+    pub pid: u32,
+    /// Start time (clock ticks since boot): tells a recycled pid from the target.
+    pub start_time: Option<u64>,
+    /// `comm`.
+    pub command: String,
+    /// Main executable.
+    pub executable: String,
+    /// Whether it exited.
+    pub exited: bool,
+    /// CPU ticks (user + system) when the session started.
+    pub cpu_ticks_start: u64,
+    /// CPU ticks at the last reading.
+    pub cpu_ticks_last: u64,
+}
+
+/// One session and its aggregated samples.
+#[derive(Debug)]
+pub struct Session {
+    /// Id, unique for the daemon's life.
+    pub id: u64,
+    /// Uid of the client that started it.
+    pub owner_uid: u32,
+    /// What it samples.
+    pub spec: SessionSpec,
+    /// Sampling period in ns.
+    pub period_ns: u64,
+    /// Wall-clock start, for reports.
+    pub started_at: SystemTime,
+    /// CLOCK_MONOTONIC start: samples stamped earlier are not this session's.
+    pub start_ns: u64,
+    /// CLOCK_MONOTONIC stop, once asked to stop.
+    pub stop_ns: Option<u64>,
+    /// Life-cycle state.
+    pub state: State,
+    /// Why it stopped.
+    pub stop_reason: Option<String>,
+    /// Targets (empty when system-wide).
+    pub targets: Vec<Target>,
+    /// Samples per location.
+    pub counts: HashMap<Location, u64>,
+    /// All samples.
+    pub total: u64,
+    /// System-wide busy CPU ticks at start and at the last reading.
+    pub system_ticks: (u64, u64),
+    /// Lost-sample counters per CPU when the session started.
+    pub lost_baseline: Vec<u64>,
+    /// Lost samples per CPU since start; frozen when stopped.
+    pub lost: Vec<u64>,
+}
+
+impl Session {
+    /// Whether the session wants a sample of `tgid` stamped `timestamp_ns`.
+    pub fn wants(&self, tgid: u32, timestamp_ns: u64) -> bool {
+        timestamp_ns >= self.start_ns
+            && self.stop_ns.is_none_or(|stop| timestamp_ns < stop)
+            && (self.spec.system_wide || self.spec.pids.contains(&tgid))
+    }
+
+    /// Time sampled so far (or in all, once stopping).
+    pub fn elapsed(&self, now_ns: u64) -> Duration {
+        Duration::from_nanos(self.stop_ns.unwrap_or(now_ns).saturating_sub(self.start_ns))
+    }
+
+    /// CPU time the targets used while sampled, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        if self.spec.system_wide {
+            self.system_ticks.1.saturating_sub(self.system_ticks.0)
+        } else {
+            self.targets
+                .iter()
+                .map(|t| t.cpu_ticks_last.saturating_sub(t.cpu_ticks_start))
+                .sum()
+        }
+    }
+
+    /// The session as the API shows it.
+    pub fn to_proto(&self, now_ns: u64) -> pb::Session {
+        pb::Session {
+            id: self.id,
+            state: match self.state {
+                State::Running | State::Stopping => pb::SessionState::Running,
+                State::Stopped => pb::SessionState::Stopped,
+            } as i32,
+            targets: self
+                .targets
+                .iter()
+                .map(|t| pb::TargetProcess {
+                    pid: t.pid,
+                    command: t.command.clone(),
+                    executable: t.executable.clone(),
+                    exited: t.exited,
+                })
+                .collect(),
+            system_wide: self.spec.system_wide,
+            frequency_hz: self.spec.frequency_hz,
+            started_at: Some(self.started_at.into()),
+            elapsed: prost_types::Duration::try_from(self.elapsed(now_ns)).ok(),
+            duration_limit: self
+                .spec
+                .duration
+                .and_then(|d| prost_types::Duration::try_from(d).ok()),
+            stop_reason: self.stop_reason.clone().unwrap_or_default(),
+            owner_uid: self.owner_uid,
+            samples: self.total,
+        }
+    }
+}
+
+/// A copy of a session's data, taken by the manager and turned into a profile elsewhere, so
+/// that symbolisation never holds up sampling.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The session as the API shows it.
+    pub session: pb::Session,
+    /// Samples per location.
+    pub counts: Vec<(Location, u64)>,
+    /// All samples.
+    pub total_samples: u64,
+    /// Lost samples per CPU.
+    pub lost_per_cpu: Vec<u64>,
+    /// Wall-clock time sampled.
+    pub duration: Duration,
+    /// CPU time used by the targets while sampled.
+    pub cpu_seconds: f64,
+    /// Main executable of the first target.
+    pub vm_executable: String,
+    /// Whether a target has anonymous executable mappings.
+    pub has_generated_code: bool,
+    /// Whether the session is stopped and final.
+    pub complete: bool,
+}

@@ -1,0 +1,246 @@
+//! Checking a start request: what it asks for, and whether the caller may ask for it.
+
+use std::time::Duration;
+
+use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1::StartSessionRequest};
+
+use super::SessionError;
+use crate::{process::stat, sys};
+
+/// Most processes one session may name.
+pub const MAX_TARGETS_PER_SESSION: usize = 1024;
+
+/// Longest duration a session may ask for: a week. Longer is surely a unit mistake.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Who is asking, from the peer credentials of the Unix socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Effective uid of the client process when it connected.
+    pub uid: u32,
+    /// Its pid, when the kernel reported one.
+    pub pid: Option<i32>,
+}
+
+impl Caller {
+    /// Root may profile anything and see every session.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    /// Whether the caller may see and control a session owned by `owner`.
+    pub fn owns(&self, owner: u32) -> bool {
+        self.is_root() || self.uid == owner
+    }
+}
+
+/// A validated start request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSpec {
+    /// Target pids, deduplicated, in request order; empty when system-wide.
+    pub pids: Vec<u32>,
+    /// Sample every process.
+    pub system_wide: bool,
+    /// Requested frequency.
+    pub frequency_hz: u32,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+}
+
+/// Checks the shape of a request against the kernel's sampling-rate limit. Existence of the
+/// processes and permissions are checked by [`authorize`].
+pub fn validate(
+    request: &StartSessionRequest,
+    max_frequency_hz: u32,
+) -> Result<SessionSpec, SessionError> {
+    let invalid = |m: String| Err(SessionError::InvalidArgument(m));
+    if request.system_wide && !request.pids.is_empty() {
+        return invalid("give either pids or system_wide, not both".into());
+    }
+    if !request.system_wide && request.pids.is_empty() {
+        return invalid("no target: give one or more pids, or system_wide".into());
+    }
+    if request.pids.contains(&0) {
+        return invalid(
+            "pid 0 is not a process (it is the kernel's idle task); give the pid of a running process"
+                .into(),
+        );
+    }
+    let mut pids = Vec::with_capacity(request.pids.len());
+    for &pid in &request.pids {
+        if !pids.contains(&pid) {
+            pids.push(pid);
+        }
+    }
+    if pids.len() > MAX_TARGETS_PER_SESSION {
+        return invalid(format!(
+            "{} target processes; a session takes at most {MAX_TARGETS_PER_SESSION}",
+            pids.len()
+        ));
+    }
+    let frequency_hz = request.frequency_hz.unwrap_or(DEFAULT_FREQUENCY_HZ);
+    if frequency_hz == 0 {
+        return invalid("frequency must be at least 1 Hz".into());
+    }
+    if frequency_hz > max_frequency_hz {
+        return invalid(format!(
+            "frequency {frequency_hz} Hz is above the kernel's limit of {max_frequency_hz} Hz \
+             (kernel.perf_event_max_sample_rate); ask for less, or raise the limit with \
+             `sysctl kernel.perf_event_max_sample_rate={frequency_hz}`"
+        ));
+    }
+    let duration = match &request.duration {
+        None => None,
+        Some(d) => {
+            if d.seconds < 0 || d.nanos < 0 || (d.seconds == 0 && d.nanos == 0) {
+                return invalid("duration must be positive".into());
+            }
+            let d = Duration::new(d.seconds as u64, d.nanos as u32);
+            if d > MAX_DURATION {
+                return invalid(format!(
+                    "duration {}s is longer than the {}s a session may run",
+                    d.as_secs(),
+                    MAX_DURATION.as_secs()
+                ));
+            }
+            Some(d)
+        }
+    };
+    Ok(SessionSpec {
+        pids,
+        system_wide: request.system_wide,
+        frequency_hz,
+        duration,
+    })
+}
+
+/// Checks that every target exists and that the caller may profile it: root may profile
+/// anything; anyone else only processes whose real, effective and saved uids are all their own
+/// (the rule ptrace applies), and no system-wide session.
+pub fn authorize(caller: &Caller, spec: &SessionSpec) -> Result<(), SessionError> {
+    if spec.system_wide && !caller.is_root() {
+        return Err(SessionError::PermissionDenied(format!(
+            "system-wide sessions sample every user's processes and need root; you are uid {}",
+            caller.uid
+        )));
+    }
+    for &pid in &spec.pids {
+        let text = sys::read_proc(pid, "status").map_err(|_| SessionError::NoSuchProcess(pid))?;
+        let status = stat::parse_status(&text)
+            .map_err(|e| SessionError::Internal(format!("cannot read /proc/{pid}/status: {e}")))?;
+        if caller.is_root() {
+            continue;
+        }
+        let uids = status.uids;
+        if uids.real != caller.uid || uids.effective != caller.uid || uids.saved != caller.uid {
+            return Err(SessionError::PermissionDenied(format!(
+                "pid {pid} ({}) runs as uid {}; you are uid {} and may only profile your own \
+                 processes (or run vmscope as root)",
+                status.name, uids.effective, caller.uid
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use prost_types::Duration as PbDuration;
+
+    use super::*;
+
+    fn request(pids: &[u32], system_wide: bool, freq: Option<u32>) -> StartSessionRequest {
+        StartSessionRequest {
+            pids: pids.to_vec(),
+            system_wide,
+            frequency_hz: freq,
+            duration: None,
+        }
+    }
+
+    fn message(result: Result<SessionSpec, SessionError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_and_dedup() {
+        let spec = validate(&request(&[5, 7, 5], false, None), 100_000).unwrap();
+        assert_eq!(spec.pids, vec![5, 7]);
+        assert_eq!(spec.frequency_hz, 1400);
+        assert_eq!(spec.duration, None);
+    }
+
+    #[test]
+    fn bad_shapes_are_refused_with_a_reason() {
+        assert!(message(validate(&request(&[], false, None), 100_000)).contains("no target"));
+        assert!(message(validate(&request(&[1], true, None), 100_000)).contains("not both"));
+        assert!(message(validate(&request(&[0], false, None), 100_000)).contains("pid 0"));
+        assert!(message(validate(&request(&[1], false, Some(0)), 100)).contains("at least 1 Hz"));
+        let above = message(validate(&request(&[1], false, Some(101)), 100));
+        assert!(
+            above.contains("101 Hz") && above.contains("limit of 100 Hz"),
+            "{above}"
+        );
+        assert!(validate(&request(&[1], false, Some(100)), 100).is_ok());
+        let mut r = request(&[1], false, Some(100));
+        r.duration = Some(PbDuration {
+            seconds: 0,
+            nanos: 0,
+        });
+        assert!(message(validate(&r, 100)).contains("positive"));
+        r.duration = Some(PbDuration {
+            seconds: -3,
+            nanos: 0,
+        });
+        assert!(message(validate(&r, 100)).contains("positive"));
+        r.duration = Some(PbDuration {
+            seconds: 1,
+            nanos: 500_000_000,
+        });
+        assert_eq!(
+            validate(&r, 100).unwrap().duration,
+            Some(Duration::from_millis(1500))
+        );
+    }
+
+    #[test]
+    fn authorization_follows_uids() {
+        let me = std::process::id();
+        let my_uid = sys::effective_uid();
+        let spec = validate(&request(&[me], false, None), 100_000).unwrap();
+        let owner = Caller {
+            uid: my_uid,
+            pid: None,
+        };
+        assert!(authorize(&owner, &spec).is_ok());
+        let stranger = Caller {
+            uid: my_uid + 12345,
+            pid: None,
+        };
+        let denied = authorize(&stranger, &spec).unwrap_err();
+        assert!(
+            matches!(denied, SessionError::PermissionDenied(_)),
+            "{denied}"
+        );
+        assert!(denied.to_string().contains(&format!("pid {me}")));
+
+        let system = validate(&request(&[], true, None), 100_000).unwrap();
+        assert!(matches!(
+            authorize(&stranger, &system),
+            Err(SessionError::PermissionDenied(_))
+        ));
+        let root = Caller { uid: 0, pid: None };
+        assert!(authorize(&root, &system).is_ok());
+    }
+
+    #[test]
+    fn missing_process_is_not_found() {
+        // Pids above pid_max (4194304 at most) never exist.
+        let spec = validate(&request(&[4_194_305], false, None), 100_000).unwrap();
+        let root = Caller { uid: 0, pid: None };
+        assert!(matches!(
+            authorize(&root, &spec),
+            Err(SessionError::NoSuchProcess(4_194_305))
+        ));
+    }
+}

@@ -1,0 +1,178 @@
+//! Symbolisation: from a normalised [`Location`] to the name a report shows.
+//!
+//! One file per source of names: [`elf`] for binaries, [`kallsyms`] for the kernel, [`vdso`]
+//! for the vDSO, [`module`] for the registry of binaries. [`Symbolizer::resolve`] answers every
+//! location with a [`Resolved`]: a name when one is known, otherwise `module+0xOFFSET` or
+//! `[unknown]` together with the reason, which profiles count per module. No answer is an
+//! error: a sample is never dropped for want of a name.
+
+pub mod demangle;
+pub mod elf;
+pub mod kallsyms;
+mod location;
+mod module;
+pub mod vdso;
+
+use std::sync::Arc;
+
+pub use location::{Location, UnmappedReason};
+pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, ModuleId, Modules};
+use vmscope_proto::v1::Section;
+
+use self::{elf::ElfSymbols, kallsyms::KernelSymbols};
+
+/// Module name of kernel code, as perf writes it.
+pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
+
+/// The answer for one location.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// Report section.
+    pub section: Section,
+    /// Module the code belongs to.
+    pub module: String,
+    /// Symbol, or a placeholder (`module+0xOFFSET`, `[unknown]`).
+    pub name: String,
+    /// Whether `name` is a real symbol.
+    pub symbolized: bool,
+    /// Why there is no symbol, when there is none.
+    pub issue: Option<String>,
+}
+
+/// Resolves locations to names. Cheap to share between threads.
+#[derive(Debug, Clone)]
+pub struct Symbolizer {
+    modules: Arc<Modules>,
+    kernel: Arc<KernelSymbols>,
+    vdso: Arc<Result<ElfSymbols, String>>,
+}
+
+impl Symbolizer {
+    /// A symbolizer over registered binaries, the kernel's symbols and the vDSO image.
+    pub fn new(
+        modules: Arc<Modules>,
+        kernel: Arc<KernelSymbols>,
+        vdso: Arc<Result<ElfSymbols, String>>,
+    ) -> Symbolizer {
+        Symbolizer {
+            modules,
+            kernel,
+            vdso,
+        }
+    }
+
+    /// The registry of binaries.
+    pub fn modules(&self) -> &Arc<Modules> {
+        &self.modules
+    }
+
+    /// The name and section of a location.
+    pub fn resolve(&self, location: &Location) -> Resolved {
+        match *location {
+            Location::File {
+                module,
+                offset,
+                main_executable,
+            } => {
+                let section = if main_executable {
+                    Section::Vanilla
+                } else {
+                    Section::Other
+                };
+                match self.modules.get(module) {
+                    Some(m) => {
+                        let symbols = m.symbols(&self.modules);
+                        resolve_in(&m.name, symbols.as_deref(), offset, section)
+                    }
+                    None => unknown(section, "[unknown]", "unregistered module (daemon bug)"),
+                }
+            }
+            Location::Anonymous { pid, start, end } => Resolved {
+                section: Section::Generated,
+                module: "[anon]".into(),
+                name: format!("[anonymous code {start:#x}-{end:#x} of pid {pid}]"),
+                symbolized: false,
+                issue: Some("generated code without a code map (perf map or jitdump)".into()),
+            },
+            Location::Vdso { offset } => resolve_in(
+                "[vdso]",
+                self.vdso.as_ref().as_ref(),
+                offset,
+                Section::Other,
+            ),
+            Location::Kernel { ip } => self.resolve_kernel(ip),
+            Location::Unmapped(reason) => unknown(Section::Other, "[unknown]", reason.describe()),
+        }
+    }
+
+    fn resolve_kernel(&self, ip: u64) -> Resolved {
+        if self.kernel.addresses_hidden() {
+            return unknown(
+                Section::Other,
+                KERNEL_MODULE,
+                "kernel addresses are hidden (kernel.kptr_restrict)",
+            );
+        }
+        match self.kernel.lookup(ip) {
+            Some(symbol) => Resolved {
+                section: Section::Other,
+                module: symbol
+                    .module
+                    .map(|m| format!("[{m}]"))
+                    .unwrap_or_else(|| KERNEL_MODULE.to_owned()),
+                name: symbol.name.to_owned(),
+                symbolized: true,
+                issue: None,
+            },
+            None => unknown(
+                Section::Other,
+                KERNEL_MODULE,
+                "kernel address not in /proc/kallsyms",
+            ),
+        }
+    }
+}
+
+fn unknown(section: Section, module: &str, reason: &str) -> Resolved {
+    Resolved {
+        section,
+        module: module.to_owned(),
+        name: "[unknown]".to_owned(),
+        symbolized: false,
+        issue: Some(reason.to_owned()),
+    }
+}
+
+/// Symbolises a file offset in a binary whose symbols are `symbols` (or failed to load).
+fn resolve_in(
+    module: &str,
+    symbols: Result<&ElfSymbols, &String>,
+    offset: u64,
+    section: Section,
+) -> Resolved {
+    let placeholder = |issue: String| Resolved {
+        section,
+        module: module.to_owned(),
+        name: format!("{module}+{offset:#x}"),
+        symbolized: false,
+        issue: Some(issue),
+    };
+    let symbols = match symbols {
+        Ok(symbols) => symbols,
+        Err(reason) => return placeholder(reason.clone()),
+    };
+    let Some(vaddr) = symbols.file_offset_to_vaddr(offset) else {
+        return placeholder("file offset outside every loadable segment".into());
+    };
+    match symbols.lookup(vaddr) {
+        Some(symbol) => Resolved {
+            section,
+            module: module.to_owned(),
+            name: symbol.demangled().into_owned(),
+            symbolized: true,
+            issue: None,
+        },
+        None if symbols.is_empty() => placeholder("the binary has no symbols (stripped)".into()),
+        None => placeholder("no symbol covers the address".into()),
+    }
+}

@@ -1,0 +1,231 @@
+//! The binaries the daemon has seen, opened once each and parsed at most once each.
+//!
+//! A binary is registered when a process that maps it is first read; registration opens the
+//! file at once (through `/proc/PID/map_files`, see [`crate::sys::open_mapped_file`]) and keeps
+//! it open. The open file pins the inode, so the binary can be read later even if it was
+//! deleted or replaced, and `(device, inode)` stays a unique key while the daemon holds it.
+//!
+//! Symbols are parsed lazily, when a profile first needs them, through object's `ReadCache`:
+//! it reads only the headers and tables it needs, and a file truncated under us gives an error
+//! instead of the SIGBUS a memory map would. Parsed tables are shared by build-id, so the same
+//! library in two containers (two inodes) is parsed once. A stripped binary gets the symbols of
+//! its separate debug file (build-id or `.gnu_debuglink`, under /usr/lib/debug) when one exists.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    io,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, OnceLock, RwLock},
+};
+
+use object::{Object as _, read::ReadCache};
+
+use super::elf::{ElfSymbols, debug_file_candidates};
+use crate::sys::FileId;
+
+/// Index of a registered binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModuleId(pub u32);
+
+/// Largest binary the daemon will parse. Bigger files are refused with a reason rather than
+/// risk reading gigabytes on behalf of a hostile process.
+pub const MAX_BINARY_BYTES: u64 = 4 << 30;
+
+/// A registered binary.
+#[derive(Debug)]
+pub struct Module {
+    /// Its id.
+    pub id: ModuleId,
+    /// Path as the process's maps named it.
+    pub path: PathBuf,
+    /// File name, for reports ("libc.so.6").
+    pub name: String,
+    file: Result<File, String>,
+    symbols: OnceLock<Result<Arc<ElfSymbols>, String>>,
+}
+
+impl Module {
+    /// The module's symbols, parsed on first use; the error is a reason for the report.
+    pub fn symbols(&self, modules: &Modules) -> Result<Arc<ElfSymbols>, String> {
+        self.symbols
+            .get_or_init(|| {
+                let file = self.file.as_ref().map_err(Clone::clone)?;
+                let result = load_symbols(file, &self.path, modules);
+                if let Err(reason) = &result {
+                    tracing::warn!(module = %self.path.display(), "cannot symbolise: {reason}");
+                }
+                result
+            })
+            .clone()
+    }
+}
+
+/// Counters of the module registry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModuleCounters {
+    /// Binaries registered.
+    pub registered: u64,
+    /// Binaries that could not be opened.
+    pub open_failures: u64,
+    /// Symbol tables parsed.
+    pub parsed: u64,
+    /// Symbol tables reused from another file with the same build-id.
+    pub build_id_hits: u64,
+    /// Binaries whose symbols could not be read (malformed, truncated, too large).
+    pub parse_failures: u64,
+}
+
+/// The registry of binaries, shared by the session manager (which registers) and profile
+/// builders (which symbolise, on other threads).
+#[derive(Debug, Default)]
+pub struct Modules {
+    by_file: Mutex<HashMap<FileId, ModuleId>>,
+    list: RwLock<Vec<Arc<Module>>>,
+    by_build_id: Mutex<HashMap<Vec<u8>, Arc<ElfSymbols>>>,
+    counters: Mutex<ModuleCounters>,
+}
+
+impl Modules {
+    /// An empty registry.
+    pub fn new() -> Modules {
+        Modules::default()
+    }
+
+    /// The id of the binary `id`, registering it (and opening it with `open`) on first sight.
+    pub fn register(
+        &self,
+        id: FileId,
+        path: &Path,
+        open: impl FnOnce() -> io::Result<File>,
+    ) -> ModuleId {
+        let mut by_file = self.by_file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&module) = by_file.get(&id) {
+            return module;
+        }
+        let file = open().map_err(|e| format!("cannot open the binary: {e}"));
+        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        counters.registered += 1;
+        if file.is_err() {
+            counters.open_failures += 1;
+        }
+        drop(counters);
+        let mut list = self.list.write().unwrap_or_else(|e| e.into_inner());
+        let module = ModuleId(list.len() as u32);
+        list.push(Arc::new(Module {
+            id: module,
+            path: path.to_path_buf(),
+            name: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.to_string_lossy().into_owned()),
+            file,
+            symbols: OnceLock::new(),
+        }));
+        by_file.insert(id, module);
+        module
+    }
+
+    /// A registered module.
+    pub fn get(&self, id: ModuleId) -> Option<Arc<Module>> {
+        self.list
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id.0 as usize)
+            .cloned()
+    }
+
+    /// Number of registered modules.
+    pub fn len(&self) -> usize {
+        self.list.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no module is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The registry's counters.
+    pub fn counters(&self) -> ModuleCounters {
+        *self.counters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count(&self, f: impl FnOnce(&mut ModuleCounters)) {
+        f(&mut self.counters.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSymbols>, String> {
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot stat the binary: {e}"))?
+        .len();
+    if len > MAX_BINARY_BYTES {
+        modules.count(|c| c.parse_failures += 1);
+        return Err(format!(
+            "binary is {len} bytes, more than the {MAX_BINARY_BYTES} the daemon parses"
+        ));
+    }
+    let file = file
+        .try_clone()
+        .map_err(|e| format!("cannot reopen the binary: {e}"))?;
+    let cache = ReadCache::new(file);
+    // The build-id is cheap to read (headers and one note) and spares a full parse of a binary
+    // already seen under another inode.
+    let build_id = object::File::parse(&cache)
+        .ok()
+        .and_then(|f| f.build_id().ok().flatten().map(<[u8]>::to_vec));
+    if let Some(id) = &build_id
+        && let Some(symbols) = modules
+            .by_build_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+    {
+        modules.count(|c| c.build_id_hits += 1);
+        return Ok(symbols.clone());
+    }
+    let mut symbols = match ElfSymbols::parse(&cache) {
+        Ok(symbols) => symbols,
+        Err(e) => {
+            modules.count(|c| c.parse_failures += 1);
+            return Err(e.to_string());
+        }
+    };
+    drop(cache);
+    if !symbols.has_symtab()
+        && let Some(debug) = find_debug_file(path, &symbols)
+    {
+        symbols.merge_symbols(debug);
+    }
+    modules.count(|c| c.parsed += 1);
+    let symbols = Arc::new(symbols);
+    if let Some(id) = build_id {
+        modules
+            .by_build_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, symbols.clone());
+    }
+    Ok(symbols)
+}
+
+/// The symbols of a separate debug file for a stripped binary, if one is installed and matches.
+fn find_debug_file(path: &Path, stripped: &ElfSymbols) -> Option<ElfSymbols> {
+    for candidate in debug_file_candidates(path, stripped.build_id(), stripped.debuglink()) {
+        let Ok(file) = File::open(&candidate) else {
+            continue;
+        };
+        let cache = ReadCache::new(file);
+        let Ok(debug) = ElfSymbols::parse(&cache) else {
+            continue;
+        };
+        // A debug file for another build would name the wrong functions: worse than none.
+        if stripped.build_id().is_some() && debug.build_id() != stripped.build_id() {
+            continue;
+        }
+        tracing::debug!(binary = %path.display(), debug = %candidate.display(), "using debug file");
+        return Some(debug);
+    }
+    None
+}

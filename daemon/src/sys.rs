@@ -1,0 +1,211 @@
+//! The daemon's door to the operating system outside BPF: procfs and sysctl reads, clocks,
+//! resource limits.
+//!
+//! Everything that touches `/proc` or `/sys` on behalf of the rest of the daemon goes through
+//! here, so that the parsers stay pure and the callers stay testable. Reads are bounded: a
+//! hostile or broken process cannot make the daemon swallow an unbounded file.
+
+use std::{
+    fs::File,
+    io::{self, Read},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+/// Largest procfs file the daemon reads (a /proc/PID/maps of a process with ~100k mappings).
+pub const MAX_PROC_FILE_BYTES: u64 = 16 << 20;
+
+/// `/proc/sys/kernel/perf_event_max_sample_rate`: the highest sampling frequency the kernel
+/// accepts, which it may lower by itself when perf interrupts take too long.
+pub const MAX_SAMPLE_RATE_SYSCTL: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
+
+/// Reads a whole (small) file, refusing anything larger than `limit` bytes.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let file = File::open(path)?;
+    let mut buf = Vec::new();
+    file.take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(io::Error::other(format!(
+            "{} is larger than {limit} bytes",
+            path.display()
+        )));
+    }
+    Ok(buf)
+}
+
+/// Path of a file under `/proc/PID/`.
+pub fn proc_path(pid: u32, name: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{name}"))
+}
+
+/// Reads `/proc/PID/NAME`, bounded by [`MAX_PROC_FILE_BYTES`].
+pub fn read_proc(pid: u32, name: &str) -> io::Result<Vec<u8>> {
+    read_bounded(&proc_path(pid, name), MAX_PROC_FILE_BYTES)
+}
+
+/// The kernel's current sampling-rate limit, in Hz.
+pub fn perf_event_max_sample_rate() -> io::Result<u32> {
+    let text = read_bounded(Path::new(MAX_SAMPLE_RATE_SYSCTL), 64)?;
+    std::str::from_utf8(&text)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| io::Error::other(format!("{MAX_SAMPLE_RATE_SYSCTL} does not hold a number")))
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns` and of jitdump.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Clock ticks per second of the CPU times in /proc/PID/stat and /proc/stat (USER_HZ).
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as u64 } else { 100 }
+}
+
+/// Effective uid of the daemon.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Raises a resource limit's soft value to its hard value, returning the new soft value.
+///
+/// The daemon keeps a file open per binary it has seen (so that binaries deleted or replaced
+/// during a session can still be symbolised), and older kernels charge BPF maps to
+/// RLIMIT_MEMLOCK.
+pub fn raise_limit(resource: libc::__rlimit_resource_t) -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(resource, &mut limit) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(resource, &limit) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
+/// Whether the CPU exposes a hardware PMU to perf (cycles, instructions retired). Virtual
+/// machines often do not; sampling then relies on the software cpu-clock, which is what
+/// vmscope uses anyway.
+pub fn has_hardware_pmu() -> bool {
+    Path::new("/sys/bus/event_source/devices/cpu/events/cpu-cycles").exists()
+        || Path::new("/sys/bus/event_source/devices/cpu_core/events/cpu-cycles").exists()
+}
+
+/// Identity of a file: device and inode, as /proc/PID/maps prints them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId {
+    /// Device major number.
+    pub dev_major: u32,
+    /// Device minor number.
+    pub dev_minor: u32,
+    /// Inode number.
+    pub inode: u64,
+}
+
+impl FileId {
+    /// The identity of an open file or a path's target, from its metadata.
+    pub fn from_metadata(meta: &std::fs::Metadata) -> FileId {
+        let dev = meta.dev();
+        FileId {
+            dev_major: libc::major(dev),
+            dev_minor: libc::minor(dev),
+            inode: meta.ino(),
+        }
+    }
+}
+
+/// The identity of a process's main executable (`/proc/PID/exe`), used to tell the "VM
+/// executable" apart from its libraries.
+pub fn process_exe(pid: u32) -> io::Result<(PathBuf, FileId)> {
+    let link = proc_path(pid, "exe");
+    let path = std::fs::read_link(&link)?;
+    let meta = std::fs::metadata(&link)?;
+    Ok((path, FileId::from_metadata(&meta)))
+}
+
+/// Opens the file behind an executable mapping of a live process.
+///
+/// `/proc/PID/map_files/START-END` reaches the very file the process mapped, even when it was
+/// deleted or replaced since, or lives in another mount namespace (a container); the path in
+/// /proc/PID/maps is only the fallback. Symlinks are not followed on the fallback path: a
+/// process could otherwise point the root daemon at any file.
+pub fn open_mapped_file(pid: u32, start: u64, end: u64, path: &Path) -> io::Result<File> {
+    let map_file = proc_path(pid, &format!("map_files/{start:x}-{end:x}"));
+    match File::open(&map_file) {
+        Ok(file) => Ok(file),
+        Err(first) => {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path)
+                .map_err(|second| {
+                    io::Error::new(
+                        second.kind(),
+                        format!(
+                            "cannot open {} ({first}) nor {} ({second})",
+                            map_file.display(),
+                            path.display()
+                        ),
+                    )
+                })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_read_refuses_large_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![b'x'; 100]).unwrap();
+        assert_eq!(read_bounded(&path, 100).unwrap().len(), 100);
+        let err = read_bounded(&path, 99).unwrap_err();
+        assert!(err.to_string().contains("larger than 99 bytes"), "{err}");
+    }
+
+    #[test]
+    fn monotonic_clock_advances() {
+        let a = monotonic_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = monotonic_ns();
+        assert!(b >= a + 2_000_000, "{a} {b}");
+    }
+
+    #[test]
+    fn own_executable_is_found() {
+        let (path, id) = process_exe(std::process::id()).unwrap();
+        let expected = std::env::current_exe().unwrap();
+        assert_eq!(path, expected);
+        assert_eq!(
+            id,
+            FileId::from_metadata(&std::fs::metadata(&expected).unwrap())
+        );
+    }
+
+    #[test]
+    fn sample_rate_limit_is_a_positive_number() {
+        assert!(perf_event_max_sample_rate().unwrap() > 0);
+    }
+}
