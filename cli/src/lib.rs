@@ -1,1 +1,9 @@
-//! vmscope CLI library.
+//! The `vmscope` command line, as a library: the daemon client, the commands, and the
+//! VMProfiler-style report renderer (usable on its own, e.g. by benchmarks and other tools).
+#![deny(missing_docs)]
+
+pub mod client;
+pub mod record;
+pub mod report;
+pub mod sessions;
+pub mod spawn;

@@ -1,1 +1,196 @@
-fn main() {}
+//! `vmscope`: drives the vmscoped daemon and prints VMProfiler-style reports.
+
+use std::{ffi::OsString, io::Write, path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use vmscope::{
+    record::{RecordOptions, Target},
+    report::{Format, ReportOptions},
+    sessions,
+};
+use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV};
+
+/// Profile language VMs (JIT code, interpreter, libraries, kernel) through the vmscoped daemon.
+#[derive(Debug, Parser)]
+#[command(name = "vmscope", version)]
+struct Cli {
+    /// The daemon's Unix socket.
+    #[arg(long, env = SOCKET_ENV, default_value = DEFAULT_SOCKET, global = true)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Record processes, a command, or the whole system, then print the report.
+    ///
+    /// Stops when --duration elapses, the command exits, every target exits, or on Ctrl-C.
+    /// With `-- CMD`, the command's exit status becomes vmscope's.
+    #[command(after_help = "Examples:\n  vmscope record --duration 5 --pid 4242\n  \
+                            vmscope record -- node --perf-basic-prof app.js\n  \
+                            sudo vmscope record --system --duration 10 --format json")]
+    Record(RecordArgs),
+    /// List your sessions (all sessions, for root).
+    Sessions,
+    /// Stop a running session.
+    Stop {
+        /// Session id.
+        id: u64,
+    },
+    /// Print a session's report (a snapshot while it runs).
+    Report {
+        /// Session id.
+        id: u64,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Show the daemon's limits and counters.
+    Info,
+}
+
+#[derive(Debug, Args)]
+struct RecordArgs {
+    /// Processes to record (all their threads); repeat or separate with commas.
+    #[arg(short, long = "pid", value_delimiter = ',', conflicts_with = "system")]
+    pids: Vec<u32>,
+    /// Record every process on the machine (root only).
+    #[arg(short = 'a', long)]
+    system: bool,
+    /// Samples per second per busy CPU [default: 1400, the daemon's].
+    #[arg(short = 'F', long = "freq")]
+    frequency: Option<u32>,
+    /// Stop after this many seconds (fractions allowed).
+    #[arg(short, long, value_parser = parse_seconds)]
+    duration: Option<Duration>,
+    #[command(flatten)]
+    output: OutputArgs,
+    /// The command to run and record, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct OutputArgs {
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Text)]
+    format: FormatArg,
+    /// Fold rows under this percentage of all samples into `...others...` (0 keeps every row).
+    #[arg(long, default_value_t = 0.01, value_name = "PERCENT")]
+    fold: f64,
+    /// Never shorten long names in the text report.
+    #[arg(long)]
+    wide: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Text,
+    Json,
+}
+
+impl OutputArgs {
+    fn format(&self) -> Format {
+        match self.format {
+            FormatArg::Text => Format::Text,
+            FormatArg::Json => Format::Json,
+        }
+    }
+
+    fn options(&self) -> ReportOptions {
+        ReportOptions {
+            min_percent: self.fold,
+            name_width: if self.wide {
+                0
+            } else {
+                ReportOptions::default().name_width
+            },
+        }
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let seconds: f64 = s
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        return Err(format!("duration must be positive, not {s}"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
+fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
+    let target = match (args.pids.is_empty(), args.system, args.command.is_empty()) {
+        (false, false, true) => Target::Pids(args.pids),
+        (true, true, true) => Target::System,
+        (true, false, false) => Target::Command(args.command),
+        (true, false, true) => {
+            anyhow::bail!("nothing to record: give --pid PID, --system, or -- CMD ARGS...")
+        }
+        _ => anyhow::bail!("give only one of --pid, --system and -- CMD"),
+    };
+    Ok(RecordOptions {
+        target,
+        frequency_hz: args.frequency,
+        duration: args.duration,
+        format: args.output.format(),
+        report: args.output.options(),
+    })
+}
+
+async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match cli.command {
+        Command::Record(args) => {
+            let options = record_options(args)?;
+            vmscope::record::record(&cli.socket, options, &mut out).await
+        }
+        Command::Sessions => sessions::list(&cli.socket, &mut out).await.map(|()| 0),
+        Command::Stop { id } => sessions::stop(&cli.socket, id, &mut out).await.map(|()| 0),
+        Command::Report { id, output } => sessions::report(
+            &cli.socket,
+            id,
+            output.format(),
+            &output.options(),
+            &mut out,
+        )
+        .await
+        .map(|()| 0),
+        Command::Info => sessions::info(&cli.socket, &mut out).await.map(|()| 0),
+    }
+    .and_then(|code| {
+        out.flush()?;
+        Ok(code)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("vmscope: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            // A closed pipe (`vmscope report 3 | head`) is the reader's choice, not a failure.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("vmscope: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

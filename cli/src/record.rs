@@ -1,0 +1,201 @@
+//! `vmscope record`: start a session, wait for its end, print its report.
+//!
+//! The session ends when its duration elapses, when the recorded command exits, when every
+//! target process exited, or on Ctrl-C, whichever comes first. A recorded command is registered
+//! with the daemon before it execs (see [`crate::spawn`]) and its exit status becomes
+//! vmscope's.
+
+use std::{ffi::OsString, io::Write, path::Path, time::Duration};
+
+use anyhow::Context as _;
+use tonic::Code;
+use vmscope_proto::v1::{self as pb, SessionState};
+
+use crate::{
+    client::{self, Client},
+    report::{Format, Report, ReportOptions},
+    spawn::{self, HeldChild},
+};
+
+/// What to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Running processes.
+    Pids(Vec<u32>),
+    /// Every process.
+    System,
+    /// A command to run.
+    Command(Vec<OsString>),
+}
+
+/// Options of `vmscope record`.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// What to record.
+    pub target: Target,
+    /// Sampling frequency; the daemon's default (1400 Hz) when unset.
+    pub frequency_hz: Option<u32>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Report format.
+    pub format: Format,
+    /// Report options.
+    pub report: ReportOptions,
+}
+
+/// How often the CLI checks whether the daemon ended the session by itself.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Records and prints the report to `out`. Returns the exit code vmscope should end with: the
+/// recorded command's, or 0.
+pub async fn record(
+    socket: &Path,
+    options: RecordOptions,
+    out: &mut impl Write,
+) -> anyhow::Result<i32> {
+    // Resolve and fork the command first, so that "command not found" is reported before a
+    // session exists.
+    let mut child = match &options.target {
+        Target::Command(argv) => {
+            let (program, args) = argv.split_first().context("no command given after --")?;
+            Some(
+                HeldChild::spawn(program, args)
+                    .with_context(|| format!("cannot start {}", program.to_string_lossy()))?,
+            )
+        }
+        _ => None,
+    };
+    let started = start(socket, &options, child.as_ref()).await;
+    let (mut client, session) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            if let Some(child) = child {
+                child.abort();
+            }
+            return Err(e);
+        }
+    };
+    let id = session.id;
+    if let Some(child) = &mut child {
+        child
+            .release()
+            .context("cannot release the recorded command")?;
+    }
+    eprintln!(
+        "vmscope: session {id}: recording {} at {} Hz{}; Ctrl-C to stop",
+        describe(&options.target, &session),
+        session.frequency_hz,
+        options
+            .duration
+            .map(|d| format!(" for {:.1} s", d.as_secs_f64()))
+            .unwrap_or_default()
+    );
+
+    let exited = child.as_ref().map(|c| {
+        let pid = c.pid();
+        tokio::task::spawn_blocking(move || spawn::wait_exited(pid))
+    });
+    let reason = wait_for_end(&mut client, id, exited).await?;
+
+    match client
+        .stop_session(pb::StopSessionRequest {
+            session_id: id,
+            reason: reason.to_owned(),
+        })
+        .await
+    {
+        Ok(_) => {}
+        // The daemon ended it already (duration, targets gone): fine.
+        Err(status) if status.code() == Code::FailedPrecondition => {}
+        Err(status) => return Err(client::status_error(status)).context("stopping the session"),
+    }
+    let profile = client
+        .get_profile(pb::GetProfileRequest { session_id: id })
+        .await
+        .map_err(client::status_error)
+        .context("fetching the profile")?
+        .into_inner();
+    let report = Report::from_profile(&profile, &options.report);
+    crate::report::render(&report, &options.report, options.format, out)?;
+    out.flush()?;
+
+    match child {
+        Some(mut child) => Ok(child
+            .reap()
+            .context("waiting for the recorded command")?
+            .as_exit_code()),
+        None => Ok(0),
+    }
+}
+
+async fn start(
+    socket: &Path,
+    options: &RecordOptions,
+    child: Option<&HeldChild>,
+) -> anyhow::Result<(Client, pb::Session)> {
+    let mut client = client::connect(socket).await?;
+    let request = pb::StartSessionRequest {
+        pids: match (&options.target, child) {
+            (Target::Pids(pids), _) => pids.clone(),
+            (_, Some(child)) => vec![child.pid()],
+            _ => Vec::new(),
+        },
+        system_wide: options.target == Target::System,
+        frequency_hz: options.frequency_hz,
+        duration: options
+            .duration
+            .map(prost_types::Duration::try_from)
+            .transpose()
+            .context("duration out of range")?,
+    };
+    let session = client
+        .start_session(request)
+        .await
+        .map_err(client::status_error)
+        .context("the daemon refused to start the session")?
+        .into_inner();
+    Ok((client, session))
+}
+
+/// Waits until the session should end; returns the reason to give the daemon.
+async fn wait_for_end(
+    client: &mut Client,
+    id: u64,
+    exited: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+) -> anyhow::Result<&'static str> {
+    let mut exited = exited;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("vmscope: stopping");
+                return Ok("interrupted (Ctrl-C)");
+            }
+            result = async { exited.as_mut().expect("guarded").await }, if exited.is_some() => {
+                result.context("waiting for the command")?.context("waiting for the command")?;
+                return Ok("the recorded command exited");
+            }
+            _ = tokio::time::sleep(POLL) => {
+                let session = client
+                    .get_session(pb::GetSessionRequest { session_id: id })
+                    .await
+                    .map_err(client::status_error)?
+                    .into_inner();
+                if session.state() == SessionState::Stopped {
+                    return Ok("");
+                }
+            }
+        }
+    }
+}
+
+fn describe(target: &Target, session: &pb::Session) -> String {
+    match target {
+        Target::System => "all processes".into(),
+        _ => session
+            .targets
+            .iter()
+            .map(|t| format!("pid {} ({})", t.pid, t.command))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}

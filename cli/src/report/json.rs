@@ -1,0 +1,293 @@
+//! The JSON report: the text report's numbers for scripts and CI, with every percentage
+//! rounded to two decimals (through [`round2`], like the text) and names never elided.
+//!
+//! A borrowed [`Serialize`] view rather than a `serde_json::Value`: fields come out in the
+//! documented order (a `Value` would sort its keys), and building it cannot fail.
+
+use serde::Serialize;
+
+use super::model::{
+    IssueRow, Report, ReportRow, ReportTarget, SectionReport, rfc3339_seconds, round2,
+};
+
+/// The report as JSON, borrowed from a [`Report`]; serialise it with `serde_json`.
+///
+/// Fields: `session_id`, `targets`, `system_wide`, `vm_executable`, `started_at` (RFC 3339 UTC
+/// or null), `duration_seconds`, `requested_frequency_hz`, `measured_frequency_hz`,
+/// `cpu_seconds`, `busy_cpus`, `total_samples`, `vm_samples`, `vm_percent_of_total`,
+/// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `complete`, `stop_reason` (or null),
+/// `sections` and `symbolization_issues`. Measurements (seconds, hertz, busy CPUs) are not
+/// rounded: only percentages are.
+#[derive(Debug, Serialize)]
+pub struct JsonReport<'a> {
+    session_id: u64,
+    targets: Vec<JsonTarget<'a>>,
+    system_wide: bool,
+    vm_executable: &'a str,
+    started_at: Option<String>,
+    duration_seconds: f64,
+    requested_frequency_hz: u32,
+    measured_frequency_hz: f64,
+    cpu_seconds: f64,
+    busy_cpus: f64,
+    total_samples: u64,
+    vm_samples: u64,
+    vm_percent_of_total: f64,
+    lost_samples: u64,
+    lost_samples_per_cpu: &'a [u64],
+    complete: bool,
+    stop_reason: Option<&'a str>,
+    sections: Vec<JsonSection<'a>>,
+    symbolization_issues: Vec<JsonIssue<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonTarget<'a> {
+    pid: u32,
+    command: &'a str,
+    executable: &'a str,
+    exited: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonSection<'a> {
+    section: &'static str,
+    title: &'a str,
+    samples: u64,
+    percent_of_vm: Option<f64>,
+    percent_of_total: f64,
+    rows: Vec<JsonRow<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonRow<'a> {
+    name: &'a str,
+    module: &'a str,
+    section: &'static str,
+    samples: u64,
+    percent_of_section: f64,
+    percent_of_total: f64,
+    cumulative_percent: f64,
+    symbolized: bool,
+    folded_rows: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonIssue<'a> {
+    module: &'a str,
+    reason: &'a str,
+    samples: u64,
+}
+
+/// The JSON view of `report`, ready for `serde_json::to_writer_pretty` or `to_value`.
+pub fn render_json(report: &Report) -> JsonReport<'_> {
+    JsonReport {
+        session_id: report.session_id,
+        targets: report.targets.iter().map(target).collect(),
+        system_wide: report.system_wide,
+        vm_executable: &report.vm_executable,
+        started_at: report.started_at.and_then(rfc3339_seconds),
+        duration_seconds: report.duration_seconds,
+        requested_frequency_hz: report.requested_frequency_hz,
+        measured_frequency_hz: report.measured_frequency_hz,
+        cpu_seconds: report.cpu_seconds,
+        busy_cpus: report.busy_cpus,
+        total_samples: report.total_samples,
+        vm_samples: report.vm_samples,
+        vm_percent_of_total: round2(report.vm_percent_of_total),
+        lost_samples: report.lost_samples,
+        lost_samples_per_cpu: &report.lost_samples_per_cpu,
+        complete: report.complete,
+        stop_reason: report.stop_reason.as_deref(),
+        sections: report.sections.iter().map(section).collect(),
+        symbolization_issues: report.issues.iter().map(issue).collect(),
+    }
+}
+
+fn target(target: &ReportTarget) -> JsonTarget<'_> {
+    JsonTarget {
+        pid: target.pid,
+        command: &target.command,
+        executable: &target.executable,
+        exited: target.exited,
+    }
+}
+
+fn section(section: &SectionReport) -> JsonSection<'_> {
+    JsonSection {
+        section: section.section.as_str(),
+        title: &section.title,
+        samples: section.samples,
+        percent_of_vm: section.percent_of_vm.map(round2),
+        percent_of_total: round2(section.percent_of_total),
+        rows: section.rows.iter().map(row).collect(),
+    }
+}
+
+fn row(row: &ReportRow) -> JsonRow<'_> {
+    JsonRow {
+        name: &row.name,
+        module: &row.module,
+        section: row.section.as_str(),
+        samples: row.samples,
+        percent_of_section: round2(row.percent_of_section),
+        percent_of_total: round2(row.percent_of_total),
+        cumulative_percent: round2(row.cumulative_percent),
+        symbolized: row.symbolized,
+        folded_rows: row.folded_rows,
+    }
+}
+
+fn issue(issue: &IssueRow) -> JsonIssue<'_> {
+    JsonIssue {
+        module: &issue.module,
+        reason: &issue.reason,
+        samples: issue.samples,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+    use vmscope_proto::v1::Profile;
+
+    use super::super::model::fixtures::node_profile;
+    use super::super::model::{OTHERS_NAME, ReportOptions};
+    use super::super::{Format, render};
+    use super::*;
+
+    const OPTIONS: ReportOptions = ReportOptions {
+        min_percent: 0.01,
+        name_width: 60,
+    };
+
+    fn parsed(report: &Report) -> Value {
+        let text = serde_json::to_string(&render_json(report)).expect("serialise");
+        serde_json::from_str(&text).expect("parse back")
+    }
+
+    fn f64_at(value: &Value, key: &str) -> f64 {
+        value[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} is not a number in {value}"))
+    }
+
+    #[test]
+    fn header_fields_round_trip() {
+        let report = Report::from_profile(&node_profile(), &OPTIONS);
+        let json = parsed(&report);
+        assert_eq!(json["session_id"], 7);
+        assert_eq!(
+            json["targets"],
+            serde_json::json!([
+                {"pid": 4242, "command": "node", "executable": "/usr/bin/node", "exited": false}
+            ])
+        );
+        assert_eq!(json["system_wide"], false);
+        assert_eq!(json["vm_executable"], "/usr/bin/node");
+        assert_eq!(json["started_at"], "2026-11-22T10:00:00Z");
+        assert_eq!(f64_at(&json, "duration_seconds"), 5.002);
+        assert_eq!(json["requested_frequency_hz"], 1400);
+        assert_eq!(
+            f64_at(&json, "measured_frequency_hz"),
+            report.measured_frequency_hz
+        );
+        assert_eq!(f64_at(&json, "cpu_seconds"), 10.012);
+        assert_eq!(f64_at(&json, "busy_cpus"), report.busy_cpus);
+        assert_eq!(json["total_samples"], 14_000);
+        assert_eq!(json["vm_samples"], 13_000);
+        assert_eq!(f64_at(&json, "vm_percent_of_total"), 92.86);
+        assert_eq!(json["lost_samples"], 16);
+        assert_eq!(
+            json["lost_samples_per_cpu"],
+            serde_json::json!([12, 0, 0, 4])
+        );
+        assert_eq!(json["complete"], true);
+        assert_eq!(json["stop_reason"], "all targets exited");
+        assert_eq!(
+            json["symbolization_issues"][0],
+            serde_json::json!({
+                "module": "libstdc++.so.6",
+                "reason": "no symbol covers the address",
+                "samples": 98
+            })
+        );
+    }
+
+    #[test]
+    fn sections_and_rows_carry_the_models_rounded_numbers() {
+        let report = Report::from_profile(&node_profile(), &OPTIONS);
+        let json = parsed(&report);
+        let sections = json["sections"].as_array().expect("sections is an array");
+        assert_eq!(sections.len(), report.sections.len());
+        for (js, section) in sections.iter().zip(&report.sections) {
+            assert_eq!(js["section"], section.section.as_str());
+            assert_eq!(js["title"], section.title.as_str());
+            assert_eq!(js["samples"], section.samples);
+            match section.percent_of_vm {
+                Some(p) => assert_eq!(f64_at(js, "percent_of_vm"), round2(p)),
+                None => assert!(js["percent_of_vm"].is_null()),
+            }
+            assert_eq!(
+                f64_at(js, "percent_of_total"),
+                round2(section.percent_of_total)
+            );
+            let rows = js["rows"].as_array().expect("rows is an array");
+            assert_eq!(rows.len(), section.rows.len());
+            for (jr, row) in rows.iter().zip(&section.rows) {
+                assert_eq!(jr["name"], row.name.as_str());
+                assert_eq!(jr["module"], row.module.as_str());
+                assert_eq!(jr["section"], section.section.as_str());
+                assert_eq!(jr["samples"], row.samples);
+                assert_eq!(jr["symbolized"], row.symbolized);
+                assert_eq!(jr["folded_rows"], row.folded_rows);
+                for (key, value) in [
+                    ("percent_of_section", row.percent_of_section),
+                    ("percent_of_total", row.percent_of_total),
+                    ("cumulative_percent", row.cumulative_percent),
+                ] {
+                    assert_eq!(f64_at(jr, key), round2(value), "{key} of {jr}");
+                }
+            }
+        }
+        // Spot checks against numbers worked out by hand.
+        let generated = &sections[0]["rows"];
+        assert_eq!(
+            generated[0]["name"],
+            "LazyCompile:*hotLoop /tmp/fixture/hot.js:12"
+        );
+        assert_eq!(f64_at(&generated[0], "percent_of_section"), 57.78);
+        assert_eq!(f64_at(&generated[0], "percent_of_total"), 37.14);
+        let others = &sections[2]["rows"][3];
+        assert_eq!(others["name"], OTHERS_NAME);
+        assert_eq!(others["folded_rows"], 2);
+        assert_eq!(f64_at(others, "cumulative_percent"), 100.0);
+    }
+
+    #[test]
+    fn empty_profile_has_nulls_not_nan() {
+        let report = Report::from_profile(&Profile::default(), &OPTIONS);
+        let json = parsed(&report);
+        assert!(json["started_at"].is_null());
+        assert!(json["stop_reason"].is_null());
+        assert_eq!(f64_at(&json, "busy_cpus"), 0.0);
+        assert_eq!(json["sections"][0]["rows"], serde_json::json!([]));
+        assert_eq!(f64_at(&json["sections"][1], "percent_of_total"), 0.0);
+    }
+
+    #[test]
+    fn render_json_format_is_pretty_json_and_a_newline() {
+        let report = Report::from_profile(&node_profile(), &OPTIONS);
+        let mut out = Vec::new();
+        render(&report, &OPTIONS, Format::Json, &mut out).expect("render");
+        let text = String::from_utf8(out).expect("UTF-8");
+        assert!(text.ends_with("}\n"), "{text}");
+        assert!(text.starts_with("{\n  \"session_id\": 7,\n"), "{text}");
+        let value: Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(value, parsed(&report));
+        // Long names are never elided in JSON, whatever name_width says.
+        assert!(
+            text.contains("υπολογισμός_του_πολύ_μακρύ_ονόματος_μεθόδου /tmp/fixture/ελληνικά.js:3")
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The `vmscope` report: a profile from the daemon, shown the way VM engineers know from Cog's
+//! VMProfiler.
+//!
+//! A header (targets, date, duration, measured against requested sampling frequency, samples in
+//! the VM against samples in the entire program, lost samples), then three sections:
+//!
+//! - **generated vm code**: code the VM produced at run time (JIT code). Shown when the targets
+//!   have any, even if no sample landed there, since "no time in JIT code" is an answer.
+//! - **vanilla vm code**: the VM executable itself (interpreter, GC, primitives); for a
+//!   system-wide session, each process's main executable ("main executables").
+//! - **other code (libraries, kernel)**: everything else.
+//!
+//! Each row reads: % of its section, (% of the grand total), name, (samples), (cumulative % of
+//! the section). Rows under [`ReportOptions::min_percent`] of the grand total fold into one
+//! `...others...` row per section: a sampling profile has a long tail of functions hit once or
+//! twice, which are noise at this cadence and would bury the rows that matter; the fold keeps
+//! their samples counted, so every section still adds up to 100%.
+//!
+//! The daemon sends every row unfolded ([`vmscope_proto::v1::Profile`]); the CLI decides the
+//! presentation (threshold, name width, text or JSON). [`Report::from_profile`] does all the
+//! arithmetic once, then [`render_text`] or [`render_json`] only formats it.
+
+mod json;
+mod model;
+mod text;
+
+use std::io::{self, Write};
+
+pub use json::{JsonReport, render_json};
+pub use model::{
+    IssueRow, OTHERS_NAME, Report, ReportOptions, ReportRow, ReportTarget, SectionKind,
+    SectionReport, round2,
+};
+pub use text::{elide_middle, render_text};
+
+impl Default for ReportOptions {
+    /// VMProfiler's fold threshold (0.01% of the total) and a name column that fits a
+    /// 100-column terminal next to the numbers.
+    fn default() -> Self {
+        ReportOptions {
+            min_percent: 0.01,
+            name_width: 60,
+        }
+    }
+}
+
+/// Output format of the report, as the CLI's `--format` chooses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// VMProfiler-style text for people.
+    #[default]
+    Text,
+    /// Pretty-printed JSON with the same numbers, for scripts.
+    Json,
+}
+
+/// Writes `report` to `out` in `format`; JSON ends with a newline like the text does, so that
+/// shells and `jq` pipelines see a complete last line.
+pub fn render(
+    report: &Report,
+    options: &ReportOptions,
+    format: Format,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    match format {
+        Format::Text => render_text(report, options, out),
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, &render_json(report))?;
+            writeln!(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options_are_vmprofilers() {
+        let options = ReportOptions::default();
+        assert_eq!(options.min_percent, 0.01);
+        assert_eq!(options.name_width, 60);
+        assert_eq!(Format::default(), Format::Text);
+    }
+
+    #[test]
+    fn render_text_format_matches_render_text() {
+        let report = Report::from_profile(&model::fixtures::node_profile(), &Default::default());
+        let options = ReportOptions::default();
+        let (mut via_render, mut direct) = (Vec::new(), Vec::new());
+        render(&report, &options, Format::Text, &mut via_render).expect("render");
+        render_text(&report, &options, &mut direct).expect("render_text");
+        assert_eq!(via_render, direct);
+        assert!(via_render.ends_with(b"\n"));
+    }
+}

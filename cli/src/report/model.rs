@@ -1,0 +1,911 @@
+//! The report's arithmetic: from the daemon's unfolded [`Profile`] to sections of sorted, folded
+//! rows with their percentages.
+//!
+//! Pure and free of I/O so that every rule can be unit-tested: the renderers in `text.rs` and
+//! `json.rs` only format what is computed here. Values stay unrounded; both renderers round
+//! through [`round2`], so that the text and the JSON always show the same two-decimal numbers.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use vmscope_proto::v1::{Profile, ProfileRow, Section, Session};
+
+/// Name of the row that stands for all the rows folded away in a section, as VMProfiler
+/// spells it.
+pub const OTHERS_NAME: &str = "...others...";
+
+/// First second that humantime can no longer format (10000-01-01T00:00:00Z).
+const FORMATTABLE_UNTIL_SECS: u64 = 253_402_300_800;
+
+/// How the report is computed and laid out; chosen by the CLI, not by the daemon.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportOptions {
+    /// Rows with fewer samples than this percentage of the grand total fold into one
+    /// `...others...` row per section. VMProfiler's 0.01 by default; 0 keeps every row.
+    pub min_percent: f64,
+    /// Longest name the text report shows before eliding its middle; 0 never elides.
+    /// Ignored by JSON, whose readers want names whole.
+    pub name_width: usize,
+}
+
+/// The three sections of a VMProfiler report, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SectionKind {
+    /// Code the VM generated at run time (JIT code).
+    Generated,
+    /// The VM executable itself, or each process's main executable in a system-wide session.
+    Vanilla,
+    /// Everything else: shared libraries, the kernel, code nobody could name.
+    Other,
+}
+
+impl SectionKind {
+    /// The section of a row as the daemon labelled it. Unspecified (or unknown, from a newer
+    /// daemon) rows go to `Other`, whose definition is "everything else", rather than vanish.
+    pub fn from_proto(section: Section) -> Self {
+        match section {
+            Section::Generated => Self::Generated,
+            Section::Vanilla => Self::Vanilla,
+            Section::Other | Section::Unspecified => Self::Other,
+        }
+    }
+
+    /// Short stable identifier used in JSON: `generated`, `vanilla` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Generated => "generated",
+            Self::Vanilla => "vanilla",
+            Self::Other => "other",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::Generated => 0,
+            Self::Vanilla => 1,
+            Self::Other => 2,
+        }
+    }
+}
+
+/// A process the session was started for, as the report header names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportTarget {
+    /// Process id.
+    pub pid: u32,
+    /// The process's name (comm).
+    pub command: String,
+    /// Path of its main executable.
+    pub executable: String,
+    /// Whether it exited during the session: its samples are still in the report.
+    pub exited: bool,
+}
+
+/// One line of a section: a function (or module+offset), or the `...others...` fold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportRow {
+    /// Symbol, `module+0xOFFSET`, `[unknown]`, or [`OTHERS_NAME`] for the fold.
+    pub name: String,
+    /// File name of the module; empty for the fold.
+    pub module: String,
+    /// Section the row belongs to.
+    pub section: SectionKind,
+    /// Whether `name` is a real symbol (false for module+offset, `[unknown]` and the fold).
+    pub symbolized: bool,
+    /// Samples in this row (summed over the folded rows for the fold).
+    pub samples: u64,
+    /// Share of the section's samples, 0 to 100.
+    pub percent_of_section: f64,
+    /// Share of every sample of the targets, 0 to 100.
+    pub percent_of_total: f64,
+    /// Running sum of `percent_of_section` down to this row; exactly 100 on a section's last row.
+    pub cumulative_percent: f64,
+    /// How many rows the fold stands for; 0 for every other row.
+    pub folded_rows: usize,
+}
+
+/// One section of the report with its rows, sorted and folded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SectionReport {
+    /// Which section this is.
+    pub section: SectionKind,
+    /// Heading, e.g. "generated vm code" or, system-wide, "main executables".
+    pub title: String,
+    /// All samples of the section, folded rows included.
+    pub samples: u64,
+    /// Share of the VM's samples (generated + vanilla); `None` for other code, which is not
+    /// part of the VM.
+    pub percent_of_vm: Option<f64>,
+    /// Share of every sample of the targets.
+    pub percent_of_total: f64,
+    /// Most samples first, then by name; the fold, if any, last.
+    pub rows: Vec<ReportRow>,
+}
+
+/// Samples that could not be symbolised, by module and reason: worth showing because they are
+/// why some rows read `module+0x...` or `[unknown]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueRow {
+    /// The module concerned, or `[unknown]`.
+    pub module: String,
+    /// What went wrong, for a person.
+    pub reason: String,
+    /// Samples affected.
+    pub samples: u64,
+}
+
+/// A profile ready to render: header numbers, sections and symbolisation issues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// The daemon's session id.
+    pub session_id: u64,
+    /// The processes sampled; empty for a system-wide session.
+    pub targets: Vec<ReportTarget>,
+    /// Whether every process on the machine was sampled.
+    pub system_wide: bool,
+    /// Main executable of the (first) target; empty system-wide.
+    pub vm_executable: String,
+    /// When sampling started; `None` when the daemon sent none or one outside 1970..=9999,
+    /// which could not be shown as a date anyway.
+    pub started_at: Option<SystemTime>,
+    /// Wall-clock time sampled.
+    pub duration_seconds: f64,
+    /// Samples per second per busy CPU that the session asked for.
+    pub requested_frequency_hz: u32,
+    /// Samples per second per busy CPU actually taken.
+    pub measured_frequency_hz: f64,
+    /// CPU time used by what was sampled.
+    pub cpu_seconds: f64,
+    /// `cpu_seconds / duration_seconds`, 0 when nothing was timed: how many CPUs were busy on
+    /// average, which explains why the sample count exceeds duration x frequency.
+    pub busy_cpus: f64,
+    /// Every sample of the targets ("samples in the entire program"), the grand total.
+    pub total_samples: u64,
+    /// Samples in generated and vanilla code ("samples in the VM").
+    pub vm_samples: u64,
+    /// `vm_samples` as a share of `total_samples`.
+    pub vm_percent_of_total: f64,
+    /// Samples the kernel took but could not deliver.
+    pub lost_samples: u64,
+    /// Lost samples indexed by CPU number.
+    pub lost_samples_per_cpu: Vec<u64>,
+    /// Whether the numbers are final (session stopped and drained) rather than a snapshot.
+    pub complete: bool,
+    /// Why the session stopped, if it did and the daemon said.
+    pub stop_reason: Option<String>,
+    /// Generated (when the targets have JIT code or it has rows), vanilla, other, in that order.
+    pub sections: Vec<SectionReport>,
+    /// Symbolisation problems, one per (module, reason), most samples first.
+    pub issues: Vec<IssueRow>,
+}
+
+impl Report {
+    /// Computes the report of `profile`: sorts each section, folds its small rows and derives
+    /// every percentage. Never fails: a profile with missing or odd fields gives zeros, not NaN.
+    pub fn from_profile(profile: &Profile, options: &ReportOptions) -> Report {
+        let no_session = Session::default();
+        let session = profile.session.as_ref().unwrap_or(&no_session);
+        let total = profile.total_samples;
+
+        let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        for row in &profile.rows {
+            by_section[SectionKind::from_proto(row.section()).index()].push(row);
+        }
+        let section_samples = |kind: SectionKind| sum_samples(&by_section[kind.index()]);
+        let vm_samples = section_samples(SectionKind::Generated)
+            .saturating_add(section_samples(SectionKind::Vanilla));
+
+        let vanilla_title = if session.system_wide {
+            "main executables"
+        } else {
+            "vanilla vm code"
+        };
+        let show_generated =
+            profile.has_generated_code || !by_section[SectionKind::Generated.index()].is_empty();
+        let mut sections = Vec::with_capacity(3);
+        for (kind, title) in [
+            (SectionKind::Generated, "generated vm code"),
+            (SectionKind::Vanilla, vanilla_title),
+            (SectionKind::Other, "other code (libraries, kernel)"),
+        ] {
+            if kind == SectionKind::Generated && !show_generated {
+                continue;
+            }
+            sections.push(build_section(
+                kind,
+                title,
+                &by_section[kind.index()],
+                total,
+                vm_samples,
+                options.min_percent,
+            ));
+        }
+
+        let duration_seconds = finite_or_zero(profile.duration_seconds);
+        let cpu_seconds = finite_or_zero(profile.cpu_seconds);
+        let busy_cpus = if duration_seconds == 0.0 {
+            0.0
+        } else {
+            finite_or_zero(cpu_seconds / duration_seconds)
+        };
+
+        Report {
+            session_id: session.id,
+            targets: session
+                .targets
+                .iter()
+                .map(|t| ReportTarget {
+                    pid: t.pid,
+                    command: t.command.clone(),
+                    executable: t.executable.clone(),
+                    exited: t.exited,
+                })
+                .collect(),
+            system_wide: session.system_wide,
+            vm_executable: profile.vm_executable.clone(),
+            started_at: session
+                .started_at
+                .and_then(|ts| SystemTime::try_from(ts).ok())
+                .filter(|t| is_formattable(*t)),
+            duration_seconds,
+            requested_frequency_hz: session.frequency_hz,
+            measured_frequency_hz: finite_or_zero(profile.measured_frequency_hz),
+            cpu_seconds,
+            busy_cpus,
+            total_samples: total,
+            vm_samples,
+            vm_percent_of_total: percent(vm_samples, total),
+            lost_samples: profile.lost_samples,
+            lost_samples_per_cpu: profile.lost_samples_per_cpu.clone(),
+            complete: profile.complete,
+            stop_reason: (!session.stop_reason.is_empty()).then(|| session.stop_reason.clone()),
+            sections,
+            issues: merge_issues(profile),
+        }
+    }
+}
+
+/// Rounds a percentage (or any value) to two decimals, half away from zero. Both renderers
+/// go through it so that text and JSON agree to the last digit; `format!("{:.2}")` alone
+/// rounds half to even on the binary value and could differ from the JSON by 0.01.
+pub fn round2(value: f64) -> f64 {
+    if !value.is_finite() {
+        return value;
+    }
+    (value * 100.0).round() / 100.0
+}
+
+/// `started_at` as RFC 3339 UTC to the second ("2026-11-22T10:00:00Z"), or `None` outside the
+/// years 1970..=9999, where humantime would panic or fail.
+pub(crate) fn rfc3339_seconds(time: SystemTime) -> Option<String> {
+    use std::fmt::Write as _;
+    if !is_formattable(time) {
+        return None;
+    }
+    let mut formatted = String::new();
+    write!(formatted, "{}", humantime::format_rfc3339_seconds(time)).ok()?;
+    Some(formatted)
+}
+
+fn is_formattable(time: SystemTime) -> bool {
+    time.duration_since(UNIX_EPOCH)
+        .is_ok_and(|since| since.as_secs() < FORMATTABLE_UNTIL_SECS)
+}
+
+/// `part / whole * 100`, or 0 when `whole` is 0: an empty profile shows 0.00%, never NaN.
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64 * 100.0
+    }
+}
+
+/// A daemon bug must not turn into NaN or inf all over the report.
+fn finite_or_zero(value: f64) -> f64 {
+    if value.is_finite() { value } else { 0.0 }
+}
+
+/// Saturating: absurd counts from a broken daemon must not overflow into a panic.
+fn sum_samples(rows: &[&ProfileRow]) -> u64 {
+    rows.iter()
+        .fold(0, |sum, row| sum.saturating_add(row.samples))
+}
+
+/// Whether a row is under the fold threshold. Compares `samples * 100` with
+/// `min_percent * total` rather than dividing, so that a row exactly at the threshold (1 sample
+/// of 10000 at 0.01%) compares equal and stays.
+fn is_small(samples: u64, total: u64, min_percent: f64) -> bool {
+    (samples as f64) * 100.0 < min_percent * total as f64
+}
+
+fn build_section(
+    kind: SectionKind,
+    title: &str,
+    rows: &[&ProfileRow],
+    total: u64,
+    vm_samples: u64,
+    min_percent: f64,
+) -> SectionReport {
+    let samples = sum_samples(rows);
+    let (mut kept, folded): (Vec<&ProfileRow>, Vec<&ProfileRow>) = rows
+        .iter()
+        .copied()
+        .partition(|row| !is_small(row.samples, total, min_percent));
+    // Module breaks the last tie so that equal (samples, name) rows still come out in one order
+    // whatever order the daemon sent them in.
+    kept.sort_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.module.cmp(&b.module))
+    });
+
+    let mut out = Vec::with_capacity(kept.len() + 1);
+    // Cumulative percentages come from the running sum of samples, not of rounded
+    // percentages, so that the last row is exactly 100.
+    let mut running: u64 = 0;
+    let mut push = |name: &str, module: &str, symbolized: bool, row_samples: u64, folded_rows| {
+        running = running.saturating_add(row_samples);
+        out.push(ReportRow {
+            name: name.to_owned(),
+            module: module.to_owned(),
+            section: kind,
+            symbolized,
+            samples: row_samples,
+            percent_of_section: percent(row_samples, samples),
+            percent_of_total: percent(row_samples, total),
+            cumulative_percent: percent(running, samples),
+            folded_rows,
+        });
+    };
+    for row in &kept {
+        push(&row.name, &row.module, row.symbolized, row.samples, 0);
+    }
+    // Even a single small row folds, as VMProfiler does: the fold marks where detail stops.
+    if !folded.is_empty() {
+        push(OTHERS_NAME, "", false, sum_samples(&folded), folded.len());
+    }
+
+    SectionReport {
+        section: kind,
+        title: title.to_owned(),
+        samples,
+        percent_of_vm: (kind != SectionKind::Other).then(|| percent(samples, vm_samples)),
+        percent_of_total: percent(samples, total),
+        rows: out,
+    }
+}
+
+/// The daemon already groups issues by (module, reason); merging again costs nothing and keeps
+/// the "one row per pair" promise even if it did not.
+fn merge_issues(profile: &Profile) -> Vec<IssueRow> {
+    let mut merged: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for issue in &profile.symbolization_issues {
+        let entry = merged
+            .entry((issue.module.as_str(), issue.reason.as_str()))
+            .or_default();
+        *entry = entry.saturating_add(issue.samples);
+    }
+    let mut issues: Vec<IssueRow> = merged
+        .into_iter()
+        .map(|((module, reason), samples)| IssueRow {
+            module: module.to_owned(),
+            reason: reason.to_owned(),
+            samples,
+        })
+        .collect();
+    // Stable sort over the map's (module, reason) order: ties stay alphabetical.
+    issues.sort_by_key(|issue| std::cmp::Reverse(issue.samples));
+    issues
+}
+
+/// Profiles shared by the tests of the three report modules.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use vmscope_proto::v1::{
+        Profile, ProfileRow, Section, Session, SessionState, SymbolizationIssue, TargetProcess,
+    };
+
+    /// 2026-11-22T10:00:00Z.
+    pub const STARTED_AT_SECS: u64 = 1_795_341_600;
+
+    pub fn row(section: Section, name: &str, module: &str, samples: u64) -> ProfileRow {
+        ProfileRow {
+            section: section as i32,
+            name: name.to_owned(),
+            module: module.to_owned(),
+            samples,
+            symbolized: !name.contains("+0x") && name != "[unknown]",
+        }
+    }
+
+    /// A profile holding `rows`, with `total_samples` their sum and a stopped one-target session.
+    pub fn profile_with(rows: Vec<ProfileRow>) -> Profile {
+        let total = rows.iter().map(|r| r.samples).sum();
+        Profile {
+            session: Some(Session {
+                id: 7,
+                state: SessionState::Stopped as i32,
+                targets: vec![TargetProcess {
+                    pid: 4242,
+                    command: "node".to_owned(),
+                    executable: "/usr/bin/node".to_owned(),
+                    exited: false,
+                }],
+                frequency_hz: 1400,
+                started_at: Some((UNIX_EPOCH + Duration::from_secs(STARTED_AT_SECS)).into()),
+                stop_reason: "all targets exited".to_owned(),
+                samples: total,
+                ..Session::default()
+            }),
+            vm_executable: "/usr/bin/node".to_owned(),
+            total_samples: total,
+            duration_seconds: 5.002,
+            cpu_seconds: 10.012,
+            measured_frequency_hz: total as f64 / 10.012,
+            rows,
+            complete: true,
+            ..Profile::default()
+        }
+    }
+
+    /// A Node.js run of 14000 samples with JIT code, folds in every section, a long Greek name,
+    /// lost samples and symbolisation issues: the golden report's input.
+    pub fn node_profile() -> Profile {
+        use Section::{Generated as G, Other as O, Vanilla as V};
+        let mut profile = profile_with(vec![
+            row(
+                G,
+                "LazyCompile:*hotLoop /tmp/fixture/hot.js:12",
+                "[anon]",
+                5200,
+            ),
+            row(G, "Builtin:ArrayPrototypePush", "[anon]", 1900),
+            row(
+                G,
+                "LazyCompile:*υπολογισμός_του_πολύ_μακρύ_ονόματος_μεθόδου /tmp/fixture/ελληνικά.js:3",
+                "[anon]",
+                1200,
+            ),
+            row(G, "Builtin:KeyedLoadIC_Megamorphic", "[anon]", 696),
+            row(G, "[anon]+0x1c40", "[anon]", 2),
+            row(G, "Stub:CEntry", "[anon]", 1),
+            row(G, "Builtin:CallFunction", "[anon]", 1),
+            row(V, "v8::internal::Heap::Scavenge()", "node", 1500),
+            row(
+                V,
+                "v8::internal::Runtime_StringAdd(int, unsigned long*, v8::internal::Isolate*)",
+                "node",
+                1249,
+            ),
+            row(V, "Builtins_InterpreterEntryTrampoline", "node", 1249),
+            row(V, "node::Start(int, char**)", "node", 1),
+            row(V, "uv_run", "node", 1),
+            row(O, "__memmove_avx_unaligned_erms", "libc.so.6", 600),
+            row(O, "entry_SYSCALL_64", "[kernel.kallsyms]", 300),
+            row(O, "libstdc++.so.6+0x9a1f0", "libstdc++.so.6", 98),
+            row(O, "[unknown]", "[unknown]", 1),
+            row(O, "clock_gettime", "[vdso]", 1),
+        ]);
+        profile.has_generated_code = true;
+        profile.lost_samples = 16;
+        profile.lost_samples_per_cpu = vec![12, 0, 0, 4];
+        profile.symbolization_issues = vec![
+            SymbolizationIssue {
+                module: "[unknown]".to_owned(),
+                reason: "no mapping covers the address".to_owned(),
+                samples: 1,
+            },
+            SymbolizationIssue {
+                module: "libstdc++.so.6".to_owned(),
+                reason: "no symbol covers the address".to_owned(),
+                samples: 98,
+            },
+        ];
+        profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use vmscope_proto::v1::Section::{Generated as G, Other as O, Unspecified, Vanilla as V};
+    use vmscope_proto::v1::SymbolizationIssue;
+
+    use super::fixtures::{STARTED_AT_SECS, node_profile, profile_with, row};
+    use super::*;
+
+    const OPTIONS: ReportOptions = ReportOptions {
+        min_percent: 0.01,
+        name_width: 60,
+    };
+
+    fn section(report: &Report, kind: SectionKind) -> &SectionReport {
+        report
+            .sections
+            .iter()
+            .find(|s| s.section == kind)
+            .unwrap_or_else(|| panic!("no {kind:?} section in {report:#?}"))
+    }
+
+    fn names(section: &SectionReport) -> Vec<&str> {
+        section.rows.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    fn assert_close(actual: f64, expected: f64) {
+        assert!(
+            (actual - expected).abs() < 1e-9,
+            "expected {expected}, got {actual}"
+        );
+    }
+
+    #[test]
+    fn percentages_and_cumulative_of_a_hand_computed_section() {
+        let profile = profile_with(vec![
+            row(V, "b", "vm", 3000),
+            row(V, "c", "vm", 1000),
+            row(V, "a", "vm", 6000),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        assert_eq!(vanilla.samples, 10_000);
+        assert_eq!(names(vanilla), ["a", "b", "c"]);
+        let expected = [(60.0, 60.0), (30.0, 90.0), (10.0, 100.0)];
+        for (row, (pct, cumulative)) in vanilla.rows.iter().zip(expected) {
+            assert_close(row.percent_of_section, pct);
+            assert_close(row.percent_of_total, pct);
+            assert_close(row.cumulative_percent, cumulative);
+            assert_eq!(row.folded_rows, 0);
+        }
+        assert_eq!(vanilla.rows[2].cumulative_percent, 100.0);
+    }
+
+    #[test]
+    fn rows_under_the_threshold_fold_and_rows_at_it_stay() {
+        // 20000 samples: 0.01% is 2 samples. 2 stays, 1 folds.
+        let profile = profile_with(vec![
+            row(V, "big", "vm", 19_993),
+            row(V, "at_threshold", "vm", 2),
+            row(V, "small_a", "vm", 1),
+            row(V, "small_b", "vm", 1),
+            row(O, "lib", "libc.so.6", 3),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        assert_eq!(names(vanilla), ["big", "at_threshold", OTHERS_NAME]);
+        let others = &vanilla.rows[2];
+        assert_eq!(others.samples, 2);
+        assert_eq!(others.folded_rows, 2);
+        assert_eq!(others.module, "");
+        assert!(!others.symbolized);
+        assert_eq!(others.section, SectionKind::Vanilla);
+        assert_eq!(others.cumulative_percent, 100.0);
+        assert_close(others.percent_of_total, 0.01);
+        // The section still counts what was folded.
+        assert_eq!(vanilla.samples, 19_997);
+        assert_eq!(names(section(&report, SectionKind::Other)), ["lib"]);
+    }
+
+    #[test]
+    fn a_row_exactly_at_a_tenth_of_a_permille_of_ten_thousand_stays() {
+        let profile = profile_with(vec![row(V, "big", "vm", 9_999), row(V, "one", "vm", 1)]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        assert_eq!(
+            names(section(&report, SectionKind::Vanilla)),
+            ["big", "one"]
+        );
+    }
+
+    #[test]
+    fn a_single_small_row_still_folds() {
+        let profile = profile_with(vec![row(V, "big", "vm", 99_999), row(V, "tiny", "vm", 1)]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        assert_eq!(names(vanilla), ["big", OTHERS_NAME]);
+        assert_eq!(vanilla.rows[1].folded_rows, 1);
+        assert_eq!(vanilla.rows[1].samples, 1);
+    }
+
+    #[test]
+    fn zero_threshold_keeps_every_row() {
+        let profile = profile_with(vec![row(V, "big", "vm", 99_999), row(V, "tiny", "vm", 1)]);
+        let options = ReportOptions {
+            min_percent: 0.0,
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&profile, &options);
+        assert_eq!(
+            names(section(&report, SectionKind::Vanilla)),
+            ["big", "tiny"]
+        );
+    }
+
+    #[test]
+    fn a_section_where_everything_folds_is_one_others_row_at_100_percent() {
+        let profile = profile_with(vec![
+            row(V, "a", "vm", 1),
+            row(V, "b", "vm", 2),
+            row(V, "c", "vm", 3),
+            row(O, "rest", "libc.so.6", 999_994),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        assert_eq!(vanilla.rows.len(), 1);
+        let others = &vanilla.rows[0];
+        assert_eq!(others.name, OTHERS_NAME);
+        assert_eq!((others.samples, others.folded_rows), (6, 3));
+        assert_eq!(others.percent_of_section, 100.0);
+        assert_eq!(others.cumulative_percent, 100.0);
+    }
+
+    #[test]
+    fn zero_total_samples_gives_zeros_not_nan() {
+        let mut profile = profile_with(vec![row(V, "never_ran", "vm", 0)]);
+        profile.duration_seconds = 0.0;
+        profile.cpu_seconds = 0.0;
+        profile.measured_frequency_hz = f64::NAN;
+        let report = Report::from_profile(&profile, &OPTIONS);
+        assert_eq!(report.total_samples, 0);
+        assert_eq!(report.busy_cpus, 0.0);
+        assert_eq!(report.measured_frequency_hz, 0.0);
+        assert_eq!(report.vm_percent_of_total, 0.0);
+        for section in &report.sections {
+            assert_eq!(section.percent_of_total, 0.0);
+            assert!(section.percent_of_vm.is_none_or(|p| p == 0.0));
+            for row in &section.rows {
+                for value in [
+                    row.percent_of_section,
+                    row.percent_of_total,
+                    row.cumulative_percent,
+                ] {
+                    assert_eq!(value, 0.0, "{row:?}");
+                }
+            }
+        }
+        // Nothing is under 0% of nothing: the zero row stays visible rather than folding.
+        assert_eq!(names(section(&report, SectionKind::Vanilla)), ["never_ran"]);
+    }
+
+    #[test]
+    fn an_empty_profile_still_has_vanilla_and_other_sections() {
+        let report = Report::from_profile(&Profile::default(), &OPTIONS);
+        let kinds: Vec<_> = report.sections.iter().map(|s| s.section).collect();
+        assert_eq!(kinds, [SectionKind::Vanilla, SectionKind::Other]);
+        assert!(report.sections.iter().all(|s| s.rows.is_empty()));
+        assert_eq!(report.started_at, None);
+        assert_eq!(report.stop_reason, None);
+        assert_eq!(report.session_id, 0);
+    }
+
+    #[test]
+    fn ties_sort_by_name_then_module_whatever_the_input_order() {
+        let profile = profile_with(vec![
+            row(V, "b", "vm", 5),
+            row(V, "a", "vm2", 5),
+            row(V, "c", "vm", 7),
+            row(V, "a", "vm1", 5),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        let order: Vec<_> = vanilla
+            .rows
+            .iter()
+            .map(|r| (r.name.as_str(), r.module.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [("c", "vm"), ("a", "vm1"), ("a", "vm2"), ("b", "vm")]
+        );
+    }
+
+    #[test]
+    fn percent_of_vm_counts_generated_and_vanilla_only() {
+        let profile = profile_with(vec![
+            row(G, "jit", "[anon]", 300),
+            row(V, "interp", "vm", 100),
+            row(O, "memcpy", "libc.so.6", 600),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        assert_eq!((report.vm_samples, report.total_samples), (400, 1000));
+        assert_close(report.vm_percent_of_total, 40.0);
+        let generated = section(&report, SectionKind::Generated);
+        assert_close(generated.percent_of_vm.unwrap_or(f64::NAN), 75.0);
+        assert_close(generated.percent_of_total, 30.0);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        assert_close(vanilla.percent_of_vm.unwrap_or(f64::NAN), 25.0);
+        let other = section(&report, SectionKind::Other);
+        assert_eq!(other.percent_of_vm, None);
+        assert_close(other.percent_of_total, 60.0);
+    }
+
+    #[test]
+    fn last_cumulative_is_exactly_100_with_thirds() {
+        let profile = profile_with(vec![
+            row(V, "a", "vm", 1),
+            row(V, "b", "vm", 1),
+            row(V, "c", "vm", 1),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        let rounded: Vec<_> = vanilla
+            .rows
+            .iter()
+            .map(|r| (round2(r.percent_of_section), round2(r.cumulative_percent)))
+            .collect();
+        assert_eq!(rounded, [(33.33, 33.33), (33.33, 66.67), (33.33, 100.0)]);
+        assert_eq!(vanilla.rows[2].cumulative_percent, 100.0);
+    }
+
+    #[test]
+    fn last_cumulative_is_exactly_100_with_awkward_counts() {
+        let counts = [2, 1, 1, 1, 1, 1];
+        let profile = profile_with(
+            counts
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| row(O, &format!("f{i}"), "libx.so", n))
+                .collect(),
+        );
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let other = section(&report, SectionKind::Other);
+        let last = other.rows.last().map(|r| r.cumulative_percent);
+        assert_eq!(last, Some(100.0));
+        // The naive running sum of rounded percentages would not land on 100.
+        let naive: f64 = other
+            .rows
+            .iter()
+            .map(|r| round2(r.percent_of_section))
+            .sum();
+        assert_ne!(round2(naive), 100.0);
+    }
+
+    #[test]
+    fn generated_section_only_when_the_targets_have_jit_code_or_rows() {
+        let plain = profile_with(vec![row(V, "main", "vm", 10)]);
+        let report = Report::from_profile(&plain, &OPTIONS);
+        assert!(
+            report
+                .sections
+                .iter()
+                .all(|s| s.section != SectionKind::Generated)
+        );
+
+        let mut jit_idle = plain.clone();
+        jit_idle.has_generated_code = true;
+        let report = Report::from_profile(&jit_idle, &OPTIONS);
+        let generated = section(&report, SectionKind::Generated);
+        assert!(generated.rows.is_empty());
+        assert_eq!(report.sections[0].section, SectionKind::Generated);
+
+        let jit_rows = profile_with(vec![row(G, "jit", "[anon]", 10)]);
+        let report = Report::from_profile(&jit_rows, &OPTIONS);
+        assert_eq!(section(&report, SectionKind::Generated).rows.len(), 1);
+    }
+
+    #[test]
+    fn titles_and_system_wide_title() {
+        let mut profile = profile_with(vec![row(G, "jit", "[anon]", 10)]);
+        let titles = |p: &Profile| {
+            Report::from_profile(p, &OPTIONS)
+                .sections
+                .into_iter()
+                .map(|s| s.title)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            titles(&profile),
+            [
+                "generated vm code",
+                "vanilla vm code",
+                "other code (libraries, kernel)"
+            ]
+        );
+        if let Some(session) = profile.session.as_mut() {
+            session.system_wide = true;
+            session.targets.clear();
+        }
+        assert_eq!(
+            titles(&profile),
+            [
+                "generated vm code",
+                "main executables",
+                "other code (libraries, kernel)"
+            ]
+        );
+    }
+
+    #[test]
+    fn unspecified_section_rows_count_as_other_code() {
+        let profile = profile_with(vec![row(Unspecified, "mystery", "?", 4)]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        assert_eq!(names(section(&report, SectionKind::Other)), ["mystery"]);
+        assert_eq!(report.vm_samples, 0);
+    }
+
+    #[test]
+    fn issues_merge_by_module_and_reason_most_samples_first() {
+        let mut profile = profile_with(vec![row(O, "x", "libx.so", 1)]);
+        let issue = |module: &str, reason: &str, samples| SymbolizationIssue {
+            module: module.to_owned(),
+            reason: reason.to_owned(),
+            samples,
+        };
+        profile.symbolization_issues = vec![
+            issue("liba.so", "stripped", 3),
+            issue("libb.so", "malformed ELF: bad magic", 5),
+            issue("liba.so", "stripped", 4),
+            issue("liba.so", "no symbol covers the address", 7),
+        ];
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let got: Vec<_> = report
+            .issues
+            .iter()
+            .map(|i| (i.module.as_str(), i.reason.as_str(), i.samples))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("liba.so", "no symbol covers the address", 7),
+                ("liba.so", "stripped", 7),
+                ("libb.so", "malformed ELF: bad magic", 5),
+            ]
+        );
+    }
+
+    #[test]
+    fn header_numbers() {
+        let report = Report::from_profile(&node_profile(), &OPTIONS);
+        assert_eq!(report.session_id, 7);
+        assert_eq!(report.total_samples, 14_000);
+        assert_eq!(report.vm_samples, 13_000);
+        assert_close(report.busy_cpus, 10.012 / 5.002);
+        assert_eq!(report.requested_frequency_hz, 1400);
+        assert_eq!(report.stop_reason.as_deref(), Some("all targets exited"));
+        assert_eq!(
+            report.started_at,
+            Some(UNIX_EPOCH + Duration::from_secs(STARTED_AT_SECS))
+        );
+        assert_eq!(
+            report.targets,
+            [ReportTarget {
+                pid: 4242,
+                command: "node".into(),
+                executable: "/usr/bin/node".into(),
+                exited: false
+            }]
+        );
+        // The sections' samples add up to the grand total.
+        let sum: u64 = report.sections.iter().map(|s| s.samples).sum();
+        assert_eq!(sum, report.total_samples);
+    }
+
+    #[test]
+    fn unformattable_start_times_become_unknown() {
+        for seconds in [-1, 253_402_300_800, i64::MAX] {
+            let mut profile = profile_with(vec![]);
+            if let Some(session) = profile.session.as_mut() {
+                session.started_at = Some(prost_types::Timestamp { seconds, nanos: 0 });
+            }
+            let report = Report::from_profile(&profile, &OPTIONS);
+            assert_eq!(report.started_at, None, "seconds = {seconds}");
+        }
+        assert_eq!(rfc3339_seconds(UNIX_EPOCH - Duration::from_secs(1)), None);
+        assert_eq!(
+            rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(STARTED_AT_SECS)).as_deref(),
+            Some("2026-11-22T10:00:00Z")
+        );
+    }
+
+    #[test]
+    fn round2_rounds_half_away_from_zero() {
+        assert_eq!(round2(33.333_333), 33.33);
+        assert_eq!(round2(66.666_666), 66.67);
+        assert_eq!(round2(0.125), 0.13);
+        assert_eq!(round2(100.0), 100.0);
+        assert!(round2(f64::NAN).is_nan());
+    }
+}

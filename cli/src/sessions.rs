@@ -1,0 +1,151 @@
+//! `vmscope sessions`, `vmscope stop`, `vmscope report`, `vmscope info`: the commands that
+//! look at or act on sessions that already exist.
+
+use std::{io::Write, path::Path, time::Duration};
+
+use anyhow::Context as _;
+use vmscope_proto::v1 as pb;
+
+use crate::{
+    client,
+    report::{Format, Report, ReportOptions},
+};
+
+/// Prints the caller's sessions as a table.
+pub async fn list(socket: &Path, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut client = client::connect(socket).await?;
+    let sessions = client
+        .list_sessions(pb::ListSessionsRequest {})
+        .await
+        .map_err(client::status_error)?
+        .into_inner()
+        .sessions;
+    if sessions.is_empty() {
+        writeln!(out, "no sessions")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:>4}  {:<8} {:>9} {:>9} {:>9}  {:<32} ENDED BECAUSE",
+        "ID", "STATE", "SAMPLES", "ELAPSED", "FREQ", "TARGETS"
+    )?;
+    for s in &sessions {
+        writeln!(
+            out,
+            "{:>4}  {:<8} {:>9} {:>8.1}s {:>6} Hz  {:<32} {}",
+            s.id,
+            state_name(s),
+            s.samples,
+            elapsed(s).as_secs_f64(),
+            s.frequency_hz,
+            targets(s),
+            s.stop_reason
+        )?;
+    }
+    Ok(())
+}
+
+/// Stops a session and prints what it collected.
+pub async fn stop(socket: &Path, id: u64, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut client = client::connect(socket).await?;
+    let session = client
+        .stop_session(pb::StopSessionRequest {
+            session_id: id,
+            reason: String::new(),
+        })
+        .await
+        .map_err(client::status_error)
+        .with_context(|| format!("cannot stop session {id}"))?
+        .into_inner();
+    writeln!(
+        out,
+        "session {id} stopped: {} samples in {:.1} s; `vmscope report {id}` prints its report",
+        session.samples,
+        elapsed(&session).as_secs_f64()
+    )?;
+    Ok(())
+}
+
+/// Prints a session's report (a snapshot if it still runs).
+pub async fn report(
+    socket: &Path,
+    id: u64,
+    format: Format,
+    options: &ReportOptions,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut client = client::connect(socket).await?;
+    let profile = client
+        .get_profile(pb::GetProfileRequest { session_id: id })
+        .await
+        .map_err(client::status_error)
+        .with_context(|| format!("cannot get the profile of session {id}"))?
+        .into_inner();
+    let report = Report::from_profile(&profile, options);
+    crate::report::render(&report, options, format, out)?;
+    Ok(())
+}
+
+/// Prints what the daemon and the kernel can do, and the daemon's counters.
+pub async fn info(socket: &Path, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut client = client::connect(socket).await?;
+    let info = client
+        .get_daemon_info(pb::GetDaemonInfoRequest {})
+        .await
+        .map_err(client::status_error)?
+        .into_inner();
+    writeln!(out, "vmscoped {} at {}", info.version, socket.display())?;
+    writeln!(out, "online CPUs:          {}", info.online_cpus)?;
+    writeln!(
+        out,
+        "frequency:            {} Hz by default, at most {} Hz (kernel.perf_event_max_sample_rate)",
+        info.default_frequency_hz, info.max_frequency_hz
+    )?;
+    writeln!(
+        out,
+        "hardware PMU:         {}",
+        if info.hardware_events {
+            "yes"
+        } else {
+            "no (sampling uses the software cpu-clock, which needs none)"
+        }
+    )?;
+    writeln!(out, "counters:")?;
+    let mut counters: Vec<_> = info.counters.into_iter().collect();
+    counters.sort();
+    for (name, value) in counters {
+        writeln!(out, "  {name:<28} {value}")?;
+    }
+    Ok(())
+}
+
+fn state_name(s: &pb::Session) -> &'static str {
+    match s.state() {
+        pb::SessionState::Running => "running",
+        pb::SessionState::Stopped => "stopped",
+        pb::SessionState::Unspecified => "unknown",
+    }
+}
+
+fn elapsed(s: &pb::Session) -> Duration {
+    s.elapsed
+        .and_then(|d| Duration::try_from(d).ok())
+        .unwrap_or_default()
+}
+
+fn targets(s: &pb::Session) -> String {
+    if s.system_wide {
+        return "system-wide".into();
+    }
+    let all: Vec<String> = s
+        .targets
+        .iter()
+        .map(|t| format!("{} ({})", t.pid, t.command))
+        .collect();
+    let joined = all.join(", ");
+    if joined.chars().count() > 32 {
+        format!("{} processes", all.len())
+    } else {
+        joined
+    }
+}

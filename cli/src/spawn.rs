@@ -1,0 +1,298 @@
+//! Starting the command of `vmscope record -- CMD` so that no sample is lost.
+//!
+//! The command is forked first and held before `exec`, blocked on a pipe; the caller registers
+//! its pid with the daemon, then releases it. Its very first instruction is therefore sampled.
+//! (`std::process::Command` cannot do this: its `spawn` returns only after `exec`.)
+//!
+//! Between `fork` and `exec` the child of a multi-threaded process may only make
+//! async-signal-safe calls (another thread may have held the allocator's lock at the fork), so
+//! everything (path lookup, argument strings) is prepared before the fork, and the child only
+//! reads, execs, writes and exits. That makes [`HeldChild::spawn`] safe to call from any thread.
+//!
+//! Waiting uses `WNOWAIT` first: the exited command stays a zombie, whose CPU time the daemon
+//! can still read, until the session is stopped; only then is it reaped.
+
+use std::{
+    ffi::{CString, OsStr, OsString},
+    io,
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd},
+        unix::ffi::OsStrExt,
+    },
+    path::{Path, PathBuf},
+};
+
+/// A forked command waiting for [`HeldChild::release`] before it execs.
+#[derive(Debug)]
+pub struct HeldChild {
+    pid: libc::pid_t,
+    go: Option<OwnedFd>,
+    program: PathBuf,
+}
+
+/// How a command ended, as a shell would report it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// The exit code to pass on: the code itself, or 128 + signal like a shell.
+    pub fn as_exit_code(self) -> i32 {
+        match self {
+            ExitStatus::Code(code) => code,
+            ExitStatus::Signal(signal) => 128 + signal,
+        }
+    }
+}
+
+/// Finds `program` the way a shell does: as a path when it contains a slash, otherwise in
+/// `$PATH`.
+pub fn resolve_program(program: &OsStr) -> io::Result<PathBuf> {
+    let is_executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| {
+            use std::os::unix::fs::PermissionsExt;
+            m.is_file() && m.permissions().mode() & 0o111 != 0
+        })
+    };
+    if program.as_bytes().contains(&b'/') {
+        let path = PathBuf::from(program);
+        return if is_executable(&path) {
+            Ok(path)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} is not an executable file", path.display()),
+            ))
+        };
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path_var)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("command not found: {}", program.to_string_lossy()),
+            )
+        })
+}
+
+fn cstring(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("argument contains a NUL byte: {}", s.to_string_lossy()),
+        )
+    })
+}
+
+impl HeldChild {
+    /// Forks `program args...`, held before exec.
+    pub fn spawn(program: &OsStr, args: &[OsString]) -> io::Result<HeldChild> {
+        let path = resolve_program(program)?;
+        let c_path = cstring(path.as_os_str())?;
+        let c_args: Vec<CString> = std::iter::once(program)
+            .chain(args.iter().map(OsString::as_os_str))
+            .map(cstring)
+            .collect::<io::Result<_>>()?;
+        let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let exec_failed = b"vmscope: exec failed\n";
+
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array we own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned by nobody else.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+
+        // SAFETY: the child below only calls async-signal-safe functions on memory prepared
+        // before the fork, which is sound even if other threads exist.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // Child.
+            // SAFETY: async-signal-safe calls only; argv and path outlive the exec attempt.
+            unsafe {
+                libc::close(write_end.as_raw_fd());
+                let mut byte = 0u8;
+                let n = loop {
+                    let n = libc::read(read_end.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+                    if n >= 0 || *libc::__errno_location() != libc::EINTR {
+                        break n;
+                    }
+                };
+                if n != 1 {
+                    // The parent gave up (no daemon, refused session): leave without running.
+                    libc::_exit(127);
+                }
+                libc::execv(c_path.as_ptr(), argv.as_ptr());
+                libc::write(2, exec_failed.as_ptr().cast(), exec_failed.len());
+                libc::_exit(127);
+            }
+        }
+        drop(read_end);
+        Ok(HeldChild {
+            pid,
+            go: Some(write_end),
+            program: path,
+        })
+    }
+
+    /// The child's pid, valid before and after exec.
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// The resolved program path.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// Lets the child exec.
+    pub fn release(&mut self) -> io::Result<()> {
+        let Some(go) = self.go.take() else {
+            return Ok(());
+        };
+        // SAFETY: writes one byte from a local to a descriptor we own.
+        let n = unsafe { libc::write(go.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Makes a held child exit without running the command, and reaps it.
+    pub fn abort(mut self) {
+        drop(self.go.take());
+        let _ = self.reap();
+    }
+
+    /// Blocks until the child has exited, without reaping it: see [`wait_exited`].
+    pub fn wait_exited(&self) -> io::Result<()> {
+        wait_exited(self.pid())
+    }
+
+    /// Reaps the child (blocking until it exits) and returns how it ended.
+    pub fn reap(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes into the int we own.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                return Ok(if libc::WIFSIGNALED(status) {
+                    ExitStatus::Signal(libc::WTERMSIG(status))
+                } else {
+                    ExitStatus::Code(libc::WEXITSTATUS(status))
+                });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Blocks until process `pid` (a child of ours) has exited, without reaping it: the zombie keeps
+/// its final CPU time readable in /proc for the daemon. Free-standing so that a blocking thread
+/// can wait while the [`HeldChild`] stays with its owner.
+pub fn wait_exited(pid: u32) -> io::Result<()> {
+    loop {
+        // SAFETY: waitid writes into the siginfo we own.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_child_runs_only_when_released_and_reports_its_status() {
+        let dir = tempfile_dir();
+        let marker = dir.join("ran");
+        let script = format!("touch {}; exit 7", marker.display());
+        let mut child = HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!marker.exists(), "the command must wait to be released");
+        child.release().unwrap();
+        child.wait_exited().unwrap();
+        // Not reaped yet: still a zombie with a /proc entry.
+        assert!(Path::new(&format!("/proc/{}/stat", child.pid())).exists());
+        assert_eq!(child.reap().unwrap(), ExitStatus::Code(7));
+        assert!(marker.exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn aborted_child_never_runs() {
+        let dir = tempfile_dir();
+        let marker = dir.join("ran");
+        let script = format!("touch {}", marker.display());
+        let child = HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()]).unwrap();
+        child.abort();
+        assert!(!marker.exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn signals_map_to_shell_codes() {
+        let mut child =
+            HeldChild::spawn(OsStr::new("sh"), &["-c".into(), "kill -9 $$".into()]).unwrap();
+        child.release().unwrap();
+        let status = child.reap().unwrap();
+        assert_eq!(status, ExitStatus::Signal(9));
+        assert_eq!(status.as_exit_code(), 137);
+    }
+
+    #[test]
+    fn unknown_commands_are_refused_before_forking() {
+        let err = HeldChild::spawn(OsStr::new("no-such-command-vmscope"), &[]).unwrap_err();
+        assert!(err.to_string().contains("command not found"), "{err}");
+        let dir = tempfile_dir();
+        let plain = dir.join("not-executable");
+        std::fs::write(&plain, b"#!/bin/sh\n").unwrap();
+        let err = resolve_program(plain.as_os_str()).unwrap_err();
+        assert!(err.to_string().contains("not an executable"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "vmscope-spawn-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
