@@ -1,1 +1,346 @@
-//! Test support.
+//! Support for vmscope's end-to-end tests: the real `vmscoped` on a private socket, the real
+//! `vmscope` CLI, and C fixture programs whose time split is known by construction.
+//!
+//! These tests load real BPF programs, so they run as root (CI is root). When the daemon cannot
+//! start, [`Daemon::start`] panics with the daemon's own explanation: a test never passes by
+//! skipping.
+
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint, Uri};
+use vmscope_proto::v1::{Profile, ProfileRow, Section, profiler_client::ProfilerClient};
+
+/// A client of the daemon.
+pub type Client = ProfilerClient<Channel>;
+
+/// Uid of `nobody`, used for the unprivileged-client tests.
+pub const NOBODY: u32 = 65534;
+
+/// The workspace's target directory and profile directory of this test binary
+/// (`target/debug/deps/test-xxxx` -> `target/debug`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Path of a workspace binary (`vmscoped`, `vmscope`), built on first use with the same cargo
+/// and profile as the tests, so that `cargo test` alone is enough.
+pub fn binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let dir = profile_dir();
+        let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+        let profile = if profile == "debug" { "dev" } else { profile };
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "--profile",
+                profile,
+                "-p",
+                "vmscoped",
+                "-p",
+                "vmscope",
+            ])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("cargo build of the binaries failed: {status}"))
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+    profile_dir().join(name)
+}
+
+/// A directory every user can traverse: the unprivileged tests reach sockets and fixtures in
+/// it as `nobody`.
+pub fn shared_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("vmscope-test-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
+}
+
+/// The compiled fixture programs.
+#[derive(Debug)]
+pub struct Fixtures {
+    _dir: tempfile::TempDir,
+    /// `hotspots` built as a position-independent executable.
+    pub hotspots_pie: PathBuf,
+    /// `hotspots` built at a fixed address (`-no-pie`).
+    pub hotspots_nopie: PathBuf,
+    /// `libhot.so`, for the dlopen test.
+    pub libhot: PathBuf,
+    /// Where the fixtures live, for tests that make copies.
+    pub dir: PathBuf,
+}
+
+/// Builds the fixtures once per test process (gcc is installed by `cargo xtask setup`).
+pub fn fixtures() -> &'static Fixtures {
+    static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
+    FIXTURES.get_or_init(|| build_fixtures().unwrap_or_else(|e| panic!("{e:#}")))
+}
+
+fn build_fixtures() -> anyhow::Result<Fixtures> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let dir = shared_tempdir();
+    let gcc = |args: &[&str]| -> anyhow::Result<()> {
+        let out = Command::new("gcc")
+            .args([
+                "-O1",
+                "-g",
+                "-fno-inline",
+                "-fno-omit-frame-pointer",
+                "-Wl,--build-id",
+            ])
+            .args(args)
+            .current_dir(&src)
+            .output()
+            .context("cannot run gcc (install it, or run `cargo xtask setup`)")?;
+        if !out.status.success() {
+            bail!(
+                "gcc {args:?} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    };
+    let p = |name: &str| dir.path().join(name);
+    let s = |path: &Path| path.to_str().expect("utf-8 temp path").to_owned();
+    gcc(&[
+        "-fPIE",
+        "-pie",
+        "-o",
+        &s(&p("hotspots-pie")),
+        "hotspots.c",
+        "-ldl",
+    ])?;
+    gcc(&[
+        "-fno-pie",
+        "-no-pie",
+        "-o",
+        &s(&p("hotspots-nopie")),
+        "hotspots.c",
+        "-ldl",
+    ])?;
+    gcc(&["-fPIC", "-shared", "-o", &s(&p("libhot.so")), "libhot.c"])?;
+    Ok(Fixtures {
+        hotspots_pie: p("hotspots-pie"),
+        hotspots_nopie: p("hotspots-nopie"),
+        libhot: p("libhot.so"),
+        dir: dir.path().to_path_buf(),
+        _dir: dir,
+    })
+}
+
+/// A running `vmscoped` on a private socket, stopped (SIGTERM) when dropped.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Child,
+    /// Its socket.
+    pub socket: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts the daemon and waits until it serves. Panics, with the daemon's own words, when it
+    /// cannot (not root, BPF refused...).
+    pub fn start() -> Daemon {
+        let dir = shared_tempdir();
+        let socket = dir.path().join("run/vmscoped.sock");
+        let log = dir.path().join("vmscoped.log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(binary("vmscoped"))
+            .arg("--socket")
+            .arg(&socket)
+            .env("VMSCOPE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("cannot spawn vmscoped");
+        let mut daemon = Daemon {
+            child,
+            socket,
+            log,
+            _dir: dir,
+        };
+        daemon.wait_ready();
+        daemon
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "vmscoped exited ({status}) before serving; BPF tests need root and a kernel \
+                     with BPF ring buffers. Its log:\n{}",
+                    self.log()
+                );
+            }
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "vmscoped did not serve within 60 s. Its log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it still runs.
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// A gRPC client connected to it.
+    pub async fn client(&self) -> Client {
+        connect(&self.socket).await.expect("connect to vmscoped")
+    }
+
+    /// A `vmscope` command pointed at this daemon.
+    pub fn cli(&self) -> Command {
+        let mut command = Command::new(binary("vmscope"));
+        command.env("VMSCOPE_SOCKET", &self.socket);
+        command
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill only sends a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Connects to a daemon socket.
+pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
+    let path = socket.to_path_buf();
+    let channel = Endpoint::try_from("http://vmscoped.invalid")?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await?;
+    Ok(ProfilerClient::new(channel))
+}
+
+/// A fixture process, killed when dropped.
+#[derive(Debug)]
+pub struct Running {
+    /// The process.
+    pub child: Child,
+}
+
+impl Running {
+    /// Starts `program args...`, waiting until it prints "ready".
+    pub fn start(command: &mut Command) -> Running {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn fixture");
+        let stdout = child.stdout.as_mut().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read fixture output");
+        assert_eq!(line.trim(), "ready", "fixture did not start");
+        Running { child }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Samples of the row named `name` in `section` (0 if absent).
+pub fn samples_of(profile: &Profile, section: Section, name: &str) -> u64 {
+    rows(profile, section)
+        .filter(|r| r.name == name)
+        .map(|r| r.samples)
+        .sum()
+}
+
+/// Rows of one section.
+pub fn rows(profile: &Profile, section: Section) -> impl Iterator<Item = &ProfileRow> {
+    profile.rows.iter().filter(move |r| r.section() == section)
+}
+
+/// A readable dump of a profile's rows, for assertion messages.
+pub fn dump(profile: &Profile) -> String {
+    let mut text = format!(
+        "total {} lost {} cpu {:.3}s rate {:.1} Hz\n",
+        profile.total_samples,
+        profile.lost_samples,
+        profile.cpu_seconds,
+        profile.measured_frequency_hz
+    );
+    for row in profile.rows.iter().take(25) {
+        text += &format!(
+            "  {:>6} {:?} {} [{}]\n",
+            row.samples,
+            row.section(),
+            row.name,
+            row.module
+        );
+    }
+    for issue in &profile.symbolization_issues {
+        text += &format!(
+            "  issue: {}: {} ({})\n",
+            issue.module, issue.reason, issue.samples
+        );
+    }
+    text
+}

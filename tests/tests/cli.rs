@@ -1,0 +1,143 @@
+//! The `vmscope` command line against a real daemon: `record -- CMD` (first samples kept, exit
+//! status passed through), the text and JSON reports, and the session commands.
+
+use vmscope_tests::{Daemon, fixtures};
+
+#[test]
+fn record_a_command_from_its_first_instruction() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "--"])
+        .arg(&fixtures().hotspots_pie)
+        .arg("2")
+        .output()
+        .expect("run vmscope");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The fixture's own stdout comes first; the report is the JSON object after it.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let cpu_seconds: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu_seconds="))
+        .expect("the fixture reports its CPU time")
+        .parse()
+        .unwrap();
+    let json_start = stdout.find("{\n").expect("a JSON report");
+    let report: serde_json::Value = serde_json::from_str(&stdout[json_start..]).expect("JSON");
+
+    // Every sample of the command's life is there: from exec to exit, at 1400 Hz.
+    let total = report["total_samples"].as_u64().unwrap() as f64;
+    let expected = 1400.0 * cpu_seconds;
+    assert!(
+        (total - expected).abs() <= 0.1 * expected,
+        "{total} samples for {cpu_seconds} s of CPU, expected {expected:.0} +- 10%"
+    );
+    assert_eq!(report["lost_samples"], 0);
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["stop_reason"], "the recorded command exited");
+    let measured = report["measured_frequency_hz"].as_f64().unwrap();
+    assert!((measured - 1400.0).abs() <= 140.0, "{measured}");
+
+    let sections = report["sections"].as_array().unwrap();
+    let vanilla = sections
+        .iter()
+        .find(|s| s["section"] == "vanilla")
+        .expect("a vanilla section");
+    let rows = vanilla["rows"].as_array().unwrap();
+    for row in rows {
+        for field in ["name", "module", "section", "samples"] {
+            assert!(!row[field].is_null(), "row without {field}: {row}");
+        }
+    }
+    let hot_a = rows.iter().find(|r| r["name"] == "hot_a").expect("hot_a");
+    assert_eq!(hot_a["module"], "hotspots-pie");
+    assert_eq!(hot_a["section"], "vanilla");
+    let share = hot_a["percent_of_section"].as_f64().unwrap();
+    assert!(
+        (share - 60.0).abs() < 5.0,
+        "hot_a holds {share}% of vanilla"
+    );
+}
+
+#[test]
+fn exit_status_is_passed_through() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "--", "sh", "-c", "exit 3"])
+        .output()
+        .expect("run vmscope");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("vanilla vm code"), "{text}");
+
+    let missing = daemon
+        .cli()
+        .args(["record", "--", "no-such-command-for-vmscope"])
+        .output()
+        .expect("run vmscope");
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("command not found"));
+}
+
+#[test]
+fn text_report_and_session_commands() {
+    let daemon = Daemon::start();
+    let mut target = std::process::Command::new(&fixtures().hotspots_nopie)
+        .arg("30")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = daemon
+        .cli()
+        .args(["record", "--duration", "1.5", "--pid"])
+        .arg(target.id().to_string())
+        .output()
+        .expect("run vmscope");
+    let _ = target.kill();
+    let _ = target.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "samples in the VM",
+        "samples in the entire program",
+        "sampling frequency",
+        "% of vanilla vm code (% of total)",
+        "hot_a",
+        "duration elapsed",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+
+    let sessions = daemon.cli().arg("sessions").output().unwrap();
+    let listing = String::from_utf8_lossy(&sessions.stdout);
+    assert!(listing.contains("stopped"), "{listing}");
+    let id = listing
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .expect("a session row")
+        .to_owned();
+    let report = daemon
+        .cli()
+        .args(["report", &id, "--fold", "0"])
+        .output()
+        .unwrap();
+    assert!(report.status.success());
+    assert!(String::from_utf8_lossy(&report.stdout).contains("hot_b"));
+    let again = daemon.cli().args(["stop", &id]).output().unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already stopped"));
+    let info = daemon.cli().arg("info").output().unwrap();
+    assert!(String::from_utf8_lossy(&info.stdout).contains("perf_event_max_sample_rate"));
+}

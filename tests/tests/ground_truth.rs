@@ -1,0 +1,84 @@
+//! Ground truth: a fixture whose time split is fixed by construction (6/3/1 ms slices of thread
+//! CPU time in hot_a, hot_b, hot_c), profiled through the daemon over gRPC against real BPF.
+
+use std::{process::Command, time::Duration};
+
+use vmscope_proto::v1::{GetProfileRequest, Section, StartSessionRequest, StopSessionRequest};
+use vmscope_tests::{Daemon, Running, dump, fixtures, samples_of};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_rate_and_losses_match_construction() {
+    let daemon = Daemon::start();
+    let fixtures = fixtures();
+    let target = Running::start(Command::new(&fixtures.hotspots_pie).arg("30"));
+    let mut client = daemon.client().await;
+
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![target.pid()],
+            system_wide: false,
+            frequency_hz: Some(1400),
+            duration: None,
+        })
+        .await
+        .expect("start")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    client
+        .stop_session(StopSessionRequest {
+            session_id: session.id,
+            ..Default::default()
+        })
+        .await
+        .expect("stop");
+    let profile = client
+        .get_profile(GetProfileRequest {
+            session_id: session.id,
+        })
+        .await
+        .expect("profile")
+        .into_inner();
+    let report = dump(&profile);
+    assert!(profile.complete, "{report}");
+
+    let a = samples_of(&profile, Section::Vanilla, "hot_a") as f64;
+    let b = samples_of(&profile, Section::Vanilla, "hot_b") as f64;
+    let c = samples_of(&profile, Section::Vanilla, "hot_c") as f64;
+    let hot = a + b + c;
+    assert!(
+        hot > 0.9 * profile.total_samples as f64,
+        "the three functions should hold nearly all samples:\n{report}"
+    );
+    for (name, samples, expected) in [("hot_a", a, 60.0), ("hot_b", b, 30.0), ("hot_c", c, 10.0)] {
+        let share = 100.0 * samples / hot;
+        assert!(
+            (share - expected).abs() <= 3.0,
+            "{name}: {share:.2}% of the hot samples, expected {expected}% +- 3:\n{report}"
+        );
+    }
+
+    // The rate per busy CPU: samples over the CPU time the target used while sampled.
+    let rate = profile.measured_frequency_hz;
+    assert!(
+        (rate - 1400.0).abs() <= 140.0,
+        "measured {rate:.1} Hz per busy CPU, expected 1400 +- 10%:\n{report}"
+    );
+    assert!(
+        profile.cpu_seconds > 1.0,
+        "the target should have been busy most of the 4 s:\n{report}"
+    );
+    assert_eq!(profile.lost_samples, 0, "{report}");
+    assert!(
+        profile.lost_samples_per_cpu.iter().all(|&n| n == 0),
+        "{report}"
+    );
+    assert!(
+        (profile.duration_seconds - 4.0).abs() < 0.5,
+        "duration {:.3}",
+        profile.duration_seconds
+    );
+    assert_eq!(
+        profile.vm_executable,
+        fixtures.hotspots_pie.display().to_string()
+    );
+}
