@@ -191,7 +191,16 @@ async fn wait_for_end(
 fn describe(target: &Target, session: &pb::Session) -> String {
     match target {
         Target::System => "all processes".into(),
-        _ => session
+        // Not yet exec'd: the daemon still sees a copy of vmscope under this pid.
+        Target::Command(argv) => format!(
+            "`{}` (pid {})",
+            argv.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            session.targets.first().map_or(0, |t| t.pid)
+        ),
+        Target::Pids(_) => session
             .targets
             .iter()
             .map(|t| format!("pid {} ({})", t.pid, t.command))

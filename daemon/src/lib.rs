@@ -11,9 +11,9 @@
 //! ```
 //!
 //! Folders follow that path: `bpf/` is all that talks to the kernel's BPF side, `process/` reads
-//! `/proc`, `symbolize/` names code, `session/` owns sessions, `server/` speaks gRPC. Parsers
-//! (`process::maps`, `process::stat`, `symbolize::elf`, `symbolize::kallsyms`) are pure
-//! functions over bytes, unit-tested and fuzzed; I/O stays at the edges, in [`sys`].
+//! `/proc`, `symbolize/` names code, `session/` owns sessions, `server/` speaks gRPC. The parsers
+//! live in their own crate, `vmscope-parse` (`daemon/parse`): pure functions over bytes,
+//! unit-tested and fuzzed, with no I/O; here I/O stays at the edges, in [`sys`].
 #![deny(missing_docs)]
 
 pub mod bpf;
@@ -28,12 +28,13 @@ use std::{path::PathBuf, sync::Arc};
 
 use anyhow::Context as _;
 use tokio::sync::mpsc;
+use vmscope_parse::kallsyms;
 use vmscope_proto::v1::{FILE_DESCRIPTOR_SET, profiler_server::ProfilerServer};
 
 use crate::{
     bpf::Sampler,
     session::ManagerConfig,
-    symbolize::{Modules, Symbolizer, kallsyms},
+    symbolize::{Modules, Symbolizer},
 };
 
 /// Largest /proc/kallsyms the daemon reads (a few MiB on distribution kernels).

@@ -1,1 +1,154 @@
-fn main() {}
+//! vmscope's developer tasks: `cargo xtask setup | demo | test | lint | bench | fuzz`.
+//!
+//! `setup` installs what a fresh machine lacks to build the eBPF program and run the tests
+//! (the nightly `rust-src` component, `bpf-linker` 0.10.0, gcc), saying what it does and
+//! skipping what is present; `demo`, `test` and `bench` run it first.
+
+mod bench;
+mod demo;
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Install what building and testing need (idempotent).
+    Setup,
+    /// Build the daemon and the CLI in release mode.
+    Build,
+    /// Run the daemon (or use a running one), record a fixture for a few seconds, print the
+    /// report.
+    Demo {
+        /// Seconds to record.
+        #[arg(long, default_value_t = 4.0)]
+        seconds: f64,
+    },
+    /// Run every test (unit, integration against real BPF: needs root).
+    Test,
+    /// rustfmt and clippy, as CI checks them.
+    Lint,
+    /// Measure the profiler's cost and speed and print a table.
+    Bench,
+    /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::run(),
+        Task::Build => build_release(),
+        Task::Demo { seconds } => setup::run().and_then(|()| demo::run(seconds)),
+        Task::Test => setup::run().and_then(|()| test()),
+        Task::Lint => lint(),
+        Task::Bench => setup::run().and_then(|()| bench::run()),
+        Task::Fuzz { seconds } => fuzz(seconds),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// The cargo that runs us.
+pub fn cargo() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(root());
+    command
+}
+
+/// Runs a command, failing with its name when it fails.
+pub fn run_checked(command: &mut Command) -> anyhow::Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn build_release() -> anyhow::Result<()> {
+    setup::run()?;
+    println!("xtask: building vmscoped and vmscope (release)");
+    run_checked(cargo().args(["build", "--release", "-p", "vmscoped", "-p", "vmscope"]))
+}
+
+fn test() -> anyhow::Result<()> {
+    if !setup::is_root() {
+        bail!(
+            "the integration tests load BPF programs and need root: run `sudo -E cargo xtask \
+             test` (unit tests alone: `cargo test --workspace --lib`)"
+        );
+    }
+    println!("xtask: running every test (unit and end-to-end against real BPF)");
+    run_checked(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+}
+
+fn lint() -> anyhow::Result<()> {
+    run_checked(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run_checked(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+fn fuzz(seconds: u64) -> anyhow::Result<()> {
+    setup::run()?;
+    setup::ensure_cargo_fuzz()?;
+    let dir = root().join("daemon/fuzz");
+    let listing = Command::new("cargo")
+        .args(["+nightly", "fuzz", "list"])
+        .current_dir(&dir)
+        .output()
+        .context("cargo fuzz list")?;
+    let targets = String::from_utf8(listing.stdout)?;
+    for target in targets.lines().filter(|l| !l.is_empty()) {
+        println!("xtask: fuzzing {target} for {seconds} s");
+        run_checked(
+            Command::new("cargo")
+                .args([
+                    "+nightly",
+                    "fuzz",
+                    "run",
+                    target,
+                    "--",
+                    &format!("-max_total_time={seconds}"),
+                ])
+                .current_dir(&dir),
+        )?;
+    }
+    Ok(())
+}

@@ -11,12 +11,12 @@
 //! so that a binary that is deleted or replaced later, or a process that exits, can still be
 //! symbolised.
 
-pub mod maps;
-pub mod stat;
-
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
-use maps::{MapEntry, MapPath};
+use vmscope_parse::{
+    maps::{self, MapEntry, MapPath},
+    stat,
+};
 
 use crate::{
     symbolize::{Location, ModuleId, Modules, UnmappedReason},

@@ -21,6 +21,7 @@ use tokio::{
     task::JoinHandle,
 };
 use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event};
+use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
@@ -30,7 +31,7 @@ use super::{
 };
 use crate::{
     bpf::{Batch, LostCounts, SamplerControl, period_of},
-    process::{ProcessTable, stat},
+    process::ProcessTable,
     symbolize::{Location, Modules},
     sys,
 };
@@ -255,8 +256,9 @@ impl Manager {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batches_open = true;
         loop {
+            // Not biased: a client flooding the API must not starve sample ingestion (which
+            // would end in lost samples), nor the other way round.
             tokio::select! {
-                biased;
                 command = commands.recv() => match command {
                     Some(command) => self.handle(command),
                     None => break,

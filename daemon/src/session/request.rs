@@ -5,7 +5,9 @@ use std::time::Duration;
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1::StartSessionRequest};
 
 use super::SessionError;
-use crate::{process::stat, sys};
+use vmscope_parse::stat;
+
+use crate::sys;
 
 /// Most processes one session may name.
 pub const MAX_TARGETS_PER_SESSION: usize = 1024;

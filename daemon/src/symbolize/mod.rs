@@ -6,9 +6,6 @@
 //! `[unknown]` together with the reason, which profiles count per module. No answer is an
 //! error: a sample is never dropped for want of a name.
 
-pub mod demangle;
-pub mod elf;
-pub mod kallsyms;
 mod location;
 mod module;
 pub mod vdso;
@@ -19,7 +16,7 @@ pub use location::{Location, UnmappedReason};
 pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, ModuleId, Modules};
 use vmscope_proto::v1::Section;
 
-use self::{elf::ElfSymbols, kallsyms::KernelSymbols};
+use vmscope_parse::{elf::ElfSymbols, kallsyms::KernelSymbols};
 
 /// Module name of kernel code, as perf writes it.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";

@@ -21,8 +21,8 @@ use std::{
 
 use object::{Object as _, read::ReadCache};
 
-use super::elf::{ElfSymbols, debug_file_candidates};
 use crate::sys::FileId;
+use vmscope_parse::elf::{ElfSymbols, debug_file_candidates};
 
 /// Index of a registered binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

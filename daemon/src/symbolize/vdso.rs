@@ -6,8 +6,9 @@
 //! Samples in another process's vDSO are normalised to an offset in the image and resolved
 //! against this copy.
 
-use super::elf::ElfSymbols;
-use crate::{process::maps, sys};
+use vmscope_parse::{elf::ElfSymbols, maps};
+
+use crate::sys;
 
 /// Parses the daemon's own vDSO image; the error is a reason for reports.
 pub fn load() -> Result<ElfSymbols, String> {

@@ -78,8 +78,8 @@ fn sample(tgid: u32, hz: u32, timestamp_ns: u64) -> Event {
 }
 
 impl Harness {
-    /// Sends a batch and waits until the manager has taken it in (it serves commands before
-    /// batches, so a command sent right after could otherwise overtake the batch).
+    /// Sends a batch and waits until the manager has taken it in (commands and batches come on
+    /// separate channels, so a command sent right after could otherwise overtake the batch).
     async fn send(&self, events: Vec<Event>, watermark_ns: u64) {
         let before = self.batches_seen().await;
         self.batches

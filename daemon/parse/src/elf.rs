@@ -34,7 +34,7 @@ use object::read::elf::{
 };
 use object::{Pod, ReadRef};
 
-use super::demangle::demangle;
+use crate::demangle::demangle;
 
 /// Root under which distributions install separate debug files (`-dbg` / `-debuginfo`
 /// packages), searched by gdb and perf by default.
@@ -92,7 +92,7 @@ pub struct SymbolRef<'a> {
 
 impl<'a> SymbolRef<'a> {
     /// The name made readable for a profile: Rust without its hash, C++ with its parameters,
-    /// anything else unchanged (see [`super::demangle::demangle`]).
+    /// anything else unchanged (see [`crate::demangle::demangle`]).
     pub fn demangled(&self) -> Cow<'a, str> {
         demangle(self.name)
     }
@@ -1539,12 +1539,9 @@ mod tests {
             .expect("some_fn is in a PT_LOAD");
         let found = symbols.lookup(vaddr).expect("some_fn has a symbol");
         assert_eq!(found.start, vaddr);
-        assert_eq!(
-            found.demangled(),
-            "vmscoped::symbolize::elf::tests::some_fn"
-        );
+        assert_eq!(found.demangled(), "vmscope_parse::elf::tests::some_fn");
         assert_ne!(
-            found.name, "vmscoped::symbolize::elf::tests::some_fn",
+            found.name, "vmscope_parse::elf::tests::some_fn",
             "the raw name is mangled"
         );
     }

@@ -1,0 +1,149 @@
+//! `cargo xtask demo`: a real profile of a real process, end to end.
+//!
+//! Builds the release binaries and the `hotspots` fixture (three functions burning 6/3/1 ms
+//! slices of CPU: the report should say 60/30/10%), starts `vmscoped` on a private socket
+//! unless one already serves the default socket, records the fixture with `vmscope record --
+//! CMD`, and stops the daemon it started.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+
+use crate::{cargo, root, run_checked, setup};
+
+/// The default socket of an installed daemon.
+const DEFAULT_SOCKET: &str = "/run/vmscope/vmscoped.sock";
+
+/// Release binaries and the fixture, built.
+pub struct Built {
+    /// target/release/vmscoped
+    pub daemon: PathBuf,
+    /// target/release/vmscope
+    pub cli: PathBuf,
+    /// The hotspots fixture.
+    pub hotspots: PathBuf,
+    /// Scratch directory (target/xtask).
+    pub dir: PathBuf,
+}
+
+/// Builds the release binaries and the fixture.
+pub fn build() -> anyhow::Result<Built> {
+    println!("xtask: building vmscoped and vmscope (release)");
+    run_checked(cargo().args(["build", "--release", "-p", "vmscoped", "-p", "vmscope"]))?;
+    let release = root().join("target/release");
+    let dir = root().join("target/xtask");
+    std::fs::create_dir_all(&dir)?;
+    let hotspots = dir.join("hotspots");
+    let fixtures = root().join("tests/fixtures");
+    run_checked(
+        Command::new("gcc")
+            .args(["-O1", "-g", "-fno-inline", "-fno-omit-frame-pointer", "-o"])
+            .arg(&hotspots)
+            .arg(fixtures.join("hotspots.c"))
+            .arg("-ldl"),
+    )?;
+    Ok(Built {
+        daemon: release.join("vmscoped"),
+        cli: release.join("vmscope"),
+        hotspots,
+        dir,
+    })
+}
+
+/// A daemon for the demo or the benchmark: one already running, or one we started.
+pub struct Daemon {
+    /// Its socket.
+    pub socket: PathBuf,
+    started: Option<Child>,
+}
+
+impl Daemon {
+    /// Uses the daemon at the default socket if one answers, else starts one on a private
+    /// socket.
+    pub fn start_or_reuse(built: &Built, reuse: bool) -> anyhow::Result<Daemon> {
+        let default = Path::new(DEFAULT_SOCKET);
+        if reuse && std::os::unix::net::UnixStream::connect(default).is_ok() {
+            println!("xtask: using the vmscoped already serving {DEFAULT_SOCKET}");
+            return Ok(Daemon {
+                socket: default.to_path_buf(),
+                started: None,
+            });
+        }
+        if !setup::is_root() {
+            bail!("vmscoped loads BPF programs and needs root: run `sudo -E cargo xtask ...`");
+        }
+        let socket = built.dir.join("vmscoped.sock");
+        let log = built.dir.join("vmscoped.log");
+        println!(
+            "xtask: starting {} --socket {} (log: {})",
+            built.daemon.display(),
+            socket.display(),
+            log.display()
+        );
+        let child = Command::new(&built.daemon)
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("cannot start vmscoped")?;
+        let mut daemon = Daemon {
+            socket,
+            started: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&daemon.socket).is_err() {
+            let exited = daemon
+                .started
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                bail!("vmscoped did not start:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(daemon)
+    }
+
+    /// Pid of the daemon we started.
+    pub fn pid(&self) -> Option<u32> {
+        self.started.as_ref().map(Child::id)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.started {
+            // SAFETY: kill only signals our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The demo.
+pub fn run(seconds: f64) -> anyhow::Result<()> {
+    let built = build()?;
+    let daemon = Daemon::start_or_reuse(&built, true)?;
+    println!(
+        "xtask: recording `hotspots {seconds}` (hot_a, hot_b, hot_c burn 6/3/1 ms slices: expect \
+         about 60/30/10% of vanilla vm code)\n"
+    );
+    let status = Command::new(&built.cli)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["record", "--"])
+        .arg(&built.hotspots)
+        .arg(seconds.to_string())
+        .status()
+        .context("cannot run vmscope")?;
+    if !status.success() {
+        bail!("vmscope record failed: {status}");
+    }
+    Ok(())
+}
