@@ -255,18 +255,22 @@ impl Drop for Daemon {
     }
 }
 
-/// Connects to a daemon socket.
-pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
+/// A gRPC channel to a daemon socket, for any of its services.
+pub async fn channel(socket: &Path) -> anyhow::Result<Channel> {
     let path = socket.to_path_buf();
-    let channel = Endpoint::try_from("http://vmscoped.invalid")?
+    Ok(Endpoint::try_from("http://vmscoped.invalid")?
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move {
                 Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
             }
         }))
-        .await?;
-    Ok(ProfilerClient::new(channel))
+        .await?)
+}
+
+/// Connects to a daemon socket.
+pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
+    Ok(ProfilerClient::new(channel(socket).await?))
 }
 
 /// A fixture process, killed when dropped.

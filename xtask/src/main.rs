@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         Task::Build => build_release(),
         Task::Demo { seconds } => setup::run().and_then(|()| demo::run(seconds)),
         Task::Test => setup::run().and_then(|()| test()),
-        Task::Lint => lint(),
+        Task::Lint => setup::run().and_then(|()| lint()),
         Task::Bench => setup::run().and_then(|()| bench::run()),
         Task::Fuzz { seconds } => fuzz(seconds),
     };

@@ -90,6 +90,15 @@ pub fn run() -> anyhow::Result<()> {
             ]))
         },
     )?;
+    let stable = output(Command::new("rustup").args(["component", "list", "--installed"]))
+        .unwrap_or_default();
+    for component in ["rustfmt", "clippy"] {
+        step(
+            &format!("{component} (cargo xtask lint)"),
+            stable.lines().any(|l| l.starts_with(component)),
+            || run_checked(Command::new("rustup").args(["component", "add", component])),
+        )?;
+    }
     step(
         "gcc (builds the test fixtures)",
         output(Command::new("gcc").arg("--version")).is_some(),

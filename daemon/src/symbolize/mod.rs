@@ -173,3 +173,127 @@ fn resolve_in(
         None => placeholder("no symbol covers the address".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{fs::File, io, path::Path};
+
+    use vmscope_parse::kallsyms::parse_kallsyms;
+
+    use super::*;
+    use crate::sys::FileId;
+
+    fn symbolizer() -> Symbolizer {
+        Symbolizer::new(
+            Arc::new(Modules::new()),
+            Arc::new(parse_kallsyms(
+                b"ffffffff81000000 T _stext\nffffffff81000100 t do_work\n",
+            )),
+            Arc::new(Err("no vDSO here".into())),
+        )
+    }
+
+    fn id(inode: u64) -> FileId {
+        FileId {
+            dev_major: 8,
+            dev_minor: 1,
+            inode,
+        }
+    }
+
+    fn file_location(module: ModuleId) -> Location {
+        Location::File {
+            module,
+            offset: 0x1234,
+            main_executable: false,
+        }
+    }
+
+    #[test]
+    fn broken_binaries_give_placeholders_with_reasons() {
+        let s = symbolizer();
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("libgarbage.so");
+        std::fs::write(&garbage, b"this is not an ELF file at all").unwrap();
+        let cases: Vec<(ModuleId, &str)> = vec![
+            (
+                s.modules()
+                    .register(id(1), Path::new("/gone/libmissing.so"), || {
+                        Err(io::Error::from(io::ErrorKind::NotFound))
+                    }),
+                "cannot open the binary",
+            ),
+            (
+                // A directory opens, but cannot be read as a file.
+                s.modules()
+                    .register(id(2), Path::new("/tmp"), || File::open("/tmp")),
+                "ELF",
+            ),
+            (
+                s.modules()
+                    .register(id(3), &garbage, || File::open(&garbage)),
+                "ELF",
+            ),
+        ];
+        for (module, reason) in cases {
+            let resolved = s.resolve(&file_location(module));
+            let name = s.modules().get(module).unwrap().name.clone();
+            assert_eq!(resolved.name, format!("{name}+0x1234"));
+            assert!(!resolved.symbolized);
+            let issue = resolved.issue.expect("a reason");
+            assert!(issue.contains(reason), "{name}: {issue}");
+        }
+        let counters = s.modules().counters();
+        assert_eq!(counters.registered, 3);
+        assert_eq!(counters.open_failures, 1);
+        assert_eq!(counters.parse_failures, 2);
+    }
+
+    #[test]
+    fn a_binary_is_opened_and_parsed_once() {
+        let s = symbolizer();
+        let exe = std::env::current_exe().unwrap();
+        let mut opens = 0;
+        let first = s.modules().register(id(7), &exe, || {
+            opens += 1;
+            File::open(&exe)
+        });
+        let second = s.modules().register(id(7), &exe, || {
+            opens += 1;
+            File::open(&exe)
+        });
+        assert_eq!(first, second);
+        assert_eq!(opens, 1);
+        // Offset 0 is the ELF header: no symbol, but the binary parses.
+        let _ = s.resolve(&file_location(first));
+        let _ = s.resolve(&file_location(first));
+        assert_eq!(s.modules().counters().parsed, 1);
+    }
+
+    #[test]
+    fn kernel_and_unmapped_samples_are_named_or_explained() {
+        let s = symbolizer();
+        let hit = s.resolve(&Location::Kernel {
+            ip: 0xffff_ffff_8100_0123,
+        });
+        assert_eq!(
+            (hit.name.as_str(), hit.module.as_str()),
+            ("do_work", KERNEL_MODULE)
+        );
+        assert!(hit.symbolized);
+        let miss = s.resolve(&Location::Kernel { ip: 0x1000 });
+        assert_eq!(miss.name, "[unknown]");
+        assert!(miss.issue.unwrap().contains("kallsyms"));
+        let gone = s.resolve(&Location::Unmapped(UnmappedReason::ProcessGone));
+        assert_eq!(gone.section, Section::Other);
+        assert!(gone.issue.unwrap().contains("exited"));
+        let jit = s.resolve(&Location::Anonymous {
+            pid: 1,
+            start: 0x1000,
+            end: 0x2000,
+        });
+        assert_eq!(jit.section, Section::Generated);
+        let vdso = s.resolve(&Location::Vdso { offset: 0x10 });
+        assert_eq!(vdso.issue.as_deref(), Some("no vDSO here"));
+    }
+}
