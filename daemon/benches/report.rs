@@ -89,6 +89,7 @@ impl Harness {
         let (manager, _task) = spawn_manager(
             Box::new(FakeSampler::default()),
             rx,
+            Arc::new(vmscoped::bpf::ReaderControl::default()),
             modules,
             ManagerConfig::default(),
             Box::new(|| Ok(100_000)),

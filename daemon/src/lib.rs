@@ -96,10 +96,13 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let modules = Arc::new(Modules::new());
     let symbolizer = Symbolizer::new(modules.clone(), Arc::new(kernel), Arc::new(vdso));
     let (batch_tx, batch_rx) = mpsc::channel(64);
-    bpf::spawn_reader(ring, batch_tx).context("cannot start the ring-buffer reader thread")?;
+    let reader = Arc::new(bpf::ReaderControl::default());
+    bpf::spawn_reader(ring, batch_tx, reader.clone())
+        .context("cannot start the ring-buffer reader thread")?;
     let (manager, manager_task) = session::spawn_manager(
         Box::new(sampler) as Box<dyn bpf::SamplerControl>,
         batch_rx,
+        reader,
         modules,
         config.manager.clone(),
         Box::new(sys::perf_event_max_sample_rate),

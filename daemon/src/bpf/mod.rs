@@ -22,7 +22,7 @@ use aya::{
         },
     },
 };
-pub use reader::{Batch, spawn_reader};
+pub use reader::{Batch, ReaderControl, spawn_reader};
 use vmscope_common::{CONFIG_SYSTEM_WIDE, TargetKey};
 
 /// The compiled eBPF object (built by build.rs with aya-build).

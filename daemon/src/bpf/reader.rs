@@ -1,17 +1,30 @@
 //! The thread that drains the BPF ring buffer.
 //!
-//! It decodes events into batches and hands them to the session manager with a *watermark*: the
-//! CLOCK_MONOTONIC time at which the drain began. Every event stamped before the watermark was
-//! either in this batch or an earlier one, except for programs still in flight on another CPU,
-//! which take well under a millisecond; the manager therefore finalises a stopped session only
-//! once a watermark passes its stop time plus a small slack. A quiet ring still produces empty
-//! batches every [`IDLE_WAKEUP`], so that stops complete promptly.
+//! The BPF program submits events without waking anyone (`BPF_RB_NO_WAKEUP`): a wakeup per
+//! sample would cost far more than the sample itself. This thread drains the ring on a timer
+//! instead, every [`ACTIVE_INTERVAL`] while sessions run and every [`IDLE_INTERVAL`] otherwise,
+//! and hands the events to the session manager in batches.
+//!
+//! Each batch carries a *watermark*: the CLOCK_MONOTONIC time at which the drain began. Every
+//! event stamped before it was in this batch or an earlier one, except for programs still in
+//! flight on another CPU, which take well under a millisecond. To finish a stop, the manager
+//! asks for a batch whose watermark passes the stop time plus a slack
+//! ([`ReaderControl::flush_at`]); the thread wakes exactly then, and sends that batch even if it
+//! is empty. A quiet ring with no such request costs one cheap wakeup per interval and no
+//! message at all.
 //!
 //! When the manager falls behind, the channel fills, this thread blocks, the ring buffer fills
 //! and the kernel counts what it drops: back-pressure ends in counted losses, never in unbounded
 //! memory.
 
-use std::{os::fd::AsRawFd, thread::JoinHandle, time::Duration};
+use std::{
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread::{JoinHandle, Thread},
+    time::Duration,
+};
 
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
@@ -19,8 +32,12 @@ use vmscope_common::Event;
 
 use crate::sys;
 
-/// How long the reader sleeps when the ring buffer is quiet.
-pub const IDLE_WAKEUP: Duration = Duration::from_millis(10);
+/// How often the ring is drained while sessions run. 8 MiB of ring holds far more than this
+/// much sampling on any machine.
+pub const ACTIVE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How often the ring is looked at while no session runs.
+pub const IDLE_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Upper bound of events per batch, so that one batch never holds the manager for long.
 const MAX_BATCH: usize = 16 * 1024;
@@ -36,52 +53,145 @@ pub struct Batch {
     pub malformed: u64,
 }
 
+/// How the session manager steers the reader thread.
+#[derive(Debug, Default)]
+pub struct ReaderControl {
+    active: AtomicBool,
+    /// Earliest watermark someone waits for; 0 when nobody waits.
+    flush_at_ns: AtomicU64,
+    thread: OnceLock<Thread>,
+}
+
+impl ReaderControl {
+    /// Whether sessions run (drain often) or not (look rarely).
+    pub fn set_active(&self, active: bool) {
+        if self.active.swap(active, Ordering::Relaxed) != active {
+            self.wake();
+        }
+    }
+
+    /// Asks for a batch, empty or not, whose watermark is at least `at_ns`. Requests for
+    /// different times are served earliest first.
+    pub fn flush_at(&self, at_ns: u64) {
+        let at_ns = at_ns.max(1);
+        let mut current = self.flush_at_ns.load(Ordering::Relaxed);
+        loop {
+            if current != 0 && current <= at_ns {
+                return;
+            }
+            match self.flush_at_ns.compare_exchange_weak(
+                current,
+                at_ns,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = actual,
+            }
+        }
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+
+    /// How long the reader may sleep from `now_ns`.
+    fn sleep_from(&self, now_ns: u64) -> Duration {
+        let interval = if self.active.load(Ordering::Relaxed) {
+            ACTIVE_INTERVAL
+        } else {
+            IDLE_INTERVAL
+        };
+        match self.flush_at_ns.load(Ordering::Relaxed) {
+            0 => interval,
+            at => interval.min(Duration::from_nanos(at.saturating_sub(now_ns))),
+        }
+    }
+
+    /// Whether a requested flush is due at `watermark_ns`; clears the request if so.
+    fn take_due_flush(&self, watermark_ns: u64) -> bool {
+        let at = self.flush_at_ns.load(Ordering::Relaxed);
+        at != 0
+            && at <= watermark_ns
+            && self
+                .flush_at_ns
+                .compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
 /// Starts the reader thread. It stops when the receiving side of `tx` is dropped.
 pub fn spawn_reader(
     mut ring: RingBuf<MapData>,
     tx: mpsc::Sender<Batch>,
+    control: Arc<ReaderControl>,
 ) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
+    let handle = std::thread::Builder::new()
         .name("vmscope-ring".into())
-        .spawn(move || {
-            let fd = ring.as_raw_fd();
-            loop {
-                wait_readable(fd, IDLE_WAKEUP);
-                let mut batch = Batch {
-                    watermark_ns: sys::monotonic_ns(),
-                    ..Batch::default()
-                };
+        .spawn({
+            let control = control.clone();
+            move || {
                 loop {
-                    while batch.events.len() < MAX_BATCH {
-                        let Some(item) = ring.next() else { break };
-                        match Event::from_bytes(&item) {
-                            Some(event) => batch.events.push(event),
-                            None => batch.malformed += 1,
+                    let sleep = control.sleep_from(sys::monotonic_ns());
+                    if !sleep.is_zero() {
+                        std::thread::park_timeout(sleep);
+                    }
+                    let watermark_ns = sys::monotonic_ns();
+                    let mut batch = Batch {
+                        watermark_ns,
+                        ..Batch::default()
+                    };
+                    loop {
+                        while batch.events.len() < MAX_BATCH {
+                            let Some(item) = ring.next() else { break };
+                            match Event::from_bytes(&item) {
+                                Some(event) => batch.events.push(event),
+                                None => batch.malformed += 1,
+                            }
                         }
+                        let full = batch.events.len() >= MAX_BATCH;
+                        let wanted = control.take_due_flush(watermark_ns);
+                        if batch.events.is_empty() && batch.malformed == 0 && !wanted {
+                            break;
+                        }
+                        if tx.blocking_send(std::mem::take(&mut batch)).is_err() {
+                            return;
+                        }
+                        if !full {
+                            break;
+                        }
+                        // A full batch may have left events behind: keep draining under the
+                        // same watermark.
+                        batch.watermark_ns = watermark_ns;
                     }
-                    let full = batch.events.len() >= MAX_BATCH;
-                    let watermark_ns = batch.watermark_ns;
-                    if tx.blocking_send(std::mem::take(&mut batch)).is_err() {
-                        return;
-                    }
-                    if !full {
-                        break;
-                    }
-                    // A full batch may have left events behind: keep draining under the same
-                    // watermark.
-                    batch.watermark_ns = watermark_ns;
                 }
             }
-        })
+        })?;
+    let _ = control.thread.set(handle.thread().clone());
+    Ok(handle)
 }
 
-fn wait_readable(fd: i32, timeout: Duration) {
-    let mut pollfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll reads and writes the single pollfd we own; the fd stays open for the life of
-    // the ring buffer, which this thread owns.
-    unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as i32) };
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_requests_keep_the_earliest_and_clear_when_served() {
+        let control = ReaderControl::default();
+        control.set_active(true);
+        assert_eq!(control.sleep_from(0), ACTIVE_INTERVAL);
+        control.flush_at(5_000_000);
+        control.flush_at(9_000_000);
+        assert_eq!(control.sleep_from(1_000_000), Duration::from_millis(4));
+        assert!(!control.take_due_flush(4_999_999), "not due yet");
+        assert!(control.take_due_flush(5_000_000));
+        assert!(!control.take_due_flush(6_000_000), "served once");
+        control.set_active(false);
+        assert_eq!(control.sleep_from(0), IDLE_INTERVAL);
+        control.flush_at(1);
+        assert!(control.sleep_from(100).is_zero(), "overdue: no sleep");
+    }
 }

@@ -30,7 +30,7 @@ use super::{
     routes::Routes,
 };
 use crate::{
-    bpf::{Batch, LostCounts, SamplerControl, period_of},
+    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, period_of},
     process::ProcessTable,
     symbolize::{Location, Modules},
     sys,
@@ -182,10 +182,12 @@ impl ManagerHandle {
 /// Starts the manager task.
 ///
 /// `max_frequency_hz` reads the kernel's current sampling-rate limit (it can change while the
-/// daemon runs); tests pass a constant.
+/// daemon runs); tests pass a constant. `reader` steers the ring-buffer reader that feeds
+/// `batches`.
 pub fn spawn_manager(
     sampler: Box<dyn SamplerControl>,
     batches: mpsc::Receiver<Batch>,
+    reader: Arc<ReaderControl>,
     modules: Arc<Modules>,
     config: ManagerConfig,
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
@@ -199,6 +201,7 @@ pub fn spawn_manager(
         stop_waiters: HashMap::new(),
         processes: ProcessTable::new(modules.clone()),
         modules,
+        reader,
         next_id: 1,
         watermark_ns: 0,
         config,
@@ -237,6 +240,7 @@ struct Manager {
     stop_waiters: HashMap<u64, Vec<Reply>>,
     processes: ProcessTable,
     modules: Arc<Modules>,
+    reader: Arc<ReaderControl>,
     next_id: u64,
     watermark_ns: u64,
     config: ManagerConfig,
@@ -442,6 +446,7 @@ impl Manager {
         let reply = session.to_proto(session.start_ns);
         self.by_period.entry(period_ns).or_default().push(id);
         self.sessions.insert(id, session);
+        self.reader.set_active(true);
         self.counters.sessions_started += 1;
         Ok(reply)
     }
@@ -461,6 +466,8 @@ impl Manager {
         session.stop_reason = Some(reason.to_owned());
         tracing::info!(id, reason, samples = session.total, "session stopping");
         self.routes.release(self.sampler.as_mut(), &session.spec);
+        self.reader
+            .flush_at(stop_ns + self.config.stop_slack.as_nanos() as u64);
     }
 
     fn finalize_ready(&mut self, now_ns: u64) {
@@ -484,6 +491,7 @@ impl Manager {
         if ready.is_empty() {
             return;
         }
+        let finished: Vec<u64> = ready.iter().map(|(id, _)| *id).collect();
         let lost = self.sampler.lost().ok();
         for (id, timed_out) in ready {
             if timed_out {
@@ -515,6 +523,15 @@ impl Manager {
                 let _ = waiter.send(Ok(reply.clone()));
             }
         }
+        // The reader serves the earliest flush first: ask again for stops still waiting.
+        for session in self.sessions.values() {
+            if let (State::Stopping, Some(stop)) = (session.state, session.stop_ns)
+                && !finished.contains(&session.id)
+            {
+                self.reader.flush_at(stop + slack);
+            }
+        }
+        self.reader.set_active(!self.by_period.is_empty());
         self.evict();
     }
 

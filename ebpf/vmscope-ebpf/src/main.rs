@@ -15,7 +15,7 @@
 #[cfg(target_arch = "bpf")]
 mod prog {
     use aya_ebpf::{
-        bindings::bpf_perf_event_data,
+        bindings::{BPF_RB_NO_WAKEUP, bpf_perf_event_data},
         helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
         macros::{map, perf_event, raw_tracepoint},
         maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -91,7 +91,12 @@ mod prog {
             flags: if kernel { FLAG_KERNEL_MODE } else { 0 },
             _pad: 0,
         };
-        if EVENTS.output::<Event>(&event, 0).is_err() {
+        // No wakeup per sample: the daemon drains the ring on a timer, and a wakeup costs far
+        // more than the sample.
+        if EVENTS
+            .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))
+            .is_err()
+        {
             count_lost(&key);
         }
         0
@@ -121,7 +126,10 @@ mod prog {
             flags: 0,
             _pad: 0,
         };
-        if EVENTS.output::<Event>(&event, 0).is_err() {
+        if EVENTS
+            .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))
+            .is_err()
+        {
             // An exec that is not seen leaves stale mappings until the next miss forces a
             // re-read; count it with the unkeyed losses so that it is not silent.
             count_unkeyed();

@@ -29,6 +29,7 @@ fn harness_with(config: ManagerConfig) -> Harness {
     let (manager, _task) = spawn_manager(
         Box::new(sampler),
         rx,
+        Arc::new(crate::bpf::ReaderControl::default()),
         Arc::new(Modules::new()),
         config,
         Box::new(|| Ok(MAX_HZ)),
