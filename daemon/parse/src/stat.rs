@@ -69,6 +69,9 @@ impl ProcStat {
 pub struct ProcStatus {
     /// The `Name:` value as printed: the kernel escapes `\n`, `\t` and `\\` in it. Lossy UTF-8.
     pub name: String,
+    /// The `Tgid:` line: the process a thread belongs to (equal to the pid for a process's
+    /// main thread). `None` if the line is missing or malformed.
+    pub tgid: Option<u32>,
     /// The `Uid:` line.
     pub uids: Ids,
     /// The `Gid:` line.
@@ -175,7 +178,7 @@ pub fn parse_stat(text: &[u8]) -> Result<ProcStat, ProcParseError> {
 
 /// Parse `/proc/PID/status` for the name and the `Uid:`/`Gid:` lines (the first of each counts).
 pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
-    let (mut name, mut uids, mut gids) = (None, None, None);
+    let (mut name, mut tgid, mut uids, mut gids) = (None, None, None, None);
     for line in text.split(|&b| b == b'\n') {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
@@ -187,6 +190,11 @@ pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
                 // "Name:\t%s": only the tab is the separator; a name may start with spaces.
                 let value = value.strip_prefix(b"\t").unwrap_or(value);
                 name = Some(String::from_utf8_lossy(value).into_owned());
+            }
+            b"Tgid" if tgid.is_none() => {
+                tgid = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok());
             }
             b"Uid" if uids.is_none() => uids = Some(parse_ids(value, "Uid line")?),
             b"Gid" if gids.is_none() => gids = Some(parse_ids(value, "Gid line")?),
@@ -202,6 +210,7 @@ pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
     };
     Ok(ProcStatus {
         name: name.ok_or(missing("Name line"))?,
+        tgid,
         uids: uids.ok_or(missing("Uid line"))?,
         gids: gids.ok_or(missing("Gid line"))?,
     })
@@ -345,6 +354,15 @@ mod tests {
         assert_eq!(status.uids.real, uid);
         let stat = parse_stat(&std::fs::read("/proc/self/stat").unwrap()).unwrap();
         assert_eq!(status.name, stat.comm);
+        assert_eq!(status.tgid, Some(std::process::id()));
+        // A thread's status names the process it belongs to.
+        let thread = std::thread::spawn(|| std::fs::read("/proc/thread-self/status").unwrap())
+            .join()
+            .unwrap();
+        assert_eq!(
+            parse_status(&thread).unwrap().tgid,
+            Some(std::process::id())
+        );
     }
 
     #[test]

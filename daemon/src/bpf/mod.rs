@@ -70,6 +70,19 @@ pub enum SamplerError {
     Cpus(#[source] std::io::Error),
 }
 
+impl SamplerError {
+    /// Whether a BPF map refused an entry because it is full (the kernel says E2BIG): a limit
+    /// of the daemon, not a failure.
+    pub fn is_map_full(&self) -> bool {
+        matches!(
+            self,
+            SamplerError::Map { source, .. }
+                if matches!(&**source, MapError::SyscallError(e)
+                    if e.io_error.raw_os_error() == Some(libc::E2BIG))
+        )
+    }
+}
+
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> SamplerError {
     move |source| SamplerError::Map {
         map,

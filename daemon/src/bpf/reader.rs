@@ -7,7 +7,8 @@
 //!
 //! Each batch carries a *watermark*: the CLOCK_MONOTONIC time at which the drain began. Every
 //! event stamped before it was in this batch or an earlier one, except for programs still in
-//! flight on another CPU, which take well under a millisecond. To finish a stop, the manager
+//! flight on another CPU, which take well under a millisecond. A drain larger than one batch
+//! promises the new watermark only with its last batch. To finish a stop, the manager
 //! asks for a batch whose watermark passes the stop time plus a slack
 //! ([`ReaderControl::flush_at`]); the thread wakes exactly then, and sends that batch even if it
 //! is empty. A quiet ring with no such request costs one cheap wakeup per interval and no
@@ -134,38 +135,24 @@ pub fn spawn_reader(
         .spawn({
             let control = control.clone();
             move || {
+                let mut previous_ns = 0;
                 loop {
                     let sleep = control.sleep_from(sys::monotonic_ns());
                     if !sleep.is_zero() {
                         std::thread::park_timeout(sleep);
                     }
                     let watermark_ns = sys::monotonic_ns();
-                    let mut batch = Batch {
+                    let batches = drain(
+                        || ring.next().map(|item| Event::from_bytes(&item)),
                         watermark_ns,
-                        ..Batch::default()
-                    };
-                    loop {
-                        while batch.events.len() < MAX_BATCH {
-                            let Some(item) = ring.next() else { break };
-                            match Event::from_bytes(&item) {
-                                Some(event) => batch.events.push(event),
-                                None => batch.malformed += 1,
-                            }
-                        }
-                        let full = batch.events.len() >= MAX_BATCH;
-                        let wanted = control.take_due_flush(watermark_ns);
-                        if batch.events.is_empty() && batch.malformed == 0 && !wanted {
-                            break;
-                        }
-                        if tx.blocking_send(std::mem::take(&mut batch)).is_err() {
+                        previous_ns,
+                        || control.take_due_flush(watermark_ns),
+                    );
+                    for batch in batches {
+                        previous_ns = batch.watermark_ns;
+                        if tx.blocking_send(batch).is_err() {
                             return;
                         }
-                        if !full {
-                            break;
-                        }
-                        // A full batch may have left events behind: keep draining under the
-                        // same watermark.
-                        batch.watermark_ns = watermark_ns;
                     }
                 }
             }
@@ -174,9 +161,96 @@ pub fn spawn_reader(
     Ok(handle)
 }
 
+/// Drains a ring once, into batches of at most [`MAX_BATCH`] events.
+///
+/// `next` yields `Some(Some(event))`, `Some(None)` for a record too short to be an event, and
+/// `None` once the ring is empty. Only the last batch carries `watermark_ns`: until the ring is
+/// empty, events stamped before it may still be unread, so earlier batches carry
+/// `previous_ns`, the watermark already promised. Nothing is returned for an empty ring unless
+/// `flush_due` (asked only once the ring is empty) says a batch is awaited.
+fn drain(
+    mut next: impl FnMut() -> Option<Option<Event>>,
+    watermark_ns: u64,
+    previous_ns: u64,
+    flush_due: impl FnOnce() -> bool,
+) -> Vec<Batch> {
+    let mut batches = Vec::new();
+    let mut batch = Batch::default();
+    while let Some(record) = next() {
+        match record {
+            Some(event) => batch.events.push(event),
+            None => batch.malformed += 1,
+        }
+        if batch.events.len() >= MAX_BATCH {
+            batch.watermark_ns = previous_ns;
+            batches.push(std::mem::take(&mut batch));
+        }
+    }
+    let flush = flush_due();
+    if flush || !batch.events.is_empty() || batch.malformed > 0 || !batches.is_empty() {
+        batch.watermark_ns = watermark_ns;
+        batches.push(batch);
+    }
+    batches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn source(events: usize, malformed_at: Option<usize>) -> impl FnMut() -> Option<Option<Event>> {
+        let mut i = 0;
+        move || {
+            if i == events {
+                return None;
+            }
+            i += 1;
+            Some((Some(i - 1) != malformed_at).then(|| Event {
+                timestamp_ns: i as u64,
+                ..Event::default()
+            }))
+        }
+    }
+
+    #[test]
+    fn only_the_last_batch_of_a_drain_promises_the_new_watermark() {
+        let batches = drain(source(2 * MAX_BATCH + 5, None), 900, 100, || false);
+        let shape: Vec<(usize, u64)> = batches
+            .iter()
+            .map(|b| (b.events.len(), b.watermark_ns))
+            .collect();
+        assert_eq!(shape, [(MAX_BATCH, 100), (MAX_BATCH, 100), (5, 900)]);
+        // Exactly full: the last batch is empty but still carries the watermark.
+        let batches = drain(source(MAX_BATCH, None), 900, 100, || false);
+        let shape: Vec<(usize, u64)> = batches
+            .iter()
+            .map(|b| (b.events.len(), b.watermark_ns))
+            .collect();
+        assert_eq!(shape, [(MAX_BATCH, 100), (0, 900)]);
+    }
+
+    #[test]
+    fn quiet_rings_send_nothing_unless_a_flush_is_awaited() {
+        assert!(drain(source(0, None), 900, 100, || false).is_empty());
+        let flushed = drain(source(0, None), 900, 100, || true);
+        assert_eq!(flushed.len(), 1);
+        assert!(flushed[0].events.is_empty());
+        assert_eq!(flushed[0].watermark_ns, 900);
+        let mut asked = false;
+        let _ = drain(source(3, None), 900, 100, || {
+            asked = true;
+            false
+        });
+        assert!(asked, "the flush is decided once the ring is empty");
+    }
+
+    #[test]
+    fn short_records_are_counted_not_lost_silently() {
+        let batches = drain(source(4, Some(2)), 900, 100, || false);
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].events.len(), 3);
+        assert_eq!(batches[0].malformed, 1);
+    }
 
     #[test]
     fn flush_requests_keep_the_earliest_and_clear_when_served() {

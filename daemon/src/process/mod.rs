@@ -120,6 +120,14 @@ impl ProcessTable {
         self.processes.insert(pid, process);
     }
 
+    /// Forgets a process (it exec'd and nobody needs it read at once): its next sample reads it
+    /// afresh.
+    pub fn forget(&mut self, pid: u32) {
+        if self.processes.remove(&pid).is_some() {
+            self.counters.execs += 1;
+        }
+    }
+
     /// Normalises a user-mode instruction pointer of `pid`.
     pub fn normalize(&mut self, pid: u32, ip: u64, now_ns: u64) -> Location {
         self.observe(pid, now_ns);
@@ -245,7 +253,7 @@ impl ProcessTable {
                 };
                 let main = exe.is_some_and(|(exe_path, exe_id)| *exe_id == id || exe_path == path);
                 let module = self.modules.register(id, path, || {
-                    sys::open_mapped_file(pid, entry.start, entry.end, path)
+                    sys::open_mapped_file(pid, entry.start, entry.end, path, id)
                 });
                 MappingKind::File { module, main }
             }

@@ -1,14 +1,16 @@
-//! The session manager: one task that owns every session, the process table and the kernel-side
-//! filters.
+//! The session manager: one task, on a thread of its own, that owns every session, the process
+//! table and the kernel-side filters.
 //!
 //! gRPC handlers send it [`Command`]s through a [`ManagerHandle`] and wait for the reply; the
 //! ring-buffer reader sends it batches of events; a tick every [`ManagerConfig::tick`] reads the
-//! targets' CPU time, ends sessions whose duration elapsed or whose targets all exited, and
-//! forgets idle processes. Nothing else mutates this state, so it needs no locks, and ordering
-//! is simple: a session sees every sample the kernel stamped after its start.
+//! targets' CPU time and notices targets that exited, and a timer ends sessions exactly when
+//! their duration elapses. Nothing else mutates this state, so it needs no locks.
 //!
-//! Symbolisation is *not* done here: a profile request takes a [`Snapshot`] of the counts and
-//! the handler symbolises it on a blocking thread, so a slow binary never delays sampling.
+//! The manager reads `/proc` (maps when a process is first seen, CPU times), which blocks for
+//! microseconds to milliseconds: it runs on its own thread so that this never holds up the gRPC
+//! runtime. Symbolisation is *not* done here: a profile request takes a [`Snapshot`] of the
+//! counts and the handler symbolises it on a blocking thread, so parsing a large binary never
+//! delays sampling.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -16,10 +18,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use tokio::{
-    sync::{mpsc, oneshot},
-    task::JoinHandle,
-};
+use tokio::sync::{mpsc, oneshot};
 use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event};
 use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
@@ -39,11 +38,14 @@ use crate::{
 /// Settings of the manager.
 #[derive(Clone, Debug)]
 pub struct ManagerConfig {
-    /// Most sessions running at once.
+    /// Most sessions running at once, all users together.
     pub max_running_sessions: usize,
-    /// Stopped sessions kept for later reports; older ones are evicted.
-    pub max_stopped_sessions: usize,
-    /// Period of the housekeeping tick.
+    /// Most sessions one user other than root may run at once.
+    pub max_running_per_user: usize,
+    /// Stopped sessions kept per user for later reports; a user's oldest are evicted first, so
+    /// no user can push out another's.
+    pub max_stopped_per_user: usize,
+    /// Period of the housekeeping tick (CPU times, exited targets).
     pub tick: Duration,
     /// Time after a stop during which samples may still be in flight in the kernel.
     pub stop_slack: Duration,
@@ -59,7 +61,8 @@ impl Default for ManagerConfig {
     fn default() -> Self {
         ManagerConfig {
             max_running_sessions: 64,
-            max_stopped_sessions: 64,
+            max_running_per_user: 8,
+            max_stopped_per_user: 32,
             tick: Duration::from_millis(100),
             stop_slack: Duration::from_millis(2),
             stop_timeout: Duration::from_secs(2),
@@ -106,7 +109,7 @@ enum Command {
     },
 }
 
-/// The way to talk to the manager; cheap to clone.
+/// The way to talk to the manager; cheap to clone. The manager ends when every handle is gone.
 #[derive(Clone, Debug)]
 pub struct ManagerHandle {
     tx: mpsc::Sender<Command>,
@@ -179,7 +182,7 @@ impl ManagerHandle {
     }
 }
 
-/// Starts the manager task.
+/// Starts the manager on a thread of its own.
 ///
 /// `max_frequency_hz` reads the kernel's current sampling-rate limit (it can change while the
 /// daemon runs); tests pass a constant. `reader` steers the ring-buffer reader that feeds
@@ -191,7 +194,7 @@ pub fn spawn_manager(
     modules: Arc<Modules>,
     config: ManagerConfig,
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
-) -> (ManagerHandle, JoinHandle<()>) {
+) -> std::io::Result<(ManagerHandle, std::thread::JoinHandle<()>)> {
     let (tx, commands) = mpsc::channel(256);
     let manager = Manager {
         sampler,
@@ -210,8 +213,13 @@ pub fn spawn_manager(
         counters: Counters::default(),
         last_forget_ns: 0,
     };
-    let task = tokio::spawn(manager.run(commands, batches));
-    (ManagerHandle { tx }, task)
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let thread = std::thread::Builder::new()
+        .name("vmscope-sessions".into())
+        .spawn(move || runtime.block_on(manager.run(commands, batches)))?;
+    Ok((ManagerHandle { tx }, thread))
 }
 
 #[derive(Debug, Default)]
@@ -227,6 +235,7 @@ struct Counters {
     sessions_refused: u64,
     stop_timeouts: u64,
     sessions_evicted: u64,
+    targets_revoked: u64,
 }
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
@@ -260,11 +269,14 @@ impl Manager {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batches_open = true;
         loop {
+            let deadline = self.next_deadline();
             // Not biased: a client flooding the API must not starve sample ingestion (which
             // would end in lost samples), nor the other way round.
             tokio::select! {
                 command = commands.recv() => match command {
                     Some(command) => self.handle(command),
+                    // Every handle is gone: the daemon is shutting down. Perf events and
+                    // filters go with the sampler's file descriptors.
                     None => break,
                 },
                 batch = batches.recv(), if batches_open => match batch {
@@ -275,15 +287,7 @@ impl Manager {
                     }
                 },
                 _ = tick.tick() => self.tick(),
-            }
-        }
-        // Leave the kernel clean: the BPF object is dropped with the sampler, but say so.
-        let ids: Vec<u64> = self.by_period.values().flatten().copied().collect();
-        for id in ids {
-            if let Some(session) = self.sessions.get(&id)
-                && session.state == State::Running
-            {
-                self.routes.release(self.sampler.as_mut(), &session.spec);
+                _ = sleep_until_ns(deadline), if deadline.is_some() => self.end_elapsed(),
             }
         }
     }
@@ -307,14 +311,17 @@ impl Manager {
                 id,
                 reason,
                 reply,
-            } => match self.visible(caller, id) {
+            } => match self.visible(caller, id).map(|s| s.state) {
                 Err(e) => {
                     let _ = reply.send(Err(e));
                 }
-                Ok(session) if session.state != State::Running => {
+                Ok(State::Stopped) => {
                     let _ = reply.send(Err(SessionError::AlreadyStopped(id)));
                 }
-                Ok(_) => {
+                // A stop is under way (the client's, the duration's, or targets' exit): wait
+                // for it like its own caller does.
+                Ok(State::Stopping) => self.stop_waiters.entry(id).or_default().push(reply),
+                Ok(State::Running) => {
                     self.stop_waiters.entry(id).or_default().push(reply);
                     let now = sys::monotonic_ns();
                     self.begin_stop(id, &reason, now);
@@ -336,10 +343,10 @@ impl Manager {
                 let _ = reply.send(self.visible(caller, id).map(|s| s.to_proto(now)));
             }
             Command::Snapshot { caller, id, reply } => {
-                let result = self
-                    .visible(caller, id)
-                    .map(|_| ())
-                    .map(|()| self.snapshot(id));
+                let result = match self.visible(caller, id) {
+                    Ok(_) => Ok(self.snapshot(id)),
+                    Err(e) => Err(e),
+                };
                 let _ = reply.send(result);
             }
             Command::Counters { reply } => {
@@ -355,6 +362,10 @@ impl Manager {
             .ok_or(SessionError::NoSuchSession(id))
     }
 
+    fn running(&self) -> impl Iterator<Item = &Session> {
+        self.sessions.values().filter(|s| s.state == State::Running)
+    }
+
     fn start(
         &mut self,
         caller: Caller,
@@ -364,13 +375,20 @@ impl Manager {
             SessionError::Internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
         })?;
         let spec = request::validate(request, max_frequency)?;
-        request::authorize(&caller, &spec)?;
-        let running = self.by_period.values().map(Vec::len).sum::<usize>();
+        let running = self.running().count();
         if running >= self.config.max_running_sessions {
             return Err(SessionError::ResourceExhausted(format!(
                 "{running} sessions are running, the most this daemon allows; stop one first"
             )));
         }
+        let mine = self.running().filter(|s| s.owner_uid == caller.uid).count();
+        if !caller.is_root() && mine >= self.config.max_running_per_user {
+            return Err(SessionError::ResourceExhausted(format!(
+                "you (uid {}) already run {mine} sessions, the most one user may; stop one first",
+                caller.uid
+            )));
+        }
+        request::authorize(&caller, &spec)?;
 
         let now = sys::monotonic_ns();
         let mut targets = Vec::with_capacity(spec.pids.len());
@@ -388,6 +406,8 @@ impl Manager {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
                 exited: false,
+                until_ns: None,
+                note: None,
                 cpu_ticks_start: 0,
                 cpu_ticks_last: 0,
             };
@@ -401,10 +421,22 @@ impl Manager {
             targets.push(target);
         }
 
-        self.routes.acquire(self.sampler.as_mut(), &spec)?;
+        self.routes
+            .acquire(self.sampler.as_mut(), &spec)
+            .map_err(|e| {
+                if e.is_map_full() {
+                    SessionError::ResourceExhausted(format!(
+                        "the kernel filter is full ({} processes sampled at once across all \
+                         sessions): stop a session first",
+                        vmscope_common::MAX_TARGETS
+                    ))
+                } else {
+                    SessionError::Kernel(e)
+                }
+            })?;
         let period_ns = period_of(spec.frequency_hz);
         let lost_baseline = match self.sampler.lost() {
-            Ok(lost) => lost_for(&lost, period_ns, &spec),
+            Ok(lost) => lost_for(&lost, period_ns, spec.system_wide, &spec.pids),
             Err(e) => {
                 tracing::warn!("cannot read lost-sample counters: {e}");
                 Vec::new()
@@ -454,6 +486,7 @@ impl Manager {
     /// Fixes a running session's stop time and releases its kernel filters. It becomes final in
     /// [`Manager::finalize_ready`] once samples up to `stop_ns` have all been read.
     fn begin_stop(&mut self, id: u64, reason: &str, stop_ns: u64) {
+        let lost = self.sampler.lost().ok();
         let Some(session) = self.sessions.get_mut(&id) else {
             return;
         };
@@ -461,11 +494,20 @@ impl Manager {
             return;
         }
         update_cpu(session);
+        // Losses are counted in the kernel when they happen; read them before the release below
+        // clears the counters of a period nobody samples at any more.
+        if let Some(lost) = &lost {
+            refresh_lost(session, lost);
+        }
         session.state = State::Stopping;
         session.stop_ns = Some(stop_ns);
         session.stop_reason = Some(reason.to_owned());
         tracing::info!(id, reason, samples = session.total, "session stopping");
-        self.routes.release(self.sampler.as_mut(), &session.spec);
+        let held = request::SessionSpec {
+            pids: session.held_pids(),
+            ..session.spec.clone()
+        };
+        self.routes.release(self.sampler.as_mut(), &held);
         self.reader
             .flush_at(stop_ns + self.config.stop_slack.as_nanos() as u64);
     }
@@ -491,9 +533,7 @@ impl Manager {
         if ready.is_empty() {
             return;
         }
-        let finished: Vec<u64> = ready.iter().map(|(id, _)| *id).collect();
-        let lost = self.sampler.lost().ok();
-        for (id, timed_out) in ready {
+        for &(id, timed_out) in &ready {
             if timed_out {
                 self.counters.stop_timeouts += 1;
                 tracing::warn!(
@@ -504,12 +544,6 @@ impl Manager {
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };
-            if let Some(lost) = &lost {
-                session.lost = subtract(
-                    &lost_for(lost, session.period_ns, &session.spec),
-                    &session.lost_baseline,
-                );
-            }
             session.state = State::Stopped;
             if let Some(ids) = self.by_period.get_mut(&session.period_ns) {
                 ids.retain(|&other| other != id);
@@ -525,9 +559,7 @@ impl Manager {
         }
         // The reader serves the earliest flush first: ask again for stops still waiting.
         for session in self.sessions.values() {
-            if let (State::Stopping, Some(stop)) = (session.state, session.stop_ns)
-                && !finished.contains(&session.id)
-            {
+            if let (State::Stopping, Some(stop)) = (session.state, session.stop_ns) {
                 self.reader.flush_at(stop + slack);
             }
         }
@@ -535,17 +567,21 @@ impl Manager {
         self.evict();
     }
 
+    /// Keeps each user's most recent stopped sessions.
     fn evict(&mut self) {
-        let stopped: Vec<u64> = self
-            .sessions
-            .values()
-            .filter(|s| s.state == State::Stopped)
-            .map(|s| s.id)
-            .collect();
-        let excess = stopped
-            .len()
-            .saturating_sub(self.config.max_stopped_sessions);
-        for id in stopped.into_iter().take(excess) {
+        let mut kept: HashMap<u32, usize> = HashMap::new();
+        let mut evict = Vec::new();
+        for session in self.sessions.values().rev() {
+            if session.state != State::Stopped {
+                continue;
+            }
+            let count = kept.entry(session.owner_uid).or_insert(0);
+            *count += 1;
+            if *count > self.config.max_stopped_per_user {
+                evict.push(session.id);
+            }
+        }
+        for id in evict {
             self.sessions.remove(&id);
             self.counters.sessions_evicted += 1;
         }
@@ -559,15 +595,70 @@ impl Manager {
         for event in &batch.events {
             match event.kind {
                 EVENT_SAMPLE => self.route(event, now),
-                EVENT_EXEC => {
-                    self.counters.exec_events += 1;
-                    self.processes.exec(event.tgid, now);
-                }
+                EVENT_EXEC => self.exec(event),
                 _ => self.counters.unknown_events += 1,
             }
         }
         self.watermark_ns = self.watermark_ns.max(batch.watermark_ns);
         self.finalize_ready(sys::monotonic_ns());
+    }
+
+    /// A process replaced its program: its mappings are all new, and it may now belong to
+    /// another user (a setuid program).
+    fn exec(&mut self, event: &Event) {
+        self.counters.exec_events += 1;
+        let pid = event.tgid;
+        let targeted: Vec<u64> = self
+            .running()
+            .filter(|s| s.held_pids().contains(&pid))
+            .map(|s| s.id)
+            .collect();
+        if targeted.is_empty() {
+            // Some process seen by a system-wide session: read it again when it is next
+            // sampled, not now, so that a host busy with execs costs nothing for processes
+            // that are never sampled.
+            self.processes.forget(pid);
+            return;
+        }
+        // A named target: read it now, while it surely lives, as at session start.
+        self.processes.exec(pid, event.timestamp_ns);
+        for id in targeted {
+            let owner = self.sessions[&id].owner_uid;
+            if !request::owner_may_profile(owner, pid) {
+                self.counters.targets_revoked += 1;
+                tracing::info!(
+                    id,
+                    pid,
+                    owner,
+                    "target exec'd a program of another user: no longer sampled"
+                );
+                self.release_target(
+                    id,
+                    pid,
+                    event.timestamp_ns,
+                    "exec'd a program of another user; no longer sampled",
+                );
+            }
+        }
+    }
+
+    /// Stops sampling one target of a running session from `until_ns` on.
+    fn release_target(&mut self, id: u64, pid: u32, until_ns: u64, note: &str) {
+        let Some(session) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        let Some(target) = session
+            .targets
+            .iter_mut()
+            .find(|t| t.pid == pid && t.until_ns.is_none())
+        else {
+            return;
+        };
+        target.until_ns = Some(until_ns);
+        target.note = Some(note.to_owned());
+        let period_ns = session.period_ns;
+        self.routes
+            .release_target(self.sampler.as_mut(), period_ns, pid);
     }
 
     fn route(&mut self, event: &Event, now_ns: u64) {
@@ -602,19 +693,43 @@ impl Manager {
         }
     }
 
+    /// The earliest CLOCK_MONOTONIC time at which a running session's duration elapses.
+    fn next_deadline(&self) -> Option<u64> {
+        self.running()
+            .filter_map(|s| Some(s.start_ns + s.spec.duration?.as_nanos() as u64))
+            .min()
+    }
+
+    /// Stops the sessions whose duration elapsed, exactly at their end.
+    fn end_elapsed(&mut self) {
+        let now = sys::monotonic_ns();
+        let elapsed: Vec<(u64, u64)> = self
+            .running()
+            .filter_map(|s| {
+                let end = s.start_ns + s.spec.duration?.as_nanos() as u64;
+                (end <= now).then_some((s.id, end))
+            })
+            .collect();
+        for (id, end) in elapsed {
+            self.begin_stop(id, "duration elapsed", end);
+        }
+        self.finalize_ready(now);
+    }
+
     fn tick(&mut self) {
         let now = sys::monotonic_ns();
-        let running: Vec<u64> = self
-            .sessions
-            .values()
-            .filter(|s| s.state == State::Running)
-            .map(|s| s.id)
-            .collect();
+        let running: Vec<u64> = self.running().map(|s| s.id).collect();
         for id in running {
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };
             update_cpu(session);
+            let newly_exited: Vec<u32> = session
+                .targets
+                .iter()
+                .filter(|t| t.exited && t.until_ns.is_none())
+                .map(|t| t.pid)
+                .collect();
             for target in &mut session.targets {
                 if let Some(process) = self.processes.get(target.pid)
                     && !process.gone
@@ -625,19 +740,17 @@ impl Manager {
                     }
                 }
             }
-            if let Some(duration) = session.spec.duration {
-                let end = session.start_ns + duration.as_nanos() as u64;
-                if now >= end {
-                    // Stop exactly at the requested duration, not at the tick that noticed it.
-                    self.begin_stop(id, "duration elapsed", end);
-                    continue;
-                }
-            }
-            if !session.spec.system_wide && session.targets.iter().all(|t| t.exited) {
+            let all_exited = !session.spec.system_wide && session.targets.iter().all(|t| t.exited);
+            if all_exited {
                 self.begin_stop(id, "all targets exited", now);
+                continue;
+            }
+            // An exited target's pid may be reused by anyone: stop sampling it now.
+            for pid in newly_exited {
+                self.release_target(id, pid, now, "exited");
             }
         }
-        self.finalize_ready(now);
+        self.end_elapsed();
 
         if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
             self.last_forget_ns = now;
@@ -660,10 +773,7 @@ impl Manager {
         if session.state == State::Running {
             update_cpu(session);
             if let Some(lost) = &lost {
-                session.lost = subtract(
-                    &lost_for(lost, session.period_ns, &session.spec),
-                    &session.lost_baseline,
-                );
+                refresh_lost(session, lost);
             }
         }
         let session = &self.sessions[&id];
@@ -708,6 +818,7 @@ impl Manager {
             ("sessions_refused", c.sessions_refused),
             ("sessions_evicted", c.sessions_evicted),
             ("stop_timeouts", c.stop_timeouts),
+            ("targets_revoked", c.targets_revoked),
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
             ("maps_bad_lines", p.maps_bad_lines),
@@ -721,6 +832,14 @@ impl Manager {
             values: values.into_iter().collect(),
         }
     }
+}
+
+/// Sleeps until a CLOCK_MONOTONIC time (tokio's clock is CLOCK_MONOTONIC too).
+async fn sleep_until_ns(deadline_ns: Option<u64>) {
+    let wait = deadline_ns.map_or(Duration::MAX, |d| {
+        Duration::from_nanos(d.saturating_sub(sys::monotonic_ns()))
+    });
+    tokio::time::sleep(wait.min(Duration::from_secs(24 * 3600))).await;
 }
 
 /// Longest stop reason a client may give.
@@ -790,11 +909,26 @@ fn update_cpu(session: &mut Session) {
     }
 }
 
+/// Recomputes a session's lost samples per CPU from the kernel's counters.
+fn refresh_lost(session: &mut Session, lost: &LostCounts) {
+    let now = lost_for(
+        lost,
+        session.period_ns,
+        session.spec.system_wide,
+        &session.spec.pids,
+    );
+    session.lost = now
+        .iter()
+        .enumerate()
+        .map(|(cpu, v)| v.saturating_sub(session.lost_baseline.get(cpu).copied().unwrap_or(0)))
+        .collect();
+}
+
 /// The lost-sample counters, per CPU, that concern a session.
-fn lost_for(lost: &LostCounts, period_ns: u64, spec: &request::SessionSpec) -> Vec<u64> {
+fn lost_for(lost: &LostCounts, period_ns: u64, system_wide: bool, pids: &[u32]) -> Vec<u64> {
     let mut per_cpu = lost.unkeyed.clone();
     for (key, values) in &lost.keyed {
-        if key.period_ns != period_ns || !(spec.system_wide || spec.pids.contains(&key.tgid)) {
+        if key.period_ns != period_ns || !(system_wide || pids.contains(&key.tgid)) {
             continue;
         }
         if per_cpu.len() < values.len() {
@@ -805,13 +939,6 @@ fn lost_for(lost: &LostCounts, period_ns: u64, spec: &request::SessionSpec) -> V
         }
     }
     per_cpu
-}
-
-fn subtract(now: &[u64], baseline: &[u64]) -> Vec<u64> {
-    now.iter()
-        .enumerate()
-        .map(|(i, v)| v.saturating_sub(baseline.get(i).copied().unwrap_or(0)))
-        .collect()
 }
 
 #[cfg(test)]

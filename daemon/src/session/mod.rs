@@ -81,6 +81,12 @@ pub struct Target {
     pub executable: String,
     /// Whether it exited.
     pub exited: bool,
+    /// When the session stopped sampling it (exit noticed, or permission lost at an exec):
+    /// samples stamped later are not its, even under a recycled pid. Its kernel filter is then
+    /// released.
+    pub until_ns: Option<u64>,
+    /// Why sampling it ended early.
+    pub note: Option<String>,
     /// CPU ticks (user + system) when the session started.
     pub cpu_ticks_start: u64,
     /// CPU ticks at the last reading.
@@ -127,7 +133,20 @@ impl Session {
     pub fn wants(&self, tgid: u32, timestamp_ns: u64) -> bool {
         timestamp_ns >= self.start_ns
             && self.stop_ns.is_none_or(|stop| timestamp_ns < stop)
-            && (self.spec.system_wide || self.spec.pids.contains(&tgid))
+            && (self.spec.system_wide
+                || self
+                    .targets
+                    .iter()
+                    .any(|t| t.pid == tgid && t.until_ns.is_none_or(|until| timestamp_ns < until)))
+    }
+
+    /// Pids whose kernel filters the session still holds.
+    pub fn held_pids(&self) -> Vec<u32> {
+        self.targets
+            .iter()
+            .filter(|t| t.until_ns.is_none())
+            .map(|t| t.pid)
+            .collect()
     }
 
     /// Time sampled so far (or in all, once stopping).
@@ -152,7 +171,8 @@ impl Session {
         pb::Session {
             id: self.id,
             state: match self.state {
-                State::Running | State::Stopping => pb::SessionState::Running,
+                State::Running => pb::SessionState::Running,
+                State::Stopping => pb::SessionState::Stopping,
                 State::Stopped => pb::SessionState::Stopped,
             } as i32,
             targets: self
@@ -163,6 +183,7 @@ impl Session {
                     command: t.command.clone(),
                     executable: t.executable.clone(),
                     exited: t.exited,
+                    note: t.note.clone().unwrap_or_default(),
                 })
                 .collect(),
             system_wide: self.spec.system_wide,

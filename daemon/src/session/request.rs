@@ -68,18 +68,20 @@ pub fn validate(
                 .into(),
         );
     }
-    let mut pids = Vec::with_capacity(request.pids.len());
-    for &pid in &request.pids {
-        if !pids.contains(&pid) {
-            pids.push(pid);
-        }
-    }
-    if pids.len() > MAX_TARGETS_PER_SESSION {
+    // Bound the work before doing any: a request may carry millions of pids.
+    if request.pids.len() > MAX_TARGETS_PER_SESSION {
         return invalid(format!(
             "{} target processes; a session takes at most {MAX_TARGETS_PER_SESSION}",
-            pids.len()
+            request.pids.len()
         ));
     }
+    let mut seen = std::collections::HashSet::with_capacity(request.pids.len());
+    let pids: Vec<u32> = request
+        .pids
+        .iter()
+        .copied()
+        .filter(|pid| seen.insert(*pid))
+        .collect();
     let frequency_hz = request.frequency_hz.unwrap_or(DEFAULT_FREQUENCY_HZ);
     if frequency_hz == 0 {
         return invalid("frequency must be at least 1 Hz".into());
@@ -116,9 +118,10 @@ pub fn validate(
     })
 }
 
-/// Checks that every target exists and that the caller may profile it: root may profile
-/// anything; anyone else only processes whose real, effective and saved uids are all their own
-/// (the rule ptrace applies), and no system-wide session.
+/// Checks that every target exists and is a process (not one of its threads), and that the
+/// caller may profile it: root may profile anything; anyone else only processes whose real,
+/// effective and saved uids are all their own (the rule ptrace applies), and no system-wide
+/// session.
 pub fn authorize(caller: &Caller, spec: &SessionSpec) -> Result<(), SessionError> {
     if spec.system_wide && !caller.is_root() {
         return Err(SessionError::PermissionDenied(format!(
@@ -130,6 +133,15 @@ pub fn authorize(caller: &Caller, spec: &SessionSpec) -> Result<(), SessionError
         let text = sys::read_proc(pid, "status").map_err(|_| SessionError::NoSuchProcess(pid))?;
         let status = stat::parse_status(&text)
             .map_err(|e| SessionError::Internal(format!("cannot read /proc/{pid}/status: {e}")))?;
+        // The kernel filter matches processes: a thread id would silently sample nothing.
+        if let Some(tgid) = status.tgid
+            && tgid != pid
+        {
+            return Err(SessionError::InvalidArgument(format!(
+                "{pid} is a thread of process {tgid}; give the process id {tgid} (vmscope \
+                 samples every thread of a process)"
+            )));
+        }
         if caller.is_root() {
             continue;
         }
@@ -143,6 +155,18 @@ pub fn authorize(caller: &Caller, spec: &SessionSpec) -> Result<(), SessionError
         }
     }
     Ok(())
+}
+
+/// Whether a process may still be sampled for a session owned by `owner` (checked again after
+/// the process execs: a setuid program changes who it belongs to).
+pub fn owner_may_profile(owner: u32, pid: u32) -> bool {
+    if owner == 0 {
+        return true;
+    }
+    sys::read_proc(pid, "status")
+        .ok()
+        .and_then(|text| stat::parse_status(&text).ok())
+        .is_some_and(|s| s.uids.real == owner && s.uids.effective == owner && s.uids.saved == owner)
 }
 
 #[cfg(test)]
@@ -233,6 +257,40 @@ mod tests {
         ));
         let root = Caller { uid: 0, pid: None };
         assert!(authorize(&root, &system).is_ok());
+    }
+
+    #[test]
+    fn huge_requests_are_refused_before_any_work() {
+        let pids: Vec<u32> = (1..=2_000_000).collect();
+        let err = message(validate(&request(&pids, false, None), 100_000));
+        assert!(err.contains("2000000 target processes"), "{err}");
+    }
+
+    #[test]
+    fn a_thread_id_names_its_process() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let spec = validate(&request(&[tid], false, None), 100_000).unwrap();
+        let root = Caller { uid: 0, pid: None };
+        let err = authorize(&root, &spec).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("thread of process {}", std::process::id())),
+            "{err}"
+        );
+        done_tx.send(()).unwrap();
+        thread.join().unwrap();
+        assert!(owner_may_profile(0, std::process::id()));
+        assert!(owner_may_profile(sys::effective_uid(), std::process::id()));
+        assert!(!owner_may_profile(
+            sys::effective_uid() + 777,
+            std::process::id()
+        ));
     }
 
     #[test]

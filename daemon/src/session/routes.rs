@@ -92,7 +92,7 @@ impl Routes {
         Ok(())
     }
 
-    /// Undoes [`Routes::acquire`].
+    /// Undoes [`Routes::acquire`] for the pids in `spec` (those not released one by one).
     pub fn release(&mut self, sampler: &mut dyn SamplerControl, spec: &SessionSpec) {
         let period_ns = period_of(spec.frequency_hz);
         if drop_one(&mut self.periods, period_ns) {
@@ -102,20 +102,26 @@ impl Routes {
         self.release_filters(sampler, spec);
     }
 
+    /// Stops sampling one process of a session early (it exited, or may no longer be
+    /// sampled); [`Routes::release`] must then be given the session's other pids only.
+    pub fn release_target(&mut self, sampler: &mut dyn SamplerControl, period_ns: u64, tgid: u32) {
+        let key = TargetKey {
+            period_ns,
+            tgid,
+            _pad: 0,
+        };
+        if drop_one(&mut self.targets, key) {
+            sampler.remove_target(key);
+        }
+        if drop_one(&mut self.tracked, tgid) {
+            sampler.set_exec_tracking(tgid, false);
+        }
+    }
+
     fn release_filters(&mut self, sampler: &mut dyn SamplerControl, spec: &SessionSpec) {
         let period_ns = period_of(spec.frequency_hz);
         for &tgid in &spec.pids {
-            let key = TargetKey {
-                period_ns,
-                tgid,
-                _pad: 0,
-            };
-            if drop_one(&mut self.targets, key) {
-                sampler.remove_target(key);
-            }
-            if drop_one(&mut self.tracked, tgid) {
-                sampler.set_exec_tracking(tgid, false);
-            }
+            self.release_target(sampler, period_ns, tgid);
         }
         if spec.system_wide {
             if drop_one(&mut self.system_wide, period_ns) {

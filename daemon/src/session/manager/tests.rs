@@ -33,7 +33,8 @@ fn harness_with(config: ManagerConfig) -> Harness {
         Arc::new(Modules::new()),
         config,
         Box::new(|| Ok(MAX_HZ)),
-    );
+    )
+    .unwrap();
     Harness {
         manager,
         batches,
@@ -414,6 +415,156 @@ async fn duration_and_exit_end_sessions_by_themselves() {
 }
 
 #[tokio::test]
+async fn lost_samples_survive_the_stop() {
+    let h = harness();
+    let key = TargetKey {
+        period_ns: period_of(100),
+        tgid: me(),
+        _pad: 0,
+    };
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    h.kernel.lock().unwrap().lost.keyed.insert(key, vec![3, 4]);
+    h.stop(s.id).await.unwrap();
+    // The last session at this period is gone, so the kernel's counters were cleared...
+    assert!(h.kernel().lost.keyed.is_empty());
+    // ...but the session kept what it lost.
+    let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert!(snapshot.complete);
+    assert_eq!(snapshot.lost_per_cpu, vec![3, 4]);
+}
+
+#[tokio::test]
+async fn a_second_stop_waits_for_the_first() {
+    let h = harness();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let (a, b) = (h.manager.clone(), h.manager.clone());
+    let first = tokio::spawn(async move { a.stop(ROOT, s.id, "first").await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let stopping = h.manager.get(ROOT, s.id).await.unwrap();
+    assert_eq!(stopping.state(), pb::SessionState::Stopping);
+    let second = tokio::spawn(async move { b.stop(ROOT, s.id, "second").await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!second.is_finished(), "the second stop must wait, not fail");
+    h.pass_watermark().await;
+    let (first, second) = (
+        first.await.unwrap().unwrap(),
+        second.await.unwrap().unwrap(),
+    );
+    assert_eq!(first.stop_reason, "first");
+    assert_eq!(second.stop_reason, "first");
+    assert_eq!(second.state(), pb::SessionState::Stopped);
+}
+
+#[tokio::test]
+async fn an_exited_target_stops_being_sampled_at_once() {
+    let h = harness();
+    let mut short = sleeper("0.1");
+    let long = sleeper("5");
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[short.id(), long.id()], 100))
+        .await
+        .unwrap();
+    short.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while h.kernel().targets.contains(&(period_of(100), short.id())) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the exited target keeps its filter"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(h.kernel().targets.contains(&(period_of(100), long.id())));
+    // A sample under the dead pid, stamped after the exit was noticed, is nobody's.
+    let now = sys::monotonic_ns();
+    h.send(
+        vec![sample(short.id(), 100, now), sample(long.id(), 100, now)],
+        now,
+    )
+    .await;
+    let session = h.manager.get(ROOT, s.id).await.unwrap();
+    assert_eq!(session.state(), pb::SessionState::Running);
+    assert_eq!(session.samples, 1);
+    assert_eq!(session.targets[0].note, "exited");
+    h.stop(s.id).await.unwrap();
+    assert!(h.kernel().targets.is_empty(), "{:?}", h.kernel());
+    drop(long);
+}
+
+#[tokio::test]
+async fn a_target_that_execs_a_setuid_program_is_dropped() {
+    use std::{io::Write, os::unix::fs::PermissionsExt, os::unix::process::CommandExt};
+    const NOBODY: u32 = 65534;
+    let h = harness();
+    // A root-owned setuid copy of sleep, in a directory nobody can reach.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let suid_sleep = dir.path().join("suid-sleep");
+    std::fs::copy("/bin/sleep", &suid_sleep).unwrap();
+    std::fs::set_permissions(&suid_sleep, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mut child = Command::new("sh")
+        .args(["-c", &format!("read go; exec {} 5", suid_sleep.display())])
+        .uid(NOBODY)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let nobody = Caller {
+        uid: NOBODY,
+        pid: None,
+    };
+    let s = h
+        .manager
+        .start(nobody, start_request(&[pid], 100))
+        .await
+        .unwrap();
+    assert!(h.kernel().targets.contains(&(period_of(100), pid)));
+
+    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while request::owner_may_profile(NOBODY, pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the exec did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let now = sys::monotonic_ns();
+    let exec = Event {
+        kind: EVENT_EXEC,
+        tgid: pid,
+        tid: pid,
+        timestamp_ns: now,
+        ..Event::default()
+    };
+    h.send(vec![exec, sample(pid, 100, now + 1)], now + 2).await;
+    assert!(
+        !h.kernel().targets.contains(&(period_of(100), pid)),
+        "filter kept"
+    );
+    let session = h.manager.get(nobody, s.id).await.unwrap();
+    assert_eq!(session.samples, 0, "a sample after the exec was counted");
+    assert!(
+        session.targets[0].note.contains("another user"),
+        "{session:?}"
+    );
+    assert_eq!(
+        h.manager.counters().await.unwrap().values["targets_revoked"],
+        1
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test]
 async fn lost_samples_are_reported_per_cpu_since_start() {
     let h = harness();
     let key = TargetKey {
@@ -447,7 +598,7 @@ async fn lost_samples_are_reported_per_cpu_since_start() {
 #[tokio::test]
 async fn old_stopped_sessions_are_evicted() {
     let h = harness_with(ManagerConfig {
-        max_stopped_sessions: 2,
+        max_stopped_per_user: 2,
         tick: Duration::from_millis(20),
         ..ManagerConfig::default()
     });
