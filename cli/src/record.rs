@@ -8,13 +8,14 @@
 use std::{ffi::OsString, io::Write, path::Path, time::Duration};
 
 use anyhow::Context as _;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tonic::Code;
 use vmscope_proto::v1::{self as pb, SessionState};
 
 use crate::{
     client::{self, Client},
     report::{Format, Report, ReportOptions},
-    spawn::{self, HeldChild},
+    spawn::{self, ExitStatus, HeldChild},
 };
 
 /// What to record.
@@ -76,6 +77,9 @@ pub async fn record(
         }
     };
     let id = session.id;
+    // Signals are caught from here on: the session must be stopped (and the command, if any,
+    // waited for) however vmscope is asked to end.
+    let mut signals = Signals::new()?;
     if let Some(child) = &mut child {
         child
             .release()
@@ -95,8 +99,36 @@ pub async fn record(
         let pid = c.pid();
         tokio::task::spawn_blocking(move || spawn::wait_exited(pid))
     });
-    let reason = wait_for_end(&mut client, id, exited).await?;
+    let reported = async {
+        let reason = wait_for_end(&mut client, id, exited, &mut signals).await?;
+        stop(&mut client, id, reason).await?;
+        let profile = client
+            .get_profile(pb::GetProfileRequest { session_id: id })
+            .await
+            .map_err(client::status_error)
+            .context("fetching the profile")?
+            .into_inner();
+        let report = Report::from_profile(&profile, &options.report);
+        crate::report::render(&report, &options.report, options.format, out)?;
+        out.flush()?;
+        anyhow::Ok(())
+    }
+    .await;
+    if reported.is_err() {
+        // Leave nothing running in the daemon on our behalf.
+        let _ = stop(&mut client, id, "vmscope failed").await;
+    }
 
+    let status = match child {
+        Some(child) => Some(reap(child, &mut signals).await?),
+        None => None,
+    };
+    reported?;
+    Ok(status.map_or(0, ExitStatus::as_exit_code))
+}
+
+/// Stops the session, unless the daemon already did.
+async fn stop(client: &mut Client, id: u64, reason: &str) -> anyhow::Result<()> {
     match client
         .stop_session(pb::StopSessionRequest {
             session_id: id,
@@ -104,27 +136,58 @@ pub async fn record(
         })
         .await
     {
-        Ok(_) => {}
+        Ok(_) => Ok(()),
         // The daemon ended it already (duration, targets gone): fine.
-        Err(status) if status.code() == Code::FailedPrecondition => {}
-        Err(status) => return Err(client::status_error(status)).context("stopping the session"),
+        Err(status) if status.code() == Code::FailedPrecondition => Ok(()),
+        Err(status) => Err(client::status_error(status)).context("stopping the session"),
     }
-    let profile = client
-        .get_profile(pb::GetProfileRequest { session_id: id })
-        .await
-        .map_err(client::status_error)
-        .context("fetching the profile")?
-        .into_inner();
-    let report = Report::from_profile(&profile, &options.report);
-    crate::report::render(&report, &options.report, options.format, out)?;
-    out.flush()?;
+}
 
-    match child {
-        Some(mut child) => Ok(child
-            .reap()
-            .context("waiting for the recorded command")?
-            .as_exit_code()),
-        None => Ok(0),
+/// Waits for the recorded command to end and reaps it. It got the terminal's Ctrl-C itself; a
+/// further interrupt here means "really stop", and kills it.
+async fn reap(mut child: HeldChild, signals: &mut Signals) -> anyhow::Result<ExitStatus> {
+    let pid = child.pid();
+    let mut reaped = tokio::task::spawn_blocking(move || child.reap());
+    loop {
+        tokio::select! {
+            status = &mut reaped => {
+                return status
+                    .context("waiting for the recorded command")?
+                    .context("waiting for the recorded command");
+            }
+            _ = signals.next() => {
+                eprintln!("vmscope: killing the recorded command (pid {pid})");
+                // SAFETY: kill only sends a signal to our own child.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// The signals that end a recording: Ctrl-C, SIGTERM, SIGHUP (the terminal went away).
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        let listen = |kind| signal(kind).context("cannot listen for signals");
+        Ok(Signals {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+            hangup: listen(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next of them, as a stop reason.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "interrupted (Ctrl-C)",
+            _ = self.terminate.recv() => "vmscope was terminated (SIGTERM)",
+            _ = self.hangup.recv() => "the terminal went away (SIGHUP)",
+        }
     }
 }
 
@@ -162,13 +225,14 @@ async fn wait_for_end(
     client: &mut Client,
     id: u64,
     exited: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    signals: &mut Signals,
 ) -> anyhow::Result<&'static str> {
     let mut exited = exited;
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("vmscope: stopping");
-                return Ok("interrupted (Ctrl-C)");
+            reason = signals.next() => {
+                eprintln!("vmscope: stopping: {reason}");
+                return Ok(reason);
             }
             result = async { exited.as_mut().expect("guarded").await }, if exited.is_some() => {
                 result.context("waiting for the command")?.context("waiting for the command")?;

@@ -123,6 +123,7 @@ fn state_name(s: &pb::Session) -> &'static str {
     match s.state() {
         pb::SessionState::Running => "running",
         pb::SessionState::Stopped => "stopped",
+        pb::SessionState::Stopping => "stopping",
         pb::SessionState::Unspecified => "unknown",
     }
 }

@@ -102,6 +102,12 @@ impl HeldChild {
         let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
         let exec_failed = b"vmscope: exec failed\n";
+        // SAFETY: sigemptyset initialises the set we own.
+        let empty_mask = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            set
+        };
 
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two descriptors into the array we own.
@@ -134,6 +140,10 @@ impl HeldChild {
                     // The parent gave up (no daemon, refused session): leave without running.
                     libc::_exit(127);
                 }
+                // Rust ignores SIGPIPE and an ignored signal stays ignored across exec: give the
+                // command the dispositions and mask it would get from a shell.
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty_mask, std::ptr::null_mut());
                 libc::execv(c_path.as_ptr(), argv.as_ptr());
                 libc::write(2, exec_failed.as_ptr().cast(), exec_failed.len());
                 libc::_exit(127);
@@ -247,6 +257,26 @@ mod tests {
         assert!(Path::new(&format!("/proc/{}/stat", child.pid())).exists());
         assert_eq!(child.reap().unwrap(), ExitStatus::Code(7));
         assert!(marker.exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_command_gets_default_signal_dispositions() {
+        let dir = tempfile_dir();
+        let out = dir.join("status");
+        let script = format!(
+            "grep -E '^Sig(Ign|Blk)' /proc/self/status > {}",
+            out.display()
+        );
+        let mut child = HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()]).unwrap();
+        child.release().unwrap();
+        assert_eq!(child.reap().unwrap(), ExitStatus::Code(0));
+        let status = std::fs::read_to_string(&out).unwrap();
+        for line in status.lines() {
+            let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+            assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE in {line}");
+        }
+        assert_eq!(status.lines().count(), 2, "{status}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

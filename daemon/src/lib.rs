@@ -99,14 +99,15 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let reader = Arc::new(bpf::ReaderControl::default());
     bpf::spawn_reader(ring, batch_tx, reader.clone())
         .context("cannot start the ring-buffer reader thread")?;
-    let (manager, manager_task) = session::spawn_manager(
+    let (manager, _manager_thread) = session::spawn_manager(
         Box::new(sampler) as Box<dyn bpf::SamplerControl>,
         batch_rx,
         reader,
         modules,
         config.manager.clone(),
         Box::new(sys::perf_event_max_sample_rate),
-    );
+    )
+    .context("cannot start the session manager")?;
 
     let listener = server::bind_socket(&config.socket)?;
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -121,7 +122,8 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let service = server::ProfilerService::new(manager, symbolizer, online_cpus);
+    let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    let service = server::ProfilerService::new(manager, symbolizer, online_cpus, shutdown_rx);
     tracing::info!(socket = %config.socket.display(), "serving vmscope.v1");
 
     let served = tonic::transport::Server::builder()
@@ -131,11 +133,15 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         .add_service(ProfilerServer::new(service))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
-            shutdown_signal(),
+            async move {
+                shutdown_signal().await;
+                // Open watches would hold the graceful shutdown forever: end them.
+                let _ = shutdown.send(true);
+            },
         )
         .await;
     let _ = std::fs::remove_file(&config.socket);
-    manager_task.abort();
+    // Perf events, filters and maps are file descriptors: they go when the process exits.
     served.context("the gRPC server failed")?;
     tracing::info!("vmscoped stopped");
     Ok(())

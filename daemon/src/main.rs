@@ -16,8 +16,8 @@ struct Args {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `vmscoped=debug`.
     #[arg(long, env = "VMSCOPE_LOG", default_value = "info")]
     log: String,
-    /// Stopped sessions kept for later reports.
-    #[arg(long, default_value_t = ManagerConfig::default().max_stopped_sessions)]
+    /// Stopped sessions kept per user for later reports.
+    #[arg(long, default_value_t = ManagerConfig::default().max_stopped_per_user)]
     keep_sessions: usize,
 }
 
@@ -31,7 +31,7 @@ async fn main() -> std::process::ExitCode {
     let config = DaemonConfig {
         socket: args.socket,
         manager: ManagerConfig {
-            max_stopped_sessions: args.keep_sessions,
+            max_stopped_per_user: args.keep_sessions,
             ..ManagerConfig::default()
         },
     };

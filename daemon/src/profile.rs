@@ -9,15 +9,39 @@ use std::collections::HashMap;
 
 use vmscope_proto::v1::{Profile, ProfileRow, Section, SymbolizationIssue};
 
-use crate::{session::Snapshot, symbolize::Symbolizer};
+use crate::{
+    session::Snapshot,
+    symbolize::{KERNEL_MODULE, Location, Resolved, Symbolizer},
+};
+
+/// What a profile may show its reader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileOptions {
+    /// Name kernel functions. When false, kernel samples are one `[kernel]` row, with this
+    /// reason.
+    pub hide_kernel: Option<String>,
+}
 
 /// Builds the profile of a snapshot. Runs on a blocking thread: the first profile of a session
 /// may parse binaries.
-pub fn build_profile(snapshot: Snapshot, symbolizer: &Symbolizer) -> Profile {
+pub fn build_profile(
+    snapshot: Snapshot,
+    symbolizer: &Symbolizer,
+    options: &ProfileOptions,
+) -> Profile {
     let mut rows: HashMap<(Section, String, String), (u64, bool)> = HashMap::new();
     let mut issues: HashMap<(String, String), u64> = HashMap::new();
     for (location, samples) in &snapshot.counts {
-        let resolved = symbolizer.resolve(location);
+        let resolved = match (location, &options.hide_kernel) {
+            (Location::Kernel { .. }, Some(reason)) => Resolved {
+                section: Section::Other,
+                module: KERNEL_MODULE.to_owned(),
+                name: "[kernel]".to_owned(),
+                symbolized: false,
+                issue: Some(reason.clone()),
+            },
+            _ => symbolizer.resolve(location),
+        };
         let row = rows
             .entry((resolved.section, resolved.module.clone(), resolved.name))
             .or_insert((0, resolved.symbolized));
@@ -80,5 +104,108 @@ pub fn build_profile(snapshot: Snapshot, symbolizer: &Symbolizer) -> Profile {
         symbolization_issues: issues,
         has_generated_code: snapshot.has_generated_code,
         complete: snapshot.complete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use vmscope_parse::kallsyms::parse_kallsyms;
+    use vmscope_proto::v1 as pb;
+
+    use super::*;
+    use crate::symbolize::{Modules, UnmappedReason};
+
+    fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
+        Snapshot {
+            session: pb::Session::default(),
+            total_samples: counts.iter().map(|(_, n)| n).sum(),
+            counts,
+            lost_per_cpu: vec![1, 0, 2],
+            duration: Duration::from_secs(2),
+            cpu_seconds: 2.5,
+            vm_executable: "/usr/bin/vm".into(),
+            has_generated_code: false,
+            complete: true,
+        }
+    }
+
+    fn symbolizer() -> Symbolizer {
+        Symbolizer::new(
+            Arc::new(Modules::new()),
+            Arc::new(parse_kallsyms(
+                b"ffffffff81000000 T _stext\nffffffff81000100 t do_work\n",
+            )),
+            Arc::new(Err("no vDSO".into())),
+        )
+    }
+
+    #[test]
+    fn rows_and_issues_are_aggregated_and_ordered() {
+        let kernel = |ip| Location::Kernel { ip };
+        let counts = vec![
+            (kernel(0xffff_ffff_8100_0101), 30),
+            (kernel(0xffff_ffff_8100_0180), 20), // same function: one row of 50
+            (kernel(0xffff_ffff_8100_0010), 7),
+            (Location::Unmapped(UnmappedReason::ProcessGone), 5),
+            (Location::Unmapped(UnmappedReason::NoMapping), 3),
+        ];
+        let profile = build_profile(
+            snapshot(counts),
+            &symbolizer(),
+            &ProfileOptions { hide_kernel: None },
+        );
+        let rows: Vec<(&str, u64)> = profile
+            .rows
+            .iter()
+            .map(|r| (r.name.as_str(), r.samples))
+            .collect();
+        assert_eq!(rows, [("do_work", 50), ("[unknown]", 8), ("_stext", 7)]);
+        assert_eq!(profile.total_samples, 65);
+        assert_eq!(profile.lost_samples, 3);
+        assert!((profile.measured_frequency_hz - 26.0).abs() < 1e-9);
+        let issues: Vec<(&str, u64)> = profile
+            .symbolization_issues
+            .iter()
+            .map(|i| (i.reason.as_str(), i.samples))
+            .collect();
+        assert_eq!(
+            issues,
+            [
+                (UnmappedReason::ProcessGone.describe(), 5),
+                (UnmappedReason::NoMapping.describe(), 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn kernel_functions_can_be_hidden_but_stay_counted() {
+        let counts = vec![
+            (
+                Location::Kernel {
+                    ip: 0xffff_ffff_8100_0101,
+                },
+                30,
+            ),
+            (
+                Location::Kernel {
+                    ip: 0xffff_ffff_8100_0010,
+                },
+                7,
+            ),
+        ];
+        let reason = "kernel functions are shown to root only".to_owned();
+        let profile = build_profile(
+            snapshot(counts),
+            &symbolizer(),
+            &ProfileOptions {
+                hide_kernel: Some(reason.clone()),
+            },
+        );
+        assert_eq!(profile.rows.len(), 1);
+        assert_eq!(profile.rows[0].name, "[kernel]");
+        assert_eq!(profile.rows[0].samples, 37);
+        assert_eq!(profile.symbolization_issues[0].reason, reason);
     }
 }

@@ -52,6 +52,17 @@ pub fn perf_event_max_sample_rate() -> io::Result<u32> {
         .ok_or_else(|| io::Error::other(format!("{MAX_SAMPLE_RATE_SYSCTL} does not hold a number")))
 }
 
+/// `kernel.perf_event_paranoid`: above 1, the kernel keeps its own code out of unprivileged
+/// users' profiles, and so does the daemon.
+pub fn perf_event_paranoid() -> io::Result<i32> {
+    let path = Path::new("/proc/sys/kernel/perf_event_paranoid");
+    let text = read_bounded(path, 64)?;
+    std::str::from_utf8(&text)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| io::Error::other(format!("{} does not hold a number", path.display())))
+}
+
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns` and of jitdump.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -141,33 +152,65 @@ pub fn process_exe(pid: u32) -> io::Result<(PathBuf, FileId)> {
     Ok((path, FileId::from_metadata(&meta)))
 }
 
+/// Opens a file the daemon reads on a process's behalf, refusing anything but a regular file.
+///
+/// The open never blocks (`O_NONBLOCK`: a FIFO planted under an expected name would otherwise
+/// hang the daemon), never follows a final symlink (`O_NOFOLLOW`), and when `expected` is given
+/// the file must be exactly that one (device and inode), so that renaming, symlinked
+/// directories or another mount namespace cannot make the root daemon read another file.
+pub fn open_untrusted(path: &Path, expected: Option<FileId>) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    if let Some(expected) = expected
+        && FileId::from_metadata(&meta) != expected
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not the file the process mapped (replaced, or another mount namespace)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(file)
+}
+
 /// Opens the file behind an executable mapping of a live process.
 ///
 /// `/proc/PID/map_files/START-END` reaches the very file the process mapped, even when it was
-/// deleted or replaced since, or lives in another mount namespace (a container); the path in
-/// /proc/PID/maps is only the fallback. Symlinks are not followed on the fallback path: a
-/// process could otherwise point the root daemon at any file.
-pub fn open_mapped_file(pid: u32, start: u64, end: u64, path: &Path) -> io::Result<File> {
+/// deleted or replaced since, or lives in another mount namespace (a container). The path in
+/// /proc/PID/maps is only the fallback, for when the process is already gone, and is held to
+/// [`open_untrusted`]'s rules against the mapping's device and inode.
+pub fn open_mapped_file(
+    pid: u32,
+    start: u64,
+    end: u64,
+    path: &Path,
+    id: FileId,
+) -> io::Result<File> {
     let map_file = proc_path(pid, &format!("map_files/{start:x}-{end:x}"));
     match File::open(&map_file) {
         Ok(file) => Ok(file),
-        Err(first) => {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(path)
-                .map_err(|second| {
-                    io::Error::new(
-                        second.kind(),
-                        format!(
-                            "cannot open {} ({first}) nor {} ({second})",
-                            map_file.display(),
-                            path.display()
-                        ),
-                    )
-                })
-        }
+        Err(first) => open_untrusted(path, Some(id)).map_err(|second| {
+            io::Error::new(
+                second.kind(),
+                format!(
+                    "cannot open {} ({first}) nor {} ({second})",
+                    map_file.display(),
+                    path.display()
+                ),
+            )
+        }),
     }
 }
 
@@ -201,6 +244,37 @@ mod tests {
         assert_eq!(
             id,
             FileId::from_metadata(&std::fs::metadata(&expected).unwrap())
+        );
+    }
+
+    #[test]
+    fn untrusted_opens_refuse_fifos_symlinks_and_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        // Would block forever without O_NONBLOCK.
+        let err = open_untrusted(&fifo, None).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+
+        let real = dir.path().join("real");
+        std::fs::write(&real, b"x").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(
+            open_untrusted(&link, None).unwrap_err().raw_os_error(),
+            Some(libc::ELOOP)
+        );
+
+        let id = FileId::from_metadata(&std::fs::metadata(&real).unwrap());
+        assert!(open_untrusted(&real, Some(id)).is_ok());
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"y").unwrap();
+        let err = open_untrusted(&other, Some(id)).unwrap_err();
+        assert!(
+            err.to_string().contains("not the file the process mapped"),
+            "{err}"
         );
     }
 

@@ -47,6 +47,7 @@ struct JsonTarget<'a> {
     command: &'a str,
     executable: &'a str,
     exited: bool,
+    note: &'a str,
 }
 
 #[derive(Debug, Serialize)]
@@ -110,6 +111,7 @@ fn target(target: &ReportTarget) -> JsonTarget<'_> {
         command: &target.command,
         executable: &target.executable,
         exited: target.exited,
+        note: &target.note,
     }
 }
 
@@ -180,7 +182,7 @@ mod tests {
         assert_eq!(
             json["targets"],
             serde_json::json!([
-                {"pid": 4242, "command": "node", "executable": "/usr/bin/node", "exited": false}
+                {"pid": 4242, "command": "node", "executable": "/usr/bin/node", "exited": false, "note": ""}
             ])
         );
         assert_eq!(json["system_wide"], false);

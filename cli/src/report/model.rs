@@ -79,6 +79,8 @@ pub struct ReportTarget {
     pub executable: String,
     /// Whether it exited during the session: its samples are still in the report.
     pub exited: bool,
+    /// Why sampling of it ended before the session did, other than exiting (empty if not).
+    pub note: String,
 }
 
 /// One line of a section: a function (or module+offset), or the `...others...` fold.
@@ -239,6 +241,12 @@ impl Report {
                     command: t.command.clone(),
                     executable: t.executable.clone(),
                     exited: t.exited,
+                    // "exited" says nothing that `exited` does not.
+                    note: if t.note == "exited" {
+                        String::new()
+                    } else {
+                        t.note.clone()
+                    },
                 })
                 .collect(),
             system_wide: session.system_wide,
@@ -434,6 +442,7 @@ pub(crate) mod fixtures {
                     command: "node".to_owned(),
                     executable: "/usr/bin/node".to_owned(),
                     exited: false,
+                    note: String::new(),
                 }],
                 frequency_hz: 1400,
                 started_at: Some((UNIX_EPOCH + Duration::from_secs(STARTED_AT_SECS)).into()),
@@ -875,7 +884,8 @@ mod tests {
                 pid: 4242,
                 command: "node".into(),
                 executable: "/usr/bin/node".into(),
-                exited: false
+                exited: false,
+                note: String::new(),
             }]
         );
         // The sections' samples add up to the grand total.

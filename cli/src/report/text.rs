@@ -147,6 +147,9 @@ fn targets_label(report: &Report) -> String {
                 label.push(' ');
                 label.push_str(&target.executable);
             }
+            if !target.note.is_empty() {
+                label.push_str(&format!(" ({})", target.note));
+            }
             if target.exited {
                 label.push_str(" (exited)");
             }
@@ -453,6 +456,7 @@ session running; numbers are a snapshot
             command: "worker".into(),
             executable: "/usr/bin/node".into(),
             exited: false,
+            note: String::new(),
         });
         let text = render(&profile, &OPTIONS);
         assert!(

@@ -1,13 +1,15 @@
 //! The daemon's Unix socket.
 //!
 //! The directory is created owned by root with mode 0755: others may reach the socket but not
-//! replace it. The socket itself is 0666: any local user may connect, and each request is then
-//! authorised from the peer credentials the kernel attaches to the connection.
+//! replace it. An existing directory must be as safe: owned by the daemon's user, and writable
+//! by nobody else unless sticky (like /tmp, where others cannot remove or rename our socket).
+//! The socket itself is 0666: any local user may connect, and each request is then authorised
+//! from the peer credentials the kernel attaches to the connection.
 
 use std::{
     fs,
     io::{self, ErrorKind},
-    os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt},
+    os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt},
     path::Path,
 };
 
@@ -18,7 +20,7 @@ use tokio::net::UnixListener;
 pub fn bind_socket(path: &Path) -> io::Result<UnixListener> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         match fs::symlink_metadata(dir) {
-            Ok(meta) if meta.is_dir() => {}
+            Ok(meta) if meta.is_dir() => check_directory(dir, &meta)?,
             Ok(_) => {
                 return Err(io::Error::new(
                     ErrorKind::AlreadyExists,
@@ -48,8 +50,10 @@ pub fn bind_socket(path: &Path) -> io::Result<UnixListener> {
                         ),
                     ));
                 }
-                Err(_) => fs::remove_file(path)
+                // Nobody listens: a daemon died without cleaning up.
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => fs::remove_file(path)
                     .map_err(|e| with_path(e, "cannot remove stale socket", path))?,
+                Err(e) => return Err(with_path(e, "cannot tell whether a daemon serves", path)),
             }
         }
         Ok(_) => {
@@ -65,6 +69,35 @@ pub fn bind_socket(path: &Path) -> io::Result<UnixListener> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o666))
         .map_err(|e| with_path(e, "cannot set permissions of", path))?;
     Ok(listener)
+}
+
+/// Refuses a directory in which another user could replace the socket.
+fn check_directory(dir: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    let mode = meta.mode();
+    let writable_by_others = mode & 0o022 != 0;
+    let sticky = mode & 0o1000 != 0;
+    if meta.uid() != crate::sys::effective_uid() && meta.uid() != 0 {
+        return Err(io::Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "refusing to serve in {}: it belongs to uid {}, who could replace the socket",
+                dir.display(),
+                meta.uid()
+            ),
+        ));
+    }
+    if writable_by_others && !sticky {
+        return Err(io::Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "refusing to serve in {}: others may write to it (mode {:o}) and could replace \
+                 the socket; use a directory only root can write to",
+                dir.display(),
+                mode & 0o7777
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn with_path(error: io::Error, what: &str, path: &Path) -> io::Error {
@@ -101,5 +134,18 @@ mod tests {
         fs::write(&file, b"x").unwrap();
         let err = bind_socket(&file).unwrap_err();
         assert!(err.to_string().contains("not a socket"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn unsafe_directories_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = bind_socket(&open.join("s.sock")).unwrap_err();
+        assert!(err.to_string().contains("others may write"), "{err}");
+        // Sticky, like /tmp: others cannot remove or rename what we create there.
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).unwrap();
+        bind_socket(&open.join("s.sock")).unwrap();
     }
 }

@@ -8,17 +8,17 @@
 mod listen;
 mod status;
 
-use std::{pin::Pin, time::Duration};
+use std::{pin::Pin, sync::Arc, time::Duration};
 
 pub use listen::bind_socket;
 use status::to_status;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, transport::server::UdsConnectInfo};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
 
 use crate::{
-    profile::build_profile,
+    profile::{ProfileOptions, build_profile},
     session::{Caller, ManagerHandle},
     symbolize::Symbolizer,
     sys,
@@ -28,6 +28,8 @@ use crate::{
 pub const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 /// Interval between watch snapshots when the request names none.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// Most watch streams open at once: each takes a snapshot per interval.
+pub const MAX_WATCHES: usize = 256;
 
 /// Implementation of `vmscope.v1.Profiler`.
 #[derive(Debug, Clone)]
@@ -35,22 +37,32 @@ pub struct ProfilerService {
     manager: ManagerHandle,
     symbolizer: Symbolizer,
     online_cpus: u32,
+    watches: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
 }
 
 impl ProfilerService {
-    /// A service over a running manager.
-    pub fn new(manager: ManagerHandle, symbolizer: Symbolizer, online_cpus: u32) -> Self {
+    /// A service over a running manager. Watch streams end when `shutdown` turns true.
+    pub fn new(
+        manager: ManagerHandle,
+        symbolizer: Symbolizer,
+        online_cpus: u32,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
         ProfilerService {
             manager,
             symbolizer,
             online_cpus,
+            watches: Arc::new(Semaphore::new(MAX_WATCHES)),
+            shutdown,
         }
     }
 
     async fn profile(&self, caller: Caller, id: u64) -> Result<pb::Profile, Status> {
         let snapshot = self.manager.snapshot(caller, id).await.map_err(to_status)?;
         let symbolizer = self.symbolizer.clone();
-        tokio::task::spawn_blocking(move || build_profile(snapshot, &symbolizer))
+        let options = profile_options(caller);
+        tokio::task::spawn_blocking(move || build_profile(snapshot, &symbolizer, &options))
             .await
             .map_err(|e| Status::internal(format!("building the profile failed: {e}")))
     }
@@ -71,6 +83,25 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
                 "cannot tell who you are: the daemon only takes requests on its Unix socket",
             )
         })
+}
+
+/// What `caller` may see: like perf, kernel functions only for root or when
+/// `kernel.perf_event_paranoid` is at most 1.
+fn profile_options(caller: Caller) -> ProfileOptions {
+    if caller.is_root() {
+        return ProfileOptions { hide_kernel: None };
+    }
+    match sys::perf_event_paranoid() {
+        Ok(level) if level <= 1 => ProfileOptions { hide_kernel: None },
+        Ok(level) => ProfileOptions {
+            hide_kernel: Some(format!(
+                "kernel functions are shown to root only (kernel.perf_event_paranoid = {level})"
+            )),
+        },
+        Err(_) => ProfileOptions {
+            hide_kernel: Some("kernel functions are shown to root only".into()),
+        },
+    }
 }
 
 type ProfileStream = Pin<Box<dyn Stream<Item = Result<pb::Profile, Status>> + Send>>;
@@ -160,10 +191,24 @@ impl pb::profiler_server::Profiler for ProfilerService {
             .get(caller, request.session_id)
             .await
             .map_err(to_status)?;
+        let permit = self.watches.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{MAX_WATCHES} watches are open, the most the daemon serves; poll GetProfile \
+                 or try later"
+            ))
+        })?;
         let (tx, rx) = mpsc::channel(2);
         let service = self.clone();
+        let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             loop {
+                if *shutdown.borrow_and_update() {
+                    let _ = tx
+                        .send(Err(Status::unavailable("the daemon is shutting down")))
+                        .await;
+                    break;
+                }
                 let profile = service.profile(caller, request.session_id).await;
                 let complete = profile.as_ref().map_or(true, |p| p.complete);
                 // A client that went away closes the channel; that ends the watch, nothing else.
@@ -173,6 +218,7 @@ impl pb::profiler_server::Profiler for ProfilerService {
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
                     _ = tx.closed() => break,
+                    _ = shutdown.changed() => {}
                 }
             }
         });

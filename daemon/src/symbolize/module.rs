@@ -20,9 +20,9 @@ use std::{
 };
 
 use object::{Object as _, read::ReadCache};
-
-use crate::sys::FileId;
 use vmscope_parse::elf::{ElfSymbols, debug_file_candidates};
+
+use crate::sys::{self, FileId};
 
 /// Index of a registered binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -194,7 +194,7 @@ fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSy
     };
     drop(cache);
     if !symbols.has_symtab()
-        && let Some(debug) = find_debug_file(path, &symbols)
+        && let Some(debug) = find_debug_file(path, &symbols, modules)
     {
         symbols.merge_symbols(debug);
     }
@@ -211,17 +211,26 @@ fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSy
 }
 
 /// The symbols of a separate debug file for a stripped binary, if one is installed and matches.
-fn find_debug_file(path: &Path, stripped: &ElfSymbols) -> Option<ElfSymbols> {
-    for candidate in debug_file_candidates(path, stripped.build_id(), stripped.debuglink()) {
-        let Ok(file) = File::open(&candidate) else {
+///
+/// Only binaries with a build-id get one, and only a debug file with the same build-id: a
+/// `.gnu_debuglink` name alone is a claim by the (possibly hostile) binary, and a debug file of
+/// another build would name the wrong functions, which is worse than none. Candidates beside
+/// the binary are opened under [`sys::open_untrusted`]'s rules.
+fn find_debug_file(path: &Path, stripped: &ElfSymbols, modules: &Modules) -> Option<ElfSymbols> {
+    let build_id = stripped.build_id()?;
+    for candidate in debug_file_candidates(path, Some(build_id), stripped.debuglink()) {
+        let Ok(file) = sys::open_untrusted(&candidate, None) else {
             continue;
         };
+        if file.metadata().map_or(true, |m| m.len() > MAX_BINARY_BYTES) {
+            continue;
+        }
         let cache = ReadCache::new(file);
         let Ok(debug) = ElfSymbols::parse(&cache) else {
+            modules.count(|c| c.parse_failures += 1);
             continue;
         };
-        // A debug file for another build would name the wrong functions: worse than none.
-        if stripped.build_id().is_some() && debug.build_id() != stripped.build_id() {
+        if debug.build_id() != Some(build_id) {
             continue;
         }
         tracing::debug!(binary = %path.display(), debug = %candidate.display(), "using debug file");
