@@ -19,7 +19,7 @@ use vmscope_parse::{kallsyms, maps};
 use vmscope_proto::v1 as pb;
 use vmscoped::{
     bpf::{Batch, fake::FakeSampler, period_of},
-    profile::build_profile,
+    profile::{ProfileOptions, build_profile},
     session::{Caller, ManagerConfig, ManagerHandle, Snapshot, spawn_manager},
     symbolize::{Modules, Symbolizer},
     sys,
@@ -28,6 +28,7 @@ use vmscoped::{
 const SAMPLES: usize = 1_000_000;
 const HZ: u32 = 1400;
 const ROOT: Caller = Caller { uid: 0, pid: None };
+const SHOW_ALL: ProfileOptions = ProfileOptions { hide_kernel: None };
 
 /// Start and end of this executable's first code mapping.
 fn own_code() -> (u64, u64) {
@@ -93,7 +94,8 @@ impl Harness {
             modules,
             ManagerConfig::default(),
             Box::new(|| Ok(100_000)),
-        );
+        )
+        .expect("manager thread");
         Harness { manager, batches }
     }
 
@@ -177,12 +179,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("profile_cold", |b| {
         b.iter_batched(
             cold,
-            |(snapshot, symbolizer)| black_box(build_profile(snapshot, &symbolizer).rows.len()),
+            |(snapshot, symbolizer)| {
+                black_box(build_profile(snapshot, &symbolizer, &SHOW_ALL).rows.len())
+            },
             BatchSize::PerIteration,
         )
     });
     let (snapshot, warm) = cold();
-    let rows = build_profile(snapshot.clone(), &warm).rows.len();
+    let rows = build_profile(snapshot.clone(), &warm, &SHOW_ALL).rows.len();
     println!(
         "report_1m_samples: {} distinct locations, {rows} profile rows",
         snapshot.counts.len()
@@ -190,7 +194,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("profile_warm", |b| {
         b.iter_batched(
             || snapshot.clone(),
-            |snapshot| black_box(build_profile(snapshot, &warm).rows.len()),
+            |snapshot| black_box(build_profile(snapshot, &warm, &SHOW_ALL).rows.len()),
             BatchSize::PerIteration,
         )
     });

@@ -226,6 +226,21 @@ impl Daemon {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends SIGTERM and waits up to `within` for the daemon to exit; its exit status, or
+    /// `None` if it did not exit in time.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill only sends a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// A gRPC client connected to it.
     pub async fn client(&self) -> Client {
         connect(&self.socket).await.expect("connect to vmscoped")

@@ -75,6 +75,44 @@ async fn overlapping_sessions_each_get_the_full_rate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_watches() {
+    let mut daemon = Daemon::start();
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let mut client = daemon.client().await;
+    let session = client
+        .start_session(start(target.pid(), 1400))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut stream = client
+        .watch_session(WatchSessionRequest {
+            session_id: session.id,
+            interval: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stream.next().await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = daemon.terminate(Duration::from_secs(10));
+        (status, daemon.log())
+    })
+    .await
+    .unwrap();
+    let (status, log) = status;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "vmscoped did not exit cleanly with a watch open ({status:?}):\n{log}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the watch should end");
+    if let Some(Err(status)) = end {
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_streams_snapshots_then_the_final_profile() {
     let daemon = Daemon::start();
     let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
