@@ -47,6 +47,10 @@ pub struct DaemonConfig {
     pub socket: PathBuf,
     /// Session manager settings.
     pub manager: ManagerConfig,
+    /// Size of the BPF ring buffer in bytes: a power of two, at least a page.
+    pub ring_buffer_bytes: u32,
+    /// Fault injection for tests: delay the first ring drain after sampling starts.
+    pub stall_reader: std::time::Duration,
 }
 
 /// Loads the BPF sampler, serves the API on the socket until SIGINT or SIGTERM, then removes
@@ -68,7 +72,14 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         }
     }
 
-    let (sampler, ring) = Sampler::load().context(
+    let page = 4096;
+    if !config.ring_buffer_bytes.is_power_of_two() || config.ring_buffer_bytes < page {
+        anyhow::bail!(
+            "the ring buffer must be a power of two of at least {page} bytes, not {}",
+            config.ring_buffer_bytes
+        );
+    }
+    let (sampler, ring) = Sampler::load(config.ring_buffer_bytes).context(
         "loading the BPF sampler failed (vmscoped needs Linux 5.8+ with BPF ring buffers, \
          and root)",
     )?;
@@ -97,7 +108,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let symbolizer = Symbolizer::new(modules.clone(), Arc::new(kernel), Arc::new(vdso));
     let (batch_tx, batch_rx) = mpsc::channel(64);
     let reader = Arc::new(bpf::ReaderControl::default());
-    bpf::spawn_reader(ring, batch_tx, reader.clone())
+    bpf::spawn_reader(ring, batch_tx, reader.clone(), config.stall_reader)
         .context("cannot start the ring-buffer reader thread")?;
     let (manager, _manager_thread) = session::spawn_manager(
         Box::new(sampler) as Box<dyn bpf::SamplerControl>,

@@ -19,6 +19,14 @@ struct Args {
     /// Stopped sessions kept per user for later reports.
     #[arg(long, default_value_t = ManagerConfig::default().max_stopped_per_user)]
     keep_sessions: usize,
+    /// Size of the BPF ring buffer in KiB (a power of two). The default holds a second of
+    /// 1400 Hz sampling on 120 busy CPUs; raise it for bigger machines or higher frequencies.
+    #[arg(long, default_value_t = vmscope_common::RING_BUFFER_BYTES / 1024)]
+    ring_buffer_kib: u32,
+    /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
+    /// fills and losses can be checked.
+    #[arg(long, default_value_t = 0, hide = true)]
+    stall_reader_ms: u64,
 }
 
 #[tokio::main]
@@ -29,6 +37,8 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let config = DaemonConfig {
+        ring_buffer_bytes: args.ring_buffer_kib.saturating_mul(1024),
+        stall_reader: std::time::Duration::from_millis(args.stall_reader_ms),
         socket: args.socket,
         manager: ManagerConfig {
             max_stopped_per_user: args.keep_sessions,

@@ -166,6 +166,11 @@ impl Daemon {
     /// Starts the daemon and waits until it serves. Panics, with the daemon's own words, when it
     /// cannot (not root, BPF refused...).
     pub fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// [`Daemon::start`] with extra command-line arguments.
+    pub fn start_with(args: &[&str]) -> Daemon {
         let dir = shared_tempdir();
         let socket = dir.path().join("run/vmscoped.sock");
         let log = dir.path().join("vmscoped.log");
@@ -173,6 +178,7 @@ impl Daemon {
         let child = Command::new(binary("vmscoped"))
             .arg("--socket")
             .arg(&socket)
+            .args(args)
             .env("VMSCOPE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log_file)

@@ -114,7 +114,28 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
         report.total_samples,
         percent(report.vm_percent_of_total)
     )?;
-    writeln!(out, "{} samples lost", report.lost_samples)
+    writeln!(out, "{} samples lost", report.lost_samples)?;
+    if let Some(warning) = rate_warning(report) {
+        writeln!(out, "{warning}")?;
+    }
+    Ok(())
+}
+
+/// A warning when the kernel took clearly fewer samples than asked, beyond those lost: it
+/// throttles sampling when interrupts take too long (lowering
+/// `kernel.perf_event_max_sample_rate`), which no counter reports.
+pub fn rate_warning(report: &Report) -> Option<String> {
+    if report.cpu_seconds < 0.5 || report.requested_frequency_hz == 0 {
+        return None;
+    }
+    let taken = (report.total_samples + report.lost_samples) as f64 / report.cpu_seconds;
+    let requested = f64::from(report.requested_frequency_hz);
+    (taken < 0.9 * requested).then(|| {
+        format!(
+            "warning: {taken:.0} samples per busy CPU-second were taken, {requested:.0} were asked: \
+             the kernel throttled sampling (see kernel.perf_event_max_sample_rate and dmesg)"
+        )
+    })
 }
 
 /// "2026-11-22T10:00:00Z" -> "2026-11-22 10:00:00 UTC": VMProfiler's date shape, with the zone
@@ -388,6 +409,20 @@ mod tests {
         assert!(!text.contains("[libstdc++.so.6]"));
         assert!(!text.contains("Builtin:ArrayPrototypePush [[anon]]"));
         assert!(!text.lines().any(|l| l.ends_with(' ')), "trailing blanks");
+    }
+
+    #[test]
+    fn throttled_sampling_is_called_out() {
+        // The fixture: 14000 samples + 16 lost over 10.012 CPU-seconds, 1400 Hz asked.
+        let text = render(&node_profile(), &OPTIONS);
+        assert!(!text.contains("throttled"), "{text}");
+        let mut throttled = node_profile();
+        throttled.cpu_seconds *= 2.0;
+        let text = render(&throttled, &OPTIONS);
+        assert!(
+            text.contains("warning: 700 samples per busy CPU-second were taken, 1400 were asked"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -157,12 +157,17 @@ where
 }
 
 impl Sampler {
-    /// Loads the eBPF object, loads the sampler and attaches the exec raw tracepoint. Nothing is
-    /// sampled until a period is started and a target or system-wide mode is added.
+    /// Loads the eBPF object with a ring buffer of `ring_bytes` (a power of two, a multiple of
+    /// the page size; see [`vmscope_common::RING_BUFFER_BYTES`]), loads the sampler and attaches
+    /// the exec raw tracepoint. Nothing is sampled until a period is started and a target or
+    /// system-wide mode is added.
     ///
     /// Returns the sampler and the ring buffer from which [`spawn_reader`] reads events.
-    pub fn load() -> Result<(Sampler, RingBuf<MapData>), SamplerError> {
-        let mut ebpf = Ebpf::load(EBPF_OBJECT).map_err(|e| SamplerError::Load(Box::new(e)))?;
+    pub fn load(ring_bytes: u32) -> Result<(Sampler, RingBuf<MapData>), SamplerError> {
+        let mut ebpf = aya::EbpfLoader::new()
+            .map_max_entries("EVENTS", ring_bytes)
+            .load(EBPF_OBJECT)
+            .map_err(|e| SamplerError::Load(Box::new(e)))?;
         let cpus = aya::util::online_cpus().map_err(|(_, e)| SamplerError::Cpus(e))?;
 
         let program_err = |what: &str| {

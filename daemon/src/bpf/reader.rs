@@ -125,10 +125,14 @@ impl ReaderControl {
 }
 
 /// Starts the reader thread. It stops when the receiving side of `tx` is dropped.
+///
+/// `stall` delays the first drain after sampling starts: fault injection for tests, which fill
+/// the ring buffer this way to check that losses are counted (zero in normal use).
 pub fn spawn_reader(
     mut ring: RingBuf<MapData>,
     tx: mpsc::Sender<Batch>,
     control: Arc<ReaderControl>,
+    stall: Duration,
 ) -> std::io::Result<JoinHandle<()>> {
     let handle = std::thread::Builder::new()
         .name("vmscope-ring".into())
@@ -136,10 +140,17 @@ pub fn spawn_reader(
             let control = control.clone();
             move || {
                 let mut previous_ns = 0;
+                let mut stall = Some(stall).filter(|s| !s.is_zero());
                 loop {
                     let sleep = control.sleep_from(sys::monotonic_ns());
                     if !sleep.is_zero() {
                         std::thread::park_timeout(sleep);
+                    }
+                    if control.active.load(Ordering::Relaxed)
+                        && let Some(stall) = stall.take()
+                    {
+                        tracing::warn!(?stall, "stalling the ring-buffer reader (fault injection)");
+                        std::thread::sleep(stall);
                     }
                     let watermark_ns = sys::monotonic_ns();
                     let batches = drain(

@@ -1,0 +1,80 @@
+//! A full ring buffer loses samples, counts every one per CPU, and blocks nothing: with the
+//! reader stalled on a small ring, delivered plus lost samples still add up to the rate times
+//! the CPU time used.
+
+use std::{process::Command, time::Duration};
+
+use vmscope_proto::v1::{GetProfileRequest, StartSessionRequest, StopSessionRequest};
+use vmscope_tests::{Daemon, Running, dump, fixtures};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losses_are_counted_and_harmless() {
+    // 64 KiB hold about 1300 events: under a second at 1400 Hz, while the reader sleeps 2.5 s.
+    let mut daemon = Daemon::start_with(&["--ring-buffer-kib", "64", "--stall-reader-ms", "2500"]);
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let mut client = daemon.client().await;
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![target.pid()],
+            system_wide: false,
+            frequency_hz: Some(1400),
+            duration: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    client
+        .stop_session(StopSessionRequest {
+            session_id: session.id,
+            ..Default::default()
+        })
+        .await
+        .expect("a full ring must not block the stop");
+    let profile = client
+        .get_profile(GetProfileRequest {
+            session_id: session.id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let report = dump(&profile);
+    assert!(profile.lost_samples > 500, "{report}");
+    assert_eq!(
+        profile.lost_samples_per_cpu.iter().sum::<u64>(),
+        profile.lost_samples,
+        "{report}"
+    );
+    let taken = (profile.total_samples + profile.lost_samples) as f64;
+    let expected = 1400.0 * profile.cpu_seconds;
+    assert!(
+        (taken - expected).abs() <= 0.1 * expected,
+        "{taken} samples taken (delivered + lost), expected {expected:.0} +- 10%:\n{report}"
+    );
+    assert!(daemon.is_alive());
+    // And the daemon samples normally afterwards.
+    let again = client
+        .start_session(StartSessionRequest {
+            pids: vec![target.pid()],
+            system_wide: false,
+            frequency_hz: Some(1400),
+            duration: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let profile = client
+        .get_profile(GetProfileRequest {
+            session_id: again.id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(profile.complete);
+    assert_eq!(profile.lost_samples, 0, "{}", dump(&profile));
+    assert!(profile.total_samples > 1000, "{}", dump(&profile));
+}
