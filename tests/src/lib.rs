@@ -330,6 +330,43 @@ impl Drop for Running {
     }
 }
 
+/// Samples `pid` at `frequency_hz` (the daemon's default when `None`) for `seconds`, stops the
+/// session (it may have stopped by itself: the target exited) and returns the final profile.
+pub async fn record(
+    client: &mut Client,
+    pid: u32,
+    frequency_hz: Option<u32>,
+    seconds: f64,
+) -> Profile {
+    use vmscope_proto::v1::{GetProfileRequest, StartSessionRequest, StopSessionRequest};
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![pid],
+            system_wide: false,
+            frequency_hz,
+            duration: None,
+        })
+        .await
+        .expect("start a session")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    let _ = client
+        .stop_session(StopSessionRequest {
+            session_id: session.id,
+            ..Default::default()
+        })
+        .await;
+    let profile = client
+        .get_profile(GetProfileRequest {
+            session_id: session.id,
+        })
+        .await
+        .expect("get the profile")
+        .into_inner();
+    assert!(profile.complete, "a stopped session's profile is final");
+    profile
+}
+
 /// Samples of the row named `name` in `section` (0 if absent).
 pub fn samples_of(profile: &Profile, section: Section, name: &str) -> u64 {
     rows(profile, section)

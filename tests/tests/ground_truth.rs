@@ -1,10 +1,10 @@
 //! Ground truth: a fixture whose time split is fixed by construction (6/3/1 ms slices of thread
 //! CPU time in hot_a, hot_b, hot_c), profiled through the daemon over gRPC against real BPF.
 
-use std::{process::Command, time::Duration};
+use std::process::Command;
 
-use vmscope_proto::v1::{GetProfileRequest, Section, StartSessionRequest, StopSessionRequest};
-use vmscope_tests::{Daemon, Running, dump, fixtures, samples_of};
+use vmscope_proto::v1::Section;
+use vmscope_tests::{Daemon, Running, dump, fixtures, record, samples_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_rate_and_losses_match_construction() {
@@ -13,31 +13,7 @@ async fn split_rate_and_losses_match_construction() {
     let target = Running::start(Command::new(&fixtures.hotspots_pie).arg("30"));
     let mut client = daemon.client().await;
 
-    let session = client
-        .start_session(StartSessionRequest {
-            pids: vec![target.pid()],
-            system_wide: false,
-            frequency_hz: Some(1400),
-            duration: None,
-        })
-        .await
-        .expect("start")
-        .into_inner();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    client
-        .stop_session(StopSessionRequest {
-            session_id: session.id,
-            ..Default::default()
-        })
-        .await
-        .expect("stop");
-    let profile = client
-        .get_profile(GetProfileRequest {
-            session_id: session.id,
-        })
-        .await
-        .expect("profile")
-        .into_inner();
+    let profile = record(&mut client, target.pid(), Some(1400), 4.0).await;
     let report = dump(&profile);
     assert!(profile.complete, "{report}");
 

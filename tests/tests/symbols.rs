@@ -3,38 +3,8 @@
 
 use std::{process::Command, time::Duration};
 
-use vmscope_proto::v1::{
-    GetProfileRequest, Profile, Section, StartSessionRequest, StopSessionRequest,
-};
-use vmscope_tests::{Client, Daemon, Running, dump, fixtures, rows, samples_of};
-
-async fn record(client: &mut Client, pid: u32, seconds: f64) -> Profile {
-    let session = client
-        .start_session(StartSessionRequest {
-            pids: vec![pid],
-            system_wide: false,
-            frequency_hz: None,
-            duration: None,
-        })
-        .await
-        .expect("start")
-        .into_inner();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    // The session may have stopped by itself (target exited): that is not an error here.
-    let _ = client
-        .stop_session(StopSessionRequest {
-            session_id: session.id,
-            ..Default::default()
-        })
-        .await;
-    client
-        .get_profile(GetProfileRequest {
-            session_id: session.id,
-        })
-        .await
-        .expect("profile")
-        .into_inner()
-}
+use vmscope_proto::v1::{GetProfileRequest, Profile, Section, StartSessionRequest};
+use vmscope_tests::{Daemon, Running, dump, fixtures, record, rows, samples_of};
 
 fn assert_split(profile: &Profile) {
     let report = dump(profile);
@@ -57,7 +27,7 @@ async fn pie_and_non_pie_executables_are_symbolised() {
     let mut client = daemon.client().await;
     for program in [&fixtures().hotspots_pie, &fixtures().hotspots_nopie] {
         let target = Running::start(Command::new(program).arg("30"));
-        let profile = record(&mut client, target.pid(), 1.5).await;
+        let profile = record(&mut client, target.pid(), None, 1.5).await;
         assert_split(&profile);
         let unknown: u64 = profile
             .rows
@@ -87,7 +57,7 @@ async fn library_loaded_after_start_is_symbolised() {
             .arg(&f.libhot)
             .arg("1500"),
     );
-    let profile = record(&mut client, target.pid(), 4.0).await;
+    let profile = record(&mut client, target.pid(), None, 4.0).await;
     let report = dump(&profile);
     let lib: u64 = rows(&profile, Section::Other)
         .filter(|r| r.name == "lib_hot" && r.module == "libhot.so")
