@@ -201,3 +201,35 @@ fn text_report_and_session_commands() {
     let info = daemon.cli().arg("info").output().unwrap();
     assert!(String::from_utf8_lossy(&info.stdout).contains("perf_event_max_sample_rate"));
 }
+
+#[test]
+fn jit_processes_get_a_generated_code_section() {
+    // Node's JIT runs a hot loop from anonymous executable memory (no perf map asked for).
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "--", "node", "-e"])
+        .arg("const end = Date.now() + 1500; let x = 0; while (Date.now() < end) { x += Math.sqrt(x + 1); }")
+        .output()
+        .expect("run vmscope (node must be installed)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let generated = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["section"] == "generated")
+        .unwrap_or_else(|| panic!("no generated vm code section in {report}"));
+    assert_eq!(generated["title"], "generated vm code");
+    let rows = generated["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["name"].as_str().unwrap().starts_with("[anonymous code")),
+        "{generated}"
+    );
+    assert!(generated["samples"].as_u64().unwrap() > 100, "{generated}");
+}
