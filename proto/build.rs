@@ -10,11 +10,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe { env::set_var("PROTOC", protoc) };
 
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    let protos = ["vmscope/v1/profiler.proto"];
+    let protos = ["vmscope/v1/profiler.proto", "vmscope/v1/codemap.proto"];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
+    let grpc = env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
+        .build_client(grpc)
+        .build_server(grpc)
         .file_descriptor_set_path(out_dir.join("vmscope_v1_descriptor.bin"))
         .compile_protos(&protos.map(PathBuf::from), &[PathBuf::from("."), include])?;
     Ok(())

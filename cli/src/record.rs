@@ -210,6 +210,7 @@ async fn start(
             .map(prost_types::Duration::try_from)
             .transpose()
             .context("duration out of range")?,
+        keep_samples: 0,
     };
     let session = client
         .start_session(request)

@@ -105,6 +105,7 @@ impl Harness {
             system_wide: false,
             frequency_hz: Some(HZ),
             duration: None,
+            keep_samples: 0,
         };
         self.manager.start(ROOT, request).await.unwrap().id
     }

@@ -60,6 +60,7 @@ pub fn build_profile(
                 module,
                 samples,
                 symbolized,
+                ..ProfileRow::default()
             },
         )
         .collect();
@@ -104,6 +105,7 @@ pub fn build_profile(
         symbolization_issues: issues,
         has_generated_code: snapshot.has_generated_code,
         complete: snapshot.complete,
+        ..Profile::default()
     }
 }
 

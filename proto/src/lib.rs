@@ -1,14 +1,15 @@
-//! The vmscope gRPC API, `vmscope.v1`, as Rust types, a tonic client and a tonic server trait.
+//! The vmscope gRPC API, `vmscope.v1`, as Rust types, tonic clients and tonic server traits.
 //!
-//! The source of truth is `proto/vmscope/v1/profiler.proto`; its comments document every call
-//! and field. Generated at build time with a vendored `protoc`, so users need no protobuf
-//! toolchain.
+//! The sources of truth are `proto/vmscope/v1/profiler.proto` (sessions and profiles) and
+//! `proto/vmscope/v1/codemap.proto` (code maps published by VMs); their comments document every
+//! call and field. Generated at build time with a vendored `protoc`, so users need no protobuf
+//! toolchain. Without the default `grpc` feature, only the messages are built.
 #![deny(missing_docs)]
 
 /// Messages, client and server of `vmscope.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod v1 {
-    tonic::include_proto!("vmscope.v1");
+    include!(concat!(env!("OUT_DIR"), "/vmscope.v1.rs"));
 
     /// Encoded `FileDescriptorSet` of the API, for gRPC server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
@@ -24,3 +25,12 @@ pub const DEFAULT_SOCKET: &str = "/run/vmscope/vmscoped.sock";
 
 /// Environment variable that overrides [`DEFAULT_SOCKET`] for both the daemon and the CLI.
 pub const SOCKET_ENV: &str = "VMSCOPE_SOCKET";
+
+/// First 15 bytes of a code map file; a version byte follows (see `codemap.proto`).
+pub const CODEMAP_FILE_MAGIC: &[u8; 15] = b"VMSCOPE-CODEMAP";
+
+/// Version byte of the code map files this crate describes.
+pub const CODEMAP_FILE_VERSION: u8 = 1;
+
+/// Length of a code map file's header: magic and version byte.
+pub const CODEMAP_FILE_HEADER_LEN: usize = 16;

@@ -345,6 +345,7 @@ pub async fn record(
             system_wide: false,
             frequency_hz,
             duration: None,
+            keep_samples: 0,
         })
         .await
         .expect("start a session")

@@ -17,6 +17,7 @@ fn start(pids: Vec<u32>, hz: Option<u32>) -> StartSessionRequest {
         system_wide: false,
         frequency_hz: hz,
         duration: None,
+        keep_samples: 0,
     }
 }
 

@@ -35,6 +35,7 @@ async fn record_with_damaged_library(
             system_wide: false,
             frequency_hz: None,
             duration: None,
+            keep_samples: 0,
         })
         .await
         .unwrap()

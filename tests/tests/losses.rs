@@ -39,6 +39,7 @@ async fn losses_are_counted_and_harmless() {
                 seconds: 1,
                 nanos: 0,
             }),
+            keep_samples: 0,
         })
         .await
         .unwrap()

@@ -15,6 +15,7 @@ fn start(pid: u32, hz: u32) -> StartSessionRequest {
         system_wide: false,
         frequency_hz: Some(hz),
         duration: None,
+        keep_samples: 0,
     }
 }
 

@@ -95,6 +95,7 @@ async fn target_that_exits_mid_session_stays_symbolised() {
                 seconds: 10,
                 nanos: 0,
             }),
+            keep_samples: 0,
         })
         .await
         .expect("start")

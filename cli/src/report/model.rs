@@ -427,6 +427,7 @@ pub(crate) mod fixtures {
             module: module.to_owned(),
             samples,
             symbolized: !name.contains("+0x") && name != "[unknown]",
+            ..ProfileRow::default()
         }
     }
 

@@ -181,6 +181,7 @@ mod tests {
             system_wide,
             frequency_hz: freq,
             duration: None,
+            keep_samples: 0,
         }
     }
 

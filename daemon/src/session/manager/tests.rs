@@ -57,6 +57,7 @@ fn start_request(pids: &[u32], hz: u32) -> pb::StartSessionRequest {
         system_wide: false,
         frequency_hz: Some(hz),
         duration: None,
+        keep_samples: 0,
     }
 }
 
