@@ -10,10 +10,17 @@
 //! - [`kallsyms`]: `/proc/kallsyms`, the kernel's symbols.
 //! - [`elf`]: symbols, load segments, build-id and debuglink of an ELF binary.
 //! - [`demangle`]: Rust and C++ symbol names.
+//! - [`perf_map`]: `/tmp/perf-PID.map`, the names a JIT gives its code, read as the file grows.
+//! - [`jitdump`]: Linux perf's `jit-PID.dump`, code loads and moves with source lines and unwind
+//!   tables, read as the file grows.
+//! - [`codemap_file`]: vmscope's own code map files, `vmscope-PID.codemap`.
 #![deny(missing_docs)]
 
+pub mod codemap_file;
 pub mod demangle;
 pub mod elf;
+pub mod jitdump;
 pub mod kallsyms;
 pub mod maps;
+pub mod perf_map;
 pub mod stat;

@@ -72,6 +72,10 @@ pub struct ProcStatus {
     /// The `Tgid:` line: the process a thread belongs to (equal to the pid for a process's
     /// main thread). `None` if the line is missing or malformed.
     pub tgid: Option<u32>,
+    /// The last value of the `NSpid:` line: the pid as the process's own (innermost) pid
+    /// namespace sees it, which is what a containerised runtime names its perf map after.
+    /// `None` if the line is missing (kernels before 4.1) or malformed.
+    pub nspid: Option<u32>,
     /// The `Uid:` line.
     pub uids: Ids,
     /// The `Gid:` line.
@@ -178,7 +182,7 @@ pub fn parse_stat(text: &[u8]) -> Result<ProcStat, ProcParseError> {
 
 /// Parse `/proc/PID/status` for the name and the `Uid:`/`Gid:` lines (the first of each counts).
 pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
-    let (mut name, mut tgid, mut uids, mut gids) = (None, None, None, None);
+    let (mut name, mut tgid, mut nspid, mut uids, mut gids) = (None, None, None, None, None);
     for line in text.split(|&b| b == b'\n') {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
@@ -196,11 +200,17 @@ pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
                     .ok()
                     .and_then(|v| v.trim().parse().ok());
             }
+            b"NSpid" if nspid.is_none() => {
+                nspid = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.split_whitespace().last()?.parse().ok());
+            }
             b"Uid" if uids.is_none() => uids = Some(parse_ids(value, "Uid line")?),
             b"Gid" if gids.is_none() => gids = Some(parse_ids(value, "Gid line")?),
             _ => {}
         }
-        if name.is_some() && uids.is_some() && gids.is_some() {
+        // NSpid comes after Gid: read on until it is seen too.
+        if name.is_some() && uids.is_some() && gids.is_some() && nspid.is_some() {
             break;
         }
     }
@@ -211,6 +221,7 @@ pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
     Ok(ProcStatus {
         name: name.ok_or(missing("Name line"))?,
         tgid,
+        nspid,
         uids: uids.ok_or(missing("Uid line"))?,
         gids: gids.ok_or(missing("Gid line"))?,
     })
@@ -355,6 +366,13 @@ mod tests {
         let stat = parse_stat(&std::fs::read("/proc/self/stat").unwrap()).unwrap();
         assert_eq!(status.name, stat.comm);
         assert_eq!(status.tgid, Some(std::process::id()));
+        // Not in a container: the innermost pid is the pid.
+        assert_eq!(status.nspid, Some(std::process::id()));
+        let nested = parse_status(
+            b"Name:\tnode\nTgid:\t4242\nNSpid:\t4242\t1\nUid:\t1\t1\t1\t1\nGid:\t1\t1\t1\t1\n",
+        )
+        .unwrap();
+        assert_eq!(nested.nspid, Some(1));
         // A thread's status names the process it belongs to.
         let thread = std::thread::spawn(|| std::fs::read("/proc/thread-self/status").unwrap())
             .join()
