@@ -92,6 +92,7 @@ impl Harness {
             rx,
             Arc::new(vmscoped::bpf::ReaderControl::default()),
             modules,
+            Arc::new(vmscoped::codemap::code::CodeStore::new()),
             ManagerConfig::default(),
             Box::new(|| Ok(100_000)),
         )
@@ -139,6 +140,7 @@ fn symbolizer() -> Symbolizer {
         .unwrap_or_else(|_| kallsyms::parse_kallsyms(b""));
     Symbolizer::new(
         Arc::new(Modules::new()),
+        Arc::new(vmscoped::codemap::code::CodeStore::new()),
         Arc::new(kernel),
         Arc::new(Err("no vDSO in the benchmark".into())),
     )

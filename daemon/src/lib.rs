@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod bpf;
+pub mod codemap;
 pub mod process;
 pub mod profile;
 pub mod server;
@@ -29,7 +30,9 @@ use std::{path::PathBuf, sync::Arc};
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 use vmscope_parse::kallsyms;
-use vmscope_proto::v1::{FILE_DESCRIPTOR_SET, profiler_server::ProfilerServer};
+use vmscope_proto::v1::{
+    FILE_DESCRIPTOR_SET, code_map_server::CodeMapServer, profiler_server::ProfilerServer,
+};
 
 use crate::{
     bpf::Sampler,
@@ -105,7 +108,13 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     }
 
     let modules = Arc::new(Modules::new());
-    let symbolizer = Symbolizer::new(modules.clone(), Arc::new(kernel), Arc::new(vdso));
+    let codes = Arc::new(codemap::code::CodeStore::new());
+    let symbolizer = Symbolizer::new(
+        modules.clone(),
+        codes.clone(),
+        Arc::new(kernel),
+        Arc::new(vdso),
+    );
     let (batch_tx, batch_rx) = mpsc::channel(64);
     let reader = Arc::new(bpf::ReaderControl::default());
     bpf::spawn_reader(ring, batch_tx, reader.clone(), config.stall_reader)
@@ -115,6 +124,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         batch_rx,
         reader,
         modules,
+        codes.clone(),
         config.manager.clone(),
         Box::new(sys::perf_event_max_sample_rate),
     )
@@ -125,6 +135,9 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     health
         .set_serving::<ProfilerServer<server::ProfilerService>>()
         .await;
+    health
+        .set_serving::<CodeMapServer<server::CodeMapService>>()
+        .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -134,6 +147,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    let code_maps = server::CodeMapService::new(manager.clone(), codes);
     let service = server::ProfilerService::new(manager, symbolizer, online_cpus, shutdown_rx);
     tracing::info!(socket = %config.socket.display(), "serving vmscope.v1");
 
@@ -142,6 +156,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ProfilerServer::new(service))
+        .add_service(CodeMapServer::new(code_maps))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
             async move {

@@ -5,9 +5,12 @@
 //! `...others...` and percentages are the report's business (the CLI), so that every client
 //! gets every number.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use vmscope_proto::v1::{Profile, ProfileRow, Section, SymbolizationIssue};
+use vmscope_proto::v1::{
+    AttributedSample, CodeKind, CodeRange, InlinedMethod, Profile, ProfileRow, Section,
+    SymbolizationIssue,
+};
 
 use crate::{
     session::Snapshot,
@@ -22,6 +25,19 @@ pub struct ProfileOptions {
     pub hide_kernel: Option<String>,
 }
 
+/// What one row accumulates.
+#[derive(Debug, Default)]
+struct RowSum {
+    samples: u64,
+    symbolized: bool,
+    kind: CodeKind,
+    code_map: String,
+    /// Samples per range, in code order (range index, then label).
+    ranges: BTreeMap<(usize, String), u64>,
+    /// Samples per inlined method (optimised code).
+    inlined: HashMap<String, u64>,
+}
+
 /// Builds the profile of a snapshot. Runs on a blocking thread: the first profile of a session
 /// may parse binaries.
 pub fn build_profile(
@@ -29,23 +45,46 @@ pub fn build_profile(
     symbolizer: &Symbolizer,
     options: &ProfileOptions,
 ) -> Profile {
-    let mut rows: HashMap<(Section, String, String), (u64, bool)> = HashMap::new();
+    let mut resolved: HashMap<Location, Resolved> = HashMap::new();
+    let mut resolve = |location: &Location| -> Resolved {
+        resolved
+            .entry(*location)
+            .or_insert_with(|| match (location, &options.hide_kernel) {
+                (Location::Kernel { .. }, Some(reason)) => Resolved {
+                    section: Section::Other,
+                    module: KERNEL_MODULE.to_owned(),
+                    name: "[kernel]".to_owned(),
+                    symbolized: false,
+                    issue: Some(reason.clone()),
+                },
+                _ => symbolizer.resolve(location),
+            })
+            .clone()
+    };
+
+    let mut rows: HashMap<(Section, String, String), RowSum> = HashMap::new();
     let mut issues: HashMap<(String, String), u64> = HashMap::new();
     for (location, samples) in &snapshot.counts {
-        let resolved = match (location, &options.hide_kernel) {
-            (Location::Kernel { .. }, Some(reason)) => Resolved {
-                section: Section::Other,
-                module: KERNEL_MODULE.to_owned(),
-                name: "[kernel]".to_owned(),
-                symbolized: false,
-                issue: Some(reason.clone()),
-            },
-            _ => symbolizer.resolve(location),
-        };
+        let resolved = resolve(location);
         let row = rows
             .entry((resolved.section, resolved.module.clone(), resolved.name))
-            .or_insert((0, resolved.symbolized));
-        row.0 += samples;
+            .or_default();
+        row.samples += samples;
+        row.symbolized = resolved.symbolized;
+        if let Location::Jit { code, offset } = *location
+            && let Some(code) = symbolizer.codes().get(code)
+        {
+            row.kind = code.kind;
+            row.code_map = code.source.label().to_owned();
+            if let Some((index, label)) = code.range_label(offset) {
+                *row.ranges.entry((index, label)).or_insert(0) += samples;
+            }
+            if code.is_optimised() {
+                *row.inlined
+                    .entry(code.attributed_method(offset).to_owned())
+                    .or_insert(0) += samples;
+            }
+        }
         if let Some(reason) = resolved.issue {
             *issues.entry((resolved.module, reason)).or_insert(0) += samples;
         }
@@ -53,16 +92,29 @@ pub fn build_profile(
 
     let mut rows: Vec<ProfileRow> = rows
         .into_iter()
-        .map(
-            |((section, module, name), (samples, symbolized))| ProfileRow {
+        .map(|((section, module, name), sum)| {
+            let mut inlined: Vec<InlinedMethod> = sum
+                .inlined
+                .into_iter()
+                .map(|(name, samples)| InlinedMethod { name, samples })
+                .collect();
+            inlined.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+            ProfileRow {
                 section: section as i32,
                 name,
                 module,
-                samples,
-                symbolized,
-                ..ProfileRow::default()
-            },
-        )
+                samples: sum.samples,
+                symbolized: sum.symbolized,
+                kind: sum.kind as i32,
+                ranges: sum
+                    .ranges
+                    .into_iter()
+                    .map(|((_, label), samples)| CodeRange { label, samples })
+                    .collect(),
+                inlined,
+                code_map: sum.code_map,
+            }
+        })
         .collect();
     rows.sort_by(|a, b| {
         b.samples
@@ -85,6 +137,24 @@ pub fn build_profile(
             .then_with(|| a.module.cmp(&b.module))
             .then_with(|| a.reason.cmp(&b.reason))
     });
+    let samples = snapshot
+        .kept
+        .iter()
+        .map(|kept| {
+            let resolved = resolve(&kept.location);
+            AttributedSample {
+                timestamp_ns: kept.timestamp_ns,
+                pid: kept.pid,
+                tid: kept.tid,
+                ip: kept.ip,
+                kernel: kept.kernel,
+                section: resolved.section as i32,
+                name: resolved.name,
+                module: resolved.module,
+                code_start: kept.code_start,
+            }
+        })
+        .collect();
 
     let duration_seconds = snapshot.duration.as_secs_f64();
     let measured_frequency_hz = if snapshot.cpu_seconds > 0.0 {
@@ -105,7 +175,8 @@ pub fn build_profile(
         symbolization_issues: issues,
         has_generated_code: snapshot.has_generated_code,
         complete: snapshot.complete,
-        ..Profile::default()
+        samples,
+        samples_not_kept: snapshot.not_kept,
     }
 }
 
@@ -130,12 +201,15 @@ mod tests {
             vm_executable: "/usr/bin/vm".into(),
             has_generated_code: false,
             complete: true,
+            kept: Vec::new(),
+            not_kept: 0,
         }
     }
 
     fn symbolizer() -> Symbolizer {
         Symbolizer::new(
             Arc::new(Modules::new()),
+            Arc::new(crate::codemap::code::CodeStore::new()),
             Arc::new(parse_kallsyms(
                 b"ffffffff81000000 T _stext\nffffffff81000100 t do_work\n",
             )),

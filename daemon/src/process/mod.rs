@@ -19,6 +19,7 @@ use vmscope_parse::{
 };
 
 use crate::{
+    codemap::registry::{MappedCodeMapFile, MappedFileKind},
     symbolize::{Location, ModuleId, Modules, UnmappedReason},
     sys::{self, FileId},
 };
@@ -58,6 +59,8 @@ pub struct Process {
     pub has_anonymous_code: bool,
     /// Set once the process could not be read any more.
     pub gone: bool,
+    /// The jitdump and code map files it maps (executable mappings, never executed).
+    pub code_map_files: Vec<MappedCodeMapFile>,
     mappings: Vec<ExecMapping>,
     maps_read_at_ns: u64,
     last_sample_ns: u64,
@@ -111,6 +114,21 @@ impl ProcessTable {
             self.processes.insert(pid, process);
         }
         &self.processes[&pid]
+    }
+
+    /// Re-reads a process's mappings if they were read more than `age_ns` ago (a VM maps its
+    /// jitdump or code map file some time after it starts).
+    pub fn refresh_if_older(&mut self, pid: u32, age_ns: u64, now_ns: u64) {
+        let stale = self
+            .processes
+            .get(&pid)
+            .is_some_and(|p| !p.gone && now_ns.saturating_sub(p.maps_read_at_ns) > age_ns);
+        if stale {
+            let fresh = self.read_process(pid, now_ns);
+            if !fresh.gone {
+                self.processes.insert(pid, fresh);
+            }
+        }
     }
 
     /// Re-reads a process after `execve`: everything about it changed but its pid.
@@ -180,6 +198,34 @@ impl ProcessTable {
         })
     }
 
+    /// Whether `[start, end)` lies inside one executable mapping of the process, re-reading its
+    /// mappings (at most every [`MIN_REFRESH_INTERVAL_NS`]) when it does not: code maps name
+    /// code the daemon may not have sampled yet.
+    pub fn is_executable(&mut self, pid: u32, start: u64, end: u64, now_ns: u64) -> bool {
+        let inside = |p: &Process| {
+            let i = p.mappings.partition_point(|m| m.start <= start);
+            i.checked_sub(1)
+                .and_then(|i| p.mappings.get(i))
+                .is_some_and(|m| end <= m.end)
+        };
+        self.observe(pid, now_ns);
+        let process = &self.processes[&pid];
+        if inside(process) {
+            return true;
+        }
+        if process.gone || now_ns.saturating_sub(process.maps_read_at_ns) < MIN_REFRESH_INTERVAL_NS
+        {
+            return false;
+        }
+        let fresh = self.read_process(pid, now_ns);
+        if fresh.gone {
+            return false;
+        }
+        let answer = inside(&fresh);
+        self.processes.insert(pid, fresh);
+        answer
+    }
+
     /// Forgets processes that no running session names and that produced no sample since
     /// `before_ns`, keeping the table bounded in system-wide sessions.
     pub fn forget_idle(&mut self, keep: impl Fn(u32) -> bool, before_ns: u64) {
@@ -195,6 +241,7 @@ impl ProcessTable {
             start_time: None,
             has_anonymous_code: false,
             gone: false,
+            code_map_files: Vec::new(),
             mappings: Vec::new(),
             maps_read_at_ns: now_ns,
             last_sample_ns: now_ns,
@@ -225,6 +272,23 @@ impl ProcessTable {
             process.gone = true;
         }
         for entry in parsed.entries.iter().filter(|e| e.perms.exec) {
+            if let MapPath::File { path, .. } = &entry.path
+                && let Some(kind) = MappedFileKind::of(path)
+            {
+                // A marker, never executed: read as a code map, not symbolised as a binary.
+                process.code_map_files.push(MappedCodeMapFile {
+                    path: path.clone(),
+                    start: entry.start,
+                    end: entry.end,
+                    id: FileId {
+                        dev_major: entry.dev_major,
+                        dev_minor: entry.dev_minor,
+                        inode: entry.inode,
+                    },
+                    kind,
+                });
+                continue;
+            }
             let kind = self.classify(pid, entry, exe.as_ref());
             if kind == MappingKind::Anonymous {
                 process.has_anonymous_code = true;

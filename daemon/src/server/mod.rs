@@ -6,11 +6,13 @@
 //! symbolised on blocking threads.
 
 mod listen;
+mod publish;
 mod status;
 
 use std::{pin::Pin, sync::Arc, time::Duration};
 
 pub use listen::bind_socket;
+pub use publish::CodeMapService;
 use status::to_status;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::{Stream, wrappers::ReceiverStream};

@@ -24,12 +24,17 @@ use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
-    Session, SessionError, Snapshot, State, Target,
+    KeptSample, Session, SessionError, Snapshot, State, Target,
     request::{self, Caller},
     routes::Routes,
 };
 use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, period_of},
+    codemap::{
+        code::CodeStore,
+        registry::{CodeMaps, JitSample},
+        timeline::{Change, PendingSample},
+    },
     process::ProcessTable,
     symbolize::{Location, Modules},
     sys,
@@ -107,6 +112,26 @@ enum Command {
     Counters {
         reply: oneshot::Sender<DaemonCounters>,
     },
+    Publish {
+        pid: u32,
+        update: Publication,
+    },
+}
+
+/// What a VM's code map publication tells the manager.
+#[derive(Debug)]
+pub enum Publication {
+    /// A stream for the process opened: samples in its generated code now wait for it.
+    Opened,
+    /// Changes, and the time up to which the map is now known.
+    Changes {
+        /// Timestamped changes.
+        changes: Vec<(u64, Change)>,
+        /// The map is known up to here.
+        until_ns: u64,
+    },
+    /// The stream ended.
+    Closed,
 }
 
 /// The way to talk to the manager; cheap to clone. The manager ends when every handle is gone.
@@ -180,6 +205,14 @@ impl ManagerHandle {
     pub async fn counters(&self) -> Result<DaemonCounters, SessionError> {
         self.ask(|reply| Command::Counters { reply }).await
     }
+
+    /// Passes on part of a VM's code map publication for `pid`.
+    pub async fn publish(&self, pid: u32, update: Publication) -> Result<(), SessionError> {
+        self.tx
+            .send(Command::Publish { pid, update })
+            .await
+            .map_err(|_| SessionError::ShuttingDown)
+    }
 }
 
 /// Starts the manager on a thread of its own.
@@ -192,6 +225,7 @@ pub fn spawn_manager(
     batches: mpsc::Receiver<Batch>,
     reader: Arc<ReaderControl>,
     modules: Arc<Modules>,
+    codes: Arc<CodeStore>,
     config: ManagerConfig,
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
 ) -> std::io::Result<(ManagerHandle, std::thread::JoinHandle<()>)> {
@@ -204,6 +238,7 @@ pub fn spawn_manager(
         stop_waiters: HashMap::new(),
         processes: ProcessTable::new(modules.clone()),
         modules,
+        codemaps: CodeMaps::new(codes),
         reader,
         next_id: 1,
         watermark_ns: 0,
@@ -249,6 +284,7 @@ struct Manager {
     stop_waiters: HashMap<u64, Vec<Reply>>,
     processes: ProcessTable,
     modules: Arc<Modules>,
+    codemaps: CodeMaps,
     reader: Arc<ReaderControl>,
     next_id: u64,
     watermark_ns: u64,
@@ -352,6 +388,13 @@ impl Manager {
             Command::Counters { reply } => {
                 let _ = reply.send(self.daemon_counters());
             }
+            Command::Publish { pid, update } => match update {
+                Publication::Opened => self.codemaps.stream_opened(pid),
+                Publication::Changes { changes, until_ns } => {
+                    self.codemaps.publish(pid, changes, until_ns)
+                }
+                Publication::Closed => self.codemaps.stream_closed(pid),
+            },
         }
     }
 
@@ -465,6 +508,10 @@ impl Manager {
             system_ticks,
             lost: vec![0; lost_baseline.len()],
             lost_baseline,
+            pending_jit: 0,
+            kept: Vec::new(),
+            keep_limit: spec.keep_samples as usize,
+            not_kept: 0,
             spec,
         };
         tracing::info!(
@@ -476,10 +523,17 @@ impl Manager {
             "session started"
         );
         let reply = session.to_proto(session.start_ns);
+        let pids = session.spec.pids.clone();
         self.by_period.entry(period_ns).or_default().push(id);
         self.sessions.insert(id, session);
         self.reader.set_active(true);
         self.counters.sessions_started += 1;
+        // Read the targets' code maps now: entries present at the start count from the start.
+        let now = sys::monotonic_ns();
+        for pid in pids {
+            self.codemaps.touch(pid);
+            self.advance_code_maps(pid, now);
+        }
         Ok(reply)
     }
 
@@ -494,6 +548,12 @@ impl Manager {
             return;
         }
         update_cpu(session);
+        let exited: Vec<u32> = session
+            .targets
+            .iter()
+            .filter(|t| t.exited)
+            .map(|t| t.pid)
+            .collect();
         // Losses are counted in the kernel when they happen; read them before the release below
         // clears the counters of a period nobody samples at any more.
         if let Some(lost) = &lost {
@@ -510,6 +570,12 @@ impl Manager {
         self.routes.release(self.sampler.as_mut(), &held);
         self.reader
             .flush_at(stop_ns + self.config.stop_slack.as_nanos() as u64);
+        // Targets that exited are read one last time now: their maps are complete.
+        let now = sys::monotonic_ns();
+        for pid in exited {
+            self.codemaps.exited(pid);
+            self.advance_code_maps(pid, now);
+        }
     }
 
     fn finalize_ready(&mut self, now_ns: u64) {
@@ -521,7 +587,7 @@ impl Manager {
             .filter(|s| s.state == State::Stopping)
             .filter_map(|s| {
                 let stop = s.stop_ns?;
-                if self.watermark_ns >= stop + slack {
+                if self.watermark_ns >= stop + slack && s.pending_jit == 0 {
                     Some((s.id, false))
                 } else if now_ns >= stop + timeout {
                     Some((s.id, true))
@@ -538,8 +604,23 @@ impl Manager {
                 self.counters.stop_timeouts += 1;
                 tracing::warn!(
                     id,
-                    "no sample batch passed the stop time; finishing the session anyway"
+                    "samples still in flight or waiting for code maps at the stop's deadline; \
+                     finishing the session with what is known"
                 );
+                let pids: Vec<u32> = self
+                    .sessions
+                    .get(&id)
+                    .map(|s| s.targets.iter().map(|t| t.pid).collect())
+                    .unwrap_or_default();
+                let waiting = self.codemaps.waiting();
+                let pids: Vec<u32> = if self.sessions.get(&id).is_some_and(|s| s.spec.system_wide) {
+                    waiting
+                } else {
+                    pids.into_iter().filter(|p| waiting.contains(p)).collect()
+                };
+                for pid in pids {
+                    self.advance_code_maps_with(pid, now_ns, true);
+                }
             }
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
@@ -600,7 +681,70 @@ impl Manager {
             }
         }
         self.watermark_ns = self.watermark_ns.max(batch.watermark_ns);
-        self.finalize_ready(sys::monotonic_ns());
+        let now = sys::monotonic_ns();
+        for pid in self.codemaps.waiting() {
+            self.advance_code_maps(pid, now);
+        }
+        self.finalize_ready(now);
+    }
+
+    /// Reads a process's code maps and attributes its waiting samples in generated code.
+    fn advance_code_maps(&mut self, pid: u32, now_ns: u64) {
+        self.advance_code_maps_with(pid, now_ns, false);
+    }
+
+    /// [`Manager::advance_code_maps`], optionally forcing every waiting sample through.
+    fn advance_code_maps_with(&mut self, pid: u32, now_ns: u64, force: bool) {
+        // Code map files are found through the process's mappings, which it may have changed
+        // since they were read.
+        self.processes
+            .refresh_if_older(pid, CODE_MAP_FILES_RECHECK_NS, now_ns);
+        if let Some(process) = self.processes.get(pid) {
+            let files = process.code_map_files.clone();
+            self.codemaps.observe_files(pid, &files, |f| {
+                sys::open_mapped_file(pid, f.start, f.end, &f.path, f.id)
+            });
+        }
+        let processes = &mut self.processes;
+        let sessions = &mut self.sessions;
+        self.codemaps.advance(
+            pid,
+            now_ns,
+            force,
+            &mut |start, end| processes.is_executable(pid, start, end, now_ns),
+            |sample, found| {
+                let (location, code_start) = match found {
+                    Some((start, code)) => (
+                        Location::Jit {
+                            code,
+                            offset: sample.ip - start,
+                        },
+                        start,
+                    ),
+                    None => {
+                        let (start, end) = sample.payload.mapping;
+                        (Location::Anonymous { pid, start, end }, 0)
+                    }
+                };
+                for id in &sample.payload.sessions {
+                    if let Some(session) = sessions.get_mut(id) {
+                        session.pending_jit = session.pending_jit.saturating_sub(1);
+                        session.count(
+                            location,
+                            KeptSample {
+                                timestamp_ns: sample.timestamp_ns,
+                                pid,
+                                tid: sample.payload.tid,
+                                ip: sample.ip,
+                                kernel: false,
+                                location,
+                                code_start,
+                            },
+                        );
+                    }
+                }
+            },
+        );
     }
 
     /// A process replaced its program: its mappings are all new, and it may now belong to
@@ -618,8 +762,15 @@ impl Manager {
             // sampled, not now, so that a host busy with execs costs nothing for processes
             // that are never sampled.
             self.processes.forget(pid);
+            if self.codemaps.has_sources(pid) {
+                self.advance_code_maps(pid, sys::monotonic_ns());
+                self.codemaps.forget(pid);
+            }
             return;
         }
+        // Samples of the old program are attributed with its maps; then they are void.
+        self.advance_code_maps(pid, sys::monotonic_ns());
+        self.codemaps.forget(pid);
         // A named target: read it now, while it surely lives, as at session start.
         self.processes.exec(pid, event.timestamp_ns);
         for id in targeted {
@@ -662,34 +813,64 @@ impl Manager {
     }
 
     fn route(&mut self, event: &Event, now_ns: u64) {
-        let Some(ids) = self.by_period.get(&event.period_ns) else {
+        let wanting: Vec<u64> = self
+            .by_period
+            .get(&event.period_ns)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|id| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|s| s.wants(event.tgid, event.timestamp_ns))
+            })
+            .collect();
+        if wanting.is_empty() {
             self.counters.samples_unrouted += 1;
             return;
-        };
-        let mut location: Option<Location> = None;
-        let mut routed = false;
-        for id in ids {
-            let Some(session) = self.sessions.get_mut(id) else {
-                continue;
-            };
-            if !session.wants(event.tgid, event.timestamp_ns) {
-                continue;
-            }
-            let location = *location.get_or_insert_with(|| {
-                if event.is_kernel() {
-                    Location::Kernel { ip: event.ip }
-                } else {
-                    self.processes.normalize(event.tgid, event.ip, now_ns)
-                }
-            });
-            *session.counts.entry(location).or_insert(0) += 1;
-            session.total += 1;
-            routed = true;
         }
-        if routed {
-            self.counters.samples_routed += 1;
+        self.counters.samples_routed += 1;
+        let location = if event.is_kernel() {
+            Location::Kernel { ip: event.ip }
         } else {
-            self.counters.samples_unrouted += 1;
+            self.processes.normalize(event.tgid, event.ip, now_ns)
+        };
+        if let Location::Anonymous { pid, start, end } = location {
+            // Generated code: attributed once the code maps are known up to its time.
+            for id in &wanting {
+                if let Some(session) = self.sessions.get_mut(id) {
+                    session.total += 1;
+                    session.pending_jit += 1;
+                }
+            }
+            self.codemaps.push_sample(
+                pid,
+                PendingSample {
+                    timestamp_ns: event.timestamp_ns,
+                    ip: event.ip,
+                    payload: JitSample {
+                        tid: event.tid,
+                        mapping: (start, end),
+                        sessions: wanting,
+                    },
+                },
+            );
+            return;
+        }
+        let kept = KeptSample {
+            timestamp_ns: event.timestamp_ns,
+            pid: event.tgid,
+            tid: event.tid,
+            ip: event.ip,
+            kernel: event.is_kernel(),
+            location,
+            code_start: 0,
+        };
+        for id in wanting {
+            if let Some(session) = self.sessions.get_mut(&id) {
+                session.total += 1;
+                session.count(location, kept);
+            }
         }
     }
 
@@ -741,6 +922,10 @@ impl Manager {
                 }
             }
             let all_exited = !session.spec.system_wide && session.targets.iter().all(|t| t.exited);
+            // Its code maps are read one last time, and change no more.
+            for &pid in &newly_exited {
+                self.codemaps.exited(pid);
+            }
             if all_exited {
                 self.begin_stop(id, "all targets exited", now);
                 continue;
@@ -749,6 +934,9 @@ impl Manager {
             for pid in newly_exited {
                 self.release_target(id, pid, now, "exited");
             }
+        }
+        for pid in self.codemaps.waiting() {
+            self.advance_code_maps(pid, now);
         }
         self.end_elapsed();
 
@@ -763,6 +951,9 @@ impl Manager {
             let horizon = now.saturating_sub(self.config.forget_processes_after.as_nanos() as u64);
             self.processes
                 .forget_idle(|pid| keep.contains(&pid), horizon);
+            let processes = &self.processes;
+            self.codemaps
+                .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
         }
     }
 
@@ -799,6 +990,12 @@ impl Manager {
                 .unwrap_or_default(),
             has_generated_code,
             complete: session.state == State::Stopped,
+            kept: {
+                let mut kept = session.kept.clone();
+                kept.sort_by_key(|k| k.timestamp_ns);
+                kept
+            },
+            not_kept: session.not_kept,
         }
     }
 
@@ -806,6 +1003,7 @@ impl Manager {
         let c = &self.counters;
         let p = self.processes.counters();
         let m = self.modules.counters();
+        let j = self.codemaps.counters();
         let values = [
             ("batches", c.batches),
             ("events", c.events),
@@ -827,6 +1025,14 @@ impl Manager {
             ("modules_parsed", m.parsed),
             ("modules_build_id_hits", m.build_id_hits),
             ("modules_parse_failures", m.parse_failures),
+            ("jit_samples_attributed", j.attributed),
+            ("jit_samples_unexplained", j.unexplained),
+            ("code_map_changes", j.changes),
+            ("code_map_changes_refused", j.changes_refused),
+            ("code_map_changes_late", j.changes_late),
+            ("code_map_entries_refused", j.source_refusals),
+            ("code_map_sources", j.sources),
+            ("code_map_source_failures", j.source_failures),
         ];
         DaemonCounters {
             values: values.into_iter().collect(),
@@ -841,6 +1047,10 @@ async fn sleep_until_ns(deadline_ns: Option<u64>) {
     });
     tokio::time::sleep(wait.min(Duration::from_secs(24 * 3600))).await;
 }
+
+/// How often the mappings of a process with samples in generated code are re-read, to find the
+/// jitdump or code map file it mapped since.
+const CODE_MAP_FILES_RECHECK_NS: u64 = 200_000_000;
 
 /// Longest stop reason a client may give.
 pub const MAX_STOP_REASON_CHARS: usize = 200;

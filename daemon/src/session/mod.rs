@@ -16,7 +16,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, spawn_manager};
+pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
 pub use request::{Caller, SessionSpec};
 use vmscope_proto::v1 as pb;
 
@@ -126,6 +126,33 @@ pub struct Session {
     pub lost_baseline: Vec<u64>,
     /// Lost samples per CPU since start; frozen when stopped.
     pub lost: Vec<u64>,
+    /// Samples in generated code counted in `total` but waiting for their code maps.
+    pub pending_jit: u64,
+    /// Samples kept one by one (StartSessionRequest.keep_samples), at most `keep_limit`.
+    pub kept: Vec<KeptSample>,
+    /// How many samples to keep.
+    pub keep_limit: usize,
+    /// Samples beyond the limit.
+    pub not_kept: u64,
+}
+
+/// A sample kept one by one, with where it was attributed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptSample {
+    /// CLOCK_MONOTONIC time.
+    pub timestamp_ns: u64,
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Kernel mode.
+    pub kernel: bool,
+    /// Where it was counted.
+    pub location: Location,
+    /// Start of the code map entry it fell in (generated code), else 0.
+    pub code_start: u64,
 }
 
 impl Session {
@@ -138,6 +165,21 @@ impl Session {
                     .targets
                     .iter()
                     .any(|t| t.pid == tgid && t.until_ns.is_none_or(|until| timestamp_ns < until)))
+    }
+
+    /// Counts one sample at `location` (and keeps it, while there is room).
+    pub fn count(&mut self, location: Location, kept: KeptSample) {
+        *self.counts.entry(location).or_insert(0) += 1;
+        self.keep(kept);
+    }
+
+    /// Keeps a sample one by one, while there is room.
+    pub fn keep(&mut self, kept: KeptSample) {
+        if self.kept.len() < self.keep_limit {
+            self.kept.push(kept);
+        } else if self.keep_limit > 0 {
+            self.not_kept += 1;
+        }
     }
 
     /// Pids whose kernel filters the session still holds.
@@ -223,4 +265,8 @@ pub struct Snapshot {
     pub has_generated_code: bool,
     /// Whether the session is stopped and final.
     pub complete: bool,
+    /// Kept samples, in time order.
+    pub kept: Vec<KeptSample>,
+    /// Samples beyond the keep limit.
+    pub not_kept: u64,
 }

@@ -15,6 +15,9 @@ pub const MAX_TARGETS_PER_SESSION: usize = 1024;
 /// Longest duration a session may ask for: a week. Longer is surely a unit mistake.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Most samples a session may keep one by one.
+pub const MAX_KEPT_SAMPLES: u32 = 1_000_000;
+
 /// Who is asking, from the peer credentials of the Unix socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caller {
@@ -47,6 +50,8 @@ pub struct SessionSpec {
     pub frequency_hz: u32,
     /// Stop after this long.
     pub duration: Option<Duration>,
+    /// Samples to keep one by one.
+    pub keep_samples: u32,
 }
 
 /// Checks the shape of a request against the kernel's sampling-rate limit. Existence of the
@@ -110,11 +115,18 @@ pub fn validate(
             Some(d)
         }
     };
+    if request.keep_samples > MAX_KEPT_SAMPLES {
+        return invalid(format!(
+            "keep_samples {} is above the {MAX_KEPT_SAMPLES} a session may keep",
+            request.keep_samples
+        ));
+    }
     Ok(SessionSpec {
         pids,
         system_wide: request.system_wide,
         frequency_hz,
         duration,
+        keep_samples: request.keep_samples,
     })
 }
 

@@ -7,6 +7,7 @@
 //! a process that exited stays fully symbolisable.
 
 use super::ModuleId;
+use crate::codemap::code::CodeId;
 
 /// A normalised code address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,7 +22,14 @@ pub enum Location {
         /// Whether the binary is the process's main executable (the "VM executable").
         main_executable: bool,
     },
-    /// Anonymous executable memory: code generated at run time, by a JIT.
+    /// Generated code a code map named, as the map was when the sample was taken.
+    Jit {
+        /// The code (a method, a PIC, a trampoline...), the same wherever it was moved.
+        code: CodeId,
+        /// Offset of the sample from the code's start.
+        offset: u64,
+    },
+    /// Anonymous executable memory no code map explains: code generated at run time, by a JIT.
     Anonymous {
         /// The process that owns the memory.
         pid: u32,

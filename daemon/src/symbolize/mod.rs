@@ -18,6 +18,8 @@ use vmscope_proto::v1::Section;
 
 use vmscope_parse::{elf::ElfSymbols, kallsyms::KernelSymbols};
 
+use crate::codemap::code::{CodeSource, CodeStore};
+
 /// Module name of kernel code, as perf writes it.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
@@ -40,19 +42,23 @@ pub struct Resolved {
 #[derive(Debug, Clone)]
 pub struct Symbolizer {
     modules: Arc<Modules>,
+    codes: Arc<CodeStore>,
     kernel: Arc<KernelSymbols>,
     vdso: Arc<Result<ElfSymbols, String>>,
 }
 
 impl Symbolizer {
-    /// A symbolizer over registered binaries, the kernel's symbols and the vDSO image.
+    /// A symbolizer over registered binaries, code map entries, the kernel's symbols and the
+    /// vDSO image.
     pub fn new(
         modules: Arc<Modules>,
+        codes: Arc<CodeStore>,
         kernel: Arc<KernelSymbols>,
         vdso: Arc<Result<ElfSymbols, String>>,
     ) -> Symbolizer {
         Symbolizer {
             modules,
+            codes,
             kernel,
             vdso,
         }
@@ -61,6 +67,11 @@ impl Symbolizer {
     /// The registry of binaries.
     pub fn modules(&self) -> &Arc<Modules> {
         &self.modules
+    }
+
+    /// The code map entries.
+    pub fn codes(&self) -> &Arc<CodeStore> {
+        &self.codes
     }
 
     /// The name and section of a location.
@@ -84,6 +95,19 @@ impl Symbolizer {
                     None => unknown(section, "[unknown]", "unregistered module (daemon bug)"),
                 }
             }
+            Location::Jit { code, .. } => match self.codes.get(code) {
+                Some(code) => Resolved {
+                    section: Section::Generated,
+                    module: match &code.source {
+                        CodeSource::Vm(vm) if !vm.is_empty() => vm.clone(),
+                        source => format!("[{}]", source.label()),
+                    },
+                    name: code.name.clone(),
+                    symbolized: true,
+                    issue: None,
+                },
+                None => unknown(Section::Generated, "[jit]", "unknown code (daemon bug)"),
+            },
             Location::Anonymous { pid, start, end } => Resolved {
                 section: Section::Generated,
                 module: "[anon]".into(),
@@ -186,6 +210,7 @@ mod tests {
     fn symbolizer() -> Symbolizer {
         Symbolizer::new(
             Arc::new(Modules::new()),
+            Arc::new(crate::codemap::code::CodeStore::new()),
             Arc::new(parse_kallsyms(
                 b"ffffffff81000000 T _stext\nffffffff81000100 t do_work\n",
             )),

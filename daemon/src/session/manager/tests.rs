@@ -12,7 +12,10 @@ use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, TargetKe
 use vmscope_proto::v1 as pb;
 
 use super::*;
-use crate::bpf::fake::{FakeKernel, FakeSampler};
+use crate::{
+    bpf::fake::{FakeKernel, FakeSampler},
+    codemap::{code::CodeStore, timeline::Change},
+};
 
 const MAX_HZ: u32 = 10_000;
 
@@ -31,6 +34,7 @@ fn harness_with(config: ManagerConfig) -> Harness {
         rx,
         Arc::new(crate::bpf::ReaderControl::default()),
         Arc::new(Modules::new()),
+        Arc::new(crate::codemap::code::CodeStore::new()),
         config,
         Box::new(|| Ok(MAX_HZ)),
     )
@@ -645,4 +649,182 @@ async fn exec_events_reread_the_process() {
         h.manager.snapshot(ROOT, s.id).await.unwrap().total_samples,
         1
     );
+}
+
+/// An anonymous executable page of this process: generated code, as far as the daemon knows.
+struct JitPage(*mut libc::c_void);
+
+impl JitPage {
+    fn new() -> JitPage {
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        JitPage(page)
+    }
+
+    fn at(&self, offset: u64) -> u64 {
+        self.0 as u64 + offset
+    }
+}
+
+impl Drop for JitPage {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped in new().
+        unsafe { libc::munmap(self.0, 4096) };
+    }
+}
+
+fn code(store: &CodeStore, name: &str, pcs: &[(u64, u32)]) -> crate::codemap::code::CodeId {
+    use crate::codemap::code::{Code, CodeSource, PcPoint};
+    store.intern(Code {
+        pc_map: pcs
+            .iter()
+            .map(|&(offset, bcpc)| PcPoint {
+                offset,
+                bcpc,
+                inlined: Vec::new(),
+            })
+            .collect(),
+        ..Code::named(
+            vmscope_proto::v1::CodeKind::Method,
+            name,
+            CodeSource::Vm("test vm".into()),
+        )
+    })
+}
+
+#[tokio::test]
+async fn samples_in_generated_code_are_attributed_at_their_time() {
+    let store = Arc::new(CodeStore::new());
+    let sampler = FakeSampler::default();
+    let (batches, rx) = mpsc::channel(16);
+    let (manager, _task) = spawn_manager(
+        Box::new(sampler),
+        rx,
+        Arc::new(crate::bpf::ReaderControl::default()),
+        Arc::new(Modules::new()),
+        store.clone(),
+        ManagerConfig {
+            tick: Duration::from_millis(20),
+            ..ManagerConfig::default()
+        },
+        Box::new(|| Ok(MAX_HZ)),
+    )
+    .unwrap();
+    let h = Harness {
+        manager,
+        batches,
+        kernel: Default::default(),
+    };
+    let page = JitPage::new();
+    let hot = code(&store, "Integer>>benchFib", &[(0x10, 3)]);
+    let decoy = code(&store, "Decoy>>neverRuns", &[]);
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let t0 = sys::monotonic_ns();
+    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    // benchFib at +0x100 from t0+10, moved to +0x800 at t0+20; a decoy at +0x100 from t0+30.
+    h.manager
+        .publish(
+            me(),
+            Publication::Changes {
+                changes: vec![
+                    (
+                        t0 + 10,
+                        Change::Load {
+                            start: page.at(0x100),
+                            size: Some(0x80),
+                            code: hot,
+                        },
+                    ),
+                    (
+                        t0 + 20,
+                        Change::Move {
+                            from: page.at(0x100),
+                            to: page.at(0x800),
+                        },
+                    ),
+                    (
+                        t0 + 30,
+                        Change::Load {
+                            start: page.at(0x100),
+                            size: Some(0x80),
+                            code: decoy,
+                        },
+                    ),
+                ],
+                until_ns: t0 + 30,
+            },
+        )
+        .await
+        .unwrap();
+    let at = |ts: u64, offset: u64| Event {
+        ip: page.at(offset),
+        ..sample(me(), 100, ts)
+    };
+    h.send(
+        vec![
+            at(t0 + 15, 0x104), // benchFib, range 1->4
+            at(t0 + 25, 0x814), // benchFib moved, range 4->end
+            at(t0 + 35, 0x104), // the decoy
+            at(t0 + 5, 0x104),  // before any code was there
+        ],
+        t0 + 40,
+    )
+    .await;
+    // The publication is known up to t0+30 only: the sample at t0+35 waits for a Sync.
+    let waiting = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert_eq!(waiting.total_samples, 4);
+    let jit = |snapshot: &Snapshot| -> Vec<(String, u64, u64)> {
+        let mut v: Vec<(String, u64, u64)> = snapshot
+            .counts
+            .iter()
+            .filter_map(|(l, n)| match l {
+                Location::Jit { code, offset } => {
+                    Some((store.get(*code).unwrap().name.clone(), *offset, *n))
+                }
+                Location::Anonymous { .. } => Some(("[anonymous]".into(), 0, *n)),
+                _ => None,
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        jit(&waiting),
+        [
+            ("Integer>>benchFib".into(), 0x4, 1),
+            ("Integer>>benchFib".into(), 0x14, 1),
+            ("[anonymous]".into(), 0, 1),
+        ]
+    );
+    // A stop waits for the last sample: here until the grace period passes without a Sync.
+    let stopped = h.stop(s.id).await.unwrap();
+    assert_eq!(stopped.samples, 4);
+    let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert!(done.complete);
+    assert_eq!(
+        jit(&done),
+        [
+            ("Decoy>>neverRuns".into(), 0x4, 1),
+            ("Integer>>benchFib".into(), 0x4, 1),
+            ("Integer>>benchFib".into(), 0x14, 1),
+            ("[anonymous]".into(), 0, 1),
+        ]
+    );
+    let counters = h.manager.counters().await.unwrap();
+    assert_eq!(counters.values["jit_samples_attributed"], 3);
+    assert_eq!(counters.values["jit_samples_unexplained"], 1);
 }

@@ -1,0 +1,300 @@
+//! What a code map says about one piece of generated code, wherever it sits.
+//!
+//! A [`Code`] holds a name, a kind, and positions *relative to the code's start*: the
+//! machine-code pc to bytecode pc map (with inline stacks) from a VM, or source positions from
+//! jitdump debug info. Relative positions make a method that moves (compaction, GC) the same
+//! `Code`: the [`CodeStore`] interns descriptions, so samples of a method aggregate across all
+//! the addresses it lived at, and memory grows with distinct methods, not with moves.
+
+use std::{
+    collections::HashMap,
+    hash::Hash,
+    sync::{Arc, RwLock},
+};
+
+use vmscope_proto::v1::CodeKind;
+
+/// Index of an interned [`Code`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeId(pub u32);
+
+/// Which code map described the code.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CodeSource {
+    /// Published by the VM (gRPC or code map file); the VM's name.
+    Vm(String),
+    /// A jitdump file.
+    Jitdump,
+    /// A perf map.
+    PerfMap,
+}
+
+impl CodeSource {
+    /// As reports name it.
+    pub fn label(&self) -> &str {
+        match self {
+            CodeSource::Vm(_) => "vm",
+            CodeSource::Jitdump => "jitdump",
+            CodeSource::PerfMap => "perf map",
+        }
+    }
+}
+
+/// One mapped machine-code pc, relative to the code's start.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PcPoint {
+    /// Offset of the machine-code pc from the code's start.
+    pub offset: u64,
+    /// Bytecode pc, 0-based.
+    pub bcpc: u32,
+    /// Inlined methods the code from here to the next point came from, outermost first, with
+    /// their bytecode pcs; empty for the method's own code.
+    pub inlined: Vec<(String, u32)>,
+}
+
+/// One source position (jitdump debug info), relative to the code's start.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SourcePoint {
+    /// Offset of the first machine-code byte at this position.
+    pub offset: u64,
+    /// File name.
+    pub file: Arc<str>,
+    /// Line, 1-based.
+    pub line: u32,
+    /// Column (jitdump's discriminator, which V8 uses for the column).
+    pub column: u32,
+}
+
+/// A piece of generated code, as its code map described it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Code {
+    /// What kind of code it is.
+    pub kind: CodeKind,
+    /// Its name.
+    pub name: String,
+    /// The code map that described it.
+    pub source: CodeSource,
+    /// Mapped pcs, sorted by offset (empty when the map has none).
+    pub pc_map: Vec<PcPoint>,
+    /// Source positions, sorted by offset (empty when the map has none).
+    pub lines: Vec<SourcePoint>,
+}
+
+impl Code {
+    /// Code known by name only.
+    pub fn named(kind: CodeKind, name: impl Into<String>, source: CodeSource) -> Code {
+        Code {
+            kind,
+            name: name.into(),
+            source,
+            pc_map: Vec::new(),
+            lines: Vec::new(),
+        }
+    }
+
+    /// Whether the code carries ranges (bytecode or source) to report under it.
+    pub fn has_ranges(&self) -> bool {
+        !self.pc_map.is_empty() || !self.lines.is_empty()
+    }
+
+    /// The range an offset falls in, by VMProfiler's rule, labelled as reports print it.
+    ///
+    /// With mapped pcs (m1,b1)..(mn,bn): [start, m1) is `1->b1`, [mi, mi+1) is `bi->bi+1`,
+    /// [mn, end) is `bn->end`, with bytecode pcs printed 1-based. Source positions are labelled
+    /// `file:line:col->line:col` the same way. `None` for code without ranges.
+    pub fn range_label(&self, offset: u64) -> Option<(usize, String)> {
+        if !self.pc_map.is_empty() {
+            let i = self.pc_map.partition_point(|p| p.offset <= offset);
+            let pc = |k: usize| self.pc_map[k].bcpc + 1;
+            let label = match i {
+                0 => format!("1->{}", pc(0)),
+                i if i == self.pc_map.len() => format!("{}->end", pc(i - 1)),
+                i => format!("{}->{}", pc(i - 1), pc(i)),
+            };
+            return Some((i, label));
+        }
+        if !self.lines.is_empty() {
+            let i = self.lines.partition_point(|p| p.offset <= offset);
+            let at = |p: &SourcePoint| format!("{}:{}:{}", p.file, p.line, p.column);
+            let label = match i {
+                0 => format!("start->{}", at(&self.lines[0])),
+                i if i == self.lines.len() => format!("{}->end", at(&self.lines[i - 1])),
+                i => {
+                    let (from, to) = (&self.lines[i - 1], &self.lines[i]);
+                    if from.file == to.file {
+                        format!("{}->{}:{}", at(from), to.line, to.column)
+                    } else {
+                        format!("{}->{}", at(from), at(to))
+                    }
+                }
+            };
+            return Some((i, label));
+        }
+        None
+    }
+
+    /// The method an offset's time belongs to: the innermost inlined method there, or the
+    /// code's own name.
+    pub fn attributed_method(&self, offset: u64) -> &str {
+        let i = self.pc_map.partition_point(|p| p.offset <= offset);
+        i.checked_sub(1)
+            .and_then(|k| self.pc_map[k].inlined.last())
+            .map_or(self.name.as_str(), |(method, _)| method.as_str())
+    }
+
+    /// Whether the code has inlined methods (optimised code).
+    pub fn is_optimised(&self) -> bool {
+        self.pc_map.iter().any(|p| !p.inlined.is_empty())
+    }
+}
+
+/// Interned code descriptions, shared by the session manager (which interns) and profile
+/// builders (which read).
+#[derive(Debug, Default)]
+pub struct CodeStore {
+    inner: RwLock<Store>,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    codes: Vec<Arc<Code>>,
+    ids: HashMap<Arc<Code>, CodeId>,
+}
+
+impl CodeStore {
+    /// An empty store.
+    pub fn new() -> CodeStore {
+        CodeStore::default()
+    }
+
+    /// The id of `code`, interning it on first sight.
+    pub fn intern(&self, code: Code) -> CodeId {
+        if let Some(&id) = self
+            .inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .ids
+            .get(&code)
+        {
+            return id;
+        }
+        let mut store = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(&id) = store.ids.get(&code) {
+            return id;
+        }
+        let id = CodeId(store.codes.len() as u32);
+        let code = Arc::new(code);
+        store.codes.push(code.clone());
+        store.ids.insert(code, id);
+        id
+    }
+
+    /// An interned code.
+    pub fn get(&self, id: CodeId) -> Option<Arc<Code>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .codes
+            .get(id.0 as usize)
+            .cloned()
+    }
+
+    /// Number of distinct codes.
+    pub fn len(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .codes
+            .len()
+    }
+
+    /// Whether nothing was interned.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn method(points: &[(u64, u32)]) -> Code {
+        Code {
+            pc_map: points
+                .iter()
+                .map(|&(offset, bcpc)| PcPoint {
+                    offset,
+                    bcpc,
+                    inlined: Vec::new(),
+                })
+                .collect(),
+            ..Code::named(
+                CodeKind::Method,
+                "Integer>>benchFib",
+                CodeSource::Vm("t".into()),
+            )
+        }
+    }
+
+    #[test]
+    fn bytecode_ranges_follow_vmprofilers_rule() {
+        // Pairs (m1,b1)=(0x10,22), (0x20,29), (0x30,37): pcs printed 1-based.
+        let code = method(&[(0x10, 22), (0x20, 29), (0x30, 37)]);
+        let label = |offset| code.range_label(offset).unwrap().1;
+        assert_eq!(label(0), "1->23");
+        assert_eq!(label(0x0f), "1->23");
+        assert_eq!(label(0x10), "23->30");
+        assert_eq!(label(0x2f), "30->38");
+        assert_eq!(label(0x30), "38->end");
+        assert_eq!(label(0x9999), "38->end");
+        assert_eq!(code.range_label(0x25).unwrap().0, 2);
+        assert_eq!(
+            Code::named(CodeKind::Unknown, "x", CodeSource::PerfMap).range_label(0),
+            None
+        );
+    }
+
+    #[test]
+    fn source_ranges_read_like_bytecode_ranges() {
+        let file: Arc<str> = "app.js".into();
+        let point = |offset, line, column| SourcePoint {
+            offset,
+            file: file.clone(),
+            line,
+            column,
+        };
+        let code = Code {
+            lines: vec![point(0x8, 12, 5), point(0x20, 12, 30), point(0x40, 14, 1)],
+            ..Code::named(CodeKind::Unknown, "hot", CodeSource::Jitdump)
+        };
+        let label = |offset| code.range_label(offset).unwrap().1;
+        assert_eq!(label(0), "start->app.js:12:5");
+        assert_eq!(label(0x10), "app.js:12:5->12:30");
+        assert_eq!(label(0x30), "app.js:12:30->14:1");
+        assert_eq!(label(0x50), "app.js:14:1->end");
+    }
+
+    #[test]
+    fn inlined_time_goes_to_the_innermost_method() {
+        let mut code = method(&[(0x10, 3), (0x20, 9), (0x30, 12)]);
+        code.pc_map[0].inlined = vec![("Inline>>heavy".into(), 4)];
+        code.pc_map[1].inlined = vec![("Inline>>light".into(), 2), ("SmallInteger>>+".into(), 0)];
+        assert!(code.is_optimised());
+        assert_eq!(code.attributed_method(0x5), "Integer>>benchFib");
+        assert_eq!(code.attributed_method(0x15), "Inline>>heavy");
+        assert_eq!(code.attributed_method(0x25), "SmallInteger>>+");
+        assert_eq!(code.attributed_method(0x35), "Integer>>benchFib");
+    }
+
+    #[test]
+    fn the_same_description_is_one_code() {
+        let store = CodeStore::new();
+        let a = store.intern(method(&[(0x10, 1)]));
+        let b = store.intern(method(&[(0x10, 1)]));
+        let c = store.intern(method(&[(0x11, 1)]));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.get(c).unwrap().pc_map[0].offset, 0x11);
+    }
+}

@@ -1,0 +1,21 @@
+//! JIT code maps: which generated code is where, and when.
+//!
+//! Three sources describe a process's generated code: perf maps (`/tmp/perf-PID.map`), jitdump
+//! files (found through their executable mapping), and the VM itself (a stream of events on
+//! the daemon's socket, or a code map file). Each becomes a sequence of timestamped changes to
+//! one [`timeline::Timeline`] per process, against which every sample in generated code is
+//! attributed *as the map was when the sample was taken*.
+//!
+//! - [`code`]: what a piece of code is (name, kind, pc map, source lines), interned.
+//! - [`live`]: the map at one instant.
+//! - [`timeline`]: changes and samples merged in time order.
+//! - [`vm`]: events published by a VM, checked and turned into changes.
+//! - [`sources`]: perf maps, jitdump and code map files read as they grow.
+//! - [`registry`]: every process's timeline and sources, driven by the session manager.
+
+pub mod code;
+pub mod live;
+pub mod registry;
+pub mod sources;
+pub mod timeline;
+pub mod vm;

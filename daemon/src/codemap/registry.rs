@@ -1,0 +1,446 @@
+//! The code maps of every process, as the session manager drives them.
+//!
+//! Samples in generated code (anonymous executable memory) wait in their process's timeline
+//! until every code map source is known up to their time, then are attributed:
+//!
+//! - perf maps and code map files are read up to their end before each advance, and their
+//!   writers write each entry at once, so they are known up to the moment of that read;
+//! - a jitdump file is known up to its latest record: writers buffer it (V8 through a 2 MB
+//!   stdio buffer), so a sample waits for a later record, or for the process's exit, but at
+//!   most [`JITDUMP_MAX_WAIT_NS`];
+//! - a VM publishing over gRPC is known up to its latest event or Sync, and at worst up to
+//!   [`PUBLICATION_GRACE_NS`] ago: a sample waits at most that long for a publication;
+//! - a process with no code map found yet may still be about to map one: its samples wait
+//!   [`DISCOVERY_WAIT_NS`] while its mappings and /tmp are looked at again.
+//!
+//! A process that exited is read one last time and is then known to the end of time.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs::File,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use vmscope_parse::stat;
+
+use super::{
+    code::{CodeId, CodeStore},
+    sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
+    timeline::{Change, PendingSample, Timeline},
+};
+use crate::sys::{self, FileId};
+
+/// Longest a sample waits for a VM's publication before it is attributed with what is known.
+pub const PUBLICATION_GRACE_NS: u64 = 100_000_000;
+
+/// How often a process without a perf map is checked for one while its samples wait.
+pub const PERF_MAP_RECHECK_NS: u64 = 200_000_000;
+
+/// Longest a sample waits for a buffered jitdump file to catch up.
+pub const JITDUMP_MAX_WAIT_NS: u64 = 5_000_000_000;
+
+/// How long samples of a process without any code map wait for one to appear.
+pub const DISCOVERY_WAIT_NS: u64 = 200_000_000;
+
+/// What a waiting sample carries back to its sessions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitSample {
+    /// Thread.
+    pub tid: u32,
+    /// The anonymous mapping the sample fell in, for samples no code map explains.
+    pub mapping: (u64, u64),
+    /// The sessions that counted it.
+    pub sessions: Vec<u64>,
+}
+
+/// Where a code map file of a process is, as its mappings show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappedCodeMapFile {
+    /// Path as mapped.
+    pub path: PathBuf,
+    /// A mapping of it, to open it through /proc/PID/map_files.
+    pub start: u64,
+    /// End of that mapping.
+    pub end: u64,
+    /// Its identity.
+    pub id: FileId,
+    /// jitdump (`jit-PID.dump`) or vmscope (`vmscope-PID.codemap`).
+    pub kind: MappedFileKind,
+}
+
+/// The two kinds of code map files found through mappings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappedFileKind {
+    /// Linux perf's jitdump.
+    Jitdump,
+    /// vmscope's own format.
+    CodeMap,
+}
+
+impl MappedFileKind {
+    /// The kind of a mapped file, by its name.
+    pub fn of(path: &Path) -> Option<MappedFileKind> {
+        let name = path.file_name()?.to_str()?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if let Some(pid) = name
+            .strip_prefix("jit-")
+            .and_then(|n| n.strip_suffix(".dump"))
+            && digits(pid)
+        {
+            return Some(MappedFileKind::Jitdump);
+        }
+        if let Some(pid) = name
+            .strip_prefix("vmscope-")
+            .and_then(|n| n.strip_suffix(".codemap"))
+            && digits(pid)
+        {
+            return Some(MappedFileKind::CodeMap);
+        }
+        None
+    }
+}
+
+/// Counters of all code maps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeMapCounters {
+    /// Samples attributed to a code map entry.
+    pub attributed: u64,
+    /// Samples in generated code no code map explained.
+    pub unexplained: u64,
+    /// Changes applied.
+    pub changes: u64,
+    /// Changes refused (by the timeline: unknown addresses, outside the zone).
+    pub changes_refused: u64,
+    /// Changes that arrived too late to apply in order.
+    pub changes_late: u64,
+    /// Lines or records refused by file sources.
+    pub source_refusals: u64,
+    /// Sources that could not be opened or read (wrong owner, symlink, malformed header...).
+    pub source_failures: u64,
+    /// Perf maps, jitdump and code map files read.
+    pub sources: u64,
+}
+
+#[derive(Debug)]
+struct ProcessCode {
+    timeline: Timeline<JitSample>,
+    uid: Option<u32>,
+    nspid: u32,
+    perf_map: Option<PerfMapSource>,
+    perf_map_checked_ns: u64,
+    jitdumps: Vec<JitdumpSource>,
+    files: Vec<CodeMapFileSource>,
+    known_files: HashSet<FileId>,
+    /// gRPC publications open, and how far they are known.
+    streams: u32,
+    published_until_ns: u64,
+    exited: bool,
+    reported: HashSet<String>,
+}
+
+/// Code maps by pid.
+#[derive(Debug)]
+pub struct CodeMaps {
+    store: Arc<CodeStore>,
+    processes: HashMap<u32, ProcessCode>,
+    counters: CodeMapCounters,
+}
+
+impl CodeMaps {
+    /// No code maps yet; codes are interned into `store`.
+    pub fn new(store: Arc<CodeStore>) -> CodeMaps {
+        CodeMaps {
+            store,
+            processes: HashMap::new(),
+            counters: CodeMapCounters::default(),
+        }
+    }
+
+    /// The interned codes.
+    pub fn store(&self) -> &Arc<CodeStore> {
+        &self.store
+    }
+
+    /// Counters (of the processes still known, plus what was attributed so far).
+    pub fn counters(&self) -> CodeMapCounters {
+        let mut c = self.counters;
+        for p in self.processes.values() {
+            let t = p.timeline.counters();
+            c.changes += t.applied;
+            c.changes_refused += t.refused;
+            c.changes_late += t.late;
+            c.source_refusals += p
+                .perf_map
+                .iter()
+                .map(|s| s.counters.refused)
+                .chain(p.jitdumps.iter().map(|s| s.counters.refused))
+                .chain(p.files.iter().map(|s| s.publication.refused))
+                .sum::<u64>();
+        }
+        c
+    }
+
+    fn process(&mut self, pid: u32) -> &mut ProcessCode {
+        self.processes.entry(pid).or_insert_with(|| {
+            let status = sys::read_proc(pid, "status")
+                .ok()
+                .and_then(|t| stat::parse_status(&t).ok());
+            ProcessCode {
+                timeline: Timeline::default(),
+                uid: status.as_ref().map(|s| s.uids.effective),
+                nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
+                perf_map: None,
+                perf_map_checked_ns: 0,
+                jitdumps: Vec::new(),
+                files: Vec::new(),
+                known_files: HashSet::new(),
+                streams: 0,
+                published_until_ns: 0,
+                exited: false,
+                reported: HashSet::new(),
+            }
+        })
+    }
+
+    /// Whether the process has any code map source.
+    pub fn has_sources(&self, pid: u32) -> bool {
+        self.processes.get(&pid).is_some_and(|p| {
+            p.perf_map.is_some() || !p.jitdumps.is_empty() || !p.files.is_empty() || p.streams > 0
+        })
+    }
+
+    /// Opens the jitdump and code map files a process maps, if not known yet. `open` opens a
+    /// mapped file through /proc/PID/map_files.
+    pub fn observe_files(
+        &mut self,
+        pid: u32,
+        files: &[MappedCodeMapFile],
+        open: impl Fn(&MappedCodeMapFile) -> std::io::Result<File>,
+    ) {
+        let process = self.process(pid);
+        let Some(uid) = process.uid else { return };
+        let (mut opened, mut failed) = (0, 0);
+        for mapped in files {
+            if !process.known_files.insert(mapped.id) {
+                continue;
+            }
+            let source = open(mapped)
+                .map_err(|e| format!("cannot open {}: {e}", mapped.path.display()))
+                .and_then(|file| match mapped.kind {
+                    MappedFileKind::Jitdump => JitdumpSource::new(file, &mapped.path, uid)
+                        .map(|s| process.jitdumps.push(s)),
+                    MappedFileKind::CodeMap => CodeMapFileSource::new(file, &mapped.path, uid)
+                        .map(|s| process.files.push(s)),
+                });
+            match source {
+                Ok(()) => {
+                    opened += 1;
+                    tracing::info!(pid, file = %mapped.path.display(), "reading code map");
+                }
+                Err(e) => {
+                    failed += 1;
+                    tracing::warn!(pid, "code map refused: {e}");
+                }
+            }
+        }
+        self.counters.sources += opened;
+        self.counters.source_failures += failed;
+    }
+
+    /// A sample in generated code, to attribute once the maps are known up to its time.
+    pub fn push_sample(&mut self, pid: u32, sample: PendingSample<JitSample>) {
+        self.process(pid).timeline.push_sample(sample);
+    }
+
+    /// A gRPC publication for `pid` opened.
+    pub fn stream_opened(&mut self, pid: u32) {
+        self.process(pid).streams += 1;
+    }
+
+    /// A gRPC publication for `pid` ended: nothing more will come from it.
+    pub fn stream_closed(&mut self, pid: u32) {
+        let process = self.process(pid);
+        process.streams = process.streams.saturating_sub(1);
+    }
+
+    /// Changes published by the VM, known up to `until_ns`.
+    pub fn publish(&mut self, pid: u32, changes: Vec<(u64, Change)>, until_ns: u64) {
+        let process = self.process(pid);
+        for (ts, change) in changes {
+            process.timeline.push_change(ts, change);
+        }
+        process.published_until_ns = process.published_until_ns.max(until_ns);
+    }
+
+    /// The process exited: its files are read one last time, and it changes no more.
+    pub fn exited(&mut self, pid: u32) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.exited = true;
+        }
+    }
+
+    /// Makes sure a process is known, so that its sources are looked for at the next advance
+    /// (a session's targets are, from its start).
+    pub fn touch(&mut self, pid: u32) {
+        self.process(pid);
+    }
+
+    /// Forgets a process nobody needs any more (nothing waiting).
+    pub fn forget(&mut self, pid: u32) {
+        if self
+            .processes
+            .get(&pid)
+            .is_some_and(|p| p.timeline.pending_samples() == 0)
+        {
+            self.processes.remove(&pid);
+        }
+    }
+
+    /// Forgets the processes nothing waits on, no publication streams to, and `keep` does not
+    /// name: their maps are read afresh if they are ever sampled again.
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.processes
+            .retain(|&pid, p| keep(pid) || p.streams > 0 || p.timeline.pending_samples() > 0);
+    }
+
+    /// Pids with samples waiting.
+    pub fn waiting(&self) -> Vec<u32> {
+        self.processes
+            .iter()
+            .filter(|(_, p)| p.timeline.pending_samples() > 0)
+            .map(|(&pid, _)| pid)
+            .collect()
+    }
+
+    /// Reads the process's sources and attributes every sample the maps are now known for,
+    /// calling `attribute(sample, (start, code) found)`. `check` says which address ranges
+    /// are executable in the process (perf map and jitdump entries elsewhere are refused).
+    /// With `force`, every waiting sample is attributed with what is known now (a stop that
+    /// cannot wait any longer).
+    pub fn advance(
+        &mut self,
+        pid: u32,
+        now_ns: u64,
+        force: bool,
+        check: &mut dyn FnMut(u64, u64) -> bool,
+        mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>),
+    ) {
+        let store = self.store.clone();
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        let final_read = process.exited;
+        let mut changes = Vec::new();
+
+        if process.perf_map.is_none()
+            && let Some(uid) = process.uid
+            && now_ns.saturating_sub(process.perf_map_checked_ns) >= PERF_MAP_RECHECK_NS
+            && !process.exited
+        {
+            process.perf_map_checked_ns = now_ns;
+            match PerfMapSource::open(pid, process.nspid, uid) {
+                Ok(Some(source)) => {
+                    tracing::info!(pid, "reading perf map");
+                    self.counters.sources += 1;
+                    process.perf_map = Some(source);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if process.reported.insert(e.clone()) {
+                        self.counters.source_failures += 1;
+                        tracing::warn!(pid, "perf map refused: {e}");
+                    }
+                }
+            }
+        }
+        if let Some(perf_map) = &mut process.perf_map {
+            match perf_map.read(now_ns, &store, check, final_read) {
+                Ok(read) => changes.extend(read),
+                Err(e) => {
+                    self.counters.source_failures += 1;
+                    tracing::warn!(pid, "perf map read no more: {e}");
+                    process.perf_map = None;
+                    process.perf_map_checked_ns = u64::MAX;
+                }
+            }
+        }
+        for jitdump in &mut process.jitdumps {
+            changes.extend(jitdump.read(now_ns, &store, check));
+        }
+        for file in &mut process.files {
+            changes.extend(file.read(&store));
+        }
+        for (ts, change) in changes {
+            process.timeline.push_change(ts, change);
+        }
+        for problem in process
+            .perf_map
+            .iter_mut()
+            .filter_map(|s| s.first_problem.take())
+            .chain(
+                process
+                    .jitdumps
+                    .iter_mut()
+                    .filter_map(|s| s.first_problem.take()),
+            )
+        {
+            tracing::warn!(pid, "code map entry refused: {problem}");
+        }
+        if let Some(refusal) = process.timeline.take_first_refusal() {
+            tracing::warn!(pid, "code map change refused: {refusal}");
+        }
+
+        let mut until = if process.exited || force {
+            u64::MAX
+        } else if process.perf_map.is_none()
+            && process.jitdumps.is_empty()
+            && process.files.is_empty()
+            && process.streams == 0
+        {
+            now_ns.saturating_sub(DISCOVERY_WAIT_NS)
+        } else {
+            now_ns
+        };
+        if !process.exited && !force {
+            if process.streams > 0 {
+                until = until.min(
+                    process
+                        .published_until_ns
+                        .max(now_ns.saturating_sub(PUBLICATION_GRACE_NS)),
+                );
+            }
+            if let Some(jitdump) = process.jitdumps.iter().map(|j| j.last_ns).min() {
+                until = until.min(jitdump.max(now_ns.saturating_sub(JITDUMP_MAX_WAIT_NS)));
+            }
+        }
+        let counters = &mut self.counters;
+        process.timeline.advance(until, |sample, found| {
+            if found.is_some() {
+                counters.attributed += 1;
+            } else {
+                counters.unexplained += 1;
+            }
+            attribute(sample, found);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_code_map_files_are_known_by_name() {
+        let kind = |p: &str| MappedFileKind::of(Path::new(p));
+        assert_eq!(kind("/home/u/jit-4242.dump"), Some(MappedFileKind::Jitdump));
+        assert_eq!(
+            kind("/tmp/vmscope-7.codemap"),
+            Some(MappedFileKind::CodeMap)
+        );
+        assert_eq!(kind("/tmp/jit-.dump"), None);
+        assert_eq!(kind("/tmp/jit-42.dump.old"), None);
+        assert_eq!(kind("/usr/lib/libjit-1.dump"), None);
+        assert_eq!(kind("/tmp/vmscope-x.codemap"), None);
+    }
+}

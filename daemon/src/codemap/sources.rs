@@ -1,0 +1,764 @@
+//! Reading code maps from files as they grow: perf maps, jitdump files, and vmscope code map
+//! files. The I/O edge of [`super`]: bytes come from here, meaning from the pure parsers of
+//! `vmscope-parse`.
+//!
+//! Each source keeps its file open from the moment it is found, reads only what was appended
+//! since the last read, and keeps an incomplete last record for the next read. Holding the file
+//! lets the daemon read it once more after the process exited, when `/proc/PID` is gone.
+//!
+//! Files read on a process's behalf must belong to the process's user and are opened without
+//! following symlinks or blocking (a FIFO in /tmp must not hang the daemon). Anything refused is
+//! counted with a reason; a source that turns out to be broken stops being read, with the
+//! reason logged, and never affects the others.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    io::{self, Read, Seek, SeekFrom},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use vmscope_parse::{codemap_file, jitdump, perf_map};
+use vmscope_proto::v1::CodeKind;
+
+use super::{
+    code::{Code, CodeId, CodeSource, CodeStore, SourcePoint},
+    timeline::Change,
+    vm::Publication,
+};
+use crate::sys;
+
+/// Most bytes read from one source in one sync: a huge map is read over several syncs, so
+/// that one process cannot stall sampling.
+pub const MAX_READ_PER_SYNC: usize = 64 << 20;
+
+/// Whether `[start, end)` lies inside an executable mapping of the process (it may re-read the
+/// process's mappings to find out).
+pub type ExecCheck<'a> = &'a mut dyn FnMut(u64, u64) -> bool;
+
+/// Counters of one source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SourceCounters {
+    /// Entries or records turned into changes.
+    pub accepted: u64,
+    /// Lines or records refused (malformed, outside executable mappings...).
+    pub refused: u64,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+/// A file read as it grows.
+#[derive(Debug)]
+struct Growing {
+    file: File,
+    /// Offset of the first byte not read yet.
+    offset: u64,
+    /// Bytes read but not consumed (an incomplete last record).
+    pending: Vec<u8>,
+}
+
+impl Growing {
+    fn new(file: File) -> Growing {
+        Growing {
+            file,
+            offset: 0,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Reads what was appended, up to [`MAX_READ_PER_SYNC`]; returns the unconsumed bytes and
+    /// whether the end of the file was reached.
+    fn read_more(&mut self) -> io::Result<(&[u8], bool)> {
+        let len = self.file.metadata()?.len();
+        let available = len.saturating_sub(self.offset);
+        let take = available.min(MAX_READ_PER_SYNC as u64) as usize;
+        if take > 0 {
+            self.file.seek(SeekFrom::Start(self.offset))?;
+            let start = self.pending.len();
+            self.pending.resize(start + take, 0);
+            let n = read_fully(&mut self.file, &mut self.pending[start..])?;
+            self.pending.truncate(start + n);
+            self.offset += n as u64;
+        }
+        let at_eof = self.offset >= len;
+        Ok((&self.pending, at_eof))
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pending.drain(..n.min(self.pending.len()));
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}
+
+fn read_fully(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read(&mut buf[done..]) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Refuses a file another user could have written.
+fn check_owner(file: &File, path: &Path, uid: u32) -> Result<(), String> {
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+    if meta.uid() != uid {
+        return Err(format!(
+            "{} belongs to uid {}, not to the process's uid {uid}: not trusted",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// A perf map, `/tmp/perf-PID.map` as the process sees its /tmp.
+///
+/// Perf maps carry no timestamps: an entry counts from the moment the daemon first read it,
+/// and the entries already in the file when the daemon first reads it (at the start of a
+/// session, or at the process's first sample in generated code) count from the start.
+/// Appended lines are read incrementally; a file rewritten as a whole (shorter, or another
+/// file at the path, or a different first line) is a new snapshot, which replaces every entry
+/// of the old one.
+#[derive(Debug)]
+pub struct PerfMapSource {
+    path: PathBuf,
+    uid: u32,
+    growing: Growing,
+    inode: u64,
+    first_line: Vec<u8>,
+    codes: Vec<CodeId>,
+    read_before: bool,
+    /// Counters.
+    pub counters: SourceCounters,
+    /// The first refusal, for the log.
+    pub first_problem: Option<String>,
+}
+
+impl PerfMapSource {
+    /// The perf map of a process (`/proc/PID/root/tmp/perf-NSPID.map`), if it has one.
+    pub fn open(pid: u32, nspid: u32, uid: u32) -> Result<Option<PerfMapSource>, String> {
+        let path = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{nspid}.map"));
+        let file = match sys::open_untrusted(&path, None) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(format!("{} is a symlink: not followed", path.display()));
+            }
+            Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+        };
+        check_owner(&file, &path, uid)?;
+        let inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
+        Ok(Some(PerfMapSource {
+            path,
+            uid,
+            growing: Growing::new(file),
+            inode,
+            first_line: Vec::new(),
+            codes: Vec::new(),
+            read_before: false,
+            counters: SourceCounters::default(),
+            first_problem: None,
+        }))
+    }
+
+    /// Whether the file was rewritten since the last read: then it is read again from the
+    /// start, as a new snapshot.
+    fn rewritten(&mut self) -> bool {
+        let shrunk = self
+            .growing
+            .len()
+            .is_ok_and(|len| len < self.growing.offset);
+        let replaced = std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() != self.inode);
+        let mut head = vec![0u8; self.first_line.len()];
+        let changed_head = !self.first_line.is_empty()
+            && (self.growing.file.seek(SeekFrom::Start(0)).is_err()
+                || read_fully(&mut self.growing.file, &mut head)
+                    .map_or(true, |n| n < head.len() || head != self.first_line));
+        shrunk || replaced || changed_head
+    }
+
+    /// Reads new entries; `now_ns` is their time. `check` says which addresses are executable.
+    pub fn read(
+        &mut self,
+        now_ns: u64,
+        store: &CodeStore,
+        check: ExecCheck<'_>,
+        final_read: bool,
+    ) -> Result<Vec<(u64, Change)>, String> {
+        let mut changes = Vec::new();
+        if self.rewritten() {
+            // A snapshot: forget the old one. Reopen by path if another file is there now.
+            if let Ok(file) = sys::open_untrusted(&self.path, None)
+                && check_owner(&file, &self.path, self.uid).is_ok()
+            {
+                self.inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
+                self.growing = Growing::new(file);
+            } else {
+                self.growing.offset = 0;
+                self.growing.pending.clear();
+            }
+            self.first_line.clear();
+            changes.push((now_ns, Change::FreeCodes(std::mem::take(&mut self.codes))));
+        }
+        let (bytes, at_eof) = self
+            .growing
+            .read_more()
+            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        if self.first_line.is_empty()
+            && let Some(end) = bytes.iter().position(|&b| b == b'\n')
+        {
+            self.first_line = bytes[..end.min(256)].to_vec();
+        }
+        let when = if self.read_before { now_ns } else { 0 };
+        self.read_before = true;
+        let chunk = perf_map::parse_perf_map(bytes, at_eof && final_read);
+        self.counters.bytes += chunk.consumed as u64;
+        self.counters.refused += chunk.bad_lines as u64;
+        if let Some(problem) = &chunk.first_error {
+            self.first_problem
+                .get_or_insert_with(|| format!("{}: {problem}", self.path.display()));
+        }
+        for entry in chunk.entries {
+            let end = entry.start.saturating_add(entry.size);
+            if !check(entry.start, end) {
+                self.counters.refused += 1;
+                self.first_problem.get_or_insert_with(|| {
+                    format!(
+                        "{}: {} at {:#x} lies outside the process's executable mappings",
+                        self.path.display(),
+                        entry.name,
+                        entry.start
+                    )
+                });
+                continue;
+            }
+            let code = store.intern(Code::named(
+                perf_map_kind(&entry.name),
+                entry.name,
+                CodeSource::PerfMap,
+            ));
+            self.codes.push(code);
+            self.counters.accepted += 1;
+            changes.push((
+                when,
+                Change::Load {
+                    start: entry.start,
+                    size: Some(entry.size),
+                    code,
+                },
+            ));
+        }
+        self.growing.consume(chunk.consumed);
+        Ok(changes)
+    }
+}
+
+/// The kind of a perf map entry, from the conventions of the runtimes that write them.
+fn perf_map_kind(name: &str) -> CodeKind {
+    let stub_prefixes = [
+        "Builtin:",
+        "BytecodeHandler:",
+        "Stub:",
+        "RegExp:",
+        "Interpreter",
+    ];
+    if stub_prefixes.iter().any(|p| name.starts_with(p)) {
+        CodeKind::Stub
+    } else {
+        CodeKind::Unknown
+    }
+}
+
+/// One debug info entry of a jitdump file: address, file (if readable), line, column.
+type DebugPoint = (u64, Option<Arc<str>>, u32, u32);
+
+/// A jitdump file (Linux perf's format, written by `node --perf-prof`, JVM agents, ...),
+/// found through its executable mapping.
+#[derive(Debug)]
+pub struct JitdumpSource {
+    name: String,
+    growing: Growing,
+    header: Option<jitdump::JitdumpHeader>,
+    /// Debug info waiting for its CODE_LOAD, by code address.
+    debug_info: HashMap<u64, Vec<DebugPoint>>,
+    /// Debug entries whose file name was unreadable and was taken from the code's name.
+    pub repaired_file_names: u64,
+    /// Unwinding info records seen (kept for stack unwinding, a later capability).
+    pub unwinding_records: u64,
+    /// Timestamp of the latest record read: the file is known up to here. Writers buffer
+    /// (V8 through a 2 MB stdio buffer), so a read does not make it known up to the read.
+    pub last_ns: u64,
+    /// Counters.
+    pub counters: SourceCounters,
+    /// Set when the file turned out to be broken: it is read no more.
+    pub broken: Option<String>,
+    /// The first refusal, for the log.
+    pub first_problem: Option<String>,
+    /// Whether timestamps are usable (CLOCK_MONOTONIC, not TSC).
+    clock_ok: bool,
+}
+
+/// jitdump header flag: timestamps are the CPU's timestamp counter, not CLOCK_MONOTONIC.
+const JITDUMP_FLAGS_ARCH_TIMESTAMP: u64 = 1;
+
+impl JitdumpSource {
+    /// A jitdump file opened through the process's mapping of it, checked to be the user's.
+    pub fn new(file: File, path: &Path, uid: u32) -> Result<JitdumpSource, String> {
+        check_owner(&file, path, uid)?;
+        Ok(JitdumpSource {
+            name: path.display().to_string(),
+            growing: Growing::new(file),
+            header: None,
+            debug_info: HashMap::new(),
+            repaired_file_names: 0,
+            unwinding_records: 0,
+            last_ns: 0,
+            counters: SourceCounters::default(),
+            broken: None,
+            first_problem: None,
+            clock_ok: true,
+        })
+    }
+
+    /// Reads new records. Records carry their own times; `now_ns` stands in when the writer's
+    /// clock is not CLOCK_MONOTONIC.
+    pub fn read(
+        &mut self,
+        now_ns: u64,
+        store: &CodeStore,
+        check: ExecCheck<'_>,
+    ) -> Vec<(u64, Change)> {
+        let mut changes = Vec::new();
+        if self.broken.is_some() {
+            return changes;
+        }
+        if let Err(e) = self.read_records(now_ns, store, check, &mut changes) {
+            tracing::warn!(file = %self.name, "jitdump read no more: {e}");
+            self.broken = Some(e);
+        }
+        changes
+    }
+
+    fn read_records(
+        &mut self,
+        now_ns: u64,
+        store: &CodeStore,
+        check: ExecCheck<'_>,
+        changes: &mut Vec<(u64, Change)>,
+    ) -> Result<(), String> {
+        let name = self.name.clone();
+        let (bytes, _) = self
+            .growing
+            .read_more()
+            .map_err(|e| format!("cannot read {name}: {e}"))?;
+        let bytes = bytes.to_vec();
+        let mut at = 0;
+        if self.header.is_none() {
+            match jitdump::parse_header(&bytes).map_err(|e| format!("{name}: {e}"))? {
+                None => return Ok(()),
+                Some(header) => {
+                    at = header.header_size as usize;
+                    if at > bytes.len() {
+                        return Ok(());
+                    }
+                    self.clock_ok = header.flags & JITDUMP_FLAGS_ARCH_TIMESTAMP == 0;
+                    if !self.clock_ok {
+                        tracing::warn!(file = %name, "jitdump timestamps are TSC cycles: using read times");
+                    }
+                    self.header = Some(header);
+                }
+            }
+        }
+        let endian = self.header.as_ref().map(|h| h.endian).expect("set above");
+        while let Some((record, used)) =
+            jitdump::next_record(&bytes[at..], endian).map_err(|e| format!("{name}: {e}"))?
+        {
+            at += used;
+            self.counters.bytes += used as u64;
+            self.last_ns = self.last_ns.max(self.time(record.timestamp(), now_ns));
+            self.apply(record, now_ns, store, check, changes);
+        }
+        self.growing.consume(at);
+        Ok(())
+    }
+
+    fn time(&self, record_ns: u64, now_ns: u64) -> u64 {
+        if self.clock_ok { record_ns } else { now_ns }
+    }
+
+    fn refuse(&mut self, problem: String) {
+        self.counters.refused += 1;
+        self.first_problem
+            .get_or_insert_with(|| format!("{}: {problem}", self.name));
+    }
+
+    fn apply(
+        &mut self,
+        record: jitdump::Record<'_>,
+        now_ns: u64,
+        store: &CodeStore,
+        check: ExecCheck<'_>,
+        changes: &mut Vec<(u64, Change)>,
+    ) {
+        use jitdump::Record;
+        match record {
+            Record::DebugInfo {
+                code_addr, entries, ..
+            } => {
+                let points = entries
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.addr,
+                            e.file_str().map(Arc::<str>::from),
+                            e.line,
+                            e.discrim,
+                        )
+                    })
+                    .collect();
+                self.debug_info.insert(code_addr, points);
+            }
+            Record::CodeLoad {
+                timestamp,
+                code_addr,
+                code_size,
+                name,
+                name_is_utf8,
+                ..
+            } => {
+                let end = code_addr.saturating_add(code_size);
+                let debug = self.debug_info.remove(&code_addr).unwrap_or_default();
+                if !name_is_utf8 {
+                    self.refuse(format!("the name {name:?} at {code_addr:#x} is not UTF-8"));
+                    return;
+                }
+                if code_size == 0 || !check(code_addr, end) {
+                    self.refuse(format!(
+                        "{name} at {code_addr:#x} ({code_size} bytes) lies outside the process's \
+                         executable mappings"
+                    ));
+                    return;
+                }
+                let shift = debug_address_shift(&debug, code_addr, end);
+                let script = v8_script_path(&name);
+                let mut lines = Vec::new();
+                for (addr, file, line, column) in debug {
+                    let addr = addr.wrapping_sub(shift);
+                    if addr < code_addr || addr >= end {
+                        self.refuse(format!(
+                            "{name}: debug info at {addr:#x} outside its code [{code_addr:#x}, {end:#x})"
+                        ));
+                        continue;
+                    }
+                    let file = match (file, &script) {
+                        (Some(file), _) => file,
+                        (None, Some(script)) => {
+                            self.repaired_file_names += 1;
+                            script.clone()
+                        }
+                        (None, None) => Arc::from("?"),
+                    };
+                    lines.push(SourcePoint {
+                        offset: addr - code_addr,
+                        file,
+                        line,
+                        column,
+                    });
+                }
+                lines.sort_by_key(|p| p.offset);
+                lines.dedup_by_key(|p| p.offset);
+                let code = store.intern(Code {
+                    lines,
+                    ..Code::named(perf_map_kind(&name), name.into_owned(), CodeSource::Jitdump)
+                });
+                self.counters.accepted += 1;
+                changes.push((
+                    self.time(timestamp, now_ns),
+                    Change::Load {
+                        start: code_addr,
+                        size: Some(code_size),
+                        code,
+                    },
+                ));
+            }
+            Record::CodeMove {
+                timestamp,
+                old_code_addr,
+                new_code_addr,
+                code_size,
+                ..
+            } => {
+                if !check(new_code_addr, new_code_addr.saturating_add(code_size)) {
+                    self.refuse(format!(
+                        "code moved to {new_code_addr:#x}, outside the executable mappings"
+                    ));
+                    return;
+                }
+                self.counters.accepted += 1;
+                changes.push((
+                    self.time(timestamp, now_ns),
+                    Change::Move {
+                        from: old_code_addr,
+                        to: new_code_addr,
+                    },
+                ));
+            }
+            Record::UnwindingInfo { .. } => self.unwinding_records += 1,
+            Record::Close { .. } | Record::Unknown { .. } => {}
+        }
+    }
+}
+
+/// How far past the code a writer put its debug addresses: V8 and LLVM add 0x40 (the ELF header
+/// `perf inject` puts before the code), perf's JVMTI agent does not. Told by the entries: some
+/// past the code's end by less than 0x40, or the first exactly 0x40 in.
+fn debug_address_shift(entries: &[DebugPoint], start: u64, end: u64) -> u64 {
+    const ELF_HEADER: u64 = 0x40;
+    let past_end = entries
+        .iter()
+        .any(|(a, ..)| *a >= end && *a < end.saturating_add(ELF_HEADER));
+    let first_at_header = entries
+        .iter()
+        .map(|(a, ..)| *a)
+        .min()
+        .is_some_and(|a| a == start + ELF_HEADER);
+    let all_after_header = entries
+        .iter()
+        .all(|(a, ..)| *a >= start.saturating_add(ELF_HEADER));
+    if all_after_header && (past_end || first_at_header) {
+        ELF_HEADER
+    } else {
+        0
+    }
+}
+
+/// The script of a V8 code name (`JS:*hotLoop /srv/app.js:3:17` -> `/srv/app.js`), to stand in
+/// for debug entries whose file name the writer garbled.
+fn v8_script_path(name: &str) -> Option<Arc<str>> {
+    let location = name.rsplit(' ').next().filter(|l| *l != name)?;
+    let mut parts = location.rsplitn(3, ':');
+    let (column, line, path) = (parts.next()?, parts.next()?, parts.next()?);
+    (column.parse::<u32>().is_ok() && line.parse::<u32>().is_ok() && !path.is_empty())
+        .then(|| Arc::from(path))
+}
+
+/// A vmscope code map file (`vmscope-PID.codemap`), found through its executable mapping.
+#[derive(Debug)]
+pub struct CodeMapFileSource {
+    name: String,
+    growing: Growing,
+    header_read: bool,
+    /// The publication's state (VM name, refusals...).
+    pub publication: Publication,
+    /// Set when the file turned out to be broken: it is read no more.
+    pub broken: Option<String>,
+}
+
+impl CodeMapFileSource {
+    /// A code map file opened through the process's mapping of it, checked to be the user's.
+    pub fn new(file: File, path: &Path, uid: u32) -> Result<CodeMapFileSource, String> {
+        check_owner(&file, path, uid)?;
+        Ok(CodeMapFileSource {
+            name: path.display().to_string(),
+            growing: Growing::new(file),
+            header_read: false,
+            publication: Publication::default(),
+            broken: None,
+        })
+    }
+
+    /// Reads new events.
+    pub fn read(&mut self, store: &CodeStore) -> Vec<(u64, Change)> {
+        let mut changes = Vec::new();
+        if self.broken.is_some() {
+            return changes;
+        }
+        if let Err(e) = self.read_events(store, &mut changes) {
+            tracing::warn!(file = %self.name, "code map file read no more: {e}");
+            self.broken = Some(e);
+        }
+        changes
+    }
+
+    fn read_events(
+        &mut self,
+        store: &CodeStore,
+        changes: &mut Vec<(u64, Change)>,
+    ) -> Result<(), String> {
+        let name = self.name.clone();
+        let (bytes, _) = self
+            .growing
+            .read_more()
+            .map_err(|e| format!("cannot read {name}: {e}"))?;
+        let bytes = bytes.to_vec();
+        let mut at = 0;
+        if !self.header_read {
+            match codemap_file::parse_header(&bytes).map_err(|e| format!("{name}: {e}"))? {
+                None => return Ok(()),
+                Some(len) => {
+                    at = len;
+                    self.header_read = true;
+                }
+            }
+        }
+        while let Some((event, used)) =
+            codemap_file::next_event(&bytes[at..]).map_err(|e| format!("{name}: {e}"))?
+        {
+            at += used;
+            match self.publication.accept(&event, store) {
+                Ok(Some(change)) => changes.push(change),
+                Ok(None) => {}
+                Err(problem) => {
+                    tracing::debug!(file = %name, "code map event refused: {problem}")
+                }
+            }
+        }
+        self.growing.consume(at);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{io::Write, os::unix::fs::PermissionsExt};
+
+    use super::*;
+
+    fn uid() -> u32 {
+        sys::effective_uid()
+    }
+
+    fn loads(changes: &[(u64, Change)], store: &CodeStore) -> Vec<(u64, u64, String)> {
+        changes
+            .iter()
+            .filter_map(|(ts, c)| match c {
+                Change::Load { start, code, .. } => {
+                    Some((*ts, *start, store.get(*code).unwrap().name.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn v8_conventions() {
+        assert_eq!(
+            v8_script_path("JS:*hotLoop /srv/app.js:3:17").as_deref(),
+            Some("/srv/app.js")
+        );
+        assert_eq!(v8_script_path("Builtin:ArrayPush").as_deref(), None);
+        assert_eq!(
+            v8_script_path("JS:~ node:internal/x:1:1").as_deref(),
+            Some("node:internal/x")
+        );
+        let at = |a: u64| (a, None, 1, 1);
+        // V8: first entry at code + 0x40, some past the end.
+        assert_eq!(
+            debug_address_shift(&[at(0x1040), at(0x1105)], 0x1000, 0x1100),
+            0x40
+        );
+        // JVMTI: addresses inside the code.
+        assert_eq!(
+            debug_address_shift(&[at(0x1000), at(0x1080)], 0x1000, 0x1100),
+            0
+        );
+    }
+
+    /// One test for the real /tmp/perf-PID.map of this process (tests share the pid).
+    #[test]
+    fn perf_maps_are_read_as_they_grow_and_reread_when_rewritten() {
+        let me = std::process::id();
+        let path = PathBuf::from(format!("/tmp/perf-{me}.map"));
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            PerfMapSource::open(me, me, uid()).unwrap().is_none(),
+            "no map yet"
+        );
+
+        let mut file = File::create(&path).unwrap();
+        writeln!(file, "1000 10 JS:*hot app.js:1:1").unwrap();
+        write!(file, "2000 10 JS:~partial").unwrap(); // a line being written
+        file.flush().unwrap();
+        let store = CodeStore::new();
+        let mut everything = |_: u64, _: u64| true;
+        let mut source = PerfMapSource::open(me, me, uid()).unwrap().unwrap();
+        let first = source.read(500, &store, &mut everything, false).unwrap();
+        // Entries present at the first read count from the start.
+        assert_eq!(
+            loads(&first, &store),
+            [(0, 0x1000, "JS:*hot app.js:1:1".into())]
+        );
+
+        writeln!(file, " done").unwrap();
+        writeln!(file, "0x3000 0x20 not executable").unwrap();
+        file.flush().unwrap();
+        let mut below_3000 = |start: u64, _: u64| start < 0x3000;
+        let next = source.read(600, &store, &mut below_3000, false).unwrap();
+        assert_eq!(
+            loads(&next, &store),
+            [(600, 0x2000, "JS:~partial done".into())]
+        );
+        assert_eq!(source.counters.refused, 1);
+        assert!(source.first_problem.take().unwrap().contains("outside"));
+
+        // Rewritten as a snapshot (HotSpot's Compiler.perfmap): the old entries go.
+        let mut file = File::create(&path).unwrap();
+        writeln!(file, "0x0000000000004000 0x0000000000000040 void Foo.bar()").unwrap();
+        file.flush().unwrap();
+        let snapshot = source.read(700, &store, &mut everything, false).unwrap();
+        assert!(
+            matches!(&snapshot[0], (700, Change::FreeCodes(codes)) if codes.len() == 2),
+            "{snapshot:?}"
+        );
+        assert_eq!(
+            loads(&snapshot, &store),
+            [(700, 0x4000, "void Foo.bar()".into())]
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn untrusted_perf_maps_are_refused() {
+        // A pid of our own that no other test uses for its perf map: a child's.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let path = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(&path, "1000 10 x\n").unwrap();
+        // Owned by someone else than the process's user.
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+        // A symlink planted in /tmp.
+        std::fs::remove_file(&path).unwrap();
+        let target = tempfile::NamedTempFile::new().unwrap();
+        std::os::unix::fs::symlink(target.path(), &path).unwrap();
+        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+        // A FIFO: refused at once, never read (it would block).
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -1,0 +1,333 @@
+//! Code maps published by a VM (`codemap.proto`): events checked and turned into timeline
+//! changes. The same code serves the gRPC stream and the code map file.
+//!
+//! A VM is trusted with its own map only: an event that breaks the protocol's rules is refused
+//! on its own, with a reason the VM's developer can act on, and the rest goes on.
+
+use vmscope_proto::v1::{CodeKind, CodeMapEvent, code_map_event::Event};
+
+use super::{
+    code::{Code, CodeSource, CodeStore, PcPoint},
+    timeline::Change,
+};
+
+/// Longest name a VM may give a piece of code.
+pub const MAX_NAME_BYTES: usize = 4096;
+/// Most mapped pcs in one entry.
+pub const MAX_PC_MAP: usize = 1 << 20;
+/// Deepest inline stack.
+pub const MAX_INLINE_DEPTH: usize = 64;
+
+/// The state of one publication (a stream or a file).
+#[derive(Debug, Default)]
+pub struct Publication {
+    /// The VM's name, from its Hello.
+    pub vm: String,
+    /// The pid its Hello named.
+    pub hello_pid: Option<u32>,
+    /// The latest timestamp accepted: the map is known up to here.
+    pub until_ns: u64,
+    /// Events accepted.
+    pub accepted: u64,
+    /// Events refused.
+    pub refused: u64,
+    /// The first reasons for refusals.
+    pub problems: Vec<String>,
+}
+
+/// Most problems kept per publication.
+const MAX_PROBLEMS: usize = 16;
+
+impl Publication {
+    /// Checks one event; returns the change it makes, if any (a Hello or Sync makes none).
+    pub fn accept(
+        &mut self,
+        event: &CodeMapEvent,
+        store: &CodeStore,
+    ) -> Result<Option<(u64, Change)>, String> {
+        let result = self.check(event, store);
+        match &result {
+            Ok(_) => {
+                self.accepted += 1;
+                self.until_ns = self.until_ns.max(event.timestamp_ns);
+            }
+            Err(reason) => {
+                self.refused += 1;
+                if self.problems.len() < MAX_PROBLEMS {
+                    self.problems.push(reason.clone());
+                }
+            }
+        }
+        result
+    }
+
+    fn check(
+        &mut self,
+        event: &CodeMapEvent,
+        store: &CodeStore,
+    ) -> Result<Option<(u64, Change)>, String> {
+        let ts = event.timestamp_ns;
+        let Some(body) = &event.event else {
+            return Err("an event with no content".into());
+        };
+        if let Event::Hello(hello) = body {
+            self.vm = truncate(&hello.vm, 128);
+            self.hello_pid = (hello.pid != 0).then_some(hello.pid);
+            return Ok(None);
+        }
+        if self.accepted == 0 {
+            return Err("the first event must be a Hello".into());
+        }
+        if ts == 0 {
+            return Err("an event without a timestamp (timestamp_ns is 0)".into());
+        }
+        if ts < self.until_ns {
+            return Err(format!(
+                "timestamps went backwards: {ts} ns after {} ns",
+                self.until_ns
+            ));
+        }
+        let change = match body {
+            Event::Hello(_) => unreachable!("handled above"),
+            Event::Sync(_) => return Ok(None),
+            Event::Zone(zone) => {
+                if zone.end < zone.start
+                    || zone.free_start < zone.start
+                    || zone.free_start > zone.end
+                {
+                    return Err(format!(
+                        "a code zone out of order: start {:#x}, free start {:#x}, end {:#x}",
+                        zone.start, zone.free_start, zone.end
+                    ));
+                }
+                Change::Zone {
+                    start: zone.start,
+                    free_start: zone.free_start,
+                    end: zone.end,
+                }
+            }
+            Event::Load(entry) => {
+                let code = self.code(entry)?;
+                Change::Load {
+                    start: entry.start,
+                    size: (entry.size != 0).then_some(entry.size),
+                    code: store.intern(code),
+                }
+            }
+            Event::Move(m) => Change::Move {
+                from: m.from,
+                to: m.to,
+            },
+            Event::Free(f) => Change::Free { start: f.start },
+        };
+        Ok(Some((ts, change)))
+    }
+
+    fn code(&self, entry: &vmscope_proto::v1::CodeEntry) -> Result<Code, String> {
+        if entry.name.len() > MAX_NAME_BYTES {
+            return Err(format!(
+                "a name of {} bytes (at most {MAX_NAME_BYTES})",
+                entry.name.len()
+            ));
+        }
+        if entry.pc_map.len() > MAX_PC_MAP {
+            return Err(format!(
+                "{} mapped pcs in one entry (at most {MAX_PC_MAP})",
+                entry.pc_map.len()
+            ));
+        }
+        let end = match entry.size {
+            0 => u64::MAX,
+            size => entry.start.checked_add(size).ok_or_else(|| {
+                format!(
+                    "code at {:#x} of {size} bytes wraps around the address space",
+                    entry.start
+                )
+            })?,
+        };
+        let mut pc_map = Vec::with_capacity(entry.pc_map.len());
+        for point in &entry.pc_map {
+            // Cog maps a send to its return address, which may be the code's last byte + 1.
+            if point.mcpc < entry.start || point.mcpc > end {
+                return Err(format!(
+                    "{}: mapped pc {:#x} outside its code [{:#x}, {:#x})",
+                    entry.name, point.mcpc, entry.start, end
+                ));
+            }
+            if point.inlined.len() > MAX_INLINE_DEPTH {
+                return Err(format!(
+                    "{}: an inline stack of {} frames (at most {MAX_INLINE_DEPTH})",
+                    entry.name,
+                    point.inlined.len()
+                ));
+            }
+            pc_map.push(PcPoint {
+                offset: point.mcpc - entry.start,
+                bcpc: point.bcpc,
+                inlined: point
+                    .inlined
+                    .iter()
+                    .map(|f| (truncate(&f.method, MAX_NAME_BYTES), f.bcpc))
+                    .collect(),
+            });
+        }
+        pc_map.sort_by_key(|p| p.offset);
+        let kind = match CodeKind::try_from(entry.kind) {
+            Ok(CodeKind::Unspecified) | Err(_) => CodeKind::Unknown,
+            Ok(kind) => kind,
+        };
+        let mut name = entry.name.clone();
+        if kind == CodeKind::ClosedPic && !entry.cases.is_empty() {
+            // The cases are part of what a closed PIC is; they tell PICs of one selector apart.
+            let classes: Vec<&str> = entry.cases.iter().map(|c| c.class_name.as_str()).collect();
+            name = format!("{name} [{}]", truncate(&classes.join(", "), 256));
+        }
+        Ok(Code {
+            kind,
+            name,
+            source: CodeSource::Vm(self.vm.clone()),
+            pc_map,
+            lines: Vec::new(),
+        })
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use vmscope_proto::v1::{
+        CodeEntry, CodeFree, CodeMove, CodeZone, Hello, InlinedFrame, PcMapping, Sync,
+    };
+
+    use super::*;
+
+    fn event(ts: u64, body: Event) -> CodeMapEvent {
+        CodeMapEvent {
+            timestamp_ns: ts,
+            event: Some(body),
+        }
+    }
+
+    fn hello() -> CodeMapEvent {
+        event(
+            1,
+            Event::Hello(Hello {
+                pid: 42,
+                vm: "jitvm 0.1".into(),
+            }),
+        )
+    }
+
+    fn load(ts: u64, start: u64, size: u64, pcs: &[(u64, u32)]) -> CodeMapEvent {
+        event(
+            ts,
+            Event::Load(CodeEntry {
+                kind: CodeKind::Method as i32,
+                name: "Integer>>benchFib".into(),
+                start,
+                size,
+                pc_map: pcs
+                    .iter()
+                    .map(|&(mcpc, bcpc)| PcMapping {
+                        mcpc,
+                        bcpc,
+                        inlined: Vec::new(),
+                    })
+                    .collect(),
+                cases: Vec::new(),
+            }),
+        )
+    }
+
+    #[test]
+    fn events_become_changes_with_relative_pc_maps() {
+        let store = CodeStore::new();
+        let mut p = Publication::default();
+        assert_eq!(p.accept(&hello(), &store), Ok(None));
+        assert_eq!((p.vm.as_str(), p.hello_pid), ("jitvm 0.1", Some(42)));
+        let Ok(Some((10, Change::Load { start, size, code }))) =
+            p.accept(&load(10, 0x1000, 0x80, &[(0x1040, 7), (0x1010, 3)]), &store)
+        else {
+            panic!("a load");
+        };
+        assert_eq!((start, size), (0x1000, Some(0x80)));
+        let code = store.get(code).unwrap();
+        let offsets: Vec<(u64, u32)> = code.pc_map.iter().map(|p| (p.offset, p.bcpc)).collect();
+        assert_eq!(offsets, [(0x10, 3), (0x40, 7)], "sorted, relative");
+        assert_eq!(code.source, CodeSource::Vm("jitvm 0.1".into()));
+        // The same method loaded elsewhere is the same code.
+        let Ok(Some((_, Change::Load { code: again, .. }))) =
+            p.accept(&load(11, 0x5000, 0x80, &[(0x5010, 3), (0x5040, 7)]), &store)
+        else {
+            panic!("a load");
+        };
+        assert_eq!(store.get(again), Some(code));
+        assert_eq!(
+            p.accept(&event(12, Event::Move(CodeMove { from: 1, to: 2 })), &store),
+            Ok(Some((12, Change::Move { from: 1, to: 2 })))
+        );
+        assert_eq!(
+            p.accept(&event(13, Event::Free(CodeFree { start: 2 })), &store),
+            Ok(Some((13, Change::Free { start: 2 })))
+        );
+        assert_eq!(p.accept(&event(14, Event::Sync(Sync {})), &store), Ok(None));
+        assert_eq!(p.until_ns, 14);
+        assert_eq!((p.accepted, p.refused), (6, 0));
+    }
+
+    #[test]
+    fn rule_breakers_are_refused_one_by_one() {
+        let store = CodeStore::new();
+        let mut p = Publication::default();
+        let refused = |p: &mut Publication, e: CodeMapEvent| p.accept(&e, &store).unwrap_err();
+        assert!(
+            refused(&mut p, load(5, 0x1000, 0x10, &[])).contains("first event must be a Hello")
+        );
+        p.accept(&hello(), &store).unwrap();
+        assert!(refused(&mut p, load(0, 0x1000, 0x10, &[])).contains("without a timestamp"));
+        p.accept(&load(100, 0x1000, 0x10, &[]), &store).unwrap();
+        assert!(refused(&mut p, load(99, 0x1000, 0x10, &[])).contains("went backwards"));
+        assert!(
+            refused(&mut p, load(101, 0x1000, 0x10, &[(0x2000, 1)])).contains("outside its code")
+        );
+        assert!(refused(&mut p, load(101, u64::MAX - 4, 0x10, &[])).contains("wraps around"));
+        let zone = event(
+            102,
+            Event::Zone(CodeZone {
+                start: 0x2000,
+                free_start: 0x1000,
+                end: 0x3000,
+            }),
+        );
+        assert!(refused(&mut p, zone).contains("out of order"));
+        let mut deep = load(103, 0x1000, 0x10, &[(0x1004, 1)]);
+        if let Some(Event::Load(entry)) = &mut deep.event {
+            entry.pc_map[0].inlined = vec![
+                InlinedFrame {
+                    method: "m".into(),
+                    bcpc: 0
+                };
+                MAX_INLINE_DEPTH + 1
+            ];
+        }
+        assert!(refused(&mut p, deep).contains("inline stack"));
+        assert_eq!(p.refused, 7);
+        assert_eq!(p.problems.len(), 7);
+        // And the publication goes on.
+        assert!(
+            p.accept(&load(104, 0x1000, 0x10, &[]), &store)
+                .unwrap()
+                .is_some()
+        );
+    }
+}

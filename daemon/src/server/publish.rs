@@ -1,0 +1,158 @@
+//! `vmscope.v1.CodeMap`: VMs publishing their code maps as they change.
+//!
+//! A process publishes its own map only: the daemon takes the pid from the socket's peer
+//! credentials; root may publish for the pid its Hello names. Events are checked one by one
+//! ([`crate::codemap::vm::Publication`]) and handed to the session manager in small batches; a
+//! refused event is counted and reported in the summary, never fatal to the stream.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio_stream::StreamExt as _;
+use tonic::{Request, Response, Status, Streaming};
+use vmscope_proto::v1::{self as pb, CodeMapEvent, PublishSummary};
+
+use super::{caller, status::to_status};
+use crate::{
+    codemap::{code::CodeStore, vm::Publication as Checked},
+    session::{ManagerHandle, Publication},
+    sys,
+};
+
+/// Most events handed to the manager at once.
+const BATCH: usize = 512;
+/// Longest an event waits to be batched.
+const BATCH_WAIT: Duration = Duration::from_millis(2);
+
+/// Implementation of `vmscope.v1.CodeMap`.
+#[derive(Debug, Clone)]
+pub struct CodeMapService {
+    manager: ManagerHandle,
+    codes: Arc<CodeStore>,
+}
+
+impl CodeMapService {
+    /// A service handing publications to `manager`, interning codes in `codes`.
+    pub fn new(manager: ManagerHandle, codes: Arc<CodeStore>) -> CodeMapService {
+        CodeMapService { manager, codes }
+    }
+}
+
+/// Tells the manager the stream ended, however the handler returns.
+struct OpenStream {
+    manager: ManagerHandle,
+    pid: u32,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let manager = self.manager.clone();
+        let pid = self.pid;
+        tokio::spawn(async move {
+            let _ = manager.publish(pid, Publication::Closed).await;
+        });
+    }
+}
+
+#[tonic::async_trait]
+impl pb::code_map_server::CodeMap for CodeMapService {
+    async fn publish(
+        &self,
+        request: Request<Streaming<CodeMapEvent>>,
+    ) -> Result<Response<PublishSummary>, Status> {
+        let caller = caller(&request)?;
+        let mut stream = request.into_inner();
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("an empty publication: send a Hello first"))?;
+        let mut checked = Checked::default();
+        if !matches!(first.event, Some(pb::code_map_event::Event::Hello(_))) {
+            return Err(Status::invalid_argument(
+                "the first event of a publication must be a Hello",
+            ));
+        }
+        checked
+            .accept(&first, &self.codes)
+            .map_err(Status::invalid_argument)?;
+        let peer = caller
+            .pid
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|&p| p != 0);
+        let pid = if caller.is_root() {
+            checked.hello_pid.or(peer)
+        } else {
+            // A process publishes its own map, whatever its Hello says.
+            peer
+        }
+        .ok_or_else(|| {
+            Status::invalid_argument("cannot tell which process this map is for: name it in Hello")
+        })?;
+        if sys::read_proc(pid, "stat").is_err() {
+            return Err(Status::not_found(format!("no process with pid {pid}")));
+        }
+        tracing::info!(pid, vm = %checked.vm, uid = caller.uid, "code map publication opened");
+        self.manager
+            .publish(pid, Publication::Opened)
+            .await
+            .map_err(to_status)?;
+        let _open = OpenStream {
+            manager: self.manager.clone(),
+            pid,
+        };
+
+        let batches = stream.chunks_timeout(BATCH, BATCH_WAIT);
+        tokio::pin!(batches);
+        while let Some(events) = batches.next().await {
+            let mut changes = Vec::with_capacity(events.len());
+            let mut ended = false;
+            for event in events {
+                match event {
+                    Ok(event) => match checked.accept(&event, &self.codes) {
+                        Ok(Some(change)) => changes.push(change),
+                        Ok(None) => {}
+                        Err(problem) => {
+                            tracing::debug!(pid, "code map event refused: {problem}")
+                        }
+                    },
+                    // The VM went away mid-stream: keep what it sent.
+                    Err(status) => {
+                        tracing::debug!(pid, "code map publication broke off: {status}");
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            self.manager
+                .publish(
+                    pid,
+                    Publication::Changes {
+                        changes,
+                        until_ns: checked.until_ns,
+                    },
+                )
+                .await
+                .map_err(to_status)?;
+            if ended {
+                break;
+            }
+        }
+        if checked.refused > 0 {
+            tracing::warn!(
+                pid,
+                refused = checked.refused,
+                first = checked.problems.first().map(String::as_str).unwrap_or(""),
+                "code map events refused"
+            );
+        }
+        tracing::info!(
+            pid,
+            accepted = checked.accepted,
+            "code map publication closed"
+        );
+        Ok(Response::new(PublishSummary {
+            accepted: checked.accepted,
+            refused: checked.refused,
+            problems: checked.problems,
+        }))
+    }
+}
