@@ -81,6 +81,12 @@ struct OutputArgs {
     /// Never shorten long names in the text report.
     #[arg(long)]
     wide: bool,
+    /// Count other code in modules whose file name matches PATTERN as vanilla vm code (e.g.
+    /// 'libv8*', or '*Plugin.so' for a VM's plugins); repeat for several. A shell-style glob
+    /// with `*` (any characters) and `?` (one character) only, matched against the whole file
+    /// name as the report shows it, never a directory.
+    #[arg(long = "vm-module", value_name = "PATTERN", value_parser = parse_vm_module)]
+    vm_modules: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -98,15 +104,37 @@ impl OutputArgs {
     }
 
     fn options(&self) -> ReportOptions {
+        let defaults = ReportOptions::default();
         ReportOptions {
             min_percent: self.fold,
-            name_width: if self.wide {
-                0
-            } else {
-                ReportOptions::default().name_width
-            },
+            name_width: if self.wide { 0 } else { defaults.name_width },
+            vm_modules: self.vm_modules.clone(),
+            ..defaults
         }
     }
+}
+
+/// Module patterns match file names: a path would never match, so it is refused rather than
+/// silently moving nothing.
+fn parse_vm_module(pattern: &str) -> Result<String, String> {
+    if pattern.is_empty() {
+        return Err("the pattern is empty".to_owned());
+    }
+    if pattern.contains('/') {
+        let file_name = pattern.rsplit('/').next().unwrap_or_default();
+        return Err(if file_name.is_empty() {
+            format!(
+                "`{pattern}` is a directory, but patterns match module file names only: \
+                 name its libraries, e.g. 'lib*Plugin.so'"
+            )
+        } else {
+            format!(
+                "`{pattern}` is a path, but patterns match module file names only: \
+                 give `{file_name}`"
+            )
+        });
+    }
+    Ok(pattern.to_owned())
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {

@@ -1,13 +1,22 @@
 //! The JSON report: the text report's numbers for scripts and CI, with every percentage
 //! rounded to two decimals (through [`round2`], like the text) and names never elided.
 //!
+//! Every row object has `kind`, `code_map`, `ranges` and `inlined`, empty or null where they do
+//! not apply, so that consumers need not special-case rows. Unlike the text, which lists ranges
+//! and inlined methods only under generated code rows of at least
+//! [`ReportOptions::min_range_percent`](super::ReportOptions) of the total, the JSON carries
+//! them for every row that has them, whatever that option says: machines do not tire of
+//! detail. Only rows folded into `...others...` lose theirs (the fold has none); `--fold 0`
+//! keeps every row.
+//!
 //! A borrowed [`Serialize`] view rather than a `serde_json::Value`: fields come out in the
 //! documented order (a `Value` would sort its keys), and building it cannot fail.
 
 use serde::Serialize;
 
 use super::model::{
-    IssueRow, Report, ReportRow, ReportTarget, SectionReport, rfc3339_seconds, round2,
+    InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionReport,
+    rfc3339_seconds, round2,
 };
 
 /// The report as JSON, borrowed from a [`Report`]; serialise it with `serde_json`.
@@ -71,6 +80,30 @@ struct JsonRow<'a> {
     cumulative_percent: f64,
     symbolized: bool,
     folded_rows: usize,
+    /// `method`, `block`, `trampoline`, `enilopmart`, `closed_pic`, `open_pic`, `stub`,
+    /// `unknown`, or null outside generated code and when the daemon did not say.
+    kind: Option<&'static str>,
+    /// `vm`, `jitdump`, `perf map`, or null when no code map named the row.
+    code_map: Option<&'a str>,
+    /// In code order.
+    ranges: Vec<JsonRange<'a>>,
+    /// Most samples first.
+    inlined: Vec<JsonInlined<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonRange<'a> {
+    label: &'a str,
+    samples: u64,
+    percent_of_method: f64,
+    cumulative_percent: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonInlined<'a> {
+    name: &'a str,
+    samples: u64,
+    percent_of_method: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -137,6 +170,27 @@ fn row(row: &ReportRow) -> JsonRow<'_> {
         cumulative_percent: round2(row.cumulative_percent),
         symbolized: row.symbolized,
         folded_rows: row.folded_rows,
+        kind: row.kind.map(|kind| kind.as_str()),
+        code_map: (!row.code_map.is_empty()).then_some(row.code_map.as_str()),
+        ranges: row.ranges.iter().map(range).collect(),
+        inlined: row.inlined.iter().map(inlined).collect(),
+    }
+}
+
+fn range(range: &RangeRow) -> JsonRange<'_> {
+    JsonRange {
+        label: &range.label,
+        samples: range.samples,
+        percent_of_method: round2(range.percent_of_method),
+        cumulative_percent: round2(range.cumulative_percent),
+    }
+}
+
+fn inlined(method: &InlinedRow) -> JsonInlined<'_> {
+    JsonInlined {
+        name: &method.name,
+        samples: method.samples,
+        percent_of_method: round2(method.percent_of_method),
     }
 }
 
@@ -153,7 +207,7 @@ mod tests {
     use serde_json::Value;
     use vmscope_proto::v1::Profile;
 
-    use super::super::model::fixtures::node_profile;
+    use super::super::model::fixtures::{jit_profile, node_profile};
     use super::super::model::{OTHERS_NAME, ReportOptions};
     use super::super::{Format, render};
     use super::*;
@@ -161,6 +215,8 @@ mod tests {
     const OPTIONS: ReportOptions = ReportOptions {
         min_percent: 0.01,
         name_width: 60,
+        min_range_percent: 1.0,
+        vm_modules: Vec::new(),
     };
 
     fn parsed(report: &Report) -> Value {
@@ -264,6 +320,114 @@ mod tests {
         assert_eq!(others["name"], OTHERS_NAME);
         assert_eq!(others["folded_rows"], 2);
         assert_eq!(f64_at(others, "cumulative_percent"), 100.0);
+    }
+
+    #[test]
+    fn ranges_inlined_and_kinds_equal_the_models_rounded() {
+        let report = Report::from_profile(&jit_profile(), &OPTIONS);
+        let json = parsed(&report);
+        let mut rows_with_ranges = 0;
+        for (js, section) in json["sections"]
+            .as_array()
+            .expect("sections is an array")
+            .iter()
+            .zip(&report.sections)
+        {
+            for (jr, row) in js["rows"]
+                .as_array()
+                .expect("rows is an array")
+                .iter()
+                .zip(&section.rows)
+            {
+                match row.kind {
+                    Some(kind) => assert_eq!(jr["kind"], kind.as_str()),
+                    None => assert!(jr["kind"].is_null(), "{jr}"),
+                }
+                if row.code_map.is_empty() {
+                    assert!(jr["code_map"].is_null(), "{jr}");
+                } else {
+                    assert_eq!(jr["code_map"], row.code_map.as_str());
+                }
+                let ranges = jr["ranges"].as_array().expect("ranges on every row");
+                assert_eq!(ranges.len(), row.ranges.len(), "{jr}");
+                for (jg, range) in ranges.iter().zip(&row.ranges) {
+                    assert_eq!(jg["label"], range.label.as_str());
+                    assert_eq!(jg["samples"], range.samples);
+                    assert_eq!(
+                        f64_at(jg, "percent_of_method"),
+                        round2(range.percent_of_method)
+                    );
+                    assert_eq!(
+                        f64_at(jg, "cumulative_percent"),
+                        round2(range.cumulative_percent)
+                    );
+                }
+                rows_with_ranges += usize::from(!ranges.is_empty());
+                let inlined = jr["inlined"].as_array().expect("inlined on every row");
+                assert_eq!(inlined.len(), row.inlined.len(), "{jr}");
+                for (ji, method) in inlined.iter().zip(&row.inlined) {
+                    assert_eq!(ji["name"], method.name.as_str());
+                    assert_eq!(ji["samples"], method.samples);
+                    assert_eq!(
+                        f64_at(ji, "percent_of_method"),
+                        round2(method.percent_of_method)
+                    );
+                }
+            }
+        }
+        // benchFib, benchmark, Inline>>bench, the block, and SmallInteger>>- (0.5% of the
+        // total, under min_range_percent: not in the text, but in the JSON).
+        assert_eq!(rows_with_ranges, 5);
+
+        // Spot checks against numbers worked out by hand.
+        let generated = &json["sections"][0]["rows"];
+        assert_eq!(generated[0]["name"], "Integer>>benchFib");
+        assert_eq!(generated[0]["kind"], "method");
+        assert_eq!(generated[0]["code_map"], "vm");
+        assert_eq!(
+            generated[0]["ranges"][2],
+            serde_json::json!({
+                "label": "30->31", "samples": 137, "percent_of_method": 2.89,
+                "cumulative_percent": 66.74
+            })
+        );
+        assert_eq!(
+            f64_at(&generated[0]["ranges"][7], "cumulative_percent"),
+            100.0
+        );
+        assert_eq!(
+            generated[2]["inlined"][0],
+            serde_json::json!({"name": "Inline>>heavy", "samples": 1234, "percent_of_method": 68.21})
+        );
+        assert_eq!(generated[3]["kind"], "closed_pic");
+        assert_eq!(generated[3]["ranges"], serde_json::json!([]));
+        assert_eq!(generated[4]["kind"], "open_pic");
+        assert_eq!(generated[6]["kind"], "trampoline");
+        let small = &generated[7];
+        assert_eq!(small["name"], "SmallInteger>>-");
+        assert_eq!(small["ranges"][1]["label"], "3->end");
+        assert_eq!(f64_at(&small["ranges"][0], "percent_of_method"), 60.0);
+        let vanilla = &json["sections"][1]["rows"][0];
+        assert!(vanilla["kind"].is_null() && vanilla["code_map"].is_null());
+        assert_eq!(vanilla["ranges"], serde_json::json!([]));
+        assert_eq!(vanilla["inlined"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn vm_modules_agree_in_json() {
+        let options = ReportOptions {
+            vm_modules: vec!["lib*Plugin.so".into()],
+            ..OPTIONS
+        };
+        let json = parsed(&Report::from_profile(&jit_profile(), &options));
+        assert_eq!(json["vm_samples"], 9858);
+        assert_eq!(f64_at(&json, "vm_percent_of_total"), 98.58);
+        let vanilla = &json["sections"][1];
+        assert_eq!(vanilla["samples"], 326);
+        assert_eq!(f64_at(vanilla, "percent_of_vm"), 3.31);
+        assert_eq!(vanilla["rows"][2]["module"], "libSocketPlugin.so");
+        assert_eq!(vanilla["rows"][2]["section"], "vanilla");
+        assert_eq!(json["sections"][2]["samples"], 142);
     }
 
     #[test]

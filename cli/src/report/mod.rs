@@ -7,7 +7,9 @@
 //! - **generated vm code**: code the VM produced at run time (JIT code). Shown when the targets
 //!   have any, even if no sample landed there, since "no time in JIT code" is an answer.
 //! - **vanilla vm code**: the VM executable itself (interpreter, GC, primitives); for a
-//!   system-wide session, each process's main executable ("main executables").
+//!   system-wide session, each process's main executable ("main executables"). Libraries that
+//!   are part of the VM (`libv8.so`, a VM's plugins) join it when named by
+//!   [`ReportOptions::vm_modules`].
 //! - **other code (libraries, kernel)**: everything else.
 //!
 //! Each row reads: % of its section, (% of the grand total), name, (samples), (cumulative % of
@@ -15,6 +17,13 @@
 //! `...others...` row per section: a sampling profile has a long tail of functions hit once or
 //! twice, which are noise at this cadence and would bury the rows that matter; the fold keeps
 //! their samples counted, so every section still adds up to 100%.
+//!
+//! Generated code rows are tagged with their kind when it is not a method (`[closed PIC]`,
+//! `[trampoline]`...). Under each one holding at least [`ReportOptions::min_range_percent`] of
+//! the grand total, the text lists where its samples fell, after the "accurate profiler report"
+//! of Béra et al.'s detailed VMProfiler: its bytecode (or source) ranges in code order, with %
+//! of the method, (samples) and (cumulative % of the method), then for optimised code the
+//! methods inlined into it. The JSON carries the ranges and inlined methods of every row.
 //!
 //! The daemon sends every row unfolded ([`vmscope_proto::v1::Profile`]); the CLI decides the
 //! presentation (threshold, name width, text or JSON). [`Report::from_profile`] does all the
@@ -28,18 +37,21 @@ use std::io::{self, Write};
 
 pub use json::{JsonReport, render_json};
 pub use model::{
-    IssueRow, OTHERS_NAME, Report, ReportOptions, ReportRow, ReportTarget, SectionKind,
-    SectionReport, round2,
+    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, RangeRow, Report, ReportOptions, ReportRow,
+    ReportTarget, SectionKind, SectionReport, module_matches, round2,
 };
 pub use text::{elide_middle, render_text};
 
 impl Default for ReportOptions {
-    /// VMProfiler's fold threshold (0.01% of the total) and a name column that fits a
-    /// 100-column terminal next to the numbers.
+    /// VMProfiler's fold threshold (0.01% of the total), a name column that fits a
+    /// 100-column terminal next to the numbers, ranges under generated code rows of at least 1%
+    /// of the total, and no module moved into the VM.
     fn default() -> Self {
         ReportOptions {
             min_percent: 0.01,
             name_width: 60,
+            min_range_percent: 1.0,
+            vm_modules: Vec::new(),
         }
     }
 }
@@ -80,6 +92,8 @@ mod tests {
         let options = ReportOptions::default();
         assert_eq!(options.min_percent, 0.01);
         assert_eq!(options.name_width, 60);
+        assert_eq!(options.min_range_percent, 1.0);
+        assert!(options.vm_modules.is_empty());
         assert_eq!(Format::default(), Format::Text);
     }
 

@@ -1,5 +1,6 @@
 //! The report's arithmetic: from the daemon's unfolded [`Profile`] to sections of sorted, folded
-//! rows with their percentages.
+//! rows with their percentages, and under generated code rows their code ranges and inlined
+//! methods.
 //!
 //! Pure and free of I/O so that every rule can be unit-tested: the renderers in `text.rs` and
 //! `json.rs` only format what is computed here. Values stay unrounded; both renderers round
@@ -8,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use vmscope_proto::v1::{Profile, ProfileRow, Section, Session};
+use vmscope_proto::v1::{CodeKind, Profile, ProfileRow, Section, Session};
 
 /// Name of the row that stands for all the rows folded away in a section, as VMProfiler
 /// spells it.
@@ -18,7 +19,7 @@ pub const OTHERS_NAME: &str = "...others...";
 const FORMATTABLE_UNTIL_SECS: u64 = 253_402_300_800;
 
 /// How the report is computed and laid out; chosen by the CLI, not by the daemon.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReportOptions {
     /// Rows with fewer samples than this percentage of the grand total fold into one
     /// `...others...` row per section. VMProfiler's 0.01 by default; 0 keeps every row.
@@ -26,6 +27,14 @@ pub struct ReportOptions {
     /// Longest name the text report shows before eliding its middle; 0 never elides.
     /// Ignored by JSON, whose readers want names whole.
     pub name_width: usize,
+    /// Generated code rows with at least this percentage of the grand total list their code
+    /// ranges and inlined methods under them in the text report (1 by default: "each JIT method
+    /// with enough samples"). JSON carries them for every row whatever this says.
+    pub min_range_percent: f64,
+    /// Shell-style patterns (`*`, `?`; see [`module_matches`]) of module file names that belong
+    /// to the VM although they are not its executable (`libv8*`, a VM's plugins): rows of other
+    /// code in such modules count as vanilla vm code, before any section is computed.
+    pub vm_modules: Vec<String>,
 }
 
 /// The three sections of a VMProfiler report, in report order.
@@ -104,6 +113,116 @@ pub struct ReportRow {
     pub cumulative_percent: f64,
     /// How many rows the fold stands for; 0 for every other row.
     pub folded_rows: usize,
+    /// What kind of generated code the row is, as the code map says; `None` outside generated
+    /// code, for the fold, and when the daemon did not say (or said something this CLI does not
+    /// know).
+    pub kind: Option<CodeKindLabel>,
+    /// The code map that named the row: "vm", "jitdump" or "perf map"; empty when none did.
+    pub code_map: String,
+    /// Where inside the code its samples fell, in code order (never sorted by samples: the
+    /// order is the code's, as VMProfiler shows it). Empty for the fold.
+    pub ranges: Vec<RangeRow>,
+    /// Optimised code: samples per method inlined into it, most first; the method's own code
+    /// is listed under its own name. Empty for the fold.
+    pub inlined: Vec<InlinedRow>,
+    /// Whether the text report lists `ranges` and `inlined` under the row: a generated code row
+    /// that has some and holds at least [`ReportOptions::min_range_percent`] of the grand total.
+    pub show_details: bool,
+}
+
+/// What kind of generated code a row is, after Cog's code zone constituents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CodeKindLabel {
+    /// A compiled method, optimised or not.
+    Method,
+    /// A compiled block (closure).
+    Block,
+    /// Code called from generated code into the VM's runtime.
+    Trampoline,
+    /// Code called from the VM's runtime into generated code.
+    Enilopmart,
+    /// A polymorphic inline cache.
+    ClosedPic,
+    /// A megamorphic inline cache.
+    OpenPic,
+    /// Other runtime code.
+    Stub,
+    /// Code known by name only (perf maps, jitdump).
+    Unknown,
+}
+
+impl CodeKindLabel {
+    /// The kind of the daemon's [`ProfileRow::kind`]: `None` when unspecified, or a value from a
+    /// newer daemon that this CLI cannot name.
+    pub fn from_proto(kind: i32) -> Option<Self> {
+        Some(match CodeKind::try_from(kind).ok()? {
+            CodeKind::Unspecified => return None,
+            CodeKind::Method => Self::Method,
+            CodeKind::Block => Self::Block,
+            CodeKind::Trampoline => Self::Trampoline,
+            CodeKind::Enilopmart => Self::Enilopmart,
+            CodeKind::ClosedPic => Self::ClosedPic,
+            CodeKind::OpenPic => Self::OpenPic,
+            CodeKind::Stub => Self::Stub,
+            CodeKind::Unknown => Self::Unknown,
+        })
+    }
+
+    /// Short stable identifier used in JSON: `method`, `block`, `trampoline`, `enilopmart`,
+    /// `closed_pic`, `open_pic`, `stub` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Method => "method",
+            Self::Block => "block",
+            Self::Trampoline => "trampoline",
+            Self::Enilopmart => "enilopmart",
+            Self::ClosedPic => "closed_pic",
+            Self::OpenPic => "open_pic",
+            Self::Stub => "stub",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// How the text report tags a row of this kind (`area [closed PIC]`); `None` for methods
+    /// and code known by name only, which are the rule and need no tag.
+    pub fn text_tag(self) -> Option<&'static str> {
+        match self {
+            Self::Method | Self::Unknown => None,
+            Self::Block => Some("block"),
+            Self::Trampoline => Some("trampoline"),
+            Self::Enilopmart => Some("enilopmart"),
+            Self::ClosedPic => Some("closed PIC"),
+            Self::OpenPic => Some("open PIC"),
+            Self::Stub => Some("stub"),
+        }
+    }
+}
+
+/// Samples in one range of a method's code: bytecodes (`1->23`, `38->end`) or source
+/// (`app.js:12:5->12:30`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeRow {
+    /// The range as the daemon labelled it.
+    pub label: String,
+    /// Samples in the range.
+    pub samples: u64,
+    /// Share of the method's samples, 0 to 100.
+    pub percent_of_method: f64,
+    /// Running sum of `percent_of_method` in code order, from exact sums: exactly 100 on the
+    /// last range when the ranges hold all of the method's samples.
+    pub cumulative_percent: f64,
+}
+
+/// Samples of an optimised method attributed to one method inlined into it (or to its own
+/// code, under its own name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InlinedRow {
+    /// The inlined method.
+    pub name: String,
+    /// Samples attributed to it.
+    pub samples: u64,
+    /// Share of the optimised method's samples, 0 to 100.
+    pub percent_of_method: f64,
 }
 
 /// One section of the report with its rows, sorted and folded.
@@ -191,7 +310,17 @@ impl Report {
 
         let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         for row in &profile.rows {
-            by_section[SectionKind::from_proto(row.section()).index()].push(row);
+            let mut kind = SectionKind::from_proto(row.section());
+            // Before anything is summed, so that every number agrees with the move.
+            if kind == SectionKind::Other
+                && options
+                    .vm_modules
+                    .iter()
+                    .any(|pattern| module_matches(pattern, &row.module))
+            {
+                kind = SectionKind::Vanilla;
+            }
+            by_section[kind.index()].push(row);
         }
         let section_samples = |kind: SectionKind| sum_samples(&by_section[kind.index()]);
         let vm_samples = section_samples(SectionKind::Generated)
@@ -219,7 +348,7 @@ impl Report {
                 &by_section[kind.index()],
                 total,
                 vm_samples,
-                options.min_percent,
+                options,
             ));
         }
 
@@ -333,13 +462,13 @@ fn build_section(
     rows: &[&ProfileRow],
     total: u64,
     vm_samples: u64,
-    min_percent: f64,
+    options: &ReportOptions,
 ) -> SectionReport {
     let samples = sum_samples(rows);
     let (mut kept, folded): (Vec<&ProfileRow>, Vec<&ProfileRow>) = rows
         .iter()
         .copied()
-        .partition(|row| !is_small(row.samples, total, min_percent));
+        .partition(|row| !is_small(row.samples, total, options.min_percent));
     // Module breaks the last tie so that equal (samples, name) rows still come out in one order
     // whatever order the daemon sent them in.
     kept.sort_by(|a, b| {
@@ -353,26 +482,61 @@ fn build_section(
     // Cumulative percentages come from the running sum of samples, not of rounded
     // percentages, so that the last row is exactly 100.
     let mut running: u64 = 0;
-    let mut push = |name: &str, module: &str, symbolized: bool, row_samples: u64, folded_rows| {
-        running = running.saturating_add(row_samples);
+    let mut push = |row: ReportRow| {
+        running = running.saturating_add(row.samples);
         out.push(ReportRow {
-            name: name.to_owned(),
-            module: module.to_owned(),
-            section: kind,
-            symbolized,
-            samples: row_samples,
-            percent_of_section: percent(row_samples, samples),
-            percent_of_total: percent(row_samples, total),
+            percent_of_section: percent(row.samples, samples),
+            percent_of_total: percent(row.samples, total),
             cumulative_percent: percent(running, samples),
-            folded_rows,
+            ..row
         });
     };
     for row in &kept {
-        push(&row.name, &row.module, row.symbolized, row.samples, 0);
+        let generated = kind == SectionKind::Generated;
+        let ranges = range_rows(row);
+        let inlined = inlined_rows(row);
+        let show_details = generated
+            && (!ranges.is_empty() || !inlined.is_empty())
+            && !is_small(row.samples, total, options.min_range_percent);
+        push(ReportRow {
+            name: row.name.clone(),
+            module: row.module.clone(),
+            section: kind,
+            symbolized: row.symbolized,
+            samples: row.samples,
+            percent_of_section: 0.0,
+            percent_of_total: 0.0,
+            cumulative_percent: 0.0,
+            folded_rows: 0,
+            kind: if generated {
+                CodeKindLabel::from_proto(row.kind)
+            } else {
+                None
+            },
+            code_map: row.code_map.clone(),
+            ranges,
+            inlined,
+            show_details,
+        });
     }
     // Even a single small row folds, as VMProfiler does: the fold marks where detail stops.
     if !folded.is_empty() {
-        push(OTHERS_NAME, "", false, sum_samples(&folded), folded.len());
+        push(ReportRow {
+            name: OTHERS_NAME.to_owned(),
+            module: String::new(),
+            section: kind,
+            symbolized: false,
+            samples: sum_samples(&folded),
+            percent_of_section: 0.0,
+            percent_of_total: 0.0,
+            cumulative_percent: 0.0,
+            folded_rows: folded.len(),
+            kind: None,
+            code_map: String::new(),
+            ranges: Vec::new(),
+            inlined: Vec::new(),
+            show_details: false,
+        });
     }
 
     SectionReport {
@@ -383,6 +547,102 @@ fn build_section(
         percent_of_total: percent(samples, total),
         rows: out,
     }
+}
+
+/// Percentages of a method's samples. A broken daemon could send parts that add up to more
+/// than the method: they are then shares of their own sum, never above 100%.
+fn method_whole(row: &ProfileRow, parts: u64) -> u64 {
+    row.samples.max(parts)
+}
+
+/// The row's ranges in the daemon's (code) order, without empty ones. Cumulative percentages
+/// come from running sums of samples, like the rows', so that ranges covering the whole method
+/// end on exactly 100; ranges that cover only part of it (some of its samples fell in code
+/// without a pc map) end below, which is the truth.
+fn range_rows(row: &ProfileRow) -> Vec<RangeRow> {
+    let ranges: Vec<_> = row.ranges.iter().filter(|r| r.samples > 0).collect();
+    let whole = method_whole(
+        row,
+        ranges
+            .iter()
+            .fold(0u64, |sum, r| sum.saturating_add(r.samples)),
+    );
+    let mut running: u64 = 0;
+    ranges
+        .into_iter()
+        .map(|range| {
+            running = running.saturating_add(range.samples);
+            RangeRow {
+                label: range.label.clone(),
+                samples: range.samples,
+                percent_of_method: percent(range.samples, whole),
+                cumulative_percent: percent(running, whole),
+            }
+        })
+        .collect()
+}
+
+/// The row's inlined methods, most samples first (then by name, whatever the daemon's order),
+/// without empty ones.
+fn inlined_rows(row: &ProfileRow) -> Vec<InlinedRow> {
+    let mut inlined: Vec<_> = row.inlined.iter().filter(|i| i.samples > 0).collect();
+    inlined.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+    let whole = method_whole(
+        row,
+        inlined
+            .iter()
+            .fold(0u64, |sum, i| sum.saturating_add(i.samples)),
+    );
+    inlined
+        .into_iter()
+        .map(|method| InlinedRow {
+            name: method.name.clone(),
+            samples: method.samples,
+            percent_of_method: percent(method.samples, whole),
+        })
+        .collect()
+}
+
+/// Whether `module` (a module file name as rows carry it, or a path, whose file name is then
+/// used) matches the shell-style `pattern`: `*` matches any run of characters, `?` any one
+/// character, anything else itself. The whole name must match; case matters, as in file
+/// names. No character classes or escapes: module names need only these two.
+pub fn module_matches(pattern: &str, module: &str) -> bool {
+    let file_name = module.rsplit('/').next().unwrap_or(module);
+    glob_match(pattern, file_name)
+}
+
+/// `*`/`?` matching by backtracking to the last `*` only, which is enough for these two
+/// wildcards and linear in practice (quadratic at worst, on names of a few dozen characters).
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let name: Vec<char> = name.chars().collect();
+    let (mut p, mut n) = (0, 0);
+    // After the last `*` seen: where the pattern resumes, and the first name char it has not
+    // yet swallowed.
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p + 1, n));
+                p += 1;
+            }
+            Some(&c) if c == '?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                // Let the last `*` swallow one more character and try again.
+                Some((resume, swallowed)) => {
+                    star = Some((resume, swallowed + 1));
+                    p = resume;
+                    n = swallowed + 1;
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
 }
 
 /// The daemon already groups issues by (module, reason); merging again costs nothing and keeps
@@ -414,7 +674,8 @@ pub(crate) mod fixtures {
     use std::time::{Duration, UNIX_EPOCH};
 
     use vmscope_proto::v1::{
-        Profile, ProfileRow, Section, Session, SessionState, SymbolizationIssue, TargetProcess,
+        CodeKind, CodeRange, InlinedMethod, Profile, ProfileRow, Section, Session, SessionState,
+        SymbolizationIssue, TargetProcess,
     };
 
     /// 2026-11-22T10:00:00Z.
@@ -429,6 +690,147 @@ pub(crate) mod fixtures {
             symbolized: !name.contains("+0x") && name != "[unknown]",
             ..ProfileRow::default()
         }
+    }
+
+    /// A generated code row of `kind` named by the VM's code map, with `ranges` (label,
+    /// samples) in code order and `inlined` (name, samples); its samples are the ranges' sum,
+    /// or the inlined methods' when it has no ranges.
+    pub fn jit_row(
+        name: &str,
+        kind: CodeKind,
+        ranges: &[(&str, u64)],
+        inlined: &[(&str, u64)],
+    ) -> ProfileRow {
+        let sum = |parts: &[(&str, u64)]| parts.iter().map(|&(_, n)| n).sum::<u64>();
+        let samples = if ranges.is_empty() {
+            sum(inlined)
+        } else {
+            sum(ranges)
+        };
+        ProfileRow {
+            kind: kind as i32,
+            code_map: "vm".to_owned(),
+            ranges: ranges
+                .iter()
+                .map(|&(label, samples)| CodeRange {
+                    label: label.to_owned(),
+                    samples,
+                })
+                .collect(),
+            inlined: inlined
+                .iter()
+                .map(|&(name, samples)| InlinedMethod {
+                    name: name.to_owned(),
+                    samples,
+                })
+                .collect(),
+            ..row(Section::Generated, name, "[anon]", samples)
+        }
+    }
+
+    /// A generated code row of `kind` with `samples` and neither ranges nor inlined methods.
+    pub fn jit_plain(name: &str, kind: CodeKind, samples: u64) -> ProfileRow {
+        ProfileRow {
+            samples,
+            ..jit_row(name, kind, &[], &[])
+        }
+    }
+
+    /// Integer>>benchFib's bytecode ranges in Figure 7 of "A Detailed VM Profiler for the Cog
+    /// VM" (4735 samples), its last range ending the method.
+    pub const BENCH_FIB_RANGES: [(&str, u64); 8] = [
+        ("1->23", 2744),
+        ("24->30", 279),
+        ("30->31", 137),
+        ("31->34", 390),
+        ("34->35", 160),
+        ("35->36", 312),
+        ("36->38", 145),
+        ("38->end", 568),
+    ];
+
+    /// A Cog-like JIT VM run of 10000 samples with a published code map: Figure 7's benchFib
+    /// and benchmark methods with their bytecode ranges, an optimised method with inlined
+    /// methods, PICs, a trampoline, an enilopmart, a block, a stub, a method under 1% whose
+    /// ranges the text leaves out, and plugins in "other code" for `--vm-module`: the second
+    /// golden report's input.
+    pub fn jit_profile() -> Profile {
+        use CodeKind::{Block, ClosedPic, Enilopmart, Method, OpenPic, Stub, Trampoline};
+        use Section::{Other as O, Vanilla as V};
+        let mut profile = profile_with(vec![
+            jit_row("Integer>>benchFib", Method, &BENCH_FIB_RANGES, &[]),
+            jit_row(
+                "Integer>>benchmark",
+                Method,
+                &[
+                    ("44->50", 1),
+                    ("52->60", 235),
+                    ("61->65", 81),
+                    ("65->66", 84),
+                    ("66->70", 128),
+                    ("70->74", 61),
+                    ("74->78", 734),
+                    ("79->84", 171),
+                    ("84->88", 179),
+                    ("88->90", 180),
+                    ("90->94", 44),
+                    ("94->98", 107),
+                    ("98->100", 70),
+                    ("100->104", 1),
+                ],
+                &[],
+            ),
+            jit_row(
+                "Inline>>bench",
+                Method,
+                &[("1->12", 300), ("12->40", 1300), ("40->end", 209)],
+                &[
+                    ("Inline>>heavy", 1234),
+                    ("Inline>>bench", 400),
+                    ("Inline>>light", 175),
+                ],
+            ),
+            jit_plain("at:put:", ClosedPic, 420),
+            jit_plain("area", OpenPic, 150),
+            jit_row(
+                "[] in Integer>>benchmark",
+                Block,
+                &[("1->4", 90), ("4->end", 40)],
+                &[],
+            ),
+            jit_plain("ceSendMissTrampoline", Trampoline, 120),
+            jit_row(
+                "SmallInteger>>-",
+                Method,
+                &[("1->3", 30), ("3->end", 20)],
+                &[],
+            ),
+            jit_plain("ceEnterCogCodePopReceiverReg", Enilopmart, 40),
+            jit_plain("Object>>at:", Method, 1),
+            jit_plain("cePrimReturnEnterCogCode", Stub, 1),
+            row(V, "primitiveStringReplace", "pharo", 136),
+            row(V, "instantiateClassindexableSize", "pharo", 92),
+            row(V, "scavengeReferentsOf", "pharo", 28),
+            row(O, "entry_SYSCALL_64", "[kernel.kallsyms]", 82),
+            row(O, "__memmove_avx_unaligned_erms", "libc.so.6", 60),
+            row(
+                O,
+                "primitiveSocketReceiveDataBufCount",
+                "libSocketPlugin.so",
+                40,
+            ),
+            row(O, "primitiveFileWrite", "libFilePlugin.so", 30),
+        ]);
+        profile.has_generated_code = true;
+        // 10000 samples at 1400 Hz per busy CPU: not throttled.
+        profile.cpu_seconds = 7.15;
+        profile.measured_frequency_hz = 10_000.0 / 7.15;
+        profile.vm_executable = "/usr/lib/pharo/pharo".to_owned();
+        if let Some(session) = profile.session.as_mut() {
+            session.targets[0].command = "pharo".to_owned();
+            session.targets[0].executable = "/usr/lib/pharo/pharo".to_owned();
+        }
+        profile
     }
 
     /// A profile holding `rows`, with `total_samples` their sum and a stopped one-target session.
@@ -526,12 +928,19 @@ mod tests {
     use vmscope_proto::v1::Section::{Generated as G, Other as O, Unspecified, Vanilla as V};
     use vmscope_proto::v1::SymbolizationIssue;
 
-    use super::fixtures::{STARTED_AT_SECS, node_profile, profile_with, row};
+    use vmscope_proto::v1::{CodeKind, CodeRange, InlinedMethod};
+
+    use super::fixtures::{
+        BENCH_FIB_RANGES, STARTED_AT_SECS, jit_plain, jit_profile, jit_row, node_profile,
+        profile_with, row,
+    };
     use super::*;
 
     const OPTIONS: ReportOptions = ReportOptions {
         min_percent: 0.01,
         name_width: 60,
+        min_range_percent: 1.0,
+        vm_modules: Vec::new(),
     };
 
     fn section(report: &Report, kind: SectionKind) -> &SectionReport {
@@ -909,6 +1318,354 @@ mod tests {
             rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(STARTED_AT_SECS)).as_deref(),
             Some("2026-11-22T10:00:00Z")
         );
+    }
+
+    fn find<'a>(report: &'a Report, name: &str) -> &'a ReportRow {
+        report
+            .sections
+            .iter()
+            .flat_map(|s| &s.rows)
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("no row {name} in {report:#?}"))
+    }
+
+    #[test]
+    fn figure_7_bench_fib_ranges_percentages_and_cumulative() {
+        let report = Report::from_profile(&jit_profile(), &OPTIONS);
+        let fib = find(&report, "Integer>>benchFib");
+        assert_eq!(fib.samples, 4735);
+        let got: Vec<_> = fib
+            .ranges
+            .iter()
+            .map(|r| {
+                (
+                    r.label.as_str(),
+                    r.samples,
+                    round2(r.percent_of_method),
+                    round2(r.cumulative_percent),
+                )
+            })
+            .collect();
+        // Figure 7's numbers (its "100.0%" and "38->6667" aside), worked out by hand:
+        // 2744/4735 = 57.95%, 3160/4735 = 66.74%, 4167/4735 = 88.00%...
+        assert_eq!(
+            got,
+            [
+                ("1->23", 2744, 57.95, 57.95),
+                ("24->30", 279, 5.89, 63.84),
+                ("30->31", 137, 2.89, 66.74),
+                ("31->34", 390, 8.24, 74.97),
+                ("34->35", 160, 3.38, 78.35),
+                ("35->36", 312, 6.59, 84.94),
+                ("36->38", 145, 3.06, 88.00),
+                ("38->end", 568, 12.00, 100.00),
+            ]
+        );
+        assert_eq!(fib.ranges[7].cumulative_percent, 100.0);
+        let sent: Vec<_> = fib
+            .ranges
+            .iter()
+            .map(|r| (r.label.as_str(), r.samples))
+            .collect();
+        assert_eq!(sent, BENCH_FIB_RANGES, "the daemon's order, untouched");
+        assert_close(fib.ranges[0].percent_of_method, 2744.0 / 4735.0 * 100.0);
+        assert!(fib.show_details);
+        assert_eq!(fib.kind, Some(CodeKindLabel::Method));
+        assert_eq!(fib.code_map, "vm");
+        assert!(fib.inlined.is_empty());
+    }
+
+    #[test]
+    fn ranges_keep_code_order_not_sample_order() {
+        let profile = profile_with(vec![jit_row(
+            "m",
+            CodeKind::Method,
+            &[("1->5", 10), ("5->9", 70), ("9->end", 20)],
+            &[],
+        )]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let m = find(&report, "m");
+        let labels: Vec<_> = m.ranges.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, ["1->5", "5->9", "9->end"]);
+        let cumulative: Vec<_> = m.ranges.iter().map(|r| r.cumulative_percent).collect();
+        assert_eq!(cumulative, [10.0, 80.0, 100.0]);
+    }
+
+    #[test]
+    fn last_range_cumulative_is_exactly_100_with_thirds() {
+        let profile = profile_with(vec![jit_row(
+            "m",
+            CodeKind::Method,
+            &[("1->2", 1), ("2->3", 1), ("3->end", 1)],
+            &[],
+        )]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let m = find(&report, "m");
+        let rounded: Vec<_> = m
+            .ranges
+            .iter()
+            .map(|r| (round2(r.percent_of_method), round2(r.cumulative_percent)))
+            .collect();
+        assert_eq!(rounded, [(33.33, 33.33), (33.33, 66.67), (33.33, 100.0)]);
+        assert_eq!(m.ranges[2].cumulative_percent, 100.0);
+    }
+
+    #[test]
+    fn ranges_of_part_of_a_method_or_too_many_samples_stay_within_100() {
+        let mut partial = jit_row("m", CodeKind::Method, &[("1->2", 30), ("2->end", 10)], &[]);
+        // 60 more samples fell in code of the same name without a pc map.
+        partial.samples = 100;
+        let mut broken = jit_row("b", CodeKind::Method, &[("1->2", 30), ("2->end", 10)], &[]);
+        broken.samples = 20;
+        let mut empty_range = jit_row("e", CodeKind::Method, &[("1->2", 5)], &[]);
+        empty_range.ranges.push(CodeRange {
+            label: "2->end".into(),
+            samples: 0,
+        });
+        let report =
+            Report::from_profile(&profile_with(vec![partial, broken, empty_range]), &OPTIONS);
+        let m = find(&report, "m");
+        assert_eq!(m.ranges[0].percent_of_method, 30.0);
+        assert_eq!(m.ranges[1].cumulative_percent, 40.0);
+        let b = find(&report, "b");
+        assert_close(b.ranges[0].percent_of_method, 75.0);
+        assert_eq!(b.ranges[1].cumulative_percent, 100.0);
+        let e = find(&report, "e");
+        assert_eq!(e.ranges.len(), 1, "{e:?}");
+        assert_eq!(e.ranges[0].cumulative_percent, 100.0);
+    }
+
+    #[test]
+    fn inlined_methods_percentages_most_first() {
+        let report = Report::from_profile(&jit_profile(), &OPTIONS);
+        let bench = find(&report, "Inline>>bench");
+        let got: Vec<_> = bench
+            .inlined
+            .iter()
+            .map(|i| (i.name.as_str(), i.samples, round2(i.percent_of_method)))
+            .collect();
+        // Of 1809 samples: 1234 = 68.21%, 400 = 22.11%, 175 = 9.67%.
+        assert_eq!(
+            got,
+            [
+                ("Inline>>heavy", 1234, 68.21),
+                ("Inline>>bench", 400, 22.11),
+                ("Inline>>light", 175, 9.67),
+            ]
+        );
+        assert_eq!(bench.ranges.len(), 3);
+        assert!(bench.show_details);
+
+        // Whatever order the daemon sent them in, ties by name.
+        let mut shuffled = jit_row("o", CodeKind::Method, &[], &[("b", 1), ("z", 2), ("a", 1)]);
+        shuffled.inlined.push(InlinedMethod {
+            name: "never".into(),
+            samples: 0,
+        });
+        let report = Report::from_profile(&profile_with(vec![shuffled]), &OPTIONS);
+        let o = find(&report, "o");
+        let names: Vec<_> = o.inlined.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["z", "a", "b"]);
+        assert_eq!(o.inlined[0].percent_of_method, 50.0);
+        assert!(o.show_details, "inlined methods alone are details too");
+    }
+
+    #[test]
+    fn only_generated_rows_of_enough_samples_show_details() {
+        let report = Report::from_profile(&jit_profile(), &OPTIONS);
+        let shown = |name: &str| find(&report, name).show_details;
+        // 10000 samples: 1% is 100.
+        assert!(shown("Integer>>benchFib"));
+        assert!(shown("Integer>>benchmark"));
+        assert!(shown("[] in Integer>>benchmark"), "130 samples, 1.3%");
+        // 50 samples, 0.5%: its ranges stay in the model (and the JSON), not in the text.
+        assert!(!shown("SmallInteger>>-"));
+        assert_eq!(find(&report, "SmallInteger>>-").ranges.len(), 2);
+        // Nothing to show.
+        assert!(!shown("at:put:"));
+        assert!(!shown("primitiveStringReplace"));
+
+        let everything = ReportOptions {
+            min_range_percent: 0.0,
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&jit_profile(), &everything);
+        assert!(find(&report, "SmallInteger>>-").show_details);
+
+        // A row exactly at the threshold shows them.
+        let at = profile_with(vec![
+            jit_row("at", CodeKind::Method, &[("1->end", 1)], &[]),
+            row(V, "rest", "vm", 99),
+        ]);
+        assert!(find(&Report::from_profile(&at, &OPTIONS), "at").show_details);
+
+        // Ranges the daemon would put on a row outside generated code are not shown.
+        let mut odd = jit_row("odd", CodeKind::Method, &[("1->end", 10)], &[]);
+        odd.section = V as i32;
+        let report = Report::from_profile(&profile_with(vec![odd]), &OPTIONS);
+        let odd = find(&report, "odd");
+        assert!(!odd.show_details);
+        assert_eq!(odd.kind, None);
+    }
+
+    #[test]
+    fn the_fold_carries_no_ranges_kind_or_code_map() {
+        let profile = profile_with(vec![
+            jit_row("big", CodeKind::Method, &[("1->end", 99_999)], &[]),
+            jit_row("tiny", CodeKind::ClosedPic, &[("1->end", 1)], &[("x", 1)]),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let generated = section(&report, SectionKind::Generated);
+        assert_eq!(names(generated), ["big", OTHERS_NAME]);
+        let others = &generated.rows[1];
+        assert!(others.ranges.is_empty() && others.inlined.is_empty());
+        assert_eq!((others.kind, others.code_map.as_str()), (None, ""));
+        assert!(!others.show_details);
+    }
+
+    #[test]
+    fn kinds_of_generated_rows() {
+        let report = Report::from_profile(&jit_profile(), &OPTIONS);
+        let kind = |name: &str| find(&report, name).kind;
+        assert_eq!(kind("at:put:"), Some(CodeKindLabel::ClosedPic));
+        assert_eq!(kind("area"), Some(CodeKindLabel::OpenPic));
+        assert_eq!(
+            kind("ceSendMissTrampoline"),
+            Some(CodeKindLabel::Trampoline)
+        );
+        assert_eq!(
+            kind("ceEnterCogCodePopReceiverReg"),
+            Some(CodeKindLabel::Enilopmart)
+        );
+        assert_eq!(kind("[] in Integer>>benchmark"), Some(CodeKindLabel::Block));
+        assert_eq!(kind("primitiveStringReplace"), None);
+        assert_eq!(kind("entry_SYSCALL_64"), None);
+
+        let mut future = jit_plain("future", CodeKind::Method, 5);
+        future.kind = 99;
+        let unspecified = jit_plain("unspecified", CodeKind::Unspecified, 5);
+        let perf_map = jit_plain("perf", CodeKind::Unknown, 5);
+        let report =
+            Report::from_profile(&profile_with(vec![future, unspecified, perf_map]), &OPTIONS);
+        assert_eq!(find(&report, "future").kind, None);
+        assert_eq!(find(&report, "unspecified").kind, None);
+        assert_eq!(find(&report, "perf").kind, Some(CodeKindLabel::Unknown));
+
+        let labels: Vec<_> = [
+            CodeKindLabel::Method,
+            CodeKindLabel::ClosedPic,
+            CodeKindLabel::OpenPic,
+            CodeKindLabel::Unknown,
+        ]
+        .map(|k| (k.as_str(), k.text_tag()))
+        .into();
+        assert_eq!(
+            labels,
+            [
+                ("method", None),
+                ("closed_pic", Some("closed PIC")),
+                ("open_pic", Some("open PIC")),
+                ("unknown", None),
+            ]
+        );
+    }
+
+    #[test]
+    fn vm_modules_move_other_code_into_vanilla_before_any_sum() {
+        let plain = Report::from_profile(&jit_profile(), &OPTIONS);
+        assert_eq!(plain.vm_samples, 9788);
+        assert_eq!(section(&plain, SectionKind::Vanilla).samples, 256);
+        assert_eq!(section(&plain, SectionKind::Other).samples, 212);
+
+        let options = ReportOptions {
+            vm_modules: vec!["lib*Plugin.so".into()],
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&jit_profile(), &options);
+        assert_eq!(report.vm_samples, 9858);
+        assert_close(report.vm_percent_of_total, 98.58);
+        let vanilla = section(&report, SectionKind::Vanilla);
+        assert_eq!(vanilla.samples, 326);
+        assert_eq!(
+            names(vanilla),
+            [
+                "primitiveStringReplace",
+                "instantiateClassindexableSize",
+                "primitiveSocketReceiveDataBufCount",
+                "primitiveFileWrite",
+                "scavengeReferentsOf",
+            ]
+        );
+        assert_close(vanilla.percent_of_total, 3.26);
+        assert_close(
+            vanilla.percent_of_vm.unwrap_or(f64::NAN),
+            326.0 / 9858.0 * 100.0,
+        );
+        assert_close(vanilla.rows[2].percent_of_section, 40.0 / 326.0 * 100.0);
+        assert_eq!(vanilla.rows[2].section, SectionKind::Vanilla);
+        assert_eq!(vanilla.rows[2].module, "libSocketPlugin.so");
+        let generated = section(&report, SectionKind::Generated);
+        assert_close(
+            generated.percent_of_vm.unwrap_or(f64::NAN),
+            9532.0 / 9858.0 * 100.0,
+        );
+        let other = section(&report, SectionKind::Other);
+        assert_eq!(other.samples, 142);
+        assert_eq!(
+            names(other),
+            ["entry_SYSCALL_64", "__memmove_avx_unaligned_erms"]
+        );
+        assert_close(other.rows[0].percent_of_section, 82.0 / 142.0 * 100.0);
+        let sum: u64 = report.sections.iter().map(|s| s.samples).sum();
+        assert_eq!(sum, report.total_samples);
+
+        // Only other code moves: a pattern matching everything leaves generated code alone.
+        let all = ReportOptions {
+            vm_modules: vec!["*".into()],
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&jit_profile(), &all);
+        assert_eq!(section(&report, SectionKind::Generated).samples, 9532);
+        assert_eq!(section(&report, SectionKind::Vanilla).samples, 468);
+        assert!(section(&report, SectionKind::Other).rows.is_empty());
+        assert_eq!(report.vm_samples, 10_000);
+    }
+
+    #[test]
+    fn module_patterns_match_file_names_like_a_shell() {
+        for (pattern, module, expected) in [
+            ("libv8*", "libv8.so", true),
+            ("libv8*", "libv8_libbase.so.1", true),
+            ("libv8*", "libnode.so", false),
+            ("libv8*", "xlibv8.so", false),
+            ("*.so", "libFilePlugin.so", true),
+            ("*.so", "libc.so.6", false),
+            ("*.so*", "libc.so.6", true),
+            ("lib?.so", "libm.so", true),
+            ("lib?.so", "lib.so", false),
+            ("lib?.so", "libmm.so", false),
+            ("lib?.so", "libλ.so", true),
+            ("libc.so.6", "libc.so.6", true),
+            ("libc.so.6", "libc.so.60", false),
+            ("libc.so.6", "LIBC.so.6", false),
+            ("*Plugin*", "libSocketPlugin.so", true),
+            ("*a*b*c", "xxaxxbxbxxc", true),
+            ("*a*b*c", "xxaxxbxbxxcx", false),
+            ("*", "", true),
+            ("?", "", false),
+            ("", "", true),
+            ("", "x", false),
+            ("**", "anything", true),
+            ("[kernel.kallsyms]", "[kernel.kallsyms]", true),
+            ("libjvm.so", "/usr/lib/jvm/lib/server/libjvm.so", true),
+            ("server", "/usr/lib/jvm/lib/server/libjvm.so", false),
+        ] {
+            assert_eq!(
+                module_matches(pattern, module),
+                expected,
+                "{pattern:?} against {module:?}"
+            );
+        }
     }
 
     #[test]
