@@ -1,0 +1,100 @@
+//! A real JIT: Node.js, recorded as a user would, with no extra steps. With
+//! `--perf-basic-prof` V8 writes a perf map; with `--perf-prof` a jitdump file with source
+//! positions. Node is part of the machines this runs on; its absence fails the test.
+
+use std::path::Path;
+
+use vmscope_tests::{Daemon, shared_tempdir};
+
+fn hot_js() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/hot.js")
+        .display()
+        .to_string()
+}
+
+/// Records `node FLAG hot.js 3` in `dir` and returns the JSON report's generated rows.
+fn record_node(daemon: &Daemon, flag: &str, dir: &Path) -> Vec<serde_json::Value> {
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "--", "node", flag])
+        .arg(hot_js())
+        .arg("3")
+        .current_dir(dir)
+        .output()
+        .expect("run vmscope (node must be installed)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = &stdout[stdout.find("{\n").expect("a JSON report")..];
+    let report: serde_json::Value = serde_json::from_str(json).expect("JSON");
+    // V8 leaves its perf map behind; the test does not.
+    if let Some(pid) = report["targets"][0]["pid"].as_u64() {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+    report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["section"] == "generated")
+        .unwrap_or_else(|| panic!("no generated vm code section: {report}"))["rows"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn samples(rows: &[serde_json::Value], filter: impl Fn(&serde_json::Value) -> bool) -> u64 {
+    rows.iter()
+        .filter(|r| filter(r))
+        .map(|r| r["samples"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn perf_basic_prof_names_the_hot_function() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let rows = record_node(&daemon, "--perf-basic-prof", dir.path());
+    let all = samples(&rows, |_| true);
+    let hot = samples(&rows, |r| r["name"].as_str().unwrap().contains("hotLoop"));
+    assert!(all > 1000, "{rows:#?}");
+    assert!(
+        hot * 2 >= all,
+        "hotLoop holds {hot} of {all} generated samples, less than half: {rows:#?}"
+    );
+    let named = rows
+        .iter()
+        .find(|r| r["name"].as_str().unwrap().contains("hotLoop"))
+        .unwrap();
+    assert_eq!(named["code_map"], "perf map");
+}
+
+#[test]
+fn perf_prof_jitdump_gives_source_ranges() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let rows = record_node(&daemon, "--perf-prof", dir.path());
+    let all = samples(&rows, |_| true);
+    let hot: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["name"].as_str().unwrap().contains("hotLoop"))
+        .collect();
+    let hot_samples: u64 = hot.iter().map(|r| r["samples"].as_u64().unwrap()).sum();
+    assert!(hot_samples * 2 >= all, "{rows:#?}");
+    assert!(hot.iter().all(|r| r["code_map"] == "jitdump"), "{hot:#?}");
+    // Source ranges: labels name hot.js lines inside hotLoop (lines 4 to 8).
+    let ranges: Vec<&str> = hot
+        .iter()
+        .flat_map(|r| r["ranges"].as_array().unwrap())
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        ranges
+            .iter()
+            .any(|l| l.contains("hot.js:") && (4..=8).any(|line| l.contains(&format!(":{line}:")))),
+        "no source range in hotLoop's lines: {ranges:?}"
+    );
+}
