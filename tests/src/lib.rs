@@ -90,6 +90,8 @@ pub struct Fixtures {
     pub hotspots_nopie: PathBuf,
     /// `libhot.so`, for the dlopen test.
     pub libhot: PathBuf,
+    /// `fakejit`: a spin loop in anonymous executable memory with a code map, good or broken.
+    pub fakejit: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -143,10 +145,12 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         "-ldl",
     ])?;
     gcc(&["-fPIC", "-shared", "-o", &s(&p("libhot.so")), "libhot.c"])?;
+    gcc(&["-o", &s(&p("fakejit")), "fakejit.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
         libhot: p("libhot.so"),
+        fakejit: p("fakejit"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

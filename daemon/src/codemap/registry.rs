@@ -366,10 +366,19 @@ impl CodeMaps {
             }
         }
         for jitdump in &mut process.jitdumps {
-            changes.extend(jitdump.read(now_ns, &store, check));
+            changes.extend(jitdump.read(now_ns, &store, check, final_read));
         }
         for file in &mut process.files {
-            changes.extend(file.read(&store));
+            changes.extend(file.read(&store, final_read));
+        }
+        let failures = process
+            .jitdumps
+            .iter_mut()
+            .filter_map(|s| s.take_failure())
+            .chain(process.files.iter_mut().filter_map(|s| s.take_failure()));
+        for failure in failures {
+            self.counters.source_failures += 1;
+            tracing::warn!(pid, "code map read no more: {failure}");
         }
         for (ts, change) in changes {
             process.timeline.push_change(ts, change);

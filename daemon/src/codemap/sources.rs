@@ -304,6 +304,7 @@ pub struct JitdumpSource {
     pub counters: SourceCounters,
     /// Set when the file turned out to be broken: it is read no more.
     pub broken: Option<String>,
+    failure_news: bool,
     /// The first refusal, for the log.
     pub first_problem: Option<String>,
     /// Whether timestamps are usable (CLOCK_MONOTONIC, not TSC).
@@ -327,28 +328,54 @@ impl JitdumpSource {
             last_ns: 0,
             counters: SourceCounters::default(),
             broken: None,
+            failure_news: false,
             first_problem: None,
             clock_ok: true,
         })
     }
 
     /// Reads new records. Records carry their own times; `now_ns` stands in when the writer's
-    /// clock is not CLOCK_MONOTONIC.
+    /// clock is not CLOCK_MONOTONIC. On the `final_read` (the process exited), what cannot be
+    /// read any more is reported.
     pub fn read(
         &mut self,
         now_ns: u64,
         store: &CodeStore,
         check: ExecCheck<'_>,
+        final_read: bool,
     ) -> Vec<(u64, Change)> {
         let mut changes = Vec::new();
         if self.broken.is_some() {
             return changes;
         }
         if let Err(e) = self.read_records(now_ns, store, check, &mut changes) {
-            tracing::warn!(file = %self.name, "jitdump read no more: {e}");
             self.broken = Some(e);
+            self.failure_news = true;
+            return changes;
+        }
+        let left = self.growing.pending.len();
+        if final_read && left > 0 {
+            if self.header.is_none() {
+                self.broken = Some(format!(
+                    "{}: the file ends in its header ({left} of 40 bytes)",
+                    self.name
+                ));
+                self.failure_news = true;
+            } else {
+                self.refuse(format!(
+                    "the file ends in the middle of a record ({left} bytes left over)"
+                ));
+                self.growing.consume(left);
+            }
         }
         changes
+    }
+
+    /// Why the file stopped being read, reported once.
+    pub fn take_failure(&mut self) -> Option<String> {
+        std::mem::take(&mut self.failure_news)
+            .then(|| self.broken.clone())
+            .flatten()
     }
 
     fn read_records(
@@ -564,6 +591,7 @@ pub struct CodeMapFileSource {
     pub publication: Publication,
     /// Set when the file turned out to be broken: it is read no more.
     pub broken: Option<String>,
+    failure_news: bool,
 }
 
 impl CodeMapFileSource {
@@ -576,20 +604,38 @@ impl CodeMapFileSource {
             header_read: false,
             publication: Publication::default(),
             broken: None,
+            failure_news: false,
         })
     }
 
-    /// Reads new events.
-    pub fn read(&mut self, store: &CodeStore) -> Vec<(u64, Change)> {
+    /// Reads new events. On the `final_read` (the process exited), an incomplete last record
+    /// is reported.
+    pub fn read(&mut self, store: &CodeStore, final_read: bool) -> Vec<(u64, Change)> {
         let mut changes = Vec::new();
         if self.broken.is_some() {
             return changes;
         }
         if let Err(e) = self.read_events(store, &mut changes) {
-            tracing::warn!(file = %self.name, "code map file read no more: {e}");
             self.broken = Some(e);
+            self.failure_news = true;
+            return changes;
+        }
+        let left = self.growing.pending.len();
+        if final_read && left > 0 {
+            self.broken = Some(format!(
+                "{}: the file ends in the middle of a record ({left} bytes left over)",
+                self.name
+            ));
+            self.failure_news = true;
         }
         changes
+    }
+
+    /// Why the file stopped being read, reported once.
+    pub fn take_failure(&mut self) -> Option<String> {
+        std::mem::take(&mut self.failure_news)
+            .then(|| self.broken.clone())
+            .flatten()
     }
 
     fn read_events(
