@@ -7,10 +7,11 @@
 //! the addresses it lived at, and memory grows with distinct methods, not with moves.
 
 use std::{
-    collections::HashMap,
-    hash::Hash,
+    hash::{BuildHasher, Hash},
     sync::{Arc, RwLock},
 };
+
+use hashbrown::HashTable;
 
 use vmscope_proto::v1::CodeKind;
 
@@ -158,7 +159,9 @@ pub struct CodeStore {
 #[derive(Debug, Default)]
 struct Store {
     codes: Vec<Arc<Code>>,
-    ids: HashMap<Arc<Code>, CodeId>,
+    /// Ids by the hash of their code; equality is checked against `codes`.
+    ids: HashTable<CodeId>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl CodeStore {
@@ -167,25 +170,17 @@ impl CodeStore {
         CodeStore::default()
     }
 
-    /// The id of `code`, interning it on first sight.
+    /// The id of `code`, interning it on first sight: one hash, no clone.
     pub fn intern(&self, code: Code) -> CodeId {
-        if let Some(&id) = self
-            .inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .ids
-            .get(&code)
-        {
-            return id;
-        }
         let mut store = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(&id) = store.ids.get(&code) {
+        let Store { codes, ids, hasher } = &mut *store;
+        let hash = hasher.hash_one(&code);
+        if let Some(&id) = ids.find(hash, |id| *codes[id.0 as usize] == code) {
             return id;
         }
-        let id = CodeId(store.codes.len() as u32);
-        let code = Arc::new(code);
-        store.codes.push(code.clone());
-        store.ids.insert(code, id);
+        let id = CodeId(codes.len() as u32);
+        codes.push(Arc::new(code));
+        ids.insert_unique(hash, id, |id| hasher.hash_one(&*codes[id.0 as usize]));
         id
     }
 

@@ -109,10 +109,10 @@ impl LiveMap {
             self.entries.remove(&before);
             replaced += 1;
         }
-        let inside: Vec<u64> = self.entries.range(start..end).map(|(&s, _)| s).collect();
-        replaced += inside.len();
-        for s in inside {
+        // Usually nothing is there: look before collecting.
+        while let Some((&s, _)) = self.entries.range(start..end).next() {
             self.entries.remove(&s);
+            replaced += 1;
         }
         self.entries.insert(start, LiveEntry { code, size });
         Ok(replaced)

@@ -286,6 +286,15 @@ impl CodeMaps {
         self.process(pid);
     }
 
+    /// The process replaced its program at `timestamp_ns`: its map is empty from then on.
+    /// Samples before it, and publications of the new program received already, keep their
+    /// place in time.
+    pub fn exec(&mut self, pid: u32, timestamp_ns: u64) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.timeline.push_change(timestamp_ns, Change::Clear);
+        }
+    }
+
     /// Forgets a process nobody needs any more (nothing waiting).
     pub fn forget(&mut self, pid: u32) {
         if self

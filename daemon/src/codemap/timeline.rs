@@ -50,6 +50,8 @@ pub enum Change {
     },
     /// Every entry of these codes is gone (a perf map rewritten as a whole snapshot).
     FreeCodes(Vec<CodeId>),
+    /// The process replaced its program (`execve`): every entry is gone.
+    Clear,
 }
 
 /// A sample waiting for its attribution.
@@ -197,6 +199,10 @@ impl<T> Timeline<T> {
             Change::Free { start } => self.map.free(start).map(|_| ()),
             Change::FreeCodes(codes) => {
                 self.map.free_where(|c| codes.contains(&c));
+                Ok(())
+            }
+            Change::Clear => {
+                self.map = LiveMap::default();
                 Ok(())
             }
         };
@@ -348,6 +354,36 @@ mod tests {
         t.push_sample(sample(40, 0x1004));
         assert_eq!(advance(&mut t, 50), [(20, Some(HOT)), (40, None)]);
         assert_eq!(t.counters().refused, 0);
+    }
+
+    #[test]
+    fn an_exec_clears_the_map_at_its_time_only() {
+        let mut t = Timeline::default();
+        t.push_change(
+            10,
+            Change::Load {
+                start: 0x1000,
+                size: Some(0x10),
+                code: HOT,
+            },
+        );
+        t.push_change(20, Change::Clear);
+        // The new program published before the exec was seen: it stays.
+        t.push_change(
+            25,
+            Change::Load {
+                start: 0x1000,
+                size: Some(0x10),
+                code: DECOY,
+            },
+        );
+        t.push_sample(sample(15, 0x1004));
+        t.push_sample(sample(22, 0x1004));
+        t.push_sample(sample(30, 0x1004));
+        assert_eq!(
+            advance(&mut t, 40),
+            [(15, Some(HOT)), (22, None), (30, Some(DECOY))]
+        );
     }
 
     #[test]

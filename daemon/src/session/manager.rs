@@ -503,7 +503,7 @@ impl Manager {
             state: State::Running,
             stop_reason: None,
             targets,
-            counts: HashMap::new(),
+            counts: HashMap::default(),
             total: 0,
             system_ticks,
             lost: vec![0; lost_baseline.len()],
@@ -757,20 +757,15 @@ impl Manager {
             .filter(|s| s.held_pids().contains(&pid))
             .map(|s| s.id)
             .collect();
+        // The old program's code map ends at the exec; what the new one published stays.
+        self.codemaps.exec(pid, event.timestamp_ns);
         if targeted.is_empty() {
             // Some process seen by a system-wide session: read it again when it is next
             // sampled, not now, so that a host busy with execs costs nothing for processes
             // that are never sampled.
             self.processes.forget(pid);
-            if self.codemaps.has_sources(pid) {
-                self.advance_code_maps(pid, sys::monotonic_ns());
-                self.codemaps.forget(pid);
-            }
             return;
         }
-        // Samples of the old program are attributed with its maps; then they are void.
-        self.advance_code_maps(pid, sys::monotonic_ns());
-        self.codemaps.forget(pid);
         // A named target: read it now, while it surely lives, as at session start.
         self.processes.exec(pid, event.timestamp_ns);
         for id in targeted {

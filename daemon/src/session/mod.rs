@@ -117,7 +117,7 @@ pub struct Session {
     /// Targets (empty when system-wide).
     pub targets: Vec<Target>,
     /// Samples per location.
-    pub counts: HashMap<Location, u64>,
+    pub counts: HashMap<Location, u64, foldhash::fast::RandomState>,
     /// All samples.
     pub total: u64,
     /// System-wide busy CPU ticks at start and at the last reading.

@@ -1,0 +1,141 @@
+//! `jitvm`: runs a workload of the demo JIT VM for some seconds and prints one summary line.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use jitvm::benchmarks::{self, Workload};
+use jitvm::driver::{self, RunConfig};
+use jitvm::heap::Heap;
+use jitvm::publish::{self, Mode};
+use jitvm::runtime::{Config, Vm};
+
+/// The demo JIT VM of vmscope: a small Smalltalk-flavoured bytecode VM with a template JIT
+/// to x86-64, inline caches and PICs, an inlining tier and code compaction, which publishes
+/// its code map to vmscope.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// tiny, fib, sieve, loop, inline, poly or compact.
+    workload: Workload,
+    /// Run the workload repeatedly for this many seconds.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Compact the code zone every N ms (default 5 for `compact`, never for the others).
+    #[arg(long)]
+    compact_every_ms: Option<u64>,
+    /// Where to publish the code map: grpc (to the vmscope daemon), file or none.
+    #[arg(long, default_value = "grpc")]
+    publish: Mode,
+    /// Directory of the vmscope-<pid>.codemap file (default: the temporary directory).
+    #[arg(long)]
+    codemap_dir: Option<PathBuf>,
+    /// Also append every code map event to this file (code map file format).
+    #[arg(long)]
+    code_log: Option<PathBuf>,
+    /// Compile every method with the optimising tier from the start.
+    #[arg(long)]
+    opt: bool,
+    /// Calls after which a method is recompiled by the optimising tier (0: never).
+    #[arg(long, default_value_t = 1000)]
+    hot_calls: u64,
+    /// Size of the code zone in KiB.
+    #[arg(long, default_value_t = 1024)]
+    zone_kb: usize,
+    /// Print the bytecode listings of the workload's methods and exit.
+    #[arg(long)]
+    listing: bool,
+    /// Print "ready" once the VM is up, before running (for test harnesses).
+    #[arg(long)]
+    ready: bool,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("jitvm: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (prog, methods) = benchmarks::program()?;
+    if args.listing {
+        let mut out = std::io::stdout().lock();
+        for m in benchmarks::listed(args.workload, &methods) {
+            writeln!(out, "{}", prog.listing(m))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let compact = args.workload == Workload::Compact;
+    let config = Config {
+        zone_size: args.zone_kb * 1024,
+        opt: args.opt,
+        hot_calls: if args.hot_calls == 0 {
+            u64::MAX
+        } else {
+            args.hot_calls
+        },
+        decoys: compact,
+        publish: publish::Config {
+            mode: args.publish,
+            codemap_dir: args.codemap_dir,
+            code_log: args.code_log,
+            socket: None,
+        },
+        ..Config::default()
+    };
+    let mut heap = Heap::new(config.heap_size).context("object heap")?;
+    let calls = benchmarks::calls(args.workload, &methods, &mut heap)
+        .context("object heap too small for the workload")?;
+    let mut vm = Vm::new(prog, heap, config)?;
+    let every = args.compact_every_ms.or(compact.then_some(5));
+    let cfg = RunConfig {
+        workload: args.workload,
+        duration: Duration::from_secs_f64(args.seconds.max(0.0)),
+        compact_every: every.filter(|&ms| ms > 0).map(Duration::from_millis),
+    };
+    if args.ready {
+        println!("ready");
+        std::io::stdout().flush()?;
+    }
+    let summary = driver::run(&mut vm, &calls, &cfg);
+    let st = vm.stats;
+    let (start, free, end) = vm.zone_bounds();
+    vm.finish();
+    let s = summary.context("running the workload")?;
+    let secs = s.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "jitvm {:?}: iterations={} iter_per_sec={:.1} result={} checksum={} mismatches={} \
+         compactions={} compiled={} optimised={} decoys={} closed_pics={} open_pics={} moves={} \
+         frees={} interpreted={} zone_used={} zone_size={} seconds={:.3}",
+        args.workload,
+        s.iterations,
+        s.iterations as f64 / secs,
+        s.last,
+        s.checksum,
+        s.mismatches,
+        st.compactions,
+        st.compiled,
+        st.optimised,
+        st.decoys,
+        st.closed_pics,
+        st.open_pics,
+        st.moves,
+        st.frees,
+        st.interpreted,
+        free - start,
+        end - start,
+        secs,
+    );
+    Ok(if s.mismatches == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,449 @@
+//! Publication of the code map: to the daemon over gRPC, to a `vmscope-<pid>.codemap` file,
+//! and to the VM's own code log.
+//!
+//! Every event gets its CLOCK_MONOTONIC timestamp and goes to every sink under one lock, so
+//! that no sink ever sees a timestamp earlier than one it already has. The gRPC sink is a
+//! channel drained by a background thread with its own current-thread tokio runtime: the VM
+//! thread never waits for the network. That thread also sends a `Sync` every 20 ms, taking its
+//! timestamp and enqueuing it under the same lock. Files get each record with one `write()`,
+//! so that a reader of a growing file sees at most its last record torn.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use vmscope_proto::v1::code_map_client::CodeMapClient;
+use vmscope_proto::v1::code_map_event::Event;
+use vmscope_proto::v1::{CodeMapEvent, Hello, Sync};
+
+use crate::codemap_file;
+
+/// Name and version the VM gives in its Hello.
+pub const VM_NAME: &str = "jitvm 0.1";
+/// Period of `Sync` events on the gRPC stream.
+pub const SYNC_PERIOD: Duration = Duration::from_millis(20);
+
+/// Where the code map goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `vmscope.v1.CodeMap/Publish` on the daemon's socket.
+    Grpc,
+    /// A `vmscope-<pid>.codemap` file, mapped executable so that the daemon finds it.
+    File,
+    /// Nowhere (the code log may still be written).
+    None,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "grpc" => Ok(Mode::Grpc),
+            "file" => Ok(Mode::File),
+            "none" => Ok(Mode::None),
+            _ => Err(format!("unknown publication {s:?} (grpc, file or none)")),
+        }
+    }
+}
+
+/// Publication settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where to publish.
+    pub mode: Mode,
+    /// Directory of the code map file (default: the temporary directory).
+    pub codemap_dir: Option<PathBuf>,
+    /// The VM's own log of every event, in the code map file format.
+    pub code_log: Option<PathBuf>,
+    /// The daemon's socket (default: `VMSCOPE_SOCKET`, else `/run/vmscope/vmscoped.sock`).
+    pub socket: Option<PathBuf>,
+}
+
+impl Config {
+    /// No publication, no log.
+    pub fn none() -> Config {
+        Config {
+            mode: Mode::None,
+            codemap_dir: None,
+            code_log: None,
+            socket: None,
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of jitdump and of the daemon's samples.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is; CLOCK_MONOTONIC always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// A file of records: the code map file or the code log.
+#[derive(Debug)]
+struct RecordFile {
+    file: File,
+    path: PathBuf,
+    failed: bool,
+}
+
+impl RecordFile {
+    /// Creates (truncates) `path` and writes the header; with `map_exec`, maps its first page
+    /// with PROT_READ|PROT_EXEC for the life of the process, so that it shows in
+    /// /proc/PID/maps (as jitdump files do).
+    fn create(path: &Path, map_exec: bool) -> io::Result<RecordFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(path)?;
+        let mut f = RecordFile {
+            file,
+            path: path.to_owned(),
+            failed: false,
+        };
+        f.write_record(&codemap_file::header())?;
+        if map_exec {
+            // SAFETY: maps one page of our own file, read-only and private; the mapping is
+            // never dereferenced and deliberately never unmapped (it must stay in
+            // /proc/PID/maps until the process exits).
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE,
+                    f.file.as_raw_fd(),
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(f)
+    }
+
+    /// One record with one write() (a regular file takes it whole; a short write is finished
+    /// with more writes rather than lost).
+    fn write_record(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)
+    }
+
+    fn append(&mut self, event: &CodeMapEvent) {
+        if self.failed {
+            return;
+        }
+        if let Err(e) = self.write_record(&codemap_file::encode_event(event)) {
+            eprintln!(
+                "jitvm: cannot write {}: {e}; giving up on it",
+                self.path.display()
+            );
+            self.failed = true;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    last_ts: u64,
+    stream: Option<UnboundedSender<CodeMapEvent>>,
+    files: Vec<RecordFile>,
+    events: u64,
+}
+
+impl Shared {
+    /// Timestamps and sends one event everywhere; the caller holds the lock.
+    fn send(&mut self, event: Event, to_files: bool) -> u64 {
+        let ts = monotonic_ns().max(self.last_ts);
+        self.last_ts = ts;
+        let ev = CodeMapEvent {
+            timestamp_ns: ts,
+            event: Some(event),
+        };
+        if to_files {
+            for f in &mut self.files {
+                f.append(&ev);
+            }
+        }
+        if let Some(tx) = &self.stream
+            && tx.send(ev).is_err()
+        {
+            self.stream = None;
+        }
+        self.events += 1;
+        ts
+    }
+}
+
+#[derive(Debug)]
+struct GrpcThread {
+    handle: JoinHandle<()>,
+    done: mpsc::Receiver<()>,
+}
+
+/// The publisher: one per VM.
+#[derive(Debug)]
+pub struct Publisher {
+    shared: Arc<Mutex<Shared>>,
+    grpc: Option<GrpcThread>,
+    codemap_path: Option<PathBuf>,
+}
+
+impl Publisher {
+    /// Opens the sinks `config` asks for and publishes the Hello.
+    pub fn new(config: &Config) -> anyhow::Result<Publisher> {
+        let pid = std::process::id();
+        let mut files = Vec::new();
+        let mut codemap_path = None;
+        if config.mode == Mode::File {
+            let dir = config
+                .codemap_dir
+                .clone()
+                .unwrap_or_else(std::env::temp_dir);
+            let path = dir.join(format!("vmscope-{pid}.codemap"));
+            files.push(
+                RecordFile::create(&path, true)
+                    .with_context(|| format!("code map file {}", path.display()))?,
+            );
+            codemap_path = Some(path);
+        }
+        if let Some(log) = &config.code_log {
+            files.push(
+                RecordFile::create(log, false)
+                    .with_context(|| format!("code log {}", log.display()))?,
+            );
+        }
+        let shared = Arc::new(Mutex::new(Shared {
+            last_ts: 0,
+            stream: None,
+            files,
+            events: 0,
+        }));
+        let mut grpc = None;
+        if config.mode == Mode::Grpc {
+            let socket = config.socket.clone().unwrap_or_else(|| {
+                std::env::var_os(vmscope_proto::SOCKET_ENV)
+                    .map_or_else(|| vmscope_proto::DEFAULT_SOCKET.into(), PathBuf::from)
+            });
+            let (tx, rx) = unbounded_channel();
+            lock(&shared).stream = Some(tx);
+            let (done_tx, done) = mpsc::channel();
+            let thread_shared = Arc::clone(&shared);
+            let handle = std::thread::Builder::new()
+                .name("codemap-publisher".into())
+                .spawn(move || {
+                    grpc_thread(socket, rx, thread_shared);
+                    let _ = done_tx.send(());
+                })
+                .context("publisher thread")?;
+            grpc = Some(GrpcThread { handle, done });
+        }
+        let p = Publisher {
+            shared,
+            grpc,
+            codemap_path,
+        };
+        p.publish(Event::Hello(Hello {
+            pid,
+            vm: VM_NAME.into(),
+        }));
+        Ok(p)
+    }
+
+    /// Publishes one event now; answers its timestamp.
+    pub fn publish(&self, event: Event) -> u64 {
+        lock(&self.shared).send(event, true)
+    }
+
+    /// Events published so far.
+    pub fn events(&self) -> u64 {
+        lock(&self.shared).events
+    }
+
+    /// The code map file, with `--publish file`.
+    pub fn codemap_path(&self) -> Option<&Path> {
+        self.codemap_path.as_deref()
+    }
+
+    /// Ends the stream with a last Sync and waits (at most 2 s) for the daemon's summary.
+    pub fn finish(self) {
+        {
+            let mut s = lock(&self.shared);
+            if s.stream.is_some() {
+                s.send(Event::Sync(Sync {}), false);
+            }
+            s.stream = None;
+            for f in &mut s.files {
+                let _ = f.file.flush();
+            }
+        }
+        if let Some(t) = self.grpc {
+            if t.done.recv_timeout(Duration::from_secs(2)).is_ok() {
+                let _ = t.handle.join();
+            } else {
+                eprintln!(
+                    "jitvm: the vmscope daemon did not answer the end of the code map stream"
+                );
+            }
+        }
+    }
+}
+
+fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // A panic while holding the lock leaves consistent data (each event is sent whole or not).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn connect(socket: PathBuf) -> Result<Channel, tonic::transport::Error> {
+    Endpoint::from_static("http://vmscoped.invalid")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = socket.clone();
+            async move {
+                Ok::<_, io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+}
+
+/// The publisher thread: connect, stream the channel with a Sync every 20 ms, report.
+fn grpc_thread(
+    socket: PathBuf,
+    rx: tokio::sync::mpsc::UnboundedReceiver<CodeMapEvent>,
+    shared: Arc<Mutex<Shared>>,
+) {
+    let stop = |why: String| {
+        eprintln!("jitvm: {why}; running unprofiled");
+        lock(&shared).stream = None;
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return stop(format!("no tokio runtime for code map publication: {e}")),
+    };
+    rt.block_on(async {
+        let channel = match connect(socket.clone()).await {
+            Ok(c) => c,
+            Err(e) => {
+                let cause =
+                    std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
+                return stop(format!("no vmscope daemon at {}{cause}", socket.display()));
+            }
+        };
+        let ticker_shared = Arc::clone(&shared);
+        let ticker = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SYNC_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let mut s = lock(&ticker_shared);
+                if s.stream.is_none() {
+                    break;
+                }
+                s.send(Event::Sync(Sync {}), false);
+            }
+        });
+        let result = CodeMapClient::new(channel)
+            .publish(UnboundedReceiverStream::new(rx))
+            .await;
+        match result {
+            Ok(summary) => {
+                let s = summary.into_inner();
+                if s.refused > 0 {
+                    eprintln!(
+                        "jitvm: the vmscope daemon accepted {} code map events and refused {}: {}",
+                        s.accepted,
+                        s.refused,
+                        s.problems.join("; ")
+                    );
+                }
+                lock(&shared).stream = None;
+            }
+            Err(status) if status.code() == tonic::Code::Unimplemented => stop(format!(
+                "the vmscope daemon at {} does not take code maps (UNIMPLEMENTED)",
+                socket.display()
+            )),
+            Err(status) => stop(format!(
+                "the vmscope daemon at {} ended code map publication: {:?}: {}",
+                socket.display(),
+                status.code(),
+                status.message()
+            )),
+        }
+        ticker.abort();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codemap_file::decode;
+    use vmscope_proto::v1::CodeFree;
+
+    #[test]
+    fn file_and_log_get_every_event_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log.codemap");
+        let cfg = Config {
+            mode: Mode::File,
+            codemap_dir: Some(dir.path().to_owned()),
+            code_log: Some(log.clone()),
+            socket: None,
+        };
+        let p = Publisher::new(&cfg).unwrap();
+        let path = p.codemap_path().unwrap().to_owned();
+        for i in 0..10 {
+            p.publish(Event::Free(CodeFree { start: i }));
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(maps.contains(&path.display().to_string()), "mapped: {maps}");
+        p.finish();
+        for file in [path, log] {
+            let (events, torn) = decode(&std::fs::read(&file).unwrap()).unwrap();
+            assert_eq!(torn, 0);
+            assert_eq!(events.len(), 11);
+            assert!(
+                matches!(events[0].event, Some(Event::Hello(ref h)) if h.pid == std::process::id())
+            );
+            assert!(
+                events
+                    .windows(2)
+                    .all(|w| w[0].timestamp_ns <= w[1].timestamp_ns)
+            );
+        }
+    }
+
+    #[test]
+    fn no_daemon_means_unprofiled_not_stuck() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            mode: Mode::Grpc,
+            codemap_dir: None,
+            code_log: None,
+            socket: Some(dir.path().join("nobody.sock")),
+        };
+        let p = Publisher::new(&cfg).unwrap();
+        for i in 0..1000 {
+            p.publish(Event::Free(CodeFree { start: i }));
+        }
+        p.finish();
+    }
+}
