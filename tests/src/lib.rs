@@ -35,7 +35,7 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of a workspace binary (`vmscoped`, `vmscope`), built on first use with the same cargo
+/// Path of a workspace binary (`vmscoped`, `vmscope`, `jitvm`), built on first use with the same cargo
 /// and profile as the tests, so that `cargo test` alone is enough.
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();

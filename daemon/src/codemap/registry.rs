@@ -32,7 +32,11 @@ use super::{
 use crate::sys::{self, FileId};
 
 /// Longest a sample waits for a VM's publication before it is attributed with what is known.
-pub const PUBLICATION_GRACE_NS: u64 = 100_000_000;
+/// A publishing VM sends a Sync every few tens of ms, which keeps the wait short; this bound
+/// only matters when its stream falls silent (a stuck or descheduled publisher), and must be
+/// long enough that a merely slow one is still waited for: events arriving after samples later
+/// than them were attributed would be applied too late.
+pub const PUBLICATION_GRACE_NS: u64 = 1_000_000_000;
 
 /// How often a process without a perf map is checked for one while its samples wait.
 pub const PERF_MAP_RECHECK_NS: u64 = 200_000_000;
@@ -114,6 +118,8 @@ pub struct CodeMapCounters {
     pub changes_refused: u64,
     /// Changes that arrived too late to apply in order.
     pub changes_late: u64,
+    /// Samples that arrived after their timeline moved past them (should stay 0).
+    pub samples_late: u64,
     /// Lines or records refused by file sources.
     pub source_refusals: u64,
     /// Sources that could not be opened or read (wrong owner, symlink, malformed header...).
@@ -137,6 +143,34 @@ struct ProcessCode {
     published_until_ns: u64,
     exited: bool,
     reported: HashSet<String>,
+}
+
+impl ProcessCode {
+    /// Up to when every change of the process is known (see the module's doc).
+    fn known_until(&self, now_ns: u64, force: bool) -> u64 {
+        if self.exited || force {
+            return u64::MAX;
+        }
+        let no_source_yet = self.perf_map.is_none()
+            && self.jitdumps.is_empty()
+            && self.files.is_empty()
+            && self.streams == 0;
+        let mut until = if no_source_yet {
+            now_ns.saturating_sub(DISCOVERY_WAIT_NS)
+        } else {
+            now_ns
+        };
+        if self.streams > 0 {
+            until = until.min(
+                self.published_until_ns
+                    .max(now_ns.saturating_sub(PUBLICATION_GRACE_NS)),
+            );
+        }
+        if let Some(jitdump) = self.jitdumps.iter().map(|j| j.last_ns).min() {
+            until = until.min(jitdump.max(now_ns.saturating_sub(JITDUMP_MAX_WAIT_NS)));
+        }
+        until
+    }
 }
 
 /// Code maps by pid.
@@ -170,6 +204,7 @@ impl CodeMaps {
             c.changes += t.applied;
             c.changes_refused += t.refused;
             c.changes_late += t.late;
+            c.samples_late += t.late_samples;
             c.source_refusals += p
                 .perf_map
                 .iter()
@@ -313,6 +348,18 @@ impl CodeMaps {
             .retain(|&pid, p| keep(pid) || p.streams > 0 || p.timeline.pending_samples() > 0);
     }
 
+    /// Applies the changes of processes with no sample waiting (a VM publishing between
+    /// sessions), so that they do not pile up, but no further than `samples_until`: samples
+    /// stamped before it may still be on their way.
+    pub fn settle(&mut self, now_ns: u64, samples_until: u64) {
+        for process in self.processes.values_mut() {
+            if process.timeline.pending_samples() == 0 {
+                let until = process.known_until(now_ns, false).min(samples_until);
+                process.timeline.advance(until, |_, _| {});
+            }
+        }
+    }
+
     /// Pids with samples waiting.
     pub fn waiting(&self) -> Vec<u32> {
         self.processes
@@ -325,12 +372,14 @@ impl CodeMaps {
     /// Reads the process's sources and attributes every sample the maps are now known for,
     /// calling `attribute(sample, (start, code) found)`. `check` says which address ranges
     /// are executable in the process (perf map and jitdump entries elsewhere are refused).
-    /// With `force`, every waiting sample is attributed with what is known now (a stop that
-    /// cannot wait any longer).
+    /// `samples_until` is how far every sample is known: the timeline never moves beyond it,
+    /// or a sample still on its way would be looked up in a map too new. With `force`, every
+    /// waiting sample is attributed with what is known now (a stop that cannot wait longer).
     pub fn advance(
         &mut self,
         pid: u32,
         now_ns: u64,
+        samples_until: u64,
         force: bool,
         check: &mut dyn FnMut(u64, u64) -> bool,
         mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>),
@@ -409,29 +458,11 @@ impl CodeMaps {
             tracing::warn!(pid, "code map change refused: {refusal}");
         }
 
-        let mut until = if process.exited || force {
+        let until = if force {
             u64::MAX
-        } else if process.perf_map.is_none()
-            && process.jitdumps.is_empty()
-            && process.files.is_empty()
-            && process.streams == 0
-        {
-            now_ns.saturating_sub(DISCOVERY_WAIT_NS)
         } else {
-            now_ns
+            process.known_until(now_ns, false).min(samples_until)
         };
-        if !process.exited && !force {
-            if process.streams > 0 {
-                until = until.min(
-                    process
-                        .published_until_ns
-                        .max(now_ns.saturating_sub(PUBLICATION_GRACE_NS)),
-                );
-            }
-            if let Some(jitdump) = process.jitdumps.iter().map(|j| j.last_ns).min() {
-                until = until.min(jitdump.max(now_ns.saturating_sub(JITDUMP_MAX_WAIT_NS)));
-            }
-        }
         let counters = &mut self.counters;
         process.timeline.advance(until, |sample, found| {
             if found.is_some() {

@@ -74,6 +74,9 @@ pub struct TimelineCounters {
     pub refused: u64,
     /// Changes that arrived after samples later than them were attributed; applied on arrival.
     pub late: u64,
+    /// Samples that arrived after the timeline had moved past their time (a caller that
+    /// advanced beyond the samples it had: they are looked up in a map too new).
+    pub late_samples: u64,
 }
 
 /// The code map of one process through time, with the samples it still has to attribute.
@@ -125,8 +128,12 @@ impl<T> Timeline<T> {
             .insert(at, (timestamp_ns, self.arrivals, change));
     }
 
-    /// Records a sample to attribute once changes up to its time are known.
+    /// Records a sample to attribute once changes up to its time are known. The caller must
+    /// not have advanced past the sample's time before: see [`Timeline::advance`].
     pub fn push_sample(&mut self, sample: PendingSample<T>) {
+        if sample.timestamp_ns < self.applied_ns {
+            self.counters.late_samples += 1;
+        }
         self.samples.push(sample);
     }
 
@@ -155,9 +162,12 @@ impl<T> Timeline<T> {
         &self.map
     }
 
-    /// Attributes, in time order, every waiting sample stamped at or before `until_ns` (the
-    /// caller knows all changes up to then), calling `attribute` with each sample and the
-    /// (start, code) it fell in, then applies the remaining changes up to `until_ns`.
+    /// Attributes, in time order, every waiting sample stamped at or before `until_ns`, calling
+    /// `attribute` with each sample and the (start, code) it fell in, then applies the remaining
+    /// changes up to `until_ns`.
+    ///
+    /// The caller must know every change *and every sample* up to `until_ns`: a sample stamped
+    /// earlier that arrives later would be looked up in a map that has moved on.
     pub fn advance(
         &mut self,
         until_ns: u64,

@@ -707,9 +707,13 @@ impl Manager {
         }
         let processes = &mut self.processes;
         let sessions = &mut self.sessions;
+        let samples_until = self
+            .watermark_ns
+            .saturating_sub(self.config.stop_slack.as_nanos() as u64);
         self.codemaps.advance(
             pid,
             now_ns,
+            samples_until,
             force,
             &mut |start, end| processes.is_executable(pid, start, end, now_ns),
             |sample, found| {
@@ -933,6 +937,10 @@ impl Manager {
         for pid in self.codemaps.waiting() {
             self.advance_code_maps(pid, now);
         }
+        let samples_until = self
+            .watermark_ns
+            .saturating_sub(self.config.stop_slack.as_nanos() as u64);
+        self.codemaps.settle(now, samples_until);
         self.end_elapsed();
 
         if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
@@ -1025,6 +1033,7 @@ impl Manager {
             ("code_map_changes", j.changes),
             ("code_map_changes_refused", j.changes_refused),
             ("code_map_changes_late", j.changes_late),
+            ("jit_samples_late", j.samples_late),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
             ("code_map_source_failures", j.source_failures),

@@ -237,13 +237,26 @@ impl Publisher {
             events: 0,
         }));
         let mut grpc = None;
+        let mut rx = None;
         if config.mode == Mode::Grpc {
+            let (tx, receiver) = unbounded_channel();
+            lock(&shared).stream = Some(tx);
+            rx = Some(receiver);
+        }
+        // The Hello goes first, before the publisher thread exists: its Sync ticker must not
+        // get ahead of it (the daemon refuses a publication that does not start with a Hello).
+        lock(&shared).send(
+            Event::Hello(Hello {
+                pid,
+                vm: VM_NAME.into(),
+            }),
+            true,
+        );
+        if let Some(rx) = rx {
             let socket = config.socket.clone().unwrap_or_else(|| {
                 std::env::var_os(vmscope_proto::SOCKET_ENV)
                     .map_or_else(|| vmscope_proto::DEFAULT_SOCKET.into(), PathBuf::from)
             });
-            let (tx, rx) = unbounded_channel();
-            lock(&shared).stream = Some(tx);
             let (done_tx, done) = mpsc::channel();
             let thread_shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
@@ -255,16 +268,11 @@ impl Publisher {
                 .context("publisher thread")?;
             grpc = Some(GrpcThread { handle, done });
         }
-        let p = Publisher {
+        Ok(Publisher {
             shared,
             grpc,
             codemap_path,
-        };
-        p.publish(Event::Hello(Hello {
-            pid,
-            vm: VM_NAME.into(),
-        }));
-        Ok(p)
+        })
     }
 
     /// Publishes one event now; answers its timestamp.

@@ -781,7 +781,8 @@ async fn samples_in_generated_code_are_attributed_at_their_time() {
             at(t0 + 35, 0x104), // the decoy
             at(t0 + 5, 0x104),  // before any code was there
         ],
-        t0 + 40,
+        // The ring is drained well past the samples (beyond the in-flight slack).
+        t0 + 40 + 10_000_000,
     )
     .await;
     // The publication is known up to t0+30 only: the sample at t0+35 waits for a Sync.
