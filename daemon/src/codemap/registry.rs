@@ -135,6 +135,8 @@ struct ProcessCode {
     nspid: u32,
     perf_map: Option<PerfMapSource>,
     perf_map_checked_ns: u64,
+    /// When the current program started (its `execve`), if the daemon saw it; else 0.
+    program_start_ns: u64,
     jitdumps: Vec<JitdumpSource>,
     files: Vec<CodeMapFileSource>,
     known_files: HashSet<FileId>,
@@ -227,6 +229,7 @@ impl CodeMaps {
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
                 perf_map: None,
                 perf_map_checked_ns: 0,
+                program_start_ns: 0,
                 jitdumps: Vec::new(),
                 files: Vec::new(),
                 known_files: HashSet::new(),
@@ -324,9 +327,17 @@ impl CodeMaps {
     /// The process replaced its program at `timestamp_ns`: its map is empty from then on.
     /// Samples before it, and publications of the new program received already, keep their
     /// place in time.
+    ///
+    /// The perf map is the exception: it has no timestamps, and the path outlives the program
+    /// (a JIT that execs leaves its map behind; a new one may write the same path). It is read
+    /// again from its start, stamped at the exec, even when it was read before this exec was
+    /// seen (an exec event can arrive after the new program's first samples).
     pub fn exec(&mut self, pid: u32, timestamp_ns: u64) {
         if let Some(process) = self.processes.get_mut(&pid) {
             process.timeline.push_change(timestamp_ns, Change::Clear);
+            process.program_start_ns = process.program_start_ns.max(timestamp_ns);
+            process.perf_map = None;
+            process.perf_map_checked_ns = 0;
         }
     }
 
@@ -397,7 +408,7 @@ impl CodeMaps {
             && !process.exited
         {
             process.perf_map_checked_ns = now_ns;
-            match PerfMapSource::open(pid, process.nspid, uid) {
+            match PerfMapSource::open(pid, process.nspid, uid, process.program_start_ns) {
                 Ok(Some(source)) => {
                     tracing::info!(pid, "reading perf map");
                     self.counters.sources += 1;
@@ -491,5 +502,67 @@ mod tests {
         assert_eq!(kind("/tmp/jit-42.dump.old"), None);
         assert_eq!(kind("/usr/lib/libjit-1.dump"), None);
         assert_eq!(kind("/tmp/vmscope-x.codemap"), None);
+    }
+
+    /// A perf map written by a program started with `execve` names the program's samples,
+    /// whether the exec event arrives before the map is first read or after.
+    #[test]
+    fn a_perf_map_counts_from_its_programs_exec() {
+        // A live process of ours, whose /tmp/perf-PID.map this test may write.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let path = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(&path, "7f0000001000 100 JS:*hot app.js:1:1\n").unwrap();
+        let sample = |ts: u64| PendingSample {
+            timestamp_ns: ts,
+            ip: 0x7f00_0000_1010,
+            payload: JitSample {
+                tid: pid,
+                mapping: (0x7f00_0000_0000, 0x7f00_0001_0000),
+                sessions: vec![1],
+            },
+        };
+        let names = |maps: &mut CodeMaps, now: u64| {
+            let store = maps.store().clone();
+            let mut found = Vec::new();
+            maps.advance(pid, now, now, false, &mut |_, _| true, |s, code| {
+                found.push((
+                    s.timestamp_ns,
+                    code.and_then(|(_, c)| store.get(c)).map(|c| c.name.clone()),
+                ));
+            });
+            found
+        };
+        let hot = Some("JS:*hot app.js:1:1".to_owned());
+
+        // The exec is known first.
+        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
+        maps.touch(pid);
+        maps.exec(pid, 1_000_000_000);
+        maps.push_sample(pid, sample(1_100_000_000));
+        assert_eq!(
+            names(&mut maps, 2_000_000_000),
+            [(1_100_000_000, hot.clone())]
+        );
+
+        // The map is read before the exec arrives: the exec must not wipe what the program
+        // wrote after it.
+        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
+        maps.touch(pid);
+        maps.push_sample(pid, sample(1_100_000_000));
+        maps.push_sample(pid, sample(1_900_000_000));
+        assert_eq!(names(&mut maps, 1_050_000_000), []);
+        maps.exec(pid, 1_000_000_000);
+        assert_eq!(
+            names(&mut maps, 2_000_000_000),
+            [(1_100_000_000, hot.clone()), (1_900_000_000, hot)]
+        );
+
+        let _ = std::fs::remove_file(&path);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -127,7 +127,8 @@ fn check_owner(file: &File, path: &Path, uid: u32) -> Result<(), String> {
 ///
 /// Perf maps carry no timestamps: an entry counts from the moment the daemon first read it,
 /// and the entries already in the file when the daemon first reads it (at the start of a
-/// session, or at the process's first sample in generated code) count from the start.
+/// session, or at the process's first sample in generated code) count from the start of the
+/// program that wrote them (its `execve`, when the daemon saw it; else from the beginning).
 /// Appended lines are read incrementally; a file rewritten as a whole (shorter, or another
 /// file at the path, or a different first line) is a new snapshot, which replaces every entry
 /// of the old one.
@@ -139,7 +140,8 @@ pub struct PerfMapSource {
     inode: u64,
     first_line: Vec<u8>,
     codes: Vec<CodeId>,
-    read_before: bool,
+    /// The time of the entries found at the first read; `None` once read.
+    first_read_ns: Option<u64>,
     /// Counters.
     pub counters: SourceCounters,
     /// The first refusal, for the log.
@@ -148,7 +150,14 @@ pub struct PerfMapSource {
 
 impl PerfMapSource {
     /// The perf map of a process (`/proc/PID/root/tmp/perf-NSPID.map`), if it has one.
-    pub fn open(pid: u32, nspid: u32, uid: u32) -> Result<Option<PerfMapSource>, String> {
+    /// `program_start_ns` is when the process's current program started, as far as known
+    /// (0 if not): what the file already holds at the first read is stamped then.
+    pub fn open(
+        pid: u32,
+        nspid: u32,
+        uid: u32,
+        program_start_ns: u64,
+    ) -> Result<Option<PerfMapSource>, String> {
         let path = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{nspid}.map"));
         let file = match sys::open_untrusted(&path, None) {
             Ok(file) => file,
@@ -167,7 +176,7 @@ impl PerfMapSource {
             inode,
             first_line: Vec::new(),
             codes: Vec::new(),
-            read_before: false,
+            first_read_ns: Some(program_start_ns),
             counters: SourceCounters::default(),
             first_problem: None,
         }))
@@ -221,8 +230,7 @@ impl PerfMapSource {
         {
             self.first_line = bytes[..end.min(256)].to_vec();
         }
-        let when = if self.read_before { now_ns } else { 0 };
-        self.read_before = true;
+        let when = self.first_read_ns.take().unwrap_or(now_ns);
         let chunk = perf_map::parse_perf_map(bytes, at_eof && final_read);
         self.counters.bytes += chunk.consumed as u64;
         self.counters.refused += chunk.bad_lines as u64;
@@ -729,7 +737,7 @@ mod tests {
         let path = PathBuf::from(format!("/tmp/perf-{me}.map"));
         let _ = std::fs::remove_file(&path);
         assert!(
-            PerfMapSource::open(me, me, uid()).unwrap().is_none(),
+            PerfMapSource::open(me, me, uid(), 0).unwrap().is_none(),
             "no map yet"
         );
 
@@ -739,7 +747,7 @@ mod tests {
         file.flush().unwrap();
         let store = CodeStore::new();
         let mut everything = |_: u64, _: u64| true;
-        let mut source = PerfMapSource::open(me, me, uid()).unwrap().unwrap();
+        let mut source = PerfMapSource::open(me, me, uid(), 0).unwrap().unwrap();
         let first = source.read(500, &store, &mut everything, false).unwrap();
         // Entries present at the first read count from the start.
         assert_eq!(
@@ -787,13 +795,13 @@ mod tests {
         std::fs::write(&path, "1000 10 x\n").unwrap();
         // Owned by someone else than the process's user.
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid(), 0).unwrap_err();
         assert!(err.contains("belongs to uid 65534"), "{err}");
         // A symlink planted in /tmp.
         std::fs::remove_file(&path).unwrap();
         let target = tempfile::NamedTempFile::new().unwrap();
         std::os::unix::fs::symlink(target.path(), &path).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid(), 0).unwrap_err();
         assert!(err.contains("symlink"), "{err}");
         // A FIFO: refused at once, never read (it would block).
         std::fs::remove_file(&path).unwrap();
@@ -801,7 +809,7 @@ mod tests {
         // SAFETY: mkfifo reads a valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid(), 0).unwrap_err();
         assert!(err.contains("not a regular file"), "{err}");
         std::fs::remove_file(&path).unwrap();
         let _ = child.kill();
