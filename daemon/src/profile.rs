@@ -177,6 +177,7 @@ pub fn build_profile(
         complete: snapshot.complete,
         samples,
         samples_not_kept: snapshot.not_kept,
+        host_steal_percent: snapshot.host_steal_percent,
     }
 }
 
@@ -198,6 +199,7 @@ mod tests {
             lost_per_cpu: vec![1, 0, 2],
             duration: Duration::from_secs(2),
             cpu_seconds: 2.5,
+            host_steal_percent: 4.5,
             vm_executable: "/usr/bin/vm".into(),
             has_generated_code: false,
             complete: true,
@@ -241,6 +243,7 @@ mod tests {
         assert_eq!(profile.total_samples, 65);
         assert_eq!(profile.lost_samples, 3);
         assert!((profile.measured_frequency_hz - 26.0).abs() < 1e-9);
+        assert_eq!(profile.host_steal_percent, 4.5);
         let issues: Vec<(&str, u64)> = profile
             .symbolization_issues
             .iter()

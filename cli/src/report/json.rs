@@ -23,7 +23,7 @@ use super::model::{
 ///
 /// Fields: `session_id`, `targets`, `system_wide`, `vm_executable`, `started_at` (RFC 3339 UTC
 /// or null), `duration_seconds`, `requested_frequency_hz`, `measured_frequency_hz`,
-/// `cpu_seconds`, `busy_cpus`, `total_samples`, `vm_samples`, `vm_percent_of_total`,
+/// `cpu_seconds`, `host_steal_percent`, `busy_cpus`, `total_samples`, `vm_samples`, `vm_percent_of_total`,
 /// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `complete`, `stop_reason` (or null),
 /// `sections` and `symbolization_issues`. Measurements (seconds, hertz, busy CPUs) are not
 /// rounded: only percentages are.
@@ -38,6 +38,7 @@ pub struct JsonReport<'a> {
     requested_frequency_hz: u32,
     measured_frequency_hz: f64,
     cpu_seconds: f64,
+    host_steal_percent: f64,
     busy_cpus: f64,
     total_samples: u64,
     vm_samples: u64,
@@ -125,6 +126,7 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
         requested_frequency_hz: report.requested_frequency_hz,
         measured_frequency_hz: report.measured_frequency_hz,
         cpu_seconds: report.cpu_seconds,
+        host_steal_percent: round2(report.host_steal_percent),
         busy_cpus: report.busy_cpus,
         total_samples: report.total_samples,
         vm_samples: report.vm_samples,

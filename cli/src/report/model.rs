@@ -277,6 +277,9 @@ pub struct Report {
     pub measured_frequency_hz: f64,
     /// CPU time used by what was sampled.
     pub cpu_seconds: f64,
+    /// Share of the host's CPU time a hypervisor stole meanwhile, in percent: a high figure
+    /// explains a measured rate away from the requested one.
+    pub host_steal_percent: f64,
     /// `cpu_seconds / duration_seconds`, 0 when nothing was timed: how many CPUs were busy on
     /// average, which explains why the sample count exceeds duration x frequency.
     pub busy_cpus: f64,
@@ -388,6 +391,7 @@ impl Report {
             requested_frequency_hz: session.frequency_hz,
             measured_frequency_hz: finite_or_zero(profile.measured_frequency_hz),
             cpu_seconds,
+            host_steal_percent: finite_or_zero(profile.host_steal_percent).clamp(0.0, 100.0),
             busy_cpus,
             total_samples: total,
             vm_samples,

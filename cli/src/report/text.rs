@@ -145,10 +145,29 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
         percent(report.vm_percent_of_total)
     )?;
     writeln!(out, "{} samples lost", report.lost_samples)?;
+    if let Some(note) = steal_note(report) {
+        writeln!(out, "{note}")?;
+    }
     if let Some(warning) = rate_warning(report) {
         writeln!(out, "{warning}")?;
     }
     Ok(())
+}
+
+/// Steal below this share of the host's CPU time is not worth a line.
+const STEAL_NOTE_PERCENT: f64 = 2.0;
+
+/// A note when a hypervisor took a noticeable share of the host's CPUs: cpu-clock samples on
+/// timer ticks, which a stolen virtual CPU misses or delivers late, so the rate strays from
+/// the requested one and short sessions are noisier.
+pub fn steal_note(report: &Report) -> Option<String> {
+    (report.host_steal_percent >= STEAL_NOTE_PERCENT).then(|| {
+        format!(
+            "note: the hypervisor stole {:.1}% of this host's CPU time meanwhile: timer-driven \
+             samples come less evenly, so rates and small shares are less exact",
+            report.host_steal_percent
+        )
+    })
 }
 
 /// A warning when the kernel took clearly fewer samples than asked, beyond those lost: it
@@ -632,6 +651,21 @@ mod tests {
         let text = render(&throttled, &OPTIONS);
         assert!(
             text.contains("warning: 700 samples per busy CPU-second were taken, 1400 were asked"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn host_steal_is_noted_when_it_matters() {
+        let text = render(&node_profile(), &OPTIONS);
+        assert!(!text.contains("stole"), "{text}");
+        let mut stolen = node_profile();
+        stolen.host_steal_percent = 1.5;
+        assert!(!render(&stolen, &OPTIONS).contains("stole"));
+        stolen.host_steal_percent = 12.25;
+        let text = render(&stolen, &OPTIONS);
+        assert!(
+            text.contains("note: the hypervisor stole 12.2% of this host's CPU time meanwhile"),
             "{text}"
         );
     }

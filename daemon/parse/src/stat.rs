@@ -103,12 +103,27 @@ pub struct CpuTimes {
     pub busy_ticks: u64,
     /// `idle + iowait`.
     pub idle_ticks: u64,
+    /// `steal` (also in `busy_ticks`): time a hypervisor ran something else while a virtual
+    /// CPU wanted to run. Timer-driven sampling (cpu-clock) is less exact while it is high.
+    pub steal_ticks: u64,
 }
 
 impl CpuTimes {
     /// `busy_ticks + idle_ticks`: the denominator for a utilisation between two readings.
     pub fn total_ticks(&self) -> u64 {
         self.busy_ticks.saturating_add(self.idle_ticks)
+    }
+
+    /// The share of CPU time stolen between `earlier` and this reading, in percent (0 when no
+    /// time passed).
+    pub fn steal_percent_since(&self, earlier: &CpuTimes) -> f64 {
+        let total = self.total_ticks().saturating_sub(earlier.total_ticks());
+        let steal = self.steal_ticks.saturating_sub(earlier.steal_ticks);
+        if total == 0 {
+            0.0
+        } else {
+            100.0 * steal as f64 / total as f64
+        }
     }
 }
 
@@ -306,6 +321,7 @@ pub fn parse_proc_stat_cpu(text: &[u8]) -> Result<CpuTimes, ProcParseError> {
     Ok(CpuTimes {
         busy_ticks: busy,
         idle_ticks: idle.saturating_add(iowait),
+        steal_ticks: steal,
     })
 }
 
@@ -525,26 +541,28 @@ mod tests {
 
     #[test]
     fn proc_stat_columns() {
-        let ok: &[(&[u8], u64, u64)] = &[
+        let ok: &[(&[u8], u64, u64, u64)] = &[
             (
                 b"cpu  39575 7 3843 63056 356 1 50 782 900 9\ncpu0 1 2 3 4\n",
                 39575 + 7 + 3843 + 1 + 50 + 782,
                 63056 + 356,
+                782,
             ),
-            (b"cpu 1 2 3 4\n", 6, 4),
-            (b"cpu 1 2 3 4 5 6 7\n", 1 + 2 + 3 + 6 + 7, 4 + 5),
+            (b"cpu 1 2 3 4\n", 6, 4, 0),
+            (b"cpu 1 2 3 4 5 6 7\n", 1 + 2 + 3 + 6 + 7, 4 + 5, 0),
             (
                 b"cpu 1 2 3 4 5 6 7 8 9 10 11 12\n",
                 1 + 2 + 3 + 6 + 7 + 8,
                 4 + 5,
+                8,
             ),
-            (b"intr 5\ncpu 1 2 3 4", 6, 4),
+            (b"intr 5\ncpu 1 2 3 4", 6, 4, 0),
         ];
-        for (text, busy, idle) in ok {
+        for (text, busy, idle, steal) in ok {
             let cpu = parse_proc_stat_cpu(text).unwrap();
             assert_eq!(
-                (cpu.busy_ticks, cpu.idle_ticks),
-                (*busy, *idle),
+                (cpu.busy_ticks, cpu.idle_ticks, cpu.steal_ticks),
+                (*busy, *idle, *steal),
                 "{}",
                 String::from_utf8_lossy(text)
             );
@@ -566,6 +584,15 @@ mod tests {
             let err = parse_proc_stat_cpu(text).unwrap_err();
             assert_eq!(err.to_string(), *msg, "{}", String::from_utf8_lossy(text));
         }
+        let before = parse_proc_stat_cpu(b"cpu 100 0 50 800 50 0 0 10").unwrap();
+        let after = parse_proc_stat_cpu(b"cpu 150 0 60 820 50 0 0 30").unwrap();
+        assert_eq!(after.steal_percent_since(&before), 20.0);
+        assert_eq!(after.steal_percent_since(&after), 0.0);
+        assert_eq!(
+            before.steal_percent_since(&after),
+            0.0,
+            "a reading going back"
+        );
         let max =
             parse_proc_stat_cpu(b"cpu 18446744073709551615 1 0 18446744073709551615 1").unwrap();
         assert_eq!(

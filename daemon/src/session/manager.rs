@@ -485,12 +485,7 @@ impl Manager {
                 Vec::new()
             }
         };
-        let system_ticks = if spec.system_wide {
-            let busy = read_system_busy_ticks();
-            (busy, busy)
-        } else {
-            (0, 0)
-        };
+        let host = read_host_cpu();
         let id = self.next_id;
         self.next_id += 1;
         let session = Session {
@@ -505,7 +500,7 @@ impl Manager {
             targets,
             counts: HashMap::default(),
             total: 0,
-            system_ticks,
+            host_cpu: (host, host),
             lost: vec![0; lost_baseline.len()],
             lost_baseline,
             pending_jit: 0,
@@ -986,6 +981,7 @@ impl Manager {
             lost_per_cpu: session.lost.clone(),
             duration: session.elapsed(now),
             cpu_seconds: session.cpu_ticks() as f64 / self.clock_ticks as f64,
+            host_steal_percent: session.host_steal_percent(),
             vm_executable: session
                 .targets
                 .first()
@@ -1098,17 +1094,21 @@ fn read_cpu_ticks(pid: u32, start_time: Option<u64>) -> CpuReading {
     }
 }
 
-fn read_system_busy_ticks() -> u64 {
+/// The host's CPU times; zeros if /proc/stat cannot be read (then no steal is reported, and a
+/// system-wide session's CPU time stays 0, which its report shows as no rate).
+fn read_host_cpu() -> stat::CpuTimes {
     sys::read_bounded(std::path::Path::new("/proc/stat"), sys::MAX_PROC_FILE_BYTES)
         .ok()
         .and_then(|text| stat::parse_proc_stat_cpu(&text).ok())
-        .map(|t| t.busy_ticks)
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
 fn update_cpu(session: &mut Session) {
+    let host = read_host_cpu();
+    if host.total_ticks() >= session.host_cpu.1.total_ticks() {
+        session.host_cpu.1 = host;
+    }
     if session.spec.system_wide {
-        session.system_ticks.1 = read_system_busy_ticks().max(session.system_ticks.1);
         return;
     }
     for target in session.targets.iter_mut().filter(|t| !t.exited) {

@@ -18,6 +18,7 @@ use std::{
 
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
 pub use request::{Caller, SessionSpec};
+use vmscope_parse::stat::CpuTimes;
 use vmscope_proto::v1 as pb;
 
 use crate::{bpf::SamplerError, symbolize::Location};
@@ -120,8 +121,9 @@ pub struct Session {
     pub counts: HashMap<Location, u64, foldhash::fast::RandomState>,
     /// All samples.
     pub total: u64,
-    /// System-wide busy CPU ticks at start and at the last reading.
-    pub system_ticks: (u64, u64),
+    /// The host's CPU times (`/proc/stat`) at start and at the last reading: busy time is a
+    /// system-wide session's CPU time, and steal says how far to trust cpu-clock's rate.
+    pub host_cpu: (CpuTimes, CpuTimes),
     /// Lost-sample counters per CPU when the session started.
     pub lost_baseline: Vec<u64>,
     /// Lost samples per CPU since start; frozen when stopped.
@@ -199,13 +201,21 @@ impl Session {
     /// CPU time the targets used while sampled, in clock ticks.
     pub fn cpu_ticks(&self) -> u64 {
         if self.spec.system_wide {
-            self.system_ticks.1.saturating_sub(self.system_ticks.0)
+            self.host_cpu
+                .1
+                .busy_ticks
+                .saturating_sub(self.host_cpu.0.busy_ticks)
         } else {
             self.targets
                 .iter()
                 .map(|t| t.cpu_ticks_last.saturating_sub(t.cpu_ticks_start))
                 .sum()
         }
+    }
+
+    /// Share of the host's CPU time a hypervisor took (steal) while the session ran, in percent.
+    pub fn host_steal_percent(&self) -> f64 {
+        self.host_cpu.1.steal_percent_since(&self.host_cpu.0)
     }
 
     /// The session as the API shows it.
@@ -259,6 +269,8 @@ pub struct Snapshot {
     pub duration: Duration,
     /// CPU time used by the targets while sampled.
     pub cpu_seconds: f64,
+    /// Share of the host's CPU time stolen by a hypervisor meanwhile, in percent.
+    pub host_steal_percent: f64,
     /// Main executable of the first target.
     pub vm_executable: String,
     /// Whether a target has anonymous executable mappings.
