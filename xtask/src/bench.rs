@@ -6,6 +6,11 @@
 //!   The BPF program runs in the interrupt on the target's CPU, so its cost is in there.
 //! * daemon CPU time per 1000 samples, and the daemon's peak RSS (VmHWM), over those runs.
 //! * time to build a report from 1,000,000 samples: `cargo bench -p vmscoped --bench report`.
+//! * the demo JIT VM's slowdown while it publishes its code map to the daemon (no session):
+//!   `jitvm fib` (a few events at start) and `jitvm compact` (thousands of events a second),
+//!   alternately with `--publish none` and `--publish grpc`, iterations per second.
+//! * code maps: a 1,000,000-line perf map, lookups in 1,000,000 entries, 100,000 jitdump loads
+//!   and moves: `cargo bench -p vmscoped --bench codemap`.
 //!
 //! Ratios come from one run on one machine; these machines are shared, so read them as such.
 
@@ -110,6 +115,28 @@ pub fn run() -> anyhow::Result<()> {
     let cpu_after = daemon_cpu_ticks(pid)?;
     let daemon_cpu = (cpu_after - cpu_before) as f64 / ticks_per_second;
     let peak_rss_kib = proc_field(pid, "status", "VmHWM:").unwrap_or(0);
+
+    let mut publishing = Vec::new();
+    for workload in ["fib", "compact"] {
+        let mut ratios = Vec::new();
+        for _ in 0..PAIRS {
+            let rate = |publish: &str| -> anyhow::Result<f64> {
+                let out = Command::new(&built.jitvm)
+                    .args([workload, "--seconds", "2", "--publish", publish])
+                    .env("VMSCOPE_SOCKET", &daemon.socket)
+                    .output()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                text.split_whitespace()
+                    .find_map(|w| w.strip_prefix("iter_per_sec="))
+                    .context("jitvm printed no iter_per_sec")?
+                    .parse()
+                    .context("bad iter_per_sec")
+            };
+            let (alone, published) = (rate("none")?, rate("grpc")?);
+            ratios.push(alone / published);
+        }
+        publishing.push((workload, median(ratios)));
+    }
     drop(daemon);
 
     println!();
@@ -135,6 +162,14 @@ pub fn run() -> anyhow::Result<()> {
         "| daemon peak RSS (VmHWM)                         | {:.1} MiB |",
         peak_rss_kib as f64 / 1024.0
     );
+    for (workload, ratio) in publishing {
+        println!("| jitvm {workload:<7} slowdown publishing over gRPC (median) | {ratio:.4}x |");
+    }
+    println!();
+    println!("bench: code maps (criterion):");
+    run_checked(cargo().args([
+        "bench", "-p", "vmscoped", "--bench", "codemap", "--", "--noplot",
+    ]))?;
     println!();
     println!("bench: report building from 1,000,000 samples (criterion):");
     run_checked(cargo().args([

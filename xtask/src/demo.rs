@@ -1,9 +1,10 @@
-//! `cargo xtask demo`: a real profile of a real process, end to end.
+//! `cargo xtask demo`: a real profile of a real JIT, end to end.
 //!
-//! Builds the release binaries and the `hotspots` fixture (three functions burning 6/3/1 ms
-//! slices of CPU: the report should say 60/30/10%), starts `vmscoped` on a private socket
-//! unless one already serves the default socket, records the fixture with `vmscope record --
-//! CMD`, and stops the daemon it started.
+//! Builds the release binaries (the daemon, the CLI, and `jitvm`, the demo JIT VM), starts
+//! `vmscoped` on a private socket unless one already serves the default socket, records
+//! `jitvm tiny` (Squeak's tinyBenchmarks: benchFib and the sieve, JIT-compiled to x86-64, the
+//! code map published to the daemon as it changes) with `vmscope record -- CMD`, prints the
+//! VMProfiler report with bytecode ranges, and stops the daemon it started.
 
 use std::{
     path::{Path, PathBuf},
@@ -18,38 +19,38 @@ use crate::{cargo, root, run_checked, setup};
 /// The default socket of an installed daemon.
 const DEFAULT_SOCKET: &str = "/run/vmscope/vmscoped.sock";
 
-/// Release binaries and the fixture, built.
+/// Release binaries, built.
 pub struct Built {
     /// target/release/vmscoped
     pub daemon: PathBuf,
     /// target/release/vmscope
     pub cli: PathBuf,
-    /// The hotspots fixture.
-    pub hotspots: PathBuf,
+    /// target/release/jitvm, the demo JIT VM.
+    pub jitvm: PathBuf,
     /// Scratch directory (target/xtask).
     pub dir: PathBuf,
 }
 
-/// Builds the release binaries and the fixture.
+/// Builds the release binaries.
 pub fn build() -> anyhow::Result<Built> {
-    println!("xtask: building vmscoped and vmscope (release)");
-    run_checked(cargo().args(["build", "--release", "-p", "vmscoped", "-p", "vmscope"]))?;
+    println!("xtask: building vmscoped, vmscope and jitvm (release)");
+    run_checked(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "vmscoped",
+        "-p",
+        "vmscope",
+        "-p",
+        "jitvm",
+    ]))?;
     let release = root().join("target/release");
     let dir = root().join("target/xtask");
     std::fs::create_dir_all(&dir)?;
-    let hotspots = dir.join("hotspots");
-    let fixtures = root().join("tests/fixtures");
-    run_checked(
-        Command::new("gcc")
-            .args(["-O1", "-g", "-fno-inline", "-fno-omit-frame-pointer", "-o"])
-            .arg(&hotspots)
-            .arg(fixtures.join("hotspots.c"))
-            .arg("-ldl"),
-    )?;
     Ok(Built {
         daemon: release.join("vmscoped"),
         cli: release.join("vmscope"),
-        hotspots,
+        jitvm: release.join("jitvm"),
         dir,
     })
 }
@@ -131,15 +132,15 @@ pub fn run(seconds: f64) -> anyhow::Result<()> {
     let built = build()?;
     let daemon = Daemon::start_or_reuse(&built, true)?;
     println!(
-        "xtask: recording `hotspots {seconds}` (hot_a, hot_b, hot_c burn 6/3/1 ms slices: expect \
-         about 60/30/10% of vanilla vm code)\n"
+        "xtask: recording `jitvm tiny --seconds {seconds}`: tinyBenchmarks on the demo JIT VM, \
+         which publishes its code map to the daemon as it compiles\n"
     );
+    // The socket goes in the environment: the recorded VM inherits it and publishes there.
     let status = Command::new(&built.cli)
-        .arg("--socket")
-        .arg(&daemon.socket)
+        .env("VMSCOPE_SOCKET", &daemon.socket)
         .args(["record", "--"])
-        .arg(&built.hotspots)
-        .arg(seconds.to_string())
+        .arg(&built.jitvm)
+        .args(["tiny", "--seconds", &seconds.to_string()])
         .status()
         .context("cannot run vmscope")?;
     if !status.success() {
