@@ -385,6 +385,29 @@ pub fn rows(profile: &Profile, section: Section) -> impl Iterator<Item = &Profil
     profile.rows.iter().filter(move |r| r.section() == section)
 }
 
+/// The JSON report of a successful `vmscope ... --format json` run. A recorded command's own
+/// output comes first on stdout; the report is the JSON object that starts a line after it.
+/// Panics with vmscope's stderr when it failed.
+pub fn json_report(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "vmscope failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let start = if stdout.starts_with('{') {
+        0
+    } else {
+        stdout
+            .find("\n{\n")
+            .map(|i| i + 1)
+            .unwrap_or_else(|| panic!("no JSON report in:\n{stdout}"))
+    };
+    serde_json::from_str(&stdout[start..])
+        .unwrap_or_else(|e| panic!("bad JSON report ({e}):\n{}", &stdout[start..]))
+}
+
 /// How far, as a fraction, a measured sampling rate may stray from the requested one: 10%,
 /// plus the share of CPU time a hypervisor stole meanwhile. cpu-clock samples on timer ticks,
 /// which a stolen virtual CPU misses or gets late and bunched; these test machines are shared

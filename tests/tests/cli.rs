@@ -1,7 +1,7 @@
 //! The `vmscope` command line against a real daemon: `record -- CMD` (first samples kept, exit
 //! status passed through), the text and JSON reports, and the session commands.
 
-use vmscope_tests::{Daemon, fixtures, rate_tolerance};
+use vmscope_tests::{Daemon, fixtures, json_report, rate_tolerance};
 
 #[test]
 fn record_a_command_from_its_first_instruction() {
@@ -13,9 +13,7 @@ fn record_a_command_from_its_first_instruction() {
         .arg("2")
         .output()
         .expect("run vmscope");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    // The fixture's own stdout comes first; the report is the JSON object after it.
+    let report = json_report(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let cpu_seconds: f64 = stdout
         .lines()
@@ -23,8 +21,6 @@ fn record_a_command_from_its_first_instruction() {
         .expect("the fixture reports its CPU time")
         .parse()
         .unwrap();
-    let json_start = stdout.find("{\n").expect("a JSON report");
-    let report: serde_json::Value = serde_json::from_str(&stdout[json_start..]).expect("JSON");
 
     // Every sample of the command's life is there: from exec to exit, at 1400 Hz.
     let total = report["total_samples"].as_u64().unwrap() as f64;
@@ -103,12 +99,7 @@ fn system_wide_sessions_see_every_process() {
         ])
         .output()
         .expect("run vmscope");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let report = json_report(&out);
     assert_eq!(report["system_wide"], true);
     let sections = report["sections"].as_array().unwrap();
     let main = sections
@@ -225,12 +216,7 @@ fn jit_processes_get_a_generated_code_section() {
         .arg("const end = Date.now() + 1500; let x = 0; while (Date.now() < end) { x += Math.sqrt(x + 1); }")
         .output()
         .expect("run vmscope (node must be installed)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let report = json_report(&out);
     let generated = report["sections"]
         .as_array()
         .unwrap()

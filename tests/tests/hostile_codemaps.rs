@@ -3,7 +3,7 @@
 //! code), and the daemon serves on.
 
 use vmscope_proto::v1::GetDaemonInfoRequest;
-use vmscope_tests::{Daemon, fixtures, shared_tempdir};
+use vmscope_tests::{Daemon, fixtures, json_report, shared_tempdir};
 
 /// Records `fakejit 1 DIR MODE`; returns the generated section's rows as (name, samples).
 fn record(daemon: &Daemon, mode: &str) -> Vec<(String, u64)> {
@@ -22,9 +22,7 @@ fn record(daemon: &Daemon, mode: &str) -> Vec<(String, u64)> {
         "{mode}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: serde_json::Value =
-        serde_json::from_str(&stdout[stdout.find("{\n").expect("JSON")..]).expect("JSON");
+    let report = json_report(&out);
     if let Some(pid) = report["targets"][0]["pid"].as_u64() {
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     }

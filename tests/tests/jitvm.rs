@@ -12,7 +12,7 @@ use std::{
 use jitvm::codelog::{History, replay};
 use vmscope_parse::codemap_file;
 use vmscope_proto::v1::{GetProfileRequest, Section, StartSessionRequest, StopSessionRequest};
-use vmscope_tests::{Daemon, binary, shared_tempdir};
+use vmscope_tests::{Daemon, binary, json_report, shared_tempdir};
 
 /// `vmscope record --format json -- jitvm ARGS`: the generated section's rows.
 fn record(daemon: &Daemon, args: &[&str]) -> Vec<serde_json::Value> {
@@ -23,14 +23,7 @@ fn record(daemon: &Daemon, args: &[&str]) -> Vec<serde_json::Value> {
         .args(args)
         .output()
         .expect("run vmscope");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: serde_json::Value =
-        serde_json::from_str(&stdout[stdout.find("{\n").expect("a JSON report")..]).expect("JSON");
+    let report = json_report(&out);
     // What vmscope and the VM said, for failure messages.
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     report["sections"]

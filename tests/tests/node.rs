@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use vmscope_tests::{Daemon, shared_tempdir};
+use vmscope_tests::{Daemon, json_report, shared_tempdir};
 
 fn hot_js() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,14 +23,7 @@ fn record_node(daemon: &Daemon, flag: &str, dir: &Path) -> Vec<serde_json::Value
         .current_dir(dir)
         .output()
         .expect("run vmscope (node must be installed)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json = &stdout[stdout.find("{\n").expect("a JSON report")..];
-    let report: serde_json::Value = serde_json::from_str(json).expect("JSON");
+    let report = json_report(&out);
     // V8 leaves its perf map behind; the test does not.
     if let Some(pid) = report["targets"][0]["pid"].as_u64() {
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));

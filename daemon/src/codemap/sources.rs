@@ -311,12 +311,38 @@ pub struct JitdumpSource {
     /// Counters.
     pub counters: SourceCounters,
     /// Set when the file turned out to be broken: it is read no more.
-    pub broken: Option<String>,
-    failure_news: bool,
+    pub broken: Broken,
     /// The first refusal, for the log.
     pub first_problem: Option<String>,
     /// Whether timestamps are usable (CLOCK_MONOTONIC, not TSC).
     clock_ok: bool,
+}
+
+/// Why a file source stopped being read, if it did, and whether the registry has been told:
+/// a broken file is counted and logged once, then left alone.
+#[derive(Debug, Default)]
+pub struct Broken {
+    reason: Option<String>,
+    news: bool,
+}
+
+impl Broken {
+    /// Whether the source is broken.
+    pub fn is_broken(&self) -> bool {
+        self.reason.is_some()
+    }
+
+    fn set(&mut self, reason: String) {
+        self.reason = Some(reason);
+        self.news = true;
+    }
+
+    /// The reason, the first time it is asked for after the source broke.
+    fn take_news(&mut self) -> Option<String> {
+        std::mem::take(&mut self.news)
+            .then(|| self.reason.clone())
+            .flatten()
+    }
 }
 
 /// jitdump header flag: timestamps are the CPU's timestamp counter, not CLOCK_MONOTONIC.
@@ -335,8 +361,7 @@ impl JitdumpSource {
             unwinding_records: 0,
             last_ns: 0,
             counters: SourceCounters::default(),
-            broken: None,
-            failure_news: false,
+            broken: Broken::default(),
             first_problem: None,
             clock_ok: true,
         })
@@ -353,22 +378,20 @@ impl JitdumpSource {
         final_read: bool,
     ) -> Vec<(u64, Change)> {
         let mut changes = Vec::new();
-        if self.broken.is_some() {
+        if self.broken.is_broken() {
             return changes;
         }
         if let Err(e) = self.read_records(now_ns, store, check, &mut changes) {
-            self.broken = Some(e);
-            self.failure_news = true;
+            self.broken.set(e);
             return changes;
         }
         let left = self.growing.pending.len();
         if final_read && left > 0 {
             if self.header.is_none() {
-                self.broken = Some(format!(
+                self.broken.set(format!(
                     "{}: the file ends in its header ({left} of 40 bytes)",
                     self.name
                 ));
-                self.failure_news = true;
             } else {
                 self.refuse(format!(
                     "the file ends in the middle of a record ({left} bytes left over)"
@@ -381,9 +404,7 @@ impl JitdumpSource {
 
     /// Why the file stopped being read, reported once.
     pub fn take_failure(&mut self) -> Option<String> {
-        std::mem::take(&mut self.failure_news)
-            .then(|| self.broken.clone())
-            .flatten()
+        self.broken.take_news()
     }
 
     fn read_records(
@@ -598,8 +619,7 @@ pub struct CodeMapFileSource {
     /// The publication's state (VM name, refusals...).
     pub publication: Publication,
     /// Set when the file turned out to be broken: it is read no more.
-    pub broken: Option<String>,
-    failure_news: bool,
+    pub broken: Broken,
 }
 
 impl CodeMapFileSource {
@@ -611,8 +631,7 @@ impl CodeMapFileSource {
             growing: Growing::new(file),
             header_read: false,
             publication: Publication::default(),
-            broken: None,
-            failure_news: false,
+            broken: Broken::default(),
         })
     }
 
@@ -620,30 +639,26 @@ impl CodeMapFileSource {
     /// is reported.
     pub fn read(&mut self, store: &CodeStore, final_read: bool) -> Vec<(u64, Change)> {
         let mut changes = Vec::new();
-        if self.broken.is_some() {
+        if self.broken.is_broken() {
             return changes;
         }
         if let Err(e) = self.read_events(store, &mut changes) {
-            self.broken = Some(e);
-            self.failure_news = true;
+            self.broken.set(e);
             return changes;
         }
         let left = self.growing.pending.len();
         if final_read && left > 0 {
-            self.broken = Some(format!(
+            self.broken.set(format!(
                 "{}: the file ends in the middle of a record ({left} bytes left over)",
                 self.name
             ));
-            self.failure_news = true;
         }
         changes
     }
 
     /// Why the file stopped being read, reported once.
     pub fn take_failure(&mut self) -> Option<String> {
-        std::mem::take(&mut self.failure_news)
-            .then(|| self.broken.clone())
-            .flatten()
+        self.broken.take_news()
     }
 
     fn read_events(
