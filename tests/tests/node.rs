@@ -23,8 +23,11 @@ fn record_node(daemon: &Daemon, flag: &str, dir: &Path) -> Vec<serde_json::Value
         .current_dir(dir)
         .output()
         .expect("run vmscope (node must be installed)");
-    let report = json_report(&out);
-    // V8 leaves its perf map behind; the test does not.
+    generated_rows(&json_report(&out))
+}
+
+/// The generated section's rows; removes the perf map V8 leaves behind.
+fn generated_rows(report: &serde_json::Value) -> Vec<serde_json::Value> {
     if let Some(pid) = report["targets"][0]["pid"].as_u64() {
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     }
@@ -90,4 +93,45 @@ fn perf_prof_jitdump_gives_source_ranges() {
             .any(|l| l.contains("hot.js:") && (4..=8).any(|line| l.contains(&format!(":{line}:")))),
         "no source range in hotLoop's lines: {ranges:?}"
     );
+}
+
+/// `--pid` on a node that has run for a while: the code it compiled before the session is
+/// named from the perf map or jitdump as they already are. V8 buffers its jitdump (2 MB of
+/// stdio): records of a running node reach the file when it exits, which the stop waits for.
+#[test]
+fn a_running_node_is_named_by_pid() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    for (flag, code_map) in [
+        ("--perf-basic-prof", "perf map"),
+        ("--perf-prof", "jitdump"),
+    ] {
+        let mut node = std::process::Command::new("node")
+            .arg(flag)
+            .arg(hot_js())
+            .arg("3")
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run node");
+        // hotLoop is compiled (and in the map) within its first second.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let out = daemon
+            .cli()
+            .args(["record", "--format", "json", "--duration", "1.5", "--pid"])
+            .arg(node.id().to_string())
+            .output()
+            .expect("run vmscope");
+        let _ = node.wait();
+        let rows = generated_rows(&json_report(&out));
+        let all = samples(&rows, |_| true);
+        let hot = samples(&rows, |r| {
+            r["name"].as_str().unwrap().contains("hotLoop") && r["code_map"] == code_map
+        });
+        assert!(all > 300, "{flag}: {rows:#?}");
+        assert!(
+            hot * 2 >= all,
+            "{flag}: hotLoop holds {hot} of {all} generated samples, less than half: {rows:#?}"
+        );
+    }
 }
