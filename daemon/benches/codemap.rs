@@ -86,11 +86,13 @@ fn bench(c: &mut Criterion) {
                 let chunk = perf_map::parse_perf_map(&text, true);
                 let mut timeline = Timeline::<()>::default();
                 for entry in chunk.entries {
-                    let code = store.intern(Code::named(
-                        CodeKind::Unknown,
-                        entry.name,
-                        CodeSource::PerfMap,
-                    ));
+                    let code = store
+                        .intern(Code::named(
+                            CodeKind::Unknown,
+                            entry.name,
+                            CodeSource::PerfMap,
+                        ))
+                        .expect("within the budget");
                     timeline.push_change(
                         0,
                         Change::Load {
@@ -110,11 +112,13 @@ fn bench(c: &mut Criterion) {
     let store = CodeStore::new();
     let mut map = LiveMap::default();
     for i in 0..1_000_000u64 {
-        let code = store.intern(Code::named(
-            CodeKind::Method,
-            format!("m{i}"),
-            CodeSource::PerfMap,
-        ));
+        let code = store
+            .intern(Code::named(
+                CodeKind::Method,
+                format!("m{i}"),
+                CodeSource::PerfMap,
+            ))
+            .expect("within the budget");
         map.load(BASE + i * 0x100, Some(0x80), code).unwrap();
     }
     let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -142,11 +146,13 @@ fn bench(c: &mut Criterion) {
             || {
                 let mut timeline = Timeline::<()>::default();
                 for i in 0..1_000u64 {
-                    let code = store.intern(Code::named(
-                        CodeKind::Method,
-                        format!("t{i}"),
-                        CodeSource::PerfMap,
-                    ));
+                    let code = store
+                        .intern(Code::named(
+                            CodeKind::Method,
+                            format!("t{i}"),
+                            CodeSource::PerfMap,
+                        ))
+                        .expect("within the budget");
                     timeline.push_change(
                         i,
                         Change::Load {
@@ -195,11 +201,13 @@ fn bench(c: &mut Criterion) {
                             name,
                             ..
                         } => {
-                            let code = store.intern(Code::named(
-                                CodeKind::Unknown,
-                                name.into_owned(),
-                                CodeSource::Jitdump,
-                            ));
+                            let code = store
+                                .intern(Code::named(
+                                    CodeKind::Unknown,
+                                    name.into_owned(),
+                                    CodeSource::Jitdump,
+                                ))
+                                .expect("within the budget");
                             timeline.push_change(
                                 timestamp,
                                 Change::Load {

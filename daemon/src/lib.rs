@@ -54,6 +54,8 @@ pub struct DaemonConfig {
     pub ring_buffer_bytes: u32,
     /// Fault injection for tests: delay the first ring drain after sampling starts.
     pub stall_reader: std::time::Duration,
+    /// Budget of the code store (JIT code descriptions from every code map), in bytes.
+    pub code_store_bytes: usize,
 }
 
 /// Loads the BPF sampler, serves the API on the socket until SIGINT or SIGTERM, then removes
@@ -108,7 +110,9 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     }
 
     let modules = Arc::new(Modules::new());
-    let codes = Arc::new(codemap::code::CodeStore::new());
+    let codes = Arc::new(codemap::code::CodeStore::with_budget(
+        config.code_store_bytes,
+    ));
     let symbolizer = Symbolizer::new(
         modules.clone(),
         codes.clone(),

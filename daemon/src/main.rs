@@ -23,6 +23,11 @@ struct Args {
     /// 1400 Hz sampling on 120 busy CPUs; raise it for bigger machines or higher frequencies.
     #[arg(long, default_value_t = vmscope_common::RING_BUFFER_BYTES / 1024)]
     ring_buffer_kib: u32,
+    /// Memory for JIT code descriptions (names, pc maps, source positions) from every code
+    /// map, in MiB. Codes stay for the daemon's life; new ones beyond this are refused
+    /// (counted, logged) and their samples show as unnamed generated code.
+    #[arg(long, default_value_t = vmscoped::codemap::code::DEFAULT_BUDGET_BYTES >> 20)]
+    code_store_mib: usize,
     /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
@@ -39,6 +44,7 @@ async fn main() -> std::process::ExitCode {
     let config = DaemonConfig {
         ring_buffer_bytes: args.ring_buffer_kib.saturating_mul(1024),
         stall_reader: std::time::Duration::from_millis(args.stall_reader_ms),
+        code_store_bytes: args.code_store_mib.saturating_mul(1 << 20),
         socket: args.socket,
         manager: ManagerConfig {
             max_stopped_per_user: args.keep_sessions,

@@ -102,3 +102,68 @@ async fn good_maps_name_the_code_and_broken_ones_are_refused() {
         assert!(log.contains(reason), "no {reason:?} in the log:\n{log}");
     }
 }
+
+/// A publisher that never repeats itself (a new name and pc map every event) cannot exhaust
+/// the daemon's memory: past the code store's budget new code is refused, counted and said in
+/// the summary, code already known is still named, and the daemon serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_past_the_store_budget_is_refused() {
+    use vmscope_proto::v1::{
+        CodeEntry, CodeKind, CodeMapEvent, Hello, PcMapping, code_map_client::CodeMapClient,
+        code_map_event::Event,
+    };
+    let mut daemon = Daemon::start_with(&["--code-store-mib", "1"]);
+    const LOADS: u64 = 2000;
+    let base = 0x7f00_0000_0000u64;
+    let now = vmscope_tests::monotonic_ns();
+    let events = std::iter::once(Event::Hello(Hello {
+        pid: std::process::id(),
+        vm: "greedy".into(),
+    }))
+    .chain((0..LOADS).map(move |i| {
+        let start = base + i * 0x1000;
+        Event::Load(CodeEntry {
+            kind: CodeKind::Method as i32,
+            name: format!("Greedy>>method{i}"),
+            start,
+            size: 0x800,
+            // About 2.5 KiB in the store each: 2000 of them are 5 MiB.
+            pc_map: (0..64)
+                .map(|pc| PcMapping {
+                    mcpc: start + pc * 16,
+                    bcpc: pc as u32,
+                    inlined: Vec::new(),
+                })
+                .collect(),
+            cases: Vec::new(),
+        })
+    }))
+    .enumerate()
+    .map(move |(i, event)| CodeMapEvent {
+        timestamp_ns: now + i as u64,
+        event: Some(event),
+    });
+    let summary = CodeMapClient::new(
+        vmscope_tests::channel(&daemon.socket)
+            .await
+            .expect("connect"),
+    )
+    .publish(tokio_stream::iter(events))
+    .await
+    .expect("the publication is answered")
+    .into_inner();
+    assert!(
+        summary.refused > LOADS / 2 && summary.accepted > 100,
+        "{summary:?}"
+    );
+    assert!(
+        summary
+            .problems
+            .iter()
+            .any(|p| p.contains("code store is full")),
+        "{summary:?}"
+    );
+    let stored = counter(&daemon, "code_store_bytes").await;
+    assert!(stored > 0 && stored <= 1 << 20, "code_store_bytes {stored}");
+    assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
+}

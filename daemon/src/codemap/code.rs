@@ -147,41 +147,120 @@ impl Code {
     pub fn is_optimised(&self) -> bool {
         self.pc_map.iter().any(|p| !p.inlined.is_empty())
     }
+
+    /// About how many bytes the code takes in the store, for its budget. Source file names
+    /// are shared between codes and not counted.
+    pub fn approx_bytes(&self) -> usize {
+        let inlined: usize = self
+            .pc_map
+            .iter()
+            .flat_map(|p| &p.inlined)
+            .map(|(name, _)| size_of::<(String, u32)>() + name.len())
+            .sum();
+        let vm_name = match &self.source {
+            CodeSource::Vm(name) => name.len(),
+            _ => 0,
+        };
+        size_of::<Code>()
+            + size_of::<Arc<Code>>()
+            + size_of::<CodeId>()
+            + self.name.len()
+            + vm_name
+            + self.pc_map.len() * size_of::<PcPoint>()
+            + inlined
+            + self.lines.len() * size_of::<SourcePoint>()
+    }
+}
+
+/// The default budget of a [`CodeStore`]: room for millions of named methods, or tens of
+/// thousands with big pc maps, far beyond what real VMs publish, yet bounded so that a
+/// publisher that never repeats itself cannot exhaust the daemon's memory.
+pub const DEFAULT_BUDGET_BYTES: usize = 1 << 30;
+
+/// A new code did not fit in the store's budget; it is refused (its samples stay unnamed
+/// generated code), and codes already known are still found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the code store is full ({used_mib} MiB of {budget_mib} MiB; vmscoped --code-store-mib): \
+     new code is not named"
+)]
+pub struct StoreFull {
+    /// MiB in use.
+    pub used_mib: usize,
+    /// The budget in MiB.
+    pub budget_mib: usize,
 }
 
 /// Interned code descriptions, shared by the session manager (which interns) and profile
-/// builders (which read).
-#[derive(Debug, Default)]
+/// builders (which read). Codes stay for the daemon's life (sessions' counts refer to them),
+/// within a budget of bytes.
+#[derive(Debug)]
 pub struct CodeStore {
     inner: RwLock<Store>,
+    budget_bytes: usize,
+}
+
+impl Default for CodeStore {
+    fn default() -> Self {
+        CodeStore::with_budget(DEFAULT_BUDGET_BYTES)
+    }
 }
 
 #[derive(Debug, Default)]
 struct Store {
     codes: Vec<Arc<Code>>,
+    bytes: usize,
     /// Ids by the hash of their code; equality is checked against `codes`.
     ids: HashTable<CodeId>,
     hasher: foldhash::fast::RandomState,
 }
 
 impl CodeStore {
-    /// An empty store.
+    /// An empty store with the default budget.
     pub fn new() -> CodeStore {
         CodeStore::default()
     }
 
-    /// The id of `code`, interning it on first sight: one hash, no clone.
-    pub fn intern(&self, code: Code) -> CodeId {
+    /// An empty store that holds at most about `budget_bytes` of codes.
+    pub fn with_budget(budget_bytes: usize) -> CodeStore {
+        CodeStore {
+            inner: RwLock::default(),
+            budget_bytes,
+        }
+    }
+
+    /// The id of `code`, interning it on first sight: one hash, no clone. A new code that
+    /// does not fit in the budget is refused.
+    pub fn intern(&self, code: Code) -> Result<CodeId, StoreFull> {
         let mut store = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let Store { codes, ids, hasher } = &mut *store;
+        let Store {
+            codes,
+            bytes,
+            ids,
+            hasher,
+        } = &mut *store;
         let hash = hasher.hash_one(&code);
         if let Some(&id) = ids.find(hash, |id| *codes[id.0 as usize] == code) {
-            return id;
+            return Ok(id);
         }
-        let id = CodeId(codes.len() as u32);
+        let size = code.approx_bytes();
+        let full = || StoreFull {
+            used_mib: *bytes >> 20,
+            budget_mib: self.budget_bytes >> 20,
+        };
+        if bytes.saturating_add(size) > self.budget_bytes {
+            return Err(full());
+        }
+        let id = CodeId(u32::try_from(codes.len()).map_err(|_| full())?);
+        *bytes += size;
         codes.push(Arc::new(code));
         ids.insert_unique(hash, id, |id| hasher.hash_one(&*codes[id.0 as usize]));
-        id
+        Ok(id)
+    }
+
+    /// About how many bytes the codes take.
+    pub fn bytes(&self) -> usize {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).bytes
     }
 
     /// An interned code.
@@ -284,12 +363,28 @@ mod tests {
     #[test]
     fn the_same_description_is_one_code() {
         let store = CodeStore::new();
-        let a = store.intern(method(&[(0x10, 1)]));
-        let b = store.intern(method(&[(0x10, 1)]));
-        let c = store.intern(method(&[(0x11, 1)]));
+        let a = store.intern(method(&[(0x10, 1)])).unwrap();
+        let b = store.intern(method(&[(0x10, 1)])).unwrap();
+        let c = store.intern(method(&[(0x11, 1)])).unwrap();
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(store.len(), 2);
         assert_eq!(store.get(c).unwrap().pc_map[0].offset, 0x11);
+    }
+
+    #[test]
+    fn a_full_store_refuses_new_codes_and_still_finds_known_ones() {
+        let one = method(&[(0x10, 1)]).approx_bytes();
+        let store = CodeStore::with_budget(2 * one + one / 2);
+        let a = store.intern(method(&[(0x10, 1)])).unwrap();
+        store.intern(method(&[(0x11, 1)])).unwrap();
+        let err = store.intern(method(&[(0x12, 1)])).unwrap_err();
+        assert!(err.to_string().contains("code store is full"), "{err}");
+        assert_eq!(
+            store.intern(method(&[(0x10, 1)])),
+            Ok(a),
+            "known codes are found"
+        );
+        assert_eq!((store.len(), store.bytes()), (2, 2 * one));
     }
 }

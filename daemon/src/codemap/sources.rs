@@ -252,11 +252,19 @@ impl PerfMapSource {
                 });
                 continue;
             }
-            let code = store.intern(Code::named(
+            let code = match store.intern(Code::named(
                 perf_map_kind(&entry.name),
                 entry.name,
                 CodeSource::PerfMap,
-            ));
+            )) {
+                Ok(code) => code,
+                Err(full) => {
+                    self.counters.refused += 1;
+                    self.first_problem
+                        .get_or_insert_with(|| format!("{}: {full}", self.path.display()));
+                    continue;
+                }
+            };
             self.codes.push(code);
             self.counters.accepted += 1;
             changes.push((
@@ -535,10 +543,13 @@ impl JitdumpSource {
                 }
                 lines.sort_by_key(|p| p.offset);
                 lines.dedup_by_key(|p| p.offset);
-                let code = store.intern(Code {
+                let code = match store.intern(Code {
                     lines,
                     ..Code::named(perf_map_kind(&name), name.into_owned(), CodeSource::Jitdump)
-                });
+                }) {
+                    Ok(code) => code,
+                    Err(full) => return self.refuse(full.to_string()),
+                };
                 self.counters.accepted += 1;
                 changes.push((
                     self.time(timestamp, now_ns),

@@ -111,7 +111,7 @@ impl Publication {
                 Change::Load {
                     start: entry.start,
                     size: (entry.size != 0).then_some(entry.size),
-                    code: store.intern(code),
+                    code: store.intern(code).map_err(|e| e.to_string())?,
                 }
             }
             Event::Move(m) => Change::Move {

@@ -1033,6 +1033,8 @@ impl Manager {
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
             ("code_map_source_failures", j.source_failures),
+            ("code_store_codes", self.codemaps.store().len() as u64),
+            ("code_store_bytes", self.codemaps.store().bytes() as u64),
         ];
         DaemonCounters {
             values: values.into_iter().collect(),

@@ -685,21 +685,23 @@ impl Drop for JitPage {
 
 fn code(store: &CodeStore, name: &str, pcs: &[(u64, u32)]) -> crate::codemap::code::CodeId {
     use crate::codemap::code::{Code, CodeSource, PcPoint};
-    store.intern(Code {
-        pc_map: pcs
-            .iter()
-            .map(|&(offset, bcpc)| PcPoint {
-                offset,
-                bcpc,
-                inlined: Vec::new(),
-            })
-            .collect(),
-        ..Code::named(
-            vmscope_proto::v1::CodeKind::Method,
-            name,
-            CodeSource::Vm("test vm".into()),
-        )
-    })
+    store
+        .intern(Code {
+            pc_map: pcs
+                .iter()
+                .map(|&(offset, bcpc)| PcPoint {
+                    offset,
+                    bcpc,
+                    inlined: Vec::new(),
+                })
+                .collect(),
+            ..Code::named(
+                vmscope_proto::v1::CodeKind::Method,
+                name,
+                CodeSource::Vm("test vm".into()),
+            )
+        })
+        .expect("within the budget")
 }
 
 #[tokio::test]
