@@ -50,9 +50,10 @@ pub const HEADER_SIZE: usize = 40;
 /// Size of a record's header: id, total size and timestamp.
 pub const RECORD_HEADER_SIZE: usize = 16;
 
-/// Largest record accepted, in bytes: 256 MiB, far above any real function or unwind table. It
-/// bounds what the daemon buffers while it waits for a record to be complete.
-pub const MAX_RECORD_SIZE: u32 = 256 << 20;
+/// Largest record accepted, in bytes: 16 MiB, far above any real function's code, debug info
+/// or unwind table. It bounds what the daemon buffers while it waits for a record to be
+/// complete, and what one debug info record can make it hold.
+pub const MAX_RECORD_SIZE: u32 = 16 << 20;
 
 /// Bit of [`JitdumpHeader::flags`]: timestamps come from an architecture clock (the TSC on x86)
 /// rather than from `CLOCK_MONOTONIC`, so they cannot be compared with samples as they are.
@@ -265,7 +266,7 @@ pub enum JitdumpError {
     #[error("unsupported jitdump version {0} (vmscope reads version 1)")]
     UnsupportedVersion(u32),
     /// The header's `total_size` is below [`HEADER_SIZE`] or above [`MAX_RECORD_SIZE`].
-    #[error("jitdump header claims {0} bytes, outside 40 bytes to 256 MiB")]
+    #[error("jitdump header claims {0} bytes, outside 40 bytes to 16 MiB")]
     BadHeaderSize(u32),
     /// A record's `total_size` is less than its header and fixed fields.
     #[error("record of type {id} claims {size} bytes, less than its header ({min} bytes)")]
@@ -278,7 +279,7 @@ pub enum JitdumpError {
         min: usize,
     },
     /// A record's `total_size` is above [`MAX_RECORD_SIZE`].
-    #[error("record of type {id} of {size} bytes is larger than the 256 MiB limit")]
+    #[error("record of type {id} of {size} bytes is larger than the 16 MiB limit")]
     RecordTooLarge {
         /// The record's id.
         id: u32,
@@ -915,7 +916,7 @@ mod tests {
         }
         assert_eq!(
             JitdumpError::BadHeaderSize(39).to_string(),
-            "jitdump header claims 39 bytes, outside 40 bytes to 256 MiB"
+            "jitdump header claims 39 bytes, outside 40 bytes to 16 MiB"
         );
 
         // A longer header: its extra bytes must be there, and the records start after them.
@@ -977,14 +978,14 @@ mod tests {
                 |w| {
                     w.u32(CODE_CLOSE).u32(MAX_RECORD_SIZE + 1);
                 },
-                "record of type 3 of 268435457 bytes is larger than the 256 MiB limit",
+                "record of type 3 of 16777217 bytes is larger than the 16 MiB limit",
             ),
             (
                 "u32::MAX",
                 |w| {
                     w.u32(9).u32(u32::MAX);
                 },
-                "record of type 9 of 4294967295 bytes is larger than the 256 MiB limit",
+                "record of type 9 of 4294967295 bytes is larger than the 16 MiB limit",
             ),
             (
                 "name without NUL",

@@ -148,14 +148,21 @@ impl Code {
         self.pc_map.iter().any(|p| !p.inlined.is_empty())
     }
 
-    /// About how many bytes the code takes in the store, for its budget. Source file names
-    /// are shared between codes and not counted.
+    /// About how many bytes the code takes in the store, for its budget.
     pub fn approx_bytes(&self) -> usize {
         let inlined: usize = self
             .pc_map
             .iter()
             .flat_map(|p| &p.inlined)
             .map(|(name, _)| size_of::<(String, u32)>() + name.len())
+            .sum();
+        // A file name is shared by the points that name it; count it once per run of them.
+        let files: usize = self
+            .lines
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| *i == 0 || !Arc::ptr_eq(&self.lines[i - 1].file, &p.file))
+            .map(|(_, p)| p.file.len())
             .sum();
         let vm_name = match &self.source {
             CodeSource::Vm(name) => name.len(),
@@ -169,6 +176,7 @@ impl Code {
             + self.pc_map.len() * size_of::<PcPoint>()
             + inlined
             + self.lines.len() * size_of::<SourcePoint>()
+            + files
     }
 }
 

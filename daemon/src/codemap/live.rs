@@ -35,14 +35,33 @@ pub enum Refusal {
     /// The code lies outside the VM's declared code zone.
     #[error("code at {0:#x} lies outside the code zone")]
     OutsideZone(u64),
+    /// The map holds [`MAX_LIVE_ENTRIES`] already.
+    #[error("the code map holds {MAX_LIVE_ENTRIES} entries already: code at {0:#x} is refused")]
+    Full(u64),
 }
 
+/// Most live entries one process's map holds: several times what the biggest VMs keep (a
+/// 1,000,000-line perf map fits), yet a bound on what a publisher loading code at ever new
+/// addresses can make the daemon keep.
+pub const MAX_LIVE_ENTRIES: usize = 4_000_000;
+
 /// The live code of a process.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LiveMap {
     entries: BTreeMap<u64, LiveEntry>,
     /// The VM's code zone (start, free start, end), when it declared one.
     zone: Option<(u64, u64, u64)>,
+    max_entries: usize,
+}
+
+impl Default for LiveMap {
+    fn default() -> Self {
+        LiveMap {
+            entries: BTreeMap::new(),
+            zone: None,
+            max_entries: MAX_LIVE_ENTRIES,
+        }
+    }
 }
 
 impl LiveMap {
@@ -93,12 +112,18 @@ impl LiveMap {
             Some(size) => start
                 .checked_add(size)
                 .ok_or(Refusal::Overflow { start, size })?,
-            None => start + 1,
+            None => start
+                .checked_add(1)
+                .ok_or(Refusal::Overflow { start, size: 1 })?,
         };
         if let Some((zone_start, _, zone_end)) = self.zone
             && (start < zone_start || end > zone_end)
         {
             return Err(Refusal::OutsideZone(start));
+        }
+        // Checked before anything is replaced: a refused load leaves the map as it was.
+        if self.entries.len() >= self.max_entries {
+            return Err(Refusal::Full(start));
         }
         let mut replaced = 0;
         // An entry starting before `start` that reaches into it.
@@ -215,5 +240,39 @@ mod tests {
                 size: 4
             })
         );
+        // Code of no size at the very last address has no end either.
+        assert_eq!(
+            map.load(u64::MAX, None, A),
+            Err(Refusal::Overflow {
+                start: u64::MAX,
+                size: 1
+            })
+        );
+        map.load(0x100, None, A).unwrap();
+        assert!(map.move_code(0x100, u64::MAX).is_err());
+        assert_eq!(
+            map.lookup(0x100),
+            Some((0x100, A)),
+            "a refused move changes nothing"
+        );
+    }
+
+    #[test]
+    fn a_full_map_refuses_new_code_and_stays_as_it_was() {
+        let mut map = LiveMap {
+            max_entries: 2,
+            ..LiveMap::default()
+        };
+        map.load(0x100, Some(0x10), A).unwrap();
+        map.load(0x200, Some(0x10), B).unwrap();
+        assert_eq!(map.load(0x100, Some(0x10), B), Err(Refusal::Full(0x100)));
+        assert_eq!(map.lookup(0x105), Some((0x100, A)));
+        assert_eq!(
+            map.move_code(0x200, 0x300),
+            Ok(B),
+            "a move frees its old place"
+        );
+        map.free(0x100).unwrap();
+        assert_eq!(map.load(0x400, None, A), Ok(0));
     }
 }

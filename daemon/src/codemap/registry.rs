@@ -31,6 +31,10 @@ use super::{
 };
 use crate::sys::{self, FileId};
 
+/// Most jitdump and code map files read for one process (a VM writes one or two): each is held
+/// open while the process lives.
+pub const MAX_FILES_PER_PROCESS: usize = 16;
+
 /// Longest a sample waits for a VM's publication before it is attributed with what is known.
 /// A publishing VM sends a Sync every few tens of ms, which keeps the wait short; this bound
 /// only matters when its stream falls silent (a stuck or descheduled publisher), and must be
@@ -137,6 +141,8 @@ struct ProcessCode {
     perf_map_checked_ns: u64,
     /// When the current program started (its `execve`), if the daemon saw it; else 0.
     program_start_ns: u64,
+    /// The process's start time (`/proc/PID/stat`): what tells it from a later one at its pid.
+    start_time_ticks: Option<u64>,
     jitdumps: Vec<JitdumpSource>,
     files: Vec<CodeMapFileSource>,
     known_files: HashSet<FileId>,
@@ -149,8 +155,8 @@ struct ProcessCode {
 
 impl ProcessCode {
     /// Up to when every change of the process is known (see the module's doc).
-    fn known_until(&self, now_ns: u64, force: bool) -> u64 {
-        if self.exited || force {
+    fn known_until(&self, now_ns: u64) -> u64 {
+        if self.exited {
             return u64::MAX;
         }
         let no_source_yet = self.perf_map.is_none()
@@ -168,7 +174,13 @@ impl ProcessCode {
                     .max(now_ns.saturating_sub(PUBLICATION_GRACE_NS)),
             );
         }
-        if let Some(jitdump) = self.jitdumps.iter().map(|j| j.last_ns).min() {
+        if let Some(jitdump) = self
+            .jitdumps
+            .iter()
+            .filter(|j| !j.broken.is_broken())
+            .map(|j| j.last_ns)
+            .min()
+        {
             until = until.min(jitdump.max(now_ns.saturating_sub(JITDUMP_MAX_WAIT_NS)));
         }
         until
@@ -220,9 +232,7 @@ impl CodeMaps {
 
     fn process(&mut self, pid: u32) -> &mut ProcessCode {
         self.processes.entry(pid).or_insert_with(|| {
-            let status = sys::read_proc(pid, "status")
-                .ok()
-                .and_then(|t| stat::parse_status(&t).ok());
+            let status = read_status(pid);
             ProcessCode {
                 timeline: Timeline::default(),
                 uid: status.as_ref().map(|s| s.uids.effective),
@@ -230,6 +240,7 @@ impl CodeMaps {
                 perf_map: None,
                 perf_map_checked_ns: 0,
                 program_start_ns: 0,
+                start_time_ticks: read_start_time(pid),
                 jitdumps: Vec::new(),
                 files: Vec::new(),
                 known_files: HashSet::new(),
@@ -260,9 +271,18 @@ impl CodeMaps {
         let Some(uid) = process.uid else { return };
         let (mut opened, mut failed) = (0, 0);
         for mapped in files {
-            if !process.known_files.insert(mapped.id) {
+            if process.known_files.contains(&mapped.id) {
                 continue;
             }
+            if process.known_files.len() >= MAX_FILES_PER_PROCESS {
+                let problem = format!("it maps more than {MAX_FILES_PER_PROCESS} code map files");
+                if process.reported.insert(problem.clone()) {
+                    failed += 1;
+                    tracing::warn!(pid, "code map {} refused: {problem}", mapped.path.display());
+                }
+                continue;
+            }
+            process.known_files.insert(mapped.id);
             let source = open(mapped)
                 .map_err(|e| format!("cannot open {}: {e}", mapped.path.display()))
                 .and_then(|file| match mapped.kind {
@@ -305,9 +325,7 @@ impl CodeMaps {
     /// Changes published by the VM, known up to `until_ns`.
     pub fn publish(&mut self, pid: u32, changes: Vec<(u64, Change)>, until_ns: u64) {
         let process = self.process(pid);
-        for (ts, change) in changes {
-            process.timeline.push_change(ts, change);
-        }
+        push_changes(&mut process.timeline, sys::monotonic_ns(), changes);
         process.published_until_ns = process.published_until_ns.max(until_ns);
     }
 
@@ -320,7 +338,14 @@ impl CodeMaps {
 
     /// Makes sure a process is known, so that its sources are looked for at the next advance
     /// (a session's targets are, from its start).
+    /// A process that exited and left its pid to another is forgotten then, with its map.
     pub fn touch(&mut self, pid: u32) {
+        if let Some(known) = self.processes.get(&pid)
+            && known.timeline.pending_samples() == 0
+            && known.start_time_ticks != read_start_time(pid)
+        {
+            self.processes.remove(&pid);
+        }
         self.process(pid);
     }
 
@@ -338,6 +363,13 @@ impl CodeMaps {
             process.program_start_ns = process.program_start_ns.max(timestamp_ns);
             process.perf_map = None;
             process.perf_map_checked_ns = 0;
+            // The old program's files write no more (it is gone) and must not hold the new
+            // program's samples back; the new program's are found in its own mappings.
+            process.jitdumps.clear();
+            process.files.clear();
+            process.known_files.clear();
+            // A setuid program is another user's: its maps must be that user's files.
+            process.uid = read_uid(pid);
         }
     }
 
@@ -365,7 +397,7 @@ impl CodeMaps {
     pub fn settle(&mut self, now_ns: u64, samples_until: u64) {
         for process in self.processes.values_mut() {
             if process.timeline.pending_samples() == 0 {
-                let until = process.known_until(now_ns, false).min(samples_until);
+                let until = process.known_until(now_ns).min(samples_until);
                 process.timeline.advance(until, |_, _| {});
             }
         }
@@ -449,9 +481,7 @@ impl CodeMaps {
             self.counters.source_failures += 1;
             tracing::warn!(pid, "code map read no more: {failure}");
         }
-        for (ts, change) in changes {
-            process.timeline.push_change(ts, change);
-        }
+        push_changes(&mut process.timeline, now_ns, changes);
         for problem in process
             .perf_map
             .iter_mut()
@@ -469,10 +499,13 @@ impl CodeMaps {
             tracing::warn!(pid, "code map change refused: {refusal}");
         }
 
-        let until = if force {
-            u64::MAX
-        } else {
-            process.known_until(now_ns, false).min(samples_until)
+        let known = process.known_until(now_ns).min(samples_until);
+        // A forced advance attributes every waiting sample, but moves the timeline no further
+        // than the newest of them: changes stamped later still apply in order, for the samples
+        // of other sessions still to come.
+        let until = match process.timeline.newest_pending_ns() {
+            Some(newest) if force => known.max(newest),
+            _ => known,
         };
         let counters = &mut self.counters;
         process.timeline.advance(until, |sample, found| {
@@ -486,9 +519,47 @@ impl CodeMaps {
     }
 }
 
+fn read_status(pid: u32) -> Option<stat::ProcStatus> {
+    sys::read_proc(pid, "status")
+        .ok()
+        .and_then(|t| stat::parse_status(&t).ok())
+}
+
+/// The start time of a process, if it still runs.
+fn read_start_time(pid: u32) -> Option<u64> {
+    sys::read_proc(pid, "stat")
+        .ok()
+        .and_then(|t| stat::parse_stat(&t).ok())
+        .map(|s| s.start_time_ticks)
+}
+
+/// The effective uid of a process, if it still runs.
+fn read_uid(pid: u32) -> Option<u32> {
+    read_status(pid).map(|s| s.uids.effective)
+}
+
+/// Changes stamped further ahead than this are refused: clocks agree far better, and a change
+/// in the future would wait (held in memory) until then.
+pub const MAX_FUTURE_NS: u64 = 10_000_000_000;
+
+fn push_changes(timeline: &mut Timeline<JitSample>, now_ns: u64, changes: Vec<(u64, Change)>) {
+    for (ts, change) in changes {
+        if ts > now_ns.saturating_add(MAX_FUTURE_NS) {
+            timeline.refuse(format!(
+                "a change stamped {:.1} s in the future",
+                (ts - now_ns) as f64 / 1e9
+            ));
+        } else {
+            timeline.push_change(ts, change);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codemap::code::{Code, CodeSource};
+    use vmscope_proto::v1::CodeKind;
 
     #[test]
     fn mapped_code_map_files_are_known_by_name() {
@@ -564,5 +635,95 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    fn load(start: u64, code: CodeId) -> Change {
+        Change::Load {
+            start,
+            size: Some(0x100),
+            code,
+        }
+    }
+
+    fn jit_sample(ts: u64, ip: u64) -> PendingSample<JitSample> {
+        PendingSample {
+            timestamp_ns: ts,
+            ip,
+            payload: JitSample {
+                tid: 1,
+                mapping: (0, u64::MAX),
+                sessions: vec![1],
+            },
+        }
+    }
+
+    /// A publisher's changes stamped far in the future are refused, not held until then.
+    #[test]
+    fn changes_from_the_future_are_refused() {
+        let store = Arc::new(CodeStore::new());
+        let code = store
+            .intern(Code::named(
+                CodeKind::Method,
+                "m",
+                CodeSource::Vm("vm".into()),
+            ))
+            .unwrap();
+        let mut maps = CodeMaps::new(store);
+        let pid = std::process::id();
+        let now = sys::monotonic_ns();
+        maps.stream_opened(pid);
+        maps.publish(
+            pid,
+            vec![
+                (now, load(0x1000, code)),
+                (now + MAX_FUTURE_NS + 1_000_000_000, load(0x2000, code)),
+            ],
+            now,
+        );
+        let c = maps.counters();
+        assert_eq!(c.changes_refused, 1, "{c:?}");
+    }
+
+    /// A forced advance (a stop at its deadline) attributes every waiting sample but leaves
+    /// later changes to apply in order, not as late ones.
+    #[test]
+    fn a_forced_advance_stops_at_the_newest_sample() {
+        let store = Arc::new(CodeStore::new());
+        let a = store
+            .intern(Code::named(
+                CodeKind::Method,
+                "a",
+                CodeSource::Vm("vm".into()),
+            ))
+            .unwrap();
+        let b = store
+            .intern(Code::named(
+                CodeKind::Method,
+                "b",
+                CodeSource::Vm("vm".into()),
+            ))
+            .unwrap();
+        let mut maps = CodeMaps::new(store);
+        let pid = std::process::id();
+        maps.stream_opened(pid);
+        maps.publish(pid, vec![(1_000, load(0x1000, a))], 1_000);
+        maps.push_sample(pid, jit_sample(2_000, 0x1010));
+        let mut found = Vec::new();
+        let mut all = |_: u64, _: u64| true;
+        // Nothing is known past 1_000: only force attributes the sample at 2_000.
+        maps.advance(pid, 2_500, 1_500, true, &mut all, |s, code| {
+            found.push((s.timestamp_ns, code.map(|(_, c)| c)))
+        });
+        assert_eq!(found, [(2_000, Some(a))]);
+        // b replaces a at 3_000; a sample at 4_000 sees b, and nothing counts as late.
+        maps.publish(pid, vec![(3_000, load(0x1000, b))], 5_000);
+        maps.push_sample(pid, jit_sample(4_000, 0x1010));
+        found.clear();
+        maps.advance(pid, 5_000, 5_000, false, &mut all, |s, code| {
+            found.push((s.timestamp_ns, code.map(|(_, c)| c)))
+        });
+        assert_eq!(found, [(4_000, Some(b))]);
+        let c = maps.counters();
+        assert_eq!((c.changes_late, c.samples_late), (0, 0), "{c:?}");
     }
 }

@@ -12,7 +12,7 @@
 //! reason logged, and never affects the others.
 
 use std::{
-    collections::HashMap,
+    collections::HashSet,
     fs::File,
     io::{self, Read, Seek, SeekFrom},
     os::unix::fs::MetadataExt,
@@ -139,6 +139,8 @@ pub struct PerfMapSource {
     growing: Growing,
     inode: u64,
     first_line: Vec<u8>,
+    /// Carries an over-long line's state from one read to the next.
+    reader: perf_map::PerfMapReader,
     codes: Vec<CodeId>,
     /// The time of the entries found at the first read; `None` once read.
     first_read_ns: Option<u64>,
@@ -175,6 +177,7 @@ impl PerfMapSource {
             growing: Growing::new(file),
             inode,
             first_line: Vec::new(),
+            reader: perf_map::PerfMapReader::new(),
             codes: Vec::new(),
             first_read_ns: Some(program_start_ns),
             counters: SourceCounters::default(),
@@ -208,16 +211,19 @@ impl PerfMapSource {
     ) -> Result<Vec<(u64, Change)>, String> {
         let mut changes = Vec::new();
         if self.rewritten() {
-            // A snapshot: forget the old one. Reopen by path if another file is there now.
-            if let Ok(file) = sys::open_untrusted(&self.path, None)
-                && check_owner(&file, &self.path, self.uid).is_ok()
-            {
-                self.inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
-                self.growing = Growing::new(file);
-            } else {
-                self.growing.offset = 0;
-                self.growing.pending.clear();
-            }
+            // A snapshot: forget the old one, and read what is at the path now. Something that
+            // may not be read (a symlink, another user's file) ends the source: reading the old
+            // file again would make every read a new snapshot.
+            let file = sys::open_untrusted(&self.path, None).map_err(|e| {
+                format!(
+                    "{} was replaced and cannot be read: {e}",
+                    self.path.display()
+                )
+            })?;
+            check_owner(&file, &self.path, self.uid)?;
+            self.inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
+            self.growing = Growing::new(file);
+            self.reader = perf_map::PerfMapReader::new();
             self.first_line.clear();
             changes.push((now_ns, Change::FreeCodes(std::mem::take(&mut self.codes))));
         }
@@ -231,7 +237,7 @@ impl PerfMapSource {
             self.first_line = bytes[..end.min(256)].to_vec();
         }
         let when = self.first_read_ns.take().unwrap_or(now_ns);
-        let chunk = perf_map::parse_perf_map(bytes, at_eof && final_read);
+        let chunk = self.reader.parse(bytes, at_eof && final_read);
         self.counters.bytes += chunk.consumed as u64;
         self.counters.refused += chunk.bad_lines as u64;
         if let Some(problem) = &chunk.first_error {
@@ -307,8 +313,11 @@ pub struct JitdumpSource {
     name: String,
     growing: Growing,
     header: Option<jitdump::JitdumpHeader>,
-    /// Debug info waiting for its CODE_LOAD, by code address.
-    debug_info: HashMap<u64, Vec<DebugPoint>>,
+    /// The debug info waiting for its CODE_LOAD (code address, points): the record comes
+    /// right before the load it describes, so one is kept, not a pile of unclaimed ones.
+    debug_info: Option<(u64, Vec<DebugPoint>)>,
+    /// Source file names, shared by every point that names them.
+    file_names: HashSet<Arc<str>>,
     /// Debug entries whose file name was unreadable and was taken from the code's name.
     pub repaired_file_names: u64,
     /// Unwinding info records seen (kept for stack unwinding, a later capability).
@@ -353,6 +362,10 @@ impl Broken {
     }
 }
 
+/// Distinct source file names a jitdump source shares between its codes; past it (a hostile
+/// file naming a new file at every point), names are no longer shared.
+const MAX_SHARED_FILE_NAMES: usize = 100_000;
+
 /// jitdump header flag: timestamps are the CPU's timestamp counter, not CLOCK_MONOTONIC.
 const JITDUMP_FLAGS_ARCH_TIMESTAMP: u64 = 1;
 
@@ -364,7 +377,8 @@ impl JitdumpSource {
             name: path.display().to_string(),
             growing: Growing::new(file),
             header: None,
-            debug_info: HashMap::new(),
+            debug_info: None,
+            file_names: HashSet::new(),
             repaired_file_names: 0,
             unwinding_records: 0,
             last_ns: 0,
@@ -481,18 +495,24 @@ impl JitdumpSource {
             Record::DebugInfo {
                 code_addr, entries, ..
             } => {
+                let file_names = &mut self.file_names;
                 let points = entries
                     .iter()
                     .map(|e| {
-                        (
-                            e.addr,
-                            e.file_str().map(Arc::<str>::from),
-                            e.line,
-                            e.discrim,
-                        )
+                        let file = e.file_str().map(|name| {
+                            if let Some(known) = file_names.get(name) {
+                                return known.clone();
+                            }
+                            let name = Arc::<str>::from(name);
+                            if file_names.len() < MAX_SHARED_FILE_NAMES {
+                                file_names.insert(name.clone());
+                            }
+                            name
+                        });
+                        (e.addr, file, e.line, e.discrim)
                     })
                     .collect();
-                self.debug_info.insert(code_addr, points);
+                self.debug_info = Some((code_addr, points));
             }
             Record::CodeLoad {
                 timestamp,
@@ -503,7 +523,10 @@ impl JitdumpSource {
                 ..
             } => {
                 let end = code_addr.saturating_add(code_size);
-                let debug = self.debug_info.remove(&code_addr).unwrap_or_default();
+                let debug = match self.debug_info.take() {
+                    Some((addr, points)) if addr == code_addr => points,
+                    _ => Vec::new(),
+                };
                 if !name_is_utf8 {
                     self.refuse(format!("the name {name:?} at {code_addr:#x} is not UTF-8"));
                     return;

@@ -8,12 +8,17 @@
 //! is still found where it was, and code that later took over its addresses is not blamed:
 //! this is what a map read once at the end (VMProfiler's way) gets wrong.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashSet};
 
 use super::{
     code::CodeId,
     live::{LiveMap, Refusal},
 };
+
+/// Most changes one process may have waiting: far more than a VM makes while its samples wait
+/// (a second or so), yet a bound on what a publisher stamping changes in the future can make
+/// the daemon hold.
+pub const MAX_QUEUED_CHANGES: usize = 4_000_000;
 
 /// A change of the code map.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,8 +90,8 @@ pub struct Timeline<T> {
     map: LiveMap,
     /// Every change stamped at or before this has been applied.
     applied_ns: u64,
-    /// Changes not applied yet, in (timestamp, arrival) order.
-    changes: VecDeque<(u64, u64, Change)>,
+    /// Changes not applied yet, by (timestamp, arrival).
+    changes: BTreeMap<(u64, u64), Change>,
     samples: Vec<PendingSample<T>>,
     arrivals: u64,
     counters: TimelineCounters,
@@ -98,7 +103,7 @@ impl<T> Default for Timeline<T> {
         Timeline {
             map: LiveMap::default(),
             applied_ns: 0,
-            changes: VecDeque::new(),
+            changes: BTreeMap::new(),
             samples: Vec::new(),
             arrivals: 0,
             counters: TimelineCounters::default(),
@@ -116,16 +121,14 @@ impl<T> Timeline<T> {
             self.apply(change);
             return;
         }
+        if self.changes.len() >= MAX_QUEUED_CHANGES {
+            self.refuse(format!(
+                "{MAX_QUEUED_CHANGES} changes wait to be applied already: one more is refused"
+            ));
+            return;
+        }
         self.arrivals += 1;
-        let key = (timestamp_ns, self.arrivals);
-        // Changes nearly always come in order: insert from the back.
-        let at = self
-            .changes
-            .iter()
-            .rposition(|(ts, seq, _)| (*ts, *seq) <= key)
-            .map_or(0, |i| i + 1);
-        self.changes
-            .insert(at, (timestamp_ns, self.arrivals, change));
+        self.changes.insert((timestamp_ns, self.arrivals), change);
     }
 
     /// Records a sample to attribute once changes up to its time are known. The caller must
@@ -140,6 +143,11 @@ impl<T> Timeline<T> {
     /// Samples waiting.
     pub fn pending_samples(&self) -> usize {
         self.samples.len()
+    }
+
+    /// The time of the newest waiting sample.
+    pub fn newest_pending_ns(&self) -> Option<u64> {
+        self.samples.iter().map(|s| s.timestamp_ns).max()
     }
 
     /// The time of the oldest waiting sample.
@@ -188,10 +196,18 @@ impl<T> Timeline<T> {
     }
 
     fn apply_until(&mut self, ts: u64) {
-        while self.changes.front().is_some_and(|(t, _, _)| *t <= ts) {
-            let (_, _, change) = self.changes.pop_front().expect("checked");
+        while let Some(entry) = self.changes.first_entry()
+            && entry.key().0 <= ts
+        {
+            let change = entry.remove();
             self.apply(change);
         }
+    }
+
+    /// Counts a change refused before it reached the timeline, with its reason.
+    pub fn refuse(&mut self, reason: String) {
+        self.counters.refused += 1;
+        self.first_refusal.get_or_insert(reason);
     }
 
     fn apply(&mut self, change: Change) {
@@ -208,6 +224,7 @@ impl<T> Timeline<T> {
             Change::Move { from, to } => self.map.move_code(from, to).map(|_| ()),
             Change::Free { start } => self.map.free(start).map(|_| ()),
             Change::FreeCodes(codes) => {
+                let codes: HashSet<CodeId> = codes.into_iter().collect();
                 self.map.free_where(|c| codes.contains(&c));
                 Ok(())
             }
@@ -218,11 +235,7 @@ impl<T> Timeline<T> {
         };
         match result {
             Ok(()) => self.counters.applied += 1,
-            Err(refusal) => {
-                self.counters.refused += 1;
-                self.first_refusal
-                    .get_or_insert_with(|| refusal.to_string());
-            }
+            Err(refusal) => self.refuse(refusal.to_string()),
         }
     }
 }

@@ -37,6 +37,38 @@ impl CodeMapService {
     }
 }
 
+/// Which process a publication is for: a pid is only the same process while its start time
+/// is, and only the publisher's while its effective uid is.
+struct Identity {
+    start_time_ticks: u64,
+}
+
+impl Identity {
+    fn of(pid: u32) -> Option<Identity> {
+        let text = sys::read_proc(pid, "stat").ok()?;
+        let stat = vmscope_parse::stat::parse_stat(&text).ok()?;
+        Some(Identity {
+            start_time_ticks: stat.start_time_ticks,
+        })
+    }
+
+    /// Whether `pid` is still this process, and (with `owner`) still runs as that user. A
+    /// process gone altogether passes: what it sent before it exited still counts, and its
+    /// stream ends with it.
+    fn still(&self, pid: u32, owner: Option<u32>) -> bool {
+        let Some(now) = Identity::of(pid) else {
+            return true;
+        };
+        let theirs = owner.is_none_or(|uid| {
+            sys::read_proc(pid, "status")
+                .ok()
+                .and_then(|t| vmscope_parse::stat::parse_status(&t).ok())
+                .is_none_or(|s| s.uids.effective == uid)
+        });
+        now.start_time_ticks == self.start_time_ticks && theirs
+    }
+}
+
 /// Tells the manager the stream ended, however the handler returns.
 struct OpenStream {
     manager: ManagerHandle,
@@ -87,8 +119,16 @@ impl pb::code_map_server::CodeMap for CodeMapService {
         .ok_or_else(|| {
             Status::invalid_argument("cannot tell which process this map is for: name it in Hello")
         })?;
-        if sys::read_proc(pid, "stat").is_err() {
-            return Err(Status::not_found(format!("no process with pid {pid}")));
+        let identity = Identity::of(pid)
+            .ok_or_else(|| Status::not_found(format!("no process with pid {pid}")))?;
+        // What the publisher may write to: this process, while it is its user's (checked at
+        // every batch: the process may exec a setuid program, or exit and leave its pid to
+        // another, while a forked child keeps the stream open).
+        let owner = (!caller.is_root()).then_some(caller.uid);
+        if !identity.still(pid, owner) {
+            return Err(Status::permission_denied(format!(
+                "process {pid} is not yours"
+            )));
         }
         tracing::info!(pid, vm = %checked.vm, uid = caller.uid, "code map publication opened");
         self.manager
@@ -103,6 +143,16 @@ impl pb::code_map_server::CodeMap for CodeMapService {
         let batches = stream.chunks_timeout(BATCH, BATCH_WAIT);
         tokio::pin!(batches);
         while let Some(events) = batches.next().await {
+            if !identity.still(pid, owner) {
+                tracing::warn!(
+                    pid,
+                    "code map publication ended: the process exited or changed user"
+                );
+                return Err(Status::failed_precondition(format!(
+                    "process {pid} exited or runs another user's program now: its code map is \
+                     no longer yours to publish"
+                )));
+            }
             let mut changes = Vec::with_capacity(events.len());
             let mut ended = false;
             for event in events {

@@ -54,8 +54,9 @@ pub struct ManagerConfig {
     pub tick: Duration,
     /// Time after a stop during which samples may still be in flight in the kernel.
     pub stop_slack: Duration,
-    /// Longest wait for the ring-buffer reader to pass a stop time before a stop completes
-    /// anyway (only reached if the reader is stuck).
+    /// Longest wait for the ring-buffer reader to pass a stop time, and for the code maps the
+    /// session's samples wait for, before a stop completes anyway: a second beyond the longest
+    /// code map wait (a buffered jitdump), so that only a stuck reader reaches it.
     pub stop_timeout: Duration,
     /// Processes that produced no sample for this long, and that no running session names, are
     /// forgotten.
@@ -70,7 +71,8 @@ impl Default for ManagerConfig {
             max_stopped_per_user: 32,
             tick: Duration::from_millis(100),
             stop_slack: Duration::from_millis(2),
-            stop_timeout: Duration::from_secs(2),
+            stop_timeout: Duration::from_nanos(crate::codemap::registry::JITDUMP_MAX_WAIT_NS)
+                + Duration::from_secs(1),
             forget_processes_after: Duration::from_secs(30),
         }
     }
@@ -932,9 +934,15 @@ impl Manager {
         for pid in self.codemaps.waiting() {
             self.advance_code_maps(pid, now);
         }
-        let samples_until = self
-            .watermark_ns
-            .saturating_sub(self.config.stop_slack.as_nanos() as u64);
+        // With nothing sampled, no sample can arrive: a VM publishing between sessions has its
+        // changes applied as they come, rather than held until the reader's next batch.
+        let sampling = self.sessions.values().any(|s| s.state != State::Stopped);
+        let samples_until = if sampling {
+            self.watermark_ns
+                .saturating_sub(self.config.stop_slack.as_nanos() as u64)
+        } else {
+            now
+        };
         self.codemaps.settle(now, samples_until);
         self.end_elapsed();
 
