@@ -62,18 +62,26 @@ pub fn build_profile(
             .clone()
     };
 
-    let mut rows: HashMap<(Section, String, String), RowSum> = HashMap::new();
+    let mut rows: HashMap<(Section, String, String, bool), RowSum> = HashMap::new();
     let mut issues: HashMap<(String, String), u64> = HashMap::new();
     for (location, samples) in &snapshot.counts {
         let resolved = resolve(location);
+        let code = match *location {
+            Location::Jit { code, offset } => symbolizer.codes().get(code).map(|c| (c, offset)),
+            _ => None,
+        };
+        let optimised = code.as_ref().is_some_and(|(c, _)| c.is_optimised());
         let row = rows
-            .entry((resolved.section, resolved.module.clone(), resolved.name))
+            .entry((
+                resolved.section,
+                resolved.module.clone(),
+                resolved.name,
+                optimised,
+            ))
             .or_default();
         row.samples += samples;
         row.symbolized = resolved.symbolized;
-        if let Location::Jit { code, offset } = *location
-            && let Some(code) = symbolizer.codes().get(code)
-        {
+        if let Some((code, offset)) = code {
             row.kind = code.kind;
             row.code_map = code.source.label().to_owned();
             if let Some((index, label)) = code.range_label(offset) {
@@ -92,7 +100,7 @@ pub fn build_profile(
 
     let mut rows: Vec<ProfileRow> = rows
         .into_iter()
-        .map(|((section, module, name), sum)| {
+        .map(|((section, module, name, optimised), sum)| {
             let mut inlined: Vec<InlinedMethod> = sum
                 .inlined
                 .into_iter()
@@ -113,6 +121,7 @@ pub fn build_profile(
                     .collect(),
                 inlined,
                 code_map: sum.code_map,
+                optimised,
             }
         })
         .collect();
@@ -256,6 +265,67 @@ mod tests {
                 (UnmappedReason::NoMapping.describe(), 3)
             ]
         );
+    }
+
+    /// A method's baseline and optimised versions: separate rows, each with its own ranges in
+    /// code order, the optimised one with its time per inlined method (its own code included).
+    #[test]
+    fn jit_versions_get_rows_of_their_own() {
+        use crate::codemap::code::{Code, CodeSource, PcPoint};
+        use vmscope_proto::v1::CodeKind;
+        let symbolizer = symbolizer();
+        let method = |pcs: &[(u64, u32, &str)]| Code {
+            pc_map: pcs
+                .iter()
+                .map(|&(offset, bcpc, inlined)| PcPoint {
+                    offset,
+                    bcpc,
+                    inlined: if inlined.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![(inlined.to_owned(), 0)]
+                    },
+                })
+                .collect(),
+            ..Code::named(CodeKind::Method, "Foo>>bar", CodeSource::Vm("vm".into()))
+        };
+        let codes = symbolizer.codes();
+        let baseline = codes
+            .intern(method(&[(0x10, 0, ""), (0x20, 4, "")]))
+            .unwrap();
+        let optimised = codes
+            .intern(method(&[(0x10, 0, ""), (0x20, 4, "Foo>>inlined")]))
+            .unwrap();
+        let jit = |code, offset| Location::Jit { code, offset };
+        let counts = vec![
+            (jit(baseline, 0x5), 10), // before the first pc: "start->1"
+            (jit(baseline, 0x18), 20),
+            (jit(optimised, 0x18), 7), // the method's own code
+            (jit(optimised, 0x28), 3), // inlined
+        ];
+        let profile = build_profile(
+            snapshot(counts),
+            &symbolizer,
+            &ProfileOptions { hide_kernel: None },
+        );
+        let rows: Vec<(&str, u64, bool)> = profile
+            .rows
+            .iter()
+            .map(|r| (r.name.as_str(), r.samples, r.optimised))
+            .collect();
+        assert_eq!(rows, [("Foo>>bar", 30, false), ("Foo>>bar", 10, true)]);
+        let base = &profile.rows[0];
+        assert_eq!(base.kind(), CodeKind::Method);
+        assert_eq!(base.code_map, "vm");
+        let ranges: Vec<u64> = base.ranges.iter().map(|r| r.samples).collect();
+        assert_eq!(ranges, [10, 20], "in code order: {:?}", base.ranges);
+        assert!(base.inlined.is_empty());
+        let inlined: Vec<(&str, u64)> = profile.rows[1]
+            .inlined
+            .iter()
+            .map(|m| (m.name.as_str(), m.samples))
+            .collect();
+        assert_eq!(inlined, [("Foo>>bar", 7), ("Foo>>inlined", 3)]);
     }
 
     #[test]

@@ -408,17 +408,6 @@ pub fn json_report(out: &std::process::Output) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("bad JSON report ({e}):\n{}", &stdout[start..]))
 }
 
-/// CLOCK_MONOTONIC now, in ns: the clock of samples and code map events.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// How far, as a fraction, a measured sampling rate may stray from the requested one: 10%,
 /// plus the share of CPU time a hypervisor stole meanwhile. cpu-clock samples on timer ticks,
 /// which a stolen virtual CPU misses or gets late and bunched; these test machines are shared

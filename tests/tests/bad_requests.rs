@@ -230,7 +230,7 @@ async fn unprivileged_clients_only_profile_their_own_processes() {
         String::from_utf8_lossy(&allowed.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&allowed.stdout).expect("JSON report");
-    assert!(report["total_samples"].as_u64().unwrap() > 500, "{report}");
+    assert!(report["total_samples"].as_u64().unwrap() > 300, "{report}");
 
     // Root sees nobody's session; nobody does not see root's.
     let sessions = client

@@ -114,8 +114,9 @@ fn system_wide_sessions_see_every_process() {
         .find(|r| r["name"] == "hot_a")
         .unwrap_or_else(|| panic!("hot_a missing from {main}"));
     assert_eq!(hot_a["module"], "hotspots-pie");
-    // The fixture keeps one CPU busy: at least 1.5 s x 1400 Hz x 80% of samples are its.
-    assert!(hot_a["samples"].as_u64().unwrap() > 1000, "{hot_a}");
+    // The fixture keeps a CPU busy (1.5 s x 1400 Hz x 60% in hot_a when it gets one to
+    // itself); the bound leaves room for a shared, stolen-from host.
+    assert!(hot_a["samples"].as_u64().unwrap() > 300, "{hot_a}");
     let measured = report["measured_frequency_hz"].as_f64().unwrap();
     let steal = report["host_steal_percent"].as_f64().unwrap();
     assert!(

@@ -67,23 +67,45 @@ async fn good_maps_name_the_code_and_broken_ones_are_refused() {
             .filter(|(name, _)| name == "fake_jit_spin")
             .map(|(_, n)| n)
             .sum();
-        assert!(all > 500 && named * 10 >= all * 9, "{good}: {rows:?}");
+        assert!(all > 300 && named * 10 >= all * 9, "{good}: {rows:?}");
     }
     // Broken files stop being read (a source failure); broken entries are refused one by one.
+    // Each with the reason its own part of the log must give.
     let cases = [
-        ("jitdump-magic", "code_map_source_failures"),
-        ("jitdump-size0", "code_map_source_failures"),
-        ("jitdump-huge", "code_map_source_failures"),
-        ("jitdump-truncated", "code_map_source_failures"),
-        ("codemap-garbage", "code_map_source_failures"),
-        ("jitdump-outside", "code_map_entries_refused"),
-        ("jitdump-utf8", "code_map_entries_refused"),
+        (
+            "jitdump-magic",
+            "code_map_source_failures",
+            "not a jitdump file",
+        ),
+        (
+            "jitdump-size0",
+            "code_map_source_failures",
+            "less than its header",
+        ),
+        (
+            "jitdump-huge",
+            "code_map_source_failures",
+            "larger than the 16 MiB limit",
+        ),
+        (
+            "jitdump-truncated",
+            "code_map_source_failures",
+            "ends in its header",
+        ),
+        (
+            "codemap-garbage",
+            "code_map_source_failures",
+            "not a vmscope code map file",
+        ),
+        ("jitdump-outside", "code_map_entries_refused", "outside"),
+        ("jitdump-utf8", "code_map_entries_refused", "not UTF-8"),
     ];
-    for (mode, counted_in) in cases {
+    for (mode, counted_in, reason) in cases {
         let before = counter(&daemon, counted_in).await;
+        let logged_before = daemon.log().len();
         let rows = record(&daemon, mode);
         let all: u64 = rows.iter().map(|(_, n)| n).sum();
-        assert!(all > 500, "{mode}: the samples must still count: {rows:?}");
+        assert!(all > 300, "{mode}: the samples must still count: {rows:?}");
         assert!(
             rows.iter()
                 .all(|(name, _)| name.starts_with("[anonymous code")),
@@ -96,10 +118,13 @@ async fn good_maps_name_the_code_and_broken_ones_are_refused() {
             "{mode}: vmscoped died:\n{}",
             daemon.log()
         );
-    }
-    let log = daemon.log();
-    for reason in ["magic", "ends in its header", "not UTF-8", "outside"] {
-        assert!(log.contains(reason), "no {reason:?} in the log:\n{log}");
+        let log = daemon.log();
+        assert!(
+            log.get(logged_before..)
+                .is_some_and(|new| new.contains(reason)),
+            "{mode}: no {reason:?} in its part of the log:\n{}",
+            log.get(logged_before..).unwrap_or(&log)
+        );
     }
 }
 
@@ -115,7 +140,7 @@ async fn code_past_the_store_budget_is_refused() {
     let mut daemon = Daemon::start_with(&["--code-store-mib", "1"]);
     const LOADS: u64 = 2000;
     let base = 0x7f00_0000_0000u64;
-    let now = vmscope_tests::monotonic_ns();
+    let now = jitvm::publish::monotonic_ns();
     let events = std::iter::once(Event::Hello(Hello {
         pid: std::process::id(),
         vm: "greedy".into(),

@@ -96,6 +96,7 @@ fn a_hot_loop_lands_in_its_bytecode_range() {
         let from: u32 = from.parse().expect("a pc");
         to != "end" && from > head && from <= back + 1
     };
+    assert!(samples(hot) > 300, "too few samples in Loop>>hot: {hot:#}");
     let ranges = hot["ranges"].as_array().unwrap();
     let looping: u64 = ranges
         .iter()
@@ -115,8 +116,8 @@ fn inlined_methods_get_their_time() {
     let rows = record(&daemon, &["inline", "--opt", "--seconds", "3"]);
     let run = rows
         .iter()
-        .find(|r| r["name"].as_str().unwrap().starts_with("Inline>>run"))
-        .unwrap_or_else(|| panic!("no Inline>>run: {rows:#?}"));
+        .find(|r| r["name"].as_str().unwrap().starts_with("Inline>>run") && r["optimised"] == true)
+        .unwrap_or_else(|| panic!("no optimised Inline>>run: {rows:#?}"));
     let inlined = run["inlined"].as_array().unwrap();
     let of = |name: &str| {
         inlined
@@ -286,7 +287,17 @@ async fn attribution_is_right_at_every_sample_while_code_moves() {
     for sample in &generated {
         let truth = history.lookup(sample.ip, sample.timestamp_ns);
         let truth_start = truth.map_or(0, |p| p.start);
-        if sample.code_start != truth_start {
+        // Right place and right code: compaction slides other methods (and decoys) onto the
+        // starts of earlier ones, so a start alone does not tell them apart.
+        // (A closed PIC's name gets its cases: "area [Circle, Square]" for the VM's "area".)
+        let same_code = |name: &str| {
+            sample.name == name
+                || sample
+                    .name
+                    .strip_prefix(name)
+                    .is_some_and(|cases| cases.starts_with(" [") && cases.ends_with(']'))
+        };
+        if sample.code_start != truth_start || truth.is_some_and(|p| !same_code(&p.entry.name)) {
             wrong.push((
                 sample.timestamp_ns,
                 sample.ip,

@@ -9,14 +9,15 @@ use vmscope_tests::{Daemon, Running, dump, fixtures, rate_tolerance, record};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losses_are_counted_and_harmless() {
-    // 64 KiB hold about 1300 events: under a second at 1400 Hz, while the reader sleeps 2.5 s.
-    let mut daemon = Daemon::start_with(&["--ring-buffer-kib", "64", "--stall-reader-ms", "2500"]);
+    // 16 KiB hold about 300 events: a fifth of a CPU-second at 1400 Hz, while the reader sleeps
+    // 2.5 s (overflowing even when the host steals half the CPU time, as it does at times).
+    let mut daemon = Daemon::start_with(&["--ring-buffer-kib", "16", "--stall-reader-ms", "2500"]);
     let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
     let mut client = daemon.client().await;
     // The stop completes (the helper checks the profile is final) although the ring was full.
     let profile = record(&mut client, target.pid(), Some(1400), 4.0).await;
     let report = dump(&profile);
-    assert!(profile.lost_samples > 500, "{report}");
+    assert!(profile.lost_samples > 300, "{report}");
     assert_eq!(
         profile.lost_samples_per_cpu.iter().sum::<u64>(),
         profile.lost_samples,
@@ -56,5 +57,11 @@ async fn losses_are_counted_and_harmless() {
         .into_inner();
     assert!(profile.complete);
     assert_eq!(profile.lost_samples, 0, "{}", dump(&profile));
-    assert!(profile.total_samples > 1000, "{}", dump(&profile));
+    let rate = profile.measured_frequency_hz;
+    assert!(
+        profile.total_samples > 200
+            && (rate - 1400.0).abs() <= rate_tolerance(profile.host_steal_percent) * 1400.0,
+        "{}",
+        dump(&profile)
+    );
 }

@@ -154,7 +154,7 @@ async fn watch_streams_snapshots_then_the_final_profile() {
     assert!(snapshots[..snapshots.len() - 1].iter().all(|p| !p.complete));
     let totals: Vec<u64> = snapshots.iter().map(|p| p.total_samples).collect();
     assert!(totals.windows(2).all(|w| w[0] <= w[1]), "{totals:?}");
-    assert!(last.total_samples > 1000, "{}", dump(last));
+    assert!(last.total_samples > 300, "{}", dump(last));
 
     let list = client
         .list_sessions(ListSessionsRequest {})

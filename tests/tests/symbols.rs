@@ -130,6 +130,6 @@ async fn target_that_exits_mid_session_stays_symbolised() {
         .await
         .expect("profile")
         .into_inner();
-    assert!(profile.total_samples > 1000, "{}", dump(&profile));
+    assert!(profile.total_samples > 300, "{}", dump(&profile));
     assert_split(&profile);
 }

@@ -1,8 +1,9 @@
 //! The JSON report: the text report's numbers for scripts and CI, with every percentage
 //! rounded to two decimals (through [`round2`], like the text) and names never elided.
 //!
-//! Every row object has `kind`, `code_map`, `ranges` and `inlined`, empty or null where they do
-//! not apply, so that consumers need not special-case rows. Unlike the text, which lists ranges
+//! Every row object has `kind`, `code_map`, `optimised`, `ranges` and `inlined`, empty, false
+//! or null where they do not apply, so that consumers need not special-case rows. Unlike the
+//! text, which lists ranges
 //! and inlined methods only under generated code rows of at least
 //! [`ReportOptions::min_range_percent`](super::ReportOptions) of the total, the JSON carries
 //! them for every row that has them, whatever that option says: machines do not tire of
@@ -86,6 +87,7 @@ struct JsonRow<'a> {
     kind: Option<&'static str>,
     /// `vm`, `jitdump`, `perf map`, or null when no code map named the row.
     code_map: Option<&'a str>,
+    optimised: bool,
     /// In code order.
     ranges: Vec<JsonRange<'a>>,
     /// Most samples first.
@@ -174,6 +176,7 @@ fn row(row: &ReportRow) -> JsonRow<'_> {
         folded_rows: row.folded_rows,
         kind: row.kind.map(|kind| kind.as_str()),
         code_map: (!row.code_map.is_empty()).then_some(row.code_map.as_str()),
+        optimised: row.optimised,
         ranges: row.ranges.iter().map(range).collect(),
         inlined: row.inlined.iter().map(inlined).collect(),
     }

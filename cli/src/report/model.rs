@@ -119,6 +119,8 @@ pub struct ReportRow {
     pub kind: Option<CodeKindLabel>,
     /// The code map that named the row: "vm", "jitdump" or "perf map"; empty when none did.
     pub code_map: String,
+    /// Optimised generated code: a method's optimised version, a row apart from its baseline.
+    pub optimised: bool,
     /// Where inside the code its samples fell, in code order (never sorted by samples: the
     /// order is the code's, as VMProfiler shows it). Empty for the fold.
     pub ranges: Vec<RangeRow>,
@@ -518,6 +520,7 @@ fn build_section(
                 None
             },
             code_map: row.code_map.clone(),
+            optimised: generated && row.optimised,
             ranges,
             inlined,
             show_details,
@@ -537,6 +540,7 @@ fn build_section(
             folded_rows: folded.len(),
             kind: None,
             code_map: String::new(),
+            optimised: false,
             ranges: Vec::new(),
             inlined: Vec::new(),
             show_details: false,
@@ -714,6 +718,7 @@ pub(crate) mod fixtures {
         ProfileRow {
             kind: kind as i32,
             code_map: "vm".to_owned(),
+            optimised: !inlined.is_empty(),
             ranges: ranges
                 .iter()
                 .map(|&(label, samples)| CodeRange {

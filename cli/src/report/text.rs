@@ -7,7 +7,7 @@
 //!                      57.95%  1->23                              (2744)     (57.95%)
 //!                      ...
 //!                      12.00%  38->end                             (568)    (100.00%)
-//!  18.98% (18.09%)  Inline>>bench                                 (1809)     (90.43%)
+//!  18.98% (18.09%)  Inline>>bench [optimised]                     (1809)     (90.43%)
 //!                      16.58%  1->12                               (300)     (16.58%)
 //!                      ...
 //!                     inlined:
@@ -22,7 +22,8 @@
 //! row's columns; then for optimised code `inlined:` and one line per method inlined into it,
 //! most samples first, with % of the method and (samples) (the method's own code is listed
 //! under its own name, without "(inlined)"). Rows of generated code that are not methods carry
-//! their kind in brackets (`[trampoline]`, `[closed PIC]`, `[open PIC]`...). Vanilla rows moved
+//! their kind in brackets (`[trampoline]`, `[closed PIC]`, `[open PIC]`...), and a method's
+//! optimised version, a row apart from its baseline, `[optimised]`. Vanilla rows moved
 //! there by `--vm-module` name their module, as other code's rows do.
 //!
 //! Every percentage goes through [`round2`] before `{:.2}`, like the JSON, so both show the same
@@ -177,7 +178,8 @@ pub fn rate_warning(report: &Report) -> Option<String> {
     if report.cpu_seconds < 0.5 || report.requested_frequency_hz == 0 {
         return None;
     }
-    let taken = (report.total_samples + report.lost_samples) as f64 / report.cpu_seconds;
+    let taken =
+        report.total_samples.saturating_add(report.lost_samples) as f64 / report.cpu_seconds;
     let requested = f64::from(report.requested_frequency_hz);
     (taken < 0.9 * requested).then(|| {
         format!(
@@ -516,6 +518,8 @@ fn row_label(row: &ReportRow, show_module: bool, name_width: usize) -> String {
     }
     let label = if let Some(tag) = row.kind.and_then(|kind| kind.text_tag()) {
         Cow::Owned(format!("{} [{tag}]", row.name))
+    } else if row.optimised {
+        Cow::Owned(format!("{} [optimised]", row.name))
     } else if show_module && row.symbolized && !row.module.is_empty() {
         // "[kernel.kallsyms]" and "[vdso]" come bracketed already.
         let bracketed = row.module.starts_with('[') && row.module.ends_with(']');
@@ -845,7 +849,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         let row = lines
             .iter()
-            .position(|l| l.contains("Opt>>run  "))
+            .position(|l| l.contains("Opt>>run [optimised]"))
             .unwrap_or_else(|| panic!("{text}"));
         let detail: Vec<Vec<&str>> = lines[row + 1..]
             .iter()
