@@ -68,9 +68,11 @@ impl Growing {
         }
     }
 
-    /// Reads what was appended, up to [`MAX_READ_PER_SYNC`]; returns the unconsumed bytes and
-    /// whether the end of the file was reached.
-    fn read_more(&mut self) -> io::Result<(&[u8], bool)> {
+    /// Reads what was appended, up to [`MAX_READ_PER_SYNC`], and hands over the bytes not
+    /// consumed yet (taken, not copied, so that the source can parse them while updating its
+    /// other fields), with whether the end of the file was reached. What the caller does not
+    /// consume goes back through [`Growing::put_back`].
+    fn take_more(&mut self) -> io::Result<(Vec<u8>, bool)> {
         let len = self.file.metadata()?.len();
         let available = len.saturating_sub(self.offset);
         let take = available.min(MAX_READ_PER_SYNC as u64) as usize;
@@ -82,12 +84,13 @@ impl Growing {
             self.pending.truncate(start + n);
             self.offset += n as u64;
         }
-        let at_eof = self.offset >= len;
-        Ok((&self.pending, at_eof))
+        Ok((std::mem::take(&mut self.pending), self.offset >= len))
     }
 
-    fn consume(&mut self, n: usize) {
-        self.pending.drain(..n.min(self.pending.len()));
+    /// Gives back the bytes [`Growing::take_more`] handed over, of which `consumed` were used.
+    fn put_back(&mut self, mut bytes: Vec<u8>, consumed: usize) {
+        bytes.drain(..consumed.min(bytes.len()));
+        self.pending = bytes;
     }
 
     fn len(&self) -> io::Result<u64> {
@@ -229,7 +232,7 @@ impl PerfMapSource {
         }
         let (bytes, at_eof) = self
             .growing
-            .read_more()
+            .take_more()
             .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
         if self.first_line.is_empty()
             && let Some(end) = bytes.iter().position(|&b| b == b'\n')
@@ -237,7 +240,8 @@ impl PerfMapSource {
             self.first_line = bytes[..end.min(256)].to_vec();
         }
         let when = self.first_read_ns.take().unwrap_or(now_ns);
-        let chunk = self.reader.parse(bytes, at_eof && final_read);
+        let chunk = self.reader.parse(&bytes, at_eof && final_read);
+        let consumed = chunk.consumed;
         self.counters.bytes += chunk.consumed as u64;
         self.counters.refused += chunk.bad_lines as u64;
         if let Some(problem) = &chunk.first_error {
@@ -282,7 +286,7 @@ impl PerfMapSource {
                 },
             ));
         }
-        self.growing.consume(chunk.consumed);
+        self.growing.put_back(bytes, consumed);
         Ok(changes)
     }
 }
@@ -418,7 +422,7 @@ impl JitdumpSource {
                 self.refuse(format!(
                     "the file ends in the middle of a record ({left} bytes left over)"
                 ));
-                self.growing.consume(left);
+                self.growing.pending.clear();
             }
         }
         changes
@@ -439,16 +443,19 @@ impl JitdumpSource {
         let name = self.name.clone();
         let (bytes, _) = self
             .growing
-            .read_more()
+            .take_more()
             .map_err(|e| format!("cannot read {name}: {e}"))?;
-        let bytes = bytes.to_vec();
         let mut at = 0;
         if self.header.is_none() {
             match jitdump::parse_header(&bytes).map_err(|e| format!("{name}: {e}"))? {
-                None => return Ok(()),
+                None => {
+                    self.growing.put_back(bytes, 0);
+                    return Ok(());
+                }
                 Some(header) => {
                     at = header.header_size as usize;
                     if at > bytes.len() {
+                        self.growing.put_back(bytes, 0);
                         return Ok(());
                     }
                     self.clock_ok = header.flags & JITDUMP_FLAGS_ARCH_TIMESTAMP == 0;
@@ -468,7 +475,7 @@ impl JitdumpSource {
             self.last_ns = self.last_ns.max(self.time(record.timestamp(), now_ns));
             self.apply(record, now_ns, store, check, changes);
         }
-        self.growing.consume(at);
+        self.growing.put_back(bytes, at);
         Ok(())
     }
 
@@ -703,13 +710,15 @@ impl CodeMapFileSource {
         let name = self.name.clone();
         let (bytes, _) = self
             .growing
-            .read_more()
+            .take_more()
             .map_err(|e| format!("cannot read {name}: {e}"))?;
-        let bytes = bytes.to_vec();
         let mut at = 0;
         if !self.header_read {
             match codemap_file::parse_header(&bytes).map_err(|e| format!("{name}: {e}"))? {
-                None => return Ok(()),
+                None => {
+                    self.growing.put_back(bytes, 0);
+                    return Ok(());
+                }
                 Some(len) => {
                     at = len;
                     self.header_read = true;
@@ -728,7 +737,7 @@ impl CodeMapFileSource {
                 }
             }
         }
-        self.growing.consume(at);
+        self.growing.put_back(bytes, at);
         Ok(())
     }
 }
