@@ -342,7 +342,7 @@ pub async fn record(
     frequency_hz: Option<u32>,
     seconds: f64,
 ) -> Profile {
-    use vmscope_proto::v1::{GetProfileRequest, StartSessionRequest, StopSessionRequest};
+    use vmscope_proto::v1::StartSessionRequest;
     let session = client
         .start_session(StartSessionRequest {
             pids: vec![pid],
@@ -355,18 +355,23 @@ pub async fn record(
         .expect("start a session")
         .into_inner();
     tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop_and_profile(client, session.id).await
+}
+
+/// Stops a session (it may have stopped by itself: its targets exited) and returns its final
+/// profile.
+pub async fn stop_and_profile(client: &mut Client, session_id: u64) -> Profile {
+    use vmscope_proto::v1::{GetProfileRequest, StopSessionRequest};
     let _ = client
         .stop_session(StopSessionRequest {
-            session_id: session.id,
+            session_id,
             ..Default::default()
         })
         .await;
     let profile = client
-        .get_profile(GetProfileRequest {
-            session_id: session.id,
-        })
+        .get_profile(GetProfileRequest { session_id })
         .await
-        .expect("get the profile")
+        .expect("the daemon answers with the profile")
         .into_inner();
     assert!(profile.complete, "a stopped session's profile is final");
     profile

@@ -7,10 +7,8 @@ use std::{
     time::Duration,
 };
 
-use vmscope_proto::v1::{
-    GetDaemonInfoRequest, GetProfileRequest, Profile, StartSessionRequest, StopSessionRequest,
-};
-use vmscope_tests::{Client, Daemon, Running, dump, fixtures};
+use vmscope_proto::v1::{GetDaemonInfoRequest, Profile, StartSessionRequest};
+use vmscope_tests::{Client, Daemon, Running, dump, fixtures, stop_and_profile};
 
 /// Starts the fixture with a private copy of libhot.so loaded after 200 ms, records for a while,
 /// applies `damage` to the library file, then returns the profile.
@@ -43,19 +41,8 @@ async fn record_with_damaged_library(
     tokio::time::sleep(Duration::from_millis(1500)).await;
     damage(&lib);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let _ = client
-        .stop_session(StopSessionRequest {
-            session_id: session.id,
-            ..Default::default()
-        })
-        .await;
-    let profile = client
-        .get_profile(GetProfileRequest {
-            session_id: session.id,
-        })
-        .await
-        .expect("the daemon answers despite the broken binary")
-        .into_inner();
+    // The daemon answers despite the broken binary.
+    let profile = stop_and_profile(client, session.id).await;
     assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
     drop(target);
     profile

@@ -11,8 +11,8 @@ use std::{
 
 use jitvm::codelog::{History, replay};
 use vmscope_parse::codemap_file;
-use vmscope_proto::v1::{GetProfileRequest, Section, StartSessionRequest, StopSessionRequest};
-use vmscope_tests::{Daemon, binary, json_report, shared_tempdir};
+use vmscope_proto::v1::{Section, StartSessionRequest};
+use vmscope_tests::{Daemon, binary, json_report, shared_tempdir, stop_and_profile};
 
 /// `vmscope record --format json -- jitvm ARGS`: the generated section's rows.
 fn record(daemon: &Daemon, args: &[&str]) -> Vec<serde_json::Value> {
@@ -222,20 +222,7 @@ async fn attribution_is_right_at_every_sample_while_code_moves() {
         .unwrap()
         .into_inner();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    client
-        .stop_session(StopSessionRequest {
-            session_id: session.id,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let profile = client
-        .get_profile(GetProfileRequest {
-            session_id: session.id,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let profile = stop_and_profile(&mut client, session.id).await;
     let _ = vm.kill();
     let _ = vm.wait();
     let counters = client

@@ -4,10 +4,11 @@ use std::{process::Command, time::Duration};
 
 use tokio_stream::StreamExt as _;
 use vmscope_proto::v1::{
-    GetProfileRequest, ListSessionsRequest, Section, SessionState, StartSessionRequest,
-    StopSessionRequest, WatchSessionRequest,
+    ListSessionsRequest, Section, SessionState, StartSessionRequest, WatchSessionRequest,
 };
-use vmscope_tests::{Daemon, Running, dump, fixtures, rate_tolerance, samples_of};
+use vmscope_tests::{
+    Daemon, Running, dump, fixtures, rate_tolerance, samples_of, stop_and_profile,
+};
 
 fn start(pid: u32, hz: u32) -> StartSessionRequest {
     StartSessionRequest {
@@ -45,20 +46,7 @@ async fn overlapping_sessions_each_get_the_full_rate() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut profiles = Vec::new();
     for id in [b.id, c.id, a.id] {
-        client
-            .stop_session(StopSessionRequest {
-                session_id: id,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        profiles.push(
-            client
-                .get_profile(GetProfileRequest { session_id: id })
-                .await
-                .unwrap()
-                .into_inner(),
-        );
+        profiles.push(stop_and_profile(&mut client, id).await);
     }
     for (profile, hz) in profiles.iter().zip([1400.0, 700.0, 1400.0]) {
         let rate = profile.measured_frequency_hz;
