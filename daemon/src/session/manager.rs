@@ -544,7 +544,7 @@ impl Manager {
         if session.state != State::Running {
             return;
         }
-        update_cpu(session);
+        update_cpu(session, read_host_cpu());
         let exited: Vec<u32> = session
             .targets
             .iter()
@@ -896,11 +896,17 @@ impl Manager {
     fn tick(&mut self) {
         let now = sys::monotonic_ns();
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
+        // An idle daemon reads nothing.
+        let host = if running.is_empty() {
+            stat::CpuTimes::default()
+        } else {
+            read_host_cpu()
+        };
         for id in running {
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };
-            update_cpu(session);
+            update_cpu(session, host);
             let newly_exited: Vec<u32> = session
                 .targets
                 .iter()
@@ -968,7 +974,7 @@ impl Manager {
         let lost = self.sampler.lost().ok();
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
         if session.state == State::Running {
-            update_cpu(session);
+            update_cpu(session, read_host_cpu());
             if let Some(lost) = &lost {
                 refresh_lost(session, lost);
             }
@@ -1113,8 +1119,8 @@ fn read_host_cpu() -> stat::CpuTimes {
         .unwrap_or_default()
 }
 
-fn update_cpu(session: &mut Session) {
-    let host = read_host_cpu();
+/// Takes the CPU times of the session's targets, and the host's (read once for all sessions).
+fn update_cpu(session: &mut Session, host: stat::CpuTimes) {
     if host.total_ticks() >= session.host_cpu.1.total_ticks() {
         session.host_cpu.1 = host;
     }
