@@ -192,13 +192,12 @@ pub fn build_profile(
 
 #[cfg(test)]
 mod tests {
-    use std::{sync::Arc, time::Duration};
+    use std::time::Duration;
 
-    use vmscope_parse::kallsyms::parse_kallsyms;
     use vmscope_proto::v1 as pb;
 
     use super::*;
-    use crate::symbolize::{Modules, UnmappedReason};
+    use crate::symbolize::{UnmappedReason, tests::symbolizer};
 
     fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         Snapshot {
@@ -215,17 +214,6 @@ mod tests {
             kept: Vec::new(),
             not_kept: 0,
         }
-    }
-
-    fn symbolizer() -> Symbolizer {
-        Symbolizer::new(
-            Arc::new(Modules::new()),
-            Arc::new(crate::codemap::code::CodeStore::new()),
-            Arc::new(parse_kallsyms(
-                b"ffffffff81000000 T _stext\nffffffff81000100 t do_work\n",
-            )),
-            Arc::new(Err("no vDSO".into())),
-        )
     }
 
     #[test]

@@ -199,7 +199,7 @@ fn resolve_in(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::{fs::File, io, path::Path};
 
     use vmscope_parse::kallsyms::parse_kallsyms;
@@ -207,7 +207,9 @@ mod tests {
     use super::*;
     use crate::sys::FileId;
 
-    fn symbolizer() -> Symbolizer {
+    /// A symbolizer with no modules, two kernel symbols (`_stext`, `do_work` at +0x100) and
+    /// no vDSO: for tests here and of the profiles built on it.
+    pub(crate) fn symbolizer() -> Symbolizer {
         Symbolizer::new(
             Arc::new(Modules::new()),
             Arc::new(crate::codemap::code::CodeStore::new()),
