@@ -20,6 +20,9 @@ use crate::{
 
 /// Most events handed to the manager at once.
 const BATCH: usize = 512;
+/// How often a publication checks that its process is still the same and its user's: two
+/// /proc reads, which a batch every 2 ms would otherwise pay each time.
+const IDENTITY_RECHECK: Duration = Duration::from_millis(20);
 /// Longest an event waits to be batched.
 const BATCH_WAIT: Duration = Duration::from_millis(2);
 
@@ -122,8 +125,8 @@ impl pb::code_map_server::CodeMap for CodeMapService {
         let identity = Identity::of(pid)
             .ok_or_else(|| Status::not_found(format!("no process with pid {pid}")))?;
         // What the publisher may write to: this process, while it is its user's (checked at
-        // every batch: the process may exec a setuid program, or exit and leave its pid to
-        // another, while a forked child keeps the stream open).
+        // every IDENTITY_RECHECK: the process may exec a setuid program, or exit and leave its
+        // pid to another, while a forked child keeps the stream open).
         let owner = (!caller.is_root()).then_some(caller.uid);
         if !identity.still(pid, owner) {
             return Err(Status::permission_denied(format!(
@@ -142,16 +145,20 @@ impl pb::code_map_server::CodeMap for CodeMapService {
 
         let batches = stream.chunks_timeout(BATCH, BATCH_WAIT);
         tokio::pin!(batches);
+        let mut checked_at = std::time::Instant::now();
         while let Some(events) = batches.next().await {
-            if !identity.still(pid, owner) {
-                tracing::warn!(
-                    pid,
-                    "code map publication ended: the process exited or changed user"
-                );
-                return Err(Status::failed_precondition(format!(
-                    "process {pid} exited or runs another user's program now: its code map is \
-                     no longer yours to publish"
-                )));
+            if checked_at.elapsed() >= IDENTITY_RECHECK {
+                checked_at = std::time::Instant::now();
+                if !identity.still(pid, owner) {
+                    tracing::warn!(
+                        pid,
+                        "code map publication ended: the process exited or changed user"
+                    );
+                    return Err(Status::failed_precondition(format!(
+                        "process {pid} exited or runs another user's program now: its code map is \
+                         no longer yours to publish"
+                    )));
+                }
             }
             let mut changes = Vec::with_capacity(events.len());
             let mut ended = false;
