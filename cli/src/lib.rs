@@ -3,7 +3,9 @@
 #![deny(missing_docs)]
 
 pub mod client;
+pub mod output;
 pub mod record;
 pub mod report;
 pub mod sessions;
+pub mod signals;
 pub mod spawn;

@@ -4,6 +4,7 @@ use std::{ffi::OsString, io::Write, path::PathBuf, process::ExitCode, time::Dura
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use vmscope::{
+    output::Destination,
     record::{RecordOptions, Target},
     report::{Format, ReportOptions},
     sessions,
@@ -26,9 +27,16 @@ enum Command {
     /// Record processes, a command, or the whole system, then print the report.
     ///
     /// Stops when --duration elapses, the command exits, every target exits, or on Ctrl-C.
-    /// With `-- CMD`, the command's exit status becomes vmscope's.
+    ///
+    /// With `-- CMD`, the command keeps its standard output: the report goes to standard error,
+    /// or to the file `-o` names. SIGINT, SIGTERM and SIGHUP are passed on to the command (the
+    /// terminal's Ctrl-C reaches it directly), the recording lasts until it exits, and its exit
+    /// status (128 + signal when a signal killed it) becomes vmscope's. The command finds the
+    /// daemon through VMSCOPE_SOCKET, set to the socket vmscope uses. Without a command, the
+    /// report goes to standard output.
     #[command(after_help = "Examples:\n  vmscope record --duration 5 --pid 4242\n  \
-                            vmscope record -- node --perf-basic-prof app.js\n  \
+                            vmscope record -o node.txt -- node --perf-basic-prof app.js\n  \
+                            vmscope record -- gzip -9 -c big > big.gz   # report on stderr\n  \
                             sudo vmscope record --system --duration 10 --format json")]
     Record(RecordArgs),
     /// List your sessions (all sessions, for root).
@@ -81,6 +89,10 @@ struct OutputArgs {
     /// Never shorten long names in the text report.
     #[arg(long)]
     wide: bool,
+    /// Write the report to FILE (`-` for standard output). Default: standard output, or
+    /// standard error when recording a command, whose standard output is its own.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
     /// Count other code in modules whose file name matches PATTERN as vanilla vm code (e.g.
     /// 'libv8*', or '*Plugin.so' for a VM's plugins); repeat for several. A shell-style glob
     /// with `*` (any characters) and `?` (one character) only, matched against the whole file
@@ -168,30 +180,36 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let stdout = || -> Box<dyn Write> { Box::new(std::io::stdout().lock()) };
     match cli.command {
         Command::Record(args) => {
+            let destination =
+                Destination::choose(args.output.output.as_deref(), !args.command.is_empty());
             let options = record_options(args)?;
-            vmscope::record::record(&cli.socket, options, &mut out).await
+            let mut out = destination.open()?;
+            let code = vmscope::record::record(&cli.socket, options, &mut out).await?;
+            out.flush()?;
+            Ok(code)
         }
-        Command::Sessions => sessions::list(&cli.socket, &mut out).await.map(|()| 0),
-        Command::Stop { id } => sessions::stop(&cli.socket, id, &mut out).await.map(|()| 0),
-        Command::Report { id, output } => sessions::report(
-            &cli.socket,
-            id,
-            output.format(),
-            &output.options(),
-            &mut out,
-        )
-        .await
-        .map(|()| 0),
-        Command::Info => sessions::info(&cli.socket, &mut out).await.map(|()| 0),
+        Command::Sessions => sessions::list(&cli.socket, &mut stdout()).await.map(|()| 0),
+        Command::Stop { id } => sessions::stop(&cli.socket, id, &mut stdout())
+            .await
+            .map(|()| 0),
+        Command::Report { id, output } => {
+            let mut out = Destination::choose(output.output.as_deref(), false).open()?;
+            sessions::report(
+                &cli.socket,
+                id,
+                output.format(),
+                &output.options(),
+                &mut out,
+            )
+            .await?;
+            out.flush()?;
+            Ok(0)
+        }
+        Command::Info => sessions::info(&cli.socket, &mut stdout()).await.map(|()| 0),
     }
-    .and_then(|code| {
-        out.flush()?;
-        Ok(code)
-    })
 }
 
 fn main() -> ExitCode {

@@ -2,19 +2,34 @@
 //!
 //! The session ends when its duration elapses, when the recorded command exits, when every
 //! target process exited, or on Ctrl-C, whichever comes first. A recorded command is registered
-//! with the daemon before it execs (see [`crate::spawn`]) and its exit status becomes
-//! vmscope's.
+//! with the daemon before it execs (see [`crate::spawn`]), finds the daemon through
+//! `VMSCOPE_SOCKET` in its environment (a VM publishing its code map must reach the daemon
+//! vmscope talks to), and its exit status becomes vmscope's.
+//!
+//! SIGINT, SIGTERM and SIGHUP end a recording of running processes or of the whole system. With
+//! a command they are the command's business, as with a shell: a signal another process sent
+//! vmscope is passed on to the command, one from the terminal reached it already (see
+//! [`crate::signals`]), and the recording goes on until the command exits, so that the report
+//! covers all it did and vmscope exits with its status (128 + signal when it died of one).
 
-use std::{ffi::OsString, io::Write, path::Path, time::Duration};
+use std::{
+    ffi::{OsStr, OsString},
+    io::Write,
+    path::Path,
+    time::Duration,
+};
 
 use anyhow::Context as _;
-use tokio::signal::unix::{Signal, SignalKind, signal};
 use tonic::Code;
-use vmscope_proto::v1::{self as pb, SessionState};
+use vmscope_proto::{
+    SOCKET_ENV,
+    v1::{self as pb, SessionState},
+};
 
 use crate::{
     client::{self, Client},
     report::{Format, Report, ReportOptions},
+    signals::{self, Signals},
     spawn::{self, ExitStatus, HeldChild},
 };
 
@@ -47,20 +62,23 @@ pub struct RecordOptions {
 /// How often the CLI checks whether the daemon ended the session by itself.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Records and prints the report to `out`. Returns the exit code vmscope should end with: the
+/// Records and writes the report to `out`. Returns the exit code vmscope should end with: the
 /// recorded command's, or 0.
 pub async fn record(
     socket: &Path,
     options: RecordOptions,
-    out: &mut impl Write,
+    out: &mut dyn Write,
 ) -> anyhow::Result<i32> {
     // Resolve and fork the command first, so that "command not found" is reported before a
     // session exists.
     let mut child = match &options.target {
         Target::Command(argv) => {
             let (program, args) = argv.split_first().context("no command given after --")?;
+            // Absolute: the command may change directories before it connects.
+            let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
+            let env = [(OsStr::new(SOCKET_ENV), socket.as_os_str())];
             Some(
-                HeldChild::spawn(program, args)
+                HeldChild::spawn(program, args, &env)
                     .with_context(|| format!("cannot start {}", program.to_string_lossy()))?,
             )
         }
@@ -79,7 +97,7 @@ pub async fn record(
     let id = session.id;
     // Signals are caught from here on: the session must be stopped (and the command, if any,
     // waited for) however vmscope is asked to end.
-    let mut signals = Signals::new()?;
+    let mut signals = Signals::new().context("cannot catch signals")?;
     if let Some(child) = &mut child {
         child
             .release()
@@ -92,15 +110,18 @@ pub async fn record(
         options
             .duration
             .map(|d| format!(" for {:.1} s", d.as_secs_f64()))
-            .unwrap_or_default()
+            .unwrap_or_default(),
     );
 
-    let exited = child.as_ref().map(|c| {
+    let command = child.as_ref().map(|c| {
         let pid = c.pid();
-        tokio::task::spawn_blocking(move || spawn::wait_exited(pid))
+        (
+            pid,
+            tokio::task::spawn_blocking(move || spawn::wait_exited(pid)),
+        )
     });
     let reported = async {
-        let reason = wait_for_end(&mut client, id, exited, &mut signals).await?;
+        let reason = wait_for_end(&mut client, id, command, &mut signals).await?;
         stop(&mut client, id, reason).await?;
         let profile = client
             .get_profile(pb::GetProfileRequest { session_id: id })
@@ -109,7 +130,7 @@ pub async fn record(
             .context("fetching the profile")?
             .into_inner();
         let report = Report::from_profile(&profile, &options.report);
-        crate::report::render(&report, &options.report, options.format, out)?;
+        crate::report::render(&report, &options.report, options.format, &mut &mut *out)?;
         out.flush()?;
         anyhow::Ok(())
     }
@@ -143,8 +164,28 @@ async fn stop(client: &mut Client, id: u64, reason: &str) -> anyhow::Result<()> 
     }
 }
 
-/// Waits for the recorded command to end and reaps it. It got the terminal's Ctrl-C itself; a
-/// further interrupt here means "really stop", and kills it.
+/// Passes a signal vmscope received on to the recorded command, unless the terminal sent it to
+/// both already.
+fn pass_on(received: signals::Received, pid: u32) {
+    if !received.sent_by_process {
+        eprintln!(
+            "vmscope: {} from the terminal reached the command too; recording until it exits",
+            received.name()
+        );
+        return;
+    }
+    eprintln!(
+        "vmscope: passing {} on to the command (pid {pid}); recording until it exits",
+        received.name()
+    );
+    // Not reaped before vmscope has seen it exit, so the pid is still the command's.
+    if let Err(e) = signals::send(pid, received.signal) {
+        eprintln!("vmscope: cannot signal the command: {e}");
+    }
+}
+
+/// Waits for the recorded command to end and reaps it, passing signals on meanwhile (the
+/// session may have ended first, by its duration).
 async fn reap(mut child: HeldChild, signals: &mut Signals) -> anyhow::Result<ExitStatus> {
     let pid = child.pid();
     let mut reaped = tokio::task::spawn_blocking(move || child.reap());
@@ -155,38 +196,7 @@ async fn reap(mut child: HeldChild, signals: &mut Signals) -> anyhow::Result<Exi
                     .context("waiting for the recorded command")?
                     .context("waiting for the recorded command");
             }
-            _ = signals.next() => {
-                eprintln!("vmscope: killing the recorded command (pid {pid})");
-                // SAFETY: kill only sends a signal to our own child.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
-        }
-    }
-}
-
-/// The signals that end a recording: Ctrl-C, SIGTERM, SIGHUP (the terminal went away).
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-    hangup: Signal,
-}
-
-impl Signals {
-    fn new() -> anyhow::Result<Signals> {
-        let listen = |kind| signal(kind).context("cannot listen for signals");
-        Ok(Signals {
-            interrupt: listen(SignalKind::interrupt())?,
-            terminate: listen(SignalKind::terminate())?,
-            hangup: listen(SignalKind::hangup())?,
-        })
-    }
-
-    /// The next of them, as a stop reason.
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.interrupt.recv() => "interrupted (Ctrl-C)",
-            _ = self.terminate.recv() => "vmscope was terminated (SIGTERM)",
-            _ = self.hangup.recv() => "the terminal went away (SIGHUP)",
+            received = signals.next() => pass_on(received, pid),
         }
     }
 }
@@ -221,20 +231,25 @@ async fn start(
     Ok((client, session))
 }
 
-/// Waits until the session should end; returns the reason to give the daemon.
+/// Waits until the session should end; returns the reason to give the daemon. `command` is
+/// the recorded command's pid and the wait for its exit.
 async fn wait_for_end(
     client: &mut Client,
     id: u64,
-    exited: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    command: Option<(u32, tokio::task::JoinHandle<std::io::Result<()>>)>,
     signals: &mut Signals,
 ) -> anyhow::Result<&'static str> {
-    let mut exited = exited;
+    let (pid, mut exited) = command.unzip();
     loop {
         tokio::select! {
-            reason = signals.next() => {
-                eprintln!("vmscope: stopping: {reason}");
-                return Ok(reason);
-            }
+            received = signals.next() => match pid {
+                Some(pid) => pass_on(received, pid),
+                None => {
+                    let reason = received.stop_reason();
+                    eprintln!("vmscope: stopping: {reason}");
+                    return Ok(reason);
+                }
+            },
             result = async { exited.as_mut().expect("guarded").await }, if exited.is_some() => {
                 result.context("waiting for the command")?.context("waiting for the command")?;
                 return Ok("the recorded command exited");

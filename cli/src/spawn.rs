@@ -11,6 +11,9 @@
 //!
 //! Waiting uses `WNOWAIT` first: the exited command stays a zombie, whose CPU time the daemon
 //! can still read, until the session is stopped; only then is it reaped.
+//!
+//! The command gets vmscope's environment, plus the variables the caller adds (the daemon's
+//! socket, so that a VM that publishes its code map finds the daemon vmscope talks to).
 
 use std::{
     ffi::{CString, OsStr, OsString},
@@ -90,9 +93,35 @@ fn cstring(s: &OsStr) -> io::Result<CString> {
     })
 }
 
+/// `NAME=value` strings of vmscope's environment with `overrides` set, in a stable order.
+fn environment(overrides: &[(&OsStr, &OsStr)]) -> io::Result<Vec<CString>> {
+    let inherited =
+        std::env::vars_os().filter(|(name, _)| !overrides.iter().any(|(n, _)| n == name));
+    let mut pairs: Vec<(OsString, OsString)> = inherited.collect();
+    pairs.extend(
+        overrides
+            .iter()
+            .map(|&(name, value)| (name.to_owned(), value.to_owned())),
+    );
+    pairs
+        .into_iter()
+        .map(|(name, value)| {
+            let mut entry = name;
+            entry.push("=");
+            entry.push(value);
+            cstring(&entry)
+        })
+        .collect()
+}
+
 impl HeldChild {
-    /// Forks `program args...`, held before exec.
-    pub fn spawn(program: &OsStr, args: &[OsString]) -> io::Result<HeldChild> {
+    /// Forks `program args...`, held before exec, with vmscope's environment where `env` sets
+    /// or overrides variables.
+    pub fn spawn(
+        program: &OsStr,
+        args: &[OsString],
+        env: &[(&OsStr, &OsStr)],
+    ) -> io::Result<HeldChild> {
         let path = resolve_program(program)?;
         let c_path = cstring(path.as_os_str())?;
         let c_args: Vec<CString> = std::iter::once(program)
@@ -101,6 +130,9 @@ impl HeldChild {
             .collect::<io::Result<_>>()?;
         let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
+        let c_env = environment(env)?;
+        let mut envp: Vec<*const libc::c_char> = c_env.iter().map(|v| v.as_ptr()).collect();
+        envp.push(std::ptr::null());
         let exec_failed = b"vmscope: exec failed\n";
         // SAFETY: sigemptyset initialises the set we own.
         let empty_mask = unsafe {
@@ -144,7 +176,7 @@ impl HeldChild {
                 // command the dispositions and mask it would get from a shell.
                 libc::signal(libc::SIGPIPE, libc::SIG_DFL);
                 libc::sigprocmask(libc::SIG_SETMASK, &empty_mask, std::ptr::null_mut());
-                libc::execv(c_path.as_ptr(), argv.as_ptr());
+                libc::execve(c_path.as_ptr(), argv.as_ptr(), envp.as_ptr());
                 libc::write(2, exec_failed.as_ptr().cast(), exec_failed.len());
                 libc::_exit(127);
             }
@@ -248,7 +280,8 @@ mod tests {
         let dir = tempfile_dir();
         let marker = dir.join("ran");
         let script = format!("touch {}; exit 7", marker.display());
-        let mut child = HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()]).unwrap();
+        let mut child =
+            HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()], &[]).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(!marker.exists(), "the command must wait to be released");
         child.release().unwrap();
@@ -268,7 +301,8 @@ mod tests {
             "grep -E '^Sig(Ign|Blk)' /proc/self/status > {}",
             out.display()
         );
-        let mut child = HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()]).unwrap();
+        let mut child =
+            HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()], &[]).unwrap();
         child.release().unwrap();
         assert_eq!(child.reap().unwrap(), ExitStatus::Code(0));
         let status = std::fs::read_to_string(&out).unwrap();
@@ -281,11 +315,44 @@ mod tests {
     }
 
     #[test]
+    fn the_command_gets_our_environment_with_overrides() {
+        let dir = tempfile_dir();
+        let out = dir.join("env");
+        let script = format!("env > {}", out.display());
+        let mut child = HeldChild::spawn(
+            OsStr::new("sh"),
+            &["-c".into(), script.into()],
+            &[
+                (OsStr::new("VMSCOPE_SOCKET"), OsStr::new("/tmp/x y/s")),
+                (OsStr::new("PATH"), OsStr::new("/usr/bin:/bin")),
+            ],
+        )
+        .unwrap();
+        child.release().unwrap();
+        assert_eq!(child.reap().unwrap(), ExitStatus::Code(0));
+        let env = std::fs::read_to_string(&out).unwrap();
+        let lines: Vec<&str> = env.lines().collect();
+        assert!(lines.contains(&"VMSCOPE_SOCKET=/tmp/x y/s"), "{env}");
+        // Cargo runs tests with this set: inherited variables are passed on.
+        let inherited = format!("CARGO_MANIFEST_DIR={}", env!("CARGO_MANIFEST_DIR"));
+        assert!(lines.contains(&inherited.as_str()), "{env}");
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.starts_with("PATH="))
+                .collect::<Vec<_>>(),
+            [&"PATH=/usr/bin:/bin"],
+            "an override replaces the inherited value"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn aborted_child_never_runs() {
         let dir = tempfile_dir();
         let marker = dir.join("ran");
         let script = format!("touch {}", marker.display());
-        let child = HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()]).unwrap();
+        let child = HeldChild::spawn(OsStr::new("sh"), &["-c".into(), script.into()], &[]).unwrap();
         child.abort();
         assert!(!marker.exists());
         std::fs::remove_dir_all(dir).unwrap();
@@ -294,7 +361,7 @@ mod tests {
     #[test]
     fn signals_map_to_shell_codes() {
         let mut child =
-            HeldChild::spawn(OsStr::new("sh"), &["-c".into(), "kill -9 $$".into()]).unwrap();
+            HeldChild::spawn(OsStr::new("sh"), &["-c".into(), "kill -9 $$".into()], &[]).unwrap();
         child.release().unwrap();
         let status = child.reap().unwrap();
         assert_eq!(status, ExitStatus::Signal(9));
@@ -303,7 +370,7 @@ mod tests {
 
     #[test]
     fn unknown_commands_are_refused_before_forking() {
-        let err = HeldChild::spawn(OsStr::new("no-such-command-vmscope"), &[]).unwrap_err();
+        let err = HeldChild::spawn(OsStr::new("no-such-command-vmscope"), &[], &[]).unwrap_err();
         assert!(err.to_string().contains("command not found"), "{err}");
         let dir = tempfile_dir();
         let plain = dir.join("not-executable");

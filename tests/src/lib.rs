@@ -390,9 +390,9 @@ pub fn rows(profile: &Profile, section: Section) -> impl Iterator<Item = &Profil
     profile.rows.iter().filter(move |r| r.section() == section)
 }
 
-/// The JSON report of a successful `vmscope ... --format json` run. A recorded command's own
-/// output comes first on stdout; the report is the JSON object that starts a line after it.
-/// Panics with vmscope's stderr when it failed.
+/// The JSON report of a successful `vmscope ... --format json` run: on standard output, or, when
+/// a command was recorded (it keeps standard output to itself), on standard error after
+/// vmscope's own lines. Panics with vmscope's stderr when it failed.
 pub fn json_report(out: &std::process::Output) -> serde_json::Value {
     assert!(
         out.status.success(),
@@ -401,16 +401,28 @@ pub fn json_report(out: &std::process::Output) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let start = if stdout.starts_with('{') {
+    if stdout.starts_with('{') {
+        return serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("bad JSON report ({e}):\n{stdout}"));
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    json_object_in(&stderr)
+        .unwrap_or_else(|| panic!("no JSON report on stdout:\n{stdout}\nnor on stderr:\n{stderr}"))
+}
+
+/// The pretty-printed JSON object in `text` that starts at a line `{` and ends at the next line
+/// `}` (nested braces are indented), among other lines.
+pub fn json_object_in(text: &str) -> Option<serde_json::Value> {
+    let start = if text.starts_with("{\n") {
         0
     } else {
-        stdout
-            .find("\n{\n")
-            .map(|i| i + 1)
-            .unwrap_or_else(|| panic!("no JSON report in:\n{stdout}"))
+        text.find("\n{\n")? + 1
     };
-    serde_json::from_str(&stdout[start..])
-        .unwrap_or_else(|e| panic!("bad JSON report ({e}):\n{}", &stdout[start..]))
+    let end = start + text[start..].find("\n}\n")? + 2;
+    Some(
+        serde_json::from_str(&text[start..end])
+            .unwrap_or_else(|e| panic!("bad JSON report ({e}):\n{}", &text[start..end])),
+    )
 }
 
 /// How far, as a fraction, a measured sampling rate may stray from the requested one: 10%,

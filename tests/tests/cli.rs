@@ -14,6 +14,7 @@ fn record_a_command_from_its_first_instruction() {
         .output()
         .expect("run vmscope");
     let report = json_report(&out);
+    // The fixture's own output, all of stdout.
     let stdout = String::from_utf8_lossy(&out.stdout);
     let cpu_seconds: f64 = stdout
         .lines()
@@ -139,7 +140,13 @@ fn exit_status_is_passed_through() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    // The command keeps stdout; the report is on stderr.
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("vanilla vm code"), "{text}");
 
     let missing = daemon

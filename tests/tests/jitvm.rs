@@ -14,10 +14,17 @@ use vmscope_parse::codemap_file;
 use vmscope_proto::v1::{Section, StartSessionRequest};
 use vmscope_tests::{Daemon, binary, json_report, shared_tempdir, stop_and_profile};
 
-/// `vmscope record --format json -- jitvm ARGS`: the generated section's rows.
+/// `vmscope --socket S record --format json -- jitvm ARGS`: the generated section's rows.
+///
+/// The socket is given as an option only, never in the environment: the VM must learn it from
+/// vmscope (VMSCOPE_SOCKET in the recorded command's environment), or it runs unprofiled and
+/// every test here finds anonymous code instead of its methods.
 fn record(daemon: &Daemon, args: &[&str]) -> Vec<serde_json::Value> {
     let out = daemon
         .cli()
+        .env_remove("VMSCOPE_SOCKET")
+        .arg("--socket")
+        .arg(&daemon.socket)
         .args(["record", "--format", "json", "--"])
         .arg(binary("jitvm"))
         .args(args)

@@ -1,0 +1,88 @@
+//! Where a report is written.
+//!
+//! Reports compose like the output of `perf stat`, `strace` and `time`: with `record -- CMD`
+//! the command owns standard output (`vmscope record -- gzip -c f > f.gz` must leave a valid
+//! gzip stream), so the report goes to standard error unless `-o FILE` names a file; reports
+//! of running processes or of the whole system have standard output to themselves.
+
+use std::{
+    fs::File,
+    io::{self, BufWriter, Write},
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+
+/// Where a report goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// Standard output.
+    Stdout,
+    /// Standard error: a recorded command's standard output is its own.
+    Stderr,
+    /// A file, created or truncated.
+    File(PathBuf),
+}
+
+impl Destination {
+    /// The destination for `-o PATH` (`-` is standard output), or without it for a report that
+    /// must not share standard output with a recorded command (`command_owns_stdout`).
+    pub fn choose(output: Option<&Path>, command_owns_stdout: bool) -> Destination {
+        match output {
+            Some(path) if path == Path::new("-") => Destination::Stdout,
+            Some(path) => Destination::File(path.to_path_buf()),
+            None if command_owns_stdout => Destination::Stderr,
+            None => Destination::Stdout,
+        }
+    }
+
+    /// Opens the destination. A file is created (or truncated) now, before any recording, so
+    /// that a path that cannot be written fails at once rather than after the work is done.
+    pub fn open(&self) -> anyhow::Result<Box<dyn Write>> {
+        Ok(match self {
+            Destination::Stdout => Box::new(io::stdout().lock()),
+            Destination::Stderr => Box::new(io::stderr().lock()),
+            Destination::File(path) => {
+                Box::new(BufWriter::new(File::create(path).with_context(|| {
+                    format!("cannot write the report to {}", path.display())
+                })?))
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_keep_stdout_and_dash_means_stdout() {
+        let file = Path::new("p.json");
+        for (output, command, expected) in [
+            (None, true, Destination::Stderr),
+            (None, false, Destination::Stdout),
+            (Some(file), true, Destination::File(file.to_path_buf())),
+            (Some(file), false, Destination::File(file.to_path_buf())),
+            (Some(Path::new("-")), true, Destination::Stdout),
+            (
+                Some(Path::new("./-")),
+                true,
+                Destination::File("./-".into()),
+            ),
+        ] {
+            assert_eq!(Destination::choose(output, command), expected);
+        }
+    }
+
+    #[test]
+    fn an_unwritable_file_fails_before_anything_is_recorded() {
+        let err = Destination::File("/nonexistent-dir/report.txt".into())
+            .open()
+            .err()
+            .expect("the directory does not exist");
+        assert!(
+            format!("{err:#}").contains("cannot write the report to /nonexistent-dir/report.txt"),
+            "{err:#}"
+        );
+    }
+}
