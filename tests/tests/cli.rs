@@ -148,6 +148,14 @@ fn exit_status_is_passed_through() {
     );
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("vanilla vm code"), "{text}");
+    // A program that lives a millisecond is named after itself, not after the vmscope it was
+    // forked from.
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("pid "))
+        .unwrap_or_default();
+    assert!(header.contains(" (sh)"), "{header}\n{text}");
+    assert!(!header.contains("vmscope"), "{header}");
 
     let missing = daemon
         .cli()

@@ -131,11 +131,17 @@ impl ProcessTable {
         }
     }
 
-    /// Re-reads a process after `execve`: everything about it changed but its pid.
-    pub fn exec(&mut self, pid: u32, now_ns: u64) {
+    /// Re-reads a process after `execve`: everything about it changed but its pid. `comm` is
+    /// the new program's name as the exec event gave it, kept when the process cannot be read
+    /// any more (a program that ran for a millisecond).
+    pub fn exec(&mut self, pid: u32, now_ns: u64, comm: &str) -> &Process {
         self.counters.execs += 1;
-        let process = self.read_process(pid, now_ns);
+        let mut process = self.read_process(pid, now_ns);
+        if process.command.is_empty() {
+            process.command = comm.to_owned();
+        }
         self.processes.insert(pid, process);
+        &self.processes[&pid]
     }
 
     /// Forgets a process (it exec'd and nobody needs it read at once): its next sample reads it

@@ -753,9 +753,15 @@ impl Manager {
     fn exec(&mut self, event: &Event) {
         self.counters.exec_events += 1;
         let pid = event.tgid;
+        // Sessions that sample the process at the exec's time: stopping ones too, since a
+        // program that exits at once can be seen to exit (and its session to stop) before its
+        // exec is read from the ring.
         let targeted: Vec<u64> = self
-            .running()
-            .filter(|s| s.held_pids().contains(&pid))
+            .sessions
+            .values()
+            .filter(|s| {
+                s.state != State::Stopped && !s.spec.system_wide && s.wants(pid, event.timestamp_ns)
+            })
             .map(|s| s.id)
             .collect();
         // The old program's code map ends at the exec; what the new one published stays.
@@ -767,10 +773,35 @@ impl Manager {
             self.processes.forget(pid);
             return;
         }
-        // A named target: read it now, while it surely lives, as at session start.
-        self.processes.exec(pid, event.timestamp_ns);
+        // A named target: read it now, while it may still live, as at session start. A short
+        // program may be gone already: its name came with the event.
+        let comm = comm_name(&event.exec_comm());
+        let process = self.processes.exec(pid, event.timestamp_ns, &comm);
+        let (command, executable) = (
+            process.command.clone(),
+            process
+                .executable
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        );
+        for id in &targeted {
+            let Some(session) = self.sessions.get_mut(id) else {
+                continue;
+            };
+            for target in session.targets.iter_mut().filter(|t| t.pid == pid) {
+                target.command.clone_from(&command);
+                // The old program's path would be wrong; an unknown one is said as such.
+                target.executable.clone_from(&executable);
+            }
+        }
         for id in targeted {
-            let owner = self.sessions[&id].owner_uid;
+            let session = &self.sessions[&id];
+            // A stopping session has released its filters already.
+            if session.state != State::Running {
+                continue;
+            }
+            let owner = session.owner_uid;
             if !request::owner_may_profile(owner, pid) {
                 self.counters.targets_revoked += 1;
                 tracing::info!(
@@ -1054,6 +1085,12 @@ impl Manager {
             values: values.into_iter().collect(),
         }
     }
+}
+
+/// A kernel `comm` (NUL-padded) as text.
+fn comm_name(comm: &[u8]) -> String {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..len]).into_owned()
 }
 
 /// Sleeps until a CLOCK_MONOTONIC time (tokio's clock is CLOCK_MONOTONIC too).

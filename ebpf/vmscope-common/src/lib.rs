@@ -8,8 +8,12 @@
 
 /// [`Event::kind`] of a timer sample.
 pub const EVENT_SAMPLE: u32 = 0;
-/// [`Event::kind`] of an `execve` by a tracked process: its mappings were all replaced.
+/// [`Event::kind`] of an `execve` by a tracked process: its mappings were all replaced. It
+/// carries the new program's name: see [`Event::exec_comm`].
 pub const EVENT_EXEC: u32 = 1;
+
+/// Length of a task's command name (`comm`) in the kernel, NUL included.
+pub const COMM_LEN: usize = 16;
 
 /// [`Event::flags`] bit: the sample interrupted kernel code (`regs.cs & 3 == 0`).
 pub const FLAG_KERNEL_MODE: u32 = 1;
@@ -47,11 +51,13 @@ pub struct Event {
     pub tid: u32,
     /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock that jitdump timestamps use too.
     pub timestamp_ns: u64,
-    /// Instruction pointer (`regs.rip`); 0 for exec events.
+    /// Instruction pointer (`regs.rip`). Exec events carry the first half of the new `comm`
+    /// here instead (see [`Event::exec_comm`]).
     pub ip: u64,
     /// Sampling period of the perf event that fired, in nanoseconds. The kernel turns a
     /// cpu-clock frequency into the fixed period `NSEC_PER_SEC / freq`, so this names the
-    /// frequency group, and thereby the sessions, a sample belongs to.
+    /// frequency group, and thereby the sessions, a sample belongs to. Exec events carry the
+    /// second half of the new `comm` here instead.
     pub period_ns: u64,
     /// [`FLAG_KERNEL_MODE`] and future flags.
     pub flags: u32,
@@ -82,6 +88,34 @@ impl Event {
     /// Whether the sample interrupted kernel code.
     pub fn is_kernel(&self) -> bool {
         self.flags & FLAG_KERNEL_MODE != 0
+    }
+
+    /// An exec event's new command name: the kernel sets it from the exec'd file's name before
+    /// the event fires, so it names the program even when the process exits before the daemon
+    /// can read `/proc` (`sh -c 'exit 7'` lives a millisecond). It travels in `ip` and
+    /// `period_ns`, which exec events do not use, so that every event keeps one size.
+    pub fn exec_comm(&self) -> [u8; COMM_LEN] {
+        let (a, b) = (self.ip.to_ne_bytes(), self.period_ns.to_ne_bytes());
+        let mut comm = [0; COMM_LEN];
+        let mut i = 0;
+        while i < 8 {
+            comm[i] = a[i];
+            comm[i + 8] = b[i];
+            i += 1;
+        }
+        comm
+    }
+
+    /// The `(ip, period_ns)` words that carry `comm` in an exec event.
+    pub const fn comm_words(comm: &[u8; COMM_LEN]) -> (u64, u64) {
+        let (mut a, mut b) = ([0u8; 8], [0u8; 8]);
+        let mut i = 0;
+        while i < 8 {
+            a[i] = comm[i];
+            b[i] = comm[i + 8];
+            i += 1;
+        }
+        (u64::from_ne_bytes(a), u64::from_ne_bytes(b))
     }
 }
 
@@ -128,6 +162,20 @@ mod tests {
         let bytes = e.to_bytes();
         assert_eq!(Event::from_bytes(&bytes), Some(e));
         assert!(Event::from_bytes(&bytes).unwrap().is_kernel());
+    }
+
+    #[test]
+    fn exec_events_carry_the_whole_comm() {
+        let comm = *b"a-long-name-xyz\0";
+        let (ip, period_ns) = Event::comm_words(&comm);
+        let e = Event {
+            kind: EVENT_EXEC,
+            ip,
+            period_ns,
+            ..Event::default()
+        };
+        let decoded = Event::from_bytes(&e.to_bytes()).unwrap();
+        assert_eq!(decoded.exec_comm(), comm);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!   writes an [`Event`] to the ring buffer. A tick that finds the ring buffer full is counted
 //!   in `LOST` (per CPU) and dropped: the kernel never waits for the daemon.
 //! * `vmscope_exec` (raw tracepoint `sched_process_exec`) reports `execve` of tracked
-//!   processes, whose mappings the daemon must then re-read.
+//!   processes, whose mappings the daemon must then re-read, with the new program's name.
 //!
 //! Built for `bpfel-unknown-none` by `daemon/build.rs` (aya-build). On the host this file
 //! compiles to an empty `main` so that `cargo build --workspace` and clippy work.
@@ -16,7 +16,10 @@
 mod prog {
     use aya_ebpf::{
         bindings::{BPF_RB_NO_WAKEUP, bpf_perf_event_data},
-        helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+        helpers::{
+            bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
+            bpf_ktime_get_ns,
+        },
         macros::{map, perf_event, raw_tracepoint},
         maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
         programs::{PerfEventContext, RawTracePointContext},
@@ -113,6 +116,8 @@ mod prog {
         if !system_wide && unsafe { TRACKED.get(&tgid).is_none() } {
             return 0;
         }
+        // The program's name, set from the exec'd file's name before this tracepoint fires.
+        let (ip, period_ns) = Event::comm_words(&bpf_get_current_comm().unwrap_or([0; 16]));
         let event = Event {
             kind: EVENT_EXEC,
             // SAFETY: these helpers have no preconditions.
@@ -121,8 +126,8 @@ mod prog {
             tid: pid_tgid as u32,
             // SAFETY: as above.
             timestamp_ns: unsafe { bpf_ktime_get_ns() },
-            ip: 0,
-            period_ns: 0,
+            ip,
+            period_ns,
             flags: 0,
             _pad: 0,
         };

@@ -651,6 +651,40 @@ async fn exec_events_reread_the_process() {
     );
 }
 
+#[tokio::test]
+async fn an_exec_names_the_target_even_when_it_is_gone_already() {
+    let h = harness();
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[pid], 100))
+        .await
+        .unwrap();
+    assert_eq!(s.targets[0].command, "sleep");
+    let exec_ns = sys::monotonic_ns();
+    // The program exits (and is reaped) before its exec is read: /proc has nothing left.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (ip, period_ns) = Event::comm_words(b"short-prog\0\0\0\0\0\0");
+    let exec = Event {
+        kind: EVENT_EXEC,
+        tgid: pid,
+        tid: pid,
+        timestamp_ns: exec_ns,
+        ip,
+        period_ns,
+        ..Event::default()
+    };
+    h.send(vec![exec], exec_ns + 1).await;
+    let session = h.manager.get(ROOT, s.id).await.unwrap();
+    assert_eq!(session.targets[0].command, "short-prog", "{session:?}");
+    assert_eq!(
+        session.targets[0].executable, "",
+        "the old program's path must not stay"
+    );
+}
+
 /// An anonymous executable page of this process: generated code, as far as the daemon knows.
 struct JitPage(*mut libc::c_void);
 
