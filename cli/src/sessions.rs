@@ -113,8 +113,13 @@ pub async fn info(socket: &Path, out: &mut impl Write) -> anyhow::Result<()> {
     writeln!(out, "counters:")?;
     let mut counters: Vec<_> = info.counters.into_iter().collect();
     counters.sort();
+    let width = counters
+        .iter()
+        .map(|(name, _)| name.len())
+        .max()
+        .unwrap_or(0);
     for (name, value) in counters {
-        writeln!(out, "  {name:<28} {value}")?;
+        writeln!(out, "  {name:<width$} {value}")?;
     }
     Ok(())
 }

@@ -158,3 +158,57 @@ fn a_running_node_is_named_by_pid() {
         );
     }
 }
+
+/// A map that keeps growing with entries the daemon refuses (V8 lists bytecode, which is not
+/// executable) is said in the log once, with the count and an example, not a line per read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_perf_map_entries_are_summarised_once() {
+    use vmscope_proto::v1::GetDaemonInfoRequest;
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/new_functions.js");
+    let out = daemon
+        .cli()
+        .args([
+            "record",
+            "--format",
+            "json",
+            "--",
+            "node",
+            "--perf-basic-prof",
+        ])
+        .arg(script)
+        .arg("1.5")
+        .current_dir(dir.path())
+        .output()
+        .expect("run vmscope (node must be installed)");
+    let report = json_report(&out);
+    let pid = report["targets"][0]["pid"].as_u64().unwrap();
+    generated_rows(&report);
+    let log = daemon.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused") && l.contains(&format!("perf-{pid}.map")))
+        .collect();
+    let refused = daemon
+        .client()
+        .await
+        .get_daemon_info(GetDaemonInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .counters["code_map_refused_outside_executable"];
+    assert!(refused >= 100, "{refused} entries refused; log:\n{log}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "one summary line for the perf map:\n{}",
+        lines.join("\n")
+    );
+    assert!(
+        lines[0].contains(&format!("{refused} entries refused"))
+            && lines[0].contains("outside the process's executable mappings (e.g. "),
+        "{}",
+        lines[0]
+    );
+}

@@ -11,10 +11,12 @@
 //! - [`timeline`]: changes and samples merged in time order.
 //! - [`vm`]: events published by a VM, checked and turned into changes.
 //! - [`sources`]: perf maps, jitdump and code map files read as they grow.
+//! - [`refusals`]: what was refused, counted by reason and summarised in the log.
 //! - [`registry`]: every process's timeline and sources, driven by the session manager.
 
 pub mod code;
 pub mod live;
+pub mod refusals;
 pub mod registry;
 pub mod sources;
 pub mod timeline;

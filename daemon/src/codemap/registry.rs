@@ -16,7 +16,7 @@
 //! A process that exited is read one last time and is then known to the end of time.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     fs::File,
     path::{Path, PathBuf},
     sync::Arc,
@@ -26,6 +26,7 @@ use vmscope_parse::stat;
 
 use super::{
     code::{CodeId, CodeStore},
+    refusals::{Reason, Refusals},
     sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
     timeline::{Change, PendingSample, Timeline},
 };
@@ -110,7 +111,7 @@ impl MappedFileKind {
 }
 
 /// Counters of all code maps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CodeMapCounters {
     /// Samples attributed to a code map entry.
     pub attributed: u64,
@@ -118,14 +119,17 @@ pub struct CodeMapCounters {
     pub unexplained: u64,
     /// Changes applied.
     pub changes: u64,
-    /// Changes refused (by the timeline: unknown addresses, outside the zone).
+    /// Changes refused (by the timeline: unknown addresses, outside the zone), since the daemon
+    /// started.
     pub changes_refused: u64,
     /// Changes that arrived too late to apply in order.
     pub changes_late: u64,
     /// Samples that arrived after their timeline moved past them (should stay 0).
     pub samples_late: u64,
-    /// Lines or records refused by file sources.
+    /// Lines or records refused by file sources, since the daemon started.
     pub source_refusals: u64,
+    /// Every refusal by reason, since the daemon started.
+    pub refused: BTreeMap<Reason, u64>,
     /// Sources that could not be opened or read (wrong owner, symlink, malformed header...).
     pub source_failures: u64,
     /// Perf maps, jitdump and code map files read.
@@ -154,6 +158,16 @@ struct ProcessCode {
 }
 
 impl ProcessCode {
+    /// What each of its sources, and its timeline, refused.
+    fn refusals(&mut self) -> impl Iterator<Item = &mut Refusals> {
+        self.perf_map
+            .iter_mut()
+            .map(|s| &mut s.refusals)
+            .chain(self.jitdumps.iter_mut().map(|s| &mut s.refusals))
+            .chain(self.files.iter_mut().map(|s| &mut s.refusals))
+            .chain(std::iter::once(&mut self.timeline.refusals))
+    }
+
     /// Up to when every change of the process is known (see the module's doc).
     fn known_until(&self, now_ns: u64) -> u64 {
         if self.exited {
@@ -210,31 +224,32 @@ impl CodeMaps {
         &self.store
     }
 
-    /// Counters (of the processes still known, plus what was attributed so far).
+    /// Counters (of the processes still known, plus what was attributed and refused so far).
     pub fn counters(&self) -> CodeMapCounters {
-        let mut c = self.counters;
+        let mut c = self.counters.clone();
         for p in self.processes.values() {
             let t = p.timeline.counters();
             c.changes += t.applied;
-            c.changes_refused += t.refused;
             c.changes_late += t.late;
             c.samples_late += t.late_samples;
-            c.source_refusals += p
-                .perf_map
-                .iter()
-                .map(|s| s.counters.refused)
-                .chain(p.jitdumps.iter().map(|s| s.counters.refused))
-                .chain(p.files.iter().map(|s| s.publication.refused))
-                .sum::<u64>();
         }
+        c.changes_refused = c.refused.get(&Reason::Unapplicable).copied().unwrap_or(0);
+        c.source_refusals = c
+            .refused
+            .iter()
+            .filter(|(reason, _)| reason.is_entry())
+            .map(|(_, n)| n)
+            .sum();
         c
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessCode {
         self.processes.entry(pid).or_insert_with(|| {
             let status = read_status(pid);
+            let mut timeline = Timeline::default();
+            timeline.refusals = Refusals::new(pid, "code map changes");
             ProcessCode {
-                timeline: Timeline::default(),
+                timeline,
                 uid: status.as_ref().map(|s| s.uids.effective),
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
                 perf_map: None,
@@ -286,9 +301,9 @@ impl CodeMaps {
             let source = open(mapped)
                 .map_err(|e| format!("cannot open {}: {e}", mapped.path.display()))
                 .and_then(|file| match mapped.kind {
-                    MappedFileKind::Jitdump => JitdumpSource::new(file, &mapped.path, uid)
+                    MappedFileKind::Jitdump => JitdumpSource::new(file, &mapped.path, pid, uid)
                         .map(|s| process.jitdumps.push(s)),
-                    MappedFileKind::CodeMap => CodeMapFileSource::new(file, &mapped.path, uid)
+                    MappedFileKind::CodeMap => CodeMapFileSource::new(file, &mapped.path, pid, uid)
                         .map(|s| process.files.push(s)),
                 });
             match source {
@@ -324,9 +339,11 @@ impl CodeMaps {
 
     /// Changes published by the VM, known up to `until_ns`.
     pub fn publish(&mut self, pid: u32, changes: Vec<(u64, Change)>, until_ns: u64) {
-        let process = self.process(pid);
+        self.process(pid);
+        let process = self.processes.get_mut(&pid).expect("made above");
         push_changes(&mut process.timeline, sys::monotonic_ns(), changes);
         process.published_until_ns = process.published_until_ns.max(until_ns);
+        count_refusals(&mut self.counters, &mut process.timeline.refusals);
     }
 
     /// The process exited: its files are read one last time, and it changes no more.
@@ -461,6 +478,7 @@ impl CodeMaps {
                 Err(e) => {
                     self.counters.source_failures += 1;
                     tracing::warn!(pid, "perf map read no more: {e}");
+                    count_refusals(&mut self.counters, &mut perf_map.refusals);
                     process.perf_map = None;
                     process.perf_map_checked_ns = u64::MAX;
                 }
@@ -482,21 +500,11 @@ impl CodeMaps {
             tracing::warn!(pid, "code map read no more: {failure}");
         }
         push_changes(&mut process.timeline, now_ns, changes);
-        for problem in process
-            .perf_map
-            .iter_mut()
-            .filter_map(|s| s.first_problem.take())
-            .chain(
-                process
-                    .jitdumps
-                    .iter_mut()
-                    .filter_map(|s| s.first_problem.take()),
-            )
-        {
-            tracing::warn!(pid, "code map entry refused: {problem}");
-        }
-        if let Some(refusal) = process.timeline.take_first_refusal() {
-            tracing::warn!(pid, "code map change refused: {refusal}");
+        // Refusals are counted as they happen, and said once per source: at the process's last
+        // read, or now and then while it lives (see `refusals`).
+        for refusals in process.refusals() {
+            count_refusals(&mut self.counters, refusals);
+            refusals.log_summary(now_ns, final_read);
         }
 
         let known = process.known_until(now_ns).min(samples_until);
@@ -536,6 +544,13 @@ fn read_start_time(pid: u32) -> Option<u64> {
 /// The effective uid of a process, if it still runs.
 fn read_uid(pid: u32) -> Option<u32> {
     read_status(pid).map(|s| s.uids.effective)
+}
+
+/// Adds what `refusals` refused since it was last counted to the daemon's counters.
+fn count_refusals(counters: &mut CodeMapCounters, refusals: &mut Refusals) {
+    for (reason, n) in refusals.take_uncounted() {
+        *counters.refused.entry(reason).or_default() += n;
+    }
 }
 
 /// Changes stamped further ahead than this are refused: clocks agree far better, and a change

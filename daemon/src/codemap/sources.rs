@@ -25,6 +25,7 @@ use vmscope_proto::v1::CodeKind;
 
 use super::{
     code::{Code, CodeId, CodeSource, CodeStore, SourcePoint},
+    refusals::{Reason, Refusals},
     timeline::Change,
     vm::Publication,
 };
@@ -38,13 +39,11 @@ pub const MAX_READ_PER_SYNC: usize = 64 << 20;
 /// process's mappings to find out).
 pub type ExecCheck<'a> = &'a mut dyn FnMut(u64, u64) -> bool;
 
-/// Counters of one source.
+/// Counters of one source; what it refused is in its [`Refusals`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SourceCounters {
     /// Entries or records turned into changes.
     pub accepted: u64,
-    /// Lines or records refused (malformed, outside executable mappings...).
-    pub refused: u64,
     /// Bytes read.
     pub bytes: u64,
 }
@@ -149,8 +148,8 @@ pub struct PerfMapSource {
     first_read_ns: Option<u64>,
     /// Counters.
     pub counters: SourceCounters,
-    /// The first refusal, for the log.
-    pub first_problem: Option<String>,
+    /// What it refused, by reason.
+    pub refusals: Refusals,
 }
 
 impl PerfMapSource {
@@ -175,7 +174,6 @@ impl PerfMapSource {
         check_owner(&file, &path, uid)?;
         let inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
         Ok(Some(PerfMapSource {
-            path,
             uid,
             growing: Growing::new(file),
             inode,
@@ -184,7 +182,8 @@ impl PerfMapSource {
             codes: Vec::new(),
             first_read_ns: Some(program_start_ns),
             counters: SourceCounters::default(),
-            first_problem: None,
+            refusals: Refusals::new(pid, format!("perf map {}", path.display())),
+            path,
         }))
     }
 
@@ -243,22 +242,16 @@ impl PerfMapSource {
         let chunk = self.reader.parse(&bytes, at_eof && final_read);
         let consumed = chunk.consumed;
         self.counters.bytes += chunk.consumed as u64;
-        self.counters.refused += chunk.bad_lines as u64;
-        if let Some(problem) = &chunk.first_error {
-            self.first_problem
-                .get_or_insert_with(|| format!("{}: {problem}", self.path.display()));
-        }
+        let first_error = chunk.first_error.as_deref().unwrap_or("unreadable line");
+        self.refusals
+            .refuse(Reason::Malformed, chunk.bad_lines as u64, || {
+                first_error.to_owned()
+            });
         for entry in chunk.entries {
             let end = entry.start.saturating_add(entry.size);
             if !check(entry.start, end) {
-                self.counters.refused += 1;
-                self.first_problem.get_or_insert_with(|| {
-                    format!(
-                        "{}: {} at {:#x} lies outside the process's executable mappings",
-                        self.path.display(),
-                        entry.name,
-                        entry.start
-                    )
+                self.refusals.refuse(Reason::OutsideExecutable, 1, || {
+                    format!("{} at {:#x}", entry.name, entry.start)
                 });
                 continue;
             }
@@ -269,9 +262,8 @@ impl PerfMapSource {
             )) {
                 Ok(code) => code,
                 Err(full) => {
-                    self.counters.refused += 1;
-                    self.first_problem
-                        .get_or_insert_with(|| format!("{}: {full}", self.path.display()));
+                    self.refusals
+                        .refuse(Reason::StoreFull, 1, || full.to_string());
                     continue;
                 }
             };
@@ -333,8 +325,8 @@ pub struct JitdumpSource {
     pub counters: SourceCounters,
     /// Set when the file turned out to be broken: it is read no more.
     pub broken: Broken,
-    /// The first refusal, for the log.
-    pub first_problem: Option<String>,
+    /// What it refused, by reason.
+    pub refusals: Refusals,
     /// Whether timestamps are usable (CLOCK_MONOTONIC, not TSC).
     clock_ok: bool,
 }
@@ -374,8 +366,9 @@ const MAX_SHARED_FILE_NAMES: usize = 100_000;
 const JITDUMP_FLAGS_ARCH_TIMESTAMP: u64 = 1;
 
 impl JitdumpSource {
-    /// A jitdump file opened through the process's mapping of it, checked to be the user's.
-    pub fn new(file: File, path: &Path, uid: u32) -> Result<JitdumpSource, String> {
+    /// A jitdump file of process `pid` opened through its mapping of it, checked to be the
+    /// user's.
+    pub fn new(file: File, path: &Path, pid: u32, uid: u32) -> Result<JitdumpSource, String> {
         check_owner(&file, path, uid)?;
         Ok(JitdumpSource {
             name: path.display().to_string(),
@@ -388,7 +381,7 @@ impl JitdumpSource {
             last_ns: 0,
             counters: SourceCounters::default(),
             broken: Broken::default(),
-            first_problem: None,
+            refusals: Refusals::new(pid, format!("jitdump {}", path.display())),
             clock_ok: true,
         })
     }
@@ -419,9 +412,9 @@ impl JitdumpSource {
                     self.name
                 ));
             } else {
-                self.refuse(format!(
-                    "the file ends in the middle of a record ({left} bytes left over)"
-                ));
+                self.refuse(Reason::Truncated, || {
+                    format!("{left} bytes of a record left over")
+                });
                 self.growing.pending.clear();
             }
         }
@@ -483,10 +476,8 @@ impl JitdumpSource {
         if self.clock_ok { record_ns } else { now_ns }
     }
 
-    fn refuse(&mut self, problem: String) {
-        self.counters.refused += 1;
-        self.first_problem
-            .get_or_insert_with(|| format!("{}: {problem}", self.name));
+    fn refuse(&mut self, reason: Reason, example: impl FnOnce() -> String) {
+        self.refusals.refuse(reason, 1, example);
     }
 
     fn apply(
@@ -535,14 +526,13 @@ impl JitdumpSource {
                     _ => Vec::new(),
                 };
                 if !name_is_utf8 {
-                    self.refuse(format!("the name {name:?} at {code_addr:#x} is not UTF-8"));
+                    self.refuse(Reason::NotUtf8, || format!("{name:?} at {code_addr:#x}"));
                     return;
                 }
                 if code_size == 0 || !check(code_addr, end) {
-                    self.refuse(format!(
-                        "{name} at {code_addr:#x} ({code_size} bytes) lies outside the process's \
-                         executable mappings"
-                    ));
+                    self.refuse(Reason::OutsideExecutable, || {
+                        format!("{name} at {code_addr:#x}, {code_size} bytes")
+                    });
                     return;
                 }
                 let shift = debug_address_shift(&debug, code_addr, end);
@@ -551,9 +541,9 @@ impl JitdumpSource {
                 for (addr, file, line, column) in debug {
                     let addr = addr.wrapping_sub(shift);
                     if addr < code_addr || addr >= end {
-                        self.refuse(format!(
-                            "{name}: debug info at {addr:#x} outside its code [{code_addr:#x}, {end:#x})"
-                        ));
+                        self.refuse(Reason::DebugInfoOutsideCode, || {
+                            format!("{name}: {addr:#x} outside [{code_addr:#x}, {end:#x})")
+                        });
                         continue;
                     }
                     let file = match (file, &script) {
@@ -578,7 +568,7 @@ impl JitdumpSource {
                     ..Code::named(perf_map_kind(&name), name.into_owned(), CodeSource::Jitdump)
                 }) {
                     Ok(code) => code,
-                    Err(full) => return self.refuse(full.to_string()),
+                    Err(full) => return self.refuse(Reason::StoreFull, || full.to_string()),
                 };
                 self.counters.accepted += 1;
                 changes.push((
@@ -598,9 +588,9 @@ impl JitdumpSource {
                 ..
             } => {
                 if !check(new_code_addr, new_code_addr.saturating_add(code_size)) {
-                    self.refuse(format!(
-                        "code moved to {new_code_addr:#x}, outside the executable mappings"
-                    ));
+                    self.refuse(Reason::OutsideExecutable, || {
+                        format!("code moved to {new_code_addr:#x}")
+                    });
                     return;
                 }
                 self.counters.accepted += 1;
@@ -657,15 +647,18 @@ pub struct CodeMapFileSource {
     name: String,
     growing: Growing,
     header_read: bool,
-    /// The publication's state (VM name, refusals...).
+    /// The publication's state (VM name, what it accepted...).
     pub publication: Publication,
     /// Set when the file turned out to be broken: it is read no more.
     pub broken: Broken,
+    /// What it refused, by reason.
+    pub refusals: Refusals,
 }
 
 impl CodeMapFileSource {
-    /// A code map file opened through the process's mapping of it, checked to be the user's.
-    pub fn new(file: File, path: &Path, uid: u32) -> Result<CodeMapFileSource, String> {
+    /// A code map file of process `pid` opened through its mapping of it, checked to be the
+    /// user's.
+    pub fn new(file: File, path: &Path, pid: u32, uid: u32) -> Result<CodeMapFileSource, String> {
         check_owner(&file, path, uid)?;
         Ok(CodeMapFileSource {
             name: path.display().to_string(),
@@ -673,6 +666,7 @@ impl CodeMapFileSource {
             header_read: false,
             publication: Publication::default(),
             broken: Broken::default(),
+            refusals: Refusals::new(pid, format!("code map file {}", path.display())),
         })
     }
 
@@ -732,9 +726,7 @@ impl CodeMapFileSource {
             match self.publication.accept(&event, store) {
                 Ok(Some(change)) => changes.push(change),
                 Ok(None) => {}
-                Err(problem) => {
-                    tracing::debug!(file = %name, "code map event refused: {problem}")
-                }
+                Err(problem) => self.refusals.refuse(Reason::Invalid, 1, || problem),
             }
         }
         self.growing.put_back(bytes, at);
@@ -822,8 +814,9 @@ mod tests {
             loads(&next, &store),
             [(600, 0x2000, "JS:~partial done".into())]
         );
-        assert_eq!(source.counters.refused, 1);
-        assert!(source.first_problem.take().unwrap().contains("outside"));
+        assert_eq!(source.refusals.count(Reason::OutsideExecutable), 1);
+        let summary = source.refusals.take_summary(600, true).unwrap();
+        assert!(summary.contains("1 outside"), "{summary}");
 
         // Rewritten as a snapshot (HotSpot's Compiler.perfmap): the old entries go.
         let mut file = File::create(&path).unwrap();

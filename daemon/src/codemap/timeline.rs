@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::{
     code::CodeId,
     live::{LiveMap, Refusal},
+    refusals::{Reason, Refusals},
 };
 
 /// Most changes one process may have waiting: far more than a VM makes while its samples wait
@@ -95,7 +96,8 @@ pub struct Timeline<T> {
     samples: Vec<PendingSample<T>>,
     arrivals: u64,
     counters: TimelineCounters,
-    first_refusal: Option<String>,
+    /// Changes refused, by reason, for the log.
+    pub refusals: Refusals,
 }
 
 impl<T> Default for Timeline<T> {
@@ -107,7 +109,7 @@ impl<T> Default for Timeline<T> {
             samples: Vec::new(),
             arrivals: 0,
             counters: TimelineCounters::default(),
-            first_refusal: None,
+            refusals: Refusals::new(0, "code map changes"),
         }
     }
 }
@@ -160,11 +162,6 @@ impl<T> Timeline<T> {
         self.counters
     }
 
-    /// The first refused change's reason, for the log.
-    pub fn take_first_refusal(&mut self) -> Option<String> {
-        self.first_refusal.take()
-    }
-
     /// The map as of the last advance.
     pub fn map(&self) -> &LiveMap {
         &self.map
@@ -204,10 +201,10 @@ impl<T> Timeline<T> {
         }
     }
 
-    /// Counts a change refused before it reached the timeline, with its reason.
-    pub fn refuse(&mut self, reason: String) {
+    /// Counts a change refused before it reached the timeline, with what it was.
+    pub fn refuse(&mut self, problem: String) {
         self.counters.refused += 1;
-        self.first_refusal.get_or_insert(reason);
+        self.refusals.refuse(Reason::Unapplicable, 1, || problem);
     }
 
     fn apply(&mut self, change: Change) {
@@ -358,7 +355,8 @@ mod tests {
         );
         advance(&mut t, 200);
         assert_eq!(t.counters().refused, 1);
-        assert!(t.take_first_refusal().unwrap().contains("0x5000"));
+        let summary = t.refusals.take_summary(200, true).unwrap();
+        assert!(summary.contains("no code starts at 0x5000"), "{summary}");
     }
 
     #[test]

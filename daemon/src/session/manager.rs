@@ -1081,8 +1081,14 @@ impl Manager {
             ("code_store_codes", self.codemaps.store().len() as u64),
             ("code_store_bytes", self.codemaps.store().bytes() as u64),
         ];
+        let refused = crate::codemap::refusals::Reason::ALL.map(|reason| {
+            (
+                reason.counter(),
+                j.refused.get(&reason).copied().unwrap_or(0),
+            )
+        });
         DaemonCounters {
-            values: values.into_iter().collect(),
+            values: values.into_iter().chain(refused).collect(),
         }
     }
 }
