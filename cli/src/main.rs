@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use vmscope::{
     output::Destination,
     record::{RecordOptions, Target},
-    report::{Format, ReportOptions},
+    report::{Format, ReportOptions, sort_keys::SortKey},
     sessions,
 };
 use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV};
@@ -99,6 +99,22 @@ struct OutputArgs {
     /// name as the report shows it, never a directory.
     #[arg(long = "vm-module", value_name = "PATTERN", value_parser = parse_vm_module)]
     vm_modules: Vec<String>,
+    /// Count the libraries of known language runtimes (libjvm.so, libpython3.x.so,
+    /// libnode.so, libruby, libluajit, libmono...) as other code. By default they are vanilla
+    /// vm code, and the report's header names them.
+    #[arg(long)]
+    no_runtime_modules: bool,
+    /// Group each section's rows by KEYS, as `perf report --sort` does: `comm` (process name),
+    /// `pid` (process), `dso` (module), `sym` (function). `--sort pid` tells processes apart in
+    /// a system-wide profile; `--sort comm,sym` shows functions per program.
+    #[arg(
+        long,
+        value_name = "KEYS",
+        value_delimiter = ',',
+        value_parser = SortKey::parse,
+        default_value = "sym"
+    )]
+    sort: Vec<SortKey>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -121,6 +137,8 @@ impl OutputArgs {
             min_percent: self.fold,
             name_width: if self.wide { 0 } else { defaults.name_width },
             vm_modules: self.vm_modules.clone(),
+            runtime_modules: !self.no_runtime_modules,
+            sort: self.sort.clone(),
             ..defaults
         }
     }

@@ -1,5 +1,6 @@
 //! Turning a session [`Snapshot`] into the API's [`Profile`]: symbolise each distinct location
-//! once, then aggregate rows by (section, module, name) and problems by (module, reason).
+//! once, then aggregate rows by (section, module, name), each with its samples per process,
+//! and problems by (module, reason).
 //!
 //! Rows are sent unfolded and sorted, most samples first; folding small rows into
 //! `...others...` and percentages are the report's business (the CLI), so that every client
@@ -8,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use vmscope_proto::v1::{
-    AttributedSample, CodeKind, CodeRange, InlinedMethod, Profile, ProfileRow, Section,
-    SymbolizationIssue,
+    AttributedSample, CodeKind, CodeRange, InlinedMethod, ProcessSamples, Profile, ProfileRow,
+    Section, SymbolizationIssue,
 };
 
 use crate::{
@@ -36,6 +37,8 @@ struct RowSum {
     ranges: BTreeMap<(usize, String), u64>,
     /// Samples per inlined method (optimised code).
     inlined: HashMap<String, u64>,
+    /// Samples per process.
+    processes: HashMap<u32, u64>,
 }
 
 /// Builds the profile of a snapshot. Runs on a blocking thread: the first profile of a session
@@ -64,9 +67,9 @@ pub fn build_profile(
 
     let mut rows: HashMap<(Section, String, String, bool), RowSum> = HashMap::new();
     let mut issues: HashMap<(String, String), u64> = HashMap::new();
-    for (location, samples) in &snapshot.counts {
-        let resolved = resolve(location);
-        let code = match *location {
+    for &(pid, location, samples) in &snapshot.counts {
+        let resolved = resolve(&location);
+        let code = match location {
             Location::Jit { code, offset } => symbolizer.codes().get(code).map(|c| (c, offset)),
             _ => None,
         };
@@ -80,6 +83,7 @@ pub fn build_profile(
             ))
             .or_default();
         row.samples += samples;
+        *row.processes.entry(pid).or_insert(0) += samples;
         row.symbolized = resolved.symbolized;
         if let Some((code, offset)) = code {
             row.kind = code.kind;
@@ -107,6 +111,16 @@ pub fn build_profile(
                 .map(|(name, samples)| InlinedMethod { name, samples })
                 .collect();
             inlined.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+            let mut processes: Vec<ProcessSamples> = sum
+                .processes
+                .into_iter()
+                .map(|(pid, samples)| ProcessSamples {
+                    pid,
+                    command: snapshot.commands.get(&pid).cloned().unwrap_or_default(),
+                    samples,
+                })
+                .collect();
+            processes.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
             ProfileRow {
                 section: section as i32,
                 name,
@@ -122,6 +136,7 @@ pub fn build_profile(
                 inlined,
                 code_map: sum.code_map,
                 optimised,
+                processes,
             }
         })
         .collect();
@@ -165,6 +180,12 @@ pub fn build_profile(
         })
         .collect();
 
+    let processes = snapshot
+        .counts
+        .iter()
+        .map(|&(pid, _, _)| pid)
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u32;
     let duration_seconds = snapshot.duration.as_secs_f64();
     let measured_frequency_hz = if snapshot.cpu_seconds > 0.0 {
         snapshot.total_samples as f64 / snapshot.cpu_seconds
@@ -187,6 +208,9 @@ pub fn build_profile(
         samples,
         samples_not_kept: snapshot.not_kept,
         host_steal_percent: snapshot.host_steal_percent,
+        incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
+        jit_samples_before_code_map: snapshot.jit_not_waited,
+        processes,
     }
 }
 
@@ -199,11 +223,13 @@ mod tests {
     use super::*;
     use crate::symbolize::{UnmappedReason, tests::symbolizer};
 
+    /// A snapshot of `counts` in process 7 (named "vm").
     fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         Snapshot {
             session: pb::Session::default(),
             total_samples: counts.iter().map(|(_, n)| n).sum(),
-            counts,
+            counts: counts.into_iter().map(|(l, n)| (7, l, n)).collect(),
+            commands: [(7, "vm".to_owned())].into(),
             lost_per_cpu: vec![1, 0, 2],
             duration: Duration::from_secs(2),
             cpu_seconds: 2.5,
@@ -211,6 +237,8 @@ mod tests {
             vm_executable: "/usr/bin/vm".into(),
             has_generated_code: false,
             complete: true,
+            incomplete_reason: None,
+            jit_not_waited: 0,
             kept: Vec::new(),
             not_kept: 0,
         }
@@ -314,6 +342,26 @@ mod tests {
             .map(|m| (m.name.as_str(), m.samples))
             .collect();
         assert_eq!(inlined, [("Foo>>bar", 7), ("Foo>>inlined", 3)]);
+    }
+
+    #[test]
+    fn rows_carry_their_samples_per_process() {
+        let kernel = Location::Kernel {
+            ip: 0xffff_ffff_8100_0101,
+        };
+        let mut snap = snapshot(Vec::new());
+        snap.counts = vec![(10, kernel, 3), (11, kernel, 5), (10, kernel, 1)];
+        snap.total_samples = 9;
+        snap.commands = [(10, "vmscoped".to_owned()), (11, "vmscoped".to_owned())].into();
+        let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+        assert_eq!(profile.processes, 2);
+        assert_eq!(profile.rows.len(), 1);
+        let by_process: Vec<(u32, &str, u64)> = profile.rows[0]
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.command.as_str(), p.samples))
+            .collect();
+        assert_eq!(by_process, [(11, "vmscoped", 5), (10, "vmscoped", 4)]);
     }
 
     #[test]

@@ -26,8 +26,14 @@ use super::model::{
 /// or null), `duration_seconds`, `requested_frequency_hz`, `measured_frequency_hz`,
 /// `cpu_seconds`, `host_steal_percent`, `busy_cpus`, `total_samples`, `vm_samples`, `vm_percent_of_total`,
 /// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `complete`, `stop_reason` (or null),
-/// `sections` and `symbolization_issues`. Measurements (seconds, hertz, busy CPUs) are not
-/// rounded: only percentages are.
+/// `incomplete_reason` (or null), `jit_samples_before_code_map`, `processes` (how many),
+/// `vm_modules` (modules other than the executable counted as the VM: `module`, `runtime` or
+/// null when `--vm-module` named it, `samples`), `sections` and `symbolization_issues`.
+/// Measurements (seconds, hertz, busy CPUs) are not rounded: only percentages are.
+///
+/// Rows carry `processes` (`pid`, `command`, `samples`, most first) and, when all their
+/// samples are one process's, that `pid` and `command` (else null): rows of a system-wide or
+/// multi-target profile can be told apart by process.
 #[derive(Debug, Serialize)]
 pub struct JsonReport<'a> {
     session_id: u64,
@@ -48,8 +54,26 @@ pub struct JsonReport<'a> {
     lost_samples_per_cpu: &'a [u64],
     complete: bool,
     stop_reason: Option<&'a str>,
+    incomplete_reason: Option<&'a str>,
+    jit_samples_before_code_map: u64,
+    processes: u32,
+    vm_modules: Vec<JsonVmModule<'a>>,
     sections: Vec<JsonSection<'a>>,
     symbolization_issues: Vec<JsonIssue<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonVmModule<'a> {
+    module: &'a str,
+    runtime: Option<&'static str>,
+    samples: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonProcess<'a> {
+    pid: u32,
+    command: &'a str,
+    samples: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -92,6 +116,12 @@ struct JsonRow<'a> {
     ranges: Vec<JsonRange<'a>>,
     /// Most samples first.
     inlined: Vec<JsonInlined<'a>>,
+    /// The process all the row's samples are from, or null.
+    pid: Option<u32>,
+    /// Its name, or null.
+    command: Option<&'a str>,
+    /// Samples per process, most first.
+    processes: Vec<JsonProcess<'a>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -137,6 +167,18 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
         lost_samples_per_cpu: &report.lost_samples_per_cpu,
         complete: report.complete,
         stop_reason: report.stop_reason.as_deref(),
+        incomplete_reason: report.incomplete_reason.as_deref(),
+        jit_samples_before_code_map: report.jit_samples_before_code_map,
+        processes: report.processes,
+        vm_modules: report
+            .vm_modules
+            .iter()
+            .map(|m| JsonVmModule {
+                module: &m.module,
+                runtime: m.runtime,
+                samples: m.samples,
+            })
+            .collect(),
         sections: report.sections.iter().map(section).collect(),
         symbolization_issues: report.issues.iter().map(issue).collect(),
     }
@@ -164,6 +206,10 @@ fn section(section: &SectionReport) -> JsonSection<'_> {
 }
 
 fn row(row: &ReportRow) -> JsonRow<'_> {
+    let sole = match row.processes.as_slice() {
+        [only] => Some(only),
+        _ => None,
+    };
     JsonRow {
         name: &row.name,
         module: &row.module,
@@ -179,6 +225,17 @@ fn row(row: &ReportRow) -> JsonRow<'_> {
         optimised: row.optimised,
         ranges: row.ranges.iter().map(range).collect(),
         inlined: row.inlined.iter().map(inlined).collect(),
+        pid: sole.map(|p| p.pid),
+        command: sole.map(|p| p.command.as_str()),
+        processes: row
+            .processes
+            .iter()
+            .map(|p| JsonProcess {
+                pid: p.pid,
+                command: &p.command,
+                samples: p.samples,
+            })
+            .collect(),
     }
 }
 
@@ -222,6 +279,8 @@ mod tests {
         name_width: 60,
         min_range_percent: 1.0,
         vm_modules: Vec::new(),
+        runtime_modules: true,
+        sort: Vec::new(),
     };
 
     fn parsed(report: &Report) -> Value {

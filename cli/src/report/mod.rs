@@ -31,14 +31,17 @@
 
 mod json;
 mod model;
+pub mod runtimes;
+pub mod sort_keys;
 mod text;
 
 use std::io::{self, Write};
 
 pub use json::{JsonReport, render_json};
 pub use model::{
-    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, RangeRow, Report, ReportOptions, ReportRow,
-    ReportTarget, SectionKind, SectionReport, module_matches, round2,
+    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
+    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
+    round2,
 };
 pub use text::{elide_middle, render_text};
 
@@ -52,6 +55,8 @@ impl Default for ReportOptions {
             name_width: 60,
             min_range_percent: 1.0,
             vm_modules: Vec::new(),
+            runtime_modules: true,
+            sort: Vec::new(),
         }
     }
 }

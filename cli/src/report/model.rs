@@ -11,6 +11,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use vmscope_proto::v1::{CodeKind, Profile, ProfileRow, Section, Session};
 
+use super::{
+    runtimes::known_runtime,
+    sort_keys::{self, SortKey},
+};
+
 /// Name of the row that stands for all the rows folded away in a section, as VMProfiler
 /// spells it.
 pub const OTHERS_NAME: &str = "...others...";
@@ -35,6 +40,13 @@ pub struct ReportOptions {
     /// to the VM although they are not its executable (`libv8*`, a VM's plugins): rows of other
     /// code in such modules count as vanilla vm code, before any section is computed.
     pub vm_modules: Vec<String>,
+    /// Whether known runtime libraries ([`super::runtimes::KNOWN_VM_RUNTIMES`]: `libjvm.so`,
+    /// `libpython3.x.so`...) count as vanilla vm code too, as [`ReportOptions::vm_modules`]
+    /// would make them.
+    pub runtime_modules: bool,
+    /// What each section's rows are (`perf report --sort`): empty or `[Sym]` for the usual
+    /// one per function; see [`sort_keys`].
+    pub sort: Vec<SortKey>,
 }
 
 /// The three sections of a VMProfiler report, in report order.
@@ -127,9 +139,34 @@ pub struct ReportRow {
     /// Optimised code: samples per method inlined into it, most first; the method's own code
     /// is listed under its own name. Empty for the fold.
     pub inlined: Vec<InlinedRow>,
+    /// The row's samples by process, most first (as many as the daemon said; for the fold, of
+    /// every folded row).
+    pub processes: Vec<ProcessShare>,
     /// Whether the text report lists `ranges` and `inlined` under the row: a generated code row
     /// that has some and holds at least [`ReportOptions::min_range_percent`] of the grand total.
     pub show_details: bool,
+}
+
+/// A process's share of a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessShare {
+    /// Process id.
+    pub pid: u32,
+    /// Its name (comm).
+    pub command: String,
+    /// Its samples in the row.
+    pub samples: u64,
+}
+
+/// A module counted as the VM's although it is not the main executable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmModule {
+    /// Its file name.
+    pub module: String,
+    /// The runtime it is, when it is a known one; `None` when a `--vm-module` pattern named it.
+    pub runtime: Option<&'static str>,
+    /// Its samples.
+    pub samples: u64,
 }
 
 /// What kind of generated code a row is, after Cog's code zone constituents.
@@ -295,8 +332,21 @@ pub struct Report {
     pub lost_samples: u64,
     /// Lost samples indexed by CPU number.
     pub lost_samples_per_cpu: Vec<u64>,
-    /// Whether the numbers are final (session stopped and drained) rather than a snapshot.
+    /// Whether the profile is whole: the session stopped and every sample taken before the stop
+    /// was read and attributed.
     pub complete: bool,
+    /// Why a stopped session's profile is not whole, if the daemon said.
+    pub incomplete_reason: Option<String>,
+    /// Samples in generated code attributed before their code map was known up to their time
+    /// (a VM that buffers its jitdump): they may show as unnamed or stale code.
+    pub jit_samples_before_code_map: u64,
+    /// Processes with samples in the profile (0 from a daemon that does not say).
+    pub processes: u32,
+    /// Modules other than the main executable counted as vanilla vm code, most samples first.
+    pub vm_modules: Vec<VmModule>,
+    /// A module of other code big enough that it may well be part of the VM, for a hint to
+    /// count it with `--vm-module`: its name and share of all samples.
+    pub vm_module_hint: Option<(String, f64)>,
     /// Why the session stopped, if it did and the daemon said.
     pub stop_reason: Option<String>,
     /// Generated (when the targets have JIT code or it has rows), vanilla, other, in that order.
@@ -314,18 +364,42 @@ impl Report {
         let total = profile.total_samples;
 
         let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        let mut vm_modules: BTreeMap<&str, VmModule> = BTreeMap::new();
         for row in &profile.rows {
             let mut kind = SectionKind::from_proto(row.section());
             // Before anything is summed, so that every number agrees with the move.
             if kind == SectionKind::Other
-                && options
-                    .vm_modules
-                    .iter()
-                    .any(|pattern| module_matches(pattern, &row.module))
+                && let Some(runtime) = vm_module(options, &row.module)
             {
                 kind = SectionKind::Vanilla;
+                let module = vm_modules.entry(&row.module).or_insert_with(|| VmModule {
+                    module: file_name(&row.module).to_owned(),
+                    runtime,
+                    samples: 0,
+                });
+                module.samples = module.samples.saturating_add(row.samples);
             }
             by_section[kind.index()].push(row);
+        }
+        let mut vm_modules: Vec<VmModule> = vm_modules.into_values().collect();
+        vm_modules.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.module.cmp(&b.module))
+        });
+        // System-wide, other code is every other program's: no hint about the VM there.
+        let vm_module_hint = (!session.system_wide)
+            .then(|| vm_module_hint(&by_section[SectionKind::Other.index()], total))
+            .flatten();
+        // Split by process or module (`--sort`) before anything is summed, too.
+        let grouped: Option<[Vec<ProfileRow>; 3]> =
+            (!sort_keys::is_by_symbol(&options.sort)).then(|| {
+                by_section
+                    .each_ref()
+                    .map(|rows| sort_keys::group(rows, &options.sort))
+            });
+        if let Some(grouped) = &grouped {
+            by_section = grouped.each_ref().map(|rows| rows.iter().collect());
         }
         let section_samples = |kind: SectionKind| sum_samples(&by_section[kind.index()]);
         let vm_samples = section_samples(SectionKind::Generated)
@@ -402,10 +476,74 @@ impl Report {
             lost_samples_per_cpu: profile.lost_samples_per_cpu.clone(),
             complete: profile.complete,
             stop_reason: (!session.stop_reason.is_empty()).then(|| session.stop_reason.clone()),
+            incomplete_reason: (!profile.incomplete_reason.is_empty())
+                .then(|| profile.incomplete_reason.clone()),
+            jit_samples_before_code_map: profile.jit_samples_before_code_map,
+            processes: profile.processes,
+            vm_modules,
+            vm_module_hint,
             sections,
             issues: merge_issues(profile),
         }
     }
+}
+
+/// Whether other code in `module` counts as the VM's: `Some(runtime)` if so, the runtime it is
+/// (`None` when a `--vm-module` pattern named it).
+fn vm_module(options: &ReportOptions, module: &str) -> Option<Option<&'static str>> {
+    if options
+        .vm_modules
+        .iter()
+        .any(|pattern| module_matches(pattern, module))
+    {
+        return Some(None);
+    }
+    options
+        .runtime_modules
+        .then(|| known_runtime(module))
+        .flatten()
+        .map(Some)
+}
+
+/// Modules of other code that are never a VM's own.
+fn is_system_module(module: &str) -> bool {
+    let name = file_name(module);
+    name.starts_with('[')
+        || [
+            "libc.so",
+            "libm.so",
+            "ld-linux",
+            "libpthread",
+            "libstdc++",
+            "libgcc_s",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+}
+
+/// Share of all samples at which a module of other code is worth a hint (see
+/// [`Report::vm_module_hint`]).
+const VM_MODULE_HINT_PERCENT: f64 = 20.0;
+
+/// The biggest module of other code, if it holds at least [`VM_MODULE_HINT_PERCENT`] of all
+/// samples and is not a system library or the kernel: a VM in a shared library that no
+/// runtime pattern knows (sqlite3's `libsqlite3.so`, a VM's plugin) shows up like this.
+fn vm_module_hint(other: &[&ProfileRow], total: u64) -> Option<(String, f64)> {
+    let mut by_module: BTreeMap<&str, u64> = BTreeMap::new();
+    for row in other {
+        *by_module.entry(&row.module).or_default() += row.samples;
+    }
+    by_module
+        .into_iter()
+        .filter(|(module, _)| !module.is_empty() && !is_system_module(module))
+        .max_by_key(|&(_, samples)| samples)
+        .map(|(module, samples)| (file_name(module).to_owned(), percent(samples, total)))
+        .filter(|&(_, share)| share >= VM_MODULE_HINT_PERCENT)
+}
+
+/// The file name of a module path.
+fn file_name(module: &str) -> &str {
+    module.rsplit('/').next().unwrap_or(module)
 }
 
 /// Rounds a percentage (or any value) to two decimals, half away from zero. Both renderers
@@ -523,6 +661,15 @@ fn build_section(
             optimised: generated && row.optimised,
             ranges,
             inlined,
+            processes: row
+                .processes
+                .iter()
+                .map(|p| ProcessShare {
+                    pid: p.pid,
+                    command: p.command.clone(),
+                    samples: p.samples,
+                })
+                .collect(),
             show_details,
         });
     }
@@ -543,6 +690,7 @@ fn build_section(
             optimised: false,
             ranges: Vec::new(),
             inlined: Vec::new(),
+            processes: fold_processes(&folded),
             show_details: false,
         });
     }
@@ -555,6 +703,25 @@ fn build_section(
         percent_of_total: percent(samples, total),
         rows: out,
     }
+}
+
+/// The processes of the folded rows, their samples summed, most first.
+fn fold_processes(folded: &[&ProfileRow]) -> Vec<ProcessShare> {
+    let mut by_pid: BTreeMap<u32, (&str, u64)> = BTreeMap::new();
+    for process in folded.iter().flat_map(|row| &row.processes) {
+        let entry = by_pid.entry(process.pid).or_insert((&process.command, 0));
+        entry.1 = entry.1.saturating_add(process.samples);
+    }
+    let mut shares: Vec<ProcessShare> = by_pid
+        .into_iter()
+        .map(|(pid, (command, samples))| ProcessShare {
+            pid,
+            command: command.to_owned(),
+            samples,
+        })
+        .collect();
+    shares.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
+    shares
 }
 
 /// Percentages of a method's samples. A broken daemon could send parts that add up to more
@@ -950,6 +1117,8 @@ mod tests {
         name_width: 60,
         min_range_percent: 1.0,
         vm_modules: Vec::new(),
+        runtime_modules: true,
+        sort: Vec::new(),
     };
 
     fn section(report: &Report, kind: SectionKind) -> &SectionReport {
@@ -1638,6 +1807,125 @@ mod tests {
         assert_eq!(section(&report, SectionKind::Vanilla).samples, 468);
         assert!(section(&report, SectionKind::Other).rows.is_empty());
         assert_eq!(report.vm_samples, 10_000);
+    }
+
+    #[test]
+    fn known_runtime_libraries_are_the_vm_and_the_header_says_so() {
+        // `java`: a launcher executable, HotSpot in libjvm.so.
+        let profile = profile_with(vec![
+            row(
+                O,
+                "G1ParScanThreadState::trim_queue_partially",
+                "libjvm.so",
+                700,
+            ),
+            row(O, "Interpreter", "libjvm.so", 200),
+            row(O, "__memmove_avx_unaligned_erms", "libc.so.6", 90),
+            row(V, "JavaMain", "java", 10),
+        ]);
+        let report = Report::from_profile(&profile, &OPTIONS);
+        assert_eq!(report.vm_samples, 910);
+        assert_eq!(section(&report, SectionKind::Vanilla).samples, 910);
+        assert_eq!(
+            report.vm_modules,
+            [VmModule {
+                module: "libjvm.so".into(),
+                runtime: Some("HotSpot"),
+                samples: 900
+            }]
+        );
+        assert_eq!(report.vm_module_hint, None);
+        // Switched off, HotSpot is other code again, and the report hints at it.
+        let off = ReportOptions {
+            runtime_modules: false,
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&profile, &off);
+        assert_eq!(report.vm_samples, 10);
+        assert!(report.vm_modules.is_empty());
+        assert_eq!(report.vm_module_hint, Some(("libjvm.so".into(), 90.0)));
+        // A pattern names the module, and the header says so.
+        let named = ReportOptions {
+            runtime_modules: false,
+            vm_modules: vec!["libjvm*".into()],
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&profile, &named);
+        assert_eq!(report.vm_modules[0].runtime, None);
+        assert_eq!(report.vm_samples, 910);
+    }
+
+    #[test]
+    fn a_big_library_that_is_no_runtime_gets_a_hint_but_system_libraries_do_not() {
+        let sqlite = profile_with(vec![
+            row(O, "sqlite3VdbeExec", "libsqlite3.so.0.8.6", 800),
+            row(O, "memcpy", "libc.so.6", 150),
+            row(V, "main", "sqlite3", 50),
+        ]);
+        let report = Report::from_profile(&sqlite, &OPTIONS);
+        assert_eq!(
+            report.vm_module_hint,
+            Some(("libsqlite3.so.0.8.6".into(), 80.0))
+        );
+        let libc = profile_with(vec![
+            row(O, "memcpy", "libc.so.6", 800),
+            row(O, "clear_page_erms", "[kernel.kallsyms]", 150),
+            row(V, "main", "cp", 50),
+        ]);
+        assert_eq!(Report::from_profile(&libc, &OPTIONS).vm_module_hint, None);
+        // Under the threshold: no hint.
+        let small = profile_with(vec![
+            row(O, "sqlite3VdbeExec", "libsqlite3.so.0", 10),
+            row(V, "main", "sqlite3", 90),
+        ]);
+        assert_eq!(Report::from_profile(&small, &OPTIONS).vm_module_hint, None);
+    }
+
+    #[test]
+    fn sort_keys_split_sections_by_process_and_keep_every_sample() {
+        use vmscope_proto::v1::ProcessSamples;
+        let with = |mut r: ProfileRow, processes: &[(u32, &str, u64)]| {
+            r.processes = processes
+                .iter()
+                .map(|&(pid, command, samples)| ProcessSamples {
+                    pid,
+                    command: command.into(),
+                    samples,
+                })
+                .collect();
+            r
+        };
+        let profile = profile_with(vec![
+            with(
+                row(V, "poll_loop", "vmscoped", 60),
+                &[(1, "vmscoped", 40), (2, "vmscoped", 20)],
+            ),
+            with(
+                row(O, "memcpy", "libc.so.6", 40),
+                &[(2, "vmscoped", 30), (3, "node", 10)],
+            ),
+        ]);
+        let by_pid = ReportOptions {
+            sort: vec![SortKey::Pid],
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&profile, &by_pid);
+        assert_eq!(
+            names(section(&report, SectionKind::Vanilla)),
+            ["vmscoped[1]", "vmscoped[2]"]
+        );
+        assert_eq!(
+            names(section(&report, SectionKind::Other)),
+            ["vmscoped[2]", "node[3]"]
+        );
+        let sum: u64 = report.sections.iter().map(|s| s.samples).sum();
+        assert_eq!(sum, report.total_samples);
+        // By function (the default), rows keep their processes.
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let poll = find(&report, "poll_loop");
+        let processes: Vec<(u32, u64)> =
+            poll.processes.iter().map(|p| (p.pid, p.samples)).collect();
+        assert_eq!(processes, [(1, 40), (2, 20)]);
     }
 
     #[test]

@@ -33,8 +33,8 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::model::{
-    OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, module_matches,
-    rfc3339_seconds, round2,
+    OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
+    round2,
 };
 
 /// Column headings at the right of each section heading.
@@ -146,11 +146,38 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
         percent(report.vm_percent_of_total)
     )?;
     writeln!(out, "{} samples lost", report.lost_samples)?;
+    if !report.vm_modules.is_empty() {
+        let modules: Vec<String> = report
+            .vm_modules
+            .iter()
+            .map(|m| match m.runtime {
+                Some(runtime) => format!("{} ({runtime})", m.module),
+                None => format!("{} (--vm-module)", m.module),
+            })
+            .collect();
+        writeln!(out, "vanilla vm code also in: {}", modules.join(", "))?;
+    }
+    if report.jit_samples_before_code_map > 0 {
+        writeln!(
+            out,
+            "note: {} in generated code were attributed before their code map caught up (a VM \
+             that buffers its jitdump, as V8 does): they may show as anonymous code",
+            count(report.jit_samples_before_code_map, "sample")
+        )?;
+    }
     if let Some(note) = steal_note(report) {
         writeln!(out, "{note}")?;
     }
     if let Some(warning) = rate_warning(report) {
         writeln!(out, "{warning}")?;
+    }
+    if let Some((module, share)) = &report.vm_module_hint {
+        writeln!(
+            out,
+            "hint: {} of all samples are in {module}; if it is part of the VM, count it as vm \
+             code with --vm-module '{module}'",
+            percent(*share)
+        )?;
     }
     Ok(())
 }
@@ -198,7 +225,14 @@ fn utc_date(rfc3339: &str) -> String {
 
 fn targets_label(report: &Report) -> String {
     if report.system_wide {
-        return "system-wide".to_owned();
+        return if report.processes > 0 {
+            format!(
+                "system-wide ({})",
+                count(report.processes.into(), "process")
+            )
+        } else {
+            "system-wide".to_owned()
+        };
     }
     if report.targets.is_empty() {
         return if report.vm_executable.is_empty() {
@@ -232,6 +266,10 @@ fn targets_label(report: &Report) -> String {
 }
 
 fn state_line(report: &Report) -> String {
+    if let Some(incomplete) = &report.incomplete_reason {
+        let reason = report.stop_reason.as_deref().unwrap_or("stopped");
+        return format!("stopped: {reason}; INCOMPLETE: {incomplete}");
+    }
     match (report.complete, report.stop_reason.as_deref()) {
         (false, None) => "session running; numbers are a snapshot".to_owned(),
         // Stopped but not drained yet: a later fetch will have a few more samples.
@@ -336,11 +374,7 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
                 .map(|row| Cells {
                     of_section: percent(row.percent_of_section),
                     of_total: format!("({})", percent(row.percent_of_total)),
-                    label: row_label(
-                        row,
-                        shows_module(report, options, section, row),
-                        options.name_width,
-                    ),
+                    label: row_label(row, shows_module(report, section, row), options.name_width),
                     samples: format!("({})", row.samples),
                     cumulative: format!("({})", percent(row.cumulative_percent)),
                     details: details(row, options.name_width),
@@ -490,22 +524,13 @@ fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
 
 /// Other code mixes many modules, and a system-wide "main executables" section many
 /// executables: there the module says where a symbol lives. So it does for vanilla rows of
-/// libraries moved there by [`ReportOptions::vm_modules`]. Unsymbolised names (`module+0x...`)
+/// libraries counted as the VM's ([`Report::vm_modules`]). Unsymbolised names (`module+0x...`)
 /// already carry it.
-fn shows_module(
-    report: &Report,
-    options: &ReportOptions,
-    section: &SectionReport,
-    row: &ReportRow,
-) -> bool {
+fn shows_module(report: &Report, section: &SectionReport, row: &ReportRow) -> bool {
     match section.section {
         SectionKind::Other => true,
         SectionKind::Vanilla => {
-            report.system_wide
-                || options
-                    .vm_modules
-                    .iter()
-                    .any(|pattern| module_matches(pattern, &row.module))
+            report.system_wide || report.vm_modules.iter().any(|m| m.module == row.module)
         }
         SectionKind::Generated => false,
     }
@@ -562,6 +587,8 @@ mod tests {
         name_width: 60,
         min_range_percent: 1.0,
         vm_modules: Vec::new(),
+        runtime_modules: true,
+        sort: Vec::new(),
     };
 
     fn render(profile: &Profile, options: &ReportOptions) -> String {

@@ -114,6 +114,12 @@ impl CpuTimes {
         self.busy_ticks.saturating_add(self.idle_ticks)
     }
 
+    /// `busy_ticks - steal_ticks`: time the CPUs ran something (user, nice, system, irq,
+    /// softirq). Stolen time is not work: nothing ran, and cpu-clock took no sample.
+    pub fn work_ticks(&self) -> u64 {
+        self.busy_ticks.saturating_sub(self.steal_ticks)
+    }
+
     /// The share of CPU time stolen between `earlier` and this reading, in percent (0 when no
     /// time passed).
     pub fn steal_percent_since(&self, earlier: &CpuTimes) -> f64 {

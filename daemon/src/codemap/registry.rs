@@ -168,6 +168,29 @@ impl ProcessCode {
             .chain(std::iter::once(&mut self.timeline.refusals))
     }
 
+    /// Up to when its sources vouch for the map themselves: [`ProcessCode::known_until`]
+    /// without its bounded waits. A sample attributed later than this was attributed before
+    /// its code map caught up (a buffered jitdump, a silent publication).
+    fn vouched_until(&self, now_ns: u64) -> u64 {
+        if self.exited {
+            return u64::MAX;
+        }
+        let mut until = now_ns;
+        if self.streams > 0 {
+            until = until.min(self.published_until_ns);
+        }
+        if let Some(jitdump) = self
+            .jitdumps
+            .iter()
+            .filter(|j| !j.broken.is_broken())
+            .map(|j| j.last_ns)
+            .min()
+        {
+            until = until.min(jitdump);
+        }
+        until
+    }
+
     /// Up to when every change of the process is known (see the module's doc).
     fn known_until(&self, now_ns: u64) -> u64 {
         if self.exited {
@@ -430,7 +453,8 @@ impl CodeMaps {
     }
 
     /// Reads the process's sources and attributes every sample the maps are now known for,
-    /// calling `attribute(sample, (start, code) found)`. `check` says which address ranges
+    /// calling `attribute(sample, (start, code) found, waited)`, where `waited` says whether
+    /// the maps were known up to the sample's time (false for a sample forced through). `check` says which address ranges
     /// are executable in the process (perf map and jitdump entries elsewhere are refused).
     /// `samples_until` is how far every sample is known: the timeline never moves beyond it,
     /// or a sample still on its way would be looked up in a map too new. With `force`, every
@@ -442,7 +466,7 @@ impl CodeMaps {
         samples_until: u64,
         force: bool,
         check: &mut dyn FnMut(u64, u64) -> bool,
-        mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>),
+        mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>, bool),
     ) {
         let store = self.store.clone();
         let Some(process) = self.processes.get_mut(&pid) else {
@@ -508,6 +532,7 @@ impl CodeMaps {
         }
 
         let known = process.known_until(now_ns).min(samples_until);
+        let vouched = process.vouched_until(now_ns);
         // A forced advance attributes every waiting sample, but moves the timeline no further
         // than the newest of them: changes stamped later still apply in order, for the samples
         // of other sessions still to come.
@@ -522,7 +547,8 @@ impl CodeMaps {
             } else {
                 counters.unexplained += 1;
             }
-            attribute(sample, found);
+            let waited = sample.timestamp_ns <= vouched;
+            attribute(sample, found, waited);
         });
     }
 }
@@ -614,7 +640,7 @@ mod tests {
         let names = |maps: &mut CodeMaps, now: u64| {
             let store = maps.store().clone();
             let mut found = Vec::new();
-            maps.advance(pid, now, now, false, &mut |_, _| true, |s, code| {
+            maps.advance(pid, now, now, false, &mut |_, _| true, |s, code, _| {
                 found.push((
                     s.timestamp_ns,
                     code.and_then(|(_, c)| store.get(c)).map(|c| c.name.clone()),
@@ -726,7 +752,7 @@ mod tests {
         let mut found = Vec::new();
         let mut all = |_: u64, _: u64| true;
         // Nothing is known past 1_000: only force attributes the sample at 2_000.
-        maps.advance(pid, 2_500, 1_500, true, &mut all, |s, code| {
+        maps.advance(pid, 2_500, 1_500, true, &mut all, |s, code, _| {
             found.push((s.timestamp_ns, code.map(|(_, c)| c)))
         });
         assert_eq!(found, [(2_000, Some(a))]);
@@ -734,7 +760,7 @@ mod tests {
         maps.publish(pid, vec![(3_000, load(0x1000, b))], 5_000);
         maps.push_sample(pid, jit_sample(4_000, 0x1010));
         found.clear();
-        maps.advance(pid, 5_000, 5_000, false, &mut all, |s, code| {
+        maps.advance(pid, 5_000, 5_000, false, &mut all, |s, code, _| {
             found.push((s.timestamp_ns, code.map(|(_, c)| c)))
         });
         assert_eq!(found, [(4_000, Some(b))]);

@@ -212,9 +212,14 @@ impl pb::profiler_server::Profiler for ProfilerService {
                     break;
                 }
                 let profile = service.profile(caller, request.session_id).await;
-                let complete = profile.as_ref().map_or(true, |p| p.complete);
+                // The stopped session's profile is the last: it changes no more, whole or not.
+                let last = profile.as_ref().map_or(true, |p| {
+                    p.session
+                        .as_ref()
+                        .is_some_and(|s| s.state() == pb::SessionState::Stopped)
+                });
                 // A client that went away closes the channel; that ends the watch, nothing else.
-                if tx.send(profile).await.is_err() || complete {
+                if tx.send(profile).await.is_err() || last {
                     break;
                 }
                 tokio::select! {

@@ -24,7 +24,7 @@ use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
-    KeptSample, Session, SessionError, Snapshot, State, Target,
+    HostCpu, KeptSample, Session, SessionError, Snapshot, State, Target,
     request::{self, Caller},
     routes::Routes,
 };
@@ -54,9 +54,15 @@ pub struct ManagerConfig {
     pub tick: Duration,
     /// Time after a stop during which samples may still be in flight in the kernel.
     pub stop_slack: Duration,
+    /// Longest a system-wide session's stop waits for code maps to catch up with its samples
+    /// in generated code. A system-wide session sees processes whose buffered jitdump will not
+    /// be flushed for a long time: its stop attributes them with what is known by then (and
+    /// counts them), rather than wait for the longest code map wait.
+    pub system_wide_code_map_wait: Duration,
     /// Longest wait for the ring-buffer reader to pass a stop time, and for the code maps the
     /// session's samples wait for, before a stop completes anyway: a second beyond the longest
-    /// code map wait (a buffered jitdump), so that only a stuck reader reaches it.
+    /// code map wait (a buffered jitdump), so that only a stuck reader reaches it. A session
+    /// stopped before the reader passed its stop time is marked incomplete, with the reason.
     pub stop_timeout: Duration,
     /// Processes that produced no sample for this long, and that no running session names, are
     /// forgotten.
@@ -71,6 +77,7 @@ impl Default for ManagerConfig {
             max_stopped_per_user: 32,
             tick: Duration::from_millis(100),
             stop_slack: Duration::from_millis(2),
+            system_wide_code_map_wait: Duration::from_secs(1),
             stop_timeout: Duration::from_nanos(crate::codemap::registry::JITDUMP_MAX_WAIT_NS)
                 + Duration::from_secs(1),
             forget_processes_after: Duration::from_secs(30),
@@ -490,6 +497,7 @@ impl Manager {
         let host = read_host_cpu();
         let id = self.next_id;
         self.next_id += 1;
+        let commands = targets.iter().map(|t| (t.pid, t.command.clone())).collect();
         let session = Session {
             id,
             owner_uid: caller.uid,
@@ -501,11 +509,14 @@ impl Manager {
             stop_reason: None,
             targets,
             counts: HashMap::default(),
+            commands,
             total: 0,
             host_cpu: (host, host),
             lost: vec![0; lost_baseline.len()],
             lost_baseline,
             pending_jit: 0,
+            jit_not_waited: 0,
+            incomplete: None,
             kept: Vec::new(),
             keep_limit: spec.keep_samples as usize,
             not_kept: 0,
@@ -578,16 +589,27 @@ impl Manager {
     fn finalize_ready(&mut self, now_ns: u64) {
         let slack = self.config.stop_slack.as_nanos() as u64;
         let timeout = self.config.stop_timeout.as_nanos() as u64;
-        let ready: Vec<(u64, bool)> = self
+        let system_wide_wait = self.config.system_wide_code_map_wait.as_nanos() as u64;
+        let ready: Vec<(u64, Finish)> = self
             .sessions
             .values()
             .filter(|s| s.state == State::Stopping)
             .filter_map(|s| {
                 let stop = s.stop_ns?;
-                if self.watermark_ns >= stop + slack && s.pending_jit == 0 {
-                    Some((s.id, false))
+                let drained = self.watermark_ns >= stop + slack;
+                if drained && s.pending_jit == 0 {
+                    Some((s.id, Finish::Whole))
+                } else if drained && s.spec.system_wide && now_ns >= stop + system_wide_wait {
+                    Some((s.id, Finish::WithoutCodeMaps))
                 } else if now_ns >= stop + timeout {
-                    Some((s.id, true))
+                    Some((
+                        s.id,
+                        if drained {
+                            Finish::WithoutCodeMaps
+                        } else {
+                            Finish::Undrained
+                        },
+                    ))
                 } else {
                     None
                 }
@@ -596,27 +618,21 @@ impl Manager {
         if ready.is_empty() {
             return;
         }
-        for &(id, timed_out) in &ready {
-            if timed_out {
+        for &(id, finish) in &ready {
+            if finish != Finish::Whole {
+                self.attribute_waiting(id, now_ns);
+            }
+            if finish == Finish::Undrained {
                 self.counters.stop_timeouts += 1;
-                tracing::warn!(
-                    id,
-                    "samples still in flight or waiting for code maps at the stop's deadline; \
-                     finishing the session with what is known"
+                let reason = format!(
+                    "the kernel's ring buffer was not read past the stop time within {:.1} s \
+                     (the daemon was starved of CPU?): samples taken just before the stop are \
+                     missing",
+                    self.config.stop_timeout.as_secs_f64()
                 );
-                let pids: Vec<u32> = self
-                    .sessions
-                    .get(&id)
-                    .map(|s| s.targets.iter().map(|t| t.pid).collect())
-                    .unwrap_or_default();
-                let waiting = self.codemaps.waiting();
-                let pids: Vec<u32> = if self.sessions.get(&id).is_some_and(|s| s.spec.system_wide) {
-                    waiting
-                } else {
-                    pids.into_iter().filter(|p| waiting.contains(p)).collect()
-                };
-                for pid in pids {
-                    self.advance_code_maps_with(pid, now_ns, true);
+                tracing::warn!(id, "session stopped incomplete: {reason}");
+                if let Some(session) = self.sessions.get_mut(&id) {
+                    session.incomplete = Some(reason);
                 }
             }
             let Some(session) = self.sessions.get_mut(&id) else {
@@ -643,6 +659,28 @@ impl Manager {
         }
         self.reader.set_active(!self.by_period.is_empty());
         self.evict();
+    }
+
+    /// Attributes a stopping session's samples that still wait for code maps with what is
+    /// known now; they are counted as attributed before their code map caught up.
+    fn attribute_waiting(&mut self, id: u64, now_ns: u64) {
+        let Some(session) = self.sessions.get(&id) else {
+            return;
+        };
+        let waiting = self.codemaps.waiting();
+        let pids: Vec<u32> = if session.spec.system_wide {
+            waiting
+        } else {
+            session
+                .targets
+                .iter()
+                .map(|t| t.pid)
+                .filter(|p| waiting.contains(p))
+                .collect()
+        };
+        for pid in pids {
+            self.advance_code_maps_with(pid, now_ns, true);
+        }
     }
 
     /// Keeps each user's most recent stopped sessions.
@@ -713,7 +751,7 @@ impl Manager {
             samples_until,
             force,
             &mut |start, end| processes.is_executable(pid, start, end, now_ns),
-            |sample, found| {
+            |sample, found, waited| {
                 let (location, code_start) = match found {
                     Some((start, code)) => (
                         Location::Jit {
@@ -730,7 +768,11 @@ impl Manager {
                 for id in &sample.payload.sessions {
                     if let Some(session) = sessions.get_mut(id) {
                         session.pending_jit = session.pending_jit.saturating_sub(1);
+                        if !waited {
+                            session.jit_not_waited += 1;
+                        }
                         session.count(
+                            pid,
                             location,
                             KeptSample {
                                 timestamp_ns: sample.timestamp_ns,
@@ -766,6 +808,14 @@ impl Manager {
             .collect();
         // The old program's code map ends at the exec; what the new one published stays.
         self.codemaps.exec(pid, event.timestamp_ns);
+        let comm = comm_name(&event.exec_comm());
+        for session in self.sessions.values_mut() {
+            if session.state != State::Stopped
+                && let Some(command) = session.commands.get_mut(&pid)
+            {
+                command.clone_from(&comm);
+            }
+        }
         if targeted.is_empty() {
             // Some process seen by a system-wide session: read it again when it is next
             // sampled, not now, so that a host busy with execs costs nothing for processes
@@ -775,7 +825,6 @@ impl Manager {
         }
         // A named target: read it now, while it may still live, as at session start. A short
         // program may be gone already: its name came with the event.
-        let comm = comm_name(&event.exec_comm());
         let process = self.processes.exec(pid, event.timestamp_ns, &comm);
         let (command, executable) = (
             process.command.clone(),
@@ -789,6 +838,7 @@ impl Manager {
             let Some(session) = self.sessions.get_mut(id) else {
                 continue;
             };
+            session.commands.insert(pid, command.clone());
             for target in session.targets.iter_mut().filter(|t| t.pid == pid) {
                 target.command.clone_from(&command);
                 // The old program's path would be wrong; an unknown one is said as such.
@@ -857,6 +907,23 @@ impl Manager {
             return;
         }
         self.counters.samples_routed += 1;
+        // Each session names the processes it sampled, from their first sample on.
+        let pid = event.tgid;
+        if wanting.iter().any(|id| {
+            self.sessions
+                .get(id)
+                .is_some_and(|s| !s.commands.contains_key(&pid))
+        }) {
+            let command = self.processes.observe(pid, now_ns).command.clone();
+            for id in &wanting {
+                if let Some(session) = self.sessions.get_mut(id) {
+                    session
+                        .commands
+                        .entry(pid)
+                        .or_insert_with(|| command.clone());
+                }
+            }
+        }
         let location = if event.is_kernel() {
             Location::Kernel { ip: event.ip }
         } else {
@@ -896,7 +963,7 @@ impl Manager {
         for id in wanting {
             if let Some(session) = self.sessions.get_mut(&id) {
                 session.total += 1;
-                session.count(location, kept);
+                session.count(pid, location, kept);
             }
         }
     }
@@ -929,7 +996,7 @@ impl Manager {
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
         // An idle daemon reads nothing.
         let host = if running.is_empty() {
-            stat::CpuTimes::default()
+            HostCpu::default()
         } else {
             read_host_cpu()
         };
@@ -1018,14 +1085,19 @@ impl Manager {
         }) || session
             .counts
             .keys()
-            .any(|l| matches!(l, Location::Anonymous { .. }));
+            .any(|(_, l)| matches!(l, Location::Anonymous { .. }));
         Snapshot {
             session: session.to_proto(now),
-            counts: session.counts.iter().map(|(l, n)| (*l, *n)).collect(),
+            counts: session
+                .counts
+                .iter()
+                .map(|(&(pid, location), &n)| (pid, location, n))
+                .collect(),
+            commands: session.commands.clone(),
             total_samples: session.total,
             lost_per_cpu: session.lost.clone(),
             duration: session.elapsed(now),
-            cpu_seconds: session.cpu_ticks() as f64 / self.clock_ticks as f64,
+            cpu_seconds: session.cpu_seconds(now, self.clock_ticks as f64),
             host_steal_percent: session.host_steal_percent(),
             vm_executable: session
                 .targets
@@ -1033,7 +1105,9 @@ impl Manager {
                 .map(|t| t.executable.clone())
                 .unwrap_or_default(),
             has_generated_code,
-            complete: session.state == State::Stopped,
+            complete: session.state == State::Stopped && session.incomplete.is_none(),
+            incomplete_reason: session.incomplete.clone(),
+            jit_not_waited: session.jit_not_waited,
             kept: {
                 let mut kept = session.kept.clone();
                 kept.sort_by_key(|k| k.timestamp_ns);
@@ -1091,6 +1165,17 @@ impl Manager {
             values: values.into_iter().chain(refused).collect(),
         }
     }
+}
+
+/// How a stopping session comes to its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Finish {
+    /// Every sample read, every sample in generated code attributed when its maps were known.
+    Whole,
+    /// Every sample read; those still waiting for code maps are attributed with what is known.
+    WithoutCodeMaps,
+    /// The reader did not pass the stop time in time: the last samples are missing.
+    Undrained,
 }
 
 /// A kernel `comm` (NUL-padded) as text.
@@ -1153,18 +1238,22 @@ fn read_cpu_ticks(pid: u32, start_time: Option<u64>) -> CpuReading {
     }
 }
 
-/// The host's CPU times; zeros if /proc/stat cannot be read (then no steal is reported, and a
-/// system-wide session's CPU time stays 0, which its report shows as no rate).
-fn read_host_cpu() -> stat::CpuTimes {
-    sys::read_bounded(std::path::Path::new("/proc/stat"), sys::MAX_PROC_FILE_BYTES)
+/// The host's CPU times, now; zeros if /proc/stat cannot be read (then no steal is reported,
+/// and a system-wide session's CPU time stays 0, which its report shows as no rate).
+fn read_host_cpu() -> HostCpu {
+    let times = sys::read_bounded(std::path::Path::new("/proc/stat"), sys::MAX_PROC_FILE_BYTES)
         .ok()
         .and_then(|text| stat::parse_proc_stat_cpu(&text).ok())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    HostCpu {
+        times,
+        at_ns: sys::monotonic_ns(),
+    }
 }
 
 /// Takes the CPU times of the session's targets, and the host's (read once for all sessions).
-fn update_cpu(session: &mut Session, host: stat::CpuTimes) {
-    if host.total_ticks() >= session.host_cpu.1.total_ticks() {
+fn update_cpu(session: &mut Session, host: HostCpu) {
+    if host.times.total_ticks() >= session.host_cpu.1.times.total_ticks() {
         session.host_cpu.1 = host;
     }
     if session.spec.system_wide {

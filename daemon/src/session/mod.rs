@@ -117,25 +117,42 @@ pub struct Session {
     pub stop_reason: Option<String>,
     /// Targets (empty when system-wide).
     pub targets: Vec<Target>,
-    /// Samples per location.
-    pub counts: HashMap<Location, u64, foldhash::fast::RandomState>,
+    /// Samples per process and location.
+    pub counts: HashMap<(u32, Location), u64, foldhash::fast::RandomState>,
+    /// The name (comm) of every process sampled, from its first sample or its latest exec:
+    /// rows say which processes their samples came from, even once they exited.
+    pub commands: HashMap<u32, String>,
     /// All samples.
     pub total: u64,
-    /// The host's CPU times (`/proc/stat`) at start and at the last reading: busy time is a
+    /// The host's CPU times (`/proc/stat`) at start and at the last reading: work time is a
     /// system-wide session's CPU time, and steal says how far to trust cpu-clock's rate.
-    pub host_cpu: (CpuTimes, CpuTimes),
+    pub host_cpu: (HostCpu, HostCpu),
     /// Lost-sample counters per CPU when the session started.
     pub lost_baseline: Vec<u64>,
     /// Lost samples per CPU since start; frozen when stopped.
     pub lost: Vec<u64>,
     /// Samples in generated code counted in `total` but waiting for their code maps.
     pub pending_jit: u64,
+    /// Samples in generated code attributed at the stop before their code map was known up to
+    /// their time (a jitdump the VM buffers, a publication that fell silent).
+    pub jit_not_waited: u64,
+    /// Why the profile is not whole, when its stop could not wait for every sample.
+    pub incomplete: Option<String>,
     /// Samples kept one by one (StartSessionRequest.keep_samples), at most `keep_limit`.
     pub kept: Vec<KeptSample>,
     /// How many samples to keep.
     pub keep_limit: usize,
     /// Samples beyond the limit.
     pub not_kept: u64,
+}
+
+/// A reading of the host's CPU times, and when it was taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCpu {
+    /// The times.
+    pub times: CpuTimes,
+    /// CLOCK_MONOTONIC time of the reading.
+    pub at_ns: u64,
 }
 
 /// A sample kept one by one, with where it was attributed.
@@ -169,9 +186,9 @@ impl Session {
                     .any(|t| t.pid == tgid && t.until_ns.is_none_or(|until| timestamp_ns < until)))
     }
 
-    /// Counts one sample at `location` (and keeps it, while there is room).
-    pub fn count(&mut self, location: Location, kept: KeptSample) {
-        *self.counts.entry(location).or_insert(0) += 1;
+    /// Counts one sample of `pid` at `location` (and keeps it, while there is room).
+    pub fn count(&mut self, pid: u32, location: Location, kept: KeptSample) {
+        *self.counts.entry((pid, location)).or_insert(0) += 1;
         self.keep(kept);
     }
 
@@ -198,24 +215,45 @@ impl Session {
         Duration::from_nanos(self.stop_ns.unwrap_or(now_ns).saturating_sub(self.start_ns))
     }
 
-    /// CPU time the targets used while sampled, in clock ticks.
-    pub fn cpu_ticks(&self) -> u64 {
-        if self.spec.system_wide {
-            self.host_cpu
-                .1
-                .busy_ticks
-                .saturating_sub(self.host_cpu.0.busy_ticks)
-        } else {
-            self.targets
+    /// CPU time the targets used while sampled, in seconds, with `ticks_per_second` clock
+    /// ticks a second.
+    ///
+    /// System-wide, the work the host's CPUs did (neither idle nor stolen) between the two
+    /// readings that bracket the session, scaled to the session's own length: the readings are
+    /// taken when the manager gets to them, which on a busy host can be well after the stop,
+    /// and the work of that extra time is not the session's. So it never exceeds what the
+    /// CPUs could do in the session.
+    pub fn cpu_seconds(&self, now_ns: u64, ticks_per_second: f64) -> f64 {
+        if ticks_per_second <= 0.0 {
+            return 0.0;
+        }
+        if !self.spec.system_wide {
+            let ticks: u64 = self
+                .targets
                 .iter()
                 .map(|t| t.cpu_ticks_last.saturating_sub(t.cpu_ticks_start))
-                .sum()
+                .sum();
+            return ticks as f64 / ticks_per_second;
         }
+        let (first, last) = (&self.host_cpu.0, &self.host_cpu.1);
+        let work = last
+            .times
+            .work_ticks()
+            .saturating_sub(first.times.work_ticks());
+        let window_ns = last.at_ns.saturating_sub(first.at_ns);
+        if window_ns == 0 {
+            return 0.0;
+        }
+        let elapsed_ns = self.elapsed(now_ns).as_nanos() as f64;
+        work as f64 / ticks_per_second * (elapsed_ns / window_ns as f64).min(1.0)
     }
 
     /// Share of the host's CPU time a hypervisor took (steal) while the session ran, in percent.
     pub fn host_steal_percent(&self) -> f64 {
-        self.host_cpu.1.steal_percent_since(&self.host_cpu.0)
+        self.host_cpu
+            .1
+            .times
+            .steal_percent_since(&self.host_cpu.0.times)
     }
 
     /// The session as the API shows it.
@@ -259,8 +297,10 @@ impl Session {
 pub struct Snapshot {
     /// The session as the API shows it.
     pub session: pb::Session,
-    /// Samples per location.
-    pub counts: Vec<(Location, u64)>,
+    /// Samples per process and location.
+    pub counts: Vec<(u32, Location, u64)>,
+    /// The name of every process sampled.
+    pub commands: HashMap<u32, String>,
     /// All samples.
     pub total_samples: u64,
     /// Lost samples per CPU.
@@ -275,8 +315,13 @@ pub struct Snapshot {
     pub vm_executable: String,
     /// Whether a target has anonymous executable mappings.
     pub has_generated_code: bool,
-    /// Whether the session is stopped and final.
+    /// Whether the session is stopped and its profile whole: every sample taken before the
+    /// stop was read and attributed.
     pub complete: bool,
+    /// Why a stopped session's profile is not whole.
+    pub incomplete_reason: Option<String>,
+    /// Samples in generated code attributed at the stop before their code map caught up.
+    pub jit_not_waited: u64,
     /// Kept samples, in time order.
     pub kept: Vec<KeptSample>,
     /// Samples beyond the keep limit.

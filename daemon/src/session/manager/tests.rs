@@ -193,22 +193,23 @@ async fn samples_count_by_period_pid_and_time_window() {
     let kernel = snapshot
         .counts
         .iter()
-        .find(|(l, _)| matches!(l, Location::Kernel { .. }))
-        .map(|(_, n)| *n);
+        .find(|(_, l, _)| matches!(l, Location::Kernel { .. }))
+        .map(|(_, _, n)| *n);
     assert_eq!(kernel, Some(1));
     let own = snapshot
         .counts
         .iter()
-        .find(|(l, _)| {
-            matches!(
-                l,
-                Location::File {
-                    main_executable: true,
-                    ..
-                }
-            )
+        .find(|(pid, l, _)| {
+            *pid == me()
+                && matches!(
+                    l,
+                    Location::File {
+                        main_executable: true,
+                        ..
+                    }
+                )
         })
-        .map(|(_, n)| *n);
+        .map(|(_, _, n)| *n);
     assert_eq!(own, Some(2), "{:?}", snapshot.counts);
 
     // Stop: samples stamped before the stop still count when they arrive late; later ones not.
@@ -652,6 +653,46 @@ async fn exec_events_reread_the_process() {
 }
 
 #[tokio::test]
+async fn a_stop_the_reader_never_catches_up_with_is_marked_incomplete() {
+    let h = harness_with(ManagerConfig {
+        tick: Duration::from_millis(20),
+        stop_timeout: Duration::from_millis(200),
+        ..ManagerConfig::default()
+    });
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    // No batch ever passes the stop time: the reader is stuck.
+    let stopped = tokio::time::timeout(Duration::from_secs(5), h.manager.stop(ROOT, s.id, ""))
+        .await
+        .expect("the stop ends at its deadline")
+        .unwrap();
+    assert_eq!(stopped.state(), pb::SessionState::Stopped);
+    let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert!(!snapshot.complete, "{snapshot:?}");
+    let reason = snapshot.incomplete_reason.unwrap_or_default();
+    assert!(
+        reason.contains("ring buffer was not read past the stop"),
+        "{reason}"
+    );
+    assert_eq!(
+        h.manager.counters().await.unwrap().values["stop_timeouts"],
+        1
+    );
+    // A stop that drains in time is whole.
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    h.stop(s.id).await.unwrap();
+    let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert!(snapshot.complete && snapshot.incomplete_reason.is_none());
+}
+
+#[tokio::test]
 async fn an_exec_names_the_target_even_when_it_is_gone_already() {
     let h = harness();
     let mut child = Command::new("sleep").arg("30").spawn().unwrap();
@@ -828,7 +869,7 @@ async fn samples_in_generated_code_are_attributed_at_their_time() {
         let mut v: Vec<(String, u64, u64)> = snapshot
             .counts
             .iter()
-            .filter_map(|(l, n)| match l {
+            .filter_map(|(_, l, n)| match l {
                 Location::Jit { code, offset } => {
                     Some((store.get(*code).unwrap().name.clone(), *offset, *n))
                 }

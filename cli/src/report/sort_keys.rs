@@ -1,0 +1,323 @@
+//! Rows split by process, command or module, after `perf report --sort`.
+//!
+//! The daemon sends one row per function (section, module, name), each with its samples per
+//! process. A system-wide or multi-target profile is often read the other way round: which
+//! process, which of three `vmscoped`s, which library. `--sort comm,pid,dso,sym` (any subset,
+//! in any order; `sym` alone is the usual report) groups each section's rows by the chosen
+//! keys before anything is summed, so that every percentage of the report holds for the
+//! grouped rows.
+
+use std::collections::{BTreeMap, HashMap};
+
+use vmscope_proto::v1::{ProcessSamples, ProfileRow};
+
+/// A key that rows are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SortKey {
+    /// The process's name (comm): every process of one program together.
+    Comm,
+    /// The process: `comm[pid]`.
+    Pid,
+    /// The module (executable, library, `[kernel.kallsyms]`).
+    Dso,
+    /// The function: the report's usual rows.
+    Sym,
+}
+
+impl SortKey {
+    /// Every key, as `--sort` spells them.
+    pub const ALL: [SortKey; 4] = [SortKey::Comm, SortKey::Pid, SortKey::Dso, SortKey::Sym];
+
+    /// The key's name in `--sort`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortKey::Comm => "comm",
+            SortKey::Pid => "pid",
+            SortKey::Dso => "dso",
+            SortKey::Sym => "sym",
+        }
+    }
+
+    /// Parses one key.
+    pub fn parse(key: &str) -> Result<SortKey, String> {
+        SortKey::ALL
+            .into_iter()
+            .find(|k| k.as_str() == key)
+            .ok_or_else(|| {
+                format!("unknown sort key `{key}`: use comm, pid, dso or sym (e.g. --sort pid,sym)")
+            })
+    }
+}
+
+/// Whether `keys` give the report's usual rows (one per function), which need no grouping.
+pub fn is_by_symbol(keys: &[SortKey]) -> bool {
+    keys.is_empty() || keys == [SortKey::Sym]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct GroupKey<'a> {
+    command: Option<&'a str>,
+    pid: Option<u32>,
+    module: Option<&'a str>,
+    symbol: Option<(&'a str, &'a str, bool)>,
+}
+
+#[derive(Debug, Default)]
+struct Group<'a> {
+    samples: u64,
+    /// The daemon's rows in the group, each once.
+    sources: Vec<&'a ProfileRow>,
+    processes: BTreeMap<u32, (&'a str, u64)>,
+}
+
+/// One section's rows grouped by `keys` (not the usual ones: see [`is_by_symbol`]).
+///
+/// A grouped row's name says its keys (`node[4242]  hotLoop`); it keeps its module when
+/// grouped by module or function, and its kind, code map, ranges and inlined methods when
+/// grouped by function and made of exactly one of the daemon's rows, whole (ranges cannot be
+/// split by process). Rows from a daemon that sends no samples per process are one group of
+/// an unknown process.
+pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
+    let has = |key| keys.contains(&key);
+    let by_process = has(SortKey::Comm) || has(SortKey::Pid);
+    let mut order: Vec<GroupKey<'_>> = Vec::new();
+    let mut groups: HashMap<GroupKey<'_>, Group<'_>> = HashMap::new();
+    for &row in rows {
+        let whole = [(0, "", row.samples)];
+        let parts: Vec<(u32, &str, u64)> = if by_process && !row.processes.is_empty() {
+            row.processes
+                .iter()
+                .map(|p| (p.pid, p.command.as_str(), p.samples))
+                .collect()
+        } else {
+            whole.to_vec()
+        };
+        for (pid, command, samples) in parts {
+            let key = GroupKey {
+                command: (has(SortKey::Comm) || has(SortKey::Pid)).then_some(command),
+                pid: has(SortKey::Pid).then_some(pid),
+                module: has(SortKey::Dso).then_some(row.module.as_str()),
+                symbol: has(SortKey::Sym).then_some((
+                    row.name.as_str(),
+                    row.module.as_str(),
+                    row.optimised,
+                )),
+            };
+            let group = groups.entry(key).or_insert_with_key(|key| {
+                order.push(*key);
+                Group::default()
+            });
+            group.samples = group.samples.saturating_add(samples);
+            if !group.sources.iter().any(|s| std::ptr::eq(*s, row)) {
+                group.sources.push(row);
+            }
+            for p in &row.processes {
+                if !by_process || p.pid == pid {
+                    let entry = group.processes.entry(p.pid).or_insert((&p.command, 0));
+                    entry.1 = entry.1.saturating_add(p.samples);
+                }
+            }
+        }
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let group = groups.remove(&key).expect("every key has its group");
+            grouped_row(&key, group, keys)
+        })
+        .collect()
+}
+
+fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> ProfileRow {
+    let first = group.sources[0];
+    let by_symbol = keys.contains(&SortKey::Sym);
+    let mut label: Vec<String> = Vec::new();
+    let process_name = |command: &str| {
+        if command.is_empty() {
+            "[unknown]".to_owned()
+        } else {
+            command.to_owned()
+        }
+    };
+    match (key.pid, key.command) {
+        (Some(0), Some("")) => label.push("[unknown process]".to_owned()),
+        (Some(pid), Some(command)) => label.push(format!("{}[{pid}]", process_name(command))),
+        (None, Some(command)) => label.push(process_name(command)),
+        _ => {}
+    }
+    if let (Some(module), false) = (key.module, by_symbol) {
+        label.push(module.to_owned());
+    }
+    if by_symbol {
+        label.push(first.name.clone());
+    }
+    // Ranges and inlined methods describe a whole row of the daemon's; a part of one (one
+    // process's share) has no ranges of its own to show.
+    let whole_source = by_symbol && group.sources.len() == 1 && group.samples == first.samples;
+    let mut processes: Vec<ProcessSamples> = group
+        .processes
+        .into_iter()
+        .map(|(pid, (command, samples))| ProcessSamples {
+            pid,
+            command: command.to_owned(),
+            samples,
+        })
+        .collect();
+    processes.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
+    ProfileRow {
+        section: first.section,
+        name: label.join("  "),
+        module: if by_symbol || key.module.is_some() {
+            first.module.clone()
+        } else {
+            String::new()
+        },
+        samples: group.samples,
+        symbolized: by_symbol && first.symbolized,
+        kind: if by_symbol { first.kind } else { 0 },
+        ranges: if whole_source {
+            first.ranges.clone()
+        } else {
+            Vec::new()
+        },
+        inlined: if whole_source {
+            first.inlined.clone()
+        } else {
+            Vec::new()
+        },
+        code_map: if by_symbol {
+            first.code_map.clone()
+        } else {
+            String::new()
+        },
+        optimised: by_symbol && first.optimised,
+        processes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vmscope_proto::v1::{CodeRange, Section};
+
+    use super::*;
+
+    fn row(name: &str, module: &str, processes: &[(u32, &str, u64)]) -> ProfileRow {
+        ProfileRow {
+            section: Section::Other as i32,
+            name: name.to_owned(),
+            module: module.to_owned(),
+            samples: processes.iter().map(|p| p.2).sum(),
+            symbolized: true,
+            ranges: vec![CodeRange {
+                label: "1->end".into(),
+                samples: processes.iter().map(|p| p.2).sum(),
+            }],
+            processes: processes
+                .iter()
+                .map(|&(pid, command, samples)| ProcessSamples {
+                    pid,
+                    command: command.to_owned(),
+                    samples,
+                })
+                .collect(),
+            ..ProfileRow::default()
+        }
+    }
+
+    fn summary(rows: &[ProfileRow]) -> Vec<(&str, &str, u64, usize)> {
+        rows.iter()
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    r.module.as_str(),
+                    r.samples,
+                    r.ranges.len(),
+                )
+            })
+            .collect()
+    }
+
+    fn rows() -> Vec<ProfileRow> {
+        vec![
+            row(
+                "memcpy",
+                "libc.so.6",
+                &[(10, "vmscoped", 30), (11, "vmscoped", 5)],
+            ),
+            row("poll", "libc.so.6", &[(12, "node", 20)]),
+            row(
+                "schedule",
+                "[kernel.kallsyms]",
+                &[(10, "vmscoped", 7), (12, "node", 1)],
+            ),
+        ]
+    }
+
+    #[test]
+    fn keys_split_rows_by_process_command_or_module() {
+        let rows = rows();
+        let refs: Vec<&ProfileRow> = rows.iter().collect();
+        assert_eq!(
+            summary(&group(&refs, &[SortKey::Pid])),
+            [
+                ("vmscoped[10]", "", 37, 0),
+                ("vmscoped[11]", "", 5, 0),
+                ("node[12]", "", 21, 0)
+            ]
+        );
+        assert_eq!(
+            summary(&group(&refs, &[SortKey::Comm])),
+            [("vmscoped", "", 42, 0), ("node", "", 21, 0)]
+        );
+        assert_eq!(
+            summary(&group(&refs, &[SortKey::Dso])),
+            [
+                ("libc.so.6", "libc.so.6", 55, 0),
+                ("[kernel.kallsyms]", "[kernel.kallsyms]", 8, 0)
+            ]
+        );
+        // Function and process: a row that is one process's whole keeps its ranges.
+        assert_eq!(
+            summary(&group(&refs, &[SortKey::Comm, SortKey::Sym])),
+            [
+                ("vmscoped  memcpy", "libc.so.6", 35, 1),
+                ("node  poll", "libc.so.6", 20, 1),
+                ("vmscoped  schedule", "[kernel.kallsyms]", 7, 0),
+                ("node  schedule", "[kernel.kallsyms]", 1, 0)
+            ]
+        );
+        let by_pid = group(&refs, &[SortKey::Pid]);
+        let processes: Vec<(u32, &str, u64)> = by_pid[0]
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.command.as_str(), p.samples))
+            .collect();
+        assert_eq!(processes, [(10, "vmscoped", 37)]);
+        // Every sample stays counted, whatever the keys.
+        for keys in [
+            &[SortKey::Pid][..],
+            &[SortKey::Dso, SortKey::Comm],
+            &[SortKey::Sym],
+        ] {
+            let total: u64 = group(&refs, keys).iter().map(|r| r.samples).sum();
+            assert_eq!(total, 63, "{keys:?}");
+        }
+    }
+
+    #[test]
+    fn rows_without_processes_are_an_unknown_process() {
+        let mut old = row("f", "m", &[]);
+        old.samples = 9;
+        let grouped = group(&[&old], &[SortKey::Pid]);
+        assert_eq!(summary(&grouped), [("[unknown process]", "", 9, 0)]);
+    }
+
+    #[test]
+    fn keys_parse_as_perf_spells_them() {
+        assert_eq!(SortKey::parse("pid"), Ok(SortKey::Pid));
+        let err = SortKey::parse("symbol").unwrap_err();
+        assert!(err.contains("comm, pid, dso or sym"), "{err}");
+        assert!(is_by_symbol(&[]) && is_by_symbol(&[SortKey::Sym]));
+        assert!(!is_by_symbol(&[SortKey::Sym, SortKey::Pid]));
+    }
+}
