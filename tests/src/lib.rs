@@ -460,3 +460,43 @@ pub fn dump(profile: &Profile) -> String {
     }
     text
 }
+
+/// Pinned version of Python's grpcio (and grpcio-reflection) that `cargo xtask setup` installs:
+/// a gRPC C-core client, which sends the socket path as `:authority` over a Unix socket.
+/// xtask/src/setup.rs pins the same.
+pub const GRPCIO_VERSION: &str = "1.85.1";
+
+/// The Python of the virtualenv holding grpcio, installed by `cargo xtask setup`:
+/// `$VMSCOPE_GRPCIO_VENV`, by default `$HOME/.cache/vmscope/grpcio-venv` (xtask/src/setup.rs
+/// computes the same path). Panics, saying to run the setup, when it is missing or holds
+/// another version: the test that needs it must not pass by skipping.
+pub fn grpcio_python() -> PathBuf {
+    let venv = match std::env::var_os("VMSCOPE_GRPCIO_VENV") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+            .join(".cache/vmscope/grpcio-venv"),
+    };
+    let python = venv.join("bin/python");
+    let version = Command::new(&python)
+        .args([
+            "-c",
+            "import grpc, grpc_reflection; print(grpc.__version__)",
+        ])
+        .output();
+    match version {
+        Ok(out) if out.status.success() && out.stdout.trim_ascii() == GRPCIO_VERSION.as_bytes() => {
+            python
+        }
+        Ok(out) => panic!(
+            "{} does not import grpcio {GRPCIO_VERSION} with grpcio-reflection ({}{}); run \
+             `cargo xtask setup`",
+            python.display(),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => panic!(
+            "cannot run {} ({e}): the Python gRPC client is missing; run `cargo xtask setup`",
+            python.display()
+        ),
+    }
+}

@@ -1,8 +1,9 @@
 //! vmscope's developer tasks: `cargo xtask setup | demo | test | lint | bench | fuzz`.
 //!
 //! `setup` installs what a fresh machine lacks to build the eBPF program and run the tests
-//! (the nightly `rust-src` component, `bpf-linker` 0.10.0, gcc), saying what it does and
-//! skipping what is present; `demo`, `test` and `bench` run it first.
+//! (the nightly `rust-src` component, `bpf-linker` 0.10.0, gcc, a virtualenv with Python's
+//! grpcio), saying what it does and skipping what is present; `demo`, `test` and `bench` run
+//! it first.
 
 mod bench;
 mod demo;

@@ -1,6 +1,6 @@
 //! `cargo xtask setup`: install what a fresh machine lacks, idempotently.
 
-use std::process::Command;
+use std::{path::PathBuf, process::Command};
 
 use anyhow::{Context, bail};
 
@@ -8,6 +8,60 @@ use crate::run_checked;
 
 /// bpf-linker version that matches the nightly's LLVM 22 (0.11+ wants LLVM 23).
 pub const BPF_LINKER_VERSION: &str = "0.10.0";
+
+/// Python packages of the gRPC C-core client the end-to-end tests drive (tests/tests/grpcio.rs),
+/// pinned with what they need: grpcio sends the socket path as `:authority` over a Unix socket.
+/// tests/src/lib.rs (`GRPCIO_VERSION`) checks the grpcio version.
+const GRPCIO_PACKAGES: [(&str, &str); 4] = [
+    ("grpcio", "1.85.1"),
+    ("grpcio-reflection", "1.85.1"),
+    ("protobuf", "7.36.2"),
+    ("typing-extensions", "4.16.0"),
+];
+
+/// The virtualenv holding [`GRPCIO_PACKAGES`]: `$VMSCOPE_GRPCIO_VENV`, by default
+/// `$HOME/.cache/vmscope/grpcio-venv`. tests/src/lib.rs (`grpcio_python`) looks in the same
+/// place.
+fn grpcio_venv() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("VMSCOPE_GRPCIO_VENV") {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = std::env::var_os("HOME").context("HOME is not set; set VMSCOPE_GRPCIO_VENV")?;
+    Ok(PathBuf::from(home).join(".cache/vmscope/grpcio-venv"))
+}
+
+/// Whether the virtualenv's Python imports the pinned grpcio, grpcio-reflection and protobuf.
+fn grpcio_present(venv: &std::path::Path) -> bool {
+    let expected = format!(
+        "{} {} {}",
+        GRPCIO_PACKAGES[0].1, GRPCIO_PACKAGES[1].1, GRPCIO_PACKAGES[2].1
+    );
+    output(Command::new(venv.join("bin/python")).args([
+        "-c",
+        "import grpc, grpc_reflection, google.protobuf as p; \
+         from importlib.metadata import version; \
+         print(grpc.__version__, version('grpcio-reflection'), p.__version__)",
+    ]))
+    .is_some_and(|v| v.trim() == expected)
+}
+
+/// Creates the virtualenv afresh with the machine's Python and installs the pinned packages.
+fn install_grpcio(venv: &std::path::Path) -> anyhow::Result<()> {
+    // Debian splits ensurepip, which venv needs, into python3-venv.
+    if output(Command::new("python3").args(["-c", "import venv, ensurepip"])).is_none() {
+        apt_install(&["python3-venv"])?;
+    }
+    run_checked(
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(venv),
+    )?;
+    run_checked(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(GRPCIO_PACKAGES.map(|(name, version)| format!("{name}=={version}"))),
+    )
+}
 
 /// Whether we run as root.
 pub fn is_root() -> bool {
@@ -39,7 +93,8 @@ fn step(
     }
 }
 
-/// Installs the nightly toolchain's rust-src, bpf-linker and gcc when missing.
+/// Installs the nightly toolchain's rust-src, bpf-linker, gcc and the tests' Python gRPC client
+/// when missing.
 pub fn run() -> anyhow::Result<()> {
     let toolchains = output(Command::new("rustup").args(["toolchain", "list"]))
         .context("rustup is needed to build the eBPF program (https://rustup.rs)")?;
@@ -103,6 +158,16 @@ pub fn run() -> anyhow::Result<()> {
         "gcc (builds the test fixtures)",
         output(Command::new("gcc").arg("--version")).is_some(),
         || apt_install(&["gcc", "libc6-dev"]),
+    )?;
+    let venv = grpcio_venv()?;
+    step(
+        &format!(
+            "Python grpcio {} in {} (the tests' C-core gRPC client)",
+            GRPCIO_PACKAGES[0].1,
+            venv.display()
+        ),
+        grpcio_present(&venv),
+        || install_grpcio(&venv),
     )?;
     Ok(())
 }
