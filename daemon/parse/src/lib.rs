@@ -14,11 +14,14 @@
 //! - [`jitdump`]: Linux perf's `jit-PID.dump`, code loads and moves with source lines and unwind
 //!   tables, read as the file grows.
 //! - [`codemap_file`]: vmscope's own code map files, `vmscope-PID.codemap`.
+//! - [`h2_authority`]: the HTTP/2 bytes a gRPC client sends, with the `:authority` values h2
+//!   refuses (C-core's socket path) replaced by ones it accepts.
 #![deny(missing_docs)]
 
 pub mod codemap_file;
 pub mod demangle;
 pub mod elf;
+pub mod h2_authority;
 pub mod jitdump;
 pub mod kallsyms;
 pub mod maps;
