@@ -162,7 +162,8 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         .add_service(ProfilerServer::new(service))
         .add_service(CodeMapServer::new(code_maps))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            // gRPC C-core clients send the socket path as :authority, which h2 refuses.
+            server::authority::incoming(listener),
             async move {
                 shutdown_signal().await;
                 // Open watches would hold the graceful shutdown forever: end them.

@@ -3,8 +3,10 @@
 //!
 //! Handlers are thin: they learn who the caller is from the socket's peer credentials, pass the
 //! request to the session manager, and turn its typed errors into status codes. Profiles are
-//! symbolised on blocking threads.
+//! symbolised on blocking threads. Connections reach h2 through [`authority`], so that any
+//! client's `:authority` is accepted.
 
+pub mod authority;
 mod listen;
 mod publish;
 mod status;
