@@ -500,3 +500,32 @@ pub fn grpcio_python() -> PathBuf {
         ),
     }
 }
+
+/// The CPython the runtime tests profile: a pyenv build whose VM is `libpython3.12.so`.
+/// `cargo xtask setup` installs it (xtask/src/setup.rs, `PYENV_PYTHON`).
+pub fn pyenv_python() -> PathBuf {
+    const VERSION: &str = "3.12";
+    let root = Command::new("pyenv")
+        .arg("root")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .unwrap_or_else(|| panic!("pyenv is missing: run `cargo xtask setup`"));
+    let mut builds: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
+        .map(|dir| dir.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    builds.retain(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&format!("{VERSION}.")))
+            && p.join(format!("lib/libpython{VERSION}.so")).exists()
+    });
+    builds.sort();
+    builds
+        .pop()
+        .map(|p| p.join(format!("bin/python{VERSION}")))
+        .unwrap_or_else(|| {
+            panic!("no shared CPython {VERSION} under pyenv: run `cargo xtask setup`")
+        })
+}

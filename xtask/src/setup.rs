@@ -159,6 +159,22 @@ pub fn run() -> anyhow::Result<()> {
         output(Command::new("gcc").arg("--version")).is_some(),
         || apt_install(&["gcc", "libc6-dev"]),
     )?;
+    // Real runtimes the end-to-end tests profile (DESIGN.md "Real clients").
+    step(
+        "Node.js (a real JIT: perf maps, jitdump)",
+        output(Command::new("node").arg("--version")).is_some(),
+        || apt_install(&["nodejs"]),
+    )?;
+    step(
+        "a JDK (java and javac: HotSpot, whose VM is libjvm.so)",
+        output(Command::new("javac").arg("-version")).is_some(),
+        || apt_install(&["openjdk-17-jdk-headless"]),
+    )?;
+    step(
+        &format!("CPython {PYENV_PYTHON} built as a shared library, under pyenv"),
+        pyenv_shared_python().is_some(),
+        install_pyenv_python,
+    )?;
     let venv = grpcio_venv()?;
     step(
         &format!(
@@ -170,6 +186,56 @@ pub fn run() -> anyhow::Result<()> {
         || install_grpcio(&venv),
     )?;
     Ok(())
+}
+
+/// The CPython the runtime tests profile: one whose VM is `libpython3.x.so`, like the pyenv
+/// builds of this machine kind. Keep in step with `tests/src/lib.rs`.
+pub const PYENV_PYTHON: &str = "3.12";
+
+/// `$(pyenv root)/versions/3.12.*/bin/python3.12` when that build has its libpython.
+fn pyenv_shared_python() -> Option<std::path::PathBuf> {
+    let root = output(Command::new("pyenv").arg("root"))?;
+    let versions = std::path::Path::new(root.trim()).join("versions");
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(versions)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{PYENV_PYTHON}.")))
+        })
+        .filter(|p| p.join(format!("lib/libpython{PYENV_PYTHON}.so")).exists())
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|p| p.join(format!("bin/python{PYENV_PYTHON}")))
+}
+
+/// Builds CPython with pyenv as a shared library (a few minutes).
+fn install_pyenv_python() -> anyhow::Result<()> {
+    if output(Command::new("pyenv").arg("--version")).is_none() {
+        bail!(
+            "pyenv is missing: install it (https://github.com/pyenv/pyenv#installation), then \
+             rerun `cargo xtask setup`"
+        );
+    }
+    apt_install(&[
+        "make",
+        "libssl-dev",
+        "zlib1g-dev",
+        "libbz2-dev",
+        "libreadline-dev",
+        "libsqlite3-dev",
+        "libffi-dev",
+        "liblzma-dev",
+    ])?;
+    run_checked(
+        Command::new("pyenv")
+            .args(["install", "--skip-existing", PYENV_PYTHON])
+            .env("PYTHON_CONFIGURE_OPTS", "--enable-shared"),
+    )
 }
 
 fn apt_install(packages: &[&str]) -> anyhow::Result<()> {

@@ -1,0 +1,116 @@
+//! Language runtimes whose VM is a shared library, not the executable: HotSpot (`java` is a
+//! launcher for libjvm.so) and a shared CPython (libpython3.12.so). Their code is the VM's
+//! ("vanilla vm code"), and the report's header names the modules it counted.
+
+use std::process::Command;
+
+use vmscope_tests::{Daemon, json_report, pyenv_python, shared_tempdir};
+
+fn section<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["section"] == name)
+        .unwrap_or_else(|| panic!("no {name} section: {report}"))
+}
+
+fn samples_in(section: &serde_json::Value, module: &str) -> u64 {
+    section["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["module"] == module)
+        .map(|r| r["samples"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn cpython_in_libpython_is_the_vm() {
+    let daemon = Daemon::start();
+    let python = pyenv_python();
+    let busy =
+        "import time\nend = time.time() + 1.5\nx = 0\nwhile time.time() < end:\n    x += 1\n";
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "--"])
+        .arg(&python)
+        .args(["-c", busy])
+        .output()
+        .expect("run vmscope");
+    let report = json_report(&out);
+    let vm_modules = report["vm_modules"].as_array().unwrap();
+    assert_eq!(vm_modules[0]["module"], "libpython3.12.so.1.0", "{report}");
+    assert_eq!(vm_modules[0]["runtime"], "CPython");
+    let share = report["vm_percent_of_total"].as_f64().unwrap();
+    // The rest is time.time(): the vDSO, libc and the kernel.
+    assert!(
+        share > 50.0,
+        "only {share}% of the samples in the VM: {report}"
+    );
+    let vanilla = section(&report, "vanilla");
+    assert!(
+        samples_in(vanilla, "libpython3.12.so.1.0") > 500,
+        "{vanilla}"
+    );
+    assert_eq!(
+        samples_in(section(&report, "other"), "libpython3.12.so.1.0"),
+        0
+    );
+
+    // The default can be switched off: libpython is other code again, and the text says how
+    // to count it.
+    let id = report["session_id"].as_u64().unwrap().to_string();
+    let text = daemon
+        .cli()
+        .args(["report", &id, "--no-runtime-modules"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("--vm-module 'libpython3.12.so.1.0'"),
+        "no hint in:\n{text}"
+    );
+}
+
+#[test]
+fn hotspot_in_libjvm_is_the_vm() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    std::fs::write(
+        dir.path().join("Hot.java"),
+        // Garbage that escapes, so that HotSpot's collector (in libjvm.so) has work too.
+        "public class Hot {\n  static byte[][] keep = new byte[1024][];\n  public static void \
+         main(String[] a) {\n    long end = System.nanoTime() + 1_500_000_000L;\n    double s = \
+         0;\n    while (System.nanoTime() < end) {\n      for (int i = 0; i < 100000; i++) {\n    \
+             s += Math.sqrt(i);\n        keep[i & 1023] = new byte[512];\n      }\n    }\n    \
+         System.out.println(s > 0);\n  }\n}\n",
+    )
+    .unwrap();
+    let javac = Command::new("javac")
+        .arg("Hot.java")
+        .current_dir(dir.path())
+        .status()
+        .expect("javac (a JDK) must be installed: run `cargo xtask setup`");
+    assert!(javac.success());
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "--", "java", "-cp"])
+        .arg(dir.path())
+        .arg("Hot")
+        .output()
+        .expect("run vmscope");
+    let report = json_report(&out);
+    let libjvm = report["vm_modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["module"] == "libjvm.so")
+        .unwrap_or_else(|| panic!("libjvm.so not counted as the VM: {report}"));
+    assert_eq!(libjvm["runtime"], "HotSpot");
+    // Its collector, compiler threads and runtime run in libjvm.so; the JIT's code is generated
+    // code.
+    let vanilla = section(&report, "vanilla");
+    assert!(samples_in(vanilla, "libjvm.so") >= 20, "{vanilla}");
+    assert_eq!(samples_in(section(&report, "other"), "libjvm.so"), 0);
+}

@@ -1,0 +1,107 @@
+//! System-wide sessions on a busy machine: node with a jitdump it buffers (as V8 does), and two
+//! copies of one program, keep both CPUs of the test machine busy. The stop comes in time, busy
+//! CPUs never exceed the CPUs there are, the rate holds, and rows can be split by process.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use vmscope_tests::{Daemon, Running, fixtures, json_report, rate_tolerance, shared_tempdir};
+
+/// Kills the child when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn system_wide_under_load_is_bounded_prompt_and_split_by_process() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let hot_js = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hot.js");
+    let node = Child(
+        Command::new("node")
+            .arg("--perf-prof")
+            .arg(&hot_js)
+            .arg("20")
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run node"),
+    );
+    let a = Running::start(Command::new(&fixtures().hotspots_pie).arg("20"));
+    let b = Running::start(Command::new(&fixtures().hotspots_pie).arg("20"));
+    // Node compiles hotLoop within its first second.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let started = Instant::now();
+    let out = daemon
+        .cli()
+        .args([
+            "record",
+            "--system",
+            "--duration",
+            "2",
+            "--format",
+            "json",
+            "--sort",
+            "pid",
+        ])
+        .output()
+        .expect("run vmscope");
+    let took = started.elapsed();
+    let report = json_report(&out);
+
+    // In time: the stop does not wait for a jitdump node will not flush for 18 s more; the
+    // samples it would have named are counted as such.
+    assert!(
+        took < Duration::from_millis(4500),
+        "a 2 s session took {took:?}"
+    );
+    assert_eq!(report["complete"], true, "{}", report["incomplete_reason"]);
+    assert!(report["incomplete_reason"].is_null());
+    assert!(
+        report["jit_samples_before_code_map"].as_u64().unwrap() > 0,
+        "node's samples waited for its buffered jitdump: {}",
+        report["jit_samples_before_code_map"]
+    );
+
+    // No more busy CPUs than CPUs, and the rate per busy CPU is the one asked for.
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } as f64;
+    let busy = report["busy_cpus"].as_f64().unwrap();
+    assert!(busy <= online + 0.01, "{busy} busy CPUs on {online}");
+    assert!(busy > 0.5 * online, "{busy} busy CPUs, with three CPU hogs");
+    let measured = report["measured_frequency_hz"].as_f64().unwrap();
+    let steal = report["host_steal_percent"].as_f64().unwrap();
+    assert!(
+        (measured - 1400.0).abs() <= rate_tolerance(steal) * 1400.0,
+        "{measured} Hz per busy CPU (host steal {steal}%)"
+    );
+
+    // Split by process: each copy of the program has its row, with its pid and command.
+    let vanilla = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["section"] == "vanilla")
+        .unwrap();
+    for copy in [&a, &b] {
+        let name = format!("hotspots-pie[{}]", copy.pid());
+        let row = vanilla["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no row {name}: {vanilla}"));
+        assert_eq!(row["pid"], copy.pid());
+        assert_eq!(row["command"], "hotspots-pie");
+        assert!(row["samples"].as_u64().unwrap() > 200, "{row}");
+    }
+    drop(node);
+}
