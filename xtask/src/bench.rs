@@ -84,10 +84,13 @@ pub fn run() -> anyhow::Result<()> {
     let mut samples = 0u64;
     for pair in 0..PAIRS {
         let plain = Command::new(&busyloop).arg(WORK).output()?;
+        let json = built.dir.join("bench-report.json");
         let profiled = Command::new(&built.cli)
             .arg("--socket")
             .arg(&daemon.socket)
-            .args(["record", "--format", "json", "--"])
+            .args(["record", "--format", "json", "-o"])
+            .arg(&json)
+            .arg("--")
             .arg(&busyloop)
             .arg(WORK)
             .output()?;
@@ -99,9 +102,8 @@ pub fn run() -> anyhow::Result<()> {
         }
         let plain = cpu_seconds(&plain.stdout)?;
         let with = cpu_seconds(&profiled.stdout)?;
-        let text = String::from_utf8_lossy(&profiled.stdout);
-        let json_start = text.find("{\n").context("no JSON report")?;
-        let report: serde_json_lite::Value = serde_json_lite::parse(&text[json_start..])?;
+        let text = std::fs::read_to_string(&json).context("no JSON report")?;
+        let report: serde_json_lite::Value = serde_json_lite::parse(&text)?;
         samples += report.total_samples;
         println!(
             "bench: pair {}: {plain:.3} s alone, {with:.3} s profiled, {} samples",
