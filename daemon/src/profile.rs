@@ -314,7 +314,7 @@ mod tests {
             .unwrap();
         let jit = |code, offset| Location::Jit { code, offset };
         let counts = vec![
-            (jit(baseline, 0x5), 10), // before the first pc: "start->1"
+            (jit(baseline, 0x5), 10), // before the first pc: "1->1"
             (jit(baseline, 0x18), 20),
             (jit(optimised, 0x18), 7), // the method's own code
             (jit(optimised, 0x28), 3), // inlined

@@ -4,7 +4,8 @@
 //! machine-code pc to bytecode pc map (with inline stacks) from a VM, or source positions from
 //! jitdump debug info. Relative positions make a method that moves (compaction, GC) the same
 //! `Code`: the [`CodeStore`] interns descriptions, so samples of a method aggregate across all
-//! the addresses it lived at, and memory grows with distinct methods, not with moves.
+//! the addresses it lived at, and memory grows with distinct methods, not with moves. How
+//! reports label the ranges between positions is [`super::ranges`]' business.
 
 use std::{
     hash::{BuildHasher, Hash},
@@ -14,6 +15,8 @@ use std::{
 use hashbrown::HashTable;
 
 use vmscope_proto::v1::CodeKind;
+
+use super::ranges::MergedRanges;
 
 /// Index of an interned [`Code`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,6 +82,9 @@ pub struct Code {
     pub pc_map: Vec<PcPoint>,
     /// Source positions, sorted by offset (empty when the map has none).
     pub lines: Vec<SourcePoint>,
+    /// Where its ranges begin once adjacent ranges with equal labels are merged: derived from
+    /// the points on first use, ignored by comparisons. Leave it `Default`.
+    pub merged_ranges: MergedRanges,
 }
 
 impl Code {
@@ -90,48 +96,13 @@ impl Code {
             source,
             pc_map: Vec::new(),
             lines: Vec::new(),
+            merged_ranges: MergedRanges::default(),
         }
     }
 
     /// Whether the code carries ranges (bytecode or source) to report under it.
     pub fn has_ranges(&self) -> bool {
         !self.pc_map.is_empty() || !self.lines.is_empty()
-    }
-
-    /// The range an offset falls in, by VMProfiler's rule, labelled as reports print it.
-    ///
-    /// With mapped pcs (m1,b1)..(mn,bn): [start, m1) is `1->b1`, [mi, mi+1) is `bi->bi+1`,
-    /// [mn, end) is `bn->end`, with bytecode pcs printed 1-based. Source positions are labelled
-    /// `file:line:col->line:col` the same way. `None` for code without ranges.
-    pub fn range_label(&self, offset: u64) -> Option<(usize, String)> {
-        if !self.pc_map.is_empty() {
-            let i = self.pc_map.partition_point(|p| p.offset <= offset);
-            let pc = |k: usize| self.pc_map[k].bcpc + 1;
-            let label = match i {
-                0 => format!("1->{}", pc(0)),
-                i if i == self.pc_map.len() => format!("{}->end", pc(i - 1)),
-                i => format!("{}->{}", pc(i - 1), pc(i)),
-            };
-            return Some((i, label));
-        }
-        if !self.lines.is_empty() {
-            let i = self.lines.partition_point(|p| p.offset <= offset);
-            let at = |p: &SourcePoint| format!("{}:{}:{}", p.file, p.line, p.column);
-            let label = match i {
-                0 => format!("start->{}", at(&self.lines[0])),
-                i if i == self.lines.len() => format!("{}->end", at(&self.lines[i - 1])),
-                i => {
-                    let (from, to) = (&self.lines[i - 1], &self.lines[i]);
-                    if from.file == to.file {
-                        format!("{}->{}:{}", at(from), to.line, to.column)
-                    } else {
-                        format!("{}->{}", at(from), at(to))
-                    }
-                }
-            };
-            return Some((i, label));
-        }
-        None
     }
 
     /// The method an offset's time belongs to: the innermost inlined method there, or the
@@ -177,6 +148,7 @@ impl Code {
             + inlined
             + self.lines.len() * size_of::<SourcePoint>()
             + files
+            + MergedRanges::max_bytes(self)
     }
 }
 
@@ -316,44 +288,6 @@ mod tests {
                 CodeSource::Vm("t".into()),
             )
         }
-    }
-
-    #[test]
-    fn bytecode_ranges_follow_vmprofilers_rule() {
-        // Pairs (m1,b1)=(0x10,22), (0x20,29), (0x30,37): pcs printed 1-based.
-        let code = method(&[(0x10, 22), (0x20, 29), (0x30, 37)]);
-        let label = |offset| code.range_label(offset).unwrap().1;
-        assert_eq!(label(0), "1->23");
-        assert_eq!(label(0x0f), "1->23");
-        assert_eq!(label(0x10), "23->30");
-        assert_eq!(label(0x2f), "30->38");
-        assert_eq!(label(0x30), "38->end");
-        assert_eq!(label(0x9999), "38->end");
-        assert_eq!(code.range_label(0x25).unwrap().0, 2);
-        assert_eq!(
-            Code::named(CodeKind::Unknown, "x", CodeSource::PerfMap).range_label(0),
-            None
-        );
-    }
-
-    #[test]
-    fn source_ranges_read_like_bytecode_ranges() {
-        let file: Arc<str> = "app.js".into();
-        let point = |offset, line, column| SourcePoint {
-            offset,
-            file: file.clone(),
-            line,
-            column,
-        };
-        let code = Code {
-            lines: vec![point(0x8, 12, 5), point(0x20, 12, 30), point(0x40, 14, 1)],
-            ..Code::named(CodeKind::Unknown, "hot", CodeSource::Jitdump)
-        };
-        let label = |offset| code.range_label(offset).unwrap().1;
-        assert_eq!(label(0), "start->app.js:12:5");
-        assert_eq!(label(0x10), "app.js:12:5->12:30");
-        assert_eq!(label(0x30), "app.js:12:30->14:1");
-        assert_eq!(label(0x50), "app.js:14:1->end");
     }
 
     #[test]

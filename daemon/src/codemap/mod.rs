@@ -7,6 +7,7 @@
 //! attributed *as the map was when the sample was taken*.
 //!
 //! - [`code`]: what a piece of code is (name, kind, pc map, source lines), interned.
+//! - [`ranges`]: where inside a code a sample fell, labelled as reports print it.
 //! - [`live`]: the map at one instant.
 //! - [`timeline`]: changes and samples merged in time order.
 //! - [`vm`]: events published by a VM, checked and turned into changes.
@@ -16,6 +17,7 @@
 
 pub mod code;
 pub mod live;
+pub mod ranges;
 pub mod refusals;
 pub mod registry;
 pub mod sources;

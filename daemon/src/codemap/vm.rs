@@ -183,11 +183,8 @@ impl Publication {
             name = format!("{name} [{}]", truncate(&classes.join(", "), 256));
         }
         Ok(Code {
-            kind,
-            name,
-            source: CodeSource::Vm(self.vm.clone()),
             pc_map,
-            lines: Vec::new(),
+            ..Code::named(kind, name, CodeSource::Vm(self.vm.clone()))
         })
     }
 }
