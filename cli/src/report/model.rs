@@ -237,8 +237,8 @@ impl CodeKindLabel {
     }
 }
 
-/// Samples in one range of a method's code: bytecodes (`1->23`, `38->end`) or source
-/// (`app.js:12:5->12:30`).
+/// Samples in one range of a method's code: bytecodes (`1->23`, `38->end`), an inlined
+/// method's bytecodes (`Inline>>heavy 33->70`) or a source position (`app.js:12:5`, `start`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RangeRow {
     /// The range as the daemon labelled it.
@@ -927,7 +927,7 @@ pub(crate) mod fixtures {
 
     /// A Cog-like JIT VM run of 10000 samples with a published code map: Figure 7's benchFib
     /// and benchmark methods with their bytecode ranges, an optimised method with inlined
-    /// methods, PICs, a trampoline, an enilopmart, a block, a stub, a method under 1% whose
+    /// methods (its ranges named after them where their code is), PICs, a trampoline, an enilopmart, a block, a stub, a method under 1% whose
     /// ranges the text leaves out, and plugins in "other code" for `--vm-module`: the second
     /// golden report's input.
     pub fn jit_profile() -> Profile {
@@ -959,7 +959,20 @@ pub(crate) mod fixtures {
             jit_row(
                 "Inline>>bench",
                 Method,
-                &[("1->12", 300), ("12->40", 1300), ("40->end", 209)],
+                // heavy inlined at the send at 12, light at 30.
+                &[
+                    ("1->12", 250),
+                    ("12->12", 10),
+                    ("Inline>>heavy 1->15", 34),
+                    ("Inline>>heavy 15->33", 100),
+                    ("Inline>>heavy 33->70", 1000),
+                    ("Inline>>heavy 70->83", 90),
+                    ("Inline>>heavy 83->end", 10),
+                    ("12->30", 60),
+                    ("Inline>>light 1->33", 25),
+                    ("Inline>>light 33->70", 150),
+                    ("30->end", 80),
+                ],
                 &[
                     ("Inline>>heavy", 1234),
                     ("Inline>>bench", 400),
@@ -1631,7 +1644,7 @@ mod tests {
                 ("Inline>>light", 175, 9.67),
             ]
         );
-        assert_eq!(bench.ranges.len(), 3);
+        assert_eq!(bench.ranges.len(), 11);
         assert!(bench.show_details);
 
         // Whatever order the daemon sent them in, ties by name.

@@ -8,7 +8,8 @@
 //!                      ...
 //!                      12.00%  38->end                             (568)    (100.00%)
 //!  18.98% (18.09%)  Inline>>bench [optimised]                     (1809)     (90.43%)
-//!                      16.58%  1->12                               (300)     (16.58%)
+//!                      13.82%  1->12                               (250)     (13.82%)
+//!                       1.88%  Inline>>heavy 1->15                  (34)     (16.25%)
 //!                      ...
 //!                     inlined:
 //!                      68.21%  Inline>>heavy (inlined)            (1234)
@@ -706,7 +707,7 @@ mod tests {
         for (text, expected_lines) in [
             (render(&node_profile(), &OPTIONS), 17),
             // Rows, headings and range lines alike.
-            (render(&jit_profile(), &jit_options()), 48),
+            (render(&jit_profile(), &jit_options()), 56),
         ] {
             let widths: Vec<usize> = text
                 .lines()
@@ -767,25 +768,34 @@ mod tests {
         assert_eq!(lines[fib + 1].find("57.95%"), Some(name_at + 3), "{text}");
         assert!(lines[fib + 9].contains("Integer>>benchmark "), "{text}");
 
-        // The optimised method: its ranges, then the methods inlined into it, most first.
+        // The optimised method: its ranges, named after the inlined method where its code
+        // is, then the methods inlined into it, most first.
         let bench = at("18.98% (18.09%)  Inline>>bench ");
-        let detail: Vec<Vec<&str>> = lines[bench + 1..bench + 8]
+        let detail: Vec<Vec<&str>> = lines[bench + 1..bench + 16]
             .iter()
             .map(|l| l.split_whitespace().collect())
             .collect();
         assert_eq!(
             detail,
             [
-                vec!["16.58%", "1->12", "(300)", "(16.58%)"],
-                vec!["71.86%", "12->40", "(1300)", "(88.45%)"],
-                vec!["11.55%", "40->end", "(209)", "(100.00%)"],
+                vec!["13.82%", "1->12", "(250)", "(13.82%)"],
+                vec!["0.55%", "12->12", "(10)", "(14.37%)"],
+                vec!["1.88%", "Inline>>heavy", "1->15", "(34)", "(16.25%)"],
+                vec!["5.53%", "Inline>>heavy", "15->33", "(100)", "(21.78%)"],
+                vec!["55.28%", "Inline>>heavy", "33->70", "(1000)", "(77.06%)"],
+                vec!["4.98%", "Inline>>heavy", "70->83", "(90)", "(82.03%)"],
+                vec!["0.55%", "Inline>>heavy", "83->end", "(10)", "(82.59%)"],
+                vec!["3.32%", "12->30", "(60)", "(85.90%)"],
+                vec!["1.38%", "Inline>>light", "1->33", "(25)", "(87.29%)"],
+                vec!["8.29%", "Inline>>light", "33->70", "(150)", "(95.58%)"],
+                vec!["4.42%", "30->end", "(80)", "(100.00%)"],
                 vec!["inlined:"],
                 vec!["68.21%", "Inline>>heavy", "(inlined)", "(1234)"],
                 vec!["22.11%", "Inline>>bench", "(400)"],
                 vec!["9.67%", "Inline>>light", "(inlined)", "(175)"],
             ]
         );
-        assert_eq!(lines[bench + 4].find("inlined:"), Some(name_at + 2));
+        assert_eq!(lines[bench + 12].find("inlined:"), Some(name_at + 2));
 
         // Kinds, and rows without details followed directly by the next row.
         for (row, next) in [
