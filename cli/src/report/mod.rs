@@ -31,6 +31,7 @@
 
 mod json;
 mod model;
+mod names;
 pub mod runtimes;
 pub mod sort_keys;
 mod text;
@@ -43,7 +44,8 @@ pub use model::{
     ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
     round2,
 };
-pub use text::{elide_middle, render_text};
+pub use names::{elide_middle, shorten, shorten_all};
+pub use text::render_text;
 
 impl Default for ReportOptions {
     /// VMProfiler's fold threshold (0.01% of the total), a name column that fits a

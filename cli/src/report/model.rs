@@ -29,8 +29,10 @@ pub struct ReportOptions {
     /// Rows with fewer samples than this percentage of the grand total fold into one
     /// `...others...` row per section. VMProfiler's 0.01 by default; 0 keeps every row.
     pub min_percent: f64,
-    /// Longest name the text report shows before eliding its middle; 0 never elides.
-    /// Ignored by JSON, whose readers want names whole.
+    /// Longest name the text report shows; longer names are shortened (parameter lists, then
+    /// template arguments, then the middle; see [`crate::report::shorten_all`]). 0 shows
+    /// names whole. Ignored by JSON, whose readers want names
+    /// whole.
     pub name_width: usize,
     /// Generated code rows with at least this percentage of the grand total list their code
     /// ranges and inlined methods under them in the text report (1 by default: "each JIT method
@@ -1106,6 +1108,124 @@ pub(crate) mod fixtures {
                 samples: 98,
             },
         ];
+        profile
+    }
+
+    /// A Node.js run of 10000 samples whose names VMProfiler's elision alone would mix up:
+    /// V8 functions that differ only in template arguments, overloads, a lambda, a Rust addon,
+    /// and a JS function with its jitdump source ranges (V8 positions are not in code order):
+    /// the names golden report's input.
+    pub fn names_profile() -> Profile {
+        use Section::{Other as O, Vanilla as V};
+        let handle = |class: &str| format!("v8::internal::Handle<v8::internal::{class}>");
+        let stringifier = |method: &str, params: &[&str]| {
+            format!(
+                "v8::internal::JsonStringifier::{method}({})",
+                params.join(", ")
+            )
+        };
+        let (object, array, js_object) = (handle("Object"), handle("JSArray"), handle("JSObject"));
+        let lambda =
+            "v8::internal::Scanner::ScanIdentifierOrKeywordInner()::{lambda(unsigned int)#1}";
+        let find_if = format!(
+            "unsigned short const* std::find_if<unsigned short const*, unsigned int \
+             v8::internal::Utf16CharacterStream::AdvanceUntil<{lambda}>({lambda})::\
+             {{lambda(unsigned short)#1}}>(unsigned short const*, unsigned short const*, \
+             unsigned int v8::internal::Utf16CharacterStream::AdvanceUntil<{lambda}>({lambda})\
+             ::{{lambda(unsigned short)#1}})"
+        );
+        let vector = "v8::base::Vector<unsigned char const> const&";
+        let mut hot = super::fixtures::jit_row(
+            "JS:*hotLoop /srv/app/hot.js:3:17",
+            CodeKind::Unknown,
+            &[
+                ("start", 12),
+                ("/srv/app/hot.js:5:21", 30),
+                ("/srv/app/hot.js:6:26", 40),
+                ("/srv/app/hot.js:6:19", 750),
+                ("/srv/app/hot.js:6:34", 3990),
+                ("/srv/app/hot.js:5:3", 670),
+                ("/srv/app/hot.js:6:34", 8),
+            ],
+            &[],
+        );
+        hot.code_map = "jitdump".to_owned();
+        let mut profile = profile_with(vec![
+            hot,
+            row(
+                V,
+                &stringifier("Serialize_<false>", &[&object, "bool", &object]),
+                "node",
+                900,
+            ),
+            row(
+                V,
+                &stringifier("Serialize_<true>", &[&object, "bool", &object]),
+                "node",
+                700,
+            ),
+            row(
+                V,
+                &stringifier("SerializeJSArray", &[&array, &object]),
+                "node",
+                500,
+            ),
+            row(
+                V,
+                &stringifier("SerializeJSObject", &[&js_object, &object]),
+                "node",
+                400,
+            ),
+            row(
+                V,
+                &format!(
+                    "v8::internal::Factory::NewStringFromOneByte({vector}, v8::internal::AllocationType)"
+                ),
+                "node",
+                300,
+            ),
+            row(
+                V,
+                &format!("v8::internal::Factory::NewStringFromOneByte({vector})"),
+                "node",
+                250,
+            ),
+            row(V, &find_if, "node", 200),
+            row(
+                V,
+                "v8::internal::InternalIndex v8::internal::StringTable::Data::FindEntry<v8::internal::Isolate, v8::internal::SequentialStringKey<unsigned char> >(v8::internal::Isolate*, v8::internal::SequentialStringKey<unsigned char>*, unsigned int) const [clone .isra.0]",
+                "node",
+                150,
+            ),
+            row(
+                V,
+                "v8::internal::(anonymous namespace)::InvokeWithTryCatch(v8::internal::Isolate*, v8::internal::(anonymous namespace)::InvokeParams const&)",
+                "node",
+                100,
+            ),
+            row(
+                O,
+                "<tokio_util::codec::framed_impl::FramedImpl<T,U,R> as futures_core::stream::Stream>::poll_next",
+                "libquery_engine.so",
+                700,
+            ),
+            row(
+                O,
+                "<hashbrown::raw::RawTable<T,A> as core::ops::drop::Drop>::drop",
+                "libquery_engine.so",
+                500,
+            ),
+            row(
+                O,
+                "query_engine::executor::execute_many::{{closure}}",
+                "libquery_engine.so",
+                300,
+            ),
+        ]);
+        profile.has_generated_code = true;
+        // 10500 samples at 1400 Hz per busy CPU: not throttled.
+        profile.cpu_seconds = 7.5;
+        profile.measured_frequency_hz = 1400.0;
         profile
     }
 }

@@ -27,16 +27,20 @@
 //! optimised version, a row apart from its baseline, `[optimised]`. Vanilla rows moved
 //! there by `--vm-module` name their module, as other code's rows do.
 //!
+//! Names longer than [`ReportOptions::name_width`](super::ReportOptions) are shortened
+//! structurally, then elided (see [`super::names`]), and never so that two different names, or
+//! two of a row's range labels, read the same. A name width of 0 prints them whole.
+//!
 //! Every percentage goes through [`round2`] before `{:.2}`, like the JSON, so both show the same
 //! digits.
 
-use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::model::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
     round2,
 };
+use super::names::shorten_all;
 
 /// Column headings at the right of each section heading.
 const SAMPLES_HEADING: &str = "(samples)";
@@ -95,27 +99,6 @@ pub fn render_text(
         }
     }
     Ok(())
-}
-
-/// Shortens `name` to at most `width` characters by replacing its middle with "...", keeping
-/// head and tail as VMProfiler does (`Sequenceab...m:to:put:`): the head says which class or
-/// namespace, the tail which method. Counts chars, never splits one; `width` 0 disables.
-pub fn elide_middle(name: &str, width: usize) -> Cow<'_, str> {
-    let len = name.chars().count();
-    if width == 0 || len <= width {
-        return Cow::Borrowed(name);
-    }
-    // Too narrow for head + "..." to say anything: keep the head.
-    if width < 4 {
-        return Cow::Owned(name.chars().take(width).collect());
-    }
-    // Squeak's String>>contractTo:, which VMProfiler uses: the head gets the smaller half.
-    let head = (width - 2) / 2;
-    let tail = width - head - 3;
-    let mut elided: String = name.chars().take(head).collect();
-    elided.push_str("...");
-    elided.extend(name.chars().skip(len - tail));
-    Cow::Owned(elided)
 }
 
 fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -364,6 +347,7 @@ impl Detail {
 }
 
 fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) -> io::Result<()> {
+    let mut labels = row_labels(report, options).into_iter();
     let tables: Vec<(String, Vec<Cells>)> = report
         .sections
         .iter()
@@ -375,7 +359,7 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
                 .map(|row| Cells {
                     of_section: percent(row.percent_of_section),
                     of_total: format!("({})", percent(row.percent_of_total)),
-                    label: row_label(row, shows_module(report, section, row), options.name_width),
+                    label: labels.next().unwrap_or_default(),
                     samples: format!("({})", row.samples),
                     cumulative: format!("({})", percent(row.cumulative_percent)),
                     details: details(row, options.name_width),
@@ -485,7 +469,7 @@ fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
     if !row.show_details {
         return Vec::new();
     }
-    // Detail labels start further right than names: elide them to what is left of the name
+    // Detail labels start further right than names: shorten them to what is left of the name
     // width, so that a long source range does not widen the table more than a long name would.
     let width = if name_width == 0 {
         0
@@ -494,30 +478,38 @@ fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
             .saturating_sub(DETAIL_INDENT)
             .max(MIN_DETAIL_NAME_WIDTH)
     };
+    // One row's lines tell its ranges and methods apart.
+    let labels: Vec<(&str, &str)> = row
+        .ranges
+        .iter()
+        .map(|range| (range.label.as_str(), ""))
+        .chain(row.inlined.iter().map(|method| {
+            // The optimised method's own code is not inlined into itself.
+            let suffix = if method.name == row.name {
+                ""
+            } else {
+                " (inlined)"
+            };
+            (method.name.as_str(), suffix)
+        }))
+        .collect();
+    let mut labels = shorten_all(&labels, width).into_iter();
     let mut lines: Vec<Detail> = row
         .ranges
         .iter()
         .map(|range| Detail::Range {
             percent: percent(range.percent_of_method),
-            label: elide_middle(&range.label, width).into_owned(),
+            label: labels.next().unwrap_or_default(),
             samples: format!("({})", range.samples),
             cumulative: format!("({})", percent(range.cumulative_percent)),
         })
         .collect();
     if !row.inlined.is_empty() {
         lines.push(Detail::InlinedHeading);
-        lines.extend(row.inlined.iter().map(|method| {
-            // The optimised method's own code is not inlined into itself.
-            let label = if method.name == row.name {
-                Cow::Borrowed(method.name.as_str())
-            } else {
-                Cow::Owned(format!("{} (inlined)", method.name))
-            };
-            Detail::Inlined {
-                percent: percent(method.percent_of_method),
-                label: elide_middle(&label, width).into_owned(),
-                samples: format!("({})", method.samples),
-            }
+        lines.extend(row.inlined.iter().map(|method| Detail::Inlined {
+            percent: percent(method.percent_of_method),
+            label: labels.next().unwrap_or_default(),
+            samples: format!("({})", method.samples),
         }));
     }
     lines
@@ -537,27 +529,53 @@ fn shows_module(report: &Report, section: &SectionReport, row: &ReportRow) -> bo
     }
 }
 
-fn row_label(row: &ReportRow, show_module: bool, name_width: usize) -> String {
-    if row.folded_rows > 0 {
-        // Not elided: it is short, and its count is the point.
-        return format!("{OTHERS_NAME} ({})", count(row.folded_rows as u64, "row"));
-    }
-    let label = if let Some(tag) = row.kind.and_then(|kind| kind.text_tag()) {
-        Cow::Owned(format!("{} [{tag}]", row.name))
+/// Every row's label as the table shows it, in report order: names shortened to the name
+/// width, and never two different labels shown alike anywhere in the report, whatever their
+/// sections. The fold's label is short and its count is the point: never shortened.
+fn row_labels(report: &Report, options: &ReportOptions) -> Vec<String> {
+    let rows = || {
+        report
+            .sections
+            .iter()
+            .flat_map(|section| section.rows.iter().map(move |row| (section, row)))
+    };
+    let suffixes: Vec<String> = rows()
+        .map(|(section, row)| row_suffix(row, shows_module(report, section, row)))
+        .collect();
+    let labels: Vec<(&str, &str)> = rows()
+        .zip(&suffixes)
+        .filter(|((_, row), _)| row.folded_rows == 0)
+        .map(|((_, row), suffix)| (row.name.as_str(), suffix.as_str()))
+        .collect();
+    let mut short = shorten_all(&labels, options.name_width).into_iter();
+    rows()
+        .map(|(_, row)| {
+            if row.folded_rows > 0 {
+                format!("{OTHERS_NAME} ({})", count(row.folded_rows as u64, "row"))
+            } else {
+                short.next().unwrap_or_default()
+            }
+        })
+        .collect()
+}
+
+/// What follows a row's name: its kind, or its module where that says where it lives.
+fn row_suffix(row: &ReportRow, show_module: bool) -> String {
+    if let Some(tag) = row.kind.and_then(|kind| kind.text_tag()) {
+        format!(" [{tag}]")
     } else if row.optimised {
-        Cow::Owned(format!("{} [optimised]", row.name))
+        " [optimised]".to_owned()
     } else if show_module && row.symbolized && !row.module.is_empty() {
         // "[kernel.kallsyms]" and "[vdso]" come bracketed already.
         let bracketed = row.module.starts_with('[') && row.module.ends_with(']');
-        Cow::Owned(if bracketed {
-            format!("{} {}", row.name, row.module)
+        if bracketed {
+            format!(" {}", row.module)
         } else {
-            format!("{} [{}]", row.name, row.module)
-        })
+            format!(" [{}]", row.module)
+        }
     } else {
-        Cow::Borrowed(row.name.as_str())
-    };
-    elide_middle(&label, name_width).into_owned()
+        String::new()
+    }
 }
 
 fn percent(value: f64) -> String {
@@ -580,7 +598,10 @@ mod tests {
 
     use vmscope_proto::v1::CodeKind;
 
-    use super::super::model::fixtures::{jit_profile, jit_row, node_profile, profile_with, row};
+    use super::super::model::fixtures::{
+        jit_profile, jit_row, names_profile, node_profile, profile_with, row,
+    };
+    use super::super::names::elide_middle;
     use super::*;
 
     const OPTIONS: ReportOptions = ReportOptions {
@@ -638,6 +659,42 @@ mod tests {
     #[test]
     fn golden_jit_report() {
         check_golden("jit.txt", &render(&jit_profile(), &jit_options()));
+    }
+
+    /// Names that elision alone would mix up, and source ranges labelled by their position.
+    #[test]
+    fn golden_names_report() {
+        check_golden("names.txt", &render(&names_profile(), &OPTIONS));
+    }
+
+    /// The case: four V8 functions that VMProfiler's elision alone showed alike.
+    #[test]
+    fn lookalike_names_are_told_apart() {
+        let profile = names_profile();
+        let stringifier: Vec<&str> = profile
+            .rows
+            .iter()
+            .map(|r| r.name.as_str())
+            .filter(|n| n.starts_with("v8::internal::JsonStringifier::"))
+            .collect();
+        assert_eq!(stringifier.len(), 4);
+        let elided = elide_middle(stringifier[0], 60);
+        assert!(
+            stringifier.iter().all(|n| elide_middle(n, 60) == elided),
+            "{elided}"
+        );
+        let text = render(&profile, &OPTIONS);
+        let mut shown: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.split("  ")
+                    .find(|part| part.starts_with("v8::internal::JsonStringifier::"))
+            })
+            .collect();
+        shown.sort_unstable();
+        shown.dedup();
+        assert_eq!(shown.len(), 4, "{text}");
+        assert!(shown.iter().all(|s| s.ends_with("(...)")), "{shown:?}");
     }
 
     #[test]
@@ -933,11 +990,11 @@ mod tests {
 
     #[test]
     fn long_range_labels_are_elided_like_names() {
-        let source = format!("/srv/app/{}/server.js:120:15->121:40", "deep/".repeat(12));
+        let source = format!("/srv/app/{}/server.js:120:15", "deep/".repeat(12));
         let mut jitdump = jit_row(
             "LazyCompile:*handle /srv/app/server.js:118",
             CodeKind::Unknown,
-            &[("start->/srv/app/server.js:118:1", 2), (&source, 8)],
+            &[("start", 1), ("/srv/app/server.js:118:1", 1), (&source, 8)],
             &[],
         );
         jitdump.code_map = "jitdump".into();
@@ -948,27 +1005,13 @@ mod tests {
         assert_eq!(elided.chars().count(), 49);
         assert!(text.contains(&format!("  {elided}  ")), "{text}");
         assert!(!text.contains(&source), "{text}");
-        assert!(
-            text.contains("  start->/srv/app/server.js:118:1  "),
-            "{text}"
-        );
+        assert!(text.contains("  /srv/app/server.js:118:1  "), "{text}");
+        assert!(text.contains("  start  "), "{text}");
         // Code known by name only gets no tag.
         assert!(
             text.contains("LazyCompile:*handle /srv/app/server.js:118  "),
             "{text}"
         );
-        let wide = ReportOptions {
-            name_width: 0,
-            ..OPTIONS
-        };
-        let text = render(&profile, &wide);
-        assert!(text.contains(&format!("  {source}  ")), "{text}");
-        let widths: Vec<usize> = text
-            .lines()
-            .filter(|l| l.ends_with("%)") && !l.contains("samples in"))
-            .map(|l| l.chars().count())
-            .collect();
-        assert!(widths.windows(2).all(|w| w[0] == w[1]), "{text}");
     }
 
     #[test]
@@ -1031,46 +1074,6 @@ session running; numbers are a snapshot
             "{text}"
         );
         assert!(!text.contains("main [python3.12]"), "{text}");
-    }
-
-    #[test]
-    fn elides_ascii_like_vmprofiler() {
-        assert_eq!(
-            elide_middle("SequenceableCollection>>from:to:put:", 22),
-            "Sequenceab...m:to:put:"
-        );
-        assert_eq!(
-            elide_middle("Array>>replaceFrom:to:with:startingAt:", 26),
-            "Array>>repla...startingAt:"
-        );
-        assert_eq!(elide_middle("short", 5), "short");
-        assert_eq!(elide_middle("abcdef", 5), "a...f");
-        assert_eq!(elide_middle("abcdef", 4), "a...");
-        assert_eq!(elide_middle("abcdef", 2), "ab");
-        assert_eq!(elide_middle("abcdef", 0), "abcdef");
-        let long = "x".repeat(500);
-        assert_eq!(elide_middle(&long, 0), long);
-        assert_eq!(elide_middle(&long, 60).chars().count(), 60);
-    }
-
-    #[test]
-    fn elides_multibyte_names_on_char_boundaries() {
-        let greek = "Παράδειγμα>>υπολογισμός:μακρύ:όνομα:";
-        let elided = elide_middle(greek, 20);
-        assert_eq!(elided, "Παράδειγμ...ύ:όνομα:");
-        assert_eq!(elided.chars().count(), 20);
-        let mixed = "日本語のクラス>>メソッド🦀:引数:";
-        let elided = elide_middle(mixed, 11);
-        assert_eq!(elided, "日本語の...:引数:");
-        for width in 0..=mixed.chars().count() + 1 {
-            let elided = elide_middle(mixed, width);
-            let expected = if width == 0 {
-                mixed.chars().count()
-            } else {
-                width.min(mixed.chars().count())
-            };
-            assert_eq!(elided.chars().count(), expected, "width {width}");
-        }
     }
 
     #[test]
