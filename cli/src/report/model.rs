@@ -31,7 +31,7 @@ pub struct ReportOptions {
     pub min_percent: f64,
     /// Longest name the text report shows; longer names are shortened (parameter lists, then
     /// template arguments, then the middle; see [`crate::report::shorten_all`]). 0 shows
-    /// names whole. Ignored by JSON, whose readers want names
+    /// names whole, after the numbers (`--wide`). Ignored by JSON, whose readers want names
     /// whole.
     pub name_width: usize,
     /// Generated code rows with at least this percentage of the grand total list their code

@@ -29,7 +29,8 @@
 //!
 //! Names longer than [`ReportOptions::name_width`](super::ReportOptions) are shortened
 //! structurally, then elided (see [`super::names`]), and never so that two different names, or
-//! two of a row's range labels, read the same. A name width of 0 prints them whole.
+//! two of a row's range labels, read the same. A name width of 0 prints them whole in the wide
+//! layout ([`wide`]), names last.
 //!
 //! Every percentage goes through [`round2`] before `{:.2}`, like the JSON, so both show the same
 //! digits.
@@ -40,6 +41,8 @@ use super::model::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
     round2,
 };
+mod wide;
+
 use super::names::shorten_all;
 
 /// Column headings at the right of each section heading.
@@ -368,6 +371,10 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
             (heading, cells)
         })
         .collect();
+
+    if options.name_width == 0 {
+        return wide::write_tables(report, &tables, out);
+    }
 
     let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
     let all_details = || all_cells().flat_map(|c| &c.details);
@@ -1012,6 +1019,64 @@ mod tests {
             text.contains("LazyCompile:*handle /srv/app/server.js:118  "),
             "{text}"
         );
+    }
+
+    /// `--wide`: names and labels whole, last on their lines, after numbers aligned in columns
+    /// that a long name does not push right.
+    #[test]
+    fn wide_names_come_last_and_whole() {
+        let long = format!("v8::internal::{}::Run(int)", "Deep".repeat(100));
+        let mut profile = jit_profile();
+        profile.rows.push(row(Section::Vanilla, &long, "pharo", 5));
+        profile.total_samples += 5;
+        let wide = ReportOptions {
+            name_width: 0,
+            ..jit_options()
+        };
+        let text = render(&profile, &wide);
+        let lines: Vec<&str> = text.lines().collect();
+        let table: Vec<&str> = lines
+            .iter()
+            .copied()
+            .skip_while(|l| !l.contains("(samples)"))
+            .filter(|l| !l.is_empty())
+            .collect();
+        // Every row's name, and every heading's title, starts in one column.
+        let names_at = table[0].find("generated vm code").expect("a title");
+        for line in table.iter().filter(|l| !l.contains("(no samples)")) {
+            assert!(line[..names_at].ends_with("  "), "{line:?}\n{text}");
+            assert!(!line[names_at..].trim().is_empty(), "{line:?}\n{text}");
+        }
+        assert!(
+            lines.iter().any(|l| l.ends_with(&format!("  {long}"))),
+            "{text}"
+        );
+        let row = lines.iter().find(|l| l.ends_with(&long)).unwrap();
+        assert!(row.len() < names_at + long.len() + 3, "{row:?}");
+        // Details: numbers in the row's columns, then % of the method and the label.
+        let fib = lines
+            .iter()
+            .position(|l| l.ends_with("  Integer>>benchFib"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(
+            lines[fib + 1].split_whitespace().collect::<Vec<_>>(),
+            ["(2744)", "(57.95%)", "57.95%", "1->23"]
+        );
+        assert_eq!(lines[fib + 1].find("1->23"), Some(names_at + 11), "{text}");
+        assert!(!text.lines().any(|l| l.ends_with(' ')), "trailing blanks");
+    }
+
+    #[test]
+    fn golden_wide_reports() {
+        let wide = |options: ReportOptions| ReportOptions {
+            name_width: 0,
+            ..options
+        };
+        check_golden(
+            "jit-wide.txt",
+            &render(&jit_profile(), &wide(jit_options())),
+        );
+        check_golden("names-wide.txt", &render(&names_profile(), &wide(OPTIONS)));
     }
 
     #[test]

@@ -1,0 +1,122 @@
+//! The text report's wide layout (`--wide`, a name width of 0): names whole, after the numbers,
+//! as perf prints them.
+//!
+//! Padding every row to the longest name, as the normal layout does, made a 500-character C++
+//! name push every row's numbers 500 columns right. Here the numbers come first, in columns
+//! aligned across all sections, and each line ends with its name or label, however long:
+//!
+//! ```text
+//!       % (% of total)  (samples) (cumulative)  generated vm code
+//!  99.76%     (99.07%)     (4164)     (99.76%)  Inline>>run [optimised]
+//!                            (115)      (2.81%)     2.76%  Inline>>heavy 1->15
+//!                                                 inlined:
+//!                           (2864)                 68.78%  Inline>>heavy (inlined)
+//! ```
+//!
+//! A section's heading names the columns, its title heading the names. Lines under a row
+//! (ranges, inlined methods) carry their samples and cumulative % of the method in the row's
+//! columns, then their % of the method before their label, indented under the row's name as
+//! in the normal layout.
+
+use std::io::{self, Write};
+
+use super::{
+    CUMULATIVE_HEADING, Cells, DETAIL_GAP, DETAIL_MARGIN, Detail, INLINED_HEADING,
+    MIN_PERCENT_WIDTH, SAMPLES_HEADING,
+};
+use crate::report::model::Report;
+
+/// Heading of the % of section column.
+const OF_SECTION_HEADING: &str = "%";
+/// Heading of the % of total column.
+const OF_TOTAL_HEADING: &str = "(% of total)";
+
+/// Writes one table per section of `report`, `tables` holding each section's cells.
+pub(super) fn write_tables(
+    report: &Report,
+    tables: &[(String, Vec<Cells>)],
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
+    let all_details = || all_cells().flat_map(|c| &c.details);
+    let width =
+        |min: usize, cell: fn(&Cells) -> &String, detail: fn(&Detail) -> Option<&String>| {
+            let rows = all_cells().map(|c| cell(c).chars().count());
+            let details = all_details().filter_map(detail).map(|d| d.chars().count());
+            rows.chain(details).fold(min, usize::max)
+        };
+    let of_section_width = width(MIN_PERCENT_WIDTH, |c| &c.of_section, |_| None);
+    let of_total_width = width(OF_TOTAL_HEADING.len(), |c| &c.of_total, |_| None);
+    let samples_width = width(SAMPLES_HEADING.len(), |c| &c.samples, Detail::samples);
+    let cumulative_width = width(
+        CUMULATIVE_HEADING.len(),
+        |c| &c.cumulative,
+        Detail::cumulative,
+    );
+    let detail_percent_width = all_details()
+        .filter_map(Detail::percent)
+        .map(|p| p.chars().count())
+        .fold(MIN_PERCENT_WIDTH, usize::max);
+    // The numbers every line starts with: blanks where a line has none.
+    let numbers = |of_section: &str, of_total: &str, samples: &str, cumulative: &str| {
+        format!(
+            "{of_section:>of_section_width$} {of_total:>of_total_width$}  \
+             {samples:>samples_width$} {cumulative:>cumulative_width$}  "
+        )
+    };
+
+    for (section, (_, cells)) in report.sections.iter().zip(tables) {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{}{}",
+            numbers(
+                OF_SECTION_HEADING,
+                OF_TOTAL_HEADING,
+                SAMPLES_HEADING,
+                CUMULATIVE_HEADING
+            ),
+            section.title
+        )?;
+        if cells.is_empty() {
+            writeln!(out, "  (no samples)")?;
+        }
+        for c in cells {
+            writeln!(
+                out,
+                "{}{}",
+                numbers(&c.of_section, &c.of_total, &c.samples, &c.cumulative),
+                c.label
+            )?;
+            for detail in &c.details {
+                match detail {
+                    Detail::Range {
+                        percent,
+                        label,
+                        samples,
+                        cumulative,
+                    } => writeln!(
+                        out,
+                        "{}{DETAIL_MARGIN}{percent:>detail_percent_width$}{DETAIL_GAP}{label}",
+                        numbers("", "", samples, cumulative)
+                    )?,
+                    Detail::InlinedHeading => writeln!(
+                        out,
+                        "{}{DETAIL_MARGIN}{INLINED_HEADING}",
+                        numbers("", "", "", "")
+                    )?,
+                    Detail::Inlined {
+                        percent,
+                        label,
+                        samples,
+                    } => writeln!(
+                        out,
+                        "{}{DETAIL_MARGIN}{percent:>detail_percent_width$}{DETAIL_GAP}{label}",
+                        numbers("", "", samples, "")
+                    )?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
