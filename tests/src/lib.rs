@@ -92,6 +92,8 @@ pub struct Fixtures {
     pub libhot: PathBuf,
     /// `fakejit`: a spin loop in anonymous executable memory with a code map, good or broken.
     pub fakejit: PathBuf,
+    /// `lookalikes`: hot functions with long V8 names that look alike when elided.
+    pub lookalikes: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -146,11 +148,13 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
     ])?;
     gcc(&["-fPIC", "-shared", "-o", &s(&p("libhot.so")), "libhot.c"])?;
     gcc(&["-o", &s(&p("fakejit")), "fakejit.c"])?;
+    gcc(&["-o", &s(&p("lookalikes")), "lookalikes.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
         libhot: p("libhot.so"),
         fakejit: p("fakejit"),
+        lookalikes: p("lookalikes"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

@@ -248,3 +248,75 @@ fn jit_processes_get_a_generated_code_section() {
     );
     assert!(generated["samples"].as_u64().unwrap() > 100, "{generated}");
 }
+
+/// Long C++ names from a real binary (V8's, demangled): the text report tells apart names that
+/// eliding their middle makes look alike, and `--wide` prints them whole, last on their lines,
+/// without padding every row to the longest.
+#[test]
+fn long_names_are_told_apart_and_printed_whole_with_wide() {
+    let daemon = Daemon::start();
+    let mut target = std::process::Command::new(&fixtures().lookalikes)
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let out = daemon
+        .cli()
+        .args(["record", "--duration", "2", "--pid"])
+        .arg(target.id().to_string())
+        .output()
+        .expect("run vmscope");
+    let _ = target.kill();
+    let _ = target.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (object, array, js_object) = (
+        "v8::internal::Handle<v8::internal::Object>",
+        "v8::internal::Handle<v8::internal::JSArray>",
+        "v8::internal::Handle<v8::internal::JSObject>",
+    );
+    let names = [
+        format!("void v8::internal::JsonStringifier::Serialize_<false>({object}, bool, {object})"),
+        format!("void v8::internal::JsonStringifier::Serialize_<true>({object}, bool, {object})"),
+        format!("v8::internal::JsonStringifier::SerializeJSArray({array}, {object})"),
+        format!("v8::internal::JsonStringifier::SerializeJSObject({js_object}, {object})"),
+    ];
+    // Each row's label: the column between the percentages and the samples.
+    let mut labels: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split("  ").find(|part| part.contains("JsonStringifier")))
+        .map(str::trim)
+        .collect();
+    assert_eq!(labels.len(), 4, "{text}");
+    assert!(labels.iter().all(|l| l.chars().count() <= 60), "{text}");
+    labels.sort_unstable();
+    labels.dedup();
+    assert_eq!(labels.len(), 4, "two functions read the same:\n{text}");
+
+    let id = text
+        .lines()
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .expect("the header names the session");
+    let wide = daemon
+        .cli()
+        .args(["report", id, "--wide"])
+        .output()
+        .unwrap();
+    let wide = String::from_utf8_lossy(&wide.stdout);
+    for name in &names {
+        assert!(
+            wide.lines().any(|l| l.ends_with(&format!("  {name}"))),
+            "{name} is not whole at the end of a line:\n{wide}"
+        );
+    }
+    // The numbers, then the name: a short name's line is not padded to the longest name.
+    let short = wide
+        .lines()
+        .find(|l| l.ends_with("  short_one"))
+        .unwrap_or_else(|| panic!("no line ends with short_one:\n{wide}"));
+    assert!(short.chars().count() < 80, "{short:?}\n{wide}");
+}

@@ -142,6 +142,99 @@ fn inlined_methods_get_their_time() {
     );
 }
 
+/// The span of `method`'s innermost loop in the VM's own listing of `workload`: from the
+/// target of its back jump with the latest target to that back jump (0-based pcs).
+fn inner_loop(workload: &str, method: &str) -> (u32, u32) {
+    let listing = Command::new(binary("jitvm"))
+        .args([workload, "--listing"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8(listing.stdout).unwrap();
+    listing
+        .split("\n\n")
+        .find(|m| m.starts_with(&format!("{method} ")))
+        .unwrap_or_else(|| panic!("no {method} in the listing:\n{listing}"))
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.trim().strip_suffix("(back jump)")?.split_whitespace();
+            let pc: u32 = words.next()?.parse().ok()?;
+            let target: u32 = words.nth(1)?.parse().ok()?;
+            Some((target, pc))
+        })
+        .max()
+        .unwrap_or_else(|| panic!("no back jump in {method}"))
+}
+
+/// Optimised code's ranges name the method inlined there and give its own bytecode pcs
+/// (`Inline>>heavy 33->41`), as the VM's pc map says, and neighbours never repeat a label. On
+/// main, every range of heavy's inlined body read `2->2`, and light's `7->7`.
+#[test]
+fn optimised_ranges_name_the_inlined_methods() {
+    let (head, back) = inner_loop("inline", "Inline>>heavy");
+    let daemon = Daemon::start();
+    let rows = record(&daemon, &["inline", "--seconds", "3"]);
+    let run = rows
+        .iter()
+        .find(|r| r["name"] == "Inline>>run" && r["optimised"] == true)
+        .unwrap_or_else(|| panic!("no optimised Inline>>run: {rows:#?}"));
+    let ranges: Vec<(&str, u64)> = run["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["label"].as_str().unwrap(), samples(r)))
+        .collect();
+    for pair in ranges.windows(2) {
+        assert_ne!(pair[0].0, pair[1].0, "a label repeats: {ranges:#?}");
+    }
+    // Each label is the method's own `a->b`, or an inlined method's.
+    let pcs = |label: &str| -> Option<(u32, Option<u32>)> {
+        let (from, to) = label.split_once("->")?;
+        Some((from.parse().ok()?, to.parse().ok()))
+    };
+    for (label, _) in &ranges {
+        let own = label
+            .strip_prefix("Inline>>heavy ")
+            .or_else(|| label.strip_prefix("Inline>>light "))
+            .unwrap_or(label);
+        assert!(pcs(own).is_some(), "{label:?}: {ranges:#?}");
+    }
+    // An inlined method's ranges hold exactly the time attributed to it.
+    let inlined = |method: &str| -> u64 {
+        run["inlined"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["name"] == method)
+            .map(samples)
+            .sum()
+    };
+    let in_ranges = |method: &str| -> Vec<(&str, u64)> {
+        ranges
+            .iter()
+            .filter_map(|&(label, n)| Some((label.strip_prefix(method)?.strip_prefix(' ')?, n)))
+            .collect()
+    };
+    for method in ["Inline>>heavy", "Inline>>light"] {
+        let sum: u64 = in_ranges(method).iter().map(|&(_, n)| n).sum();
+        assert!(inlined(method) > 200, "{method}: {run:#}");
+        assert_eq!(sum, inlined(method), "{method}: {ranges:#?}");
+    }
+    // heavy's inner loop, from the VM's listing, holds most of heavy's time, in heavy's pcs
+    // (1-based in labels).
+    let heavy = in_ranges("Inline>>heavy");
+    let looping: u64 = heavy
+        .iter()
+        .filter(|&&(label, _)| {
+            pcs(label).is_some_and(|(from, to)| from > head && from <= back + 1 && to.is_some())
+        })
+        .map(|&(_, n)| n)
+        .sum();
+    assert!(
+        looping * 10 >= inlined("Inline>>heavy") * 8,
+        "{looping} samples in heavy's loop (pcs {head}..{back}): {heavy:#?}"
+    );
+}
+
 #[test]
 fn pics_are_reported_with_their_kind() {
     let daemon = Daemon::start();

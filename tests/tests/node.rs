@@ -93,6 +93,26 @@ fn perf_prof_jitdump_gives_source_ranges() {
             .any(|l| l.contains("hot.js:") && (4..=8).any(|line| l.contains(&format!(":{line}:")))),
         "no source range in hotLoop's lines: {ranges:?}"
     );
+    // Each range is labelled by its own position in hot.js, inside hotLoop (lines 3 to 9),
+    // never an interval between two positions (V8's are not in code order, so intervals ran
+    // backwards: hot.js:6:34->5:3), and `start` for the code before the first.
+    let file = hot_js();
+    for label in &ranges {
+        if *label == "start" {
+            continue;
+        }
+        let position = label
+            .strip_prefix(&file)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .and_then(|rest| rest.split_once(':'))
+            .and_then(|(line, column)| {
+                Some((line.parse::<u32>().ok()?, column.parse::<u32>().ok()?))
+            });
+        assert!(
+            position.is_some_and(|(line, _)| (3..=9).contains(&line)),
+            "{label:?} is not one position in hotLoop: {ranges:?}"
+        );
+    }
 }
 
 /// Waits until process `pid` has used `seconds` of CPU time.
