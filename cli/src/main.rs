@@ -86,7 +86,8 @@ struct OutputArgs {
     /// Fold rows under this percentage of all samples into `...others...` (0 keeps every row).
     #[arg(long, default_value_t = 0.01, value_name = "PERCENT")]
     fold: f64,
-    /// Never shorten long names in the text report.
+    /// Print names whole in the text report, each last on its line after the numbers (as
+    /// perf does), instead of shortening long ones to the name column.
     #[arg(long)]
     wide: bool,
     /// Write the report to FILE (`-` for standard output). Default: standard output, or
