@@ -53,6 +53,8 @@ pub fn binary(name: &str) -> PathBuf {
                 "vmscoped",
                 "-p",
                 "vmscope",
+                "-p",
+                "jitvm",
             ])
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .status()
