@@ -552,13 +552,16 @@ pub fn calls(w: Workload, m: &Methods, heap: &mut Heap) -> Option<Vec<Call>> {
     })
 }
 
-/// Which call iteration `iter` of workload `w` makes, out of `n`: tiny alternates; the
-/// compaction workload runs each call for a phase of 8 iterations, so that the methods of the
-/// other phases go cold and compactions free and move code.
+/// Which call iteration `iter` of workload `w` makes, out of `n`: tiny alternates fib and the
+/// sieve in runs of 16 calls; the compaction workload runs each call for a phase of 8
+/// iterations. Runs, not single calls, so that the methods of the other phases go cold between
+/// two compactions (`--compact-every-ms 1`) however fast a call is (a tiny call takes half a
+/// millisecond), and compactions free and move code.
 pub fn phase_of(w: Workload, iter: u64, n: usize) -> usize {
     let n = n as u64;
     let i = match w {
         Workload::Compact => (iter / 8) % n,
+        Workload::Tiny => (iter / 16) % n,
         _ => iter % n,
     };
     i as usize

@@ -893,6 +893,8 @@ async fn samples_in_generated_code_are_attributed_at_their_time() {
     assert_eq!(stopped.samples, 4);
     let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
     assert!(done.complete);
+    // The sample past the last Sync was attributed before its map was known up to its time.
+    assert_eq!(done.jit_not_waited, 1);
     assert_eq!(
         jit(&done),
         [
