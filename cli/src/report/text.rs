@@ -349,6 +349,45 @@ impl Detail {
     }
 }
 
+/// Widths of the number columns, fitting every row and detail line of every table, so that
+/// columns line up across sections (both layouts use them).
+struct NumberWidths {
+    of_section: usize,
+    of_total: usize,
+    samples: usize,
+    cumulative: usize,
+    /// A detail line's % of the method.
+    detail_percent: usize,
+}
+
+impl NumberWidths {
+    /// The widths for `tables`, the % of total column at least `min_of_total` wide.
+    fn of(tables: &[(String, Vec<Cells>)], min_of_total: usize) -> NumberWidths {
+        let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
+        let all_details = || all_cells().flat_map(|c| &c.details);
+        let width =
+            |min: usize, cell: fn(&Cells) -> &String, detail: fn(&Detail) -> Option<&String>| {
+                let rows = all_cells().map(|c| cell(c).chars().count());
+                let details = all_details().filter_map(detail).map(|d| d.chars().count());
+                rows.chain(details).fold(min, usize::max)
+            };
+        NumberWidths {
+            of_section: width(MIN_PERCENT_WIDTH, |c| &c.of_section, |_| None),
+            of_total: width(min_of_total, |c| &c.of_total, |_| None),
+            samples: width(SAMPLES_HEADING.len(), |c| &c.samples, Detail::samples),
+            cumulative: width(
+                CUMULATIVE_HEADING.len(),
+                |c| &c.cumulative,
+                Detail::cumulative,
+            ),
+            detail_percent: width(MIN_PERCENT_WIDTH, |_| &EMPTY, Detail::percent),
+        }
+    }
+}
+
+/// A cell with nothing in it, for columns a row does not have.
+static EMPTY: String = String::new();
+
 fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) -> io::Result<()> {
     let mut labels = row_labels(report, options).into_iter();
     let tables: Vec<(String, Vec<Cells>)> = report
@@ -376,26 +415,15 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
         return wide::write_tables(report, &tables, out);
     }
 
+    let NumberWidths {
+        of_section: of_section_width,
+        of_total: of_total_width,
+        samples: samples_width,
+        cumulative: cumulative_width,
+        detail_percent: detail_percent_width,
+    } = NumberWidths::of(&tables, MIN_TOTAL_WIDTH);
     let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
     let all_details = || all_cells().flat_map(|c| &c.details);
-    let width =
-        |min: usize, cell: fn(&Cells) -> &String, detail: fn(&Detail) -> Option<&String>| {
-            let rows = all_cells().map(|c| cell(c).chars().count());
-            let details = all_details().filter_map(detail).map(|d| d.chars().count());
-            rows.chain(details).fold(min, usize::max)
-        };
-    let of_section_width = width(MIN_PERCENT_WIDTH, |c| &c.of_section, |_| None);
-    let of_total_width = width(MIN_TOTAL_WIDTH, |c| &c.of_total, |_| None);
-    let samples_width = width(SAMPLES_HEADING.len(), |c| &c.samples, Detail::samples);
-    let cumulative_width = width(
-        CUMULATIVE_HEADING.len(),
-        |c| &c.cumulative,
-        Detail::cumulative,
-    );
-    let detail_percent_width = all_details()
-        .filter_map(Detail::percent)
-        .map(|p| p.chars().count())
-        .fold(MIN_PERCENT_WIDTH, usize::max);
     let detail_indent = DETAIL_MARGIN.len() + detail_percent_width + DETAIL_GAP.len();
     // Names are as wide as the longest one, or wider so that each section heading ends before
     // the "(samples)" heading and the numbers stay under it, and so that detail labels fit
@@ -411,12 +439,11 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
         .map(|l| detail_indent + l.chars().count())
         .max()
         .unwrap_or(0);
-    let label_width = width(
+    let label_width = all_cells().map(|c| c.label.chars().count()).fold(
         heading_width
             .saturating_sub(prefix_width)
             .max(detail_label_width),
-        |c| &c.label,
-        |_| None,
+        usize::max,
     );
     let left_width = prefix_width + label_width;
     let detail_width = label_width - detail_indent;

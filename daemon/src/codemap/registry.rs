@@ -172,44 +172,40 @@ impl ProcessCode {
     /// without its bounded waits. A sample attributed later than this was attributed before
     /// its code map caught up (a buffered jitdump, a silent publication).
     fn vouched_until(&self, now_ns: u64) -> u64 {
-        if self.exited {
-            return u64::MAX;
-        }
-        let mut until = now_ns;
-        if self.streams > 0 {
-            until = until.min(self.published_until_ns);
-        }
-        if let Some(jitdump) = self
-            .jitdumps
-            .iter()
-            .filter(|j| !j.broken.is_broken())
-            .map(|j| j.last_ns)
-            .min()
-        {
-            until = until.min(jitdump);
-        }
-        until
+        self.until(now_ns, false)
     }
 
     /// Up to when every change of the process is known (see the module's doc).
     fn known_until(&self, now_ns: u64) -> u64 {
+        self.until(now_ns, true)
+    }
+
+    /// What the sources vouch for, and with `bounded`, no less than their bounded waits allow:
+    /// a process with no source yet is waited for [`DISCOVERY_WAIT_NS`], a silent publication
+    /// [`PUBLICATION_GRACE_NS`], a buffered jitdump [`JITDUMP_MAX_WAIT_NS`].
+    fn until(&self, now_ns: u64, bounded: bool) -> u64 {
         if self.exited {
             return u64::MAX;
         }
+        let at_least = |wait: u64| {
+            if bounded {
+                now_ns.saturating_sub(wait)
+            } else {
+                0
+            }
+        };
         let no_source_yet = self.perf_map.is_none()
             && self.jitdumps.is_empty()
             && self.files.is_empty()
             && self.streams == 0;
-        let mut until = if no_source_yet {
+        // Without any source, nothing is vouched for and nothing waited for but the discovery.
+        let mut until = if no_source_yet && bounded {
             now_ns.saturating_sub(DISCOVERY_WAIT_NS)
         } else {
             now_ns
         };
         if self.streams > 0 {
-            until = until.min(
-                self.published_until_ns
-                    .max(now_ns.saturating_sub(PUBLICATION_GRACE_NS)),
-            );
+            until = until.min(self.published_until_ns.max(at_least(PUBLICATION_GRACE_NS)));
         }
         if let Some(jitdump) = self
             .jitdumps
@@ -218,7 +214,7 @@ impl ProcessCode {
             .map(|j| j.last_ns)
             .min()
         {
-            until = until.min(jitdump.max(now_ns.saturating_sub(JITDUMP_MAX_WAIT_NS)));
+            until = until.min(jitdump.max(at_least(JITDUMP_MAX_WAIT_NS)));
         }
         until
     }

@@ -21,8 +21,8 @@
 use std::io::{self, Write};
 
 use super::{
-    CUMULATIVE_HEADING, Cells, DETAIL_GAP, DETAIL_MARGIN, Detail, INLINED_HEADING,
-    MIN_PERCENT_WIDTH, SAMPLES_HEADING,
+    CUMULATIVE_HEADING, Cells, DETAIL_GAP, DETAIL_MARGIN, Detail, INLINED_HEADING, NumberWidths,
+    SAMPLES_HEADING,
 };
 use crate::report::model::Report;
 
@@ -37,26 +37,13 @@ pub(super) fn write_tables(
     tables: &[(String, Vec<Cells>)],
     out: &mut impl Write,
 ) -> io::Result<()> {
-    let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
-    let all_details = || all_cells().flat_map(|c| &c.details);
-    let width =
-        |min: usize, cell: fn(&Cells) -> &String, detail: fn(&Detail) -> Option<&String>| {
-            let rows = all_cells().map(|c| cell(c).chars().count());
-            let details = all_details().filter_map(detail).map(|d| d.chars().count());
-            rows.chain(details).fold(min, usize::max)
-        };
-    let of_section_width = width(MIN_PERCENT_WIDTH, |c| &c.of_section, |_| None);
-    let of_total_width = width(OF_TOTAL_HEADING.len(), |c| &c.of_total, |_| None);
-    let samples_width = width(SAMPLES_HEADING.len(), |c| &c.samples, Detail::samples);
-    let cumulative_width = width(
-        CUMULATIVE_HEADING.len(),
-        |c| &c.cumulative,
-        Detail::cumulative,
-    );
-    let detail_percent_width = all_details()
-        .filter_map(Detail::percent)
-        .map(|p| p.chars().count())
-        .fold(MIN_PERCENT_WIDTH, usize::max);
+    let NumberWidths {
+        of_section: of_section_width,
+        of_total: of_total_width,
+        samples: samples_width,
+        cumulative: cumulative_width,
+        detail_percent: detail_percent_width,
+    } = NumberWidths::of(tables, OF_TOTAL_HEADING.len());
     // The numbers every line starts with: blanks where a line has none.
     let numbers = |of_section: &str, of_total: &str, samples: &str, cumulative: &str| {
         format!(
