@@ -114,3 +114,30 @@ fn hotspot_in_libjvm_is_the_vm() {
     assert!(samples_in(vanilla, "libjvm.so") >= 20, "{vanilla}");
     assert_eq!(samples_in(section(&report, "other"), "libjvm.so"), 0);
 }
+
+#[test]
+fn sqlite_in_libsqlite3_is_the_vm() {
+    // SQLite runs statements on its bytecode VM (the VDBE), which lives in libsqlite3.so.
+    let daemon = Daemon::start();
+    let query = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < \
+                 3000000) SELECT sum(x * x % 7) FROM c;";
+    let out = daemon
+        .cli()
+        .args([
+            "record", "--format", "json", "--", "sqlite3", ":memory:", query,
+        ])
+        .output()
+        .expect("run vmscope (sqlite3 must be installed: run `cargo xtask setup`)");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "6000001");
+    let report = json_report(&out);
+    let module = report["vm_modules"][0]["module"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(module.starts_with("libsqlite3.so"), "{report}");
+    assert_eq!(report["vm_modules"][0]["runtime"], "SQLite");
+    let share = report["vm_percent_of_total"].as_f64().unwrap();
+    assert!(
+        share > 50.0,
+        "only {share}% of the samples in the VM: {report}"
+    );
+}

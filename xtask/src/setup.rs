@@ -171,6 +171,11 @@ pub fn run() -> anyhow::Result<()> {
         || apt_install(&["openjdk-17-jdk-headless"]),
     )?;
     step(
+        "sqlite3 (a bytecode VM in a library: libsqlite3)",
+        output(Command::new("sqlite3").arg("--version")).is_some(),
+        || apt_install(&["sqlite3"]),
+    )?;
+    step(
         &format!("CPython {PYENV_PYTHON} built as a shared library, under pyenv"),
         pyenv_shared_python().is_some(),
         install_pyenv_python,

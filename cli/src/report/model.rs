@@ -529,7 +529,7 @@ const VM_MODULE_HINT_PERCENT: f64 = 20.0;
 
 /// The biggest module of other code, if it holds at least [`VM_MODULE_HINT_PERCENT`] of all
 /// samples and is not a system library or the kernel: a VM in a shared library that no
-/// runtime pattern knows (sqlite3's `libsqlite3.so`, a VM's plugin) shows up like this.
+/// runtime pattern knows (a VM's plugins, an embedded interpreter) shows up like this.
 fn vm_module_hint(other: &[&ProfileRow], total: u64) -> Option<(String, f64)> {
     let mut by_module: BTreeMap<&str, u64> = BTreeMap::new();
     for row in other {
@@ -1990,15 +1990,15 @@ mod tests {
 
     #[test]
     fn a_big_library_that_is_no_runtime_gets_a_hint_but_system_libraries_do_not() {
-        let sqlite = profile_with(vec![
-            row(O, "sqlite3VdbeExec", "libsqlite3.so.0.8.6", 800),
+        let embedded = profile_with(vec![
+            row(O, "tcl_eval_bytecode", "libmyinterp.so.2", 800),
             row(O, "memcpy", "libc.so.6", 150),
-            row(V, "main", "sqlite3", 50),
+            row(V, "main", "app", 50),
         ]);
-        let report = Report::from_profile(&sqlite, &OPTIONS);
+        let report = Report::from_profile(&embedded, &OPTIONS);
         assert_eq!(
             report.vm_module_hint,
-            Some(("libsqlite3.so.0.8.6".into(), 80.0))
+            Some(("libmyinterp.so.2".into(), 80.0))
         );
         let libc = profile_with(vec![
             row(O, "memcpy", "libc.so.6", 800),
@@ -2008,8 +2008,8 @@ mod tests {
         assert_eq!(Report::from_profile(&libc, &OPTIONS).vm_module_hint, None);
         // Under the threshold: no hint.
         let small = profile_with(vec![
-            row(O, "sqlite3VdbeExec", "libsqlite3.so.0", 10),
-            row(V, "main", "sqlite3", 90),
+            row(O, "tcl_eval_bytecode", "libmyinterp.so.2", 10),
+            row(V, "main", "app", 90),
         ]);
         assert_eq!(Report::from_profile(&small, &OPTIONS).vm_module_hint, None);
     }

@@ -36,6 +36,8 @@ pub const KNOWN_VM_RUNTIMES: &[(&str, &str)] = &[
     ("libguile*.so*", "Guile"),
     ("libwasmtime.so", "Wasmtime"),
     ("libwasmer.so", "Wasmer"),
+    // SQLite runs every statement on its bytecode VM, the VDBE.
+    ("libsqlite3.so*", "SQLite"),
 ];
 
 /// The runtime a module is, if it is a known one.
@@ -69,6 +71,7 @@ mod tests {
             ("liblua5.4.so.0", Some("Lua")),
             ("libmonosgen-2.0.so.1", Some("Mono")),
             ("libcoreclr.so", Some(".NET")),
+            ("libsqlite3.so.0.8.6", Some("SQLite")),
             // Not runtimes: the C library, the kernel, a main executable, plugins.
             ("libc.so.6", None),
             ("libm.so.6", None),
