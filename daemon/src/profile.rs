@@ -229,7 +229,7 @@ mod tests {
             session: pb::Session::default(),
             total_samples: counts.iter().map(|(_, n)| n).sum(),
             counts: counts.into_iter().map(|(l, n)| (7, l, n)).collect(),
-            commands: [(7, "vm".to_owned())].into(),
+            commands: [(7, "vm".to_owned())].into_iter().collect(),
             lost_per_cpu: vec![1, 0, 2],
             duration: Duration::from_secs(2),
             cpu_seconds: 2.5,
@@ -352,7 +352,9 @@ mod tests {
         let mut snap = snapshot(Vec::new());
         snap.counts = vec![(10, kernel, 3), (11, kernel, 5), (10, kernel, 1)];
         snap.total_samples = 9;
-        snap.commands = [(10, "vmscoped".to_owned()), (11, "vmscoped".to_owned())].into();
+        snap.commands = [(10, "vmscoped".to_owned()), (11, "vmscoped".to_owned())]
+            .into_iter()
+            .collect();
         let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
         assert_eq!(profile.processes, 2);
         assert_eq!(profile.rows.len(), 1);

@@ -81,6 +81,13 @@ pub fn clock_ticks_per_second() -> u64 {
     if hz > 0 { hz as u64 } else { 100 }
 }
 
+/// CPUs online now: what a system-wide session's CPU time can never exceed.
+pub fn online_cpus() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u32::try_from(cpus).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
 /// Effective uid of the daemon.
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

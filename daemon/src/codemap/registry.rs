@@ -168,6 +168,14 @@ impl ProcessCode {
             .chain(std::iter::once(&mut self.timeline.refusals))
     }
 
+    /// Hands what its sources refused since last time to the daemon's counters: before the
+    /// sources go (their refusals would be lost with them).
+    fn count_refusals(&mut self, counters: &mut CodeMapCounters) {
+        for refusals in self.refusals() {
+            count_refusals(counters, refusals);
+        }
+    }
+
     /// Up to when its sources vouch for the map themselves: [`ProcessCode::known_until`]
     /// without its bounded waits. A sample attributed later than this was attributed before
     /// its code map caught up (a buffered jitdump, a silent publication).
@@ -379,8 +387,9 @@ impl CodeMaps {
         if let Some(known) = self.processes.get(&pid)
             && known.timeline.pending_samples() == 0
             && known.start_time_ticks != read_start_time(pid)
+            && let Some(mut gone) = self.processes.remove(&pid)
         {
-            self.processes.remove(&pid);
+            gone.count_refusals(&mut self.counters);
         }
         self.process(pid);
     }
@@ -395,6 +404,7 @@ impl CodeMaps {
     /// seen (an exec event can arrive after the new program's first samples).
     pub fn exec(&mut self, pid: u32, timestamp_ns: u64) {
         if let Some(process) = self.processes.get_mut(&pid) {
+            process.count_refusals(&mut self.counters);
             process.timeline.push_change(timestamp_ns, Change::Clear);
             process.program_start_ns = process.program_start_ns.max(timestamp_ns);
             process.perf_map = None;
@@ -415,16 +425,23 @@ impl CodeMaps {
             .processes
             .get(&pid)
             .is_some_and(|p| p.timeline.pending_samples() == 0)
+            && let Some(mut gone) = self.processes.remove(&pid)
         {
-            self.processes.remove(&pid);
+            gone.count_refusals(&mut self.counters);
         }
     }
 
     /// Forgets the processes nothing waits on, no publication streams to, and `keep` does not
     /// name: their maps are read afresh if they are ever sampled again.
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
-        self.processes
-            .retain(|&pid, p| keep(pid) || p.streams > 0 || p.timeline.pending_samples() > 0);
+        let counters = &mut self.counters;
+        self.processes.retain(|&pid, p| {
+            let kept = keep(pid) || p.streams > 0 || p.timeline.pending_samples() > 0;
+            if !kept {
+                p.count_refusals(counters);
+            }
+            kept
+        });
     }
 
     /// Applies the changes of processes with no sample waiting (a VM publishing between
@@ -450,17 +467,18 @@ impl CodeMaps {
 
     /// Reads the process's sources and attributes every sample the maps are now known for,
     /// calling `attribute(sample, (start, code) found, waited)`, where `waited` says whether
-    /// the maps were known up to the sample's time (false for a sample forced through). `check` says which address ranges
-    /// are executable in the process (perf map and jitdump entries elsewhere are refused).
-    /// `samples_until` is how far every sample is known: the timeline never moves beyond it,
-    /// or a sample still on its way would be looked up in a map too new. With `force`, every
-    /// waiting sample is attributed with what is known now (a stop that cannot wait longer).
+    /// the maps were known up to the sample's time (false for a sample forced through).
+    /// `check` says which address ranges are executable in the process (perf map and jitdump
+    /// entries elsewhere are refused). `samples_until` is how far every sample is known: the
+    /// timeline never moves beyond it, or a sample still on its way would be looked up in a map
+    /// too new. With `force_until`, every waiting sample stamped up to then is attributed with
+    /// what is known now (a stop that cannot wait longer); later ones keep waiting.
     pub fn advance(
         &mut self,
         pid: u32,
         now_ns: u64,
         samples_until: u64,
-        force: bool,
+        force_until: Option<u64>,
         check: &mut dyn FnMut(u64, u64) -> bool,
         mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>, bool),
     ) {
@@ -520,20 +538,13 @@ impl CodeMaps {
             tracing::warn!(pid, "code map read no more: {failure}");
         }
         push_changes(&mut process.timeline, now_ns, changes);
-        // Refusals are counted as they happen, and said once per source: at the process's last
-        // read, or now and then while it lives (see `refusals`).
-        for refusals in process.refusals() {
-            count_refusals(&mut self.counters, refusals);
-            refusals.log_summary(now_ns, final_read);
-        }
-
         let known = process.known_until(now_ns).min(samples_until);
         let vouched = process.vouched_until(now_ns);
-        // A forced advance attributes every waiting sample, but moves the timeline no further
-        // than the newest of them: changes stamped later still apply in order, for the samples
-        // of other sessions still to come.
-        let until = match process.timeline.newest_pending_ns() {
-            Some(newest) if force => known.max(newest),
+        // A forced advance attributes the waiting samples up to its limit, but moves the
+        // timeline no further than the newest of them: changes stamped later still apply in
+        // order, for the samples of other sessions still to come (and later samples wait).
+        let until = match (process.timeline.newest_pending_ns(), force_until) {
+            (Some(newest), Some(limit)) => known.max(newest.min(limit)),
             _ => known,
         };
         let counters = &mut self.counters;
@@ -546,6 +557,12 @@ impl CodeMaps {
             let waited = sample.timestamp_ns <= vouched;
             attribute(sample, found, waited);
         });
+        // Refusals are counted as they happen (reading sources, applying changes), and said
+        // once per source: at the process's last read, or now and then while it lives.
+        for refusals in process.refusals() {
+            count_refusals(&mut self.counters, refusals);
+            refusals.log_summary(now_ns, final_read);
+        }
     }
 }
 
@@ -636,7 +653,7 @@ mod tests {
         let names = |maps: &mut CodeMaps, now: u64| {
             let store = maps.store().clone();
             let mut found = Vec::new();
-            maps.advance(pid, now, now, false, &mut |_, _| true, |s, code, _| {
+            maps.advance(pid, now, now, None, &mut |_, _| true, |s, code, _| {
                 found.push((
                     s.timestamp_ns,
                     code.and_then(|(_, c)| store.get(c)).map(|c| c.name.clone()),
@@ -748,7 +765,7 @@ mod tests {
         let mut found = Vec::new();
         let mut all = |_: u64, _: u64| true;
         // Nothing is known past 1_000: only force attributes the sample at 2_000.
-        maps.advance(pid, 2_500, 1_500, true, &mut all, |s, code, _| {
+        maps.advance(pid, 2_500, 1_500, Some(u64::MAX), &mut all, |s, code, _| {
             found.push((s.timestamp_ns, code.map(|(_, c)| c)))
         });
         assert_eq!(found, [(2_000, Some(a))]);
@@ -756,7 +773,7 @@ mod tests {
         maps.publish(pid, vec![(3_000, load(0x1000, b))], 5_000);
         maps.push_sample(pid, jit_sample(4_000, 0x1010));
         found.clear();
-        maps.advance(pid, 5_000, 5_000, false, &mut all, |s, code, _| {
+        maps.advance(pid, 5_000, 5_000, None, &mut all, |s, code, _| {
             found.push((s.timestamp_ns, code.map(|(_, c)| c)))
         });
         assert_eq!(found, [(4_000, Some(b))]);

@@ -254,6 +254,7 @@ pub fn spawn_manager(
         config,
         max_frequency_hz,
         clock_ticks: sys::clock_ticks_per_second(),
+        online_cpus: sys::online_cpus(),
         counters: Counters::default(),
         last_forget_ns: 0,
     };
@@ -300,6 +301,7 @@ struct Manager {
     config: ManagerConfig,
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
     clock_ticks: u64,
+    online_cpus: u32,
     counters: Counters,
     last_forget_ns: u64,
 }
@@ -662,11 +664,13 @@ impl Manager {
     }
 
     /// Attributes a stopping session's samples that still wait for code maps with what is
-    /// known now; they are counted as attributed before their code map caught up.
+    /// known now; they are counted as attributed before their code map caught up. Samples
+    /// taken after its stop (other sessions') keep waiting.
     fn attribute_waiting(&mut self, id: u64, now_ns: u64) {
         let Some(session) = self.sessions.get(&id) else {
             return;
         };
+        let stop_ns = session.stop_ns.unwrap_or(now_ns);
         let waiting = self.codemaps.waiting();
         let pids: Vec<u32> = if session.spec.system_wide {
             waiting
@@ -679,7 +683,7 @@ impl Manager {
                 .collect()
         };
         for pid in pids {
-            self.advance_code_maps_with(pid, now_ns, true);
+            self.advance_code_maps_with(pid, now_ns, Some(stop_ns));
         }
     }
 
@@ -725,11 +729,12 @@ impl Manager {
 
     /// Reads a process's code maps and attributes its waiting samples in generated code.
     fn advance_code_maps(&mut self, pid: u32, now_ns: u64) {
-        self.advance_code_maps_with(pid, now_ns, false);
+        self.advance_code_maps_with(pid, now_ns, None);
     }
 
-    /// [`Manager::advance_code_maps`], optionally forcing every waiting sample through.
-    fn advance_code_maps_with(&mut self, pid: u32, now_ns: u64, force: bool) {
+    /// [`Manager::advance_code_maps`], optionally forcing the samples waiting up to
+    /// `force_until` through.
+    fn advance_code_maps_with(&mut self, pid: u32, now_ns: u64, force_until: Option<u64>) {
         // Code map files are found through the process's mappings, which it may have changed
         // since they were read.
         self.processes
@@ -749,7 +754,7 @@ impl Manager {
             pid,
             now_ns,
             samples_until,
-            force,
+            force_until,
             &mut |start, end| processes.is_executable(pid, start, end, now_ns),
             |sample, found, waited| {
                 let (location, code_start) = match found {
@@ -907,20 +912,14 @@ impl Manager {
             return;
         }
         self.counters.samples_routed += 1;
-        // Each session names the processes it sampled, from their first sample on.
         let pid = event.tgid;
-        if wanting.iter().any(|id| {
-            self.sessions
-                .get(id)
-                .is_some_and(|s| !s.commands.contains_key(&pid))
-        }) {
-            let command = self.processes.observe(pid, now_ns).command.clone();
-            for id in &wanting {
-                if let Some(session) = self.sessions.get_mut(id) {
-                    session
-                        .commands
-                        .entry(pid)
-                        .or_insert_with(|| command.clone());
+        for id in &wanting {
+            if let Some(session) = self.sessions.get_mut(id) {
+                session.total += 1;
+                // Each session names the processes it sampled, from their first sample on.
+                if let std::collections::hash_map::Entry::Vacant(name) = session.commands.entry(pid)
+                {
+                    name.insert(self.processes.observe(pid, now_ns).command.clone());
                 }
             }
         }
@@ -933,7 +932,6 @@ impl Manager {
             // Generated code: attributed once the code maps are known up to its time.
             for id in &wanting {
                 if let Some(session) = self.sessions.get_mut(id) {
-                    session.total += 1;
                     session.pending_jit += 1;
                 }
             }
@@ -962,7 +960,6 @@ impl Manager {
         };
         for id in wanting {
             if let Some(session) = self.sessions.get_mut(&id) {
-                session.total += 1;
                 session.count(pid, location, kept);
             }
         }
@@ -1097,7 +1094,7 @@ impl Manager {
             total_samples: session.total,
             lost_per_cpu: session.lost.clone(),
             duration: session.elapsed(now),
-            cpu_seconds: session.cpu_seconds(now, self.clock_ticks as f64),
+            cpu_seconds: session.cpu_seconds(now, self.clock_ticks as f64, self.online_cpus),
             host_steal_percent: session.host_steal_percent(),
             vm_executable: session
                 .targets

@@ -121,7 +121,7 @@ pub struct Session {
     pub counts: HashMap<(u32, Location), u64, foldhash::fast::RandomState>,
     /// The name (comm) of every process sampled, from its first sample or its latest exec:
     /// rows say which processes their samples came from, even once they exited.
-    pub commands: HashMap<u32, String>,
+    pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
     /// All samples.
     pub total: u64,
     /// The host's CPU times (`/proc/stat`) at start and at the last reading: work time is a
@@ -218,12 +218,13 @@ impl Session {
     /// CPU time the targets used while sampled, in seconds, with `ticks_per_second` clock
     /// ticks a second.
     ///
-    /// System-wide, the work the host's CPUs did (neither idle nor stolen) between the two
+    /// System-wide, the work the host's `cpus` did (neither idle nor stolen) between the two
     /// readings that bracket the session, scaled to the session's own length: the readings are
     /// taken when the manager gets to them, which on a busy host can be well after the stop,
-    /// and the work of that extra time is not the session's. So it never exceeds what the
-    /// CPUs could do in the session.
-    pub fn cpu_seconds(&self, now_ns: u64, ticks_per_second: f64) -> f64 {
+    /// and the work of that extra time is not the session's. `/proc/stat` counts in whole
+    /// ticks per field, so a saturated host can read a little more work than its CPUs could
+    /// do: the result is capped at `cpus` times the session's length.
+    pub fn cpu_seconds(&self, now_ns: u64, ticks_per_second: f64, cpus: u32) -> f64 {
         if ticks_per_second <= 0.0 {
             return 0.0;
         }
@@ -244,8 +245,9 @@ impl Session {
         if window_ns == 0 {
             return 0.0;
         }
-        let elapsed_ns = self.elapsed(now_ns).as_nanos() as f64;
-        work as f64 / ticks_per_second * (elapsed_ns / window_ns as f64).min(1.0)
+        let elapsed = self.elapsed(now_ns).as_secs_f64();
+        let scaled = work as f64 / ticks_per_second * (elapsed * 1e9 / window_ns as f64).min(1.0);
+        scaled.min(f64::from(cpus) * elapsed)
     }
 
     /// Share of the host's CPU time a hypervisor took (steal) while the session ran, in percent.
@@ -300,7 +302,7 @@ pub struct Snapshot {
     /// Samples per process and location.
     pub counts: Vec<(u32, Location, u64)>,
     /// The name of every process sampled.
-    pub commands: HashMap<u32, String>,
+    pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
     /// All samples.
     pub total_samples: u64,
     /// Lost samples per CPU.
@@ -326,4 +328,70 @@ pub struct Snapshot {
     pub kept: Vec<KeptSample>,
     /// Samples beyond the keep limit.
     pub not_kept: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn system_wide(start_ns: u64, stop_ns: u64, first: HostCpu, last: HostCpu) -> Session {
+        Session {
+            id: 1,
+            owner_uid: 0,
+            spec: SessionSpec {
+                pids: Vec::new(),
+                system_wide: true,
+                frequency_hz: 1400,
+                duration: None,
+                keep_samples: 0,
+            },
+            period_ns: 714_285,
+            started_at: SystemTime::UNIX_EPOCH,
+            start_ns,
+            stop_ns: Some(stop_ns),
+            state: State::Stopped,
+            stop_reason: None,
+            targets: Vec::new(),
+            counts: HashMap::default(),
+            commands: HashMap::default(),
+            total: 0,
+            host_cpu: (first, last),
+            lost_baseline: Vec::new(),
+            lost: Vec::new(),
+            pending_jit: 0,
+            jit_not_waited: 0,
+            incomplete: None,
+            kept: Vec::new(),
+            keep_limit: 0,
+            not_kept: 0,
+        }
+    }
+
+    fn reading(at_s: u64, work_ticks: u64, steal_ticks: u64) -> HostCpu {
+        HostCpu {
+            times: CpuTimes {
+                busy_ticks: work_ticks + steal_ticks,
+                idle_ticks: 0,
+                steal_ticks,
+            },
+            at_ns: at_s * 1_000_000_000,
+        }
+    }
+
+    #[test]
+    fn system_wide_cpu_time_is_the_sessions_and_never_more_than_the_cpus() {
+        // 2 CPUs busy for a 5 s session, read 5 s apart: 10 CPU-seconds (100 ticks a second).
+        let s = system_wide(0, 5_000_000_000, reading(0, 0, 0), reading(5, 1000, 0));
+        assert_eq!(s.cpu_seconds(0, 100.0, 2), 10.0);
+        // The last reading came 5 s late (a busy manager): the work of the extra time is not
+        // the session's.
+        let late = system_wide(0, 5_000_000_000, reading(0, 0, 0), reading(10, 2000, 0));
+        assert_eq!(late.cpu_seconds(0, 100.0, 2), 10.0);
+        // Stolen time is no work: nothing ran, and cpu-clock took no sample.
+        let stolen = system_wide(0, 5_000_000_000, reading(0, 0, 0), reading(5, 800, 200));
+        assert_eq!(stolen.cpu_seconds(0, 100.0, 2), 8.0);
+        // Whole-tick rounding of /proc/stat cannot make more CPUs than there are.
+        let rounded = system_wide(0, 5_000_000_000, reading(0, 0, 0), reading(5, 1030, 0));
+        assert_eq!(rounded.cpu_seconds(0, 100.0, 2), 10.0);
+    }
 }

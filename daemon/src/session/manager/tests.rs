@@ -908,3 +908,58 @@ async fn samples_in_generated_code_are_attributed_at_their_time() {
     assert_eq!(counters.values["jit_samples_attributed"], 3);
     assert_eq!(counters.values["jit_samples_unexplained"], 1);
 }
+
+/// A system-wide stop waits for code maps only so long: a sample whose VM never says its map
+/// is known up to its time (a silent publication, a buffered jitdump) is attributed after
+/// `system_wide_code_map_wait`, counted as such, and the profile is whole.
+#[tokio::test]
+async fn a_system_wide_stop_waits_for_code_maps_only_so_long() {
+    let h = harness_with(ManagerConfig {
+        tick: Duration::from_millis(20),
+        system_wide_code_map_wait: Duration::from_millis(100),
+        stop_timeout: Duration::from_secs(30),
+        ..ManagerConfig::default()
+    });
+    let page = JitPage::new();
+    let s = h
+        .manager
+        .start(
+            ROOT,
+            pb::StartSessionRequest {
+                system_wide: true,
+                frequency_hz: Some(100),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    // The VM opened its publication and said nothing since: its samples wait for it.
+    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    let now = sys::monotonic_ns();
+    let mut jit = sample(me(), 100, now);
+    jit.ip = page.at(0x10);
+    h.send(vec![jit], now + 1).await;
+    assert_eq!(
+        h.manager.snapshot(ROOT, s.id).await.unwrap().total_samples,
+        1
+    );
+    let started = std::time::Instant::now();
+    h.stop(s.id).await.unwrap();
+    // Well before the publication's own 1 s grace would have let the sample through.
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "the stop waited {:?}, not ~100 ms",
+        started.elapsed()
+    );
+    let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert!(done.complete, "{:?}", done.incomplete_reason);
+    assert_eq!(done.jit_not_waited, 1);
+    assert!(
+        done.counts
+            .iter()
+            .any(|(pid, l, n)| *pid == me() && matches!(l, Location::Anonymous { .. }) && *n == 1),
+        "{:?}",
+        done.counts
+    );
+    h.manager.publish(me(), Publication::Closed).await.unwrap();
+}
