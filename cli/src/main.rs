@@ -30,8 +30,8 @@ enum Command {
     ///
     /// With `-- CMD`, the command keeps its standard output: the report goes to standard error,
     /// or to the file `-o` names. SIGINT, SIGTERM and SIGHUP are passed on to the command (the
-    /// terminal's Ctrl-C reaches it directly), the recording lasts until it exits, and its exit
-    /// status (128 + signal when a signal killed it) becomes vmscope's. The command finds the
+    /// terminal's Ctrl-C reaches it directly; a third one kills it), the recording lasts until
+    /// it exits, and its exit status (128 + signal when a signal killed it) becomes vmscope's. The command finds the
     /// daemon through VMSCOPE_SOCKET, set to the socket vmscope uses. Without a command, the
     /// report goes to standard output.
     #[command(after_help = "Examples:\n  vmscope record --duration 5 --pid 4242\n  \

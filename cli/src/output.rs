@@ -6,7 +6,7 @@
 //! of running processes or of the whole system have standard output to themselves.
 
 use std::{
-    fs::File,
+    fs::{File, OpenOptions},
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
 };
@@ -36,18 +36,47 @@ impl Destination {
         }
     }
 
-    /// Opens the destination. A file is created (or truncated) now, before any recording, so
-    /// that a path that cannot be written fails at once rather than after the work is done.
+    /// Opens the destination. A file is opened (created if need be) now, before any
+    /// recording, so that a path that cannot be written fails at once rather than after the
+    /// work is done; it is emptied only when the report is written, so that a run that fails
+    /// (no such command, no such session) leaves an earlier report there as it was.
     pub fn open(&self) -> anyhow::Result<Box<dyn Write>> {
         Ok(match self {
             Destination::Stdout => Box::new(io::stdout().lock()),
             Destination::Stderr => Box::new(io::stderr().lock()),
             Destination::File(path) => {
-                Box::new(BufWriter::new(File::create(path).with_context(|| {
-                    format!("cannot write the report to {}", path.display())
-                })?))
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
+                Box::new(BufWriter::new(TruncatedOnFirstWrite {
+                    file,
+                    truncated: false,
+                }))
             }
         })
+    }
+}
+
+/// A file emptied by its first write.
+struct TruncatedOnFirstWrite {
+    file: File,
+    truncated: bool,
+}
+
+impl Write for TruncatedOnFirstWrite {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !self.truncated {
+            self.file.set_len(0)?;
+            self.truncated = true;
+        }
+        self.file.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
     }
 }
 
@@ -72,6 +101,27 @@ mod tests {
         ] {
             assert_eq!(Destination::choose(output, command), expected);
         }
+    }
+
+    #[test]
+    fn a_report_file_is_emptied_only_by_a_new_report() {
+        let dir = std::env::temp_dir().join(format!("vmscope-output-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("report.txt");
+        std::fs::write(&path, "an earlier, longer report\n").unwrap();
+        let destination = Destination::File(path.clone());
+        // Opened, but the run failed before writing: the earlier report stays.
+        drop(destination.open().unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "an earlier, longer report\n"
+        );
+        let mut out = destination.open().unwrap();
+        out.write_all(b"new\n").unwrap();
+        out.flush().unwrap();
+        drop(out);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! a command they are the command's business, as with a shell: a signal another process sent
 //! vmscope is passed on to the command, one from the terminal reached it already (see
 //! [`crate::signals`]), and the recording goes on until the command exits, so that the report
-//! covers all it did and vmscope exits with its status (128 + signal when it died of one).
+//! covers all it did and vmscope exits with its status (128 + signal when it died of one). A
+//! command that ignores the terminal's signals is killed at the third (Ctrl-C three times).
 
 use std::{
     ffi::{OsStr, OsString},
@@ -113,15 +114,17 @@ pub async fn record(
             .unwrap_or_default(),
     );
 
-    let command = child.as_ref().map(|c| {
+    let mut forwarder = match &child {
+        Some(c) => Some(Forwarder::new(c)?),
+        None => None,
+    };
+    let exited = child.as_ref().map(|c| {
         let pid = c.pid();
-        (
-            pid,
-            tokio::task::spawn_blocking(move || spawn::wait_exited(pid)),
-        )
+        tokio::task::spawn_blocking(move || spawn::wait_exited(pid))
     });
     let reported = async {
-        let reason = wait_for_end(&mut client, id, command, &mut signals).await?;
+        let reason =
+            wait_for_end(&mut client, id, exited, forwarder.as_mut(), &mut signals).await?;
         stop(&mut client, id, reason).await?;
         let profile = client
             .get_profile(pb::GetProfileRequest { session_id: id })
@@ -140,9 +143,11 @@ pub async fn record(
         let _ = stop(&mut client, id, "vmscope failed").await;
     }
 
-    let status = match child {
-        Some(child) => Some(reap(child, &mut signals).await?),
-        None => None,
+    let status = match (child, forwarder) {
+        (Some(child), Some(mut forwarder)) => {
+            Some(reap(child, &mut forwarder, &mut signals).await?)
+        }
+        _ => None,
     };
     reported?;
     Ok(status.map_or(0, ExitStatus::as_exit_code))
@@ -164,30 +169,68 @@ async fn stop(client: &mut Client, id: u64, reason: &str) -> anyhow::Result<()> 
     }
 }
 
-/// Passes a signal vmscope received on to the recorded command, unless the terminal sent it to
-/// both already.
-fn pass_on(received: signals::Received, pid: u32) {
-    if !received.sent_by_process {
-        eprintln!(
-            "vmscope: {} from the terminal reached the command too; recording until it exits",
-            received.name()
-        );
-        return;
+/// Terminal signals after which a command that ignores them is killed.
+const TERMINAL_SIGNALS_BEFORE_KILL: u32 = 3;
+
+/// Passes the signals vmscope receives on to the recorded command.
+struct Forwarder {
+    pid: u32,
+    signaller: spawn::Signaller,
+    /// Signals from the terminal so far.
+    from_terminal: u32,
+}
+
+impl Forwarder {
+    fn new(child: &HeldChild) -> anyhow::Result<Forwarder> {
+        Ok(Forwarder {
+            pid: child.pid(),
+            signaller: child
+                .signaller()
+                .context("cannot get a handle to signal the command")?,
+            from_terminal: 0,
+        })
     }
-    eprintln!(
-        "vmscope: passing {} on to the command (pid {pid}); recording until it exits",
-        received.name()
-    );
-    // Not reaped before vmscope has seen it exit, so the pid is still the command's.
-    if let Err(e) = signals::send(pid, received.signal) {
-        eprintln!("vmscope: cannot signal the command: {e}");
+
+    /// Passes `received` on, unless the terminal sent it to the command too; kills a command
+    /// that ignored [`TERMINAL_SIGNALS_BEFORE_KILL`] of the terminal's.
+    fn pass_on(&mut self, received: signals::Received) {
+        let pid = self.pid;
+        let signal = if received.sent_by_process {
+            eprintln!(
+                "vmscope: passing {} on to the command (pid {pid}); recording until it exits",
+                received.name()
+            );
+            received.signal
+        } else {
+            self.from_terminal += 1;
+            if self.from_terminal < TERMINAL_SIGNALS_BEFORE_KILL {
+                eprintln!(
+                    "vmscope: {} from the terminal reached the command too; recording until it \
+                     exits ({} more to kill it)",
+                    received.name(),
+                    TERMINAL_SIGNALS_BEFORE_KILL - self.from_terminal
+                );
+                return;
+            }
+            eprintln!("vmscope: the command (pid {pid}) is still running: killing it");
+            libc::SIGKILL
+        };
+        // Through a pidfd: a command reaped meanwhile gets nothing, nor does its pid's next user.
+        if let Err(e) = self.signaller.send(signal)
+            && e.raw_os_error() != Some(libc::ESRCH)
+        {
+            eprintln!("vmscope: cannot signal the command: {e}");
+        }
     }
 }
 
 /// Waits for the recorded command to end and reaps it, passing signals on meanwhile (the
 /// session may have ended first, by its duration).
-async fn reap(mut child: HeldChild, signals: &mut Signals) -> anyhow::Result<ExitStatus> {
-    let pid = child.pid();
+async fn reap(
+    mut child: HeldChild,
+    forwarder: &mut Forwarder,
+    signals: &mut Signals,
+) -> anyhow::Result<ExitStatus> {
     let mut reaped = tokio::task::spawn_blocking(move || child.reap());
     loop {
         tokio::select! {
@@ -196,7 +239,7 @@ async fn reap(mut child: HeldChild, signals: &mut Signals) -> anyhow::Result<Exi
                     .context("waiting for the recorded command")?
                     .context("waiting for the recorded command");
             }
-            received = signals.next() => pass_on(received, pid),
+            received = signals.next() => forwarder.pass_on(received),
         }
     }
 }
@@ -231,19 +274,19 @@ async fn start(
     Ok((client, session))
 }
 
-/// Waits until the session should end; returns the reason to give the daemon. `command` is
-/// the recorded command's pid and the wait for its exit.
+/// Waits until the session should end; returns the reason to give the daemon. `exited` is
+/// the wait for the recorded command's exit, `forwarder` passes signals on to it.
 async fn wait_for_end(
     client: &mut Client,
     id: u64,
-    command: Option<(u32, tokio::task::JoinHandle<std::io::Result<()>>)>,
+    mut exited: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    mut forwarder: Option<&mut Forwarder>,
     signals: &mut Signals,
 ) -> anyhow::Result<&'static str> {
-    let (pid, mut exited) = command.unzip();
     loop {
         tokio::select! {
-            received = signals.next() => match pid {
-                Some(pid) => pass_on(received, pid),
+            received = signals.next() => match forwarder.as_deref_mut() {
+                Some(forwarder) => forwarder.pass_on(received),
                 None => {
                     let reason = received.stop_reason();
                     eprintln!("vmscope: stopping: {reason}");

@@ -8,7 +8,9 @@
 //! second as a harder one. A signal another process sent to vmscope alone (`kill`, a
 //! supervisor, a CI timeout) reaches the command only if vmscope passes it on. The kernel
 //! tells the two apart in the signal's `si_code`, which `signal-hook` exposes; tokio's signal
-//! streams do not, hence that crate.
+//! streams do not, hence that crate. (A signal another process sent to the whole process
+//! group, `kill -- -PGID` or `timeout` without `--foreground`, reaches the command directly
+//! and once more through vmscope: nothing says it was meant for a group.)
 
 use std::io;
 
@@ -34,9 +36,15 @@ pub struct Received {
 
 impl Received {
     fn from_origin(origin: &Origin) -> Received {
+        Received::new(origin.signal, origin.cause)
+    }
+
+    /// The terminal's signals (Ctrl-C, a hang-up) come from the kernel (`SI_KERNEL`); `kill`
+    /// and its kin say which process sent them (`SI_USER`, `SI_QUEUE`, `SI_TKILL`).
+    fn new(signal: i32, cause: Cause) -> Received {
         Received {
-            signal: origin.signal,
-            sent_by_process: !matches!(origin.cause, Cause::Kernel),
+            signal,
+            sent_by_process: !matches!(cause, Cause::Kernel),
         }
     }
 
@@ -102,16 +110,6 @@ impl Drop for Signals {
     }
 }
 
-/// Sends `signal` to `pid`.
-pub fn send(pid: u32, signal: i32) -> io::Result<()> {
-    // SAFETY: kill has no memory-safety preconditions.
-    if unsafe { libc::kill(pid as libc::pid_t, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,8 +117,8 @@ mod tests {
     #[tokio::test]
     async fn a_signal_sent_with_kill_is_told_apart_from_the_terminals() {
         let mut signals = Signals::new().unwrap();
-        // SAFETY: getpid has no preconditions.
-        send(unsafe { libc::getpid() } as u32, SIGHUP).unwrap();
+        // SAFETY: sends a signal to this process, which catches it.
+        assert_eq!(unsafe { libc::kill(libc::getpid(), SIGHUP) }, 0);
         let received = tokio::time::timeout(std::time::Duration::from_secs(5), signals.next())
             .await
             .expect("the signal arrives");
@@ -132,5 +130,13 @@ mod tests {
             }
         );
         assert_eq!(received.name(), "SIGHUP");
+    }
+
+    #[test]
+    fn the_terminals_signals_are_not_passed_on() {
+        use signal_hook::low_level::siginfo::Sent;
+        assert!(!Received::new(SIGINT, Cause::Kernel).sent_by_process);
+        assert!(Received::new(SIGINT, Cause::Sent(Sent::User)).sent_by_process);
+        assert!(Received::new(SIGTERM, Cause::Sent(Sent::TKill)).sent_by_process);
     }
 }

@@ -31,6 +31,40 @@ pub struct HeldChild {
     pid: libc::pid_t,
     go: Option<OwnedFd>,
     program: PathBuf,
+    /// A pidfd of the child: signals sent through it can never reach another process that
+    /// reused the pid after the child was reaped.
+    pidfd: Option<OwnedFd>,
+}
+
+/// Sends signals to a child through its pidfd (or its pid, on kernels without pidfds).
+#[derive(Debug)]
+pub struct Signaller {
+    pid: libc::pid_t,
+    pidfd: Option<OwnedFd>,
+}
+
+impl Signaller {
+    /// Sends `signal`; a child that is gone (reaped) gets nothing, and nothing else does.
+    pub fn send(&self, signal: i32) -> io::Result<()> {
+        // SAFETY: both calls only send a signal; the pidfd is ours and open.
+        let r = unsafe {
+            match &self.pidfd {
+                Some(fd) => libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                ),
+                None => libc::kill(self.pid, signal) as libc::c_long,
+            }
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
 }
 
 /// How a command ended, as a shell would report it.
@@ -150,9 +184,27 @@ impl HeldChild {
         let (read_end, write_end) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
 
+        // The signals vmscope passes on are blocked across the fork: the child inherits the
+        // parent's handlers (which would swallow a signal meant for the command) until it has
+        // reset them, and a signal sent meanwhile waits, then acts as on the command.
+        // SAFETY: the set is ours, initialised by sigemptyset; pthread_sigmask writes `parent`.
+        let (passed_on, mut parent) = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::sigaddset(&mut set, signal);
+            }
+            (set, std::mem::zeroed::<libc::sigset_t>())
+        };
+        // SAFETY: as above.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &passed_on, &mut parent) };
         // SAFETY: the child below only calls async-signal-safe functions on memory prepared
         // before the fork, which is sound even if other threads exist.
         let pid = unsafe { libc::fork() };
+        if pid != 0 {
+            // SAFETY: restores the mask saved above.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &parent, std::ptr::null_mut()) };
+        }
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -160,6 +212,12 @@ impl HeldChild {
             // Child.
             // SAFETY: async-signal-safe calls only; argv and path outlive the exec attempt.
             unsafe {
+                // Rust ignores SIGPIPE and an ignored signal stays ignored across exec: give the
+                // command the dispositions and mask it would get from a shell. The handlers
+                // inherited from vmscope would otherwise run until the exec.
+                for signal in [libc::SIGPIPE, libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::signal(signal, libc::SIG_DFL);
+                }
                 libc::close(write_end.as_raw_fd());
                 let mut byte = 0u8;
                 let n = loop {
@@ -172,9 +230,6 @@ impl HeldChild {
                     // The parent gave up (no daemon, refused session): leave without running.
                     libc::_exit(127);
                 }
-                // Rust ignores SIGPIPE and an ignored signal stays ignored across exec: give the
-                // command the dispositions and mask it would get from a shell.
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
                 libc::sigprocmask(libc::SIG_SETMASK, &empty_mask, std::ptr::null_mut());
                 libc::execve(c_path.as_ptr(), argv.as_ptr(), envp.as_ptr());
                 libc::write(2, exec_failed.as_ptr().cast(), exec_failed.len());
@@ -182,10 +237,22 @@ impl HeldChild {
             }
         }
         drop(read_end);
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         Ok(HeldChild {
             pid,
             go: Some(write_end),
             program: path,
+            // SAFETY: a descriptor just returned to us by the kernel.
+            pidfd: (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) }),
+        })
+    }
+
+    /// A handle that signals the child, usable while another thread waits for it.
+    pub fn signaller(&self) -> io::Result<Signaller> {
+        Ok(Signaller {
+            pid: self.pid,
+            pidfd: self.pidfd.as_ref().map(OwnedFd::try_clone).transpose()?,
         })
     }
 
@@ -345,6 +412,18 @@ mod tests {
             "an override replaces the inherited value"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_reaped_child_gets_no_more_signals() {
+        let mut child =
+            HeldChild::spawn(OsStr::new("sh"), &["-c".into(), "sleep 30".into()], &[]).unwrap();
+        child.release().unwrap();
+        let signaller = child.signaller().unwrap();
+        signaller.send(libc::SIGTERM).unwrap();
+        assert_eq!(child.reap().unwrap(), ExitStatus::Signal(libc::SIGTERM));
+        let err = signaller.send(libc::SIGTERM).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ESRCH), "{err}");
     }
 
     #[test]

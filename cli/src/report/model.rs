@@ -709,21 +709,14 @@ fn build_section(
 
 /// The processes of the folded rows, their samples summed, most first.
 fn fold_processes(folded: &[&ProfileRow]) -> Vec<ProcessShare> {
-    let mut by_pid: BTreeMap<u32, (&str, u64)> = BTreeMap::new();
-    for process in folded.iter().flat_map(|row| &row.processes) {
-        let entry = by_pid.entry(process.pid).or_insert((&process.command, 0));
-        entry.1 = entry.1.saturating_add(process.samples);
-    }
-    let mut shares: Vec<ProcessShare> = by_pid
+    sort_keys::sum_by_process(folded.iter().flat_map(|row| &row.processes))
         .into_iter()
-        .map(|(pid, (command, samples))| ProcessShare {
-            pid,
-            command: command.to_owned(),
-            samples,
+        .map(|p| ProcessShare {
+            pid: p.pid,
+            command: p.command,
+            samples: p.samples,
         })
-        .collect();
-    shares.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
-    shares
+        .collect()
 }
 
 /// Percentages of a method's samples. A broken daemon could send parts that add up to more
@@ -785,8 +778,7 @@ fn inlined_rows(row: &ProfileRow) -> Vec<InlinedRow> {
 /// character, anything else itself. The whole name must match; case matters, as in file
 /// names. No character classes or escapes: module names need only these two.
 pub fn module_matches(pattern: &str, module: &str) -> bool {
-    let file_name = module.rsplit('/').next().unwrap_or(module);
-    glob_match(pattern, file_name)
+    glob_match(pattern, file_name(module))
 }
 
 /// `*`/`?` matching by backtracking to the last `*` only, which is enough for these two

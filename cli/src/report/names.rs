@@ -205,6 +205,11 @@ fn is_name_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_' || c == '$'
 }
 
+/// Deepest bracket nesting read as structure: real names nest a dozen deep at most, and a
+/// hostile one (any binary may be profiled) must not overflow the stack when its tree is
+/// written or dropped. A deeper name is only elided.
+const MAX_NESTING: usize = 64;
+
 /// A group being read: kind, opening and closing brackets, what it holds so far.
 type OpenGroup<'a> = (GroupKind, char, char, Vec<Node<'a>>);
 
@@ -265,6 +270,9 @@ fn parse<'a>(name: &'a str) -> Option<Vec<Node<'a>>> {
                     '{' => '}',
                     _ => ']',
                 };
+                if stack.len() > MAX_NESTING {
+                    return None;
+                }
                 flush(&mut stack, at);
                 stack.push((kind, c, close, Vec::new()));
                 text_start = at + c.len_utf8();
@@ -522,6 +530,10 @@ mod tests {
             assert_eq!(shorten(name, 8), elide_middle(name, 8), "{name}");
             assert_eq!(shorten(name, 0), name);
         }
+        // Nested too deep to be real (a hostile binary's symbol): elided, no stack overflow.
+        let deep = format!("f{}x{}", "<".repeat(100_000), ">".repeat(100_000));
+        assert!(parse(&deep).is_none());
+        assert_eq!(shorten(&deep, 20).chars().count(), 20);
     }
 
     #[test]

@@ -36,8 +36,6 @@ pub const KNOWN_VM_RUNTIMES: &[(&str, &str)] = &[
     ("libguile*.so*", "Guile"),
     ("libwasmtime.so", "Wasmtime"),
     ("libwasmer.so", "Wasmer"),
-    // SQLite runs every statement on its bytecode VM, the VDBE.
-    ("libsqlite3.so*", "SQLite"),
 ];
 
 /// The runtime a module is, if it is a known one.
@@ -71,7 +69,9 @@ mod tests {
             ("liblua5.4.so.0", Some("Lua")),
             ("libmonosgen-2.0.so.1", Some("Mono")),
             ("libcoreclr.so", Some(".NET")),
-            ("libsqlite3.so.0.8.6", Some("SQLite")),
+            // A VM of its own (SQLite's VDBE), but embedded by many programs whose VM it is
+            // not (CPython's sqlite3 module): a hint names it when it dominates.
+            ("libsqlite3.so.0.8.6", None),
             // Not runtimes: the C library, the kernel, a main executable, plugins.
             ("libc.so.6", None),
             ("libm.so.6", None),

@@ -67,7 +67,8 @@ struct Group<'a> {
     samples: u64,
     /// The daemon's rows in the group, each once.
     sources: Vec<&'a ProfileRow>,
-    processes: BTreeMap<u32, (&'a str, u64)>,
+    /// Its processes' samples, not summed yet.
+    processes: Vec<&'a ProcessSamples>,
 }
 
 /// One section's rows grouped by `keys` (not the usual ones: see [`is_by_symbol`]).
@@ -108,15 +109,14 @@ pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
                 Group::default()
             });
             group.samples = group.samples.saturating_add(samples);
-            if !group.sources.iter().any(|s| std::ptr::eq(*s, row)) {
+            // A row's parts come one after the other: the last source is the only one it
+            // can already be.
+            if !group.sources.last().is_some_and(|s| std::ptr::eq(*s, row)) {
                 group.sources.push(row);
             }
-            for p in &row.processes {
-                if !by_process || p.pid == pid {
-                    let entry = group.processes.entry(p.pid).or_insert((&p.command, 0));
-                    entry.1 = entry.1.saturating_add(p.samples);
-                }
-            }
+            group
+                .processes
+                .extend(row.processes.iter().filter(|p| !by_process || p.pid == pid));
         }
     }
     order
@@ -126,6 +126,23 @@ pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
             grouped_row(&key, group, keys)
         })
         .collect()
+}
+
+/// Samples of the same process summed (named as first seen), most first, then by pid.
+pub fn sum_by_process<'a>(
+    parts: impl IntoIterator<Item = &'a ProcessSamples>,
+) -> Vec<ProcessSamples> {
+    let mut by_pid: BTreeMap<u32, ProcessSamples> = BTreeMap::new();
+    for part in parts {
+        let sum = by_pid.entry(part.pid).or_insert_with(|| ProcessSamples {
+            samples: 0,
+            ..part.clone()
+        });
+        sum.samples = sum.samples.saturating_add(part.samples);
+    }
+    let mut processes: Vec<ProcessSamples> = by_pid.into_values().collect();
+    processes.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
+    processes
 }
 
 fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> ProfileRow {
@@ -154,16 +171,7 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
     // Ranges and inlined methods describe a whole row of the daemon's; a part of one (one
     // process's share) has no ranges of its own to show.
     let whole_source = by_symbol && group.sources.len() == 1 && group.samples == first.samples;
-    let mut processes: Vec<ProcessSamples> = group
-        .processes
-        .into_iter()
-        .map(|(pid, (command, samples))| ProcessSamples {
-            pid,
-            command: command.to_owned(),
-            samples,
-        })
-        .collect();
-    processes.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
+    let processes = sum_by_process(group.processes);
     ProfileRow {
         section: first.section,
         name: label.join("  "),
