@@ -2,8 +2,9 @@
 //!
 //! `setup` installs what a fresh machine lacks to build the eBPF program and run the tests
 //! (the nightly `rust-src` component, `bpf-linker` 0.10.0, gcc, a virtualenv with Python's
-//! grpcio), saying what it does and skipping what is present; `demo`, `test` and `bench` run
-//! it first.
+//! grpcio, and the runtimes the tests profile: Node.js, a JDK, sqlite3, a shared CPython 3.12
+//! under pyenv), saying what it does and skipping what is present; `demo`, `test` and `bench`
+//! run it first.
 
 mod bench;
 mod demo;

@@ -171,7 +171,7 @@ pub fn run() -> anyhow::Result<()> {
         || apt_install(&["openjdk-17-jdk-headless"]),
     )?;
     step(
-        "sqlite3 (a bytecode VM in a library: libsqlite3)",
+        "sqlite3 (its VDBE is a bytecode VM in a library)",
         output(Command::new("sqlite3").arg("--version")).is_some(),
         || apt_install(&["sqlite3"]),
     )?;
