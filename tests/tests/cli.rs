@@ -166,28 +166,34 @@ fn exit_status_is_passed_through() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("command not found"));
 }
 
-#[test]
-fn text_report_and_session_commands() {
-    let daemon = Daemon::start();
-    let mut target = std::process::Command::new(&fixtures().hotspots_nopie)
+/// Runs `program 30`, records it by pid for `seconds` with the text report, kills it, and
+/// returns the report (stdout: no command of vmscope's owns it).
+fn record_pid_text(daemon: &Daemon, program: &std::path::Path, seconds: &str) -> String {
+    let mut target = std::process::Command::new(program)
         .arg("30")
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let out = daemon
         .cli()
-        .args(["record", "--duration", "1.5", "--pid"])
+        .args(["record", "--duration", seconds, "--pid"])
         .arg(target.id().to_string())
         .output()
         .expect("run vmscope");
     let _ = target.kill();
     let _ = target.wait();
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).expect("the report is UTF-8")
+}
+
+#[test]
+fn text_report_and_session_commands() {
+    let daemon = Daemon::start();
+    let text = record_pid_text(&daemon, &fixtures().hotspots_nopie, "1.5");
     for expected in [
         "samples in the VM",
         "samples in the entire program",
@@ -255,24 +261,7 @@ fn jit_processes_get_a_generated_code_section() {
 #[test]
 fn long_names_are_told_apart_and_printed_whole_with_wide() {
     let daemon = Daemon::start();
-    let mut target = std::process::Command::new(&fixtures().lookalikes)
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let out = daemon
-        .cli()
-        .args(["record", "--duration", "2", "--pid"])
-        .arg(target.id().to_string())
-        .output()
-        .expect("run vmscope");
-    let _ = target.kill();
-    let _ = target.wait();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = record_pid_text(&daemon, &fixtures().lookalikes, "2");
     let (object, array, js_object) = (
         "v8::internal::Handle<v8::internal::Object>",
         "v8::internal::Handle<v8::internal::JSArray>",
