@@ -127,7 +127,10 @@ pub async fn record(
             wait_for_end(&mut client, id, exited, forwarder.as_mut(), &mut signals).await?;
         stop(&mut client, id, reason).await?;
         let profile = client
-            .get_profile(pb::GetProfileRequest { session_id: id })
+            .get_profile(pb::GetProfileRequest {
+                session_id: id,
+                pprof: false,
+            })
             .await
             .map_err(client::status_error)
             .context("fetching the profile")?
@@ -264,6 +267,7 @@ async fn start(
             .transpose()
             .context("duration out of range")?,
         keep_samples: 0,
+        call_graph: 0,
     };
     let session = client
         .start_session(request)

@@ -76,7 +76,10 @@ pub async fn report(
 ) -> anyhow::Result<()> {
     let mut client = client::connect(socket).await?;
     let profile = client
-        .get_profile(pb::GetProfileRequest { session_id: id })
+        .get_profile(pb::GetProfileRequest {
+            session_id: id,
+            pprof: false,
+        })
         .await
         .map_err(client::status_error)
         .with_context(|| format!("cannot get the profile of session {id}"))?

@@ -70,7 +70,7 @@ fn events() -> Vec<Vec<Event>> {
                 },
                 period_ns: period_of(HZ),
                 flags: if kernel { FLAG_KERNEL_MODE } else { 0 },
-                _pad: 0,
+                ..Event::default()
             }
         })
         .collect();
@@ -107,6 +107,7 @@ impl Harness {
             frequency_hz: Some(HZ),
             duration: None,
             keep_samples: 0,
+            ..Default::default()
         };
         self.manager.start(ROOT, request).await.unwrap().id
     }
@@ -119,7 +120,7 @@ impl Harness {
             let batch = Batch {
                 events,
                 watermark_ns: 0,
-                malformed: 0,
+                ..Batch::default()
             };
             self.batches.send(batch).await.unwrap();
         }

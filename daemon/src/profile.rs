@@ -137,6 +137,7 @@ pub fn build_profile(
                 code_map: sum.code_map,
                 optimised,
                 processes,
+                inclusive_samples: sum.samples,
             }
         })
         .collect();
@@ -176,6 +177,7 @@ pub fn build_profile(
                 name: resolved.name,
                 module: resolved.module,
                 code_start: kept.code_start,
+                ..AttributedSample::default()
             }
         })
         .collect();
@@ -211,6 +213,7 @@ pub fn build_profile(
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
         jit_samples_before_code_map: snapshot.jit_not_waited,
         processes,
+        ..Profile::default()
     }
 }
 

@@ -356,6 +356,7 @@ pub async fn record(
             frequency_hz,
             duration: None,
             keep_samples: 0,
+            ..Default::default()
         })
         .await
         .expect("start a session")
@@ -375,7 +376,10 @@ pub async fn stop_and_profile(client: &mut Client, session_id: u64) -> Profile {
         })
         .await;
     let profile = client
-        .get_profile(GetProfileRequest { session_id })
+        .get_profile(GetProfileRequest {
+            session_id,
+            ..Default::default()
+        })
         .await
         .expect("the daemon answers with the profile")
         .into_inner();

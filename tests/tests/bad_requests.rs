@@ -18,6 +18,7 @@ fn start(pids: Vec<u32>, hz: Option<u32>) -> StartSessionRequest {
         frequency_hz: hz,
         duration: None,
         keep_samples: 0,
+        ..Default::default()
     }
 }
 
@@ -90,6 +91,7 @@ async fn refusals_are_clear_and_harmless() {
         client
             .get_profile(GetProfileRequest {
                 session_id: 987_654,
+                ..Default::default()
             })
             .await,
         Code::NotFound,

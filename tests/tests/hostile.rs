@@ -34,6 +34,7 @@ async fn record_with_damaged_library(
             frequency_hz: None,
             duration: None,
             keep_samples: 0,
+            ..Default::default()
         })
         .await
         .unwrap()

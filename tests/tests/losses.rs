@@ -43,6 +43,7 @@ async fn losses_are_counted_and_harmless() {
                 nanos: 0,
             }),
             keep_samples: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -51,6 +52,7 @@ async fn losses_are_counted_and_harmless() {
     let profile = client
         .get_profile(GetProfileRequest {
             session_id: again.id,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -17,6 +17,7 @@ fn start(pid: u32, hz: u32) -> StartSessionRequest {
         frequency_hz: Some(hz),
         duration: None,
         keep_samples: 0,
+        ..Default::default()
     }
 }
 

@@ -96,6 +96,7 @@ async fn target_that_exits_mid_session_stays_symbolised() {
                 nanos: 0,
             }),
             keep_samples: 0,
+            ..Default::default()
         })
         .await
         .expect("start")
@@ -126,6 +127,7 @@ async fn target_that_exits_mid_session_stays_symbolised() {
     let profile = client
         .get_profile(GetProfileRequest {
             session_id: session.id,
+            ..Default::default()
         })
         .await
         .expect("profile")

@@ -200,6 +200,12 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
         },
         optimised: by_symbol && first.optimised,
         processes,
+        // Inclusive time of a part of a row, or of rows grouped together, is not known.
+        inclusive_samples: if whole_source {
+            first.inclusive_samples
+        } else {
+            0
+        },
     }
 }
 

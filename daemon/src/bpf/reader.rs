@@ -48,10 +48,41 @@ const MAX_BATCH: usize = 16 * 1024;
 pub struct Batch {
     /// Decoded events in ring order.
     pub events: Vec<Event>,
+    /// The stack frames of every event, in event order, each event's leaf first: kernel frames
+    /// then user frames, as many as its `kernel_frames` and `user_frames` say. One vector for
+    /// the whole batch, so that a sample costs no allocation of its own.
+    pub frames: Vec<u64>,
+    /// Where each event's frames start in `frames`.
+    pub frame_start: Vec<u32>,
     /// CLOCK_MONOTONIC time (ns) at which the drain began.
     pub watermark_ns: u64,
     /// Records too short to be an event (a build mismatch between daemon and program).
     pub malformed: u64,
+}
+
+impl Batch {
+    /// Appends an event with its stack (both empty for an event without one), setting the
+    /// event's frame counts from them.
+    pub fn push(&mut self, mut event: Event, kernel: &[u64], user: &[u64]) {
+        event.kernel_frames = kernel.len() as u16;
+        event.user_frames = user.len() as u16;
+        self.frame_start.push(self.frames.len() as u32);
+        self.frames.extend_from_slice(kernel);
+        self.frames.extend_from_slice(user);
+        self.events.push(event);
+    }
+
+    /// The stack of event `i`: (kernel frames, user frames), each leaf first.
+    pub fn stack(&self, i: usize) -> (&[u64], &[u64]) {
+        let event = &self.events[i];
+        let start = self.frame_start.get(i).map_or(0, |&s| s as usize);
+        let k = usize::from(event.kernel_frames);
+        let u = usize::from(event.user_frames);
+        match self.frames.get(start..start + k + u) {
+            Some(frames) => frames.split_at(k),
+            None => (&[], &[]),
+        }
+    }
 }
 
 /// How the session manager steers the reader thread.
@@ -189,7 +220,7 @@ fn drain(
     let mut batch = Batch::default();
     while let Some(record) = next() {
         match record {
-            Some(event) => batch.events.push(event),
+            Some(event) => batch.push(event, &[], &[]),
             None => batch.malformed += 1,
         }
         if batch.events.len() >= MAX_BATCH {

@@ -289,6 +289,7 @@ impl Session {
             stop_reason: self.stop_reason.clone().unwrap_or_default(),
             owner_uid: self.owner_uid,
             samples: self.total,
+            call_graph: self.spec.call_graph.to_proto() as i32,
         }
     }
 }
@@ -344,6 +345,7 @@ mod tests {
                 frequency_hz: 1400,
                 duration: None,
                 keep_samples: 0,
+                call_graph: Default::default(),
             },
             period_ns: 714_285,
             started_at: SystemTime::UNIX_EPOCH,

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1::StartSessionRequest};
+use vmscope_proto::{
+    DEFAULT_FREQUENCY_HZ,
+    v1::{self as pb, StartSessionRequest},
+};
 
 use super::SessionError;
 use vmscope_parse::stat;
@@ -52,6 +55,41 @@ pub struct SessionSpec {
     pub duration: Option<Duration>,
     /// Samples to keep one by one.
     pub keep_samples: u32,
+    /// Whether to record call stacks.
+    pub call_graph: CallGraph,
+}
+
+/// How a session records call stacks (the API's `CallGraph`, never unspecified).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CallGraph {
+    /// The interrupted instruction only.
+    None,
+    /// Kernel and user stacks by frame pointers (the default).
+    #[default]
+    FramePointers,
+}
+
+impl CallGraph {
+    /// From the request's field: unset and unknown values are the default.
+    pub fn from_proto(value: i32) -> CallGraph {
+        match pb::CallGraph::try_from(value) {
+            Ok(pb::CallGraph::None) => CallGraph::None,
+            _ => CallGraph::FramePointers,
+        }
+    }
+
+    /// As the API says it.
+    pub fn to_proto(self) -> pb::CallGraph {
+        match self {
+            CallGraph::None => pb::CallGraph::None,
+            CallGraph::FramePointers => pb::CallGraph::Fp,
+        }
+    }
+
+    /// Whether stacks are recorded.
+    pub fn wants_stacks(self) -> bool {
+        self != CallGraph::None
+    }
 }
 
 /// Checks the shape of a request against the kernel's sampling-rate limit. Existence of the
@@ -127,6 +165,7 @@ pub fn validate(
         frequency_hz,
         duration,
         keep_samples: request.keep_samples,
+        call_graph: CallGraph::from_proto(request.call_graph),
     })
 }
 
@@ -194,6 +233,7 @@ mod tests {
             frequency_hz: freq,
             duration: None,
             keep_samples: 0,
+            call_graph: 0,
         }
     }
 

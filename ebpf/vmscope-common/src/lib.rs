@@ -17,6 +17,25 @@ pub const COMM_LEN: usize = 16;
 
 /// [`Event::flags`] bit: the sample interrupted kernel code (`regs.cs & 3 == 0`).
 pub const FLAG_KERNEL_MODE: u32 = 1;
+/// [`Event::flags`] bit: call stacks were asked for and follow the event (see
+/// [`Event::kernel_frames`]); without it the sample is its instruction pointer alone.
+pub const FLAG_STACK: u32 = 2;
+/// [`Event::flags`] bit: the kernel stack filled [`MAX_STACK_FRAMES`] (or the depth limit) and
+/// may have been cut.
+pub const FLAG_KERNEL_TRUNCATED: u32 = 4;
+/// [`Event::flags`] bit: the user stack filled [`MAX_STACK_FRAMES`] (or the depth limit) and may
+/// have been cut.
+pub const FLAG_USER_TRUNCATED: u32 = 8;
+/// [`Event::flags`] bit: the kernel could not walk the user stack (`bpf_get_stack` failed); the
+/// sample has its instruction pointer only.
+pub const FLAG_USER_STACK_FAILED: u32 = 16;
+
+/// Most frames of each stack (kernel, user) a sample carries: the default of
+/// `kernel.perf_event_max_stack`, which bounds what the kernel walks anyway.
+pub const MAX_STACK_FRAMES: usize = 127;
+
+/// Bit of a `TARGETS` or `SYSTEM_WIDE` map value: some session there wants call stacks.
+pub const WANT_STACKS: u8 = 1;
 
 /// Size of the BPF ring buffer in bytes (a power of two and a multiple of the page size).
 ///
@@ -32,12 +51,17 @@ pub const MAX_LOST_KEYS: u32 = 16 * 1024;
 
 /// Index of the number of system-wide sessions in the `CONFIG` array.
 pub const CONFIG_SYSTEM_WIDE: u32 = 0;
+/// Index of the stack depth limit in the `CONFIG` array: `kernel.perf_event_max_stack`, capped
+/// at [`MAX_STACK_FRAMES`]. A stack that reaches it is marked truncated.
+pub const CONFIG_MAX_STACK: u32 = 1;
 /// Number of slots in the `CONFIG` array.
 pub const CONFIG_LEN: u32 = 4;
 
 /// One record in the ring buffer, written by the kernel and read by the daemon.
 ///
-/// 48 bytes, no implicit padding.
+/// 48 bytes, no implicit padding. A sample with [`FLAG_STACK`] is followed in the same record by
+/// [`Event::kernel_frames`] kernel addresses then [`Event::user_frames`] user addresses (u64
+/// each, leaf first): see [`Event::frames_from_bytes`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
@@ -59,10 +83,12 @@ pub struct Event {
     /// frequency group, and thereby the sessions, a sample belongs to. Exec events carry the
     /// second half of the new `comm` here instead.
     pub period_ns: u64,
-    /// [`FLAG_KERNEL_MODE`] and future flags.
+    /// [`FLAG_KERNEL_MODE`], [`FLAG_STACK`] and the stack flags.
     pub flags: u32,
-    /// Explicit padding; always 0.
-    pub _pad: u32,
+    /// Kernel frames after the event (0 unless the tick landed in the kernel).
+    pub kernel_frames: u16,
+    /// User frames after the kernel frames.
+    pub user_frames: u16,
 }
 
 impl Event {
@@ -83,6 +109,32 @@ impl Event {
     pub fn to_bytes(&self) -> [u8; Self::SIZE] {
         // SAFETY: Event is repr(C) without implicit padding, so every byte is initialised.
         unsafe { core::mem::transmute::<Event, [u8; Self::SIZE]>(*self) }
+    }
+
+    /// Size of the record of this event, frames included.
+    pub fn record_size(&self) -> usize {
+        Self::SIZE + 8 * (usize::from(self.kernel_frames) + usize::from(self.user_frames))
+    }
+
+    /// The frames that follow an event in its record, kernel frames then user frames, each leaf
+    /// first; `None` if the record is shorter than its counts say or a count exceeds
+    /// [`MAX_STACK_FRAMES`].
+    pub fn frames_from_bytes<'a>(
+        &self,
+        record: &'a [u8],
+    ) -> Option<impl ExactSizeIterator<Item = u64> + 'a> {
+        let (k, u) = (
+            usize::from(self.kernel_frames),
+            usize::from(self.user_frames),
+        );
+        if k > MAX_STACK_FRAMES || u > MAX_STACK_FRAMES || record.len() < self.record_size() {
+            return None;
+        }
+        Some(
+            record[Self::SIZE..self.record_size()]
+                .chunks_exact(8)
+                .map(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]])),
+        )
     }
 
     /// Whether the sample interrupted kernel code.
@@ -157,7 +209,8 @@ mod tests {
             ip: 0xffff_ffff_8100_0000,
             period_ns: 714_285,
             flags: FLAG_KERNEL_MODE,
-            _pad: 0,
+            kernel_frames: 0,
+            user_frames: 0,
         };
         let bytes = e.to_bytes();
         assert_eq!(Event::from_bytes(&bytes), Some(e));
@@ -176,6 +229,28 @@ mod tests {
         };
         let decoded = Event::from_bytes(&e.to_bytes()).unwrap();
         assert_eq!(decoded.exec_comm(), comm);
+    }
+
+    #[test]
+    fn stacks_follow_the_event_and_short_records_are_refused() {
+        let e = Event {
+            flags: FLAG_STACK,
+            kernel_frames: 1,
+            user_frames: 2,
+            ..Event::default()
+        };
+        let mut record = e.to_bytes().to_vec();
+        for frame in [0xffff_ffff_8100_0000u64, 0x40_1000, 0x40_2000] {
+            record.extend(frame.to_ne_bytes());
+        }
+        let frames: Vec<u64> = e.frames_from_bytes(&record).unwrap().collect();
+        assert_eq!(frames, [0xffff_ffff_8100_0000, 0x40_1000, 0x40_2000]);
+        assert!(e.frames_from_bytes(&record[..record.len() - 1]).is_none());
+        let huge = Event {
+            user_frames: MAX_STACK_FRAMES as u16 + 1,
+            ..e
+        };
+        assert!(huge.frames_from_bytes(&[0; 4096]).is_none());
     }
 
     #[test]

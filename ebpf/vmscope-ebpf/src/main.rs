@@ -92,7 +92,8 @@ mod prog {
             ip: data.regs.rip,
             period_ns,
             flags: if kernel { FLAG_KERNEL_MODE } else { 0 },
-            _pad: 0,
+            kernel_frames: 0,
+            user_frames: 0,
         };
         // No wakeup per sample: the daemon drains the ring on a timer, and a wakeup costs far
         // more than the sample.
@@ -129,7 +130,8 @@ mod prog {
             ip,
             period_ns,
             flags: 0,
-            _pad: 0,
+            kernel_frames: 0,
+            user_frames: 0,
         };
         if EVENTS
             .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))

@@ -62,6 +62,7 @@ fn start_request(pids: &[u32], hz: u32) -> pb::StartSessionRequest {
         frequency_hz: Some(hz),
         duration: None,
         keep_samples: 0,
+        ..Default::default()
     }
 }
 
@@ -80,7 +81,7 @@ fn sample(tgid: u32, hz: u32, timestamp_ns: u64) -> Event {
         ip: code_address(),
         period_ns: period_of(hz),
         flags: 0,
-        _pad: 0,
+        ..Event::default()
     }
 }
 
@@ -93,7 +94,7 @@ impl Harness {
             .send(Batch {
                 events,
                 watermark_ns,
-                malformed: 0,
+                ..Batch::default()
             })
             .await
             .unwrap();
