@@ -102,7 +102,7 @@ fn bench(c: &mut Criterion) {
                         },
                     );
                 }
-                timeline.advance(1, |_, _| {});
+                timeline.advance(1, |_, _, _| {});
                 black_box(timeline.map().len())
             },
             BatchSize::PerIteration,
@@ -173,7 +173,7 @@ fn bench(c: &mut Criterion) {
             },
             |mut timeline| {
                 let mut found = 0usize;
-                timeline.advance(u64::MAX, |_, hit| found += usize::from(hit.is_some()));
+                timeline.advance(u64::MAX, |_, hit, _| found += usize::from(hit.is_some()));
                 black_box(found)
             },
             BatchSize::PerIteration,
@@ -232,7 +232,7 @@ fn bench(c: &mut Criterion) {
                         _ => {}
                     }
                 }
-                timeline.advance(u64::MAX, |_, _| {});
+                timeline.advance(u64::MAX, |_, _, _| {});
                 assert_eq!(timeline.counters().refused, 0);
                 black_box(timeline.map().len())
             },

@@ -193,7 +193,7 @@ fn bench(c: &mut Criterion) {
     let rows = build_profile(snapshot.clone(), &warm, &SHOW_ALL).rows.len();
     println!(
         "report_1m_samples: {} distinct locations, {rows} profile rows",
-        snapshot.counts.len()
+        snapshot.stacks.counts.len()
     );
     group.bench_function("profile_warm", |b| {
         b.iter_batched(

@@ -1,21 +1,28 @@
 //! Turning a session [`Snapshot`] into the API's [`Profile`]: symbolise each distinct location
-//! once, then aggregate rows by (section, module, name), each with its samples per process,
-//! and problems by (module, reason).
+//! once, expand it into the frames a stack shows (a JIT frame of optimised code into its
+//! inlined methods), then aggregate:
+//!
+//! - rows by (section, module, name), from each stack's leaf (self time), each with its samples
+//!   per process, its ranges and inlined methods, and its inclusive samples (stacks holding it
+//!   anywhere, once per stack);
+//! - stacks of frames per process;
+//! - problems by (module, reason).
 //!
 //! Rows are sent unfolded and sorted, most samples first; folding small rows into
-//! `...others...` and percentages are the report's business (the CLI), so that every client
-//! gets every number.
+//! `...others...` and percentages are the report's business (vmscope-report), so that every
+//! client gets every number.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use vmscope_proto::v1::{
-    AttributedSample, CodeKind, CodeRange, InlinedMethod, ProcessSamples, Profile, ProfileRow,
-    Section, SymbolizationIssue,
+    AttributedSample, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples, Profile,
+    ProfileRow, Section, Stack, StackFrame, SymbolizationIssue,
 };
 
 use crate::{
-    session::Snapshot,
-    symbolize::{KERNEL_MODULE, Location, Resolved, Symbolizer},
+    codemap::code::Code,
+    session::{LocationId, Snapshot},
+    symbolize::{Issue, KERNEL_MODULE, Location, Resolved, Symbolizer},
 };
 
 /// What a profile may show its reader.
@@ -30,6 +37,7 @@ pub struct ProfileOptions {
 #[derive(Debug, Default)]
 struct RowSum {
     samples: u64,
+    inclusive: u64,
     symbolized: bool,
     kind: CodeKind,
     code_map: String,
@@ -41,6 +49,41 @@ struct RowSum {
     processes: HashMap<u32, u64>,
 }
 
+/// A row's identity: (section, module, name, optimised).
+type RowKey = (Section, String, String, bool);
+
+/// A distinct location, symbolised once.
+#[derive(Debug)]
+struct Placed {
+    resolved: Resolved,
+    /// Its row.
+    row: usize,
+    /// Its frames, leaf first, as indices into the profile's frames: one, or for optimised
+    /// code the inlined methods at its pc then the compiled method.
+    frames: Vec<u32>,
+    /// The frame its address belongs to: the compiled method's for optimised code.
+    own_frame: u32,
+}
+
+/// Distinct frames, each stored once.
+#[derive(Debug, Default)]
+struct Frames {
+    frames: Vec<Frame>,
+    index: HashMap<Frame, u32>,
+}
+
+impl Frames {
+    fn id(&mut self, frame: Frame) -> u32 {
+        if let Some(&id) = self.index.get(&frame) {
+            return id;
+        }
+        let id = self.frames.len() as u32;
+        self.frames.push(frame.clone());
+        self.index.insert(frame, id);
+        id
+    }
+}
+
 /// Builds the profile of a snapshot. Runs on a blocking thread: the first profile of a session
 /// may parse binaries.
 pub fn build_profile(
@@ -48,44 +91,66 @@ pub fn build_profile(
     symbolizer: &Symbolizer,
     options: &ProfileOptions,
 ) -> Profile {
-    let mut resolved: HashMap<Location, Resolved> = HashMap::new();
-    let mut resolve = |location: &Location| -> Resolved {
-        resolved
-            .entry(*location)
-            .or_insert_with(|| match (location, &options.hide_kernel) {
-                (Location::Kernel { .. }, Some(reason)) => Resolved {
-                    section: Section::Other,
-                    module: KERNEL_MODULE.to_owned(),
-                    name: "[kernel]".to_owned(),
-                    symbolized: false,
-                    issue: Some(reason.clone()),
-                },
-                _ => symbolizer.resolve(location),
-            })
-            .clone()
-    };
-
-    let mut rows: HashMap<(Section, String, String, bool), RowSum> = HashMap::new();
-    let mut issues: HashMap<(String, String), u64> = HashMap::new();
-    for &(pid, location, samples) in &snapshot.counts {
-        let resolved = resolve(&location);
-        let code = match location {
-            Location::Jit { code, offset } => symbolizer.codes().get(code).map(|c| (c, offset)),
-            _ => None,
-        };
-        let optimised = code.as_ref().is_some_and(|(c, _)| c.is_optimised());
-        let row = rows
-            .entry((
+    let stacks = &snapshot.stacks;
+    let mut frames = Frames::default();
+    let mut row_keys: Vec<RowKey> = Vec::new();
+    let mut row_index: HashMap<RowKey, usize> = HashMap::new();
+    let placed: Vec<Placed> = stacks
+        .locations
+        .iter()
+        .map(|location| {
+            let resolved = resolve(symbolizer, location, options);
+            let code = match location {
+                Location::Jit { code, offset } => {
+                    symbolizer.codes().get(*code).map(|c| (c, *offset))
+                }
+                _ => None,
+            };
+            let optimised = code.as_ref().is_some_and(|(c, _)| c.is_optimised());
+            let key = (
                 resolved.section,
                 resolved.module.clone(),
-                resolved.name,
+                resolved.name.clone(),
                 optimised,
-            ))
-            .or_default();
+            );
+            let row = *row_index.entry(key.clone()).or_insert_with(|| {
+                row_keys.push(key);
+                row_keys.len() - 1
+            });
+            let (frame_ids, own_frame) = match &code {
+                Some((code, offset)) => jit_frames(&mut frames, &resolved, code, *offset),
+                None => {
+                    let id = frames.id(native_frame(&resolved, location));
+                    (vec![id], id)
+                }
+            };
+            Placed {
+                resolved,
+                row,
+                frames: frame_ids,
+                own_frame,
+            }
+        })
+        .collect();
+
+    // Rows: self time from each stack's leaf, inclusive time from every location in it.
+    let mut rows: Vec<RowSum> = (0..row_keys.len()).map(|_| RowSum::default()).collect();
+    let mut issues: HashMap<(String, String), u64> = HashMap::new();
+    let mut stack_rows: Vec<usize> = Vec::new();
+    for &(pid, stack, samples) in &stacks.counts {
+        let ids = stacks.ids_of(stack);
+        let Some(&leaf) = ids.first() else {
+            continue;
+        };
+        let location = stacks.location(leaf);
+        let leaf = &placed[leaf.0 as usize];
+        let row = &mut rows[leaf.row];
         row.samples += samples;
         *row.processes.entry(pid).or_insert(0) += samples;
-        row.symbolized = resolved.symbolized;
-        if let Some((code, offset)) = code {
+        row.symbolized = leaf.resolved.symbolized;
+        if let Location::Jit { code, offset } = location
+            && let Some(code) = symbolizer.codes().get(code)
+        {
             row.kind = code.kind;
             row.code_map = code.source.label().to_owned();
             if let Some((index, label)) = code.range_label(offset) {
@@ -97,14 +162,50 @@ pub fn build_profile(
                     .or_insert(0) += samples;
             }
         }
-        if let Some(reason) = resolved.issue {
-            *issues.entry((resolved.module, reason)).or_insert(0) += samples;
+        if let Some(issue) = &leaf.resolved.issue {
+            *issues
+                .entry((leaf.resolved.module.clone(), issue.describe().into_owned()))
+                .or_insert(0) += samples;
+        }
+        stack_rows.clear();
+        stack_rows.extend(ids.iter().map(|id| placed[id.0 as usize].row));
+        stack_rows.sort_unstable();
+        stack_rows.dedup();
+        for &row in &stack_rows {
+            rows[row].inclusive += samples;
         }
     }
 
+    // Stacks of frames, merged where distinct locations name the same frames.
+    let hidden_kernel = options.hide_kernel.is_some();
+    let mut by_frames: HashMap<(u32, Vec<u32>, bool), u64> = HashMap::new();
+    for &(pid, stack, samples) in &stacks.counts {
+        let frame_ids = stack_frames(stacks.ids_of(stack), &placed, hidden_kernel);
+        let truncated = stacks.stacks[stack.0 as usize].truncated;
+        *by_frames.entry((pid, frame_ids, truncated)).or_insert(0) += samples;
+    }
+    let mut profile_stacks: Vec<Stack> = by_frames
+        .into_iter()
+        .map(|((pid, frames, truncated), samples)| Stack {
+            frames,
+            pid,
+            samples,
+            truncated,
+        })
+        .collect();
+    profile_stacks.sort_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then_with(|| a.pid.cmp(&b.pid))
+            .then_with(|| a.frames.cmp(&b.frames))
+            .then_with(|| a.truncated.cmp(&b.truncated))
+    });
+
     let mut rows: Vec<ProfileRow> = rows
         .into_iter()
-        .map(|((section, module, name, optimised), sum)| {
+        .zip(row_keys)
+        .filter(|(sum, _)| sum.samples > 0 || sum.inclusive > 0)
+        .map(|(sum, (section, module, name, optimised))| {
             let mut inlined: Vec<InlinedMethod> = sum
                 .inlined
                 .into_iter()
@@ -137,13 +238,15 @@ pub fn build_profile(
                 code_map: sum.code_map,
                 optimised,
                 processes,
-                inclusive_samples: sum.samples,
+                inclusive_samples: sum.inclusive,
             }
         })
         .collect();
+    // Callers only (no self time) are rows too, with 0 samples: after every row with some.
     rows.sort_by(|a, b| {
         b.samples
             .cmp(&a.samples)
+            .then_with(|| b.inclusive_samples.cmp(&a.inclusive_samples))
             .then_with(|| a.section.cmp(&b.section))
             .then_with(|| a.name.cmp(&b.name))
             .then_with(|| a.module.cmp(&b.module))
@@ -162,31 +265,49 @@ pub fn build_profile(
             .then_with(|| a.module.cmp(&b.module))
             .then_with(|| a.reason.cmp(&b.reason))
     });
-    let samples = snapshot
+
+    let mut kept: Vec<&crate::session::KeptSample> = snapshot
         .kept
         .iter()
+        .flat_map(|chunk| chunk.iter())
+        .collect();
+    kept.sort_by_key(|k| k.timestamp_ns);
+    let samples = kept
+        .into_iter()
         .map(|kept| {
-            let resolved = resolve(&kept.location);
+            let ids = stacks.ids_of(kept.stack);
+            let stack: Vec<StackFrame> = ids
+                .iter()
+                .zip(kept.frames.iter())
+                .map(|(id, frame)| StackFrame {
+                    address: frame.address,
+                    kernel: matches!(stacks.location(*id), Location::Kernel { .. }),
+                    frame: placed[id.0 as usize].own_frame,
+                    code_start: frame.code_start,
+                })
+                .collect();
+            let leaf = ids.first().map(|id| &placed[id.0 as usize].resolved);
             AttributedSample {
                 timestamp_ns: kept.timestamp_ns,
                 pid: kept.pid,
                 tid: kept.tid,
-                ip: kept.ip,
+                ip: kept.frames.first().map_or(0, |f| f.address),
                 kernel: kept.kernel,
-                section: resolved.section as i32,
-                name: resolved.name,
-                module: resolved.module,
-                code_start: kept.code_start,
-                ..AttributedSample::default()
+                section: leaf.map_or(Section::Other, |r| r.section) as i32,
+                name: leaf.map(|r| r.name.clone()).unwrap_or_default(),
+                module: leaf.map(|r| r.module.clone()).unwrap_or_default(),
+                code_start: kept.frames.first().map_or(0, |f| f.code_start),
+                stack,
+                truncated: stacks.stacks[kept.stack.0 as usize].truncated,
             }
         })
         .collect();
 
-    let processes = snapshot
+    let processes = stacks
         .counts
         .iter()
         .map(|&(pid, _, _)| pid)
-        .collect::<std::collections::HashSet<_>>()
+        .collect::<HashSet<_>>()
         .len() as u32;
     let duration_seconds = snapshot.duration.as_secs_f64();
     let measured_frequency_hz = if snapshot.cpu_seconds > 0.0 {
@@ -213,8 +334,109 @@ pub fn build_profile(
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
         jit_samples_before_code_map: snapshot.jit_not_waited,
         processes,
-        ..Profile::default()
+        frames: frames.frames,
+        stacks: profile_stacks,
+        truncated_stacks: snapshot.truncated,
+        pprof: Vec::new(),
     }
+}
+
+/// Names a location, or says why it has no name.
+fn resolve(symbolizer: &Symbolizer, location: &Location, options: &ProfileOptions) -> Resolved {
+    match (location, &options.hide_kernel) {
+        (Location::Kernel { .. }, Some(reason)) => Resolved {
+            section: Section::Other,
+            module: KERNEL_MODULE.to_owned(),
+            name: "[kernel]".to_owned(),
+            symbolized: false,
+            issue: Some(Issue::KernelHidden(reason.clone())),
+            build_id: None,
+        },
+        _ => symbolizer.resolve(location),
+    }
+}
+
+/// The frame of a location outside generated code with a code map.
+fn native_frame(resolved: &Resolved, location: &Location) -> Frame {
+    Frame {
+        section: resolved.section as i32,
+        name: resolved.name.clone(),
+        module: resolved.module.clone(),
+        symbolized: resolved.symbolized,
+        build_id: resolved.build_id.clone().unwrap_or_default(),
+        kernel: matches!(location, Location::Kernel { .. }),
+        ..Frame::default()
+    }
+}
+
+/// The frames of an offset in generated code, leaf first, and the compiled code's own frame:
+/// in optimised code, the methods inlined at the offset (innermost first, each with its own
+/// range: the innermost where the pc is, the outer ones the send that inlined the next, `@pc`),
+/// then the compiled method (its range the inlining send's, `@pc`); otherwise the code alone,
+/// with the range the offset is in.
+fn jit_frames(
+    frames: &mut Frames,
+    resolved: &Resolved,
+    code: &Code,
+    offset: u64,
+) -> (Vec<u32>, u32) {
+    let optimised = code.is_optimised();
+    let frame = |name: &str, range: String, inlined: bool| Frame {
+        section: resolved.section as i32,
+        name: name.to_owned(),
+        module: resolved.module.clone(),
+        symbolized: resolved.symbolized,
+        kind: code.kind as i32,
+        range,
+        inlined,
+        code_map: code.source.label().to_owned(),
+        optimised,
+        ..Frame::default()
+    };
+    let label = code.range_label(offset).map(|(_, label)| label);
+    let point = code
+        .pc_map
+        .partition_point(|p| p.offset <= offset)
+        .checked_sub(1)
+        .map(|i| &code.pc_map[i]);
+    let Some(point) = point.filter(|p| !p.inlined.is_empty()) else {
+        let id = frames.id(frame(&code.name, label.unwrap_or_default(), false));
+        return (vec![id], id);
+    };
+    let mut ids = Vec::with_capacity(point.inlined.len() + 1);
+    let last = point.inlined.len() - 1;
+    for (depth, (method, pc)) in point.inlined.iter().enumerate().rev() {
+        let range = if depth == last {
+            // The label names the innermost method: "Inline>>heavy 33->70".
+            label
+                .as_deref()
+                .and_then(|l| l.strip_prefix(method.as_str()))
+                .map(|l| l.trim_start().to_owned())
+                .unwrap_or_default()
+        } else {
+            format!("@{}", pc + 1)
+        };
+        ids.push(frames.id(frame(method, range, true)));
+    }
+    let own = frames.id(frame(&code.name, format!("@{}", point.bcpc + 1), false));
+    ids.push(own);
+    (ids, own)
+}
+
+/// The frames of a stack of locations, leaf first; hidden kernel frames are one `[kernel]`.
+fn stack_frames(ids: &[LocationId], placed: &[Placed], hidden_kernel: bool) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::with_capacity(ids.len());
+    let mut previous_hidden = false;
+    for id in ids {
+        let placed = &placed[id.0 as usize];
+        let hidden = hidden_kernel && matches!(placed.resolved.issue, Some(Issue::KernelHidden(_)));
+        if hidden && previous_hidden {
+            continue;
+        }
+        previous_hidden = hidden;
+        out.extend_from_slice(&placed.frames);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -224,14 +446,38 @@ mod tests {
     use vmscope_proto::v1 as pb;
 
     use super::*;
-    use crate::symbolize::{UnmappedReason, tests::symbolizer};
+    use crate::{
+        session::{StackSnapshot, StackTable},
+        symbolize::{UnmappedReason, tests::symbolizer},
+    };
+
+    /// Stacks of one location each, `n` samples per `(pid, location, n)`.
+    fn leaves(counts: impl IntoIterator<Item = (u32, Location, u64)>) -> StackSnapshot {
+        stacks(
+            counts
+                .into_iter()
+                .map(|(pid, l, n)| (pid, vec![l], false, n)),
+        )
+    }
+
+    /// Stacks (leaf first) with their samples.
+    fn stacks(counts: impl IntoIterator<Item = (u32, Vec<Location>, bool, u64)>) -> StackSnapshot {
+        let mut table = StackTable::default();
+        for (pid, locations, truncated, n) in counts {
+            for _ in 0..n {
+                table.count(pid, &locations, truncated);
+            }
+        }
+        table.snapshot()
+    }
 
     /// A snapshot of `counts` in process 7 (named "vm").
     fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         Snapshot {
             session: pb::Session::default(),
             total_samples: counts.iter().map(|(_, n)| n).sum(),
-            counts: counts.into_iter().map(|(l, n)| (7, l, n)).collect(),
+            stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
+            truncated: 0,
             commands: [(7, "vm".to_owned())].into_iter().collect(),
             lost_per_cpu: vec![1, 0, 2],
             duration: Duration::from_secs(2),
@@ -353,7 +599,7 @@ mod tests {
             ip: 0xffff_ffff_8100_0101,
         };
         let mut snap = snapshot(Vec::new());
-        snap.counts = vec![(10, kernel, 3), (11, kernel, 5), (10, kernel, 1)];
+        snap.stacks = leaves([(10, kernel, 3), (11, kernel, 5), (10, kernel, 1)]);
         snap.total_samples = 9;
         snap.commands = [(10, "vmscoped".to_owned()), (11, "vmscoped".to_owned())]
             .into_iter()
@@ -397,5 +643,153 @@ mod tests {
         assert_eq!(profile.rows[0].name, "[kernel]");
         assert_eq!(profile.rows[0].samples, 37);
         assert_eq!(profile.symbolization_issues[0].reason, reason);
+    }
+
+    /// Stacks become frames: optimised code expands into its inlined methods (innermost
+    /// first, each with its range), recursion counts once in inclusive time, and a caller
+    /// with no time of its own still gets a row with its inclusive time.
+    #[test]
+    fn stacks_expand_into_frames_and_give_inclusive_time() {
+        use crate::codemap::code::{Code, CodeSource, PcPoint};
+        use vmscope_proto::v1::CodeKind;
+        let symbolizer = symbolizer();
+        let codes = symbolizer.codes();
+        let point = |offset, bcpc, inlined: &[(&str, u32)]| PcPoint {
+            offset,
+            bcpc,
+            inlined: inlined.iter().map(|&(m, pc)| (m.to_owned(), pc)).collect(),
+        };
+        let optimised = codes
+            .intern(Code {
+                pc_map: vec![
+                    point(0x10, 1, &[]),
+                    point(0x20, 4, &[("Outer>>mid", 2), ("Inner>>leaf", 6)]),
+                    point(0x30, 9, &[]),
+                ],
+                ..Code::named(CodeKind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
+            })
+            .unwrap();
+        let plain = codes
+            .intern(Code {
+                pc_map: vec![point(0x10, 73, &[]), point(0x40, 77, &[])],
+                ..Code::named(
+                    CodeKind::Method,
+                    "Bar>>benchmark",
+                    CodeSource::Vm("vm".into()),
+                )
+            })
+            .unwrap();
+        let jit = |code, offset| Location::Jit { code, offset };
+        let kernel = Location::Kernel {
+            ip: 0xffff_ffff_8100_0101,
+        };
+        let snap = Snapshot {
+            stacks: stacks([
+                // Inside the inlined Inner>>leaf, called from benchmark's send at 74->78.
+                (7, vec![jit(optimised, 0x24), jit(plain, 0x20)], false, 6),
+                // Recursion: benchmark under benchmark counts once in its inclusive time.
+                (7, vec![kernel, jit(plain, 0x44), jit(plain, 0x20)], true, 4),
+            ]),
+            total_samples: 10,
+            truncated: 4,
+            ..snapshot(Vec::new())
+        };
+        let profile = build_profile(snap, &symbolizer, &ProfileOptions { hide_kernel: None });
+        let frame = |i: u32| {
+            let f = &profile.frames[i as usize];
+            format!(
+                "{}{}{}",
+                f.name,
+                if f.range.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", f.range)
+                },
+                if f.inlined { " (inlined)" } else { "" }
+            )
+        };
+        let mut stacks: Vec<(Vec<String>, bool, u64)> = profile
+            .stacks
+            .iter()
+            .map(|s| {
+                (
+                    s.frames.iter().map(|&i| frame(i)).collect(),
+                    s.truncated,
+                    s.samples,
+                )
+            })
+            .collect();
+        stacks.sort();
+        assert_eq!(
+            stacks,
+            [
+                (
+                    vec![
+                        "Inner>>leaf 7->end (inlined)".to_owned(),
+                        "Outer>>mid @3 (inlined)".into(),
+                        "Foo>>opt @5".into(),
+                        "Bar>>benchmark 74->78".into(),
+                    ],
+                    false,
+                    6
+                ),
+                (
+                    vec![
+                        "do_work".to_owned(),
+                        "Bar>>benchmark 78->end".into(),
+                        "Bar>>benchmark 74->78".into(),
+                    ],
+                    true,
+                    4
+                ),
+            ]
+        );
+        assert_eq!(profile.truncated_stacks, 4);
+        let rows: Vec<(&str, u64, u64)> = profile
+            .rows
+            .iter()
+            .map(|r| (r.name.as_str(), r.samples, r.inclusive_samples))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("Foo>>opt", 6, 6),
+                ("do_work", 4, 4),
+                ("Bar>>benchmark", 0, 10)
+            ]
+        );
+    }
+
+    #[test]
+    fn hidden_kernel_frames_are_one_frame() {
+        let k = |ip| Location::Kernel { ip };
+        let snap = Snapshot {
+            stacks: stacks([(
+                7,
+                vec![
+                    k(0xffff_ffff_8100_0101),
+                    k(0xffff_ffff_8100_0010),
+                    k(0xffff_ffff_8100_0020),
+                ],
+                false,
+                2,
+            )]),
+            total_samples: 2,
+            ..snapshot(Vec::new())
+        };
+        let profile = build_profile(
+            snap,
+            &symbolizer(),
+            &ProfileOptions {
+                hide_kernel: Some("root only".into()),
+            },
+        );
+        assert_eq!(profile.stacks.len(), 1);
+        let names: Vec<&str> = profile.stacks[0]
+            .frames
+            .iter()
+            .map(|&i| profile.frames[i as usize].name.as_str())
+            .collect();
+        assert_eq!(names, ["[kernel]"]);
     }
 }

@@ -26,11 +26,15 @@ use vmscope_parse::stat;
 
 use super::{
     code::{CodeId, CodeStore},
+    live::LiveMap,
     refusals::{Reason, Refusals},
     sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
     timeline::{Change, PendingSample, Timeline},
 };
-use crate::sys::{self, FileId};
+use crate::{
+    symbolize::Location,
+    sys::{self, FileId},
+};
 
 /// Most jitdump and code map files read for one process (a VM writes one or two): each is held
 /// open while the process lives.
@@ -52,15 +56,42 @@ pub const JITDUMP_MAX_WAIT_NS: u64 = 5_000_000_000;
 /// How long samples of a process without any code map wait for one to appear.
 pub const DISCOVERY_WAIT_NS: u64 = 200_000_000;
 
-/// What a waiting sample carries back to its sessions.
+/// What a waiting sample carries back to its sessions: a sample with a frame in generated
+/// code, whose stack is only known once the code maps are known up to its time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JitSample {
     /// Thread.
     pub tid: u32,
-    /// The anonymous mapping the sample fell in, for samples no code map explains.
-    pub mapping: (u64, u64),
-    /// The sessions that counted it.
-    pub sessions: Vec<u64>,
+    /// Whether the tick landed in the kernel.
+    pub kernel: bool,
+    /// Whether the stack was cut at the depth limit.
+    pub truncated: bool,
+    /// The stack, leaf first (the leaf alone when no session wants stacks).
+    pub frames: Vec<PendingFrame>,
+    /// The sessions that counted it, and whether each wants its whole stack (or the leaf only).
+    pub sessions: Vec<(u64, bool)>,
+}
+
+/// A frame of a waiting sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingFrame {
+    /// Placed already (native code, the kernel).
+    Located {
+        /// Where.
+        location: Location,
+        /// The address as the stack held it.
+        address: u64,
+    },
+    /// In anonymous executable memory: looked up in the code map at the sample's time.
+    Generated {
+        /// The address as the stack held it.
+        address: u64,
+        /// The address to look up: the instruction pointer itself for the leaf, the return
+        /// address minus one (inside the call) for callers.
+        lookup: u64,
+        /// The anonymous mapping it is in, for code no code map explains.
+        mapping: (u64, u64),
+    },
 }
 
 /// Where a code map file of a process is, as its mappings show it.
@@ -451,7 +482,7 @@ impl CodeMaps {
         for process in self.processes.values_mut() {
             if process.timeline.pending_samples() == 0 {
                 let until = process.known_until(now_ns).min(samples_until);
-                process.timeline.advance(until, |_, _| {});
+                process.timeline.advance(until, |_, _, _| {});
             }
         }
     }
@@ -466,7 +497,7 @@ impl CodeMaps {
     }
 
     /// Reads the process's sources and attributes every sample the maps are now known for,
-    /// calling `attribute(sample, (start, code) found, waited)`, where `waited` says whether
+    /// calling `attribute(sample, (start, code) found at its ip, the map at its time, waited)`, where `waited` says whether
     /// the maps were known up to the sample's time (false for a sample forced through).
     /// `check` says which address ranges are executable in the process (perf map and jitdump
     /// entries elsewhere are refused). `samples_until` is how far every sample is known: the
@@ -480,7 +511,7 @@ impl CodeMaps {
         samples_until: u64,
         force_until: Option<u64>,
         check: &mut dyn FnMut(u64, u64) -> bool,
-        mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>, bool),
+        mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>, &LiveMap, bool),
     ) {
         let store = self.store.clone();
         let Some(process) = self.processes.get_mut(&pid) else {
@@ -548,14 +579,14 @@ impl CodeMaps {
             _ => known,
         };
         let counters = &mut self.counters;
-        process.timeline.advance(until, |sample, found| {
+        process.timeline.advance(until, |sample, found, map| {
             if found.is_some() {
                 counters.attributed += 1;
             } else {
                 counters.unexplained += 1;
             }
             let waited = sample.timestamp_ns <= vouched;
-            attribute(sample, found, waited);
+            attribute(sample, found, map, waited);
         });
         // Refusals are counted as they happen (reading sources, applying changes), and said
         // once per source: at the process's last read, or now and then while it lives.
@@ -646,14 +677,16 @@ mod tests {
             ip: 0x7f00_0000_1010,
             payload: JitSample {
                 tid: pid,
-                mapping: (0x7f00_0000_0000, 0x7f00_0001_0000),
-                sessions: vec![1],
+                kernel: false,
+                truncated: false,
+                frames: Vec::new(),
+                sessions: vec![(1, false)],
             },
         };
         let names = |maps: &mut CodeMaps, now: u64| {
             let store = maps.store().clone();
             let mut found = Vec::new();
-            maps.advance(pid, now, now, None, &mut |_, _| true, |s, code, _| {
+            maps.advance(pid, now, now, None, &mut |_, _| true, |s, code, _, _| {
                 found.push((
                     s.timestamp_ns,
                     code.and_then(|(_, c)| store.get(c)).map(|c| c.name.clone()),
@@ -705,8 +738,10 @@ mod tests {
             ip,
             payload: JitSample {
                 tid: 1,
-                mapping: (0, u64::MAX),
-                sessions: vec![1],
+                kernel: false,
+                truncated: false,
+                frames: Vec::new(),
+                sessions: vec![(1, false)],
             },
         }
     }
@@ -765,15 +800,20 @@ mod tests {
         let mut found = Vec::new();
         let mut all = |_: u64, _: u64| true;
         // Nothing is known past 1_000: only force attributes the sample at 2_000.
-        maps.advance(pid, 2_500, 1_500, Some(u64::MAX), &mut all, |s, code, _| {
-            found.push((s.timestamp_ns, code.map(|(_, c)| c)))
-        });
+        maps.advance(
+            pid,
+            2_500,
+            1_500,
+            Some(u64::MAX),
+            &mut all,
+            |s, code, _, _| found.push((s.timestamp_ns, code.map(|(_, c)| c))),
+        );
         assert_eq!(found, [(2_000, Some(a))]);
         // b replaces a at 3_000; a sample at 4_000 sees b, and nothing counts as late.
         maps.publish(pid, vec![(3_000, load(0x1000, b))], 5_000);
         maps.push_sample(pid, jit_sample(4_000, 0x1010));
         found.clear();
-        maps.advance(pid, 5_000, 5_000, None, &mut all, |s, code, _| {
+        maps.advance(pid, 5_000, 5_000, None, &mut all, |s, code, _, _| {
             found.push((s.timestamp_ns, code.map(|(_, c)| c)))
         });
         assert_eq!(found, [(4_000, Some(b))]);

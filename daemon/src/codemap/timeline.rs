@@ -168,7 +168,8 @@ impl<T> Timeline<T> {
     }
 
     /// Attributes, in time order, every waiting sample stamped at or before `until_ns`, calling
-    /// `attribute` with each sample and the (start, code) it fell in, then applies the remaining
+    /// `attribute` with each sample, the (start, code) its `ip` fell in, and the map as it was
+    /// at the sample's time (for the other addresses of its stack), then applies the remaining
     /// changes up to `until_ns`.
     ///
     /// The caller must know every change *and every sample* up to `until_ns`: a sample stamped
@@ -176,7 +177,7 @@ impl<T> Timeline<T> {
     pub fn advance(
         &mut self,
         until_ns: u64,
-        mut attribute: impl FnMut(PendingSample<T>, Option<(u64, CodeId)>),
+        mut attribute: impl FnMut(PendingSample<T>, Option<(u64, CodeId)>, &LiveMap),
     ) {
         if self.samples.iter().any(|s| s.timestamp_ns <= until_ns) {
             self.samples.sort_by_key(|s| s.timestamp_ns);
@@ -185,7 +186,7 @@ impl<T> Timeline<T> {
             for sample in std::mem::replace(&mut self.samples, rest) {
                 self.apply_until(sample.timestamp_ns);
                 let found = self.map.lookup(sample.ip);
-                attribute(sample, found);
+                attribute(sample, found, &self.map);
             }
         }
         self.apply_until(until_ns);
@@ -254,7 +255,7 @@ mod tests {
 
     fn advance(timeline: &mut Timeline<u64>, until: u64) -> Vec<(u64, Option<CodeId>)> {
         let mut out = Vec::new();
-        timeline.advance(until, |s, found| {
+        timeline.advance(until, |s, found, _| {
             out.push((s.payload, found.map(|(_, c)| c)))
         });
         out

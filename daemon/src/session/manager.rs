@@ -19,12 +19,15 @@ use std::{
 };
 
 use tokio::sync::{mpsc, oneshot};
-use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event};
+use vmscope_common::{
+    EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_STACK_FAILED,
+    FLAG_USER_TRUNCATED,
+};
 use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
-    HostCpu, KeptSample, Session, SessionError, Snapshot, State, Target,
+    HostCpu, KeptFrame, KeptSample, KeptSamples, Session, SessionError, Snapshot, State, Target,
     request::{self, Caller},
     routes::Routes,
 };
@@ -32,13 +35,16 @@ use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, period_of},
     codemap::{
         code::CodeStore,
-        registry::{CodeMaps, JitSample},
+        registry::{CodeMaps, JitSample, PendingFrame},
         timeline::{Change, PendingSample},
     },
     process::ProcessTable,
     symbolize::{Location, Modules},
     sys,
 };
+
+/// Where x86-64 kernel addresses begin: a user stack walk that yields one went astray.
+const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
 
 /// Settings of the manager.
 #[derive(Clone, Debug)]
@@ -281,6 +287,9 @@ struct Counters {
     stop_timeouts: u64,
     sessions_evicted: u64,
     targets_revoked: u64,
+    stacks_truncated: u64,
+    user_stacks_failed: u64,
+    stack_frames_unmapped: u64,
 }
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
@@ -510,7 +519,7 @@ impl Manager {
             state: State::Running,
             stop_reason: None,
             targets,
-            counts: HashMap::default(),
+            stacks: Default::default(),
             commands,
             total: 0,
             host_cpu: (host, host),
@@ -519,9 +528,8 @@ impl Manager {
             pending_jit: 0,
             jit_not_waited: 0,
             incomplete: None,
-            kept: Vec::new(),
-            keep_limit: spec.keep_samples as usize,
-            not_kept: 0,
+            kept: KeptSamples::new(spec.keep_samples as usize),
+            truncated: 0,
             spec,
         };
         tracing::info!(
@@ -712,9 +720,12 @@ impl Manager {
         self.counters.events += batch.events.len() as u64;
         self.counters.malformed_events += batch.malformed;
         let now = batch.watermark_ns;
-        for event in &batch.events {
+        for (i, event) in batch.events.iter().enumerate() {
             match event.kind {
-                EVENT_SAMPLE => self.route(event, now),
+                EVENT_SAMPLE => {
+                    let (kernel, user) = batch.stack(i);
+                    self.route(event, kernel, user, now)
+                }
                 EVENT_EXEC => self.exec(event),
                 _ => self.counters.unknown_events += 1,
             }
@@ -756,39 +767,63 @@ impl Manager {
             samples_until,
             force_until,
             &mut |start, end| processes.is_executable(pid, start, end, now_ns),
-            |sample, found, waited| {
-                let (location, code_start) = match found {
-                    Some((start, code)) => (
-                        Location::Jit {
-                            code,
-                            offset: sample.ip - start,
+            |sample, _, map, waited| {
+                let jit = &sample.payload;
+                let mut locations = Vec::with_capacity(jit.frames.len());
+                let mut kept = Vec::with_capacity(jit.frames.len());
+                for frame in &jit.frames {
+                    let (location, kept_frame) = match *frame {
+                        PendingFrame::Located { location, address } => (
+                            location,
+                            KeptFrame {
+                                address,
+                                code_start: 0,
+                            },
+                        ),
+                        PendingFrame::Generated {
+                            address,
+                            lookup,
+                            mapping: (start, end),
+                        } => match map.lookup(lookup) {
+                            Some((code_start, code)) => (
+                                Location::Jit {
+                                    code,
+                                    offset: lookup - code_start,
+                                },
+                                KeptFrame {
+                                    address,
+                                    code_start,
+                                },
+                            ),
+                            None => (
+                                Location::Anonymous { pid, start, end },
+                                KeptFrame {
+                                    address,
+                                    code_start: 0,
+                                },
+                            ),
                         },
-                        start,
-                    ),
-                    None => {
-                        let (start, end) = sample.payload.mapping;
-                        (Location::Anonymous { pid, start, end }, 0)
-                    }
-                };
-                for id in &sample.payload.sessions {
-                    if let Some(session) = sessions.get_mut(id) {
+                    };
+                    locations.push(location);
+                    kept.push(kept_frame);
+                }
+                for &(id, whole) in &jit.sessions {
+                    if let Some(session) = sessions.get_mut(&id) {
                         session.pending_jit = session.pending_jit.saturating_sub(1);
                         if !waited {
                             session.jit_not_waited += 1;
                         }
-                        session.count(
-                            pid,
-                            location,
+                        let n = if whole { locations.len() } else { 1 };
+                        session.count(pid, &locations[..n], whole && jit.truncated, |stack| {
                             KeptSample {
                                 timestamp_ns: sample.timestamp_ns,
                                 pid,
-                                tid: sample.payload.tid,
-                                ip: sample.ip,
-                                kernel: false,
-                                location,
-                                code_start,
-                            },
-                        );
+                                tid: jit.tid,
+                                kernel: jit.kernel,
+                                stack,
+                                frames: kept[..n].into(),
+                            }
+                        });
                     }
                 }
             },
@@ -894,17 +929,20 @@ impl Manager {
             .release_target(self.sampler.as_mut(), period_ns, pid);
     }
 
-    fn route(&mut self, event: &Event, now_ns: u64) {
-        let wanting: Vec<u64> = self
+    /// Counts a sample in the sessions that want it: its stack (leaf first) for those that
+    /// asked for stacks, its leaf alone for the others. A sample with a frame in anonymous
+    /// executable memory waits for its process's code maps to be known up to its time.
+    fn route(&mut self, event: &Event, kernel: &[u64], user: &[u64], now_ns: u64) {
+        let wanting: Vec<(u64, bool)> = self
             .by_period
             .get(&event.period_ns)
             .into_iter()
             .flatten()
-            .copied()
-            .filter(|id| {
-                self.sessions
-                    .get(id)
-                    .is_some_and(|s| s.wants(event.tgid, event.timestamp_ns))
+            .filter_map(|id| {
+                let session = self.sessions.get(id)?;
+                session
+                    .wants(event.tgid, event.timestamp_ns)
+                    .then_some((*id, session.spec.call_graph.wants_stacks()))
             })
             .collect();
         if wanting.is_empty() {
@@ -913,7 +951,7 @@ impl Manager {
         }
         self.counters.samples_routed += 1;
         let pid = event.tgid;
-        for id in &wanting {
+        for (id, _) in &wanting {
             if let Some(session) = self.sessions.get_mut(id) {
                 session.total += 1;
                 // Each session names the processes it sampled, from their first sample on.
@@ -923,45 +961,170 @@ impl Manager {
                 }
             }
         }
-        let location = if event.is_kernel() {
-            Location::Kernel { ip: event.ip }
-        } else {
-            self.processes.normalize(event.tgid, event.ip, now_ns)
-        };
-        if let Location::Anonymous { pid, start, end } = location {
+        let whole = wanting.iter().any(|&(_, whole)| whole);
+        let (frames, truncated) = self.frames_of(event, kernel, user, whole, now_ns);
+        if frames
+            .iter()
+            .any(|f| matches!(f, PendingFrame::Generated { .. }))
+        {
             // Generated code: attributed once the code maps are known up to its time.
-            for id in &wanting {
+            for (id, _) in &wanting {
                 if let Some(session) = self.sessions.get_mut(id) {
                     session.pending_jit += 1;
                 }
             }
+            let ip = frames
+                .iter()
+                .find_map(|f| match f {
+                    PendingFrame::Generated { lookup, .. } => Some(*lookup),
+                    PendingFrame::Located { .. } => None,
+                })
+                .unwrap_or(event.ip);
             self.codemaps.push_sample(
                 pid,
                 PendingSample {
                     timestamp_ns: event.timestamp_ns,
-                    ip: event.ip,
+                    ip,
                     payload: JitSample {
                         tid: event.tid,
-                        mapping: (start, end),
+                        kernel: event.is_kernel(),
+                        truncated,
+                        frames,
                         sessions: wanting,
                     },
                 },
             );
             return;
         }
-        let kept = KeptSample {
-            timestamp_ns: event.timestamp_ns,
-            pid: event.tgid,
-            tid: event.tid,
-            ip: event.ip,
-            kernel: event.is_kernel(),
-            location,
-            code_start: 0,
-        };
-        for id in wanting {
+        let (locations, addresses): (Vec<Location>, Vec<KeptFrame>) = frames
+            .iter()
+            .map(|f| match *f {
+                PendingFrame::Located { location, address } => (
+                    location,
+                    KeptFrame {
+                        address,
+                        code_start: 0,
+                    },
+                ),
+                PendingFrame::Generated { .. } => unreachable!("handled above"),
+            })
+            .unzip();
+        for (id, whole) in wanting {
             if let Some(session) = self.sessions.get_mut(&id) {
-                session.count(pid, location, kept);
+                let n = if whole { locations.len() } else { 1 };
+                session.count(pid, &locations[..n], whole && truncated, |stack| {
+                    KeptSample {
+                        timestamp_ns: event.timestamp_ns,
+                        pid,
+                        tid: event.tid,
+                        kernel: event.is_kernel(),
+                        stack,
+                        frames: addresses[..n].into(),
+                    }
+                });
             }
+        }
+    }
+
+    /// The frames of a sample, leaf first: the leaf alone unless `whole`, else the kernel
+    /// frames (when the tick landed in the kernel) then the user frames, each placed in its
+    /// process now, while its mappings are known. Returns whether the stack was cut at the
+    /// depth limit. Never empty: the leaf comes first whatever the stacks say.
+    fn frames_of(
+        &mut self,
+        event: &Event,
+        kernel: &[u64],
+        user: &[u64],
+        whole: bool,
+        now_ns: u64,
+    ) -> (Vec<PendingFrame>, bool) {
+        let pid = event.tgid;
+        let stacked = whole && event.flags & FLAG_STACK != 0;
+        let mut frames = Vec::with_capacity(if stacked {
+            1 + kernel.len() + user.len()
+        } else {
+            1
+        });
+        // The leaf is the interrupted instruction, whatever the walkers found.
+        let kernel_frames = if stacked && event.is_kernel() {
+            kernel
+        } else {
+            &[]
+        };
+        if event.is_kernel() {
+            frames.push(PendingFrame::Located {
+                location: Location::Kernel { ip: event.ip },
+                address: event.ip,
+            });
+            // Callers hold return addresses: the call is the instruction before.
+            for &address in kernel_frames.iter().skip(1) {
+                frames.push(PendingFrame::Located {
+                    location: Location::Kernel {
+                        ip: address.saturating_sub(1),
+                    },
+                    address,
+                });
+            }
+        }
+        if !stacked {
+            if !event.is_kernel() {
+                frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
+            }
+            return (frames, false);
+        }
+        if event.flags & FLAG_USER_STACK_FAILED != 0 {
+            self.counters.user_stacks_failed += 1;
+        }
+        let truncated = event.flags & (FLAG_KERNEL_TRUNCATED | FLAG_USER_TRUNCATED) != 0;
+        if truncated {
+            self.counters.stacks_truncated += 1;
+        }
+        // The user stack's first entry is where user code was interrupted (the leaf itself in
+        // user mode, the instruction after the system call in kernel mode): looked up as is.
+        let mut user = user.iter().copied().enumerate();
+        if !event.is_kernel() {
+            frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
+            // The walker starts at the same instruction pointer.
+            if user.clone().next().is_some_and(|(_, ip)| ip == event.ip) {
+                user.next();
+            }
+        }
+        for (i, address) in user {
+            // A zero or kernel address ends a walk that went astray.
+            if address == 0 || address >= KERNEL_SPACE {
+                break;
+            }
+            let lookup = if i == 0 { address } else { address - 1 };
+            let frame = self.user_frame(pid, address, lookup, now_ns);
+            let unmapped = matches!(
+                frame,
+                PendingFrame::Located {
+                    location: Location::Unmapped(_),
+                    ..
+                }
+            );
+            frames.push(frame);
+            // Past code built without frame pointers, the walker reads whatever the frame
+            // pointer register held: an address outside every mapping ends the stack there
+            // (shown as one unknown frame) rather than adding the garbage after it.
+            if unmapped {
+                self.counters.stack_frames_unmapped += 1;
+                break;
+            }
+        }
+        (frames, truncated)
+    }
+
+    /// A user-space frame of `pid` at `address`, placed by `lookup` (the address itself, or a
+    /// return address minus one).
+    fn user_frame(&mut self, pid: u32, address: u64, lookup: u64, now_ns: u64) -> PendingFrame {
+        match self.processes.normalize(pid, lookup, now_ns) {
+            Location::Anonymous { start, end, .. } => PendingFrame::Generated {
+                address,
+                lookup,
+                mapping: (start, end),
+            },
+            location => PendingFrame::Located { location, address },
         }
     }
 
@@ -1080,16 +1243,14 @@ impl Manager {
                 .get(t.pid)
                 .is_some_and(|p| p.has_anonymous_code)
         }) || session
-            .counts
-            .keys()
-            .any(|(_, l)| matches!(l, Location::Anonymous { .. }));
+            .stacks
+            .locations
+            .iter()
+            .any(|l| matches!(l, Location::Anonymous { .. }));
         Snapshot {
             session: session.to_proto(now),
-            counts: session
-                .counts
-                .iter()
-                .map(|(&(pid, location), &n)| (pid, location, n))
-                .collect(),
+            stacks: session.stacks.snapshot(),
+            truncated: session.truncated,
             commands: session.commands.clone(),
             total_samples: session.total,
             lost_per_cpu: session.lost.clone(),
@@ -1105,12 +1266,8 @@ impl Manager {
             complete: session.state == State::Stopped && session.incomplete.is_none(),
             incomplete_reason: session.incomplete.clone(),
             jit_not_waited: session.jit_not_waited,
-            kept: {
-                let mut kept = session.kept.clone();
-                kept.sort_by_key(|k| k.timestamp_ns);
-                kept
-            },
-            not_kept: session.not_kept,
+            kept: session.kept.snapshot(),
+            not_kept: session.kept.not_kept,
         }
     }
 
@@ -1132,6 +1289,9 @@ impl Manager {
             ("sessions_evicted", c.sessions_evicted),
             ("stop_timeouts", c.stop_timeouts),
             ("targets_revoked", c.targets_revoked),
+            ("stacks_truncated", c.stacks_truncated),
+            ("user_stacks_failed", c.user_stacks_failed),
+            ("stack_frames_unmapped", c.stack_frames_unmapped),
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
             ("maps_bad_lines", p.maps_bad_lines),

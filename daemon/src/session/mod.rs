@@ -7,17 +7,21 @@
 //! session counts exactly the samples of its targets at its period stamped in
 //! `[start, stop)`, whatever other sessions run alongside.
 
+mod kept;
 mod manager;
 pub mod request;
 mod routes;
+pub mod stacks;
 
 use std::{
     collections::HashMap,
     time::{Duration, SystemTime},
 };
 
+pub use kept::{KeptFrame, KeptSample, KeptSamples};
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
-pub use request::{Caller, SessionSpec};
+pub use request::{CallGraph, Caller, SessionSpec};
+pub use stacks::{LocationId, StackId, StackSnapshot, StackTable};
 use vmscope_parse::stat::CpuTimes;
 use vmscope_proto::v1 as pb;
 
@@ -117,8 +121,8 @@ pub struct Session {
     pub stop_reason: Option<String>,
     /// Targets (empty when system-wide).
     pub targets: Vec<Target>,
-    /// Samples per process and location.
-    pub counts: HashMap<(u32, Location), u64, foldhash::fast::RandomState>,
+    /// Samples per process and call stack.
+    pub stacks: StackTable,
     /// The name (comm) of every process sampled, from its first sample or its latest exec:
     /// rows say which processes their samples came from, even once they exited.
     pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
@@ -138,12 +142,10 @@ pub struct Session {
     pub jit_not_waited: u64,
     /// Why the profile is not whole, when its stop could not wait for every sample.
     pub incomplete: Option<String>,
-    /// Samples kept one by one (StartSessionRequest.keep_samples), at most `keep_limit`.
-    pub kept: Vec<KeptSample>,
-    /// How many samples to keep.
-    pub keep_limit: usize,
-    /// Samples beyond the limit.
-    pub not_kept: u64,
+    /// Samples kept one by one (StartSessionRequest.keep_samples).
+    pub kept: KeptSamples,
+    /// Samples whose stack was cut at the depth limit.
+    pub truncated: u64,
 }
 
 /// A reading of the host's CPU times, and when it was taken.
@@ -153,25 +155,6 @@ pub struct HostCpu {
     pub times: CpuTimes,
     /// CLOCK_MONOTONIC time of the reading.
     pub at_ns: u64,
-}
-
-/// A sample kept one by one, with where it was attributed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeptSample {
-    /// CLOCK_MONOTONIC time.
-    pub timestamp_ns: u64,
-    /// Process.
-    pub pid: u32,
-    /// Thread.
-    pub tid: u32,
-    /// Instruction pointer.
-    pub ip: u64,
-    /// Kernel mode.
-    pub kernel: bool,
-    /// Where it was counted.
-    pub location: Location,
-    /// Start of the code map entry it fell in (generated code), else 0.
-    pub code_start: u64,
 }
 
 impl Session {
@@ -186,19 +169,20 @@ impl Session {
                     .any(|t| t.pid == tgid && t.until_ns.is_none_or(|until| timestamp_ns < until)))
     }
 
-    /// Counts one sample of `pid` at `location` (and keeps it, while there is room).
-    pub fn count(&mut self, pid: u32, location: Location, kept: KeptSample) {
-        *self.counts.entry((pid, location)).or_insert(0) += 1;
-        self.keep(kept);
-    }
-
-    /// Keeps a sample one by one, while there is room.
-    pub fn keep(&mut self, kept: KeptSample) {
-        if self.kept.len() < self.keep_limit {
-            self.kept.push(kept);
-        } else if self.keep_limit > 0 {
-            self.not_kept += 1;
+    /// Counts one sample of `pid` whose stack is `locations` (leaf first), and keeps it while
+    /// there is room: `kept` is called only then, for its addresses.
+    pub fn count(
+        &mut self,
+        pid: u32,
+        locations: &[Location],
+        truncated: bool,
+        kept: impl FnOnce(StackId) -> KeptSample,
+    ) {
+        let stack = self.stacks.count(pid, locations, truncated);
+        if truncated {
+            self.truncated += 1;
         }
+        self.kept.keep(|| kept(stack));
     }
 
     /// Pids whose kernel filters the session still holds.
@@ -300,8 +284,10 @@ impl Session {
 pub struct Snapshot {
     /// The session as the API shows it.
     pub session: pb::Session,
-    /// Samples per process and location.
-    pub counts: Vec<(u32, Location, u64)>,
+    /// Samples per process and call stack.
+    pub stacks: StackSnapshot,
+    /// Samples whose stack was cut at the depth limit.
+    pub truncated: u64,
     /// The name of every process sampled.
     pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
     /// All samples.
@@ -325,8 +311,8 @@ pub struct Snapshot {
     pub incomplete_reason: Option<String>,
     /// Samples in generated code attributed at the stop before their code map caught up.
     pub jit_not_waited: u64,
-    /// Kept samples, in time order.
-    pub kept: Vec<KeptSample>,
+    /// Kept samples, in no particular order (the profile sorts them).
+    pub kept: Vec<std::sync::Arc<[KeptSample]>>,
     /// Samples beyond the keep limit.
     pub not_kept: u64,
 }
@@ -354,7 +340,7 @@ mod tests {
             state: State::Stopped,
             stop_reason: None,
             targets: Vec::new(),
-            counts: HashMap::default(),
+            stacks: StackTable::default(),
             commands: HashMap::default(),
             total: 0,
             host_cpu: (first, last),
@@ -363,9 +349,8 @@ mod tests {
             pending_jit: 0,
             jit_not_waited: 0,
             incomplete: None,
-            kept: Vec::new(),
-            keep_limit: 0,
-            not_kept: 0,
+            kept: KeptSamples::new(0),
+            truncated: 0,
         }
     }
 

@@ -23,6 +23,55 @@ use crate::codemap::code::{CodeSource, CodeStore};
 /// Module name of kernel code, as perf writes it.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
+/// Why a location has no name: each is counted per module in profiles, and said in words only
+/// there, at the API boundary.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Issue {
+    /// The binary could not be opened or parsed; the loader's reason.
+    Binary(String),
+    /// The file offset is outside every loadable segment of the binary.
+    OutsideSegments,
+    /// The binary has no symbols at all.
+    Stripped,
+    /// The binary has symbols, but none covers the address.
+    NoSymbol,
+    /// A module id the registry does not know (a daemon bug).
+    UnregisteredModule,
+    /// `kernel.kptr_restrict` hides kernel addresses from the daemon.
+    KernelAddressesHidden,
+    /// The kernel address is in no symbol of /proc/kallsyms.
+    NotInKallsyms,
+    /// Kernel functions are not shown to this client; the reason given to it.
+    KernelHidden(String),
+    /// Code id the store does not know (a daemon bug).
+    UnknownCode,
+    /// Anonymous executable memory that no code map explains.
+    NoCodeMap,
+    /// No mapping explains the address.
+    Unmapped(UnmappedReason),
+}
+
+impl Issue {
+    /// What a person reads in a report.
+    pub fn describe(&self) -> std::borrow::Cow<'_, str> {
+        use std::borrow::Cow::Borrowed;
+        match self {
+            Issue::Binary(reason) | Issue::KernelHidden(reason) => Borrowed(reason),
+            Issue::OutsideSegments => Borrowed("file offset outside every loadable segment"),
+            Issue::Stripped => Borrowed("the binary has no symbols (stripped)"),
+            Issue::NoSymbol => Borrowed("no symbol covers the address"),
+            Issue::UnregisteredModule => Borrowed("unregistered module (daemon bug)"),
+            Issue::KernelAddressesHidden => {
+                Borrowed("kernel addresses are hidden (kernel.kptr_restrict)")
+            }
+            Issue::NotInKallsyms => Borrowed("kernel address not in /proc/kallsyms"),
+            Issue::UnknownCode => Borrowed("unknown code (daemon bug)"),
+            Issue::NoCodeMap => Borrowed("generated code without a code map (perf map or jitdump)"),
+            Issue::Unmapped(reason) => Borrowed(reason.describe()),
+        }
+    }
+}
+
 /// The answer for one location.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
@@ -35,7 +84,9 @@ pub struct Resolved {
     /// Whether `name` is a real symbol.
     pub symbolized: bool,
     /// Why there is no symbol, when there is none.
-    pub issue: Option<String>,
+    pub issue: Option<Issue>,
+    /// The module's GNU build id, in hex, when it has one.
+    pub build_id: Option<String>,
 }
 
 /// Resolves locations to names. Cheap to share between threads.
@@ -92,7 +143,7 @@ impl Symbolizer {
                         let symbols = m.symbols(&self.modules);
                         resolve_in(&m.name, symbols.as_deref(), offset, section)
                     }
-                    None => unknown(section, "[unknown]", "unregistered module (daemon bug)"),
+                    None => unknown(section, "[unknown]", Issue::UnregisteredModule),
                 }
             }
             Location::Jit { code, .. } => match self.codes.get(code) {
@@ -105,15 +156,17 @@ impl Symbolizer {
                     name: code.name.clone(),
                     symbolized: true,
                     issue: None,
+                    build_id: None,
                 },
-                None => unknown(Section::Generated, "[jit]", "unknown code (daemon bug)"),
+                None => unknown(Section::Generated, "[jit]", Issue::UnknownCode),
             },
             Location::Anonymous { pid, start, end } => Resolved {
                 section: Section::Generated,
                 module: "[anon]".into(),
                 name: format!("[anonymous code {start:#x}-{end:#x} of pid {pid}]"),
                 symbolized: false,
-                issue: Some("generated code without a code map (perf map or jitdump)".into()),
+                issue: Some(Issue::NoCodeMap),
+                build_id: None,
             },
             Location::Vdso { offset } => resolve_in(
                 "[vdso]",
@@ -122,17 +175,15 @@ impl Symbolizer {
                 Section::Other,
             ),
             Location::Kernel { ip } => self.resolve_kernel(ip),
-            Location::Unmapped(reason) => unknown(Section::Other, "[unknown]", reason.describe()),
+            Location::Unmapped(reason) => {
+                unknown(Section::Other, "[unknown]", Issue::Unmapped(reason))
+            }
         }
     }
 
     fn resolve_kernel(&self, ip: u64) -> Resolved {
         if self.kernel.addresses_hidden() {
-            return unknown(
-                Section::Other,
-                KERNEL_MODULE,
-                "kernel addresses are hidden (kernel.kptr_restrict)",
-            );
+            return unknown(Section::Other, KERNEL_MODULE, Issue::KernelAddressesHidden);
         }
         match self.kernel.lookup(ip) {
             Some(symbol) => Resolved {
@@ -144,23 +195,21 @@ impl Symbolizer {
                 name: symbol.name.to_owned(),
                 symbolized: true,
                 issue: None,
+                build_id: None,
             },
-            None => unknown(
-                Section::Other,
-                KERNEL_MODULE,
-                "kernel address not in /proc/kallsyms",
-            ),
+            None => unknown(Section::Other, KERNEL_MODULE, Issue::NotInKallsyms),
         }
     }
 }
 
-fn unknown(section: Section, module: &str, reason: &str) -> Resolved {
+fn unknown(section: Section, module: &str, issue: Issue) -> Resolved {
     Resolved {
         section,
         module: module.to_owned(),
         name: "[unknown]".to_owned(),
         symbolized: false,
-        issue: Some(reason.to_owned()),
+        issue: Some(issue),
+        build_id: None,
     }
 }
 
@@ -171,19 +220,24 @@ fn resolve_in(
     offset: u64,
     section: Section,
 ) -> Resolved {
-    let placeholder = |issue: String| Resolved {
+    let build_id = symbols
+        .ok()
+        .and_then(|s| s.build_id())
+        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    let placeholder = |issue: Issue| Resolved {
         section,
         module: module.to_owned(),
         name: format!("{module}+{offset:#x}"),
         symbolized: false,
         issue: Some(issue),
+        build_id: build_id.clone(),
     };
     let symbols = match symbols {
         Ok(symbols) => symbols,
-        Err(reason) => return placeholder(reason.clone()),
+        Err(reason) => return placeholder(Issue::Binary(reason.clone())),
     };
     let Some(vaddr) = symbols.file_offset_to_vaddr(offset) else {
-        return placeholder("file offset outside every loadable segment".into());
+        return placeholder(Issue::OutsideSegments);
     };
     match symbols.lookup(vaddr) {
         Some(symbol) => Resolved {
@@ -192,9 +246,10 @@ fn resolve_in(
             name: symbol.demangled().into_owned(),
             symbolized: true,
             issue: None,
+            build_id,
         },
-        None if symbols.is_empty() => placeholder("the binary has no symbols (stripped)".into()),
-        None => placeholder("no symbol covers the address".into()),
+        None if symbols.is_empty() => placeholder(Issue::Stripped),
+        None => placeholder(Issue::NoSymbol),
     }
 }
 
@@ -268,6 +323,7 @@ pub(crate) mod tests {
             assert_eq!(resolved.name, format!("{name}+0x1234"));
             assert!(!resolved.symbolized);
             let issue = resolved.issue.expect("a reason");
+            let issue = issue.describe();
             assert!(issue.contains(reason), "{name}: {issue}");
         }
         let counters = s.modules().counters();
@@ -310,10 +366,10 @@ pub(crate) mod tests {
         assert!(hit.symbolized);
         let miss = s.resolve(&Location::Kernel { ip: 0x1000 });
         assert_eq!(miss.name, "[unknown]");
-        assert!(miss.issue.unwrap().contains("kallsyms"));
+        assert_eq!(miss.issue, Some(Issue::NotInKallsyms));
         let gone = s.resolve(&Location::Unmapped(UnmappedReason::ProcessGone));
         assert_eq!(gone.section, Section::Other);
-        assert!(gone.issue.unwrap().contains("exited"));
+        assert!(gone.issue.unwrap().describe().contains("exited"));
         let jit = s.resolve(&Location::Anonymous {
             pid: 1,
             start: 0x1000,
@@ -321,6 +377,6 @@ pub(crate) mod tests {
         });
         assert_eq!(jit.section, Section::Generated);
         let vdso = s.resolve(&Location::Vdso { offset: 0x10 });
-        assert_eq!(vdso.issue.as_deref(), Some("no vDSO here"));
+        assert_eq!(vdso.issue, Some(Issue::Binary("no vDSO here".into())));
     }
 }

@@ -103,6 +103,15 @@ impl Harness {
         }
     }
 
+    /// Sends a batch built by hand (samples with stacks), like [`Harness::send`].
+    async fn send_batch(&self, batch: Batch) {
+        let before = self.batches_seen().await;
+        self.batches.send(batch).await.unwrap();
+        while self.batches_seen().await == before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     async fn batches_seen(&self) -> u64 {
         self.manager.counters().await.unwrap().values["batches"]
     }
@@ -191,14 +200,13 @@ async fn samples_count_by_period_pid_and_time_window() {
     let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
     assert_eq!(snapshot.total_samples, 3);
     assert!(!snapshot.complete);
-    let kernel = snapshot
-        .counts
+    let counts = snapshot.stacks.leaf_counts();
+    let kernel = counts
         .iter()
         .find(|(_, l, _)| matches!(l, Location::Kernel { .. }))
         .map(|(_, _, n)| *n);
     assert_eq!(kernel, Some(1));
-    let own = snapshot
-        .counts
+    let own = counts
         .iter()
         .find(|(pid, l, _)| {
             *pid == me()
@@ -211,7 +219,7 @@ async fn samples_count_by_period_pid_and_time_window() {
                 )
         })
         .map(|(_, _, n)| *n);
-    assert_eq!(own, Some(2), "{:?}", snapshot.counts);
+    assert_eq!(own, Some(2), "{counts:?}");
 
     // Stop: samples stamped before the stop still count when they arrive late; later ones not.
     let manager = h.manager.clone();
@@ -868,13 +876,14 @@ async fn samples_in_generated_code_are_attributed_at_their_time() {
     assert_eq!(waiting.total_samples, 4);
     let jit = |snapshot: &Snapshot| -> Vec<(String, u64, u64)> {
         let mut v: Vec<(String, u64, u64)> = snapshot
-            .counts
-            .iter()
+            .stacks
+            .leaf_counts()
+            .into_iter()
             .filter_map(|(_, l, n)| match l {
                 Location::Jit { code, offset } => {
-                    Some((store.get(*code).unwrap().name.clone(), *offset, *n))
+                    Some((store.get(code).unwrap().name.clone(), offset, n))
                 }
-                Location::Anonymous { .. } => Some(("[anonymous]".into(), 0, *n)),
+                Location::Anonymous { .. } => Some(("[anonymous]".into(), 0, n)),
                 _ => None,
             })
             .collect();
@@ -955,12 +964,206 @@ async fn a_system_wide_stop_waits_for_code_maps_only_so_long() {
     let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
     assert!(done.complete, "{:?}", done.incomplete_reason);
     assert_eq!(done.jit_not_waited, 1);
+    let counts = done.stacks.leaf_counts();
     assert!(
-        done.counts
+        counts
             .iter()
             .any(|(pid, l, n)| *pid == me() && matches!(l, Location::Anonymous { .. }) && *n == 1),
-        "{:?}",
-        done.counts
+        "{counts:?}"
     );
     h.manager.publish(me(), Publication::Closed).await.unwrap();
+}
+
+/// Every frame of a stack is placed at the sample's time: a return address into generated code
+/// is looked up (minus one, inside the call) in the code map as it was when the sample was
+/// taken, not as it is when the sample is attributed. A session without call graph on the same
+/// target at the same time gets the leaf alone.
+#[tokio::test]
+async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
+    use vmscope_common::{FLAG_STACK, FLAG_USER_TRUNCATED};
+    let store = Arc::new(CodeStore::new());
+    let (batches, rx) = mpsc::channel(16);
+    let (manager, _task) = spawn_manager(
+        Box::new(FakeSampler::default()),
+        rx,
+        Arc::new(crate::bpf::ReaderControl::default()),
+        Arc::new(Modules::new()),
+        store.clone(),
+        ManagerConfig {
+            tick: Duration::from_millis(20),
+            ..ManagerConfig::default()
+        },
+        Box::new(|| Ok(MAX_HZ)),
+    )
+    .unwrap();
+    let h = Harness {
+        manager,
+        batches,
+        kernel: Default::default(),
+    };
+    let page = JitPage::new();
+    let caller = code(&store, "Caller>>run", &[(0x10, 3), (0x20, 7)]);
+    let decoy = code(&store, "Decoy>>neverRuns", &[]);
+    let with_stacks = h
+        .manager
+        .start(
+            ROOT,
+            pb::StartSessionRequest {
+                keep_samples: 10,
+                call_graph: pb::CallGraph::Fp as i32,
+                ..start_request(&[me()], 100)
+            },
+        )
+        .await
+        .unwrap();
+    let leaf_only = h
+        .manager
+        .start(
+            ROOT,
+            pb::StartSessionRequest {
+                call_graph: pb::CallGraph::None as i32,
+                ..start_request(&[me()], 100)
+            },
+        )
+        .await
+        .unwrap();
+    let t0 = sys::monotonic_ns();
+    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    // Caller>>run at +0x100 from t0+10, moved to +0x800 at t0+20; a decoy at +0x100 from t0+30.
+    h.manager
+        .publish(
+            me(),
+            Publication::Changes {
+                changes: vec![
+                    (
+                        t0 + 10,
+                        Change::Load {
+                            start: page.at(0x100),
+                            size: Some(0x80),
+                            code: caller,
+                        },
+                    ),
+                    (
+                        t0 + 20,
+                        Change::Move {
+                            from: page.at(0x100),
+                            to: page.at(0x800),
+                        },
+                    ),
+                    (
+                        t0 + 30,
+                        Change::Load {
+                            start: page.at(0x100),
+                            size: Some(0x80),
+                            code: decoy,
+                        },
+                    ),
+                ],
+                until_ns: u64::MAX / 2,
+            },
+        )
+        .await
+        .unwrap();
+    // Native leaf, called from generated code (return address right after a call at +0x20),
+    // called from native code.
+    let leaf = code_address();
+    let native_caller = sample as fn(u32, u32, u64) -> Event as usize as u64 + 1;
+    let mut batch = Batch {
+        watermark_ns: t0 + 40 + 10_000_000,
+        ..Batch::default()
+    };
+    let stacked = |ts| Event {
+        flags: FLAG_STACK,
+        ip: leaf,
+        ..sample(me(), 100, ts)
+    };
+    batch.push(
+        stacked(t0 + 15),
+        &[],
+        &[leaf, page.at(0x121), native_caller],
+    );
+    batch.push(
+        stacked(t0 + 35),
+        &[],
+        &[leaf, page.at(0x121), native_caller],
+    );
+    // Cut at the depth limit.
+    batch.push(
+        Event {
+            flags: FLAG_STACK | FLAG_USER_TRUNCATED,
+            ..stacked(t0 + 36)
+        },
+        &[],
+        &[leaf, page.at(0x121)],
+    );
+    h.send_batch(batch).await;
+    h.stop(with_stacks.id).await.unwrap();
+    h.stop(leaf_only.id).await.unwrap();
+
+    let done = h.manager.snapshot(ROOT, with_stacks.id).await.unwrap();
+    assert!(done.complete, "{:?}", done.incomplete_reason);
+    assert_eq!(done.total_samples, 3);
+    assert_eq!(done.truncated, 1);
+    let mut stacks: Vec<(Vec<String>, bool, u64)> = done
+        .stacks
+        .counts
+        .iter()
+        .map(|&(_, stack, n)| {
+            let names = done
+                .stacks
+                .ids_of(stack)
+                .iter()
+                .map(|id| match done.stacks.location(*id) {
+                    Location::Jit { code, offset } => {
+                        format!("{}+{offset:#x}", store.get(code).unwrap().name)
+                    }
+                    Location::File { .. } => "native".to_owned(),
+                    other => format!("{other:?}"),
+                })
+                .collect();
+            (names, done.stacks.stacks[stack.0 as usize].truncated, n)
+        })
+        .collect();
+    stacks.sort();
+    assert_eq!(
+        stacks,
+        [
+            (
+                vec!["native".into(), "Caller>>run+0x20".into(), "native".into()],
+                false,
+                1
+            ),
+            (
+                vec!["native".into(), "Decoy>>neverRuns+0x20".into()],
+                true,
+                1
+            ),
+            (
+                vec![
+                    "native".into(),
+                    "Decoy>>neverRuns+0x20".into(),
+                    "native".into()
+                ],
+                false,
+                1
+            ),
+        ],
+        "the sample at t0+15 is in Caller>>run, whose code moved away at t0+20; later ones in \
+         the decoy loaded there at t0+30"
+    );
+    // Kept samples carry each frame's address and the code start at the sample's time.
+    let kept: Vec<&KeptSample> = done.kept.iter().flat_map(|c| c.iter()).collect();
+    let first = kept.iter().find(|k| k.timestamp_ns == t0 + 15).unwrap();
+    assert_eq!(first.frames.len(), 3);
+    assert_eq!(first.frames[1].address, page.at(0x121));
+    assert_eq!(first.frames[1].code_start, page.at(0x100));
+
+    let flat = h.manager.snapshot(ROOT, leaf_only.id).await.unwrap();
+    assert_eq!(flat.total_samples, 3);
+    assert_eq!(flat.truncated, 0, "no stack, nothing cut");
+    assert!(
+        flat.stacks.stacks.iter().all(|s| s.len == 1),
+        "{:?}",
+        flat.stacks
+    );
 }

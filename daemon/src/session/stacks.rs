@@ -1,0 +1,236 @@
+//! A session's samples, aggregated by call stack.
+//!
+//! Every distinct location is stored once and named by a [`LocationId`]; every distinct stack
+//! (a sequence of locations, leaf first, and whether it was cut at the depth limit) once, named
+//! by a [`StackId`]; and the session counts samples per `(pid, stack)`. A long session on a
+//! steady workload thus grows with the number of distinct stacks it meets, not with its
+//! samples. A session without call graph has stacks of one location, and costs what the flat
+//! counts it replaces did.
+//!
+//! Everything here only grows while the session runs, so a [`StackTable`] snapshot is a copy of
+//! plain vectors: symbolisation works on the copy, off the manager thread.
+
+use std::hash::BuildHasher;
+
+use hashbrown::{HashMap, HashTable};
+
+use crate::symbolize::Location;
+
+/// A location's index in its session's [`StackTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LocationId(pub u32);
+
+/// A stack's index in its session's [`StackTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(pub u32);
+
+/// Where a stack's locations are in [`StackTable::frames`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackSpan {
+    /// First location.
+    pub start: u32,
+    /// Number of locations.
+    pub len: u32,
+    /// Cut at the depth limit: its outermost callers are missing.
+    pub truncated: bool,
+}
+
+/// The interned locations and stacks of one session, and its samples per `(pid, stack)`.
+#[derive(Clone, Debug, Default)]
+pub struct StackTable {
+    /// Distinct locations, by [`LocationId`].
+    pub locations: Vec<Location>,
+    /// The locations of every stack, stack after stack, each leaf first.
+    pub frames: Vec<LocationId>,
+    /// Distinct stacks, by [`StackId`].
+    pub stacks: Vec<StackSpan>,
+    /// Samples per process and stack.
+    pub counts: HashMap<(u32, StackId), u64, foldhash::fast::RandomState>,
+    location_index: HashTable<LocationId>,
+    stack_index: HashTable<StackId>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl StackTable {
+    /// Counts one sample of `pid` whose stack is `locations` (leaf first), returning its stack.
+    pub fn count(&mut self, pid: u32, locations: &[Location], truncated: bool) -> StackId {
+        let ids: Vec<LocationId> = locations.iter().map(|l| self.location(*l)).collect();
+        let stack = self.stack(&ids, truncated);
+        *self.counts.entry((pid, stack)).or_insert(0) += 1;
+        stack
+    }
+
+    /// The id of a location, interning it on first sight.
+    pub fn location(&mut self, location: Location) -> LocationId {
+        let hash = self.hasher.hash_one(location);
+        let locations = &mut self.locations;
+        *self
+            .location_index
+            .entry(
+                hash,
+                |id| locations[id.0 as usize] == location,
+                |id| self.hasher.hash_one(locations[id.0 as usize]),
+            )
+            .or_insert_with(|| {
+                locations.push(location);
+                LocationId(locations.len() as u32 - 1)
+            })
+            .get()
+    }
+
+    /// The id of a stack, interning it on first sight.
+    pub fn stack(&mut self, ids: &[LocationId], truncated: bool) -> StackId {
+        let hash = self.hasher.hash_one((ids, truncated));
+        let (frames, stacks) = (&mut self.frames, &mut self.stacks);
+        let slice = |frames: &[LocationId], span: &StackSpan| -> (Vec<LocationId>, bool) {
+            let start = span.start as usize;
+            (
+                frames[start..start + span.len as usize].to_vec(),
+                span.truncated,
+            )
+        };
+        *self
+            .stack_index
+            .entry(
+                hash,
+                |id| {
+                    let span = &stacks[id.0 as usize];
+                    let start = span.start as usize;
+                    span.truncated == truncated && &frames[start..start + span.len as usize] == ids
+                },
+                |id| {
+                    let (ids, truncated) = slice(frames, &stacks[id.0 as usize]);
+                    self.hasher.hash_one((ids.as_slice(), truncated))
+                },
+            )
+            .or_insert_with(|| {
+                let start = frames.len() as u32;
+                frames.extend_from_slice(ids);
+                stacks.push(StackSpan {
+                    start,
+                    len: ids.len() as u32,
+                    truncated,
+                });
+                StackId(stacks.len() as u32 - 1)
+            })
+            .get()
+    }
+
+    /// The locations of a stack, leaf first.
+    pub fn locations_of(&self, stack: StackId) -> impl Iterator<Item = Location> + '_ {
+        self.ids_of(stack)
+            .iter()
+            .map(|id| self.locations[id.0 as usize])
+    }
+
+    /// The location ids of a stack, leaf first.
+    pub fn ids_of(&self, stack: StackId) -> &[LocationId] {
+        let span = &self.stacks[stack.0 as usize];
+        let start = span.start as usize;
+        &self.frames[start..start + span.len as usize]
+    }
+
+    /// A copy for a profile: the tables without their indexes.
+    pub fn snapshot(&self) -> StackSnapshot {
+        StackSnapshot {
+            locations: self.locations.clone(),
+            frames: self.frames.clone(),
+            stacks: self.stacks.clone(),
+            counts: self
+                .counts
+                .iter()
+                .map(|(&(pid, stack), &n)| (pid, stack, n))
+                .collect(),
+        }
+    }
+}
+
+/// A session's stacks as a profile is built from them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackSnapshot {
+    /// Distinct locations, by [`LocationId`].
+    pub locations: Vec<Location>,
+    /// The locations of every stack, leaf first.
+    pub frames: Vec<LocationId>,
+    /// Distinct stacks, by [`StackId`].
+    pub stacks: Vec<StackSpan>,
+    /// Samples per process and stack.
+    pub counts: Vec<(u32, StackId, u64)>,
+}
+
+impl StackSnapshot {
+    /// The location ids of a stack, leaf first.
+    pub fn ids_of(&self, stack: StackId) -> &[LocationId] {
+        let span = &self.stacks[stack.0 as usize];
+        let start = span.start as usize;
+        &self.frames[start..start + span.len as usize]
+    }
+
+    /// The location of an id.
+    pub fn location(&self, id: LocationId) -> Location {
+        self.locations[id.0 as usize]
+    }
+
+    /// Samples per process and leaf location: the flat profile.
+    pub fn leaf_counts(&self) -> Vec<(u32, Location, u64)> {
+        let mut leaves: std::collections::HashMap<(u32, Location), u64> =
+            std::collections::HashMap::new();
+        for &(pid, stack, n) in &self.counts {
+            if let Some(&leaf) = self.ids_of(stack).first() {
+                *leaves.entry((pid, self.location(leaf))).or_insert(0) += n;
+            }
+        }
+        leaves.into_iter().map(|((p, l), n)| (p, l, n)).collect()
+    }
+
+    /// Whether a location appears anywhere.
+    pub fn has_location(&self, mut which: impl FnMut(&Location) -> bool) -> bool {
+        self.locations.iter().any(&mut which)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(ip: u64) -> Location {
+        Location::Kernel { ip }
+    }
+
+    #[test]
+    fn stacks_and_locations_are_stored_once() {
+        let mut table = StackTable::default();
+        let a = table.count(1, &[k(1), k(2), k(3)], false);
+        let b = table.count(1, &[k(1), k(2), k(3)], false);
+        let c = table.count(2, &[k(1), k(2), k(3)], false);
+        assert_eq!(a, b);
+        assert_eq!(a, c, "one stack for both processes");
+        let truncated = table.count(1, &[k(1), k(2), k(3)], true);
+        assert_ne!(a, truncated, "a cut stack is not the whole one");
+        let other = table.count(1, &[k(2), k(3)], false);
+        assert_ne!(a, other);
+        assert_eq!(table.locations.len(), 3);
+        assert_eq!(table.stacks.len(), 3);
+        assert_eq!(table.frames.len(), 3 + 3 + 2);
+        assert_eq!(table.counts[&(1, a)], 2);
+        assert_eq!(table.counts[&(2, a)], 1);
+        assert_eq!(table.locations_of(other).collect::<Vec<_>>(), [k(2), k(3)]);
+        // Growth follows distinct stacks: a million more samples of known stacks add nothing.
+        for _ in 0..1000 {
+            table.count(1, &[k(1), k(2), k(3)], false);
+        }
+        assert_eq!((table.stacks.len(), table.frames.len()), (3, 8));
+    }
+
+    #[test]
+    fn snapshots_give_the_flat_profile_by_leaf() {
+        let mut table = StackTable::default();
+        table.count(1, &[k(1), k(2)], false);
+        table.count(1, &[k(1), k(3)], false);
+        table.count(1, &[k(2)], false);
+        let snapshot = table.snapshot();
+        let mut leaves = snapshot.leaf_counts();
+        leaves.sort();
+        assert_eq!(leaves, [(1, k(1), 2), (1, k(2), 1)]);
+    }
+}
