@@ -1,20 +1,22 @@
-//! Time to build a report from 1,000,000 samples.
+//! Time to build a report from 1,000,000 samples with call stacks.
 //!
-//! * `ingest`: one million sample events through the session manager (routing, normalisation to
-//!   (binary, offset), aggregation), in ring-buffer-sized batches, over a fake kernel.
+//! * `ingest`: one million sample events with stacks through the session manager (routing,
+//!   normalisation of every frame to (binary, offset), stack interning, aggregation), in
+//!   ring-buffer-sized batches, over a fake kernel.
 //! * `profile_cold`: symbolising the resulting snapshot with an empty symbol cache (the binary
 //!   is parsed) and building the API's Profile.
 //! * `profile_warm`: the same with the symbol table already parsed (every later snapshot, e.g.
 //!   each message of a watch).
 //!
 //! Samples fall on 4096 distinct addresses of this benchmark's own executable code plus some
-//! kernel addresses: many samples, few distinct locations, as in real profiles.
+//! kernel addresses, on 512 call paths: many samples, few distinct locations and stacks, as in
+//! real profiles.
 
 use std::{hint::black_box, sync::Arc, time::Duration};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use tokio::sync::mpsc;
-use vmscope_common::{EVENT_SAMPLE, Event, FLAG_KERNEL_MODE};
+use vmscope_common::{EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_STACK};
 use vmscope_parse::{kallsyms, maps};
 use vmscope_proto::v1 as pb;
 use vmscoped::{
@@ -44,37 +46,54 @@ fn own_code() -> (u64, u64) {
         .expect("own code mapping")
 }
 
-fn events() -> Vec<Vec<Event>> {
+/// The benchmark's samples in ring-buffer-sized batches: each with a call stack 8 to 23 frames
+/// deep, on one of 512 call paths through the code, with its leaf on one of 4096 addresses
+/// (kernel samples have a kernel frame over the user stack).
+fn batches() -> Vec<Batch> {
     let (start, end) = own_code();
     let pid = std::process::id();
     let span = (end - start).min(4096 * 64);
+    let slot = |n: u64| start + (n % (span / 64)) * 64;
     // Stamped hours ahead, so that sessions started at any point of the benchmark want them.
     let now = sys::monotonic_ns() + 10_000_000_000_000;
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let all: Vec<Event> = (0..SAMPLES)
-        .map(|i| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let kernel = i % 50 == 0;
-            Event {
-                kind: EVENT_SAMPLE,
-                cpu: (i % 2) as u32,
-                tgid: pid,
-                tid: pid,
-                timestamp_ns: now + i as u64,
-                ip: if kernel {
-                    0xffff_ffff_8100_0000 + (state % 64) * 16
-                } else {
-                    start + (state % (span / 64)) * 64
-                },
-                period_ns: period_of(HZ),
-                flags: if kernel { FLAG_KERNEL_MODE } else { 0 },
-                ..Event::default()
-            }
-        })
-        .collect();
-    all.chunks(16 * 1024).map(<[Event]>::to_vec).collect()
+    let mut batches = Vec::new();
+    let mut batch = Batch::default();
+    let mut user = Vec::with_capacity(32);
+    for i in 0..SAMPLES {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let kernel = i % 50 == 0;
+        let leaf = slot(state);
+        let path = (state >> 20) % 512;
+        user.clear();
+        user.push(leaf);
+        user.extend((0..8 + path % 16).map(|depth| slot(path * 31 + depth * 7919) + 5));
+        let ip = if kernel {
+            0xffff_ffff_8100_0000 + (state % 64) * 16
+        } else {
+            leaf
+        };
+        let event = Event {
+            kind: EVENT_SAMPLE,
+            cpu: (i % 2) as u32,
+            tgid: pid,
+            tid: pid,
+            timestamp_ns: now + i as u64,
+            ip,
+            period_ns: period_of(HZ),
+            flags: FLAG_STACK | if kernel { FLAG_KERNEL_MODE } else { 0 },
+            ..Event::default()
+        };
+        let kernel_frames: &[u64] = if kernel { &[ip] } else { &[] };
+        batch.push(event, kernel_frames, &user);
+        if batch.events.len() == 16 * 1024 {
+            batches.push(std::mem::take(&mut batch));
+        }
+    }
+    batches.push(batch);
+    batches
 }
 
 /// A manager over a fake kernel, sharing `modules` with whoever symbolises its snapshots.
@@ -113,15 +132,10 @@ impl Harness {
     }
 
     /// Sends every batch to a new session and waits until the manager has routed them all.
-    async fn ingest(&self, batches: Vec<Vec<Event>>) -> Snapshot {
+    async fn ingest(&self, batches: Vec<Batch>) -> Snapshot {
         let id = self.start().await;
         let before = self.events_seen().await;
-        for events in batches {
-            let batch = Batch {
-                events,
-                watermark_ns: 0,
-                ..Batch::default()
-            };
+        for batch in batches {
             self.batches.send(batch).await.unwrap();
         }
         while self.events_seen().await < before + SAMPLES as u64 {
@@ -153,7 +167,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let batches = events();
+    let batches = batches();
     let mut group = c.benchmark_group("report_1m_samples");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(20));
@@ -192,8 +206,9 @@ fn bench(c: &mut Criterion) {
     let (snapshot, warm) = cold();
     let rows = build_profile(snapshot.clone(), &warm, &SHOW_ALL).rows.len();
     println!(
-        "report_1m_samples: {} distinct locations, {rows} profile rows",
-        snapshot.stacks.counts.len()
+        "report_1m_samples: {} distinct locations, {} distinct stacks, {rows} profile rows",
+        snapshot.stacks.locations.len(),
+        snapshot.stacks.stacks.len()
     );
     group.bench_function("profile_warm", |b| {
         b.iter_batched(

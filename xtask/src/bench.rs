@@ -1,10 +1,16 @@
 //! `cargo xtask bench`: what profiling costs, measured end to end against real BPF, plus the
-//! criterion benchmark of report building.
+//! criterion benchmarks of report building and code maps.
 //!
-//! * slowdown: a fixed CPU-bound loop (`tests/fixtures/busyloop.c`) run alternately without and
-//!   with `vmscope record -- ...` at 1400 Hz; the ratio of its own CPU times (median of pairs).
-//!   The BPF program runs in the interrupt on the target's CPU, so its cost is in there.
+//! * slowdown: a fixed CPU-bound loop at the bottom of call chains up to 34 frames deep
+//!   (`tests/fixtures/stackloop.c`, built with frame pointers) run in rounds: alone, under
+//!   `vmscope record --call-graph none`, under `--call-graph fp`, and under
+//!   `perf record -g -F 1400` when perf is installed; the ratios of its own CPU times to the
+//!   round's run alone (medians). The BPF program runs in the interrupt on the target's CPU, so
+//!   its cost, stack walks included, is in there.
 //! * daemon CPU time per 1000 samples, and the daemon's peak RSS (VmHWM), over those runs.
+//! * `cargo xtask bench --soak SECONDS`: one session of SECONDS on the same workload, printing
+//!   the daemon's RSS every tenth of it: memory follows distinct stacks, so it must be flat
+//!   once they have all been seen.
 //! * time to build a report from 1,000,000 samples: `cargo bench -p vmscoped --bench report`.
 //! * the demo JIT VM's slowdown while it publishes its code map to the daemon (no session):
 //!   `jitvm fib` (a few events at start) and `jitvm compact` (thousands of events a second),
@@ -14,7 +20,11 @@
 //!
 //! Ratios come from one run on one machine; these machines are shared, so read them as such.
 
-use std::process::Command;
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
 
 use anyhow::{Context, bail};
 
@@ -24,15 +34,17 @@ use crate::{
     root, run_checked,
 };
 
-const PAIRS: usize = 5;
-/// Millions of steps per busyloop run (about 1.5 s here).
+const ROUNDS: usize = 5;
+/// Millions of steps per stackloop run (about 1.4 s here).
 const WORK: &str = "1500";
+/// Depth of the call chains of stackloop: stacks of up to DEPTH + 3 frames.
+const DEPTH: &str = "32";
 
 fn cpu_seconds(stdout: &[u8]) -> anyhow::Result<f64> {
     String::from_utf8_lossy(stdout)
         .lines()
         .find_map(|l| l.strip_prefix("cpu_seconds="))
-        .context("busyloop printed no cpu_seconds")?
+        .context("stackloop printed no cpu_seconds")?
         .trim()
         .parse()
         .context("bad cpu_seconds")
@@ -62,57 +74,122 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Runs the benchmarks and prints the table.
-pub fn run() -> anyhow::Result<()> {
+/// How the workload runs in one measurement.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Alone,
+    Vmscope(&'static str),
+    Perf,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Alone => "alone",
+            Mode::Vmscope("none") => "vmscope --call-graph none",
+            Mode::Vmscope(_) => "vmscope --call-graph fp",
+            Mode::Perf => "perf record -g -F 1400",
+        }
+    }
+}
+
+/// Runs stackloop once in `mode`: its CPU seconds, and the samples vmscope took.
+fn run_once(
+    mode: Mode,
+    built: &Built,
+    daemon: &Daemon,
+    stackloop: &Path,
+) -> anyhow::Result<(f64, u64)> {
+    let json = built.dir.join("bench-report.json");
+    let output = match mode {
+        Mode::Alone => Command::new(stackloop).args([WORK, DEPTH]).output()?,
+        Mode::Vmscope(call_graph) => Command::new(&built.cli)
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .args([
+                "record",
+                "--call-graph",
+                call_graph,
+                "--format",
+                "json",
+                "-o",
+            ])
+            .arg(&json)
+            .arg("--")
+            .arg(stackloop)
+            .args([WORK, DEPTH])
+            .output()?,
+        Mode::Perf => Command::new("perf")
+            .args(["record", "-q", "-g", "-F", "1400", "-o"])
+            .arg(built.dir.join("bench-perf.data"))
+            .arg("--")
+            .arg(stackloop)
+            .args([WORK, DEPTH])
+            .output()?,
+    };
+    if !output.status.success() {
+        bail!(
+            "{} failed: {}",
+            mode.label(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let samples = match mode {
+        Mode::Vmscope(_) => {
+            let text = std::fs::read_to_string(&json).context("no JSON report")?;
+            serde_json_lite::parse(&text)?.total_samples
+        }
+        _ => 0,
+    };
+    Ok((cpu_seconds(&output.stdout)?, samples))
+}
+
+/// Runs the benchmarks and prints the table; with `soak_seconds`, the soak test instead.
+pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
     let built: Built = demo::build()?;
-    let busyloop = built.dir.join("busyloop");
+    let stackloop = built.dir.join("stackloop");
     run_checked(
         Command::new("gcc")
-            .args(["-O1", "-o"])
-            .arg(&busyloop)
-            .arg(root().join("tests/fixtures/busyloop.c")),
+            .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+            .arg(&stackloop)
+            .arg(root().join("tests/fixtures/stackloop.c")),
     )?;
     let daemon = Daemon::start_or_reuse(&built, false)?;
     let pid = daemon
         .pid()
         .context("the benchmark needs a daemon of its own")?;
+    if let Some(seconds) = soak_seconds {
+        return soak(&built, &daemon, pid, &stackloop, seconds);
+    }
     let ticks_per_second = 100.0;
 
+    let perf = Command::new("perf")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut modes = vec![Mode::Vmscope("none"), Mode::Vmscope("fp")];
+    if perf {
+        modes.push(Mode::Perf);
+    } else {
+        println!("bench: perf is not installed: no comparison with perf record -g");
+    }
     let cpu_before = daemon_cpu_ticks(pid)?;
-    let mut ratios = Vec::new();
-    let (mut plain_times, mut profiled_times) = (Vec::new(), Vec::new());
+    let mut alone_times = Vec::new();
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut samples = 0u64;
-    for pair in 0..PAIRS {
-        let plain = Command::new(&busyloop).arg(WORK).output()?;
-        let json = built.dir.join("bench-report.json");
-        let profiled = Command::new(&built.cli)
-            .arg("--socket")
-            .arg(&daemon.socket)
-            .args(["record", "--format", "json", "-o"])
-            .arg(&json)
-            .arg("--")
-            .arg(&busyloop)
-            .arg(WORK)
-            .output()?;
-        if !profiled.status.success() {
-            bail!(
-                "vmscope record failed: {}",
-                String::from_utf8_lossy(&profiled.stderr)
-            );
+    for round in 0..ROUNDS {
+        let (alone, _) = run_once(Mode::Alone, &built, &daemon, &stackloop)?;
+        alone_times.push(alone);
+        let mut line = format!("bench: round {}: {alone:.3} s alone", round + 1);
+        for (i, &mode) in modes.iter().enumerate() {
+            let (with, n) = run_once(mode, &built, &daemon, &stackloop)?;
+            samples += n;
+            ratios[i].push(with / alone);
+            line += &format!(", {with:.3} s {}", mode.label());
         }
-        let plain = cpu_seconds(&plain.stdout)?;
-        let with = cpu_seconds(&profiled.stdout)?;
-        let text = std::fs::read_to_string(&json).context("no JSON report")?;
-        let report: serde_json_lite::Value = serde_json_lite::parse(&text)?;
-        samples += report.total_samples;
-        println!(
-            "bench: pair {}: {plain:.3} s alone, {with:.3} s profiled, {} samples",
-            pair + 1,
-            report.total_samples
-        );
-        plain_times.push(plain);
-        profiled_times.push(with);
-        ratios.push(with / plain);
+        println!("{line}");
     }
     let cpu_after = daemon_cpu_ticks(pid)?;
     let daemon_cpu = (cpu_after - cpu_before) as f64 / ticks_per_second;
@@ -121,7 +198,7 @@ pub fn run() -> anyhow::Result<()> {
     let mut publishing = Vec::new();
     for workload in ["fib", "compact"] {
         let mut ratios = Vec::new();
-        for _ in 0..PAIRS {
+        for _ in 0..ROUNDS {
             let rate = |publish: &str| -> anyhow::Result<f64> {
                 let out = Command::new(&built.jitvm)
                     .args([workload, "--seconds", "2", "--publish", publish])
@@ -145,19 +222,18 @@ pub fn run() -> anyhow::Result<()> {
     println!("| measure                                        | value |");
     println!("|------------------------------------------------|-------|");
     println!(
-        "| busyloop CPU time alone (median of {PAIRS})             | {:.3} s |",
-        median(plain_times)
+        "| stackloop CPU time alone (median of {ROUNDS})            | {:.3} s |",
+        median(alone_times)
     );
+    for (mode, ratios) in modes.iter().zip(ratios) {
+        println!(
+            "| slowdown under {:<32} | {:.4}x |",
+            mode.label(),
+            median(ratios)
+        );
+    }
     println!(
-        "| busyloop CPU time profiled at 1400 Hz (median)  | {:.3} s |",
-        median(profiled_times)
-    );
-    println!(
-        "| slowdown at 1400 Hz (median of paired ratios)   | {:.4}x |",
-        median(ratios)
-    );
-    println!(
-        "| daemon CPU per 1000 samples                     | {:.2} ms ({daemon_cpu:.2} s for {samples} samples, incl. symbolisation and gRPC) |",
+        "| daemon CPU per 1000 samples (half with stacks)  | {:.2} ms ({daemon_cpu:.2} s for {samples} samples, incl. symbolisation and gRPC) |",
         1000.0 * 1000.0 * daemon_cpu / samples.max(1) as f64
     );
     println!(
@@ -177,6 +253,58 @@ pub fn run() -> anyhow::Result<()> {
     run_checked(cargo().args([
         "bench", "-p", "vmscoped", "--bench", "report", "--", "--noplot",
     ]))
+}
+
+/// One session of `seconds` on stackloop, printing the daemon's RSS every tenth of it.
+fn soak(
+    built: &Built,
+    daemon: &Daemon,
+    daemon_pid: u32,
+    stackloop: &Path,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let mut target = Command::new(stackloop)
+        .args(["0", DEPTH])
+        .stdout(Stdio::null())
+        .spawn()?;
+    let json = built.dir.join("soak-report.json");
+    let mut record = Command::new(&built.cli)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["record", "--call-graph", "fp", "--duration"])
+        .arg(seconds.to_string())
+        .args(["--format", "json", "-o"])
+        .arg(&json)
+        .arg("--pid")
+        .arg(target.id().to_string())
+        .spawn()?;
+    println!("| seconds | daemon RSS (MiB) |");
+    println!("|---------|------------------|");
+    let step = Duration::from_secs(seconds).div_f64(10.0);
+    for tenth in 0..=10 {
+        let rss = proc_field(daemon_pid, "status", "VmRSS:").unwrap_or(0);
+        println!(
+            "| {:7.0} | {:16.1} |",
+            step.as_secs_f64() * tenth as f64,
+            rss as f64 / 1024.0
+        );
+        if tenth < 10 {
+            std::thread::sleep(step);
+        }
+    }
+    let status = record.wait()?;
+    let _ = target.kill();
+    let _ = target.wait();
+    if !status.success() {
+        bail!("vmscope record failed");
+    }
+    let text = std::fs::read_to_string(&json).context("no soak report")?;
+    println!(
+        "bench: soak: {} samples; peak RSS (VmHWM) {:.1} MiB",
+        serde_json_lite::parse(&text)?.total_samples,
+        proc_field(daemon_pid, "status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
+    );
+    Ok(())
 }
 
 /// Just enough JSON reading for one number, so that xtask stays free of serde.

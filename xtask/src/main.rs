@@ -43,7 +43,12 @@ enum Task {
     /// rustfmt and clippy, as CI checks them.
     Lint,
     /// Measure the profiler's cost and speed and print a table.
-    Bench,
+    Bench {
+        /// Instead, run one session of this many seconds and print the daemon's memory over
+        /// it (flat once every distinct stack has been seen).
+        #[arg(long, value_name = "SECONDS")]
+        soak: Option<u64>,
+    },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
     Fuzz {
         /// Seconds per target.
@@ -60,7 +65,7 @@ fn main() -> ExitCode {
         Task::Demo { seconds } => setup::run().and_then(|()| demo::run(seconds)),
         Task::Test => setup::run().and_then(|()| test()),
         Task::Lint => setup::run().and_then(|()| lint()),
-        Task::Bench => setup::run().and_then(|()| bench::run()),
+        Task::Bench { soak } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };
     match result {

@@ -44,7 +44,7 @@ pub const IDLE_INTERVAL: Duration = Duration::from_millis(200);
 const MAX_BATCH: usize = 16 * 1024;
 
 /// Events read from the ring buffer in one drain.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Batch {
     /// Decoded events in ring order.
     pub events: Vec<Event>,
