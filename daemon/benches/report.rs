@@ -8,9 +8,8 @@
 //! * `profile_warm`: the same with the symbol table already parsed (every later snapshot, e.g.
 //!   each message of a watch).
 //!
-//! Samples fall on 4096 distinct addresses of this benchmark's own executable code plus some
-//! kernel addresses, on 512 call paths: many samples, few distinct locations and stacks, as in
-//! real profiles.
+//! Samples fall on 4096 distinct stacks through this benchmark's own executable code, plus some
+//! kernel addresses: many samples, few distinct locations and stacks, as in real profiles.
 
 use std::{hint::black_box, sync::Arc, time::Duration};
 
@@ -47,8 +46,8 @@ fn own_code() -> (u64, u64) {
 }
 
 /// The benchmark's samples in ring-buffer-sized batches: each with a call stack 8 to 23 frames
-/// deep, on one of 512 call paths through the code, with its leaf on one of 4096 addresses
-/// (kernel samples have a kernel frame over the user stack).
+/// deep, on one of 512 call paths through the code, each ending on one of 8 addresses: 4096
+/// distinct user stacks (kernel samples have a kernel frame over the user stack).
 fn batches() -> Vec<Batch> {
     let (start, end) = own_code();
     let pid = std::process::id();
@@ -65,8 +64,9 @@ fn batches() -> Vec<Batch> {
         state ^= state >> 7;
         state ^= state << 17;
         let kernel = i % 50 == 0;
-        let leaf = slot(state);
+        // A path's leaf is one of 8 addresses in the function it ends in.
         let path = (state >> 20) % 512;
+        let leaf = slot(path * 8 + state % 8);
         user.clear();
         user.push(leaf);
         user.extend((0..8 + path % 16).map(|depth| slot(path * 31 + depth * 7919) + 5));

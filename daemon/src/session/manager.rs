@@ -1118,7 +1118,12 @@ impl Manager {
     /// A user-space frame of `pid` at `address`, placed by `lookup` (the address itself, or a
     /// return address minus one).
     fn user_frame(&mut self, pid: u32, address: u64, lookup: u64, now_ns: u64) -> PendingFrame {
-        match self.processes.normalize(pid, lookup, now_ns) {
+        let location = if address == lookup {
+            self.processes.normalize(pid, lookup, now_ns)
+        } else {
+            self.processes.normalize_caller(pid, lookup, now_ns)
+        };
+        match location {
             Location::Anonymous { start, end, .. } => PendingFrame::Generated {
                 address,
                 lookup,

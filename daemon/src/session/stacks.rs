@@ -49,13 +49,18 @@ pub struct StackTable {
     location_index: HashTable<LocationId>,
     stack_index: HashTable<StackId>,
     hasher: foldhash::fast::RandomState,
+    /// Reused for each sample's location ids, so that counting allocates nothing.
+    scratch: Vec<LocationId>,
 }
 
 impl StackTable {
     /// Counts one sample of `pid` whose stack is `locations` (leaf first), returning its stack.
     pub fn count(&mut self, pid: u32, locations: &[Location], truncated: bool) -> StackId {
-        let ids: Vec<LocationId> = locations.iter().map(|l| self.location(*l)).collect();
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        ids.extend(locations.iter().map(|l| self.location(*l)));
         let stack = self.stack(&ids, truncated);
+        self.scratch = ids;
         *self.counts.entry((pid, stack)).or_insert(0) += 1;
         stack
     }
