@@ -15,7 +15,7 @@
 
 use serde::Serialize;
 
-use super::model::{
+use vmscope_report::{
     InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionReport,
     rfc3339_seconds, round2,
 };
@@ -269,10 +269,10 @@ mod tests {
     use serde_json::Value;
     use vmscope_proto::v1::Profile;
 
-    use super::super::model::fixtures::{jit_profile, node_profile};
-    use super::super::model::{OTHERS_NAME, ReportOptions};
     use super::super::{Format, render};
     use super::*;
+    use vmscope_report::fixtures::{jit_profile, node_profile};
+    use vmscope_report::{OTHERS_NAME, ReportOptions};
 
     const OPTIONS: ReportOptions = ReportOptions {
         min_percent: 0.01,

@@ -26,42 +26,24 @@
 //! methods inlined into it. The JSON carries the ranges and inlined methods of every row.
 //!
 //! The daemon sends every row unfolded ([`vmscope_proto::v1::Profile`]); the CLI decides the
-//! presentation (threshold, name width, text or JSON). [`Report::from_profile`] does all the
+//! presentation (threshold, name width, text or JSON). [`Report::from_profile`] (in the shared
+//! `vmscope-report` crate, so that every client computes the same numbers) does all the
 //! arithmetic once, then [`render_text`] or [`render_json`] only formats it.
 
 mod json;
-mod model;
 mod names;
-pub mod runtimes;
-pub mod sort_keys;
 mod text;
 
 use std::io::{self, Write};
 
 pub use json::{JsonReport, render_json};
-pub use model::{
-    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
-    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
-    round2,
-};
 pub use names::{elide_middle, shorten, shorten_all};
 pub use text::render_text;
-
-impl Default for ReportOptions {
-    /// VMProfiler's fold threshold (0.01% of the total), a name column that fits a
-    /// 100-column terminal next to the numbers, ranges under generated code rows of at least 1%
-    /// of the total, and no module moved into the VM.
-    fn default() -> Self {
-        ReportOptions {
-            min_percent: 0.01,
-            name_width: 60,
-            min_range_percent: 1.0,
-            vm_modules: Vec::new(),
-            runtime_modules: true,
-            sort: Vec::new(),
-        }
-    }
-}
+pub use vmscope_report::{
+    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
+    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
+    round2, runtimes, sort_keys,
+};
 
 /// Output format of the report, as the CLI's `--format` chooses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,18 +77,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_options_are_vmprofilers() {
-        let options = ReportOptions::default();
-        assert_eq!(options.min_percent, 0.01);
-        assert_eq!(options.name_width, 60);
-        assert_eq!(options.min_range_percent, 1.0);
-        assert!(options.vm_modules.is_empty());
+    fn default_format_is_text() {
         assert_eq!(Format::default(), Format::Text);
     }
 
     #[test]
     fn render_text_format_matches_render_text() {
-        let report = Report::from_profile(&model::fixtures::node_profile(), &Default::default());
+        let report = Report::from_profile(
+            &vmscope_report::fixtures::node_profile(),
+            &Default::default(),
+        );
         let options = ReportOptions::default();
         let (mut via_render, mut direct) = (Vec::new(), Vec::new());
         render(&report, &options, Format::Text, &mut via_render).expect("render");

@@ -37,7 +37,7 @@
 
 use std::io::{self, Write};
 
-use super::model::{
+use vmscope_report::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
     round2,
 };
@@ -632,11 +632,11 @@ mod tests {
 
     use vmscope_proto::v1::CodeKind;
 
-    use super::super::model::fixtures::{
-        jit_profile, jit_row, names_profile, node_profile, profile_with, row,
-    };
     use super::super::names::elide_middle;
     use super::*;
+    use vmscope_report::fixtures::{
+        jit_profile, jit_row, names_profile, node_profile, profile_with, row,
+    };
 
     const OPTIONS: ReportOptions = ReportOptions {
         min_percent: 0.01,

@@ -3,4 +3,25 @@
 //! A [`vmscope_proto::v1::Profile`] is what the daemon measured; this crate says what it means,
 //! once, for every client: the daemon encodes pprof with it for `GetProfile`, the CLI renders
 //! its text, JSON, folded stacks and flame graphs from it.
+//!
+//! - [`model`]: the flat VMProfiler report ([`Report::from_profile`]): sections, rows sorted and
+//!   folded into `...others...`, percentages, code ranges and inlined methods, warnings.
+//! - [`sort_keys`]: rows split by process, command or module (`perf report --sort`).
+//! - [`runtimes`]: language runtimes that live in a shared library and count as the VM.
 #![deny(missing_docs)]
+
+pub mod model;
+pub mod runtimes;
+pub mod sort_keys;
+
+pub use model::{
+    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
+    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
+    rfc3339_seconds, round2,
+};
+
+/// Hand-built profiles whose numbers are known, shared by this crate's tests and (with the
+/// `fixtures` feature) by the golden tests of the renderers.
+#[cfg(any(test, feature = "fixtures"))]
+#[doc(hidden)]
+pub use model::fixtures;

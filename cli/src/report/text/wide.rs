@@ -24,7 +24,7 @@ use super::{
     CUMULATIVE_HEADING, Cells, DETAIL_GAP, DETAIL_MARGIN, Detail, INLINED_HEADING, NumberWidths,
     SAMPLES_HEADING,
 };
-use crate::report::model::Report;
+use vmscope_report::Report;
 
 /// Heading of the % of section column.
 const OF_SECTION_HEADING: &str = "%";

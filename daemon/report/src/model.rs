@@ -2,8 +2,8 @@
 //! rows with their percentages, and under generated code rows their code ranges and inlined
 //! methods.
 //!
-//! Pure and free of I/O so that every rule can be unit-tested: the renderers in `text.rs` and
-//! `json.rs` only format what is computed here. Values stay unrounded; both renderers round
+//! Pure and free of I/O so that every rule can be unit-tested: the renderers (the CLI's text and
+//! JSON) only format what is computed here. Values stay unrounded; both renderers round
 //! through [`round2`], so that the text and the JSON always show the same two-decimal numbers.
 
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use vmscope_proto::v1::{CodeKind, Profile, ProfileRow, Section, Session};
 
-use super::{
+use crate::{
     runtimes::known_runtime,
     sort_keys::{self, SortKey},
 };
@@ -30,7 +30,7 @@ pub struct ReportOptions {
     /// `...others...` row per section. VMProfiler's 0.01 by default; 0 keeps every row.
     pub min_percent: f64,
     /// Longest name the text report shows; longer names are shortened (parameter lists, then
-    /// template arguments, then the middle; see [`crate::report::shorten_all`]). 0 shows
+    /// template arguments, then the middle; see the CLI's `shorten_all`). 0 shows
     /// names whole, after the numbers (`--wide`). Ignored by JSON, whose readers want names
     /// whole.
     pub name_width: usize,
@@ -42,13 +42,29 @@ pub struct ReportOptions {
     /// to the VM although they are not its executable (`libv8*`, a VM's plugins): rows of other
     /// code in such modules count as vanilla vm code, before any section is computed.
     pub vm_modules: Vec<String>,
-    /// Whether known runtime libraries ([`super::runtimes::KNOWN_VM_RUNTIMES`]: `libjvm.so`,
+    /// Whether known runtime libraries ([`crate::runtimes::KNOWN_VM_RUNTIMES`]: `libjvm.so`,
     /// `libpython3.x.so`...) count as vanilla vm code too, as [`ReportOptions::vm_modules`]
     /// would make them.
     pub runtime_modules: bool,
     /// What each section's rows are (`perf report --sort`): empty or `[Sym]` for the usual
     /// one per function; see [`sort_keys`].
     pub sort: Vec<SortKey>,
+}
+
+impl Default for ReportOptions {
+    /// VMProfiler's fold threshold (0.01% of the total), a name column that fits a
+    /// 100-column terminal next to the numbers, ranges under generated code rows of at least 1%
+    /// of the total, and no module moved into the VM.
+    fn default() -> Self {
+        ReportOptions {
+            min_percent: 0.01,
+            name_width: 60,
+            min_range_percent: 1.0,
+            vm_modules: Vec::new(),
+            runtime_modules: true,
+            sort: Vec::new(),
+        }
+    }
 }
 
 /// The three sections of a VMProfiler report, in report order.
@@ -560,7 +576,7 @@ pub fn round2(value: f64) -> f64 {
 
 /// `started_at` as RFC 3339 UTC to the second ("2026-11-22T10:00:00Z"), or `None` outside the
 /// years 1970..=9999, where humantime would panic or fail.
-pub(crate) fn rfc3339_seconds(time: SystemTime) -> Option<String> {
+pub fn rfc3339_seconds(time: SystemTime) -> Option<String> {
     use std::fmt::Write as _;
     if !is_formattable(time) {
         return None;
@@ -837,9 +853,10 @@ fn merge_issues(profile: &Profile) -> Vec<IssueRow> {
     issues
 }
 
-/// Profiles shared by the tests of the three report modules.
-#[cfg(test)]
-pub(crate) mod fixtures {
+/// Profiles shared by the tests of the model and of the renderers (the CLI's golden reports).
+#[cfg(any(test, feature = "fixtures"))]
+#[allow(missing_docs)]
+pub mod fixtures {
     use std::time::{Duration, UNIX_EPOCH};
 
     use vmscope_proto::v1::{
@@ -1245,6 +1262,11 @@ mod tests {
         runtime_modules: true,
         sort: Vec::new(),
     };
+
+    #[test]
+    fn default_options_are_vmprofilers() {
+        assert_eq!(ReportOptions::default(), OPTIONS);
+    }
 
     fn section(report: &Report, kind: SectionKind) -> &SectionReport {
         report
