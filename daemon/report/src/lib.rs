@@ -8,11 +8,14 @@
 //!   folded into `...others...`, percentages, code ranges and inlined methods, warnings.
 //! - [`sort_keys`]: rows split by process, command or module (`perf report --sort`).
 //! - [`runtimes`]: language runtimes that live in a shared library and count as the VM.
+//! - [`tree`]: call trees over the profile's stacks (top-down, callees and callers of a
+//!   function), with inclusive and self samples, after Pharo's MessageTally.
 #![deny(missing_docs)]
 
 pub mod model;
 pub mod runtimes;
 pub mod sort_keys;
+pub mod tree;
 
 pub use model::{
     CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,

@@ -1,0 +1,1138 @@
+//! Call trees over a profile's stacks, in the spirit of Pharo's MessageTally: who called what,
+//! with inclusive and self time at every node.
+//!
+//! Three views of one [`Profile`]'s stacks ([`Profile::stacks`], frames leaf first, indices
+//! into [`Profile::frames`]), chosen by [`TreeView`]:
+//!
+//! - **top-down** ([`TreeView::TopDown`]): the outermost callers at the roots, what they called
+//!   under them, down to the interrupted functions. A node is a *call path*: `main > a > leaf`
+//!   and `main > b > leaf` are two nodes of `leaf`. Its inclusive samples are those of the
+//!   stacks passing through that path, its self samples those whose leaf it is. Children of a
+//!   node are disjoint sets of stacks, so they add up to at most their parent, and recursion
+//!   (`f > f > f`) never counts a sample twice: each level is a longer path.
+//! - **callees of NAME** ([`TreeView::Callees`]): top-down from every occurrence of the
+//!   function NAME, merged. A stack holding NAME several times (recursion) counts once, from its
+//!   *outermost* occurrence, so that the root's inclusive samples are exactly the samples of
+//!   stacks holding NAME.
+//! - **callers of NAME** ([`TreeView::Callers`]): bottom-up, NAME at the root and under each node
+//!   the functions that called it, from the outermost occurrence of NAME in each stack outwards.
+//!   A node's inclusive samples are those of stacks holding NAME and reaching it through that
+//!   chain of callers; its self samples are those of them whose leaf is NAME itself (NAME's own
+//!   time that the chain led to).
+//!
+//! Nodes are keyed by function (section, module, name, optimised, inlined), never by the
+//! frame's code range: a JIT method called from two sites of one caller is one node. Where the
+//! caller is generated code whose frame carries a range (its call site, `74->78`), the node
+//! lists the call sites that led to it with their samples ([`TreeNode::call_sites`]): in the
+//! top-down views, ranges in the node's parent; in the callers view, ranges in the node itself
+//! (where it calls its parent in the tree).
+//!
+//! A stack cut at the depth limit ([`Stack::truncated`]) has lost its outermost callers: in the
+//! top-down view it hangs under a `[truncated stacks]` root rather than pass its outermost
+//! surviving frame off as a root, and in the callers view the chain ends on that node.
+//!
+//! Processes are merged: a function is one node whatever process ran it.
+//!
+//! Nodes with less than [`TreeOptions::fold_percent`] of the profile's samples fold into one
+//! `...others...` node per parent (children of one node are disjoint, so the fold's inclusive
+//! samples are exactly their sum), as the flat report folds its rows.
+//!
+//! The tree is a flat arena ([`CallTree::nodes`], children by index) and is built and walked
+//! without recursion, so that a deep (or hostile) stack cannot overflow the thread's stack.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use vmscope_proto::v1::{Frame, Profile, Stack};
+
+use crate::model::{CodeKindLabel, OTHERS_NAME, SectionKind};
+
+/// Name of the pseudo-node under which the top-down view puts stacks cut at the depth limit,
+/// and which ends their chains in the callers view.
+pub const TRUNCATED_NAME: &str = "[truncated stacks]";
+
+/// Which tree to build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeView {
+    /// Outermost callers first, down to the interrupted functions.
+    TopDown,
+    /// Top-down from every occurrence of the function of this exact name, merged.
+    Callees(String),
+    /// Bottom-up: the function of this exact name, then who called it, and so on outwards.
+    Callers(String),
+}
+
+/// How to build a call tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreeOptions {
+    /// The view.
+    pub view: TreeView,
+    /// Nodes with fewer inclusive samples than this percentage of the profile's samples fold
+    /// into one `...others...` node per parent; 0 keeps every node.
+    pub fold_percent: f64,
+}
+
+impl Default for TreeOptions {
+    /// The top-down tree, folded below 0.5% of the samples: a tree repeats each function
+    /// under every path that reaches it, so the flat report's 0.01% would keep thousands of
+    /// one-sample paths that say nothing at a 1400 Hz cadence, while 0.5% (7 samples a second
+    /// of a busy CPU) keeps every path that a person reading a tree would act on.
+    fn default() -> Self {
+        TreeOptions {
+            view: TreeView::TopDown,
+            fold_percent: DEFAULT_FOLD_PERCENT,
+        }
+    }
+}
+
+/// The default of [`TreeOptions::fold_percent`] (see [`TreeOptions::default`]).
+pub const DEFAULT_FOLD_PERCENT: f64 = 0.5;
+
+/// Why a tree could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TreeError {
+    /// `--callers`/`--callees` named a function that no frame of the profile has.
+    #[error("no function named {name:?} in the profile's stacks{}", close_names_suffix(.close))]
+    NoSuchFunction {
+        /// The name asked for.
+        name: String,
+        /// Names of the profile's functions that look like it (same letters in another case,
+        /// containing it, or a few edits away), closest first; at most [`MAX_CLOSE_NAMES`].
+        close: Vec<String>,
+    },
+}
+
+/// At most this many close names are suggested.
+pub const MAX_CLOSE_NAMES: usize = 10;
+
+fn close_names_suffix(close: &[String]) -> String {
+    if close.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean one of: {}", close.join(", "))
+    }
+}
+
+/// A function as a node of the tree shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeFunction {
+    /// The function's name, as [`Frame::name`].
+    pub name: String,
+    /// File name of its module.
+    pub module: String,
+    /// Section of its code.
+    pub section: SectionKind,
+    /// Whether `name` is a real symbol.
+    pub symbolized: bool,
+    /// Generated code: what kind of code it is (as the first of its frames says); `None`
+    /// elsewhere and when unknown.
+    pub kind: Option<CodeKindLabel>,
+    /// Part of optimised code.
+    pub optimised: bool,
+    /// A method inlined into the compiled code of its caller.
+    pub inlined: bool,
+    /// Kernel code.
+    pub kernel: bool,
+}
+
+/// What a node stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeLabel {
+    /// A function.
+    Function(TreeFunction),
+    /// Nodes folded away under the threshold; how many.
+    Others(usize),
+    /// Stacks cut at the depth limit, whose outermost callers are unknown ([`TRUNCATED_NAME`]).
+    Truncated,
+}
+
+impl NodeLabel {
+    /// The name to show: the function's, [`OTHERS_NAME`] or [`TRUNCATED_NAME`].
+    pub fn name(&self) -> &str {
+        match self {
+            NodeLabel::Function(function) => &function.name,
+            NodeLabel::Others(_) => OTHERS_NAME,
+            NodeLabel::Truncated => TRUNCATED_NAME,
+        }
+    }
+
+    /// The function, if the node is one.
+    pub fn function(&self) -> Option<&TreeFunction> {
+        match self {
+            NodeLabel::Function(function) => Some(function),
+            _ => None,
+        }
+    }
+}
+
+/// Samples of one call site: a range of a generated code caller's frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallSite {
+    /// The range as [`Frame::range`] labels it (`74->78`, `app.js:12:5`).
+    pub range: String,
+    /// Samples that went through it.
+    pub samples: u64,
+}
+
+/// One node of a [`CallTree`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeNode {
+    /// What the node stands for.
+    pub label: NodeLabel,
+    /// Samples of the stacks through this node (see the module docs for each view).
+    pub inclusive_samples: u64,
+    /// Top-down: samples whose leaf is this node. Callers view: samples whose leaf is the root
+    /// function, reached through this node. 0 for [`NodeLabel::Others`], where it means
+    /// nothing (renderers leave it blank).
+    pub self_samples: u64,
+    /// Call sites (ranges of a generated code caller's frame) that led to this node, most
+    /// samples first; empty when the caller's frames carry no range.
+    pub call_sites: Vec<CallSite>,
+    /// Indices in [`CallTree::nodes`], most inclusive samples first, then by name; a fold last.
+    pub children: Vec<usize>,
+}
+
+/// A call tree of a profile, ready to render.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallTree {
+    /// The view it is.
+    pub view: TreeView,
+    /// Every sample of the profile: the denominator of the tree's percentages, as of the flat
+    /// report's.
+    pub total_samples: u64,
+    /// Samples in the tree: every stack's for the top-down view, those of stacks holding the
+    /// function for the callers and callees views.
+    pub tree_samples: u64,
+    /// Of `tree_samples`, those of stacks cut at the depth limit.
+    pub truncated_samples: u64,
+    /// Every node; [`CallTree::roots`] and [`TreeNode::children`] index it.
+    pub nodes: Vec<TreeNode>,
+    /// The roots, most inclusive samples first, then by name; a fold last.
+    pub roots: Vec<usize>,
+    /// The fold threshold it was built with, in percent of `total_samples`.
+    pub fold_percent: f64,
+}
+
+impl CallTree {
+    /// `samples` as a percentage of the profile's samples (0 for an empty profile).
+    pub fn percent(&self, samples: u64) -> f64 {
+        percent(samples, self.total_samples)
+    }
+
+    /// The nodes in display order (depth first, children in order) with their depth (roots
+    /// at 0), computed without recursion.
+    pub fn walk(&self) -> Vec<(usize, usize)> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        let mut todo: Vec<(usize, usize)> = self.roots.iter().rev().map(|&r| (r, 0)).collect();
+        while let Some((node, depth)) = todo.pop() {
+            out.push((node, depth));
+            todo.extend(
+                self.nodes[node]
+                    .children
+                    .iter()
+                    .rev()
+                    .map(|&child| (child, depth + 1)),
+            );
+        }
+        out
+    }
+
+    /// Builds the tree `options` asks for from `profile`'s stacks. Frame indices outside
+    /// [`Profile::frames`] (a broken daemon) are skipped; a stack left with no frame adds to
+    /// no node. Fails only when a callers/callees view names a function no frame has.
+    pub fn from_profile(profile: &Profile, options: &TreeOptions) -> Result<CallTree, TreeError> {
+        let functions = Functions::new(&profile.frames);
+        let wanted: Option<HashSet<u32>> = match &options.view {
+            TreeView::TopDown => None,
+            TreeView::Callees(name) | TreeView::Callers(name) => {
+                let ids = functions.named(name);
+                if ids.is_empty() {
+                    return Err(TreeError::NoSuchFunction {
+                        name: name.clone(),
+                        close: close_names(name, functions.names()),
+                    });
+                }
+                Some(ids)
+            }
+        };
+
+        let mut arena = Arena::default();
+        let (mut tree_samples, mut truncated_samples) = (0u64, 0u64);
+        let stack_samples = profile
+            .stacks
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.samples));
+        // The path of one stack, root of the view first: (function, frame index of the call
+        // site in the caller that led to it, if any).
+        let mut path: Vec<(Key, Option<usize>)> = Vec::new();
+        for stack in &profile.stacks {
+            if stack.samples == 0 {
+                continue;
+            }
+            let frames = valid_frames(stack, profile.frames.len());
+            path.clear();
+            let leaf_is_self = match &options.view {
+                TreeView::TopDown => {
+                    if stack.truncated {
+                        path.push((Key::Truncated, None));
+                    }
+                    // Outermost first; each frame's call site is in the frame under it.
+                    for i in (0..frames.len()).rev() {
+                        let caller = (i + 1 < frames.len()).then(|| frames[i + 1]);
+                        path.push((Key::Function(functions.of_frame[frames[i]]), caller));
+                    }
+                    true
+                }
+                TreeView::Callees(_) | TreeView::Callers(_) => {
+                    let wanted = wanted.as_ref().expect("a named view has its functions");
+                    // Leaf first: the outermost occurrence is the last.
+                    let Some(outer) = frames
+                        .iter()
+                        .rposition(|&f| wanted.contains(&functions.of_frame[f]))
+                    else {
+                        continue;
+                    };
+                    if matches!(options.view, TreeView::Callees(_)) {
+                        for i in (0..=outer).rev() {
+                            let caller = (i < outer).then(|| frames[i + 1]);
+                            path.push((Key::Function(functions.of_frame[frames[i]]), caller));
+                        }
+                        true
+                    } else {
+                        // Each caller's own frame holds its call site towards its parent.
+                        for (i, &frame) in frames.iter().enumerate().skip(outer) {
+                            let site = (i > outer).then_some(frame);
+                            path.push((Key::Function(functions.of_frame[frame]), site));
+                        }
+                        if stack.truncated {
+                            path.push((Key::Truncated, None));
+                        }
+                        frames
+                            .first()
+                            .is_some_and(|&leaf| wanted.contains(&functions.of_frame[leaf]))
+                    }
+                }
+            };
+            if path.is_empty() {
+                continue;
+            }
+            tree_samples = tree_samples.saturating_add(stack.samples);
+            if stack.truncated {
+                truncated_samples = truncated_samples.saturating_add(stack.samples);
+            }
+            let top_down = !matches!(options.view, TreeView::Callers(_));
+            let mut parent = ROOT;
+            for (depth, &(key, site)) in path.iter().enumerate() {
+                let node = arena.child(parent, key);
+                let raw = &mut arena.nodes[node];
+                raw.inclusive = raw.inclusive.saturating_add(stack.samples);
+                let is_leaf = depth + 1 == path.len();
+                if (top_down && is_leaf) || (!top_down && leaf_is_self) {
+                    raw.self_samples = raw.self_samples.saturating_add(stack.samples);
+                }
+                if let Some(range) = site
+                    .map(|f| profile.frames[f].range.as_str())
+                    .filter(|r| !r.is_empty())
+                {
+                    let entry = raw.call_sites.entry(range.to_owned()).or_default();
+                    *entry = entry.saturating_add(stack.samples);
+                }
+                parent = node;
+            }
+        }
+
+        let total_samples = profile.total_samples.max(stack_samples);
+        let fold_percent = if options.fold_percent.is_finite() {
+            options.fold_percent.max(0.0)
+        } else {
+            0.0
+        };
+        let (nodes, roots) = arena.finish(&functions, total_samples, fold_percent);
+        Ok(CallTree {
+            view: options.view.clone(),
+            total_samples,
+            tree_samples,
+            truncated_samples,
+            nodes,
+            roots,
+            fold_percent,
+        })
+    }
+}
+
+/// The stack's frame indices that name a frame, leaf first.
+fn valid_frames(stack: &Stack, frames: usize) -> Vec<usize> {
+    stack
+        .frames
+        .iter()
+        .map(|&f| f as usize)
+        .filter(|&f| f < frames)
+        .collect()
+}
+
+/// `part / whole * 100`, or 0 when `whole` is 0.
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64 * 100.0
+    }
+}
+
+/// The functions of a profile's frames: one id per (section, module, name, optimised,
+/// inlined), and each frame's id.
+struct Functions<'a> {
+    /// Function id of each frame.
+    of_frame: Vec<u32>,
+    /// Frame index of each function's first frame, which describes it.
+    first_frame: Vec<usize>,
+    frames: &'a [Frame],
+}
+
+impl<'a> Functions<'a> {
+    fn new(frames: &'a [Frame]) -> Self {
+        type FunctionKey<'k> = (SectionKind, &'k str, &'k str, bool, bool);
+        let mut ids: HashMap<FunctionKey<'a>, u32> = HashMap::new();
+        let mut first_frame = Vec::new();
+        let of_frame = frames
+            .iter()
+            .enumerate()
+            .map(|(index, frame)| {
+                let key = (
+                    SectionKind::from_proto(frame.section()),
+                    frame.module.as_str(),
+                    frame.name.as_str(),
+                    frame.optimised,
+                    frame.inlined,
+                );
+                *ids.entry(key).or_insert_with(|| {
+                    first_frame.push(index);
+                    (first_frame.len() - 1) as u32
+                })
+            })
+            .collect();
+        Functions {
+            of_frame,
+            first_frame,
+            frames,
+        }
+    }
+
+    /// Ids of the functions named exactly `name`.
+    fn named(&self, name: &str) -> HashSet<u32> {
+        (0..self.first_frame.len() as u32)
+            .filter(|&id| self.frame(id).name == name)
+            .collect()
+    }
+
+    /// Every distinct function name.
+    fn names(&self) -> impl Iterator<Item = &'a str> + '_ {
+        let mut seen = HashSet::new();
+        self.first_frame
+            .iter()
+            .map(|&f| self.frames[f].name.as_str())
+            .filter(move |name| seen.insert(*name))
+    }
+
+    fn frame(&self, id: u32) -> &'a Frame {
+        &self.frames[self.first_frame[id as usize]]
+    }
+
+    fn describe(&self, id: u32) -> TreeFunction {
+        let frame = self.frame(id);
+        let section = SectionKind::from_proto(frame.section());
+        TreeFunction {
+            name: frame.name.clone(),
+            module: frame.module.clone(),
+            section,
+            symbolized: frame.symbolized,
+            kind: if section == SectionKind::Generated {
+                CodeKindLabel::from_proto(frame.kind)
+            } else {
+                None
+            },
+            optimised: frame.optimised,
+            inlined: frame.inlined,
+            kernel: frame.kernel,
+        }
+    }
+}
+
+/// What a node of the arena is keyed by under its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    Function(u32),
+    Truncated,
+}
+
+/// The arena's invisible root, parent of the view's roots.
+const ROOT: usize = 0;
+
+#[derive(Debug, Default)]
+struct RawNode {
+    key: Option<Key>,
+    inclusive: u64,
+    self_samples: u64,
+    call_sites: BTreeMap<String, u64>,
+    children: HashMap<Key, usize>,
+}
+
+#[derive(Debug)]
+struct Arena {
+    nodes: Vec<RawNode>,
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        Arena {
+            nodes: vec![RawNode::default()],
+        }
+    }
+}
+
+impl Arena {
+    /// The child of `parent` keyed `key`, made if new.
+    fn child(&mut self, parent: usize, key: Key) -> usize {
+        if let Some(&child) = self.nodes[parent].children.get(&key) {
+            return child;
+        }
+        let child = self.nodes.len();
+        self.nodes.push(RawNode {
+            key: Some(key),
+            ..RawNode::default()
+        });
+        self.nodes[parent].children.insert(key, child);
+        child
+    }
+
+    /// The tree's nodes and roots: children sorted, small ones folded, breadth first without
+    /// recursion.
+    fn finish(
+        mut self,
+        functions: &Functions<'_>,
+        total: u64,
+        fold_percent: f64,
+    ) -> (Vec<TreeNode>, Vec<usize>) {
+        let is_small = |samples: u64| (samples as f64) * 100.0 < fold_percent * total as f64;
+        let mut nodes: Vec<TreeNode> = Vec::new();
+        // (raw node, index of its TreeNode or None for the arena's root).
+        let mut todo: Vec<(usize, Option<usize>)> = vec![(ROOT, None)];
+        let mut roots = Vec::new();
+        while let Some((raw, out)) = todo.pop() {
+            let mut children: Vec<usize> = self.nodes[raw].children.values().copied().collect();
+            let name = |raw: &RawNode| match raw.key {
+                Some(Key::Function(id)) => functions.frame(id).name.as_str(),
+                _ => TRUNCATED_NAME,
+            };
+            children.sort_by(|&a, &b| {
+                let (a, b) = (&self.nodes[a], &self.nodes[b]);
+                b.inclusive
+                    .cmp(&a.inclusive)
+                    .then_with(|| name(a).cmp(name(b)))
+                    .then_with(|| a.key_order().cmp(&b.key_order()))
+            });
+            let (kept, folded): (Vec<usize>, Vec<usize>) = children
+                .into_iter()
+                .partition(|&c| !is_small(self.nodes[c].inclusive));
+            let mut child_out = Vec::with_capacity(kept.len() + 1);
+            for child in kept {
+                let node = std::mem::take(&mut self.nodes[child]);
+                let index = nodes.len();
+                nodes.push(TreeNode {
+                    label: match node.key {
+                        Some(Key::Function(id)) => NodeLabel::Function(functions.describe(id)),
+                        _ => NodeLabel::Truncated,
+                    },
+                    inclusive_samples: node.inclusive,
+                    self_samples: node.self_samples,
+                    call_sites: sorted_sites(node.call_sites),
+                    children: Vec::new(),
+                });
+                // Its children are still in the arena: keep them where the walk finds them.
+                self.nodes[child].children = node.children;
+                child_out.push(index);
+                todo.push((child, Some(index)));
+            }
+            if !folded.is_empty() {
+                let mut sites: BTreeMap<String, u64> = BTreeMap::new();
+                let mut inclusive = 0u64;
+                for &child in &folded {
+                    inclusive = inclusive.saturating_add(self.nodes[child].inclusive);
+                    for (range, samples) in std::mem::take(&mut self.nodes[child].call_sites) {
+                        let entry = sites.entry(range).or_default();
+                        *entry = entry.saturating_add(samples);
+                    }
+                }
+                child_out.push(nodes.len());
+                nodes.push(TreeNode {
+                    label: NodeLabel::Others(folded.len()),
+                    inclusive_samples: inclusive,
+                    self_samples: 0,
+                    call_sites: sorted_sites(sites),
+                    children: Vec::new(),
+                });
+            }
+            match out {
+                Some(index) => nodes[index].children = child_out,
+                None => roots = child_out,
+            }
+        }
+        (nodes, roots)
+    }
+}
+
+impl RawNode {
+    /// Breaks ties between equally named functions (baseline and optimised versions, two
+    /// modules' `memcpy`) by the function id, which follows the frame table's order.
+    fn key_order(&self) -> (u8, u32) {
+        match self.key {
+            Some(Key::Function(id)) => (0, id),
+            Some(Key::Truncated) => (1, 0),
+            None => (2, 0),
+        }
+    }
+}
+
+/// Call sites most samples first, then by range.
+fn sorted_sites(sites: BTreeMap<String, u64>) -> Vec<CallSite> {
+    let mut sites: Vec<CallSite> = sites
+        .into_iter()
+        .map(|(range, samples)| CallSite { range, samples })
+        .collect();
+    // Stable over the map's order: ties stay sorted by range.
+    sites.sort_by_key(|site| std::cmp::Reverse(site.samples));
+    sites
+}
+
+/// Names among `names` that look like `wanted`, closest first, at most [`MAX_CLOSE_NAMES`]:
+/// the same name in another case, names containing it or contained in it (case ignored), and
+/// names a few edits away (a quarter of its length, at least 2).
+fn close_names<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let lower = wanted.to_lowercase();
+    let budget = (wanted.chars().count() / 4).max(2);
+    let mut close: Vec<(usize, &str)> = names
+        .filter_map(|name| {
+            let candidate = name.to_lowercase();
+            let score = if candidate == lower {
+                0
+            } else if candidate.contains(&lower)
+                || (!candidate.is_empty() && lower.contains(&candidate))
+            {
+                1 + name.chars().count().abs_diff(wanted.chars().count())
+            } else {
+                let distance = edit_distance(&lower, &candidate, budget)?;
+                // After every containment, which is what a user typing part of a name means.
+                1000 + distance
+            };
+            Some((score, name))
+        })
+        .collect();
+    close.sort();
+    close.dedup();
+    close
+        .into_iter()
+        .take(MAX_CLOSE_NAMES)
+        .map(|(_, name)| name.to_owned())
+        .collect()
+}
+
+/// Levenshtein distance over chars, or `None` when it is more than `budget` (decided early
+/// from the lengths, so that long C++ names cost nothing).
+fn edit_distance(a: &str, b: &str, budget: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > budget {
+        return None;
+    }
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = vec![0; b.len() + 1];
+    for (i, &ca) in a.iter().enumerate() {
+        current[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != cb);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        std::mem::swap(&mut previous, &mut current);
+    }
+    let distance = previous[b.len()];
+    (distance <= budget).then_some(distance)
+}
+
+#[cfg(test)]
+mod tests {
+    use vmscope_proto::v1::{CodeKind, Section};
+
+    use super::*;
+
+    /// A native frame of the `fixture` executable.
+    fn native(name: &str) -> Frame {
+        Frame {
+            section: Section::Vanilla as i32,
+            name: name.to_owned(),
+            module: "fixture".to_owned(),
+            symbolized: true,
+            ..Frame::default()
+        }
+    }
+
+    /// A JIT method's frame whose pc is in `range`.
+    fn jit(name: &str, range: &str) -> Frame {
+        Frame {
+            section: Section::Generated as i32,
+            name: name.to_owned(),
+            module: "[anon]".to_owned(),
+            symbolized: true,
+            kind: CodeKind::Method as i32,
+            range: range.to_owned(),
+            code_map: "vm".to_owned(),
+            ..Frame::default()
+        }
+    }
+
+    /// A profile of `frames` and `stacks` (frame indices leaf first, samples, truncated),
+    /// whose total is the stacks' sum.
+    fn profile(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> Profile {
+        let stacks: Vec<Stack> = stacks
+            .iter()
+            .map(|&(frames, samples, truncated)| Stack {
+                frames: frames.to_vec(),
+                pid: 4242,
+                samples,
+                truncated,
+            })
+            .collect();
+        Profile {
+            total_samples: stacks.iter().map(|s| s.samples).sum(),
+            frames,
+            stacks,
+            ..Profile::default()
+        }
+    }
+
+    fn build(profile: &Profile, view: TreeView, fold_percent: f64) -> CallTree {
+        let tree = CallTree::from_profile(profile, &TreeOptions { view, fold_percent })
+            .expect("the tree builds");
+        check_invariants(&tree);
+        tree
+    }
+
+    /// What holds of every tree: children add up to at most their parent (they are disjoint
+    /// sets of its stacks), are sorted, and self never exceeds inclusive.
+    fn check_invariants(tree: &CallTree) {
+        let sum = |children: &[usize]| -> u64 {
+            children
+                .iter()
+                .map(|&c| tree.nodes[c].inclusive_samples)
+                .sum()
+        };
+        assert_eq!(
+            sum(&tree.roots),
+            tree.tree_samples,
+            "roots hold the tree's samples"
+        );
+        for node in &tree.nodes {
+            assert!(node.self_samples <= node.inclusive_samples, "{node:?}");
+            if !matches!(tree.view, TreeView::Callers(_)) {
+                assert!(sum(&node.children) + node.self_samples <= node.inclusive_samples);
+            }
+            let samples: Vec<u64> = node
+                .children
+                .iter()
+                .filter(|&&c| !matches!(tree.nodes[c].label, NodeLabel::Others(_)))
+                .map(|&c| tree.nodes[c].inclusive_samples)
+                .collect();
+            assert!(
+                samples.windows(2).all(|w| w[0] >= w[1]),
+                "sorted: {samples:?}"
+            );
+        }
+    }
+
+    /// The tree as lines `depth name inclusive/self`, in display order, for whole-tree
+    /// comparisons.
+    fn lines(tree: &CallTree) -> Vec<String> {
+        tree.walk()
+            .into_iter()
+            .map(|(node, depth)| {
+                let node = &tree.nodes[node];
+                let sites: Vec<String> = node
+                    .call_sites
+                    .iter()
+                    .map(|s| format!("{}:{}", s.range, s.samples))
+                    .collect();
+                format!(
+                    "{}{} {}/{}{}",
+                    "  ".repeat(depth),
+                    node.label.name(),
+                    node.inclusive_samples,
+                    node.self_samples,
+                    if sites.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [{}]", sites.join(" "))
+                    }
+                )
+            })
+            .collect()
+    }
+
+    /// `leaf` called by `caller_a` for 70 samples and `caller_b` for 30, both called by
+    /// `main`, which has 2 of its own: the C fixture of the issue, by hand.
+    fn callers_profile() -> Profile {
+        let frames = ["main", "caller_a", "caller_b", "leaf"]
+            .map(native)
+            .to_vec();
+        profile(
+            frames,
+            &[
+                (&[3, 1, 0], 70, false),
+                (&[3, 2, 0], 30, false),
+                (&[0], 2, false),
+            ],
+        )
+    }
+
+    #[test]
+    fn top_down_splits_a_leaf_by_caller() {
+        let tree = build(&callers_profile(), TreeView::TopDown, 0.0);
+        assert_eq!(tree.total_samples, 102);
+        assert_eq!(tree.tree_samples, 102);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 102/2",
+                "  caller_a 70/0",
+                "    leaf 70/70",
+                "  caller_b 30/0",
+                "    leaf 30/30",
+            ]
+        );
+        let main = &tree.nodes[tree.roots[0]];
+        assert_eq!(tree.percent(main.inclusive_samples), 100.0);
+        let function = main.label.function().expect("a function");
+        assert_eq!(
+            (function.section, function.module.as_str(), function.kind),
+            (SectionKind::Vanilla, "fixture", None)
+        );
+    }
+
+    #[test]
+    fn callers_of_a_function_are_inverted() {
+        let tree = build(
+            &callers_profile(),
+            TreeView::Callers("leaf".to_owned()),
+            0.0,
+        );
+        assert_eq!(tree.tree_samples, 100, "only stacks holding leaf");
+        assert_eq!(
+            lines(&tree),
+            [
+                "leaf 100/100",
+                "  caller_a 70/70",
+                "    main 70/70",
+                "  caller_b 30/30",
+                "    main 30/30",
+            ]
+        );
+    }
+
+    #[test]
+    fn callees_of_a_function_merge_its_occurrences() {
+        // leaf is also called straight from main: both occurrences merge under one root.
+        let mut profile = callers_profile();
+        profile.stacks.push(Stack {
+            frames: vec![3, 0],
+            pid: 1,
+            samples: 5,
+            truncated: false,
+        });
+        profile.total_samples += 5;
+        let tree = build(&profile, TreeView::Callees("caller_a".to_owned()), 0.0);
+        assert_eq!(lines(&tree), ["caller_a 70/0", "  leaf 70/70"]);
+        let tree = build(&profile, TreeView::Callees("leaf".to_owned()), 0.0);
+        assert_eq!(lines(&tree), ["leaf 105/105"]);
+        assert_eq!(tree.total_samples, 107);
+    }
+
+    /// `f` recursing: main>f>f>f (10), main>f>g (5), main>f (3).
+    fn recursive_profile() -> Profile {
+        let frames = ["main", "f", "g"].map(native).to_vec();
+        profile(
+            frames,
+            &[
+                (&[1, 1, 1, 0], 10, false),
+                (&[2, 1, 0], 5, false),
+                (&[1, 0], 3, false),
+            ],
+        )
+    }
+
+    #[test]
+    fn recursion_is_a_path_per_level_top_down() {
+        let tree = build(&recursive_profile(), TreeView::TopDown, 0.0);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 18/0",
+                "  f 18/3",
+                "    f 10/0",
+                "      f 10/10",
+                "    g 5/5",
+            ]
+        );
+    }
+
+    #[test]
+    fn recursion_counts_a_stack_once_from_its_outermost_occurrence() {
+        let tree = build(&recursive_profile(), TreeView::Callees("f".to_owned()), 0.0);
+        assert_eq!(
+            lines(&tree),
+            ["f 18/3", "  f 10/0", "    f 10/10", "  g 5/5"],
+            "18 samples hold f, not 10 * 3 + 5 + 3"
+        );
+        let tree = build(&recursive_profile(), TreeView::Callers("f".to_owned()), 0.0);
+        // f is the leaf of 13 of them (its own time), g's 5 are its callees'.
+        assert_eq!(lines(&tree), ["f 18/13", "  main 18/13"]);
+    }
+
+    #[test]
+    fn truncated_stacks_hang_under_their_own_root() {
+        let frames = ["main", "a", "b", "leaf"].map(native).to_vec();
+        // b's callers were cut off at the depth limit.
+        let profile = profile(frames, &[(&[3, 1, 2], 4, true), (&[3, 1, 0], 6, false)]);
+        let tree = build(&profile, TreeView::TopDown, 0.0);
+        assert_eq!(tree.truncated_samples, 4);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 6/0",
+                "  a 6/0",
+                "    leaf 6/6",
+                "[truncated stacks] 4/0",
+                "  b 4/0",
+                "    a 4/0",
+                "      leaf 4/4",
+            ]
+        );
+        let tree = build(&profile, TreeView::Callers("leaf".to_owned()), 0.0);
+        assert_eq!(
+            lines(&tree),
+            [
+                "leaf 10/10",
+                "  a 10/10",
+                "    main 6/6",
+                "    b 4/4",
+                "      [truncated stacks] 4/4",
+            ]
+        );
+        assert!(matches!(
+            tree.nodes[tree.walk()[4].0].label,
+            NodeLabel::Truncated
+        ));
+        // Callees of a: the cut is above it and changes nothing.
+        let tree = build(&profile, TreeView::Callees("a".to_owned()), 0.0);
+        assert_eq!(lines(&tree), ["a 10/0", "  leaf 10/10"]);
+        assert_eq!(tree.truncated_samples, 4);
+    }
+
+    #[test]
+    fn jit_nodes_are_keyed_by_function_and_list_their_call_sites() {
+        let frames = vec![
+            native("main"),
+            jit("Integer>>benchmark", "74->78"),
+            jit("Integer>>benchmark", "79->84"),
+            jit("Integer>>benchmark", "52->60"),
+            jit("Array>>at:put:", "1->5"),
+        ];
+        let profile = profile(
+            frames,
+            &[
+                (&[4, 1, 0], 5, false),
+                (&[4, 2, 0], 3, false),
+                // A leaf range is where the sample fell, not a call site.
+                (&[3, 0], 2, false),
+            ],
+        );
+        let tree = build(&profile, TreeView::TopDown, 0.0);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 10/0",
+                "  Integer>>benchmark 10/2",
+                "    Array>>at:put: 8/8 [74->78:5 79->84:3]",
+            ]
+        );
+        let at_put = tree.walk()[2].0;
+        let function = tree.nodes[at_put].label.function().expect("a function");
+        assert_eq!(function.kind, Some(CodeKindLabel::Method));
+        assert_eq!(function.section, SectionKind::Generated);
+        // Bottom-up, the caller's own frame holds the site where it calls its parent.
+        let tree = build(
+            &profile,
+            TreeView::Callers("Array>>at:put:".to_owned()),
+            0.0,
+        );
+        assert_eq!(
+            lines(&tree),
+            [
+                "Array>>at:put: 8/8",
+                "  Integer>>benchmark 8/8 [74->78:5 79->84:3]",
+                "    main 8/8",
+            ]
+        );
+    }
+
+    #[test]
+    fn inlined_and_optimised_frames_are_functions_of_their_own() {
+        let mut optimised = jit("Inline>>bench", "12->30");
+        optimised.optimised = true;
+        let mut inlined = jit("Inline>>heavy", "33->70");
+        inlined.inlined = true;
+        inlined.optimised = true;
+        let baseline = jit("Inline>>heavy", "33->70");
+        let profile = profile(
+            vec![native("main"), optimised, inlined, baseline],
+            &[(&[2, 1, 0], 7, false), (&[3, 1, 0], 4, false)],
+        );
+        let tree = build(&profile, TreeView::TopDown, 0.0);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 11/0",
+                "  Inline>>bench 11/0",
+                "    Inline>>heavy 7/7 [12->30:7]",
+                "    Inline>>heavy 4/4 [12->30:4]",
+            ]
+        );
+        let walk = tree.walk();
+        let heavy = tree.nodes[walk[2].0].label.function().expect("a function");
+        assert!(heavy.inlined && heavy.optimised);
+        let heavy = tree.nodes[walk[3].0].label.function().expect("a function");
+        assert!(!heavy.inlined && !heavy.optimised);
+        // Both versions of a name are its occurrences.
+        let tree = build(&profile, TreeView::Callees("Inline>>heavy".to_owned()), 0.0);
+        assert_eq!(tree.tree_samples, 11);
+        assert_eq!(tree.roots.len(), 2);
+    }
+
+    #[test]
+    fn small_nodes_fold_into_others_per_parent() {
+        let frames = ["main", "big", "small1", "small2", "leaf"]
+            .map(native)
+            .to_vec();
+        let profile = profile(
+            frames,
+            &[
+                (&[4, 1, 0], 95, false),
+                (&[2, 0], 3, false),
+                (&[4, 3, 0], 2, false),
+            ],
+        );
+        // 5% of 100: small1 (3) and small2 (2) fold, with small2's callee.
+        let tree = build(&profile, TreeView::TopDown, 5.0);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 100/0",
+                "  big 95/0",
+                "    leaf 95/95",
+                "  ...others... 5/0"
+            ]
+        );
+        assert_eq!(tree.nodes[tree.walk()[3].0].label, NodeLabel::Others(2));
+        // At exactly the threshold a node stays.
+        let tree = build(&profile, TreeView::TopDown, 3.0);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 100/0",
+                "  big 95/0",
+                "    leaf 95/95",
+                "  small1 3/3",
+                "  ...others... 2/0",
+            ]
+        );
+        // A bad threshold keeps everything rather than folding everything.
+        let tree = build(&profile, TreeView::TopDown, f64::NAN);
+        assert_eq!(tree.nodes.len(), 6);
+    }
+
+    #[test]
+    fn an_unknown_name_lists_close_ones() {
+        let profile = callers_profile();
+        let error = CallTree::from_profile(
+            &profile,
+            &TreeOptions {
+                view: TreeView::Callers("Leaf".to_owned()),
+                fold_percent: 0.0,
+            },
+        )
+        .expect_err("no exact match");
+        assert_eq!(
+            error,
+            TreeError::NoSuchFunction {
+                name: "Leaf".to_owned(),
+                close: vec!["leaf".to_owned()],
+            }
+        );
+        let error = CallTree::from_profile(
+            &profile,
+            &TreeOptions {
+                view: TreeView::Callees("caller".to_owned()),
+                fold_percent: 0.0,
+            },
+        )
+        .expect_err("no exact match");
+        assert_eq!(
+            error.to_string(),
+            "no function named \"caller\" in the profile's stacks; did you mean one of: \
+             caller_a, caller_b"
+        );
+        let error = CallTree::from_profile(
+            &profile,
+            &TreeOptions {
+                view: TreeView::Callees("zzzzzzzzzz".to_owned()),
+                fold_percent: 0.0,
+            },
+        )
+        .expect_err("no match");
+        assert_eq!(
+            error.to_string(),
+            "no function named \"zzzzzzzzzz\" in the profile's stacks"
+        );
+        assert_eq!(close_names("mian", ["main", "leaf"].into_iter()), ["main"]);
+    }
+
+    #[test]
+    fn broken_stacks_are_skipped_not_fatal() {
+        let frames = ["main", "leaf"].map(native).to_vec();
+        let mut profile = profile(
+            frames,
+            &[
+                (&[1, 99, 0], 4, false),
+                (&[77], 3, false),
+                (&[1, 0], 0, false),
+            ],
+        );
+        profile.total_samples = 7;
+        let tree = build(&profile, TreeView::TopDown, 0.0);
+        assert_eq!(lines(&tree), ["main 4/0", "  leaf 4/4"]);
+        assert_eq!(tree.total_samples, 7);
+        assert_eq!(tree.tree_samples, 4);
+        // Nothing at all: an empty tree, no NaN.
+        let tree = build(&Profile::default(), TreeView::TopDown, 0.5);
+        assert!(tree.roots.is_empty());
+        assert_eq!(tree.percent(0), 0.0);
+    }
+
+    #[test]
+    fn a_deep_stack_builds_and_walks_without_recursion() {
+        let frames = ["main", "f"].map(native).to_vec();
+        let mut stack = vec![1u32; 100_000];
+        stack.push(0);
+        let profile = profile(frames, &[(&stack, 1, true)]);
+        let tree = build(&profile, TreeView::TopDown, 0.0);
+        assert_eq!(tree.walk().len(), 100_002);
+        let tree = build(&profile, TreeView::Callees("f".to_owned()), 0.0);
+        assert_eq!(tree.walk().len(), 100_000);
+    }
+}
