@@ -32,6 +32,12 @@
 //! two of a row's range labels, read the same. A name width of 0 prints them whole in the wide
 //! layout ([`wide`]), names last.
 //!
+//! A session that recorded call stacks ([`Report::call_graph`]) adds an `(inclusive)` column
+//! after `(cumulative)`: each row's inclusive time (its samples and its callees', perf's
+//! "children") as a share of the total. It is blank for `...others...`, whose rows' stacks
+//! overlap so that no sum is right, and for rows grouped by `--sort` other than by function.
+//! Reports of sessions without stacks keep their layout to the byte.
+//!
 //! Every percentage goes through [`round2`] before `{:.2}`, like the JSON, so both show the same
 //! digits.
 
@@ -48,6 +54,8 @@ use super::names::shorten_all;
 /// Column headings at the right of each section heading.
 const SAMPLES_HEADING: &str = "(samples)";
 const CUMULATIVE_HEADING: &str = "(cumulative)";
+/// Heading of the inclusive time column (% of total), shown when the session recorded stacks.
+const INCLUSIVE_HEADING: &str = "(inclusive)";
 /// Narrowest percentage columns ("100.00%" and "(99.99%)"), so that small reports keep the
 /// familiar shape.
 const MIN_PERCENT_WIDTH: usize = 7;
@@ -150,6 +158,14 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
             "note: {} in generated code were attributed before their code map caught up (a VM \
              that buffers its jitdump, as V8 does): they may show as anonymous code",
             count(report.jit_samples_before_code_map, "sample")
+        )?;
+    }
+    if report.call_graph && report.truncated_stacks > 0 {
+        writeln!(
+            out,
+            "note: {} have stacks cut at the depth limit (kernel.perf_event_max_stack): their \
+             outermost callers are missing",
+            count(report.truncated_stacks, "sample")
         )?;
     }
     if let Some(note) = steal_note(report) {
@@ -296,6 +312,9 @@ struct Cells {
     label: String,
     samples: String,
     cumulative: String,
+    /// Inclusive time as a share of the total, `(99.50%)`; empty when unknown (the fold,
+    /// rows grouped by `--sort`) or when the session recorded no stacks.
+    inclusive: String,
     /// Lines under the row: its ranges, then its inlined methods.
     details: Vec<Detail>,
 }
@@ -356,13 +375,16 @@ struct NumberWidths {
     of_total: usize,
     samples: usize,
     cumulative: usize,
+    /// The inclusive column; 0 when the report has none ([`Report::call_graph`] false).
+    inclusive: usize,
     /// A detail line's % of the method.
     detail_percent: usize,
 }
 
 impl NumberWidths {
-    /// The widths for `tables`, the % of total column at least `min_of_total` wide.
-    fn of(tables: &[(String, Vec<Cells>)], min_of_total: usize) -> NumberWidths {
+    /// The widths for `tables`, the % of total column at least `min_of_total` wide, with an
+    /// inclusive column if `inclusive`.
+    fn of(tables: &[(String, Vec<Cells>)], min_of_total: usize, inclusive: bool) -> NumberWidths {
         let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
         let all_details = || all_cells().flat_map(|c| &c.details);
         let width =
@@ -380,6 +402,11 @@ impl NumberWidths {
                 |c| &c.cumulative,
                 Detail::cumulative,
             ),
+            inclusive: if inclusive {
+                width(INCLUSIVE_HEADING.len(), |c| &c.inclusive, |_| None)
+            } else {
+                0
+            },
             detail_percent: width(MIN_PERCENT_WIDTH, |_| &EMPTY, Detail::percent),
         }
     }
@@ -404,6 +431,10 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
                     label: labels.next().unwrap_or_default(),
                     samples: format!("({})", row.samples),
                     cumulative: format!("({})", percent(row.cumulative_percent)),
+                    inclusive: row
+                        .inclusive_percent_of_total
+                        .filter(|_| report.call_graph)
+                        .map_or_else(String::new, |p| format!("({})", percent(p))),
                     details: details(row, options.name_width),
                 })
                 .collect();
@@ -420,8 +451,17 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
         of_total: of_total_width,
         samples: samples_width,
         cumulative: cumulative_width,
+        inclusive: inclusive_width,
         detail_percent: detail_percent_width,
-    } = NumberWidths::of(&tables, MIN_TOTAL_WIDTH);
+    } = NumberWidths::of(&tables, MIN_TOTAL_WIDTH, report.call_graph);
+    // Only reports of sessions with stacks have the column: the others stay as they were.
+    let inclusive = |cell: &str| {
+        if report.call_graph {
+            format!(" {cell:>inclusive_width$}")
+        } else {
+            String::new()
+        }
+    };
     let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
     let all_details = || all_cells().flat_map(|c| &c.details);
     let detail_indent = DETAIL_MARGIN.len() + detail_percent_width + DETAIL_GAP.len();
@@ -454,18 +494,25 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
         writeln!(
             out,
             "{heading:<left_width$}  {SAMPLES_HEADING:>samples_width$} \
-             {CUMULATIVE_HEADING:>cumulative_width$}"
+             {CUMULATIVE_HEADING:>cumulative_width$}{}",
+            inclusive(INCLUSIVE_HEADING)
         )?;
         if cells.is_empty() {
             writeln!(out, "  (no samples)")?;
         }
         for c in cells {
-            writeln!(
-                out,
+            let line = format!(
                 "{:>of_section_width$} {:>of_total_width$}  {:<label_width$}  \
-                 {:>samples_width$} {:>cumulative_width$}",
-                c.of_section, c.of_total, c.label, c.samples, c.cumulative
-            )?;
+                 {:>samples_width$} {:>cumulative_width$}{}",
+                c.of_section,
+                c.of_total,
+                c.label,
+                c.samples,
+                c.cumulative,
+                inclusive(&c.inclusive)
+            );
+            // A blank inclusive cell leaves no trailing blanks.
+            writeln!(out, "{}", line.trim_end())?;
             for detail in &c.details {
                 match detail {
                     Detail::Range {
@@ -635,7 +682,7 @@ mod tests {
     use super::super::names::elide_middle;
     use super::*;
     use vmscope_report::fixtures::{
-        jit_profile, jit_row, names_profile, node_profile, profile_with, row,
+        jit_profile, jit_row, names_profile, node_profile, profile_with, row, stacks_profile,
     };
 
     const OPTIONS: ReportOptions = ReportOptions {
@@ -1104,6 +1151,57 @@ mod tests {
             &render(&jit_profile(), &wide(jit_options())),
         );
         check_golden("names-wide.txt", &render(&names_profile(), &wide(OPTIONS)));
+        check_golden(
+            "stacks-wide.txt",
+            &render(&stacks_profile(), &wide(stacks_options())),
+        );
+    }
+
+    /// The stacks golden report's options: rows under 0.5% fold, as a tree's would.
+    fn stacks_options() -> ReportOptions {
+        ReportOptions {
+            min_percent: 0.5,
+            ..OPTIONS
+        }
+    }
+
+    /// A session with stacks: an inclusive column beside self time, blank for the folds.
+    #[test]
+    fn golden_stacks_report() {
+        check_golden("stacks.txt", &render(&stacks_profile(), &stacks_options()));
+    }
+
+    #[test]
+    fn golden_stacks_report_reflects_the_model() {
+        let text = render(&stacks_profile(), &stacks_options());
+        let line = |start: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(start))
+                .unwrap_or_else(|| panic!("no line starting {start:?} in\n{text}"))
+        };
+        assert!(line("% of generated vm code").ends_with("(samples) (cumulative) (inclusive)"));
+        // benchmark: 150 samples of its own of 1714 in generated code, 1904 of 2010 inclusive.
+        let benchmark = line("8.75%  (7.46%)  Integer>>benchmark");
+        assert!(
+            benchmark.ends_with("(150)     (96.85%)    (94.73%)"),
+            "{benchmark}"
+        );
+        // The fold's inclusive time is not the sum of its rows': blank.
+        let fold = line("0.23%  (0.20%)  ...others... (1 row)");
+        assert!(fold.ends_with("(4)    (100.00%)"), "{fold:?}");
+        assert!(text.contains(
+            "note: 10 samples have stacks cut at the depth limit (kernel.perf_event_max_stack)"
+        ));
+        // Without stacks, the same rows show no inclusive column at all.
+        let mut profile = stacks_profile();
+        if let Some(session) = profile.session.as_mut() {
+            session.call_graph = vmscope_proto::v1::CallGraph::None as i32;
+        }
+        let text = render(&profile, &stacks_options());
+        assert!(
+            !text.contains("(inclusive)") && !text.contains("depth limit"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use vmscope_proto::v1::{CodeKind, Profile, ProfileRow, Section, Session};
+use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Session};
 
 use crate::{
     runtimes::known_runtime,
@@ -135,6 +135,14 @@ pub struct ReportRow {
     pub symbolized: bool,
     /// Samples in this row (summed over the folded rows for the fold).
     pub samples: u64,
+    /// Samples whose stack holds this row's code anywhere, its callees' included (perf's
+    /// "children"), counted once per sample. `None` when the session recorded no stacks
+    /// ([`Report::call_graph`]), for the fold (its rows' stacks overlap: the sum would count
+    /// a sample once per folded row on its stack), and for rows grouped by `--sort` other than
+    /// by function, whose inclusive time is not known.
+    pub inclusive_samples: Option<u64>,
+    /// `inclusive_samples` as a share of every sample of the targets, 0 to 100.
+    pub inclusive_percent_of_total: Option<f64>,
     /// Share of the section's samples, 0 to 100.
     pub percent_of_section: f64,
     /// Share of every sample of the targets, 0 to 100.
@@ -371,6 +379,13 @@ pub struct Report {
     pub sections: Vec<SectionReport>,
     /// Symbolisation problems, one per (module, reason), most samples first.
     pub issues: Vec<IssueRow>,
+    /// Whether the session recorded call stacks: rows then carry inclusive time and the
+    /// profile's stacks can be read as call trees ([`crate::tree`]). False for sessions
+    /// without call graph and for profiles of daemons that do not say.
+    pub call_graph: bool,
+    /// Samples whose stack was cut at the depth limit (`kernel.perf_event_max_stack`): their
+    /// outermost callers are missing.
+    pub truncated_stacks: u64,
 }
 
 impl Report {
@@ -380,6 +395,7 @@ impl Report {
         let no_session = Session::default();
         let session = profile.session.as_ref().unwrap_or(&no_session);
         let total = profile.total_samples;
+        let call_graph = session.call_graph() == CallGraph::Fp;
 
         let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         let mut vm_modules: BTreeMap<&str, VmModule> = BTreeMap::new();
@@ -445,6 +461,7 @@ impl Report {
                 &by_section[kind.index()],
                 total,
                 vm_samples,
+                call_graph,
                 options,
             ));
         }
@@ -502,6 +519,8 @@ impl Report {
             vm_module_hint,
             sections,
             issues: merge_issues(profile),
+            call_graph,
+            truncated_stacks: profile.truncated_stacks,
         }
     }
 }
@@ -624,6 +643,7 @@ fn build_section(
     rows: &[&ProfileRow],
     total: u64,
     vm_samples: u64,
+    call_graph: bool,
     options: &ReportOptions,
 ) -> SectionReport {
     let samples = sum_samples(rows);
@@ -650,6 +670,7 @@ fn build_section(
             percent_of_section: percent(row.samples, samples),
             percent_of_total: percent(row.samples, total),
             cumulative_percent: percent(running, samples),
+            inclusive_percent_of_total: row.inclusive_samples.map(|n| percent(n, total)),
             ..row
         });
     };
@@ -666,6 +687,11 @@ fn build_section(
             section: kind,
             symbolized: row.symbolized,
             samples: row.samples,
+            // 0 is what `sort_keys` gives rows whose inclusive time is unknown; a real row's is
+            // at least its own samples.
+            inclusive_samples: (call_graph && row.inclusive_samples > 0)
+                .then_some(row.inclusive_samples),
+            inclusive_percent_of_total: None,
             percent_of_section: 0.0,
             percent_of_total: 0.0,
             cumulative_percent: 0.0,
@@ -699,6 +725,8 @@ fn build_section(
             section: kind,
             symbolized: false,
             samples: sum_samples(&folded),
+            inclusive_samples: None,
+            inclusive_percent_of_total: None,
             percent_of_section: 0.0,
             percent_of_total: 0.0,
             cumulative_percent: 0.0,
@@ -860,8 +888,8 @@ pub mod fixtures {
     use std::time::{Duration, UNIX_EPOCH};
 
     use vmscope_proto::v1::{
-        CodeKind, CodeRange, InlinedMethod, Profile, ProfileRow, Section, Session, SessionState,
-        SymbolizationIssue, TargetProcess,
+        CallGraph, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples, Profile, ProfileRow,
+        Section, Session, SessionState, Stack, SymbolizationIssue, TargetProcess,
     };
 
     /// 2026-11-22T10:00:00Z.
@@ -1237,6 +1265,180 @@ pub mod fixtures {
         profile.measured_frequency_hz = 1400.0;
         profile
     }
+
+    /// A frame of `section` for the stacks fixture; generated code frames are methods of the
+    /// VM's code map unless `kind` says otherwise.
+    pub fn frame(section: Section, name: &str, module: &str, range: &str) -> Frame {
+        let generated = section == Section::Generated;
+        Frame {
+            section: section as i32,
+            name: name.to_owned(),
+            module: module.to_owned(),
+            symbolized: true,
+            kind: if generated {
+                CodeKind::Method as i32
+            } else {
+                0
+            },
+            range: range.to_owned(),
+            code_map: if generated {
+                "vm".to_owned()
+            } else {
+                String::new()
+            },
+            kernel: module == "[kernel.kallsyms]",
+            ..Frame::default()
+        }
+    }
+
+    /// A profile of `stacks` (leaf first: frames, samples, truncated) over `frames`, with the
+    /// rows the daemon derives from them: one per leaf function (section, module, name,
+    /// optimised) with its samples, its leaf ranges in first-seen order, and its inclusive
+    /// samples (stacks holding it anywhere, once each); a one-target session that recorded
+    /// stacks by frame pointers.
+    pub fn profile_of_stacks(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> Profile {
+        type Key = (i32, String, String, bool);
+        let key = |f: &Frame| (f.section, f.module.clone(), f.name.clone(), f.optimised);
+        let mut rows: Vec<(Key, ProfileRow)> = Vec::new();
+        let mut inclusive: Vec<(Key, u64)> = Vec::new();
+        for &(stack, samples, _) in stacks {
+            let leaf = &frames[stack[0] as usize];
+            let index = match rows.iter().position(|(k, _)| *k == key(leaf)) {
+                Some(index) => index,
+                None => {
+                    rows.push((
+                        key(leaf),
+                        ProfileRow {
+                            kind: leaf.kind,
+                            code_map: leaf.code_map.clone(),
+                            optimised: leaf.optimised,
+                            ..row(leaf.section(), &leaf.name, &leaf.module, 0)
+                        },
+                    ));
+                    rows.len() - 1
+                }
+            };
+            let row = &mut rows[index].1;
+            row.samples += samples;
+            if !leaf.range.is_empty() {
+                match row.ranges.iter_mut().find(|r| r.label == leaf.range) {
+                    Some(range) => range.samples += samples,
+                    None => row.ranges.push(CodeRange {
+                        label: leaf.range.clone(),
+                        samples,
+                    }),
+                }
+            }
+            let mut seen: Vec<Key> = Vec::new();
+            for &f in stack {
+                let k = key(&frames[f as usize]);
+                if seen.contains(&k) {
+                    continue;
+                }
+                match inclusive.iter_mut().find(|(i, _)| *i == k) {
+                    Some((_, n)) => *n += samples,
+                    None => inclusive.push((k.clone(), samples)),
+                }
+                seen.push(k);
+            }
+        }
+        let rows = rows
+            .into_iter()
+            .map(|(k, mut row)| {
+                row.inclusive_samples = inclusive
+                    .iter()
+                    .find(|(i, _)| *i == k)
+                    .map_or(0, |&(_, n)| n);
+                row.processes = vec![ProcessSamples {
+                    pid: 4242,
+                    command: "jitvm".to_owned(),
+                    samples: row.samples,
+                }];
+                row
+            })
+            .collect();
+        let mut profile = profile_with(rows);
+        profile.truncated_stacks = stacks.iter().filter(|s| s.2).map(|s| s.1).sum();
+        profile.stacks = stacks
+            .iter()
+            .map(|&(stack, samples, truncated)| Stack {
+                frames: stack.to_vec(),
+                pid: 4242,
+                samples,
+                truncated,
+            })
+            .collect();
+        profile.frames = frames;
+        profile.has_generated_code = true;
+        // 1400 Hz on one busy CPU: not throttled.
+        profile.cpu_seconds = profile.total_samples as f64 / 1400.0;
+        profile.measured_frequency_hz = 1400.0;
+        profile.vm_executable = "/usr/bin/jitvm".to_owned();
+        if let Some(session) = profile.session.as_mut() {
+            session.call_graph = CallGraph::Fp as i32;
+            session.targets[0].command = "jitvm".to_owned();
+            session.targets[0].executable = "/usr/bin/jitvm".to_owned();
+        }
+        profile
+    }
+
+    /// A JIT VM run of 2010 samples with call stacks, after the demo VM's `tiny` benchmark:
+    /// `Integer>>benchmark` (interpreted from `main`) calls the recursive
+    /// `Integer>>benchFib` from its bytecodes 74->78, `Array>>at:put:` through a closed PIC
+    /// from 79->84 and straight from 84->88, a primitive that copies with libc's memmove and
+    /// another that writes through the kernel; 10 samples of a deep recursion were cut at the
+    /// depth limit, and two small leaves fold at 0.5%. The stacks golden reports' input.
+    pub fn stacks_profile() -> Profile {
+        use Section::{Generated as G, Other as O, Vanilla as V};
+        let frames = vec![
+            frame(V, "main", "jitvm", ""),                      // 0
+            frame(V, "interpret", "jitvm", ""),                 // 1
+            frame(G, "Integer>>benchmark", "[anon]", "74->78"), // 2
+            frame(G, "Integer>>benchmark", "[anon]", "79->84"), // 3
+            frame(G, "Integer>>benchmark", "[anon]", "84->88"), // 4
+            frame(G, "Integer>>benchmark", "[anon]", "52->60"), // 5
+            frame(G, "Integer>>benchmark", "[anon]", "90->94"), // 6
+            frame(G, "Integer>>benchFib", "[anon]", "1->23"),   // 7
+            frame(G, "Integer>>benchFib", "[anon]", "24->30"),  // 8
+            frame(G, "Integer>>benchFib", "[anon]", "31->34"),  // 9
+            frame(G, "Array>>at:put:", "[anon]", "1->5"),       // 10
+            Frame {
+                kind: CodeKind::ClosedPic as i32,
+                ..frame(G, "at:put:", "[anon]", "")
+            }, // 11
+            Frame {
+                kind: CodeKind::Trampoline as i32,
+                ..frame(G, "ceSendMissTrampoline", "[anon]", "")
+            }, // 12
+            frame(V, "primitiveStringReplace", "jitvm", ""),    // 13
+            frame(O, "__memmove_avx_unaligned_erms", "libc.so.6", ""), // 14
+            frame(V, "primitiveFileWrite", "jitvm", ""),        // 15
+            frame(O, "__write", "libc.so.6", ""),               // 16
+            frame(O, "entry_SYSCALL_64", "[kernel.kallsyms]", ""), // 17
+            frame(O, "ksys_write", "[kernel.kallsyms]", ""),    // 18
+            frame(G, "SmallInteger>>+", "[anon]", "1->3"),      // 19
+            frame(O, "clock_gettime", "[vdso]", ""),            // 20
+        ];
+        profile_of_stacks(
+            frames,
+            &[
+                (&[7, 8, 8, 2, 1, 0], 600, false),
+                (&[7, 2, 1, 0], 300, false),
+                (&[9, 8, 2, 1, 0], 100, false),
+                (&[10, 11, 3, 1, 0], 400, false),
+                (&[10, 4, 1, 0], 100, false),
+                (&[5, 1, 0], 150, false),
+                (&[12, 2, 1, 0], 50, false),
+                (&[13, 6, 1, 0], 120, false),
+                (&[14, 13, 6, 1, 0], 80, false),
+                (&[18, 17, 16, 15, 1, 0], 60, false),
+                (&[1, 0], 30, false),
+                (&[7, 8, 8, 8, 8], 10, true),
+                (&[19, 8, 2, 1, 0], 4, false),
+                (&[20, 1, 0], 6, false),
+            ],
+        )
+    }
 }
 
 #[cfg(test)]
@@ -1244,13 +1446,13 @@ mod tests {
     use std::time::Duration;
 
     use vmscope_proto::v1::Section::{Generated as G, Other as O, Unspecified, Vanilla as V};
-    use vmscope_proto::v1::SymbolizationIssue;
+    use vmscope_proto::v1::{CallGraph, SymbolizationIssue};
 
     use vmscope_proto::v1::{CodeKind, CodeRange, InlinedMethod};
 
     use super::fixtures::{
         BENCH_FIB_RANGES, STARTED_AT_SECS, jit_plain, jit_profile, jit_row, node_profile,
-        profile_with, row,
+        profile_with, row, stacks_profile,
     };
     use super::*;
 
@@ -1652,6 +1854,85 @@ mod tests {
             .flat_map(|s| &s.rows)
             .find(|r| r.name == name)
             .unwrap_or_else(|| panic!("no row {name} in {report:#?}"))
+    }
+
+    #[test]
+    fn stacks_give_rows_inclusive_time_beside_self_time() {
+        let options = ReportOptions {
+            min_percent: 0.5,
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&stacks_profile(), &options);
+        assert!(report.call_graph);
+        assert_eq!(report.total_samples, 2010);
+        assert_eq!(report.truncated_stacks, 10);
+        // benchmark: 150 samples of its own, 1904 with everything it called (all but the
+        // interpreter's own 30, the truncated 10, the file write's 60 and clock_gettime's 6).
+        let benchmark = find(&report, "Integer>>benchmark");
+        assert_eq!(benchmark.samples, 150);
+        assert_eq!(benchmark.inclusive_samples, Some(1904));
+        assert_eq!(
+            benchmark.inclusive_percent_of_total.map(round2),
+            Some(94.73)
+        );
+        // Recursion counts once per sample: 1010 own samples plus SmallInteger>>+'s 4.
+        let fib = find(&report, "Integer>>benchFib");
+        assert_eq!((fib.samples, fib.inclusive_samples), (1010, Some(1014)));
+        let interpret = find(&report, "interpret");
+        assert_eq!(
+            (interpret.samples, interpret.inclusive_samples),
+            (30, Some(2000))
+        );
+        // The folds of generated code (SmallInteger>>+) and other code (clock_gettime).
+        let folds: Vec<&ReportRow> = report
+            .sections
+            .iter()
+            .flat_map(|s| &s.rows)
+            .filter(|r| r.folded_rows > 0)
+            .collect();
+        assert_eq!(folds.len(), 2);
+        assert!(
+            folds
+                .iter()
+                .all(|r| r.inclusive_samples.is_none() && r.inclusive_percent_of_total.is_none())
+        );
+    }
+
+    #[test]
+    fn inclusive_time_needs_stacks_and_whole_rows() {
+        let mut profile = stacks_profile();
+        // Grouped by module, a row is several functions: its inclusive time is unknown.
+        let by_dso = ReportOptions {
+            sort: vec![SortKey::Dso],
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&profile, &by_dso);
+        assert!(
+            report
+                .sections
+                .iter()
+                .flat_map(|s| &s.rows)
+                .all(|r| r.inclusive_samples.is_none()),
+            "{report:#?}"
+        );
+        // By process and function, each row is one function of one process: kept.
+        let by_pid = ReportOptions {
+            sort: vec![SortKey::Pid, SortKey::Sym],
+            ..OPTIONS
+        };
+        let report = Report::from_profile(&profile, &by_pid);
+        let benchmark = find(&report, "jitvm[4242]  Integer>>benchmark");
+        assert_eq!(benchmark.inclusive_samples, Some(1904));
+        // A session without stacks (or a daemon that does not say) shows none, whatever its
+        // rows carry.
+        for call_graph in [CallGraph::None, CallGraph::Unspecified] {
+            if let Some(session) = profile.session.as_mut() {
+                session.call_graph = call_graph as i32;
+            }
+            let report = Report::from_profile(&profile, &OPTIONS);
+            assert!(!report.call_graph);
+            assert_eq!(find(&report, "Integer>>benchmark").inclusive_samples, None);
+        }
     }
 
     #[test]

@@ -21,8 +21,8 @@
 use std::io::{self, Write};
 
 use super::{
-    CUMULATIVE_HEADING, Cells, DETAIL_GAP, DETAIL_MARGIN, Detail, INLINED_HEADING, NumberWidths,
-    SAMPLES_HEADING,
+    CUMULATIVE_HEADING, Cells, DETAIL_GAP, DETAIL_MARGIN, Detail, INCLUSIVE_HEADING,
+    INLINED_HEADING, NumberWidths, SAMPLES_HEADING,
 };
 use vmscope_report::Report;
 
@@ -42,8 +42,9 @@ pub(super) fn write_tables(
         of_total: of_total_width,
         samples: samples_width,
         cumulative: cumulative_width,
+        inclusive: inclusive_width,
         detail_percent: detail_percent_width,
-    } = NumberWidths::of(tables, OF_TOTAL_HEADING.len());
+    } = NumberWidths::of(tables, OF_TOTAL_HEADING.len(), report.call_graph);
     // The numbers every line starts with: blanks where a line has none.
     let numbers = |of_section: &str, of_total: &str, samples: &str, cumulative: &str| {
         format!(
@@ -51,17 +52,32 @@ pub(super) fn write_tables(
              {samples:>samples_width$} {cumulative:>cumulative_width$}  "
         )
     };
+    // With stacks, the inclusive column follows (blank on lines without one); without, the
+    // layout stays as it was.
+    let numbers_inclusive =
+        |of_section: &str, of_total: &str, samples: &str, cumulative: &str, inclusive: &str| {
+            let numbers = numbers(of_section, of_total, samples, cumulative);
+            if report.call_graph {
+                format!(
+                    "{}{inclusive:>inclusive_width$}  ",
+                    &numbers[..numbers.len() - 1]
+                )
+            } else {
+                numbers
+            }
+        };
 
     for (section, (_, cells)) in report.sections.iter().zip(tables) {
         writeln!(out)?;
         writeln!(
             out,
             "{}{}",
-            numbers(
+            numbers_inclusive(
                 OF_SECTION_HEADING,
                 OF_TOTAL_HEADING,
                 SAMPLES_HEADING,
-                CUMULATIVE_HEADING
+                CUMULATIVE_HEADING,
+                INCLUSIVE_HEADING
             ),
             section.title
         )?;
@@ -72,7 +88,13 @@ pub(super) fn write_tables(
             writeln!(
                 out,
                 "{}{}",
-                numbers(&c.of_section, &c.of_total, &c.samples, &c.cumulative),
+                numbers_inclusive(
+                    &c.of_section,
+                    &c.of_total,
+                    &c.samples,
+                    &c.cumulative,
+                    &c.inclusive
+                ),
                 c.label
             )?;
             for detail in &c.details {
@@ -85,12 +107,12 @@ pub(super) fn write_tables(
                     } => writeln!(
                         out,
                         "{}{DETAIL_MARGIN}{percent:>detail_percent_width$}{DETAIL_GAP}{label}",
-                        numbers("", "", samples, cumulative)
+                        numbers_inclusive("", "", samples, cumulative, "")
                     )?,
                     Detail::InlinedHeading => writeln!(
                         out,
                         "{}{DETAIL_MARGIN}{INLINED_HEADING}",
-                        numbers("", "", "", "")
+                        numbers_inclusive("", "", "", "", "")
                     )?,
                     Detail::Inlined {
                         percent,
@@ -99,7 +121,7 @@ pub(super) fn write_tables(
                     } => writeln!(
                         out,
                         "{}{DETAIL_MARGIN}{percent:>detail_percent_width$}{DETAIL_GAP}{label}",
-                        numbers("", "", samples, "")
+                        numbers_inclusive("", "", samples, "", "")
                     )?,
                 }
             }
