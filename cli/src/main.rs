@@ -6,7 +6,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use vmscope::{
     output::Destination,
     record::{RecordOptions, Target},
-    report::{Format, ReportOptions, sort_keys::SortKey},
+    report::{
+        DEFAULT_FOLD_PERCENT, Format, ReportOptions, TreeOptions, TreeView, check_tree_format,
+        sort_keys::SortKey,
+    },
     sessions,
 };
 use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV};
@@ -83,9 +86,23 @@ struct OutputArgs {
     /// Report format.
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     format: FormatArg,
-    /// Fold rows under this percentage of all samples into `...others...` (0 keeps every row).
-    #[arg(long, default_value_t = 0.01, value_name = "PERCENT")]
-    fold: f64,
+    /// Fold rows under this percentage of all samples into `...others...` (0 keeps every row)
+    /// [default: 0.01, VMProfiler's; 0.5 for call trees, where each function repeats under
+    /// every path to it].
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    fold: Option<f64>,
+    /// Print the call tree of the recorded stacks instead of the flat report: top-down, each
+    /// function under its caller with inclusive and self time, as Pharo's MessageTally does.
+    #[arg(long)]
+    tree: bool,
+    /// Print who called the function named NAME (exactly), bottom-up: NAME, then its callers,
+    /// theirs under them. A close match is suggested when no function has that name.
+    #[arg(long, value_name = "NAME", conflicts_with = "tree")]
+    callers: Option<String>,
+    /// Print what the function named NAME (exactly) called, top-down from every place it ran,
+    /// merged; recursion counts each sample once.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["tree", "callers"])]
+    callees: Option<String>,
     /// Print names whole in the text report, each last on its line after the numbers (as
     /// perf does), instead of shortening long ones to the name column.
     #[arg(long)]
@@ -132,16 +149,36 @@ impl OutputArgs {
         }
     }
 
-    fn options(&self) -> ReportOptions {
+    /// The call tree asked for, if any, folded at `--fold` or its tree default.
+    fn tree(&self) -> Option<TreeOptions> {
+        let view = match (&self.callers, &self.callees) {
+            (Some(name), _) => TreeView::Callers(name.clone()),
+            (None, Some(name)) => TreeView::Callees(name.clone()),
+            (None, None) if self.tree => TreeView::TopDown,
+            (None, None) => return None,
+        };
+        Some(TreeOptions {
+            view,
+            fold_percent: self.fold.unwrap_or(DEFAULT_FOLD_PERCENT),
+        })
+    }
+
+    /// The report options; fails before anything is recorded when they cannot be honoured.
+    fn options(&self) -> anyhow::Result<ReportOptions> {
         let defaults = ReportOptions::default();
-        ReportOptions {
-            min_percent: self.fold,
+        let tree = self.tree();
+        if tree.is_some() {
+            check_tree_format(self.format())?;
+        }
+        Ok(ReportOptions {
+            min_percent: self.fold.unwrap_or(defaults.min_percent),
             name_width: if self.wide { 0 } else { defaults.name_width },
             vm_modules: self.vm_modules.clone(),
             runtime_modules: !self.no_runtime_modules,
             sort: self.sort.clone(),
+            tree,
             ..defaults
-        }
+        })
     }
 }
 
@@ -166,6 +203,18 @@ fn parse_vm_module(pattern: &str) -> Result<String, String> {
         });
     }
     Ok(pattern.to_owned())
+}
+
+/// A percentage of all samples: 0 to 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let percent: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage"))?;
+    if !(0.0..=100.0).contains(&percent) {
+        return Err(format!("a percentage is 0 to 100, not {s}"));
+    }
+    Ok(percent)
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -194,7 +243,7 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
         frequency_hz: args.frequency,
         duration: args.duration,
         format: args.output.format(),
-        report: args.output.options(),
+        report: args.output.options()?,
     })
 }
 
@@ -220,7 +269,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 &cli.socket,
                 id,
                 output.format(),
-                &output.options(),
+                &output.options()?,
                 &mut out,
             )
             .await?;

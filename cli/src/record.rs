@@ -29,7 +29,7 @@ use vmscope_proto::{
 
 use crate::{
     client::{self, Client},
-    report::{Format, Report, ReportOptions},
+    report::{Format, ReportOptions},
     signals::{self, Signals},
     spawn::{self, ExitStatus, HeldChild},
 };
@@ -135,8 +135,7 @@ pub async fn record(
             .map_err(client::status_error)
             .context("fetching the profile")?
             .into_inner();
-        let report = Report::from_profile(&profile, &options.report);
-        crate::report::render(&report, &options.report, options.format, &mut &mut *out)?;
+        crate::report::render_profile(&profile, &options.report, options.format, &mut &mut *out)?;
         out.flush()?;
         anyhow::Ok(())
     }

@@ -8,7 +8,7 @@ use vmscope_proto::v1 as pb;
 
 use crate::{
     client,
-    report::{Format, Report, ReportOptions},
+    report::{Format, ReportOptions},
 };
 
 /// Prints the caller's sessions as a table.
@@ -84,8 +84,7 @@ pub async fn report(
         .map_err(client::status_error)
         .with_context(|| format!("cannot get the profile of session {id}"))?
         .into_inner();
-    let report = Report::from_profile(&profile, options);
-    crate::report::render(&report, options, format, out)?;
+    crate::report::render_profile(&profile, options, format, out)?;
     Ok(())
 }
 

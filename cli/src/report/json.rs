@@ -281,6 +281,7 @@ mod tests {
         vm_modules: Vec::new(),
         runtime_modules: true,
         sort: Vec::new(),
+        tree: None,
     };
 
     fn parsed(report: &Report) -> Value {

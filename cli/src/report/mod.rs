@@ -36,9 +36,13 @@ mod text;
 
 use std::io::{self, Write};
 
+use anyhow::Context as _;
+use vmscope_proto::v1::Profile;
+
 pub use json::{JsonReport, render_json};
 pub use names::{elide_middle, shorten, shorten_all};
-pub use text::render_text;
+pub use text::{render_text, render_tree_text};
+pub use vmscope_report::tree::{self, CallTree, DEFAULT_FOLD_PERCENT, TreeOptions, TreeView};
 pub use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
     ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
@@ -70,6 +74,43 @@ pub fn render(
             writeln!(out)
         }
     }
+}
+
+/// Renders `profile` as `options` and `format` ask: the flat report, or with
+/// [`ReportOptions::tree`] its call tree (text only). Fails when the tree names a function the
+/// stacks do not have (the error lists close names) or is asked for in another format than
+/// text, and when writing fails.
+pub fn render_profile(
+    profile: &Profile,
+    options: &ReportOptions,
+    format: Format,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let report = Report::from_profile(profile, options);
+    let Some(tree_options) = &options.tree else {
+        render(&report, options, format, out)?;
+        return Ok(());
+    };
+    check_tree_format(format)?;
+    if !report.call_graph {
+        anyhow::bail!(
+            "session {} recorded no call stacks (--call-graph none, or a daemon without \
+             stacks): no call tree to show",
+            report.session_id
+        );
+    }
+    let tree = CallTree::from_profile(profile, tree_options)
+        .with_context(|| format!("session {}'s call tree", report.session_id))?;
+    render_tree_text(&report, &tree, out)?;
+    Ok(())
+}
+
+/// Call trees are text: refuses them in another format before anything is recorded.
+pub fn check_tree_format(format: Format) -> anyhow::Result<()> {
+    if format != Format::Text {
+        anyhow::bail!("--tree, --callers and --callees print text only: drop them or --format");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -47,7 +47,10 @@ use vmscope_report::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
     round2,
 };
+mod tree;
 mod wide;
+
+pub use tree::render_tree_text;
 
 use super::names::shorten_all;
 
@@ -692,6 +695,7 @@ mod tests {
         vm_modules: Vec::new(),
         runtime_modules: true,
         sort: Vec::new(),
+        tree: None,
     };
 
     fn render(profile: &Profile, options: &ReportOptions) -> String {
@@ -702,7 +706,7 @@ mod tests {
     }
 
     /// Compares `actual` with the golden file, or rewrites it when UPDATE_GOLDEN=1.
-    fn check_golden(name: &str, actual: &str) {
+    pub(super) fn check_golden(name: &str, actual: &str) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src/report/testdata")
             .join(name);

@@ -14,6 +14,7 @@ use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Sessi
 use crate::{
     runtimes::known_runtime,
     sort_keys::{self, SortKey},
+    tree::TreeOptions,
 };
 
 /// Name of the row that stands for all the rows folded away in a section, as VMProfiler
@@ -49,6 +50,10 @@ pub struct ReportOptions {
     /// What each section's rows are (`perf report --sort`): empty or `[Sym]` for the usual
     /// one per function; see [`sort_keys`].
     pub sort: Vec<SortKey>,
+    /// A call tree of the profile's stacks instead of the flat report (`--tree`,
+    /// `--callers`, `--callees`); `None` for the flat report. [`Report::from_profile`] does
+    /// not read it: renderers build the tree with [`crate::tree::CallTree::from_profile`].
+    pub tree: Option<TreeOptions>,
 }
 
 impl Default for ReportOptions {
@@ -63,6 +68,7 @@ impl Default for ReportOptions {
             vm_modules: Vec::new(),
             runtime_modules: true,
             sort: Vec::new(),
+            tree: None,
         }
     }
 }
@@ -1463,6 +1469,7 @@ mod tests {
         vm_modules: Vec::new(),
         runtime_modules: true,
         sort: Vec::new(),
+        tree: None,
     };
 
     #[test]

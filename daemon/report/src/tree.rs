@@ -35,7 +35,8 @@
 //!
 //! Nodes with less than [`TreeOptions::fold_percent`] of the profile's samples fold into one
 //! `...others...` node per parent (children of one node are disjoint, so the fold's inclusive
-//! samples are exactly their sum), as the flat report folds its rows.
+//! samples are exactly their sum), as the flat report folds its rows; the `[truncated stacks]`
+//! node never does, so that cut stacks are always in sight.
 //!
 //! The tree is a flat arena ([`CallTree::nodes`], children by index) and is built and walked
 //! without recursion, so that a deep (or hostile) stack cannot overflow the thread's stack.
@@ -530,9 +531,10 @@ impl Arena {
                     .then_with(|| name(a).cmp(name(b)))
                     .then_with(|| a.key_order().cmp(&b.key_order()))
             });
-            let (kept, folded): (Vec<usize>, Vec<usize>) = children
-                .into_iter()
-                .partition(|&c| !is_small(self.nodes[c].inclusive));
+            // Truncated stacks never fold away: they are marked and counted, never hidden.
+            let (kept, folded): (Vec<usize>, Vec<usize>) = children.into_iter().partition(|&c| {
+                self.nodes[c].key == Some(Key::Truncated) || !is_small(self.nodes[c].inclusive)
+            });
             let mut child_out = Vec::with_capacity(kept.len() + 1);
             for child in kept {
                 let node = std::mem::take(&mut self.nodes[child]);
@@ -553,21 +555,16 @@ impl Arena {
                 todo.push((child, Some(index)));
             }
             if !folded.is_empty() {
-                let mut sites: BTreeMap<String, u64> = BTreeMap::new();
-                let mut inclusive = 0u64;
-                for &child in &folded {
-                    inclusive = inclusive.saturating_add(self.nodes[child].inclusive);
-                    for (range, samples) in std::mem::take(&mut self.nodes[child].call_sites) {
-                        let entry = sites.entry(range).or_default();
-                        *entry = entry.saturating_add(samples);
-                    }
-                }
+                let inclusive = folded.iter().fold(0u64, |sum, &child| {
+                    sum.saturating_add(self.nodes[child].inclusive)
+                });
                 child_out.push(nodes.len());
                 nodes.push(TreeNode {
                     label: NodeLabel::Others(folded.len()),
                     inclusive_samples: inclusive,
                     self_samples: 0,
-                    call_sites: sorted_sites(sites),
+                    // The sites of functions nobody sees would explain nothing.
+                    call_sites: Vec::new(),
                     children: Vec::new(),
                 });
             }
@@ -928,6 +925,18 @@ mod tests {
             tree.nodes[tree.walk()[4].0].label,
             NodeLabel::Truncated
         ));
+        // However small, the cut stacks stay in sight.
+        let tree = build(&profile, TreeView::TopDown, 50.0);
+        assert_eq!(
+            lines(&tree),
+            [
+                "main 6/0",
+                "  a 6/0",
+                "    leaf 6/6",
+                "[truncated stacks] 4/0",
+                "  ...others... 4/0",
+            ]
+        );
         // Callees of a: the cut is above it and changes nothing.
         let tree = build(&profile, TreeView::Callees("a".to_owned()), 0.0);
         assert_eq!(lines(&tree), ["a 10/0", "  leaf 10/10"]);

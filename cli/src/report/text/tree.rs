@@ -1,0 +1,336 @@
+//! The text call tree (`--tree`, `--callers NAME`, `--callees NAME`), after Pharo's
+//! MessageTally: the flat report's header, then one line per node of the
+//! [`CallTree`](vmscope_report::tree::CallTree), indented two blanks per level:
+//!
+//! ```text
+//!  incl.%   self%  (samples)  call tree (top-down)
+//! 100.00%   0.00%     (2000)  main [jitvm]
+//! 100.00%   1.50%     (2000)    interpret [jitvm]
+//!  95.20%   7.50%     (1904)      Integer>>benchmark
+//!  50.70%   0.00%     (1014)        Integer>>benchFib [74->78]
+//! ```
+//!
+//! Numbers first, in aligned columns, names last and whole (a tree's indentation already
+//! takes the room a name column would need): inclusive % of all samples, self % of all
+//! samples, (inclusive samples). Native code names its module (`[libc.so.6]`,
+//! `[kernel.kallsyms]`), generated code its kind when it is not a method (`[closed PIC]`),
+//! `[optimised]` and `(inlined)` frames, and the call sites that led to it: ranges of the
+//! generated code caller (`[74->78]`, or `[74->78 (600), 24->30 (404)]` when several did, most
+//! samples first). In the callers view the sites are those in the caller itself, where it
+//! called the line above. A fold reads `...others... (N nodes)` with its self % blank, since
+//! it stands for whole subtrees.
+
+use std::io::{self, Write};
+
+use vmscope_report::{
+    Report, SectionKind,
+    tree::{CallTree, NodeLabel, TreeFunction, TreeNode, TreeView},
+};
+
+use super::{count, percent, write_header, write_summary};
+
+/// Column headings; the last one is followed by the view's title.
+const INCLUSIVE_HEADING: &str = "incl.%";
+const SELF_HEADING: &str = "self%";
+const SAMPLES_HEADING: &str = "(samples)";
+/// Narrowest percentage column ("100.00%").
+const MIN_PERCENT_WIDTH: usize = 7;
+/// Blanks per level of the tree.
+const INDENT: &str = "  ";
+
+/// Writes `tree` as text under `report`'s header and section summary.
+pub fn render_tree_text(report: &Report, tree: &CallTree, out: &mut impl Write) -> io::Result<()> {
+    write_header(report, out)?;
+    writeln!(out)?;
+    write_summary(report, out)?;
+    writeln!(out)?;
+    writeln!(out, "{}", view_line(tree))?;
+
+    let walk = tree.walk();
+    let cells: Vec<(String, String, String)> = walk
+        .iter()
+        .map(|&(node, _)| {
+            let node = &tree.nodes[node];
+            let self_cell = if matches!(node.label, NodeLabel::Others(_)) {
+                String::new()
+            } else {
+                percent(tree.percent(node.self_samples))
+            };
+            (
+                percent(tree.percent(node.inclusive_samples)),
+                self_cell,
+                format!("({})", node.inclusive_samples),
+            )
+        })
+        .collect();
+    let width = |heading: &str, cell: fn(&(String, String, String)) -> &String| {
+        cells
+            .iter()
+            .map(|c| cell(c).chars().count())
+            .fold(heading.len().max(MIN_PERCENT_WIDTH), usize::max)
+    };
+    let inclusive_width = width(INCLUSIVE_HEADING, |c| &c.0);
+    let self_width = width(SELF_HEADING, |c| &c.1);
+    let samples_width = width(SAMPLES_HEADING, |c| &c.2);
+
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{INCLUSIVE_HEADING:>inclusive_width$} {SELF_HEADING:>self_width$}  \
+         {SAMPLES_HEADING:>samples_width$}  {}",
+        title(&tree.view)
+    )?;
+    if walk.is_empty() {
+        writeln!(out, "  (no stacks)")?;
+    }
+    for (&(node, depth), (inclusive, self_cell, samples)) in walk.iter().zip(&cells) {
+        writeln!(
+            out,
+            "{inclusive:>inclusive_width$} {self_cell:>self_width$}  \
+             {samples:>samples_width$}  {}{}",
+            INDENT.repeat(depth),
+            label(&tree.nodes[node])
+        )?;
+    }
+    Ok(())
+}
+
+/// The view's heading, at the right of the column headings.
+fn title(view: &TreeView) -> String {
+    match view {
+        TreeView::TopDown => "call tree (top-down)".to_owned(),
+        TreeView::Callees(name) => format!("callees of {name}"),
+        TreeView::Callers(name) => format!("callers of {name} (bottom-up)"),
+    }
+}
+
+/// What the tree holds and how to read it, in one line.
+fn view_line(tree: &CallTree) -> String {
+    let folded = if tree.fold_percent > 0.0 {
+        format!(
+            "; nodes under {}% of all samples folded",
+            trim_float(tree.fold_percent)
+        )
+    } else {
+        String::new()
+    };
+    let share = |what: &str| {
+        format!(
+            "{} {what} ({} of all)",
+            count(tree.tree_samples, "sample"),
+            percent(tree.percent(tree.tree_samples))
+        )
+    };
+    match &tree.view {
+        TreeView::TopDown => format!(
+            "call tree of {}: inclusive and self time in % of all samples{folded}",
+            count(tree.tree_samples, "sample")
+        ),
+        TreeView::Callees(name) => format!(
+            "callees of {name}: {}, each counted once from its outermost {name}{folded}",
+            share("in stacks holding it")
+        ),
+        TreeView::Callers(name) => format!(
+            "callers of {name}: {}; self is {name}'s own time through each caller{folded}",
+            share("in stacks holding it")
+        ),
+    }
+}
+
+/// `0.5` rather than `0.50`, `1` rather than `1.00`: the threshold as the user would type it.
+fn trim_float(value: f64) -> String {
+    let text = format!("{value:.4}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// A node's name with what tells it apart: module, kind, inlined, call sites.
+fn label(node: &TreeNode) -> String {
+    let mut label = match &node.label {
+        NodeLabel::Others(nodes) => {
+            format!("{} ({})", node.label.name(), count(*nodes as u64, "node"))
+        }
+        NodeLabel::Truncated => node.label.name().to_owned(),
+        NodeLabel::Function(function) => format!("{}{}", function.name, suffix(function)),
+    };
+    match node.call_sites.as_slice() {
+        [] => {}
+        [site] => label.push_str(&format!(" [{}]", site.range)),
+        sites => {
+            let sites: Vec<String> = sites
+                .iter()
+                .map(|s| format!("{} ({})", s.range, s.samples))
+                .collect();
+            label.push_str(&format!(" [{}]", sites.join(", ")));
+        }
+    }
+    label
+}
+
+/// Generated code: its kind when not a method, `[optimised]`, `(inlined)`. Native code: its
+/// module, unless its name already says it (`libfoo.so+0x1f0`).
+fn suffix(function: &TreeFunction) -> String {
+    if function.section == SectionKind::Generated {
+        let mut suffix = String::new();
+        if let Some(tag) = function.kind.and_then(|kind| kind.text_tag()) {
+            suffix.push_str(&format!(" [{tag}]"));
+        }
+        if function.inlined {
+            suffix.push_str(" (inlined)");
+        } else if function.optimised {
+            suffix.push_str(" [optimised]");
+        }
+        suffix
+    } else if function.symbolized && !function.module.is_empty() {
+        let bracketed = function.module.starts_with('[') && function.module.ends_with(']');
+        if bracketed {
+            format!(" {}", function.module)
+        } else {
+            format!(" [{}]", function.module)
+        }
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vmscope_proto::v1::{CallGraph, Profile};
+    use vmscope_report::{ReportOptions, fixtures::stacks_profile};
+
+    use super::super::tests::check_golden;
+    use crate::report::{
+        DEFAULT_FOLD_PERCENT, Format, TreeOptions, TreeView, check_tree_format, render_profile,
+    };
+
+    fn options(view: TreeView) -> ReportOptions {
+        ReportOptions {
+            tree: Some(TreeOptions {
+                view,
+                fold_percent: DEFAULT_FOLD_PERCENT,
+            }),
+            ..ReportOptions::default()
+        }
+    }
+
+    fn render(profile: &Profile, view: TreeView) -> anyhow::Result<String> {
+        let mut out = Vec::new();
+        render_profile(profile, &options(view), Format::Text, &mut out)?;
+        Ok(String::from_utf8(out).expect("the report is UTF-8"))
+    }
+
+    fn tree_text(view: TreeView) -> String {
+        render(&stacks_profile(), view).expect("the tree renders")
+    }
+
+    #[test]
+    fn golden_trees() {
+        check_golden("tree.txt", &tree_text(TreeView::TopDown));
+        check_golden(
+            "tree-callers.txt",
+            &tree_text(TreeView::Callers("Integer>>benchFib".to_owned())),
+        );
+        check_golden(
+            "tree-callees.txt",
+            &tree_text(TreeView::Callees("Integer>>benchmark".to_owned())),
+        );
+    }
+
+    /// The line of the tree whose name (after the indentation) starts with `name`.
+    fn node_line<'a>(text: &'a str, name: &str) -> &'a str {
+        text.lines()
+            .find(|l| {
+                l.split("  ")
+                    .any(|part| part.trim_start().starts_with(name))
+            })
+            .unwrap_or_else(|| panic!("no node {name:?} in\n{text}"))
+    }
+
+    #[test]
+    fn golden_tree_reflects_the_model() {
+        // Numbers by hand from the fixture's stacks (2010 samples).
+        let text = tree_text(TreeView::TopDown);
+        // main holds every stack but the 10 truncated ones: 2000 = 99.50%.
+        assert!(
+            node_line(&text, "main [jitvm]").starts_with(" 99.50%   0.00%     (2000)  main"),
+            "{text}"
+        );
+        // benchmark: 1904 inclusive (94.73%), 150 of its own (7.46%), two levels down.
+        assert!(
+            node_line(&text, "Integer>>benchmark")
+                .starts_with(" 94.73%   7.46%     (1904)      Integer>>benchmark"),
+            "{text}"
+        );
+        // benchFib called from benchmark's 74->78: 600 + 300 + 100 + 4 = 1004, of which 300
+        // are its own at this level (the others are in its recursive calls).
+        let fib = node_line(&text, "Integer>>benchFib [74->78]");
+        assert!(fib.starts_with(" 49.95%  14.93%     (1004)"), "{fib}");
+        // at:put: reached through the PIC from 79->84 (the PIC's frame has no range to show)
+        // and straight from 84->88.
+        assert!(text.contains("at:put: [closed PIC] [79->84]\n"), "{text}");
+        assert!(text.contains("  Array>>at:put:\n"), "{text}");
+        assert!(text.contains("Array>>at:put: [84->88]"), "{text}");
+        // Kernel frames under the user frame that made the syscall.
+        let write = text
+            .lines()
+            .position(|l| l.ends_with("__write [libc.so.6]"))
+            .expect("__write");
+        assert!(
+            text.lines()
+                .nth(write + 1)
+                .unwrap()
+                .ends_with("      entry_SYSCALL_64 [kernel.kallsyms]")
+        );
+        // The truncated stacks apart, and clock_gettime (6 = 0.30%) folded.
+        assert!(
+            text.contains("  0.50%   0.00%       (10)  [truncated stacks]\n"),
+            "{text}"
+        );
+        assert!(text.contains("...others... (1 node)"), "{text}");
+        assert!(!text.contains("clock_gettime"), "{text}");
+        // The flat report's header.
+        assert!(text.starts_with("pid 4242 (jitvm) /usr/bin/jitvm  2026-11-22 10:00:00 UTC"));
+    }
+
+    #[test]
+    fn callers_and_callees_views() {
+        let text = tree_text(TreeView::Callers("Integer>>benchFib".to_owned()));
+        // 1014 samples hold benchFib, 1010 of them in its own code.
+        assert!(
+            node_line(&text, "Integer>>benchFib").starts_with(" 50.45%  50.25%     (1014)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1014 samples in stacks holding it (50.45% of all)"),
+            "{text}"
+        );
+        let text = tree_text(TreeView::Callees("Integer>>benchmark".to_owned()));
+        assert!(
+            node_line(&text, "Integer>>benchmark").starts_with(" 94.73%   7.46%     (1904)"),
+            "{text}"
+        );
+        // No interpret or main above it.
+        assert!(!text.contains("interpret"), "{text}");
+    }
+
+    #[test]
+    fn trees_fail_clearly() {
+        let error = render(&stacks_profile(), TreeView::Callers("benchFib".to_owned()))
+            .expect_err("not an exact name");
+        assert_eq!(
+            format!("{error:#}"),
+            "session 7's call tree: no function named \"benchFib\" in the profile's stacks; \
+             did you mean one of: Integer>>benchFib"
+        );
+        let mut profile = stacks_profile();
+        if let Some(session) = profile.session.as_mut() {
+            session.call_graph = CallGraph::None as i32;
+        }
+        let error = render(&profile, TreeView::TopDown).expect_err("no stacks");
+        assert!(
+            error.to_string().contains("recorded no call stacks"),
+            "{error}"
+        );
+        assert!(check_tree_format(Format::Json).is_err());
+        assert!(check_tree_format(Format::Text).is_ok());
+    }
+}
