@@ -334,8 +334,14 @@ impl CallTree {
                     .map(|f| profile.frames[f].range.as_str())
                     .filter(|r| !r.is_empty())
                 {
-                    let entry = raw.call_sites.entry(range.to_owned()).or_default();
-                    *entry = entry.saturating_add(stack.samples);
+                    // Looked up by &str first: most stacks pass known sites, and a String per
+                    // frame per stack would be most of the work on a million stacks.
+                    match raw.call_sites.get_mut(range) {
+                        Some(samples) => *samples = samples.saturating_add(stack.samples),
+                        None => {
+                            raw.call_sites.insert(range.to_owned(), stack.samples);
+                        }
+                    }
                 }
                 parent = node;
             }
