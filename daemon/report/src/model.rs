@@ -405,7 +405,13 @@ impl Report {
 
         let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         let mut vm_modules: BTreeMap<&str, VmModule> = BTreeMap::new();
-        for row in &profile.rows {
+        // Rows with no time of their own (callers only, in sessions with stacks) carry
+        // inclusive time for trees and formats; the flat report is about self time.
+        for row in profile
+            .rows
+            .iter()
+            .filter(|r| r.samples > 0 || r.inclusive_samples == 0)
+        {
             let mut kind = SectionKind::from_proto(row.section());
             // Before anything is summed, so that every number agrees with the move.
             if kind == SectionKind::Other
