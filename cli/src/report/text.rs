@@ -177,6 +177,16 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
     if let Some(warning) = rate_warning(report) {
         writeln!(out, "{warning}")?;
     }
+    if let Some(share) = report.v8_interpreted_frames {
+        writeln!(
+            out,
+            "hint: {} of all samples run through V8's interpreter ({}), which hides the \
+             JavaScript callers it runs; run node with --interpreted-frames-native-stack (and \
+             --perf-basic-prof) to name them",
+            percent(share),
+            vmscope_report::model::V8_INTERPRETER_ENTRY
+        )?;
+    }
     if let Some((module, share)) = &report.vm_module_hint {
         writeln!(
             out,

@@ -392,6 +392,45 @@ pub struct Report {
     /// Samples whose stack was cut at the depth limit (`kernel.perf_event_max_stack`): their
     /// outermost callers are missing.
     pub truncated_stacks: u64,
+    /// Share of all samples (percent) whose stacks run through V8's interpreter entry
+    /// trampoline, behind which interpreted JavaScript callers stay nameless unless node runs
+    /// with `--interpreted-frames-native-stack`: for a hint to use it. `None` below
+    /// [`INTERPRETED_FRAMES_HINT_PERCENT`] or with the flag given (the trampoline then calls
+    /// named per-function copies of itself).
+    pub v8_interpreted_frames: Option<f64>,
+}
+
+/// V8's entry into its bytecode interpreter: every interpreted JavaScript frame is this
+/// builtin's frame unless node runs with `--interpreted-frames-native-stack`.
+pub const V8_INTERPRETER_ENTRY: &str = "Builtins_InterpreterEntryTrampoline";
+
+/// Share of all samples under V8's interpreter entry at which the report suggests
+/// `--interpreted-frames-native-stack`.
+pub const INTERPRETED_FRAMES_HINT_PERCENT: f64 = 5.0;
+
+/// Share of all samples whose stacks hold V8's interpreter entry trampoline (see
+/// [`Report::v8_interpreted_frames`]).
+fn v8_interpreted_frames(profile: &Profile) -> Option<f64> {
+    let entry: Vec<bool> = profile
+        .frames
+        .iter()
+        .map(|f| f.name == V8_INTERPRETER_ENTRY)
+        .collect();
+    if !entry.contains(&true) {
+        return None;
+    }
+    let samples: u64 = profile
+        .stacks
+        .iter()
+        .filter(|s| {
+            s.frames
+                .iter()
+                .any(|&i| entry.get(i as usize).copied().unwrap_or(false))
+        })
+        .map(|s| s.samples)
+        .sum();
+    Some(percent(samples, profile.total_samples))
+        .filter(|&share| share >= INTERPRETED_FRAMES_HINT_PERCENT)
 }
 
 impl Report {
@@ -533,6 +572,7 @@ impl Report {
             issues: merge_issues(profile),
             call_graph,
             truncated_stacks: profile.truncated_stacks,
+            v8_interpreted_frames: call_graph.then(|| v8_interpreted_frames(profile)).flatten(),
         }
     }
 }
@@ -2413,5 +2453,31 @@ mod tests {
         assert_eq!(round2(0.125), 0.13);
         assert_eq!(round2(100.0), 100.0);
         assert!(round2(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn stacks_through_v8s_interpreter_entry_get_a_hint() {
+        use vmscope_proto::v1::{Frame, Stack};
+        let mut profile = stacks_profile();
+        let base = profile.frames.len() as u32;
+        profile.frames.push(Frame {
+            name: V8_INTERPRETER_ENTRY.into(),
+            module: "/usr/bin/node".into(),
+            ..Frame::default()
+        });
+        let share =
+            |profile: &Profile| Report::from_profile(profile, &OPTIONS).v8_interpreted_frames;
+        assert_eq!(share(&profile), None, "no stack holds it yet");
+        let extra = profile.total_samples / 10;
+        profile.stacks.push(Stack {
+            frames: vec![0, base],
+            pid: 1,
+            samples: extra,
+            truncated: false,
+        });
+        profile.total_samples += extra;
+        let expected = percent(extra, profile.total_samples);
+        assert_eq!(share(&profile), Some(expected));
+        assert!(expected >= INTERPRETED_FRAMES_HINT_PERCENT);
     }
 }
