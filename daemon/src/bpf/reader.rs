@@ -56,7 +56,9 @@ pub struct Batch {
     pub frame_start: Vec<u32>,
     /// CLOCK_MONOTONIC time (ns) at which the drain began.
     pub watermark_ns: u64,
-    /// Records too short to be an event (a build mismatch between daemon and program).
+    /// Records that are not a well-formed event: too short to be one (a build mismatch between
+    /// daemon and program), shorter than their frame counts say, or with a count above
+    /// [`MAX_STACK_FRAMES`](vmscope_common::MAX_STACK_FRAMES). They are dropped, never trusted.
     pub malformed: u64,
 }
 
@@ -69,6 +71,23 @@ impl Batch {
         self.frame_start.push(self.frames.len() as u32);
         self.frames.extend_from_slice(kernel);
         self.frames.extend_from_slice(user);
+        self.events.push(event);
+    }
+
+    /// Decodes one ring-buffer record (an event, then its frames) into the batch, or counts
+    /// it in [`Batch::malformed`].
+    pub fn push_record(&mut self, record: &[u8]) {
+        let Some(event) = Event::from_bytes(record) else {
+            self.malformed += 1;
+            return;
+        };
+        let Some(frames) = event.frames_from_bytes(record) else {
+            self.malformed += 1;
+            return;
+        };
+        // Straight into the arena: no vector per sample.
+        self.frame_start.push(self.frames.len() as u32);
+        self.frames.extend(frames);
         self.events.push(event);
     }
 
@@ -185,7 +204,13 @@ pub fn spawn_reader(
                     }
                     let watermark_ns = sys::monotonic_ns();
                     let batches = drain(
-                        || ring.next().map(|item| Event::from_bytes(&item)),
+                        |batch| match ring.next() {
+                            Some(record) => {
+                                batch.push_record(&record);
+                                true
+                            }
+                            None => false,
+                        },
                         watermark_ns,
                         previous_ns,
                         || control.take_due_flush(watermark_ns),
@@ -205,24 +230,21 @@ pub fn spawn_reader(
 
 /// Drains a ring once, into batches of at most [`MAX_BATCH`] events.
 ///
-/// `next` yields `Some(Some(event))`, `Some(None)` for a record too short to be an event, and
-/// `None` once the ring is empty. Only the last batch carries `watermark_ns`: until the ring is
+/// `next` decodes the next record into the batch it is given (with [`Batch::push_record`]) and
+/// returns `false` once the ring is empty: ring records are borrowed from the ring, so they are
+/// decoded where they are read. Only the last batch carries `watermark_ns`: until the ring is
 /// empty, events stamped before it may still be unread, so earlier batches carry
 /// `previous_ns`, the watermark already promised. Nothing is returned for an empty ring unless
 /// `flush_due` (asked only once the ring is empty) says a batch is awaited.
 fn drain(
-    mut next: impl FnMut() -> Option<Option<Event>>,
+    mut next: impl FnMut(&mut Batch) -> bool,
     watermark_ns: u64,
     previous_ns: u64,
     flush_due: impl FnOnce() -> bool,
 ) -> Vec<Batch> {
     let mut batches = Vec::new();
     let mut batch = Batch::default();
-    while let Some(record) = next() {
-        match record {
-            Some(event) => batch.push(event, &[], &[]),
-            None => batch.malformed += 1,
-        }
+    while next(&mut batch) {
         if batch.events.len() >= MAX_BATCH {
             batch.watermark_ns = previous_ns;
             batches.push(std::mem::take(&mut batch));
@@ -238,20 +260,61 @@ fn drain(
 
 #[cfg(test)]
 mod tests {
+    use vmscope_common::{FLAG_KERNEL_MODE, FLAG_STACK, MAX_STACK_FRAMES};
+
     use super::*;
 
-    fn source(events: usize, malformed_at: Option<usize>) -> impl FnMut() -> Option<Option<Event>> {
-        let mut i = 0;
-        move || {
-            if i == events {
-                return None;
+    /// A ring holding `records`, read in order as the reader thread reads a real one.
+    fn ring(records: Vec<Vec<u8>>) -> impl FnMut(&mut Batch) -> bool {
+        let mut records = records.into_iter();
+        move |batch| match records.next() {
+            Some(record) => {
+                batch.push_record(&record);
+                true
             }
-            i += 1;
-            Some((Some(i - 1) != malformed_at).then(|| Event {
-                timestamp_ns: i as u64,
-                ..Event::default()
-            }))
+            None => false,
         }
+    }
+
+    /// `events` plain 48-byte sample records, the one at `malformed_at` cut short.
+    fn source(events: usize, malformed_at: Option<usize>) -> impl FnMut(&mut Batch) -> bool {
+        ring(
+            (0..events)
+                .map(|i| {
+                    let mut record = Event {
+                        timestamp_ns: i as u64 + 1,
+                        ..Event::default()
+                    }
+                    .to_bytes()
+                    .to_vec();
+                    if Some(i) == malformed_at {
+                        record.truncate(Event::SIZE - 1);
+                    }
+                    record
+                })
+                .collect(),
+        )
+    }
+
+    /// A sample record with these stacks, as the kernel writes it.
+    fn stack_record(tid: u32, kernel: &[u64], user: &[u64]) -> Vec<u8> {
+        let event = Event {
+            tid,
+            flags: FLAG_STACK
+                | if kernel.is_empty() {
+                    0
+                } else {
+                    FLAG_KERNEL_MODE
+                },
+            kernel_frames: kernel.len() as u16,
+            user_frames: user.len() as u16,
+            ..Event::default()
+        };
+        let mut record = event.to_bytes().to_vec();
+        for frame in kernel.iter().chain(user) {
+            record.extend(frame.to_ne_bytes());
+        }
+        record
     }
 
     #[test]
@@ -292,6 +355,75 @@ mod tests {
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].events.len(), 3);
         assert_eq!(batches[0].malformed, 1);
+    }
+
+    #[test]
+    fn stacks_are_decoded_into_the_arena_beside_plain_events() {
+        let kernel = [0xffff_ffff_8100_1234, 0xffff_ffff_8100_5678];
+        let user = [0x40_1000, 0x40_2000, 0x40_3000];
+        let batches = drain(
+            ring(vec![
+                stack_record(1, &kernel, &user),
+                Event {
+                    tid: 2,
+                    ..Event::default()
+                }
+                .to_bytes()
+                .to_vec(),
+                stack_record(3, &[], &user[1..]),
+            ]),
+            900,
+            100,
+            || false,
+        );
+        assert_eq!(batches.len(), 1);
+        let batch = &batches[0];
+        let tids: Vec<u32> = batch.events.iter().map(|e| e.tid).collect();
+        assert_eq!(tids, [1, 2, 3]);
+        assert_eq!(batch.stack(0), (&kernel[..], &user[..]));
+        assert_eq!(batch.stack(1), (&[][..], &[][..]));
+        assert_eq!(batch.stack(2), (&[][..], &user[1..]));
+        assert_eq!(batch.frames.len(), 2 + 3 + 2);
+        assert_eq!(batch.malformed, 0);
+    }
+
+    #[test]
+    fn records_that_lie_about_their_frames_are_dropped_and_counted() {
+        let good = stack_record(1, &[], &[0x40_1000, 0x40_2000]);
+        // One byte short of its second frame.
+        let short = good[..good.len() - 1].to_vec();
+        // Counts above MAX_STACK_FRAMES, with bytes enough for them: still refused.
+        let too_deep = {
+            let frames = vec![0x40_1000; MAX_STACK_FRAMES + 1];
+            stack_record(2, &[], &frames)
+        };
+        let too_deep_kernel = {
+            let frames = vec![0xffff_ffff_8100_0000; MAX_STACK_FRAMES + 1];
+            stack_record(3, &frames, &[0x40_1000])
+        };
+        let batches = drain(
+            ring(vec![short, too_deep, good.clone(), too_deep_kernel]),
+            900,
+            100,
+            || false,
+        );
+        let batch = &batches[0];
+        assert_eq!(batch.malformed, 3);
+        assert_eq!(batch.events.len(), 1);
+        assert_eq!(batch.events[0].tid, 1);
+        assert_eq!(batch.stack(0), (&[][..], &[0x40_1000, 0x40_2000][..]));
+        assert_eq!(batch.frames.len(), 2, "nothing of a dropped record is kept");
+        // A full-depth stack on both sides is the largest record the kernel writes: accepted.
+        let deepest = stack_record(
+            4,
+            &[0xffff_ffff_8100_0000; MAX_STACK_FRAMES],
+            &[0x40_1000; MAX_STACK_FRAMES],
+        );
+        let mut batch = Batch::default();
+        batch.push_record(&deepest);
+        assert_eq!(batch.malformed, 0);
+        assert_eq!(batch.stack(0).0.len(), MAX_STACK_FRAMES);
+        assert_eq!(batch.stack(0).1.len(), MAX_STACK_FRAMES);
     }
 
     #[test]
