@@ -52,6 +52,19 @@ pub fn perf_event_max_sample_rate() -> io::Result<u32> {
         .ok_or_else(|| io::Error::other(format!("{MAX_SAMPLE_RATE_SYSCTL} does not hold a number")))
 }
 
+/// `/proc/sys/kernel/perf_event_max_stack`: the most frames the kernel walks for one stack
+/// (127 unless an administrator changed it).
+pub const MAX_STACK_SYSCTL: &str = "/proc/sys/kernel/perf_event_max_stack";
+
+/// The kernel's stack depth limit, in frames.
+pub fn perf_event_max_stack() -> io::Result<u32> {
+    let text = read_bounded(Path::new(MAX_STACK_SYSCTL), 64)?;
+    std::str::from_utf8(&text)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| io::Error::other(format!("{MAX_STACK_SYSCTL} does not hold a number")))
+}
+
 /// `kernel.perf_event_paranoid`: above 1, the kernel keeps its own code out of unprivileged
 /// users' profiles, and so does the daemon.
 pub fn perf_event_paranoid() -> io::Result<i32> {
@@ -233,6 +246,13 @@ mod tests {
         assert_eq!(read_bounded(&path, 100).unwrap().len(), 100);
         let err = read_bounded(&path, 99).unwrap_err();
         assert!(err.to_string().contains("larger than 99 bytes"), "{err}");
+    }
+
+    #[test]
+    fn the_stack_depth_limit_is_read() {
+        // Every kernel with perf events has the sysctl (since 4.8); 127 unless changed.
+        let limit = perf_event_max_stack().expect("kernel.perf_event_max_stack");
+        assert!(limit > 0, "a limit of {limit} frames");
     }
 
     #[test]

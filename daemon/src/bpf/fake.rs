@@ -17,8 +17,12 @@ pub struct FakeKernel {
     pub periods: BTreeSet<u64>,
     /// Filter entries `(period, tgid)`.
     pub targets: BTreeSet<(u64, u32)>,
+    /// The filter entries whose samples carry call stacks (a subset of `targets`).
+    pub stack_targets: BTreeSet<(u64, u32)>,
     /// Periods sampled system-wide.
     pub system_wide: BTreeSet<u64>,
+    /// The system-wide periods whose samples carry call stacks (a subset of `system_wide`).
+    pub stack_system_wide: BTreeSet<u64>,
     /// Processes whose exec is reported.
     pub tracked: BTreeSet<u32>,
     /// Number of system-wide sessions.
@@ -27,6 +31,9 @@ pub struct FakeKernel {
     pub lost: LostCounts,
     /// Fail the next `start_period` (to test rollback).
     pub fail_next_start: bool,
+    /// Fail the next `set_target` or `set_system_wide`, as a full map would (to test
+    /// rollback).
+    pub fail_next_filter: bool,
     /// Calls to `start_period` that opened events, by period.
     pub starts: BTreeMap<u64, u32>,
 }
@@ -42,6 +49,15 @@ impl FakeSampler {
     fn with<T>(&self, f: impl FnOnce(&mut FakeKernel) -> T) -> T {
         f(&mut self.kernel.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+fn injected_filter_failure(k: &mut FakeKernel) -> Result<(), SamplerError> {
+    if std::mem::take(&mut k.fail_next_filter) {
+        return Err(SamplerError::Cpus(std::io::Error::other(
+            "injected filter failure",
+        )));
+    }
+    Ok(())
 }
 
 impl SamplerControl for FakeSampler {
@@ -62,22 +78,46 @@ impl SamplerControl for FakeSampler {
         self.with(|k| k.periods.remove(&period_ns));
     }
 
-    fn add_target(&mut self, key: TargetKey) -> Result<(), SamplerError> {
-        self.with(|k| k.targets.insert((key.period_ns, key.tgid)));
-        Ok(())
+    fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError> {
+        let entry = (key.period_ns, key.tgid);
+        self.with(|k| {
+            injected_filter_failure(k)?;
+            k.targets.insert(entry);
+            if stacks {
+                k.stack_targets.insert(entry);
+            } else {
+                k.stack_targets.remove(&entry);
+            }
+            Ok(())
+        })
     }
 
     fn remove_target(&mut self, key: TargetKey) {
-        self.with(|k| k.targets.remove(&(key.period_ns, key.tgid)));
+        let entry = (key.period_ns, key.tgid);
+        self.with(|k| {
+            k.targets.remove(&entry);
+            k.stack_targets.remove(&entry);
+        });
     }
 
-    fn add_system_wide(&mut self, period_ns: u64) -> Result<(), SamplerError> {
-        self.with(|k| k.system_wide.insert(period_ns));
-        Ok(())
+    fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError> {
+        self.with(|k| {
+            injected_filter_failure(k)?;
+            k.system_wide.insert(period_ns);
+            if stacks {
+                k.stack_system_wide.insert(period_ns);
+            } else {
+                k.stack_system_wide.remove(&period_ns);
+            }
+            Ok(())
+        })
     }
 
     fn remove_system_wide(&mut self, period_ns: u64) {
-        self.with(|k| k.system_wide.remove(&period_ns));
+        self.with(|k| {
+            k.system_wide.remove(&period_ns);
+            k.stack_system_wide.remove(&period_ns);
+        });
     }
 
     fn set_exec_tracking(&mut self, tgid: u32, tracked: bool) {

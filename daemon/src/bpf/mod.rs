@@ -23,7 +23,11 @@ use aya::{
     },
 };
 pub use reader::{Batch, ReaderControl, spawn_reader};
-use vmscope_common::{CONFIG_SYSTEM_WIDE, TargetKey};
+use vmscope_common::{
+    CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, MAX_STACK_FRAMES, TargetKey, WANT_STACKS,
+};
+
+use crate::sys;
 
 /// The compiled eBPF object (built by build.rs with aya-build).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vmscope-ebpf"));
@@ -83,6 +87,11 @@ impl SamplerError {
     }
 }
 
+/// The `TARGETS` or `SYSTEM_WIDE` value: present means sampled, the bit says with stacks.
+fn map_value(stacks: bool) -> u8 {
+    if stacks { WANT_STACKS } else { 0 }
+}
+
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> SamplerError {
     move |source| SamplerError::Map {
         map,
@@ -107,12 +116,14 @@ pub trait SamplerControl: Send {
     fn start_period(&mut self, period_ns: u64) -> Result<(), SamplerError>;
     /// Closes the perf events of a period.
     fn stop_period(&mut self, period_ns: u64);
-    /// Samples a process at a period.
-    fn add_target(&mut self, key: TargetKey) -> Result<(), SamplerError>;
+    /// Samples a process at a period, with call stacks or without; called again for a sampled
+    /// process, changes whether its samples carry stacks.
+    fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError>;
     /// Stops sampling a process at a period.
     fn remove_target(&mut self, key: TargetKey);
-    /// Samples every process at a period.
-    fn add_system_wide(&mut self, period_ns: u64) -> Result<(), SamplerError>;
+    /// Samples every process at a period, with call stacks or without; called again, changes
+    /// whether the samples carry stacks.
+    fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError>;
     /// Stops sampling every process at a period.
     fn remove_system_wide(&mut self, period_ns: u64);
     /// Reports (or stops reporting) `execve` of this process.
@@ -124,6 +135,20 @@ pub trait SamplerControl: Send {
     /// Forgets the lost-sample counters of a period nobody samples at any more, so that the
     /// keyed table does not fill up over the daemon's life.
     fn clear_lost(&mut self, period_ns: u64);
+}
+
+/// The stack depth the kernel program works to: `kernel.perf_event_max_stack`, which bounds
+/// every walk the kernel does, capped at [`MAX_STACK_FRAMES`], the room in a record. An
+/// unreadable sysctl leaves the cap (the kernel still enforces its own limit).
+fn max_stack_frames() -> u32 {
+    let cap = MAX_STACK_FRAMES as u32;
+    match sys::perf_event_max_stack() {
+        Ok(limit) => limit.clamp(1, cap),
+        Err(e) => {
+            tracing::warn!("cannot read the stack depth limit, assuming {cap} frames: {e}");
+            cap
+        }
+    }
 }
 
 /// The loaded eBPF object and its perf events.
@@ -196,11 +221,18 @@ impl Sampler {
             .map_err(program_err("attach to raw tracepoint sched_process_exec"))?;
 
         let events = take_map(&mut ebpf, "EVENTS")?;
+        let mut config: Array<MapData, u32> = take_map(&mut ebpf, "CONFIG")?;
+        // The kernel walks no deeper than kernel.perf_event_max_stack; the program marks a
+        // stack that reaches this limit as truncated, so it must know the limit.
+        let max_stack = max_stack_frames();
+        config
+            .set(CONFIG_MAX_STACK, max_stack, 0)
+            .map_err(map_err("CONFIG"))?;
         let sampler = Sampler {
             targets: take_map(&mut ebpf, "TARGETS")?,
             system_wide: take_map(&mut ebpf, "SYSTEM_WIDE")?,
             tracked: take_map(&mut ebpf, "TRACKED")?,
-            config: take_map(&mut ebpf, "CONFIG")?,
+            config,
             lost: take_map(&mut ebpf, "LOST")?,
             lost_unkeyed: take_map(&mut ebpf, "LOST_UNKEYED")?,
             ebpf,
@@ -265,8 +297,10 @@ impl SamplerControl for Sampler {
         }
     }
 
-    fn add_target(&mut self, key: TargetKey) -> Result<(), SamplerError> {
-        self.targets.insert(key, 1, 0).map_err(map_err("TARGETS"))
+    fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError> {
+        self.targets
+            .insert(key, map_value(stacks), 0)
+            .map_err(map_err("TARGETS"))
     }
 
     fn remove_target(&mut self, key: TargetKey) {
@@ -275,9 +309,9 @@ impl SamplerControl for Sampler {
         }
     }
 
-    fn add_system_wide(&mut self, period_ns: u64) -> Result<(), SamplerError> {
+    fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError> {
         self.system_wide
-            .insert(period_ns, 1, 0)
+            .insert(period_ns, map_value(stacks), 0)
             .map_err(map_err("SYSTEM_WIDE"))
     }
 

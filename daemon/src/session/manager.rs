@@ -924,9 +924,8 @@ impl Manager {
         };
         target.until_ns = Some(until_ns);
         target.note = Some(note.to_owned());
-        let period_ns = session.period_ns;
         self.routes
-            .release_target(self.sampler.as_mut(), period_ns, pid);
+            .release_target(self.sampler.as_mut(), &session.spec, pid);
     }
 
     /// Counts a sample in the sessions that want it: its stack (leaf first) for those that

@@ -2,9 +2,12 @@
 //!
 //! Several sessions may sample the same process at the same period, or run system-wide at the
 //! same time. The kernel only needs one filter entry per `(period, pid)` and one set of perf
-//! events per period; these counts decide when an entry is added or removed.
+//! events per period; these counts decide when an entry is added or removed. A filter entry
+//! also says whether its samples carry call stacks: it does while at least one of its sessions
+//! wants them, so a session that wants none may receive stacks and ignore them, but a session
+//! that wants them always gets them.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, hash::Hash};
 
 use vmscope_common::TargetKey;
 
@@ -15,19 +18,19 @@ use crate::bpf::{SamplerControl, SamplerError, period_of};
 #[derive(Debug, Default)]
 pub struct Routes {
     periods: HashMap<u64, u32>,
-    targets: HashMap<TargetKey, u32>,
+    targets: Filter<TargetKey>,
     tracked: HashMap<u32, u32>,
-    system_wide: HashMap<u64, u32>,
+    system_wide: Filter<u64>,
     system_wide_sessions: u32,
 }
 
-fn bump<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u32>, key: K) -> bool {
+fn bump<K: Hash + Eq>(map: &mut HashMap<K, u32>, key: K) -> bool {
     let count = map.entry(key).or_insert(0);
     *count += 1;
     *count == 1
 }
 
-fn drop_one<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u32>, key: K) -> bool {
+fn drop_one<K: Hash + Eq>(map: &mut HashMap<K, u32>, key: K) -> bool {
     match map.get_mut(&key) {
         Some(count) if *count > 1 => {
             *count -= 1;
@@ -41,6 +44,92 @@ fn drop_one<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u32>, key: K) -> bool 
     }
 }
 
+/// What a filter map entry must become after a session joins or leaves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Update {
+    /// The kernel already holds the right value.
+    Unchanged,
+    /// Insert the entry, or change its value: with stacks or without.
+    Set { stacks: bool },
+    /// Delete the entry: no session uses it any more.
+    Remove,
+}
+
+/// The counts behind one filter map (`TARGETS` or `SYSTEM_WIDE`): sessions per entry, and how
+/// many of them want stacks (never more than the sessions).
+#[derive(Debug)]
+struct Filter<K> {
+    sessions: HashMap<K, u32>,
+    stacks: HashMap<K, u32>,
+}
+
+impl<K> Default for Filter<K> {
+    fn default() -> Self {
+        Filter {
+            sessions: HashMap::new(),
+            stacks: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Copy> Filter<K> {
+    /// Counts a session in.
+    fn join(&mut self, key: K, stacks: bool) -> Update {
+        let new = bump(&mut self.sessions, key);
+        let first_for_stacks = stacks && bump(&mut self.stacks, key);
+        if new || first_for_stacks {
+            Update::Set {
+                stacks: self.stacks.contains_key(&key),
+            }
+        } else {
+            Update::Unchanged
+        }
+    }
+
+    /// Counts a session out; also undoes a [`Filter::join`] whose update failed, since the
+    /// kernel then still holds what it held before.
+    fn leave(&mut self, key: K, stacks: bool) -> Update {
+        let last_for_stacks = stacks && drop_one(&mut self.stacks, key);
+        if drop_one(&mut self.sessions, key) {
+            Update::Remove
+        } else if last_for_stacks {
+            Update::Set { stacks: false }
+        } else {
+            Update::Unchanged
+        }
+    }
+}
+
+fn apply_target(
+    sampler: &mut dyn SamplerControl,
+    key: TargetKey,
+    update: Update,
+) -> Result<(), SamplerError> {
+    match update {
+        Update::Unchanged => Ok(()),
+        Update::Set { stacks } => sampler.set_target(key, stacks),
+        Update::Remove => {
+            sampler.remove_target(key);
+            Ok(())
+        }
+    }
+}
+
+fn apply_system_wide(
+    sampler: &mut dyn SamplerControl,
+    period_ns: u64,
+    update: Update,
+) -> Result<(), SamplerError> {
+    match update {
+        Update::Unchanged => Ok(()),
+        Update::Set { stacks } => sampler.set_system_wide(period_ns, stacks),
+        Update::Remove => {
+            sampler.remove_system_wide(period_ns);
+            Ok(())
+        }
+    }
+}
+
 impl Routes {
     /// Makes the kernel sample what `spec` asks for. On failure nothing is left changed.
     pub fn acquire(
@@ -49,28 +138,23 @@ impl Routes {
         spec: &SessionSpec,
     ) -> Result<(), SamplerError> {
         let period_ns = period_of(spec.frequency_hz);
+        let stacks = spec.call_graph.wants_stacks();
         // Filters first, perf events last: an event that fires before its filter is set only
         // wastes a tick, but the other order would be the same with more to undo.
         if spec.system_wide {
-            if bump(&mut self.system_wide, period_ns)
-                && let Err(e) = sampler.add_system_wide(period_ns)
-            {
-                drop_one(&mut self.system_wide, period_ns);
+            let update = self.system_wide.join(period_ns, stacks);
+            if let Err(e) = apply_system_wide(sampler, period_ns, update) {
+                self.system_wide.leave(period_ns, stacks);
                 return Err(e);
             }
             self.system_wide_sessions += 1;
             sampler.set_system_wide_sessions(self.system_wide_sessions);
         }
         for (i, &tgid) in spec.pids.iter().enumerate() {
-            let key = TargetKey {
-                period_ns,
-                tgid,
-                _pad: 0,
-            };
-            if bump(&mut self.targets, key)
-                && let Err(e) = sampler.add_target(key)
-            {
-                drop_one(&mut self.targets, key);
+            let key = target_key(period_ns, tgid);
+            let update = self.targets.join(key, stacks);
+            if let Err(e) = apply_target(sampler, key, update) {
+                self.targets.leave(key, stacks);
                 let partial = SessionSpec {
                     pids: spec.pids[..i].to_vec(),
                     ..spec.clone()
@@ -104,14 +188,17 @@ impl Routes {
 
     /// Stops sampling one process of a session early (it exited, or may no longer be
     /// sampled); [`Routes::release`] must then be given the session's other pids only.
-    pub fn release_target(&mut self, sampler: &mut dyn SamplerControl, period_ns: u64, tgid: u32) {
-        let key = TargetKey {
-            period_ns,
-            tgid,
-            _pad: 0,
-        };
-        if drop_one(&mut self.targets, key) {
-            sampler.remove_target(key);
+    pub fn release_target(
+        &mut self,
+        sampler: &mut dyn SamplerControl,
+        spec: &SessionSpec,
+        tgid: u32,
+    ) {
+        let key = target_key(period_of(spec.frequency_hz), tgid);
+        let update = self.targets.leave(key, spec.call_graph.wants_stacks());
+        if let Err(e) = apply_target(sampler, key, update) {
+            // Only a value change can fail here; the entry stays, with stacks nobody reads.
+            tracing::warn!(?key, "turning stacks off for a target failed: {e}");
         }
         if drop_one(&mut self.tracked, tgid) {
             sampler.set_exec_tracking(tgid, false);
@@ -121,14 +208,227 @@ impl Routes {
     fn release_filters(&mut self, sampler: &mut dyn SamplerControl, spec: &SessionSpec) {
         let period_ns = period_of(spec.frequency_hz);
         for &tgid in &spec.pids {
-            self.release_target(sampler, period_ns, tgid);
+            self.release_target(sampler, spec, tgid);
         }
         if spec.system_wide {
-            if drop_one(&mut self.system_wide, period_ns) {
-                sampler.remove_system_wide(period_ns);
+            let update = self
+                .system_wide
+                .leave(period_ns, spec.call_graph.wants_stacks());
+            if let Err(e) = apply_system_wide(sampler, period_ns, update) {
+                tracing::warn!(period_ns, "turning stacks off system-wide failed: {e}");
             }
             self.system_wide_sessions = self.system_wide_sessions.saturating_sub(1);
             sampler.set_system_wide_sessions(self.system_wide_sessions);
+        }
+    }
+}
+
+fn target_key(period_ns: u64, tgid: u32) -> TargetKey {
+    TargetKey {
+        period_ns,
+        tgid,
+        _pad: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::{
+        bpf::fake::{FakeKernel, FakeSampler},
+        session::request::CallGraph,
+    };
+
+    const HZ: u32 = 1000;
+
+    fn spec(pids: &[u32], system_wide: bool, call_graph: CallGraph) -> SessionSpec {
+        SessionSpec {
+            pids: pids.to_vec(),
+            system_wide,
+            frequency_hz: HZ,
+            duration: None,
+            keep_samples: 0,
+            call_graph,
+        }
+    }
+
+    fn kernel(sampler: &FakeSampler) -> FakeKernel {
+        sampler.kernel.lock().unwrap().clone()
+    }
+
+    /// The `(period, pid)` entries of the target filter: all, and those with stacks.
+    fn targets(sampler: &FakeSampler) -> (Vec<u32>, Vec<u32>) {
+        let k = kernel(sampler);
+        let pids = |set: &BTreeSet<(u64, u32)>| {
+            set.iter()
+                .inspect(|(period, _)| assert_eq!(*period, period_of(HZ)))
+                .map(|&(_, pid)| pid)
+                .collect()
+        };
+        (pids(&k.targets), pids(&k.stack_targets))
+    }
+
+    #[test]
+    fn a_target_has_stacks_while_one_of_its_sessions_wants_them() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let plain = spec(&[10, 11], false, CallGraph::None);
+        let stacks = spec(&[11, 12], false, CallGraph::FramePointers);
+        let stacks_too = spec(&[11], false, CallGraph::FramePointers);
+
+        routes.acquire(&mut sampler, &plain).unwrap();
+        assert_eq!(targets(&sampler), (vec![10, 11], vec![]));
+        routes.acquire(&mut sampler, &stacks).unwrap();
+        assert_eq!(targets(&sampler), (vec![10, 11, 12], vec![11, 12]));
+        routes.acquire(&mut sampler, &stacks_too).unwrap();
+
+        routes.release(&mut sampler, &stacks);
+        assert_eq!(
+            targets(&sampler),
+            (vec![10, 11], vec![11]),
+            "another session still wants stacks of 11"
+        );
+        routes.release(&mut sampler, &stacks_too);
+        assert_eq!(
+            targets(&sampler),
+            (vec![10, 11], vec![]),
+            "the plain session keeps 11, without stacks"
+        );
+        routes.release(&mut sampler, &plain);
+        assert_eq!(targets(&sampler), (vec![], vec![]));
+        assert!(kernel(&sampler).periods.is_empty());
+    }
+
+    #[test]
+    fn a_plain_session_leaving_does_not_take_stacks_away() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let stacks = spec(&[20], false, CallGraph::FramePointers);
+        let plain = spec(&[20], false, CallGraph::None);
+        routes.acquire(&mut sampler, &stacks).unwrap();
+        routes.acquire(&mut sampler, &plain).unwrap();
+        assert_eq!(targets(&sampler), (vec![20], vec![20]));
+        routes.release(&mut sampler, &plain);
+        assert_eq!(targets(&sampler), (vec![20], vec![20]));
+        // The stack session's target exits early: released one by one, then the rest.
+        routes.release_target(&mut sampler, &stacks, 20);
+        assert_eq!(targets(&sampler), (vec![], vec![]));
+        routes.release(&mut sampler, &spec(&[], false, CallGraph::FramePointers));
+        assert_eq!(kernel(&sampler).tracked, BTreeSet::new());
+    }
+
+    #[test]
+    fn system_wide_stacks_follow_the_same_rule() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let plain = spec(&[], true, CallGraph::None);
+        let stacks = spec(&[], true, CallGraph::FramePointers);
+        let period = period_of(HZ);
+
+        routes.acquire(&mut sampler, &plain).unwrap();
+        let k = kernel(&sampler);
+        assert_eq!(k.system_wide, [period].into());
+        assert!(k.stack_system_wide.is_empty());
+        routes.acquire(&mut sampler, &stacks).unwrap();
+        assert_eq!(kernel(&sampler).stack_system_wide, [period].into());
+        assert_eq!(kernel(&sampler).system_wide_sessions, 2);
+        routes.release(&mut sampler, &stacks);
+        let k = kernel(&sampler);
+        assert_eq!(k.system_wide, [period].into());
+        assert!(k.stack_system_wide.is_empty());
+        assert_eq!(k.system_wide_sessions, 1);
+        routes.release(&mut sampler, &plain);
+        let k = kernel(&sampler);
+        assert!(k.system_wide.is_empty() && k.periods.is_empty());
+    }
+
+    #[test]
+    fn a_failed_switch_to_stacks_leaves_everything_as_it_was() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let plain = spec(&[30], true, CallGraph::None);
+        routes.acquire(&mut sampler, &plain).unwrap();
+        let before = kernel(&sampler);
+
+        // The system-wide entry must change to stacks and fails.
+        sampler.kernel.lock().unwrap().fail_next_filter = true;
+        let stacks = spec(&[], true, CallGraph::FramePointers);
+        assert!(routes.acquire(&mut sampler, &stacks).is_err());
+        assert_eq!(kernel(&sampler), before);
+
+        // System-wide switches to stacks, 31 is added, then 30's switch to stacks (the third
+        // filter update) fails: all of it is undone.
+        let mixed = spec(&[31, 30], true, CallGraph::FramePointers);
+        let mut failing = FailNth {
+            inner: sampler.clone(),
+            calls: 0,
+            fail_at: 3,
+        };
+        assert!(routes.acquire(&mut failing, &mixed).is_err());
+        let after = kernel(&sampler);
+        assert_eq!(after.targets, before.targets);
+        assert_eq!(after.stack_targets, before.stack_targets);
+        assert_eq!(after.system_wide, before.system_wide);
+        assert_eq!(after.stack_system_wide, before.stack_system_wide);
+        assert_eq!(after.system_wide_sessions, 1);
+        assert_eq!(after.tracked, before.tracked);
+
+        // The counts were restored too: the plain session leaves and nothing remains.
+        routes.release(&mut sampler, &plain);
+        let k = kernel(&sampler);
+        assert!(k.targets.is_empty() && k.system_wide.is_empty() && k.tracked.is_empty());
+    }
+
+    /// A sampler whose `fail_at`-th filter update (1-based) fails.
+    struct FailNth {
+        inner: FakeSampler,
+        calls: u32,
+        fail_at: u32,
+    }
+
+    impl FailNth {
+        fn tick(&mut self) {
+            self.calls += 1;
+            if self.calls == self.fail_at {
+                self.inner.kernel.lock().unwrap().fail_next_filter = true;
+            }
+        }
+    }
+
+    impl SamplerControl for FailNth {
+        fn start_period(&mut self, period_ns: u64) -> Result<(), SamplerError> {
+            self.inner.start_period(period_ns)
+        }
+        fn stop_period(&mut self, period_ns: u64) {
+            self.inner.stop_period(period_ns)
+        }
+        fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError> {
+            self.tick();
+            self.inner.set_target(key, stacks)
+        }
+        fn remove_target(&mut self, key: TargetKey) {
+            self.inner.remove_target(key)
+        }
+        fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError> {
+            self.tick();
+            self.inner.set_system_wide(period_ns, stacks)
+        }
+        fn remove_system_wide(&mut self, period_ns: u64) {
+            self.inner.remove_system_wide(period_ns)
+        }
+        fn set_exec_tracking(&mut self, tgid: u32, tracked: bool) {
+            self.inner.set_exec_tracking(tgid, tracked)
+        }
+        fn set_system_wide_sessions(&mut self, count: u32) {
+            self.inner.set_system_wide_sessions(count)
+        }
+        fn lost(&self) -> Result<crate::bpf::LostCounts, SamplerError> {
+            self.inner.lost()
+        }
+        fn clear_lost(&mut self, period_ns: u64) {
+            self.inner.clear_lost(period_ns)
         }
     }
 }
