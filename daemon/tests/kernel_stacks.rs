@@ -1,0 +1,273 @@
+//! The kernel side of call stacks on its own, with real BPF (root): the sampler is loaded, a
+//! fixture process is made a target, and the raw ring-buffer records are checked against the
+//! fixture's symbols, without any of the daemon's aggregation.
+//!
+//! Fixtures (tests/fixtures/fp_*.c) are built non-PIE so that symbol values are run-time
+//! addresses. A test that cannot load BPF fails and says why.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+use object::{Object, ObjectSymbol};
+use vmscope_common::{
+    Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
+    MAX_STACK_FRAMES, RING_BUFFER_BYTES, TargetKey,
+};
+use vmscoped::{
+    bpf::{Sampler, SamplerControl, period_of},
+    sys,
+};
+
+/// Lowest address of the x86_64 kernel half.
+const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
+/// One ring-buffer record, decoded.
+#[derive(Debug)]
+struct Record {
+    len: usize,
+    event: Event,
+    kernel: Vec<u64>,
+    user: Vec<u64>,
+}
+
+/// A fixture process, killed when dropped.
+struct Fixture {
+    child: Child,
+    exe: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// Builds `tests/fixtures/NAME.c` (non-PIE, frame pointers) and runs it.
+    fn start(name: &str) -> Fixture {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let exe = dir.path().join(name);
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(format!("{name}.c"));
+        let out = Command::new("gcc")
+            .args(["-O1", "-g", "-fno-inline", "-fno-omit-frame-pointer"])
+            .args(["-fno-pie", "-no-pie", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("cannot run gcc (install it, or run `cargo xtask setup`)");
+        assert!(
+            out.status.success(),
+            "gcc {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let child = Command::new(&exe).spawn().expect("start the fixture");
+        Fixture {
+            child,
+            exe,
+            _dir: dir,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The `[start, end)` range of a function symbol of the executable.
+    fn function(&self, name: &str) -> std::ops::Range<u64> {
+        let data = std::fs::read(&self.exe).expect("read the fixture");
+        let file = object::File::parse(&*data).expect("parse the fixture");
+        let symbol = file
+            .symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("no symbol {name} in {}", self.exe.display()));
+        assert!(symbol.size() > 0, "{name} has no size");
+        symbol.address()..symbol.address() + symbol.size()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Loads the sampler, samples `pid` at 1400 Hz (with stacks or without) for `run`, and returns
+/// its records.
+fn sample(pid: u32, stacks: bool, run: Duration) -> Vec<Record> {
+    let (mut sampler, mut ring) = Sampler::load(RING_BUFFER_BYTES).unwrap_or_else(|e| {
+        panic!("cannot load the BPF sampler (these tests need root and BPF): {e:#}")
+    });
+    let period_ns = period_of(1400);
+    let key = TargetKey {
+        period_ns,
+        tgid: pid,
+        _pad: 0,
+    };
+    sampler.set_target(key, stacks).expect("add the target");
+    sampler
+        .start_period(period_ns)
+        .expect("open the perf events");
+    let mut records = Vec::new();
+    let end = Instant::now() + run;
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+        drain(&mut ring, pid, &mut records);
+    }
+    sampler.stop_period(period_ns);
+    drain(&mut ring, pid, &mut records);
+    records
+}
+
+fn drain(ring: &mut RingBuf<MapData>, pid: u32, records: &mut Vec<Record>) {
+    while let Some(item) = ring.next() {
+        let event = Event::from_bytes(&item).expect("a record too short to be an event");
+        if event.tgid != pid {
+            continue;
+        }
+        let frames: Vec<u64> = event
+            .frames_from_bytes(&item)
+            .unwrap_or_else(|| panic!("a record shorter than its counts: {event:?}"))
+            .collect();
+        let (kernel, user) = frames.split_at(usize::from(event.kernel_frames));
+        records.push(Record {
+            len: item.len(),
+            event,
+            kernel: kernel.to_vec(),
+            user: user.to_vec(),
+        });
+    }
+}
+
+/// The depth limit the daemon gives the program.
+fn depth_limit() -> usize {
+    (sys::perf_event_max_stack().expect("kernel.perf_event_max_stack") as usize)
+        .min(MAX_STACK_FRAMES)
+}
+
+#[test]
+fn user_stacks_follow_the_call_chain() {
+    let fixture = Fixture::start("fp_chain");
+    let (inner, outer, main) = (
+        fixture.function("inner"),
+        fixture.function("outer"),
+        fixture.function("main"),
+    );
+    let records = sample(fixture.pid(), true, Duration::from_secs(1));
+    assert!(records.len() >= 50, "only {} samples", records.len());
+    for r in &records {
+        assert_ne!(r.event.flags & FLAG_STACK, 0, "{r:?}");
+        assert_eq!(r.event.flags & FLAG_USER_STACK_FAILED, 0, "{r:?}");
+        assert_eq!(r.len, Event::SIZE + 8 * (r.kernel.len() + r.user.len()));
+        assert!(!r.user.is_empty(), "no user frames: {r:?}");
+        if r.event.is_kernel() {
+            assert_eq!(r.kernel.first(), Some(&r.event.ip), "{r:?}");
+        } else {
+            assert!(r.kernel.is_empty(), "kernel frames in a user tick: {r:?}");
+            assert_eq!(r.user[0], r.event.ip, "the user leaf is the ip: {r:?}");
+        }
+    }
+    // Ticks in `inner` (nearly all of them once it runs) carry its callers' return addresses,
+    // which point one instruction past their calls, hence `- 1`.
+    let in_inner: Vec<&Record> = records
+        .iter()
+        .filter(|r| !r.event.is_kernel() && inner.contains(&r.user[0]))
+        .collect();
+    assert!(
+        in_inner.len() * 10 >= records.len() * 8,
+        "{} of {} samples in inner",
+        in_inner.len(),
+        records.len()
+    );
+    for r in &in_inner {
+        assert!(r.user.len() >= 3, "{:x?}", r.user);
+        assert!(outer.contains(&(r.user[1] - 1)), "not outer: {:x?}", r.user);
+        assert!(main.contains(&(r.user[2] - 1)), "not main: {:x?}", r.user);
+        assert_eq!(r.event.flags & FLAG_USER_TRUNCATED, 0);
+    }
+}
+
+#[test]
+fn kernel_ticks_carry_the_kernel_stack_over_the_user_stack() {
+    let fixture = Fixture::start("fp_syscalls");
+    let (read_chunk, main) = (fixture.function("read_chunk"), fixture.function("main"));
+    let records = sample(fixture.pid(), true, Duration::from_secs(1));
+    let kernel: Vec<&Record> = records.iter().filter(|r| r.event.is_kernel()).collect();
+    assert!(
+        kernel.len() >= 25,
+        "{} kernel ticks of {}",
+        kernel.len(),
+        records.len()
+    );
+    for r in &kernel {
+        assert_ne!(r.event.flags & FLAG_STACK, 0, "{r:?}");
+        assert!(!r.kernel.is_empty(), "no kernel frames: {r:?}");
+        assert_eq!(r.kernel[0], r.event.ip, "the kernel leaf is the ip: {r:?}");
+        assert!(
+            r.kernel.iter().all(|&a| a >= KERNEL_START),
+            "{:x?}",
+            r.kernel
+        );
+        assert_eq!(r.event.flags & FLAG_KERNEL_TRUNCATED, 0, "{r:?}");
+        assert!(
+            r.user.iter().all(|&a| a < KERNEL_START),
+            "kernel address in the user stack: {:x?}",
+            r.user
+        );
+    }
+    // Under the kernel frames: the user ip just after the syscall instruction, in read_chunk,
+    // then main. (A tick at the very entry of the syscall may precede the saved user state.)
+    let from_read_chunk = kernel
+        .iter()
+        .filter(|r| {
+            r.user.len() >= 2 && read_chunk.contains(&r.user[0]) && main.contains(&(r.user[1] - 1))
+        })
+        .count();
+    assert!(
+        from_read_chunk * 10 >= kernel.len() * 9,
+        "{from_read_chunk} of {} kernel ticks under read_chunk <- main: {:x?}",
+        kernel.len(),
+        kernel.iter().take(5).map(|r| &r.user).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn deep_recursion_fills_the_limit_and_is_marked_truncated() {
+    let fixture = Fixture::start("fp_recursion");
+    let (bottom, recurse) = (fixture.function("bottom"), fixture.function("recurse"));
+    let limit = depth_limit();
+    let records = sample(fixture.pid(), true, Duration::from_secs(1));
+    let at_bottom: Vec<&Record> = records
+        .iter()
+        .filter(|r| !r.event.is_kernel() && bottom.contains(&r.user[0]))
+        .collect();
+    assert!(
+        at_bottom.len() >= 50,
+        "{} of {} samples at the bottom",
+        at_bottom.len(),
+        records.len()
+    );
+    for r in &at_bottom {
+        assert_eq!(r.user.len(), limit, "{r:?}");
+        assert_ne!(r.event.flags & FLAG_USER_TRUNCATED, 0, "{r:?}");
+        assert!(
+            r.user[1..].iter().all(|&a| recurse.contains(&(a - 1))),
+            "{:x?}",
+            r.user
+        );
+    }
+}
+
+#[test]
+fn targets_without_stacks_get_bare_events() {
+    let fixture = Fixture::start("fp_chain");
+    let records = sample(fixture.pid(), false, Duration::from_millis(500));
+    assert!(records.len() >= 25, "only {} samples", records.len());
+    for r in &records {
+        assert_eq!(r.len, Event::SIZE, "{r:?}");
+        assert_eq!(r.event.flags & FLAG_STACK, 0, "{r:?}");
+        assert_eq!((r.event.kernel_frames, r.event.user_frames), (0, 0));
+    }
+}
