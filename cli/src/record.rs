@@ -54,6 +54,8 @@ pub struct RecordOptions {
     pub frequency_hz: Option<u32>,
     /// Stop after this long.
     pub duration: Option<Duration>,
+    /// Call stacks to record with each sample.
+    pub call_graph: pb::CallGraph,
     /// Report format.
     pub format: Format,
     /// Report options.
@@ -266,7 +268,7 @@ async fn start(
             .transpose()
             .context("duration out of range")?,
         keep_samples: 0,
-        call_graph: 0,
+        call_graph: options.call_graph as i32,
     };
     let session = client
         .start_session(request)
