@@ -103,12 +103,12 @@ mod prog {
             _pad: 0,
         };
         // SAFETY: map lookups return pointers into the map that stay valid for this program run.
-        let mut value = unsafe { SYSTEM_WIDE.get(&period_ns).copied() };
+        let mut value = unsafe { SYSTEM_WIDE.get(period_ns).copied() };
         // The target entry matters too when system-wide mode does not want stacks: a session
         // on this process may.
         if value.is_none_or(|v| v & WANT_STACKS == 0) {
             // SAFETY: as above.
-            if let Some(&target) = unsafe { TARGETS.get(&key) } {
+            if let Some(&target) = unsafe { TARGETS.get(key) } {
                 value = Some(value.unwrap_or(0) | target);
             }
         }
@@ -224,7 +224,7 @@ mod prog {
         let tgid = (pid_tgid >> 32) as u32;
         let system_wide = CONFIG.get(CONFIG_SYSTEM_WIDE).copied().unwrap_or(0) > 0;
         // SAFETY: see vmscope_sample.
-        if !system_wide && unsafe { TRACKED.get(&tgid).is_none() } {
+        if !system_wide && unsafe { TRACKED.get(tgid).is_none() } {
             return 0;
         }
         // The program's name, set from the exec'd file's name before this tracepoint fires.
@@ -261,7 +261,7 @@ mod prog {
             // SAFETY: the pointer comes from the map and is valid for this program run.
             Some(slot) => unsafe { *slot += 1 },
             None => {
-                if LOST.insert(key, &1, 0).is_err() {
+                if LOST.insert(key, 1, 0).is_err() {
                     count_unkeyed();
                 }
             }
