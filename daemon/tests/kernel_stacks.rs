@@ -14,8 +14,8 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use object::{Object, ObjectSymbol};
 use vmscope_common::{
-    Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
-    MAX_STACK_FRAMES, RING_BUFFER_BYTES, TargetKey,
+    EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_STACK_FAILED,
+    FLAG_USER_TRUNCATED, MAX_STACK_FRAMES, RING_BUFFER_BYTES, TargetKey,
 };
 use vmscoped::{
     bpf::{Sampler, SamplerControl, period_of},
@@ -97,16 +97,25 @@ impl Drop for Fixture {
 /// Loads the sampler, samples `pid` at 1400 Hz (with stacks or without) for `run`, and returns
 /// its records.
 fn sample(pid: u32, stacks: bool, run: Duration) -> Vec<Record> {
+    sample_with(run, |sampler, period_ns| {
+        sampler.set_target(target(period_ns, pid), stacks)
+    })
+    .into_iter()
+    .filter(|r| r.event.tgid == pid)
+    .collect()
+}
+
+/// Loads the sampler, lets `setup` choose what is sampled at 1400 Hz, and returns every record
+/// of the next `run`.
+fn sample_with(
+    run: Duration,
+    setup: impl FnOnce(&mut Sampler, u64) -> Result<(), vmscoped::bpf::SamplerError>,
+) -> Vec<Record> {
     let (mut sampler, mut ring) = Sampler::load(RING_BUFFER_BYTES).unwrap_or_else(|e| {
         panic!("cannot load the BPF sampler (these tests need root and BPF): {e:#}")
     });
     let period_ns = period_of(1400);
-    let key = TargetKey {
-        period_ns,
-        tgid: pid,
-        _pad: 0,
-    };
-    sampler.set_target(key, stacks).expect("add the target");
+    setup(&mut sampler, period_ns).expect("set the filters");
     sampler
         .start_period(period_ns)
         .expect("open the perf events");
@@ -114,17 +123,25 @@ fn sample(pid: u32, stacks: bool, run: Duration) -> Vec<Record> {
     let end = Instant::now() + run;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
-        drain(&mut ring, pid, &mut records);
+        drain(&mut ring, &mut records);
     }
     sampler.stop_period(period_ns);
-    drain(&mut ring, pid, &mut records);
+    drain(&mut ring, &mut records);
     records
 }
 
-fn drain(ring: &mut RingBuf<MapData>, pid: u32, records: &mut Vec<Record>) {
+fn target(period_ns: u64, tgid: u32) -> TargetKey {
+    TargetKey {
+        period_ns,
+        tgid,
+        _pad: 0,
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, records: &mut Vec<Record>) {
     while let Some(item) = ring.next() {
         let event = Event::from_bytes(&item).expect("a record too short to be an event");
-        if event.tgid != pid {
+        if event.kind != EVENT_SAMPLE {
             continue;
         }
         let frames: Vec<u64> = event
@@ -269,5 +286,40 @@ fn targets_without_stacks_get_bare_events() {
         assert_eq!(r.len, Event::SIZE, "{r:?}");
         assert_eq!(r.event.flags & FLAG_STACK, 0, "{r:?}");
         assert_eq!((r.event.kernel_frames, r.event.user_frames), (0, 0));
+    }
+}
+
+#[test]
+fn a_stack_target_gets_stacks_while_system_wide_mode_does_not() {
+    let fixture = Fixture::start("fp_chain");
+    let pid = fixture.pid();
+    // A busy process of our own beside it, sampled by the system-wide entry only.
+    let other = Fixture::start("fp_recursion");
+    let records = sample_with(Duration::from_secs(1), |sampler, period_ns| {
+        sampler.set_system_wide(period_ns, false)?;
+        sampler.set_target(target(period_ns, pid), true)
+    });
+    let (mine, others): (Vec<&Record>, Vec<&Record>) =
+        records.iter().partition(|r| r.event.tgid == pid);
+    assert!(
+        mine.len() >= 50,
+        "only {} samples of the target",
+        mine.len()
+    );
+    assert!(
+        others
+            .iter()
+            .filter(|r| r.event.tgid == other.pid())
+            .count()
+            >= 50,
+        "the other process is sampled system-wide"
+    );
+    for r in &mine {
+        assert_ne!(r.event.flags & FLAG_STACK, 0, "{r:?}");
+        assert!(!r.user.is_empty(), "{r:?}");
+    }
+    for r in &others {
+        assert_eq!(r.len, Event::SIZE, "{r:?}");
+        assert_eq!(r.event.flags & FLAG_STACK, 0, "{r:?}");
     }
 }
