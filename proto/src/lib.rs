@@ -2,8 +2,9 @@
 //!
 //! The sources of truth are `proto/vmscope/v1/profiler.proto` (sessions and profiles) and
 //! `proto/vmscope/v1/codemap.proto` (code maps published by VMs); their comments document every
-//! call and field. Generated at build time with a vendored `protoc`, so users need no protobuf
-//! toolchain. Without the default `grpc` feature, only the messages are built.
+//! call and field. [`pprof`] holds the messages of google/pprof's `profile.proto`, which
+//! vmscope writes pprof files with. Generated at build time with a vendored `protoc`, so users
+//! need no protobuf toolchain. Without the default `grpc` feature, only the messages are built.
 #![deny(missing_docs)]
 
 /// Messages, client and server of `vmscope.v1`.
@@ -14,6 +15,15 @@ pub mod v1 {
     /// Encoded `FileDescriptorSet` of the API, for gRPC server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/vmscope_v1_descriptor.bin"));
+}
+
+/// google/pprof's `profile.proto` (package `perftools.profiles`), vendored in
+/// `proto/google/pprof/profile.proto`: the messages of a pprof file, before gzip. Its comments
+/// are the format's documentation (`string_table[0]` is "", ids are non-zero, the leaf is
+/// `location_id[0]`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pprof {
+    include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
 
 /// Frequency a session samples at when the request does not say: the cadence of Cog's
