@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod model;
+pub mod pprof;
 pub mod runtimes;
 pub mod sort_keys;
 pub mod tree;
@@ -28,3 +29,6 @@ pub use model::{
 #[cfg(any(test, feature = "fixtures"))]
 #[doc(hidden)]
 pub use model::fixtures;
+
+#[cfg(test)]
+mod stack_fixture;

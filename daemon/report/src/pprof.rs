@@ -1,0 +1,663 @@
+//! A profile as pprof: gzipped google/pprof `profile.proto`, for `go tool pprof`, Pyroscope,
+//! Parca and speedscope.
+//!
+//! The mapping from a [`pb::Profile`]:
+//!
+//! - Two sample types, `samples/count` and `cpu/nanoseconds` (the default, being last); one
+//!   period is `1e9 / frequency` nanoseconds of CPU, the sampling interval the session asked
+//!   for, so `cpu` is samples × period. `period_type` is `cpu/nanoseconds`.
+//! - One pprof `Sample` per [`pb::Stack`], its locations leaf first as both formats want, with
+//!   the labels `pid` (number), `comm` (the process's name, when known) and `truncated` = `true`
+//!   for stacks cut at the depth limit.
+//! - One `Mapping` per module (and build id): file name (the target's executable path for the
+//!   main executable, else the module's name as reports show it) and build id. The profile
+//!   aggregates by frame, not by address, so mappings have no address range and locations
+//!   have address 0; every mapping says it has functions, so pprof never tries to symbolise
+//!   them again from the local disk.
+//! - One `Function` per (name, module): `name` and `system_name` are the frame's name,
+//!   `filename` the module (or for generated code the code map that named it: `vm`, `jitdump`,
+//!   `perf map`).
+//! - One `Location` per frame, whose `Line.line` is where in the function the frame is: the
+//!   first bytecode pc of its range (`74->78` gives 74, so `-lines` shows call sites), or a
+//!   source position's line and column (`app.js:12:5`). Inlined methods are folded the way
+//!   pprof represents inlining: a run of frames marked [`pb::Frame::inlined`] and the compiled
+//!   method's frame after them become **one** `Location` with one `Line` per method, innermost
+//!   first, compiled method last. So pprof's inclusive time counts a compiled method and the
+//!   methods inlined into it the way it does for C's inlined functions.
+//! - `time_nanos` is the session's start, `duration_nanos` its sampled time; a few comments say
+//!   which session, at what frequency, and what was lost or truncated.
+
+use std::{
+    collections::HashMap,
+    io::{self, Write as _},
+    path::Path,
+    sync::LazyLock,
+};
+
+use flate2::{Compression, write::GzEncoder};
+use prost::Message as _;
+use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp, v1 as pb};
+
+/// The profile as a gzipped pprof file. Fails only if gzip fails to write into memory, which
+/// it does not in practice; the error is kept rather than hidden behind a panic.
+pub fn encode(profile: &pb::Profile) -> io::Result<Vec<u8>> {
+    let raw = to_pprof(profile).encode_to_vec();
+    let mut gzip = GzEncoder::new(
+        Vec::with_capacity(raw.len() / 4 + 64),
+        Compression::default(),
+    );
+    gzip.write_all(&raw)?;
+    gzip.finish()
+}
+
+/// The profile as pprof's message, before gzip: what [`encode`] writes, for callers that embed
+/// it or check it.
+pub fn to_pprof(profile: &pb::Profile) -> pp::Profile {
+    Builder::new(profile).build()
+}
+
+/// Nanoseconds of CPU time one sample stands for: the interval of the session's frequency
+/// (1400 Hz when the profile does not say).
+pub fn period_nanos(profile: &pb::Profile) -> i64 {
+    let hz = profile
+        .session
+        .as_ref()
+        .map(|s| s.frequency_hz)
+        .filter(|&hz| hz > 0)
+        .unwrap_or(DEFAULT_FREQUENCY_HZ);
+    (1_000_000_000.0 / f64::from(hz)).round() as i64
+}
+
+/// Where in its function a frame is, from its range label: `(line, column)`, 0 when unknown.
+/// Bytecode ranges (`74->78`, `38->end`) give their first pc; `start->3` has none. Source
+/// positions (`app.js:12:5`, `app.js:12`) give their line and column.
+pub fn range_position(range: &str) -> (i64, i64) {
+    if let Some((first, _)) = range.split_once("->") {
+        return (first.trim().parse().unwrap_or(0), 0);
+    }
+    let mut parts = range.rsplitn(3, ':');
+    let (last, middle) = (parts.next(), parts.next());
+    let file = parts.next();
+    match (file, middle, last) {
+        (Some(_), Some(line), Some(column)) => match (line.parse(), column.parse()) {
+            (Ok(line), Ok(column)) => (line, column),
+            _ => (column.parse().unwrap_or(0), 0),
+        },
+        (None, Some(_), Some(line)) => (line.parse().unwrap_or(0), 0),
+        _ => (0, 0),
+    }
+}
+
+/// Interns strings, functions, mappings and locations while the samples are written.
+struct Builder<'a> {
+    profile: &'a pb::Profile,
+    strings: Vec<String>,
+    string_ids: HashMap<String, i64>,
+    mappings: Vec<pp::Mapping>,
+    mapping_ids: HashMap<(&'a str, &'a str), u64>,
+    functions: Vec<pp::Function>,
+    function_ids: HashMap<(&'a str, &'a str), u64>,
+    locations: Vec<pp::Location>,
+    /// A location per run of frame indices: one frame, or inlined frames and their compiled
+    /// method's frame.
+    location_ids: HashMap<Vec<u32>, u64>,
+    /// Executable path per module file name, from the session's targets.
+    executables: HashMap<&'a str, &'a str>,
+    /// Process names by pid.
+    commands: HashMap<u32, &'a str>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(profile: &'a pb::Profile) -> Self {
+        let mut executables = HashMap::new();
+        let mut commands = HashMap::new();
+        // Rows name the process as the session first saw it, or after its latest exec; targets
+        // as they were at start. Rows win: they describe the samples.
+        if let Some(session) = &profile.session {
+            for target in &session.targets {
+                if !target.command.is_empty() {
+                    commands.insert(target.pid, target.command.as_str());
+                }
+                if let Some(name) = Path::new(&target.executable)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                {
+                    executables.insert(name, target.executable.as_str());
+                }
+            }
+        }
+        for process in profile.rows.iter().flat_map(|row| &row.processes) {
+            if !process.command.is_empty() {
+                commands.insert(process.pid, process.command.as_str());
+            }
+        }
+        Builder {
+            profile,
+            strings: vec![String::new()],
+            string_ids: HashMap::from([(String::new(), 0)]),
+            mappings: Vec::new(),
+            mapping_ids: HashMap::new(),
+            functions: Vec::new(),
+            function_ids: HashMap::new(),
+            locations: Vec::new(),
+            location_ids: HashMap::new(),
+            executables,
+            commands,
+        }
+    }
+
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as i64;
+        self.strings.push(s.to_owned());
+        self.string_ids.insert(s.to_owned(), id);
+        id
+    }
+
+    fn value_type(&mut self, kind: &str, unit: &str) -> pp::ValueType {
+        pp::ValueType {
+            r#type: self.string(kind),
+            unit: self.string(unit),
+        }
+    }
+
+    fn build(mut self) -> pp::Profile {
+        let profile = self.profile;
+        let period = period_nanos(profile);
+        let sample_type = vec![
+            self.value_type("samples", "count"),
+            self.value_type("cpu", "nanoseconds"),
+        ];
+        let period_type = Some(self.value_type("cpu", "nanoseconds"));
+        let (pid_key, comm_key, truncated_key, true_value) = (
+            self.string("pid"),
+            self.string("comm"),
+            self.string("truncated"),
+            self.string("true"),
+        );
+
+        let mut samples = Vec::with_capacity(profile.stacks.len());
+        for stack in &profile.stacks {
+            let location_id = self.stack_locations(&stack.frames);
+            let samples_count = i64::try_from(stack.samples).unwrap_or(i64::MAX);
+            let mut label = vec![pp::Label {
+                key: pid_key,
+                num: i64::from(stack.pid),
+                ..Default::default()
+            }];
+            if let Some(&command) = self.commands.get(&stack.pid) {
+                label.push(pp::Label {
+                    key: comm_key,
+                    str: self.string(command),
+                    ..Default::default()
+                });
+            }
+            if stack.truncated {
+                label.push(pp::Label {
+                    key: truncated_key,
+                    str: true_value,
+                    ..Default::default()
+                });
+            }
+            samples.push(pp::Sample {
+                location_id,
+                value: vec![samples_count, samples_count.saturating_mul(period)],
+                label,
+            });
+        }
+
+        let session = profile.session.as_ref();
+        let time_nanos = session.and_then(|s| s.started_at).map_or(0, |t| {
+            t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos)
+        });
+        let duration_nanos = (profile.duration_seconds * 1e9).round() as i64;
+        let comment = self.comments();
+
+        pp::Profile {
+            sample_type,
+            sample: samples,
+            mapping: self.mappings,
+            location: self.locations,
+            function: self.functions,
+            string_table: self.strings,
+            time_nanos,
+            duration_nanos,
+            period_type,
+            period,
+            comment,
+            ..Default::default()
+        }
+    }
+
+    /// Lines for people reading the profile in pprof (`-comments`).
+    fn comments(&mut self) -> Vec<i64> {
+        let profile = self.profile;
+        let mut lines = Vec::new();
+        if let Some(session) = &profile.session {
+            lines.push(format!(
+                "vmscope session {} at {} Hz: {} samples",
+                session.id, session.frequency_hz, profile.total_samples
+            ));
+        }
+        if profile.lost_samples > 0 {
+            lines.push(format!(
+                "{} samples lost (ring buffer full): not in this profile",
+                profile.lost_samples
+            ));
+        }
+        if profile.truncated_stacks > 0 {
+            lines.push(format!(
+                "{} samples with stacks cut at the depth limit (label truncated=true)",
+                profile.truncated_stacks
+            ));
+        }
+        lines.iter().map(|line| self.string(line)).collect()
+    }
+
+    /// Location ids of a stack, leaf first, each run of inlined frames folded with the
+    /// compiled method's frame that follows it.
+    fn stack_locations(&mut self, frames: &[u32]) -> Vec<u64> {
+        let mut ids = Vec::with_capacity(frames.len());
+        let mut start = 0;
+        for (i, &index) in frames.iter().enumerate() {
+            let inlined = self
+                .profile
+                .frames
+                .get(index as usize)
+                .is_some_and(|f| f.inlined);
+            // A run ends at the first frame that is not inlined (the compiled method), or at
+            // the end of a stack cut inside the run.
+            if !inlined || i + 1 == frames.len() {
+                ids.push(self.location(&frames[start..=i]));
+                start = i + 1;
+            }
+        }
+        ids
+    }
+
+    fn location(&mut self, run: &[u32]) -> u64 {
+        if let Some(&id) = self.location_ids.get(run) {
+            return id;
+        }
+        let profile = self.profile;
+        let frame =
+            |i: u32| -> &'a pb::Frame { profile.frames.get(i as usize).unwrap_or(&MISSING) };
+        // The compiled method's frame (the run's last) owns the code, hence the mapping.
+        let outermost = frame(*run.last().expect("runs are never empty"));
+        let mapping_id = self.mapping(outermost);
+        let line = run
+            .iter()
+            .map(|&i| {
+                let f = frame(i);
+                let (line, column) = range_position(&f.range);
+                pp::Line {
+                    function_id: self.function(f),
+                    line,
+                    column,
+                }
+            })
+            .collect();
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(pp::Location {
+            id,
+            mapping_id,
+            address: 0,
+            line,
+            is_folded: false,
+        });
+        self.location_ids.insert(run.to_vec(), id);
+        if run.len() > 1 && mapping_id > 0 {
+            self.mappings[mapping_id as usize - 1].has_inline_frames = true;
+        }
+        id
+    }
+
+    /// The mapping of a frame's module, 0 (none) for a frame without one.
+    fn mapping(&mut self, frame: &'a pb::Frame) -> u64 {
+        if frame.module.is_empty() {
+            return 0;
+        }
+        let key = (frame.module.as_str(), frame.build_id.as_str());
+        if let Some(&id) = self.mapping_ids.get(&key) {
+            return id;
+        }
+        let path = self
+            .executables
+            .get(frame.module.as_str())
+            .copied()
+            .unwrap_or(&frame.module);
+        let id = self.mappings.len() as u64 + 1;
+        let mapping = pp::Mapping {
+            id,
+            filename: self.string(path),
+            build_id: self.string(&frame.build_id),
+            // Every location is named already: without this pprof would look for the file to
+            // symbolise addresses we do not give.
+            has_functions: true,
+            ..Default::default()
+        };
+        self.mappings.push(mapping);
+        self.mapping_ids.insert(key, id);
+        id
+    }
+
+    /// The function of a frame: one per (name, module).
+    fn function(&mut self, frame: &'a pb::Frame) -> u64 {
+        let key = (frame.name.as_str(), frame.module.as_str());
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        let file = if frame.section() == pb::Section::Generated && !frame.code_map.is_empty() {
+            frame.code_map.as_str()
+        } else {
+            self.executables
+                .get(frame.module.as_str())
+                .copied()
+                .unwrap_or(&frame.module)
+        };
+        let name = self.string(&frame.name);
+        let id = self.functions.len() as u64 + 1;
+        let function = pp::Function {
+            id,
+            name,
+            system_name: name,
+            filename: self.string(file),
+            start_line: 0,
+        };
+        self.functions.push(function);
+        self.function_ids.insert(key, id);
+        id
+    }
+}
+
+/// Stands in for a frame index beyond Profile.frames (a daemon bug), so that the sample still
+/// counts and the gap shows.
+static MISSING: LazyLock<pb::Frame> = LazyLock::new(|| pb::Frame {
+    name: "[missing frame]".into(),
+    ..Default::default()
+});
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashSet, io::Read as _};
+
+    use flate2::read::GzDecoder;
+
+    use super::*;
+    use crate::stack_fixture::{self as fixture, FREQUENCY_HZ, STARTED_AT_SECS};
+
+    fn decode(bytes: &[u8]) -> pp::Profile {
+        let mut raw = Vec::new();
+        GzDecoder::new(bytes)
+            .read_to_end(&mut raw)
+            .expect("pprof bytes are gzip");
+        pp::Profile::decode(raw.as_slice()).expect("gunzipped bytes are a pprof Profile")
+    }
+
+    fn string(p: &pp::Profile, i: i64) -> &str {
+        &p.string_table[usize::try_from(i).expect("non-negative string index")]
+    }
+
+    fn location(p: &pp::Profile, id: u64) -> &pp::Location {
+        p.location
+            .iter()
+            .find(|l| l.id == id)
+            .unwrap_or_else(|| panic!("no location {id}"))
+    }
+
+    fn function(p: &pp::Profile, id: u64) -> &pp::Function {
+        p.function
+            .iter()
+            .find(|f| f.id == id)
+            .unwrap_or_else(|| panic!("no function {id}"))
+    }
+
+    /// Each location of a sample as the names of its lines, innermost first.
+    fn names(p: &pp::Profile, sample: &pp::Sample) -> Vec<Vec<String>> {
+        sample
+            .location_id
+            .iter()
+            .map(|&id| {
+                location(p, id)
+                    .line
+                    .iter()
+                    .map(|l| string(p, function(p, l.function_id).name).to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn label<'p>(p: &'p pp::Profile, sample: &'p pp::Sample, key: &str) -> Option<&'p pp::Label> {
+        sample.label.iter().find(|l| string(p, l.key) == key)
+    }
+
+    #[test]
+    fn decodes_back_with_pprofs_invariants() {
+        let profile = fixture::profile();
+        let p = decode(&encode(&profile).expect("encode"));
+        assert_eq!(p.string_table[0], "");
+        let strings: HashSet<&String> = p.string_table.iter().collect();
+        assert_eq!(
+            strings.len(),
+            p.string_table.len(),
+            "strings are interned once"
+        );
+
+        let ids = |ids: Vec<u64>| {
+            assert!(ids.iter().all(|&id| id != 0), "ids are non-zero: {ids:?}");
+            let unique: HashSet<u64> = ids.iter().copied().collect();
+            assert_eq!(unique.len(), ids.len(), "ids are unique: {ids:?}");
+            unique
+        };
+        let mappings = ids(p.mapping.iter().map(|m| m.id).collect());
+        let functions = ids(p.function.iter().map(|f| f.id).collect());
+        let locations = ids(p.location.iter().map(|l| l.id).collect());
+        for l in &p.location {
+            assert!(
+                l.mapping_id == 0 || mappings.contains(&l.mapping_id),
+                "{l:?}"
+            );
+            assert!(!l.line.is_empty(), "every location is named: {l:?}");
+            for line in &l.line {
+                assert!(functions.contains(&line.function_id), "{l:?}");
+            }
+        }
+        for s in &p.sample {
+            assert_eq!(s.value.len(), p.sample_type.len());
+            assert!(
+                s.location_id.iter().all(|id| locations.contains(id)),
+                "{s:?}"
+            );
+        }
+        let len = p.string_table.len() as i64;
+        for f in &p.function {
+            for i in [f.name, f.system_name, f.filename] {
+                assert!((0..len).contains(&i), "{f:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn samples_and_cpu_time_add_up() {
+        let profile = fixture::profile();
+        let p = to_pprof(&profile);
+        let types: Vec<(&str, &str)> = p
+            .sample_type
+            .iter()
+            .map(|t| (string(&p, t.r#type), string(&p, t.unit)))
+            .collect();
+        assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+        let period_type = p.period_type.expect("period type");
+        assert_eq!(
+            (string(&p, period_type.r#type), string(&p, period_type.unit)),
+            ("cpu", "nanoseconds")
+        );
+        assert_eq!(p.period, 1_000_000_000 / i64::from(FREQUENCY_HZ));
+        assert_eq!(p.sample.len(), profile.stacks.len());
+        for (sample, stack) in p.sample.iter().zip(&profile.stacks) {
+            assert_eq!(sample.value[0], stack.samples as i64);
+            assert_eq!(sample.value[1], stack.samples as i64 * p.period);
+        }
+        let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+        assert_eq!(total, profile.total_samples as i64);
+        assert_eq!(
+            p.time_nanos,
+            STARTED_AT_SECS * 1_000_000_000 + 500,
+            "session start"
+        );
+        assert_eq!(p.duration_nanos, 2_500_000_000);
+        let comments: Vec<&str> = p.comment.iter().map(|&c| string(&p, c)).collect();
+        assert!(
+            comments[0].contains("session 7 at 1000 Hz: 1000 samples"),
+            "{comments:?}"
+        );
+        assert!(
+            comments
+                .iter()
+                .any(|c| c.starts_with("10 samples with stacks cut"))
+        );
+    }
+
+    #[test]
+    fn stacks_are_leaf_first_with_inlined_methods_folded_into_one_location() {
+        let profile = fixture::profile();
+        let p = to_pprof(&profile);
+        let one = |name: &str| vec![name.to_owned()];
+        assert_eq!(
+            names(&p, &p.sample[0]),
+            [
+                one("Integer>>benchFib"),
+                one("Integer>>benchFib"),
+                one("benchmark"),
+                one("interpret"),
+                one("main")
+            ]
+        );
+        // Recursion is the same location twice, not two locations.
+        assert_eq!(p.sample[0].location_id[0], p.sample[0].location_id[1]);
+        // Inline>>heavy inlined into Inline>>bench: one location, innermost line first.
+        assert_eq!(
+            names(&p, &p.sample[1]),
+            [
+                vec!["Inline>>heavy".to_owned(), "Inline>>bench".to_owned()],
+                one("benchmark"),
+                one("interpret"),
+                one("main")
+            ]
+        );
+        let folded = location(&p, p.sample[1].location_id[0]);
+        let lines: Vec<i64> = folded.line.iter().map(|l| l.line).collect();
+        assert_eq!(lines, [33, 5], "first pcs of 33->70 and 5->9");
+        let anon = p
+            .mapping
+            .iter()
+            .find(|m| m.id == folded.mapping_id)
+            .expect("mapping");
+        assert_eq!(string(&p, anon.filename), "[anon]");
+        assert!(anon.has_inline_frames && anon.has_functions);
+        // Kernel frames under (leaf-side of) the user frame that made the system call.
+        assert_eq!(
+            names(&p, &p.sample[2]),
+            [
+                one("ksys_write"),
+                one("write"),
+                one("interpret"),
+                one("main")
+            ]
+        );
+        // Every frame of the profile is reachable, each location counted once.
+        assert_eq!(
+            p.location.len(),
+            profile.frames.len() - 1,
+            "two frames folded into one"
+        );
+    }
+
+    #[test]
+    fn call_sites_are_lines_and_jit_functions_name_their_code_map() {
+        let p = to_pprof(&fixture::profile());
+        let benchmark_location = location(&p, p.sample[0].location_id[2]);
+        assert_eq!(benchmark_location.line[0].line, 74, "call site 74->78");
+        let benchmark = function(&p, benchmark_location.line[0].function_id);
+        assert_eq!(string(&p, benchmark.name), "benchmark");
+        assert_eq!(string(&p, benchmark.system_name), "benchmark");
+        assert_eq!(string(&p, benchmark.filename), "vm");
+        let main = location(&p, *p.sample[0].location_id.last().expect("root"));
+        let main_function = function(&p, main.line[0].function_id);
+        assert_eq!(string(&p, main_function.filename), "/opt/jitvm/bin/jitvm");
+        let mapping = p
+            .mapping
+            .iter()
+            .find(|m| m.id == main.mapping_id)
+            .expect("main's mapping");
+        assert_eq!(string(&p, mapping.filename), "/opt/jitvm/bin/jitvm");
+        assert_eq!(string(&p, mapping.build_id), "abcd01");
+        // One mapping per module: jitvm, [anon], libc, kernel, libfoo.
+        let files: HashSet<&str> = p.mapping.iter().map(|m| string(&p, m.filename)).collect();
+        assert_eq!(files.len(), 5, "{files:?}");
+        assert_eq!(p.mapping.len(), 5);
+    }
+
+    #[test]
+    fn labels_say_pid_comm_and_truncation() {
+        let profile = fixture::profile();
+        let p = to_pprof(&profile);
+        for (sample, stack) in p.sample.iter().zip(&profile.stacks) {
+            let pid = label(&p, sample, "pid").expect("pid label");
+            assert_eq!(pid.num, i64::from(stack.pid));
+            let comm = label(&p, sample, "comm").expect("comm label");
+            let expected = if stack.pid == 100 { "jitvm" } else { "jitvm2" };
+            assert_eq!(string(&p, comm.str), expected);
+            match label(&p, sample, "truncated") {
+                Some(l) => {
+                    assert!(stack.truncated);
+                    assert_eq!(string(&p, l.str), "true");
+                }
+                None => assert!(!stack.truncated),
+            }
+        }
+        assert!(p.sample.iter().any(|s| label(&p, s, "truncated").is_some()));
+    }
+
+    #[test]
+    fn range_positions() {
+        for (range, expected) in [
+            ("74->78", (74, 0)),
+            ("38->end", (38, 0)),
+            ("start->3", (0, 0)),
+            ("app.js:12:5", (12, 5)),
+            ("/a:b/app.js:12:5", (12, 5)),
+            ("app.js:12", (12, 0)),
+            ("", (0, 0)),
+            ("start", (0, 0)),
+            ("weird:x:y", (0, 0)),
+        ] {
+            assert_eq!(range_position(range), expected, "{range}");
+        }
+    }
+
+    #[test]
+    fn period_follows_the_frequency_and_defaults_to_1400_hz() {
+        assert_eq!(period_nanos(&fixture::profile()), 1_000_000);
+        assert_eq!(period_nanos(&pb::Profile::default()), 714_286);
+    }
+
+    #[test]
+    fn a_bad_frame_index_still_counts_its_samples() {
+        let mut profile = fixture::profile();
+        profile.stacks[3].frames[0] = 999;
+        let p = to_pprof(&profile);
+        assert_eq!(names(&p, &p.sample[3])[0], ["[missing frame]"]);
+        assert_eq!(p.sample[3].value[0], 40);
+    }
+
+    #[test]
+    fn an_empty_profile_is_a_valid_empty_pprof() {
+        let p = decode(&encode(&pb::Profile::default()).expect("encode"));
+        assert_eq!(p.string_table[0], "");
+        assert!(p.sample.is_empty() && p.location.is_empty());
+        assert_eq!(p.sample_type.len(), 2);
+    }
+}

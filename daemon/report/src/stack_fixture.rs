@@ -1,0 +1,153 @@
+//! A small profile with call stacks through native, JIT (with inlining) and kernel code, for the
+//! tests of the stack formats. Numbers are chosen so that sums are easy to check by hand.
+
+use vmscope_proto::v1::{
+    CallGraph, CodeKind, Frame, ProcessSamples, Profile, ProfileRow, Section, Session, Stack,
+    TargetProcess,
+};
+
+/// 2026-11-22T10:00:00Z.
+pub const STARTED_AT_SECS: i64 = 1_795_341_600;
+/// 1000 Hz: one sample is 1 ms of CPU.
+pub const FREQUENCY_HZ: u32 = 1000;
+
+/// Indices into [`profile`]'s frames.
+pub const MAIN: u32 = 0;
+pub const INTERPRET: u32 = 1;
+pub const BENCHMARK: u32 = 2;
+pub const BENCH_FIB: u32 = 3;
+pub const HEAVY_INLINED: u32 = 4;
+pub const INLINE_BENCH: u32 = 5;
+pub const WRITE: u32 = 6;
+pub const KSYS_WRITE: u32 = 7;
+pub const HOSTILE: u32 = 8;
+
+/// The hostile name of frame [`HOSTILE`]: separators of the folded format inside.
+pub const HOSTILE_NAME: &str = "weird;name\nwith\rbreaks";
+
+fn native(name: &str, module: &str, section: Section, build_id: &str) -> Frame {
+    Frame {
+        section: section as i32,
+        name: name.into(),
+        module: module.into(),
+        symbolized: true,
+        build_id: build_id.into(),
+        ..Default::default()
+    }
+}
+
+fn jit(name: &str, range: &str, inlined: bool, optimised: bool) -> Frame {
+    Frame {
+        section: Section::Generated as i32,
+        name: name.into(),
+        module: "[anon]".into(),
+        symbolized: true,
+        kind: CodeKind::Method as i32,
+        range: range.into(),
+        inlined,
+        code_map: "vm".into(),
+        optimised,
+        ..Default::default()
+    }
+}
+
+fn stack(frames: &[u32], pid: u32, samples: u64, truncated: bool) -> Stack {
+    Stack {
+        frames: frames.to_vec(),
+        pid,
+        samples,
+        truncated,
+    }
+}
+
+/// 1000 samples of two processes of the jitvm:
+///
+/// | stack (root first)                                  | pid | samples |
+/// |-----------------------------------------------------|-----|---------|
+/// | main interpret benchmark benchFib benchFib          | 100 | 700     |
+/// | main interpret benchmark Inline>>bench (+heavy)     | 100 | 200     |
+/// | main interpret write ksys_write                     | 100 | 50      |
+/// | main interpret benchmark benchFib                   | 200 | 40      |
+/// | interpret weird;name… (truncated)                   | 100 | 10      |
+pub fn profile() -> Profile {
+    let kernel = Frame {
+        kernel: true,
+        ..native("ksys_write", "[kernel.kallsyms]", Section::Other, "")
+    };
+    let frames = vec![
+        native("main", "jitvm", Section::Vanilla, "abcd01"),
+        native("interpret", "jitvm", Section::Vanilla, "abcd01"),
+        jit("benchmark", "74->78", false, false),
+        jit("Integer>>benchFib", "12->15", false, false),
+        jit("Inline>>heavy", "33->70", true, true),
+        jit("Inline>>bench", "5->9", false, true),
+        native("write", "libc.so.6", Section::Other, "ef02"),
+        kernel,
+        native(HOSTILE_NAME, "libfoo.so", Section::Other, ""),
+    ];
+    let stacks = vec![
+        stack(
+            &[BENCH_FIB, BENCH_FIB, BENCHMARK, INTERPRET, MAIN],
+            100,
+            700,
+            false,
+        ),
+        stack(
+            &[HEAVY_INLINED, INLINE_BENCH, BENCHMARK, INTERPRET, MAIN],
+            100,
+            200,
+            false,
+        ),
+        stack(&[KSYS_WRITE, WRITE, INTERPRET, MAIN], 100, 50, false),
+        stack(&[BENCH_FIB, BENCHMARK, INTERPRET, MAIN], 200, 40, false),
+        stack(&[HOSTILE, INTERPRET], 100, 10, true),
+    ];
+    let rows = vec![ProfileRow {
+        section: Section::Generated as i32,
+        name: "Integer>>benchFib".into(),
+        module: "[anon]".into(),
+        samples: 740,
+        processes: vec![
+            ProcessSamples {
+                pid: 100,
+                command: "jitvm".into(),
+                samples: 700,
+            },
+            ProcessSamples {
+                pid: 200,
+                command: "jitvm2".into(),
+                samples: 40,
+            },
+        ],
+        ..Default::default()
+    }];
+    Profile {
+        session: Some(Session {
+            id: 7,
+            frequency_hz: FREQUENCY_HZ,
+            started_at: Some(prost_types::Timestamp {
+                seconds: STARTED_AT_SECS,
+                nanos: 500,
+            }),
+            targets: vec![TargetProcess {
+                pid: 100,
+                command: "jitvm".into(),
+                executable: "/opt/jitvm/bin/jitvm".into(),
+                ..Default::default()
+            }],
+            samples: 1000,
+            call_graph: CallGraph::Fp as i32,
+            ..Default::default()
+        }),
+        vm_executable: "/opt/jitvm/bin/jitvm".into(),
+        total_samples: 1000,
+        lost_samples: 3,
+        duration_seconds: 2.5,
+        rows,
+        frames,
+        stacks,
+        truncated_stacks: 10,
+        processes: 2,
+        ..Default::default()
+    }
+}
