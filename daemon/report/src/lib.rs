@@ -12,6 +12,7 @@
 //!   function), with inclusive and self samples, after Pharo's MessageTally.
 #![deny(missing_docs)]
 
+pub mod folded;
 pub mod model;
 pub mod pprof;
 pub mod runtimes;
