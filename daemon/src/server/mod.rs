@@ -62,13 +62,24 @@ impl ProfilerService {
         }
     }
 
-    async fn profile(&self, caller: Caller, id: u64) -> Result<pb::Profile, Status> {
+    /// The session's profile, built on a blocking thread; with `pprof`, also encoded as pprof
+    /// on that thread (gzip of a large profile takes milliseconds the async threads should not
+    /// spend).
+    async fn profile(&self, caller: Caller, id: u64, pprof: bool) -> Result<pb::Profile, Status> {
         let snapshot = self.manager.snapshot(caller, id).await.map_err(to_status)?;
         let symbolizer = self.symbolizer.clone();
         let options = profile_options(caller);
-        tokio::task::spawn_blocking(move || build_profile(snapshot, &symbolizer, &options))
-            .await
-            .map_err(|e| Status::internal(format!("building the profile failed: {e}")))
+        tokio::task::spawn_blocking(move || {
+            let mut profile = build_profile(snapshot, &symbolizer, &options);
+            if pprof {
+                profile.pprof = vmscope_report::pprof::encode(&profile).map_err(|e| {
+                    Status::internal(format!("encoding the profile as pprof failed: {e}"))
+                })?;
+            }
+            Ok(profile)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("building the profile failed: {e}")))?
     }
 }
 
@@ -163,7 +174,8 @@ impl pb::profiler_server::Profiler for ProfilerService {
         request: Request<pb::GetProfileRequest>,
     ) -> Result<Response<pb::Profile>, Status> {
         let caller = caller(&request)?;
-        self.profile(caller, request.get_ref().session_id)
+        let request = request.get_ref();
+        self.profile(caller, request.session_id, request.pprof)
             .await
             .map(Response::new)
     }
@@ -213,7 +225,8 @@ impl pb::profiler_server::Profiler for ProfilerService {
                         .await;
                     break;
                 }
-                let profile = service.profile(caller, request.session_id).await;
+                // Watches stream our message only: pprof is for GetProfile.
+                let profile = service.profile(caller, request.session_id, false).await;
                 // The stopped session's profile is the last: it changes no more, whole or not.
                 let last = profile.as_ref().map_or(true, |p| {
                     p.session
