@@ -101,7 +101,8 @@ struct RecordArgs {
 
 #[derive(Debug, Args)]
 struct OutputArgs {
-    /// Report format.
+    /// Report format. The stack formats (pprof, folded, flamegraph) ignore the options that
+    /// shape the flat report (--fold, --wide, --vm-module, --sort).
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     format: FormatArg,
     /// Fold rows under this percentage of all samples into `...others...` (0 keeps every row)
@@ -164,8 +165,16 @@ enum CallGraphArg {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum FormatArg {
+    /// The VMProfiler-style report.
     Text,
+    /// The report's numbers and the call stacks, for scripts.
     Json,
+    /// Gzipped pprof (binary: give -o FILE), for go tool pprof, Pyroscope, Parca, speedscope.
+    Pprof,
+    /// Folded stacks, `root;...;leaf count`, for inferno, flamegraph.pl, speedscope.
+    Folded,
+    /// An SVG flame graph: JIT code green, inlined aqua, kernel orange, native red.
+    Flamegraph,
 }
 
 impl OutputArgs {
@@ -173,6 +182,9 @@ impl OutputArgs {
         match self.format {
             FormatArg::Text => Format::Text,
             FormatArg::Json => Format::Json,
+            FormatArg::Pprof => Format::Pprof,
+            FormatArg::Folded => Format::Folded,
+            FormatArg::Flamegraph => Format::Flamegraph,
         }
     }
 
@@ -287,6 +299,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Record(args) => {
             let destination =
                 Destination::choose(args.output.output.as_deref(), !args.command.is_empty());
+            destination.check_format(args.output.format())?;
             let options = record_options(args)?;
             let mut out = destination.open()?;
             let code = vmscope::record::record(&cli.socket, options, &mut out).await?;
@@ -298,7 +311,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             .await
             .map(|()| 0),
         Command::Report { id, output } => {
-            let mut out = Destination::choose(output.output.as_deref(), false).open()?;
+            let destination = Destination::choose(output.output.as_deref(), false);
+            destination.check_format(output.format())?;
+            let mut out = destination.open()?;
             sessions::report(
                 &cli.socket,
                 id,

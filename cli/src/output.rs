@@ -7,11 +7,13 @@
 
 use std::{
     fs::{File, OpenOptions},
-    io::{self, BufWriter, Write},
+    io::{self, BufWriter, IsTerminal as _, Write},
     path::{Path, PathBuf},
 };
 
 use anyhow::Context as _;
+
+use crate::report::Format;
 
 /// Where a report goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +35,24 @@ impl Destination {
             Some(path) => Destination::File(path.to_path_buf()),
             None if command_owns_stdout => Destination::Stderr,
             None => Destination::Stdout,
+        }
+    }
+
+    /// Whether the destination is a terminal (a file never counts, even a tty's path).
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Destination::Stdout => io::stdout().is_terminal(),
+            Destination::Stderr => io::stderr().is_terminal(),
+            Destination::File(_) => false,
+        }
+    }
+
+    /// Refuses a binary `format` (pprof) for a terminal, before anything is recorded: it would
+    /// garble the screen and be lost.
+    pub fn check_format(&self, format: Format) -> anyhow::Result<()> {
+        match binary_on_terminal(format, self.is_terminal()) {
+            Some(message) => anyhow::bail!(message),
+            None => Ok(()),
         }
     }
 
@@ -58,6 +78,15 @@ impl Destination {
             }
         })
     }
+}
+
+/// Why `format` must not go to a terminal, if it must not.
+fn binary_on_terminal(format: Format, terminal: bool) -> Option<String> {
+    (format.is_binary() && terminal).then(|| {
+        "--format pprof writes a binary (gzipped) file, not for a terminal: give -o FILE \
+         (e.g. -o profile.pb.gz), or redirect the output to a file or a pipe"
+            .to_owned()
+    })
 }
 
 /// A file emptied by its first write.
@@ -122,6 +151,26 @@ mod tests {
         drop(out);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn pprof_is_refused_for_terminals_only() {
+        let refusal = binary_on_terminal(Format::Pprof, true).expect("refused on a terminal");
+        assert!(refusal.contains("-o FILE"), "{refusal}");
+        assert_eq!(binary_on_terminal(Format::Pprof, false), None);
+        for format in [
+            Format::Text,
+            Format::Json,
+            Format::Folded,
+            Format::Flamegraph,
+        ] {
+            assert_eq!(binary_on_terminal(format, true), None, "{format:?}");
+        }
+        assert!(
+            Destination::File("p.pb.gz".into())
+                .check_format(Format::Pprof)
+                .is_ok()
+        );
     }
 
     #[test]

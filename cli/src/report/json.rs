@@ -12,12 +12,16 @@
 //!
 //! A borrowed [`Serialize`] view rather than a `serde_json::Value`: fields come out in the
 //! documented order (a `Value` would sort its keys), and building it cannot fail.
+//!
+//! [`render_json_with_stacks`] (what `--format json` writes) adds the profile's stack table
+//! after the flat report: `frames`, `stacks` and `truncated_stacks` (see [`JsonStackTable`]).
 
 use serde::Serialize;
+use vmscope_proto::v1 as pb;
 
 use vmscope_report::{
-    InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionReport,
-    rfc3339_seconds, round2,
+    CodeKindLabel, InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionKind,
+    SectionReport, rfc3339_seconds, round2,
 };
 
 /// The report as JSON, borrowed from a [`Report`]; serialise it with `serde_json`.
@@ -60,6 +64,53 @@ pub struct JsonReport<'a> {
     vm_modules: Vec<JsonVmModule<'a>>,
     sections: Vec<JsonSection<'a>>,
     symbolization_issues: Vec<JsonIssue<'a>>,
+    /// The call stacks, when rendered with the profile ([`render_json_with_stacks`]).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    stack_table: Option<JsonStackTable<'a>>,
+}
+
+/// The profile's call stacks, after the flat report's fields: `frames`, `stacks`,
+/// `truncated_stacks`. Every sample is in exactly one stack, so stacks' samples add up to
+/// `total_samples`.
+///
+/// - `frames`: each distinct frame once, as the daemon's `Profile.frames`: `name`, `module`,
+///   `section` (`generated`, `vanilla`, `other`), `symbolized`, `kind` (as rows' `kind`, or
+///   null), `range` (generated code: the bytecode or source range the frame's pc is in, for a
+///   caller its call site, e.g. `74->78`; null when unknown), `inlined` (a method inlined into
+///   the compiled code of the frame after it in the stack), `code_map` (or null), `optimised`,
+///   `build_id` (hex, or null) and `kernel`.
+/// - `stacks`: samples per distinct (process, stack), most first: `frames` (indices into
+///   `frames`, **leaf first**: kernel frames, then user frames, outermost caller last), `pid`,
+///   `samples`, `truncated` (cut at the depth limit: outermost callers missing).
+/// - `truncated_stacks`: samples whose stack was truncated.
+#[derive(Debug, Serialize)]
+pub struct JsonStackTable<'a> {
+    frames: Vec<JsonFrame<'a>>,
+    stacks: Vec<JsonStack<'a>>,
+    truncated_stacks: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonFrame<'a> {
+    name: &'a str,
+    module: &'a str,
+    section: &'static str,
+    symbolized: bool,
+    kind: Option<&'static str>,
+    range: Option<&'a str>,
+    inlined: bool,
+    code_map: Option<&'a str>,
+    optimised: bool,
+    build_id: Option<&'a str>,
+    kernel: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonStack<'a> {
+    frames: &'a [u32],
+    pid: u32,
+    samples: u64,
+    truncated: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -181,6 +232,51 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
             .collect(),
         sections: report.sections.iter().map(section).collect(),
         symbolization_issues: report.issues.iter().map(issue).collect(),
+        stack_table: None,
+    }
+}
+
+/// [`render_json`] followed by `profile`'s stack table (the profile `report` was made from).
+pub fn render_json_with_stacks<'a>(report: &'a Report, profile: &'a pb::Profile) -> JsonReport<'a> {
+    JsonReport {
+        stack_table: Some(stack_table(profile)),
+        ..render_json(report)
+    }
+}
+
+fn stack_table(profile: &pb::Profile) -> JsonStackTable<'_> {
+    fn non_empty(s: &str) -> Option<&str> {
+        (!s.is_empty()).then_some(s)
+    }
+    JsonStackTable {
+        frames: profile
+            .frames
+            .iter()
+            .map(|f| JsonFrame {
+                name: &f.name,
+                module: &f.module,
+                section: SectionKind::from_proto(f.section()).as_str(),
+                symbolized: f.symbolized,
+                kind: CodeKindLabel::from_proto(f.kind).map(CodeKindLabel::as_str),
+                range: non_empty(&f.range),
+                inlined: f.inlined,
+                code_map: non_empty(&f.code_map),
+                optimised: f.optimised,
+                build_id: non_empty(&f.build_id),
+                kernel: f.kernel,
+            })
+            .collect(),
+        stacks: profile
+            .stacks
+            .iter()
+            .map(|s| JsonStack {
+                frames: &s.frames,
+                pid: s.pid,
+                samples: s.samples,
+                truncated: s.truncated,
+            })
+            .collect(),
+        truncated_stacks: profile.truncated_stacks,
     }
 }
 
@@ -508,13 +604,22 @@ mod tests {
 
     #[test]
     fn render_json_format_is_pretty_json_and_a_newline() {
-        let report = Report::from_profile(&node_profile(), &OPTIONS);
+        let profile = node_profile();
+        let report = Report::from_profile(&profile, &OPTIONS);
         let mut out = Vec::new();
-        render(&report, &OPTIONS, Format::Json, &mut out).expect("render");
+        render(&profile, &OPTIONS, Format::Json, &mut out).expect("render");
         let text = String::from_utf8(out).expect("UTF-8");
         assert!(text.ends_with("}\n"), "{text}");
         assert!(text.starts_with("{\n  \"session_id\": 7,\n"), "{text}");
-        let value: Value = serde_json::from_str(&text).expect("valid JSON");
+        let mut value: Value = serde_json::from_str(&text).expect("valid JSON");
+        // The flat report's fields, then the stack table (empty in this fixture).
+        let object = value.as_object_mut().expect("an object");
+        assert_eq!(object.remove("frames"), Some(serde_json::json!([])));
+        assert_eq!(object.remove("stacks"), Some(serde_json::json!([])));
+        assert_eq!(
+            object.remove("truncated_stacks"),
+            Some(serde_json::json!(0))
+        );
         assert_eq!(value, parsed(&report));
         // Long names are never elided in JSON, whatever name_width says.
         assert!(

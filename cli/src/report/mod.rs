@@ -29,7 +29,11 @@
 //! presentation (threshold, name width, text or JSON). [`Report::from_profile`] (in the shared
 //! `vmscope-report` crate, so that every client computes the same numbers) does all the
 //! arithmetic once, then [`render_text`] or [`render_json`] only formats it.
+//!
+//! The formats on call stacks are drawn from the profile's stack table directly: pprof and
+//! folded stacks encoded by [`vmscope_report`], the flame graph by [`render_flamegraph`].
 
+mod flamegraph;
 mod json;
 mod names;
 mod text;
@@ -38,8 +42,13 @@ use std::io::{self, Write};
 
 use anyhow::Context as _;
 use vmscope_proto::v1::Profile;
+use vmscope_report::{
+    folded::{self, FoldedOptions},
+    pprof,
+};
 
-pub use json::{JsonReport, render_json};
+pub use flamegraph::render_flamegraph;
+pub use json::{JsonReport, render_json, render_json_with_stacks};
 pub use names::{elide_middle, shorten, shorten_all};
 pub use text::{render_text, render_tree_text};
 pub use vmscope_report::tree::{self, CallTree, DEFAULT_FOLD_PERCENT, TreeOptions, TreeView};
@@ -55,24 +64,45 @@ pub enum Format {
     /// VMProfiler-style text for people.
     #[default]
     Text,
-    /// Pretty-printed JSON with the same numbers, for scripts.
+    /// Pretty-printed JSON with the same numbers and the stack table, for scripts.
     Json,
+    /// Gzipped google/pprof `profile.proto`, for `go tool pprof`, Pyroscope, Parca, speedscope.
+    /// Binary.
+    Pprof,
+    /// Folded stacks, one `root;...;leaf count` line per stack, for inferno, flamegraph.pl and
+    /// speedscope.
+    Folded,
+    /// An SVG flame graph.
+    Flamegraph,
 }
 
-/// Writes `report` to `out` in `format`; JSON ends with a newline like the text does, so that
-/// shells and `jq` pipelines see a complete last line.
+impl Format {
+    /// Whether the format is binary, and so not for a terminal.
+    pub fn is_binary(self) -> bool {
+        self == Format::Pprof
+    }
+}
+
+/// Writes `profile` to `out` in `format`. Text and JSON go through the [`Report`] model (with
+/// `options`); the stack formats ignore `options`, which shape the flat report only. JSON ends
+/// with a newline like the text does, so that shells and `jq` pipelines see a complete last
+/// line.
 pub fn render(
-    report: &Report,
+    profile: &Profile,
     options: &ReportOptions,
     format: Format,
     out: &mut impl Write,
 ) -> io::Result<()> {
     match format {
-        Format::Text => render_text(report, options, out),
+        Format::Text => render_text(&Report::from_profile(profile, options), options, out),
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &render_json(report))?;
+            let report = Report::from_profile(profile, options);
+            serde_json::to_writer_pretty(&mut *out, &render_json_with_stacks(&report, profile))?;
             writeln!(out)
         }
+        Format::Pprof => out.write_all(&pprof::encode(profile)?),
+        Format::Folded => folded::write(profile, FoldedOptions::default(), out),
+        Format::Flamegraph => render_flamegraph(profile, out),
     }
 }
 
@@ -86,11 +116,11 @@ pub fn render_profile(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let report = Report::from_profile(profile, options);
     let Some(tree_options) = &options.tree else {
-        render(&report, options, format, out)?;
+        render(profile, options, format, out)?;
         return Ok(());
     };
+    let report = Report::from_profile(profile, options);
     check_tree_format(format)?;
     if !report.call_graph {
         anyhow::bail!(
@@ -124,13 +154,11 @@ mod tests {
 
     #[test]
     fn render_text_format_matches_render_text() {
-        let report = Report::from_profile(
-            &vmscope_report::fixtures::node_profile(),
-            &Default::default(),
-        );
+        let profile = vmscope_report::fixtures::node_profile();
+        let report = Report::from_profile(&profile, &Default::default());
         let options = ReportOptions::default();
         let (mut via_render, mut direct) = (Vec::new(), Vec::new());
-        render(&report, &options, Format::Text, &mut via_render).expect("render");
+        render(&profile, &options, Format::Text, &mut via_render).expect("render");
         render_text(&report, &options, &mut direct).expect("render_text");
         assert_eq!(via_render, direct);
         assert!(via_render.ends_with(b"\n"));
