@@ -93,8 +93,8 @@ fn step(
     }
 }
 
-/// Installs the nightly toolchain's rust-src, bpf-linker, gcc and the tests' Python gRPC client
-/// when missing.
+/// Installs the nightly toolchain's rust-src, bpf-linker, gcc, the runtimes the tests profile, Go
+/// (for `go tool pprof`) and the tests' Python gRPC client when missing.
 pub fn run() -> anyhow::Result<()> {
     let toolchains = output(Command::new("rustup").args(["toolchain", "list"]))
         .context("rustup is needed to build the eBPF program (https://rustup.rs)")?;
@@ -174,6 +174,13 @@ pub fn run() -> anyhow::Result<()> {
         "sqlite3 (its VDBE is a bytecode VM in a library)",
         output(Command::new("sqlite3").arg("--version")).is_some(),
         || apt_install(&["sqlite3"]),
+    )?;
+    // A pprof reader nobody on this project wrote: tests/tests/pprof.rs checks our pprof files
+    // with `go tool pprof`, which ships with Go.
+    step(
+        "Go (`go tool pprof` reads vmscope's pprof files)",
+        output(Command::new("go").args(["tool", "-n", "pprof"])).is_some(),
+        || apt_install(&["golang-go"]),
     )?;
     step(
         &format!("CPython {PYENV_PYTHON} built as a shared library, under pyenv"),
