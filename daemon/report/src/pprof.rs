@@ -178,6 +178,17 @@ impl<'a> Builder<'a> {
             self.string("true"),
         );
 
+        // pprof takes the first mapping for the main binary ("File:" in its reports): the VM
+        // executable's, when it has frames.
+        let main_module = Path::new(&profile.vm_executable)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| !n.is_empty());
+        if let Some(main) = main_module.and_then(|m| profile.frames.iter().find(|f| f.module == m))
+        {
+            self.mapping(main);
+        }
+
         let mut samples = Vec::with_capacity(profile.stacks.len());
         for stack in &profile.stacks {
             let location_id = self.stack_locations(&stack.frames);
@@ -594,6 +605,10 @@ mod tests {
             .expect("main's mapping");
         assert_eq!(string(&p, mapping.filename), "/opt/jitvm/bin/jitvm");
         assert_eq!(string(&p, mapping.build_id), "abcd01");
+        assert_eq!(
+            p.mapping[0].id, main.mapping_id,
+            "the main binary's mapping comes first"
+        );
         // One mapping per module: jitvm, [anon], libc, kernel, libfoo.
         let files: HashSet<&str> = p.mapping.iter().map(|m| string(&p, m.filename)).collect();
         assert_eq!(files.len(), 5, "{files:?}");
