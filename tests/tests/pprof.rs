@@ -1,0 +1,190 @@
+//! pprof files read back by a reader nobody on this project wrote: `go tool pprof` (Debian's
+//! golang-go, installed by `cargo xtask setup`). From a hand-built profile, so that the format is
+//! checked without a daemon; the end-to-end tests check live profiles. A machine without Go
+//! fails these tests and says how to get it: they never pass by skipping.
+
+use std::{collections::BTreeMap, path::Path, process::Command};
+
+use vmscope_proto::v1::Profile;
+use vmscope_tests::stack_profile;
+
+/// Runs `go tool pprof ARGS FILE` and returns its standard output.
+fn go_pprof(args: &[&str], file: &Path) -> String {
+    let output = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        // pprof keeps fetched profiles and symbol files here; keep it out of $HOME.
+        .env("PPROF_TMPDIR", file.parent().expect("a directory"))
+        .output()
+        .expect("`go` must run: install Go with `cargo xtask setup` (Debian's golang-go)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "go tool pprof {args:?} failed: {}\n{stdout}\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+/// Writes `profile` as pprof into a fresh directory.
+fn pprof_file(profile: &Profile) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join("profile.pb.gz");
+    let bytes = vmscope_report::pprof::encode(profile).expect("encode pprof");
+    std::fs::write(&file, bytes).expect("write the pprof file");
+    (dir, file)
+}
+
+/// The rows of `-top`: name -> (flat, cum), names without pprof's ` (inline)` mark.
+fn top_rows(output: &str) -> BTreeMap<String, (String, String)> {
+    let mut rows = BTreeMap::new();
+    let mut in_table = false;
+    for line in output.lines() {
+        if line.trim_start().starts_with("flat ") {
+            in_table = true;
+            continue;
+        }
+        if !in_table || line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert!(fields.len() >= 6, "a -top row has 6 columns: {line:?}");
+        let name = fields[5..].join(" ");
+        let name = name.trim_end_matches(" (inline)").to_owned();
+        let previous = rows.insert(name, (fields[0].to_owned(), fields[3].to_owned()));
+        assert!(previous.is_none(), "each function once in -top: {line:?}");
+    }
+    assert!(in_table, "no table in -top's output:\n{output}");
+    rows
+}
+
+#[test]
+fn go_tool_pprof_top_counts_self_and_inclusive_samples_like_the_profile() {
+    let profile = stack_profile::profile();
+    let (_dir, file) = pprof_file(&profile);
+    let output = go_pprof(&["-top", "-sample_index=samples", "-nodefraction=0"], &file);
+    assert!(
+        output.contains("File: jitvm\n"),
+        "the VM is the main binary:\n{output}"
+    );
+    assert!(
+        output.contains(&format!("Total samples = {} ", profile.total_samples)),
+        "{output}"
+    );
+    let rows = top_rows(&output);
+    let expected = stack_profile::samples_by_name(&profile);
+    assert_eq!(
+        rows.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "every frame's function, and no other:\n{output}"
+    );
+    for (name, (flat, cum)) in &expected {
+        let (top_flat, top_cum) = &rows[name];
+        assert_eq!(top_flat, &flat.to_string(), "flat of {name}:\n{output}");
+        assert_eq!(top_cum, &cum.to_string(), "cum of {name}:\n{output}");
+    }
+    // The hand-worked figures: 600 + 40 + 20 samples of benchFib at the leaf, main in every
+    // stack but the truncated one.
+    assert_eq!(expected["Integer>>benchFib"], (660, 660));
+    assert_eq!(expected["main"], (0, 980));
+
+    // CPU time: one sample is 1 ms at 1000 Hz.
+    let cpu = go_pprof(
+        &["-top", "-sample_index=cpu", "-unit=ms", "-nodefraction=0"],
+        &file,
+    );
+    let cpu_rows = top_rows(&cpu);
+    assert_eq!(cpu_rows["Integer>>benchFib"].0, "660ms", "{cpu}");
+    assert_eq!(cpu_rows["Interpreter"].1, "1000ms", "{cpu}");
+}
+
+#[test]
+fn go_tool_pprof_lines_show_call_sites() {
+    let (_dir, file) = pprof_file(&stack_profile::profile());
+    let output = go_pprof(
+        &["-top", "-lines", "-sample_index=samples", "-nodefraction=0"],
+        &file,
+    );
+    let rows = top_rows(&output);
+    // benchmark calls at bytecode range 74->78; the inlined method's own range 33->70.
+    assert_eq!(
+        rows["benchmark vm:74"],
+        ("0".into(), "930".into()),
+        "{output}"
+    );
+    assert_eq!(rows["Inline>>heavy vm:33"].0, "200", "{output}");
+}
+
+/// One sample of `-traces`: its labels, samples and frames (leaf first).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Trace {
+    labels: BTreeMap<String, String>,
+    samples: u64,
+    frames: Vec<String>,
+}
+
+fn traces(output: &str) -> Vec<Trace> {
+    let mut traces = Vec::new();
+    for block in output.split("-----------+").skip(1) {
+        let mut trace = Trace {
+            labels: BTreeMap::new(),
+            samples: 0,
+            frames: Vec::new(),
+        };
+        for line in block.lines().skip(1) {
+            if line.trim().is_empty() || line.starts_with('-') {
+                continue;
+            }
+            let (left, right) = (line.get(..11).unwrap_or(line), line.get(11..).unwrap_or(""));
+            let right = right.trim().trim_end_matches(" (inline)").to_owned();
+            if let Some(key) = left.trim().strip_suffix(':') {
+                trace.labels.insert(key.to_owned(), right);
+            } else if !left.trim().is_empty() {
+                trace.samples = left.trim().parse().expect("a sample count");
+                trace.frames.push(right);
+            } else {
+                trace.frames.push(right);
+            }
+        }
+        if trace.samples > 0 {
+            traces.push(trace);
+        }
+    }
+    traces
+}
+
+#[test]
+fn go_tool_pprof_traces_are_the_profiles_stacks_with_their_labels() {
+    let profile = stack_profile::profile();
+    let (_dir, file) = pprof_file(&profile);
+    let output = go_pprof(&["-traces", "-sample_index=samples"], &file);
+    let mut seen = traces(&output);
+    let commands: BTreeMap<u32, &str> = [(4100, "jitvm"), (4200, "jitvm-child")].into();
+    let mut expected: Vec<Trace> = profile
+        .stacks
+        .iter()
+        .map(|stack| {
+            let mut labels = BTreeMap::from([
+                ("pid".to_owned(), stack.pid.to_string()),
+                ("comm".to_owned(), commands[&stack.pid].to_owned()),
+            ]);
+            if stack.truncated {
+                labels.insert("truncated".into(), "true".into());
+            }
+            Trace {
+                labels,
+                samples: stack.samples,
+                frames: stack
+                    .frames
+                    .iter()
+                    .map(|&i| profile.frames[i as usize].name.clone())
+                    .collect(),
+            }
+        })
+        .collect();
+    seen.sort();
+    expected.sort();
+    assert_eq!(seen, expected, "{output}");
+}
