@@ -603,6 +603,96 @@ mod tests {
     }
 
     #[test]
+    fn the_stack_table_follows_the_flat_report() {
+        let mut profile = jit_profile();
+        profile.frames = vec![
+            pb::Frame {
+                section: pb::Section::Vanilla as i32,
+                name: "interpret".into(),
+                module: "squeak".into(),
+                symbolized: true,
+                build_id: "0badc0de".into(),
+                ..Default::default()
+            },
+            pb::Frame {
+                section: pb::Section::Generated as i32,
+                name: "Inline>>heavy".into(),
+                module: "[anon]".into(),
+                symbolized: true,
+                kind: pb::CodeKind::Method as i32,
+                range: "33->70".into(),
+                inlined: true,
+                code_map: "vm".into(),
+                optimised: true,
+                ..Default::default()
+            },
+            pb::Frame {
+                section: pb::Section::Other as i32,
+                name: "ksys_write".into(),
+                module: "[kernel.kallsyms]".into(),
+                kernel: true,
+                ..Default::default()
+            },
+        ];
+        profile.stacks = vec![
+            pb::Stack {
+                frames: vec![1, 0],
+                pid: 42,
+                samples: 9000,
+                truncated: false,
+            },
+            pb::Stack {
+                frames: vec![2, 0],
+                pid: 42,
+                samples: 1000,
+                truncated: true,
+            },
+        ];
+        profile.truncated_stacks = 1000;
+        let report = Report::from_profile(&profile, &OPTIONS);
+        let json =
+            serde_json::to_value(render_json_with_stacks(&report, &profile)).expect("serialise");
+        assert_eq!(
+            json["frames"],
+            serde_json::json!([
+                {"name": "interpret", "module": "squeak", "section": "vanilla",
+                 "symbolized": true, "kind": null, "range": null, "inlined": false,
+                 "code_map": null, "optimised": false, "build_id": "0badc0de", "kernel": false},
+                {"name": "Inline>>heavy", "module": "[anon]", "section": "generated",
+                 "symbolized": true, "kind": "method", "range": "33->70", "inlined": true,
+                 "code_map": "vm", "optimised": true, "build_id": null, "kernel": false},
+                {"name": "ksys_write", "module": "[kernel.kallsyms]", "section": "other",
+                 "symbolized": false, "kind": null, "range": null, "inlined": false,
+                 "code_map": null, "optimised": false, "build_id": null, "kernel": true},
+            ])
+        );
+        assert_eq!(
+            json["stacks"],
+            serde_json::json!([
+                {"frames": [1, 0], "pid": 42, "samples": 9000, "truncated": false},
+                {"frames": [2, 0], "pid": 42, "samples": 1000, "truncated": true},
+            ])
+        );
+        assert_eq!(json["truncated_stacks"], 1000);
+        // The flat report's fields come first (a Value sorts keys: look at the text).
+        let text =
+            serde_json::to_string(&render_json_with_stacks(&report, &profile)).expect("serialise");
+        let at = |key: &str| {
+            text.find(&format!("\"{key}\":"))
+                .unwrap_or_else(|| panic!("{key} in {text}"))
+        };
+        assert!(at("session_id") < at("symbolization_issues"));
+        assert!(at("symbolization_issues") < at("frames"));
+        assert!(at("frames") < at("stacks") && at("stacks") < at("truncated_stacks"));
+        // And they are untouched.
+        let mut flat = json.clone();
+        for key in ["frames", "stacks", "truncated_stacks"] {
+            flat.as_object_mut().expect("object").remove(key);
+        }
+        assert_eq!(flat, parsed(&report));
+    }
+
+    #[test]
     fn render_json_format_is_pretty_json_and_a_newline() {
         let profile = node_profile();
         let report = Report::from_profile(&profile, &OPTIONS);
