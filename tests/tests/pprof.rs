@@ -1,12 +1,17 @@
 //! pprof files read back by a reader nobody on this project wrote: `go tool pprof` (Debian's
-//! golang-go, installed by `cargo xtask setup`). From a hand-built profile, so that the format is
-//! checked without a daemon; the end-to-end tests check live profiles. A machine without Go
-//! fails these tests and says how to get it: they never pass by skipping.
+//! golang-go, installed by `cargo xtask setup`). Mostly from a hand-built profile, so that the
+//! format is checked without depending on the daemon's stacks; one test asks a live daemon for
+//! GetProfile's pprof bytes. A machine without Go fails these tests and says how to get it:
+//! they never pass by skipping.
 
-use std::{collections::BTreeMap, path::Path, process::Command};
+use std::{collections::BTreeMap, io::Read as _, path::Path, process::Command, time::Duration};
 
-use vmscope_proto::v1::Profile;
-use vmscope_tests::stack_profile;
+use prost::Message as _;
+use vmscope_proto::{
+    pprof,
+    v1::{GetProfileRequest, Profile, StartSessionRequest},
+};
+use vmscope_tests::{Daemon, Running, fixtures, stack_profile, stop_and_profile};
 
 /// Runs `go tool pprof ARGS FILE` and returns its standard output.
 fn go_pprof(args: &[&str], file: &Path) -> String {
@@ -187,4 +192,72 @@ fn go_tool_pprof_traces_are_the_profiles_stacks_with_their_labels() {
     seen.sort();
     expected.sort();
     assert_eq!(seen, expected, "{output}");
+}
+
+fn gunzip_pprof(bytes: &[u8]) -> pprof::Profile {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut raw)
+        .expect("Profile.pprof is gzip");
+    pprof::Profile::decode(raw.as_slice()).expect("Profile.pprof is a pprof Profile")
+}
+
+/// GetProfile's pprof bytes describe the profile of the same reply: one pprof sample per stack
+/// with its samples, read by go tool pprof. A watch or a GetProfile without the flag has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_profile_returns_pprof_bytes_on_request() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client().await;
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![target.pid()],
+            frequency_hz: Some(1000),
+            ..Default::default()
+        })
+        .await
+        .expect("start a session")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let plain = stop_and_profile(&mut client, session.id).await;
+    assert!(plain.pprof.is_empty(), "no pprof unless asked");
+    assert!(plain.total_samples > 0, "the fixture was sampled");
+
+    let profile = client
+        .get_profile(GetProfileRequest {
+            session_id: session.id,
+            pprof: true,
+        })
+        .await
+        .expect("GetProfile with pprof")
+        .into_inner();
+    assert!(!profile.pprof.is_empty(), "pprof was asked for");
+    let p = gunzip_pprof(&profile.pprof);
+    assert_eq!(p.string_table[0], "");
+    assert_eq!(p.period, 1_000_000, "1000 Hz: 1 ms per sample");
+    assert_eq!(p.sample.len(), profile.stacks.len());
+    let stack_samples: u64 = profile.stacks.iter().map(|s| s.samples).sum();
+    let pprof_samples: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(pprof_samples, stack_samples as i64);
+    for (sample, stack) in p.sample.iter().zip(&profile.stacks) {
+        // Inlined frames fold into their compiled method's location: never more locations.
+        let locations = sample.location_id.len();
+        assert!(locations <= stack.frames.len(), "{sample:?} {stack:?}");
+        assert_eq!(
+            locations > 0,
+            !stack.frames.is_empty(),
+            "{sample:?} {stack:?}"
+        );
+        assert_eq!(sample.value[1], sample.value[0] * p.period);
+    }
+
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join("live.pb.gz");
+    std::fs::write(&file, &profile.pprof).expect("write the pprof file");
+    let top = go_pprof(&["-top", "-sample_index=samples", "-nodefraction=0"], &file);
+    assert!(
+        top.contains(&format!("Total samples = {stack_samples} ")),
+        "{top}"
+    );
+    drop(target);
 }
