@@ -237,6 +237,14 @@ async fn get_profile_returns_pprof_bytes_on_request() {
     assert_eq!(p.period, 1_000_000, "1000 Hz: 1 ms per sample");
     assert_eq!(p.sample.len(), profile.stacks.len());
     let stack_samples: u64 = profile.stacks.iter().map(|s| s.samples).sum();
+    assert_eq!(
+        stack_samples, profile.total_samples,
+        "every sample is in exactly one stack"
+    );
+    assert!(
+        profile.stacks.iter().any(|s| s.frames.len() > 1),
+        "the session recorded call stacks by default"
+    );
     let pprof_samples: i64 = p.sample.iter().map(|s| s.value[0]).sum();
     assert_eq!(pprof_samples, stack_samples as i64);
     for (sample, stack) in p.sample.iter().zip(&profile.stacks) {
