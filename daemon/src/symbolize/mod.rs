@@ -1,9 +1,10 @@
 //! Symbolisation: from a normalised [`Location`] to the name a report shows.
 //!
-//! One file per source of names: [`elf`] for binaries, [`kallsyms`] for the kernel, [`vdso`]
-//! for the vDSO, [`module`] for the registry of binaries. [`Symbolizer::resolve`] answers every
-//! location with a [`Resolved`]: a name when one is known, otherwise `module+0xOFFSET` or
-//! `[unknown]` together with the reason, which profiles count per module. No answer is an
+//! One source of names each: [`vmscope_parse::elf`] for binaries, [`vmscope_parse::kallsyms`]
+//! for the kernel, [`vdso`] for the vDSO, [`Modules`] for the registry of binaries.
+//! [`Symbolizer::resolve`] answers every location with a [`Resolved`]: a name when one is
+//! known, otherwise `module+0xOFFSET` or `[unknown]` together with the reason (an [`Issue`]),
+//! which profiles count per module. No answer is an
 //! error: a sample is never dropped for want of a name.
 
 mod location;
