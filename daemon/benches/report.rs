@@ -7,6 +7,8 @@
 //!   is parsed) and building the API's Profile.
 //! * `profile_warm`: the same with the symbol table already parsed (every later snapshot, e.g.
 //!   each message of a watch).
+//! * `pprof`: encoding that profile as gzipped pprof (GetProfile with `pprof`, `--format
+//!   pprof`).
 //!
 //! Samples fall on 4096 distinct stacks through this benchmark's own executable code, plus some
 //! kernel addresses: many samples, few distinct locations and stacks, as in real profiles.
@@ -216,6 +218,10 @@ fn bench(c: &mut Criterion) {
             |snapshot| black_box(build_profile(snapshot, &warm, &SHOW_ALL).rows.len()),
             BatchSize::PerIteration,
         )
+    });
+    let profile = build_profile(snapshot.clone(), &warm, &SHOW_ALL);
+    group.bench_function("pprof", |b| {
+        b.iter(|| black_box(vmscope_report::pprof::encode(&profile).unwrap().len()))
     });
     group.finish();
 }
