@@ -19,7 +19,6 @@ use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 use vmscope_proto::v1::{Profile, ProfileRow, Section, profiler_client::ProfilerClient};
 
-pub mod stack_profile;
 pub mod stacks;
 
 /// A client of the daemon.

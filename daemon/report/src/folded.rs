@@ -1,6 +1,6 @@
 //! A profile as folded stacks (Brendan Gregg's format), which inferno, flamegraph.pl and
 //! speedscope read: one line per distinct stack, frames root first separated by `;`, a space
-//! and the samples, `main;interpret;benchmark_[j] 740`.
+//! and the samples, `main;Interpreter;benchmark_[j] 740`.
 //!
 //! Choices, so that a reader knows what a line means:
 //!
@@ -152,12 +152,12 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "[truncated];interpret;weird:name with breaks 10",
-                "main;interpret;benchmark_[j];Inline>>bench_[j];Inline>>heavy_[i] 200",
+                "[truncated];Interpreter;weird:name with breaks 10",
+                "main;Interpreter;benchmark_[j];Inline>>bench_[j];Inline>>heavy_[i] 200",
                 // pid 100's 700 and pid 200's 40, merged.
-                "main;interpret;benchmark_[j];Integer>>benchFib_[j] 40",
-                "main;interpret;benchmark_[j];Integer>>benchFib_[j];Integer>>benchFib_[j] 700",
-                "main;interpret;write;ksys_write_[k] 50",
+                "main;Interpreter;benchmark_[j];Integer>>benchFib_[j] 40",
+                "main;Interpreter;benchmark_[j];Integer>>benchFib_[j];Integer>>benchFib_[j] 700",
+                "main;Interpreter;write;ksys_write_[k] 50",
             ]
         );
         let total: u64 = lines
@@ -185,12 +185,12 @@ mod tests {
         let folded = fold(&profile, FoldedOptions { by_process: true });
         assert_eq!(
             folded.get(
-                "jitvm;main;interpret;benchmark_[j];Integer>>benchFib_[j];Integer>>benchFib_[j]"
+                "jitvm;main;Interpreter;benchmark_[j];Integer>>benchFib_[j];Integer>>benchFib_[j]"
             ),
             Some(&700)
         );
         assert_eq!(
-            folded.get("jitvm2;main;interpret;benchmark_[j];Integer>>benchFib_[j]"),
+            folded.get("jitvm2;main;Interpreter;benchmark_[j];Integer>>benchFib_[j]"),
             Some(&40)
         );
         assert_eq!(folded.get("pid 300;main"), Some(&1));
@@ -201,7 +201,7 @@ mod tests {
     fn separators_in_names_cannot_break_the_format() {
         let mut profile = fixture::profile();
         profile.frames[fixture::MAIN as usize].name = "a;b\nc\td".into();
-        profile.frames[fixture::INTERPRET as usize].name = String::new();
+        profile.frames[fixture::INTERPRETER as usize].name = String::new();
         let text = text(&profile, FoldedOptions::default());
         assert_eq!(text.lines().count(), 5, "{text}");
         for line in text.lines() {

@@ -31,5 +31,8 @@ pub use model::{
 #[doc(hidden)]
 pub use model::fixtures;
 
-#[cfg(test)]
-mod stack_fixture;
+/// A hand-built profile with call stacks, shared by this crate's tests of the stack formats and
+/// (with the `fixtures` feature) by the end-to-end tests of pprof and flame graphs.
+#[cfg(any(test, feature = "fixtures"))]
+#[doc(hidden)]
+pub mod stack_fixture;

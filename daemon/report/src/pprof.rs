@@ -542,7 +542,7 @@ mod tests {
                 one("Integer>>benchFib"),
                 one("Integer>>benchFib"),
                 one("benchmark"),
-                one("interpret"),
+                one("Interpreter"),
                 one("main")
             ]
         );
@@ -554,7 +554,7 @@ mod tests {
             [
                 vec!["Inline>>heavy".to_owned(), "Inline>>bench".to_owned()],
                 one("benchmark"),
-                one("interpret"),
+                one("Interpreter"),
                 one("main")
             ]
         );
@@ -574,7 +574,7 @@ mod tests {
             [
                 one("ksys_write"),
                 one("write"),
-                one("interpret"),
+                one("Interpreter"),
                 one("main")
             ]
         );

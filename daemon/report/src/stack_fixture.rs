@@ -1,5 +1,8 @@
-//! A small profile with call stacks through native, JIT (with inlining) and kernel code, for the
-//! tests of the stack formats. Numbers are chosen so that sums are easy to check by hand.
+//! A small hand-built profile with call stacks through native, JIT (with inlining) and kernel
+//! code, as the daemon would send it, for the tests of the stack formats: this crate's pprof and
+//! folded unit tests and (with the `fixtures` feature) the end-to-end tests that need no daemon
+//! (pprof read back by `go tool pprof`, flame graphs). Numbers are chosen so that sums are easy
+//! to check by hand.
 
 use vmscope_proto::v1::{
     CallGraph, CodeKind, Frame, ProcessSamples, Profile, ProfileRow, Section, Session, Stack,
@@ -11,15 +14,23 @@ pub const STARTED_AT_SECS: i64 = 1_795_341_600;
 /// 1000 Hz: one sample is 1 ms of CPU.
 pub const FREQUENCY_HZ: u32 = 1000;
 
-/// Indices into [`profile`]'s frames.
+/// Index into [`profile`]'s frames: `main`, native, the root of every whole stack.
 pub const MAIN: u32 = 0;
-pub const INTERPRET: u32 = 1;
+/// Index into [`profile`]'s frames: `Interpreter`, native.
+pub const INTERPRETER: u32 = 1;
+/// Index into [`profile`]'s frames: `benchmark`, JIT, called from 74->78.
 pub const BENCHMARK: u32 = 2;
+/// Index into [`profile`]'s frames: `Integer>>benchFib`, JIT.
 pub const BENCH_FIB: u32 = 3;
+/// Index into [`profile`]'s frames: `Inline>>heavy`, JIT, inlined into [`INLINE_BENCH`].
 pub const HEAVY_INLINED: u32 = 4;
+/// Index into [`profile`]'s frames: `Inline>>bench`, JIT, optimised.
 pub const INLINE_BENCH: u32 = 5;
+/// Index into [`profile`]'s frames: libc's `write`.
 pub const WRITE: u32 = 6;
+/// Index into [`profile`]'s frames: the kernel's `ksys_write`.
 pub const KSYS_WRITE: u32 = 7;
+/// Index into [`profile`]'s frames: a native function named [`HOSTILE_NAME`].
 pub const HOSTILE: u32 = 8;
 
 /// The hostile name of frame [`HOSTILE`]: separators of the folded format inside.
@@ -64,11 +75,11 @@ fn stack(frames: &[u32], pid: u32, samples: u64, truncated: bool) -> Stack {
 ///
 /// | stack (root first)                                  | pid | samples |
 /// |-----------------------------------------------------|-----|---------|
-/// | main interpret benchmark benchFib benchFib          | 100 | 700     |
-/// | main interpret benchmark Inline>>bench (+heavy)     | 100 | 200     |
-/// | main interpret write ksys_write                     | 100 | 50      |
-/// | main interpret benchmark benchFib                   | 200 | 40      |
-/// | interpret weird;name… (truncated)                   | 100 | 10      |
+/// | main Interpreter benchmark benchFib benchFib        | 100 | 700     |
+/// | main Interpreter benchmark Inline>>bench (+heavy)   | 100 | 200     |
+/// | main Interpreter write ksys_write                   | 100 | 50      |
+/// | main Interpreter benchmark benchFib                 | 200 | 40      |
+/// | Interpreter weird;name… (truncated)                 | 100 | 10      |
 pub fn profile() -> Profile {
     let kernel = Frame {
         kernel: true,
@@ -76,7 +87,8 @@ pub fn profile() -> Profile {
     };
     let frames = vec![
         native("main", "jitvm", Section::Vanilla, "abcd01"),
-        native("interpret", "jitvm", Section::Vanilla, "abcd01"),
+        // Capitalised: inferno's java palette would take it for Java (green) unless pinned.
+        native("Interpreter", "jitvm", Section::Vanilla, "abcd01"),
         jit("benchmark", "74->78", false, false),
         jit("Integer>>benchFib", "12->15", false, false),
         jit("Inline>>heavy", "33->70", true, true),
@@ -87,20 +99,20 @@ pub fn profile() -> Profile {
     ];
     let stacks = vec![
         stack(
-            &[BENCH_FIB, BENCH_FIB, BENCHMARK, INTERPRET, MAIN],
+            &[BENCH_FIB, BENCH_FIB, BENCHMARK, INTERPRETER, MAIN],
             100,
             700,
             false,
         ),
         stack(
-            &[HEAVY_INLINED, INLINE_BENCH, BENCHMARK, INTERPRET, MAIN],
+            &[HEAVY_INLINED, INLINE_BENCH, BENCHMARK, INTERPRETER, MAIN],
             100,
             200,
             false,
         ),
-        stack(&[KSYS_WRITE, WRITE, INTERPRET, MAIN], 100, 50, false),
-        stack(&[BENCH_FIB, BENCHMARK, INTERPRET, MAIN], 200, 40, false),
-        stack(&[HOSTILE, INTERPRET], 100, 10, true),
+        stack(&[KSYS_WRITE, WRITE, INTERPRETER, MAIN], 100, 50, false),
+        stack(&[BENCH_FIB, BENCHMARK, INTERPRETER, MAIN], 200, 40, false),
+        stack(&[HOSTILE, INTERPRETER], 100, 10, true),
     ];
     let rows = vec![ProfileRow {
         section: Section::Generated as i32,
