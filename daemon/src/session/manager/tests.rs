@@ -14,7 +14,10 @@ use vmscope_proto::v1 as pb;
 use super::*;
 use crate::{
     bpf::fake::{FakeKernel, FakeSampler},
-    codemap::{code::CodeStore, timeline::Change},
+    codemap::{
+        code::{CodeId, CodeStore},
+        timeline::Change,
+    },
 };
 
 const MAX_HZ: u32 = 10_000;
@@ -26,6 +29,10 @@ struct Harness {
 }
 
 fn harness_with(config: ManagerConfig) -> Harness {
+    harness_with_config_and_store(config, Arc::new(CodeStore::new()))
+}
+
+fn harness_with_config_and_store(config: ManagerConfig, store: Arc<CodeStore>) -> Harness {
     let sampler = FakeSampler::default();
     let kernel = sampler.kernel.clone();
     let (batches, rx) = mpsc::channel(16);
@@ -34,7 +41,7 @@ fn harness_with(config: ManagerConfig) -> Harness {
         rx,
         Arc::new(crate::bpf::ReaderControl::default()),
         Arc::new(Modules::new()),
-        Arc::new(crate::codemap::code::CodeStore::new()),
+        store,
         config,
         Box::new(|| Ok(MAX_HZ)),
     )
@@ -46,11 +53,20 @@ fn harness_with(config: ManagerConfig) -> Harness {
     }
 }
 
-fn harness() -> Harness {
-    harness_with(ManagerConfig {
+fn ticking() -> ManagerConfig {
+    ManagerConfig {
         tick: Duration::from_millis(20),
         ..ManagerConfig::default()
-    })
+    }
+}
+
+fn harness() -> Harness {
+    harness_with(ticking())
+}
+
+/// A harness whose manager attributes generated code with `store`, where the test registers it.
+fn harness_with_store(store: Arc<CodeStore>) -> Harness {
+    harness_with_config_and_store(ticking(), store)
 }
 
 const ROOT: Caller = Caller { uid: 0, pid: None };
@@ -767,7 +783,7 @@ impl Drop for JitPage {
     }
 }
 
-fn code(store: &CodeStore, name: &str, pcs: &[(u64, u32)]) -> crate::codemap::code::CodeId {
+fn code(store: &CodeStore, name: &str, pcs: &[(u64, u32)]) -> CodeId {
     use crate::codemap::code::{Code, CodeSource, PcPoint};
     store
         .intern(Code {
@@ -788,40 +804,16 @@ fn code(store: &CodeStore, name: &str, pcs: &[(u64, u32)]) -> crate::codemap::co
         .expect("within the budget")
 }
 
-#[tokio::test]
-async fn samples_in_generated_code_are_attributed_at_their_time() {
-    let store = Arc::new(CodeStore::new());
-    let sampler = FakeSampler::default();
-    let (batches, rx) = mpsc::channel(16);
-    let (manager, _task) = spawn_manager(
-        Box::new(sampler),
-        rx,
-        Arc::new(crate::bpf::ReaderControl::default()),
-        Arc::new(Modules::new()),
-        store.clone(),
-        ManagerConfig {
-            tick: Duration::from_millis(20),
-            ..ManagerConfig::default()
-        },
-        Box::new(|| Ok(MAX_HZ)),
-    )
-    .unwrap();
-    let h = Harness {
-        manager,
-        batches,
-        kernel: Default::default(),
-    };
-    let page = JitPage::new();
-    let hot = code(&store, "Integer>>benchFib", &[(0x10, 3)]);
-    let decoy = code(&store, "Decoy>>neverRuns", &[]);
-    let s = h
-        .manager
-        .start(ROOT, start_request(&[me()], 100))
-        .await
-        .unwrap();
-    let t0 = sys::monotonic_ns();
-    h.manager.publish(me(), Publication::Opened).await.unwrap();
-    // benchFib at +0x100 from t0+10, moved to +0x800 at t0+20; a decoy at +0x100 from t0+30.
+/// Publishes, for this process: `first` loaded at `page`+0x100 at t0+10 and moved to +0x800 at
+/// t0+20, then `decoy` loaded at +0x100 at t0+30; the publication known up to `until_ns`.
+async fn publish_load_move_load(
+    h: &Harness,
+    page: &JitPage,
+    t0: u64,
+    first: CodeId,
+    decoy: CodeId,
+    until_ns: u64,
+) {
     h.manager
         .publish(
             me(),
@@ -832,7 +824,7 @@ async fn samples_in_generated_code_are_attributed_at_their_time() {
                         Change::Load {
                             start: page.at(0x100),
                             size: Some(0x80),
-                            code: hot,
+                            code: first,
                         },
                     ),
                     (
@@ -851,11 +843,29 @@ async fn samples_in_generated_code_are_attributed_at_their_time() {
                         },
                     ),
                 ],
-                until_ns: t0 + 30,
+                until_ns,
             },
         )
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn samples_in_generated_code_are_attributed_at_their_time() {
+    let store = Arc::new(CodeStore::new());
+    let h = harness_with_store(store.clone());
+    let page = JitPage::new();
+    let hot = code(&store, "Integer>>benchFib", &[(0x10, 3)]);
+    let decoy = code(&store, "Decoy>>neverRuns", &[]);
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let t0 = sys::monotonic_ns();
+    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    // benchFib at +0x100 from t0+10, moved to +0x800 at t0+20; a decoy at +0x100 from t0+30.
+    publish_load_move_load(&h, &page, t0, hot, decoy, t0 + 30).await;
     let at = |ts: u64, offset: u64| Event {
         ip: page.at(offset),
         ..sample(me(), 100, ts)
@@ -982,25 +992,7 @@ async fn a_system_wide_stop_waits_for_code_maps_only_so_long() {
 async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
     use vmscope_common::{FLAG_STACK, FLAG_USER_TRUNCATED};
     let store = Arc::new(CodeStore::new());
-    let (batches, rx) = mpsc::channel(16);
-    let (manager, _task) = spawn_manager(
-        Box::new(FakeSampler::default()),
-        rx,
-        Arc::new(crate::bpf::ReaderControl::default()),
-        Arc::new(Modules::new()),
-        store.clone(),
-        ManagerConfig {
-            tick: Duration::from_millis(20),
-            ..ManagerConfig::default()
-        },
-        Box::new(|| Ok(MAX_HZ)),
-    )
-    .unwrap();
-    let h = Harness {
-        manager,
-        batches,
-        kernel: Default::default(),
-    };
+    let h = harness_with_store(store.clone());
     let page = JitPage::new();
     let caller = code(&store, "Caller>>run", &[(0x10, 3), (0x20, 7)]);
     let decoy = code(&store, "Decoy>>neverRuns", &[]);
@@ -1030,40 +1022,7 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
     let t0 = sys::monotonic_ns();
     h.manager.publish(me(), Publication::Opened).await.unwrap();
     // Caller>>run at +0x100 from t0+10, moved to +0x800 at t0+20; a decoy at +0x100 from t0+30.
-    h.manager
-        .publish(
-            me(),
-            Publication::Changes {
-                changes: vec![
-                    (
-                        t0 + 10,
-                        Change::Load {
-                            start: page.at(0x100),
-                            size: Some(0x80),
-                            code: caller,
-                        },
-                    ),
-                    (
-                        t0 + 20,
-                        Change::Move {
-                            from: page.at(0x100),
-                            to: page.at(0x800),
-                        },
-                    ),
-                    (
-                        t0 + 30,
-                        Change::Load {
-                            start: page.at(0x100),
-                            size: Some(0x80),
-                            code: decoy,
-                        },
-                    ),
-                ],
-                until_ns: u64::MAX / 2,
-            },
-        )
-        .await
-        .unwrap();
+    publish_load_move_load(&h, &page, t0, caller, decoy, u64::MAX / 2).await;
     // Native leaf, called from generated code (return address right after a call at +0x20),
     // called from native code.
     let leaf = code_address();
