@@ -108,30 +108,35 @@ pub fn fixtures() -> &'static Fixtures {
     FIXTURES.get_or_init(|| build_fixtures().unwrap_or_else(|e| panic!("{e:#}")))
 }
 
+/// Compiles a fixture in `src` with gcc: optimised as a real program is, with debug info, a build
+/// id, frame pointers and no inlining, so that its functions and call chains are what its
+/// source says; `args` name the sources and the output.
+pub fn gcc_fixture(src: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("gcc")
+        .args([
+            "-O1",
+            "-g",
+            "-fno-inline",
+            "-fno-omit-frame-pointer",
+            "-Wl,--build-id",
+        ])
+        .args(args)
+        .current_dir(src)
+        .output()
+        .context("cannot run gcc (install it, or run `cargo xtask setup`)")?;
+    if !out.status.success() {
+        bail!(
+            "gcc {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
 fn build_fixtures() -> anyhow::Result<Fixtures> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let dir = shared_tempdir();
-    let gcc = |args: &[&str]| -> anyhow::Result<()> {
-        let out = Command::new("gcc")
-            .args([
-                "-O1",
-                "-g",
-                "-fno-inline",
-                "-fno-omit-frame-pointer",
-                "-Wl,--build-id",
-            ])
-            .args(args)
-            .current_dir(&src)
-            .output()
-            .context("cannot run gcc (install it, or run `cargo xtask setup`)")?;
-        if !out.status.success() {
-            bail!(
-                "gcc {args:?} failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
-    };
+    let gcc = |args: &[&str]| gcc_fixture(&src, args);
     let p = |name: &str| dir.path().join(name);
     let s = |path: &Path| path.to_str().expect("utf-8 temp path").to_owned();
     gcc(&[

@@ -6,11 +6,10 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     sync::OnceLock,
 };
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use vmscope_proto::v1::{CodeEntry, Frame, Profile, Stack};
 
 use crate::shared_tempdir;
@@ -176,26 +175,8 @@ fn build_stack_fixtures() -> anyhow::Result<StackFixtures> {
     let dir = shared_tempdir();
     let build = |name: &str| -> anyhow::Result<PathBuf> {
         let out_path = dir.path().join(name);
-        let out = Command::new("gcc")
-            .args([
-                "-O1",
-                "-g",
-                "-fno-inline",
-                "-fno-omit-frame-pointer",
-                "-Wl,--build-id",
-                "-o",
-            ])
-            .arg(&out_path)
-            .arg(format!("{name}.c"))
-            .current_dir(&src)
-            .output()
-            .context("cannot run gcc (install it, or run `cargo xtask setup`)")?;
-        if !out.status.success() {
-            bail!(
-                "gcc {name}.c failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        let out = out_path.to_str().context("non-UTF-8 temporary path")?;
+        crate::gcc_fixture(&src, &["-o", out, &format!("{name}.c")])?;
         Ok(out_path)
     };
     Ok(StackFixtures {
