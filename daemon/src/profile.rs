@@ -40,11 +40,11 @@ struct RowSum {
     inclusive: u64,
     symbolized: bool,
     kind: CodeKind,
-    code_map: String,
+    code_map: &'static str,
     /// Samples per range, in code order (range index, then label).
     ranges: BTreeMap<(usize, String), u64>,
     /// Samples per inlined method (optimised code).
-    inlined: HashMap<String, u64>,
+    inlined: BTreeMap<String, u64>,
     /// Samples per process.
     processes: HashMap<u32, u64>,
 }
@@ -56,6 +56,8 @@ type RowKey = (Section, String, String, bool);
 #[derive(Debug)]
 struct Placed {
     resolved: Resolved,
+    /// Generated code a code map names: what its row shows of it.
+    code: Option<CodeDetail>,
     /// Its row.
     row: usize,
     /// Its frames, leaf first, as indices into the profile's frames: one, or for optimised
@@ -63,6 +65,18 @@ struct Placed {
     frames: Vec<u32>,
     /// The frame its address belongs to: the compiled method's for optimised code.
     own_frame: u32,
+}
+
+/// What a row shows of a location in generated code a code map names: derived once per
+/// location, not once per stack it is the leaf of.
+#[derive(Debug)]
+struct CodeDetail {
+    kind: CodeKind,
+    code_map: &'static str,
+    /// The range the location is in: its index among the code's ranges, and its label.
+    range: Option<(usize, String)>,
+    /// Optimised code: the method the location's time belongs to.
+    inlined_method: Option<String>,
 }
 
 /// Distinct frames, each stored once.
@@ -117,15 +131,25 @@ pub fn build_profile(
                 row_keys.push(key);
                 row_keys.len() - 1
             });
-            let (frame_ids, own_frame) = match &code {
-                Some((code, offset)) => jit_frames(&mut frames, &resolved, code, *offset),
-                None => {
+            let detail = code.as_ref().map(|(code, offset)| CodeDetail {
+                kind: code.kind,
+                code_map: code.source.label(),
+                range: code.range_label(*offset),
+                inlined_method: optimised.then(|| code.attributed_method(*offset).to_owned()),
+            });
+            let (frame_ids, own_frame) = match (&code, &detail) {
+                (Some((code, offset)), Some(detail)) => {
+                    let label = detail.range.as_ref().map(|(_, label)| label.as_str());
+                    jit_frames(&mut frames, &resolved, code, *offset, label)
+                }
+                _ => {
                     let id = frames.id(native_frame(&resolved, location));
                     (vec![id], id)
                 }
             };
             Placed {
                 resolved,
+                code: detail,
                 row,
                 frames: frame_ids,
                 own_frame,
@@ -142,24 +166,19 @@ pub fn build_profile(
         let Some(&leaf) = ids.first() else {
             continue;
         };
-        let location = stacks.location(leaf);
         let leaf = &placed[leaf.0 as usize];
         let row = &mut rows[leaf.row];
         row.samples += samples;
         *row.processes.entry(pid).or_insert(0) += samples;
         row.symbolized = leaf.resolved.symbolized;
-        if let Location::Jit { code, offset } = location
-            && let Some(code) = symbolizer.codes().get(code)
-        {
+        if let Some(code) = &leaf.code {
             row.kind = code.kind;
-            row.code_map = code.source.label().to_owned();
-            if let Some((index, label)) = code.range_label(offset) {
-                *row.ranges.entry((index, label)).or_insert(0) += samples;
+            row.code_map = code.code_map;
+            if let Some(range) = &code.range {
+                add(&mut row.ranges, range, samples);
             }
-            if code.is_optimised() {
-                *row.inlined
-                    .entry(code.attributed_method(offset).to_owned())
-                    .or_insert(0) += samples;
+            if let Some(method) = &code.inlined_method {
+                add(&mut row.inlined, method, samples);
             }
         }
         if let Some(issue) = &leaf.resolved.issue {
@@ -235,7 +254,7 @@ pub fn build_profile(
                     .map(|((_, label), samples)| CodeRange { label, samples })
                     .collect(),
                 inlined,
-                code_map: sum.code_map,
+                code_map: sum.code_map.to_owned(),
                 optimised,
                 processes,
                 inclusive_samples: sum.inclusive,
@@ -341,6 +360,16 @@ pub fn build_profile(
     }
 }
 
+/// Adds `samples` to `key`'s count, cloning the key only the first time it is seen.
+fn add<K: Ord + Clone>(counts: &mut BTreeMap<K, u64>, key: &K, samples: u64) {
+    match counts.get_mut(key) {
+        Some(count) => *count += samples,
+        None => {
+            counts.insert(key.clone(), samples);
+        }
+    }
+}
+
 /// Names a location, or says why it has no name.
 fn resolve(symbolizer: &Symbolizer, location: &Location, options: &ProfileOptions) -> Resolved {
     match (location, &options.hide_kernel) {
@@ -373,12 +402,14 @@ fn native_frame(resolved: &Resolved, location: &Location) -> Frame {
 /// in optimised code, the methods inlined at the offset (innermost first, each with its own
 /// range: the innermost where the pc is, the outer ones the send that inlined the next, `@pc`),
 /// then the compiled method (its range the inlining send's, `@pc`); otherwise the code alone,
-/// with the range the offset is in.
+/// with the range the offset is in. `label` is the offset's range label
+/// ([`Code::range_label`]).
 fn jit_frames(
     frames: &mut Frames,
     resolved: &Resolved,
     code: &Code,
     offset: u64,
+    label: Option<&str>,
 ) -> (Vec<u32>, u32) {
     let optimised = code.is_optimised();
     let frame = |name: &str, range: String, inlined: bool| Frame {
@@ -393,14 +424,17 @@ fn jit_frames(
         optimised,
         ..Frame::default()
     };
-    let label = code.range_label(offset).map(|(_, label)| label);
     let point = code
         .pc_map
         .partition_point(|p| p.offset <= offset)
         .checked_sub(1)
         .map(|i| &code.pc_map[i]);
     let Some(point) = point.filter(|p| !p.inlined.is_empty()) else {
-        let id = frames.id(frame(&code.name, label.unwrap_or_default(), false));
+        let id = frames.id(frame(
+            &code.name,
+            label.unwrap_or_default().to_owned(),
+            false,
+        ));
         return (vec![id], id);
     };
     let mut ids = Vec::with_capacity(point.inlined.len() + 1);
@@ -409,7 +443,6 @@ fn jit_frames(
         let range = if depth == last {
             // The label names the innermost method: "Inline>>heavy 33->70".
             label
-                .as_deref()
                 .and_then(|l| l.strip_prefix(method.as_str()))
                 .map(|l| l.trim_start().to_owned())
                 .unwrap_or_default()
@@ -465,7 +498,7 @@ mod tests {
         let mut table = StackTable::default();
         for (pid, locations, truncated, n) in counts {
             for _ in 0..n {
-                table.count(pid, &locations, truncated);
+                table.count(pid, locations.iter().copied(), truncated);
             }
         }
         table.snapshot()

@@ -35,7 +35,7 @@ pub enum CodeSource {
 
 impl CodeSource {
     /// As reports name it.
-    pub fn label(&self) -> &str {
+    pub fn label(&self) -> &'static str {
         match self {
             CodeSource::Vm(_) => "vm",
             CodeSource::Jitdump => "jitdump",

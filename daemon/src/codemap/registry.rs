@@ -56,10 +56,11 @@ pub const JITDUMP_MAX_WAIT_NS: u64 = 5_000_000_000;
 /// How long samples of a process without any code map wait for one to appear.
 pub const DISCOVERY_WAIT_NS: u64 = 200_000_000;
 
-/// What a waiting sample carries back to its sessions: a sample with a frame in generated
-/// code, whose stack is only known once the code maps are known up to its time.
+/// A sample routed to its sessions, with its stack. One with a frame in generated code waits in
+/// its process's timeline until the code maps are known up to its time, then has those frames
+/// placed ([`SampleFrame::place`]) before it is counted.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JitSample {
+pub struct RoutedSample {
     /// Thread.
     pub tid: u32,
     /// Whether the tick landed in the kernel.
@@ -67,31 +68,45 @@ pub struct JitSample {
     /// Whether the stack was cut at the depth limit.
     pub truncated: bool,
     /// The stack, leaf first (the leaf alone when no session wants stacks).
-    pub frames: Vec<PendingFrame>,
+    pub frames: Vec<SampleFrame>,
     /// The sessions that counted it, and whether each wants its whole stack (or the leaf only).
     pub sessions: Vec<(u64, bool)>,
 }
 
-/// A frame of a waiting sample.
+/// A frame of a sample, placed while its process lived; a frame in generated code is placed
+/// again once the code map is known up to the sample's time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PendingFrame {
-    /// Placed already (native code, the kernel).
-    Located {
-        /// Where.
-        location: Location,
-        /// The address as the stack held it.
-        address: u64,
-    },
-    /// In anonymous executable memory: looked up in the code map at the sample's time.
-    Generated {
-        /// The address as the stack held it.
-        address: u64,
-        /// The address to look up: the instruction pointer itself for the leaf, the return
-        /// address minus one (inside the call) for callers.
-        lookup: u64,
-        /// The anonymous mapping it is in, for code no code map explains.
-        mapping: (u64, u64),
-    },
+pub struct SampleFrame {
+    /// Where it is: [`Location::Anonymous`] for generated code no code map has placed (yet).
+    pub location: Location,
+    /// The address as the stack held it.
+    pub address: u64,
+    /// The address it is placed by: the instruction pointer itself for the leaf, the return
+    /// address minus one (inside the call) for callers.
+    pub lookup: u64,
+    /// Generated code: the start of the code entry it fell in, at the sample's time; else 0.
+    pub code_start: u64,
+}
+
+impl SampleFrame {
+    /// Whether it is in generated code a code map may name.
+    pub fn is_generated(&self) -> bool {
+        matches!(self.location, Location::Anonymous { .. })
+    }
+
+    /// Places a frame in generated code with `map`, the code map as it was at the sample's
+    /// time; other frames, and code the map does not explain, stay as they are.
+    pub fn place(&mut self, map: &LiveMap) {
+        if self.is_generated()
+            && let Some((start, code)) = map.lookup(self.lookup)
+        {
+            self.location = Location::Jit {
+                code,
+                offset: self.lookup - start,
+            };
+            self.code_start = start;
+        }
+    }
 }
 
 /// Where a code map file of a process is, as its mappings show it.
@@ -169,7 +184,7 @@ pub struct CodeMapCounters {
 
 #[derive(Debug)]
 struct ProcessCode {
-    timeline: Timeline<JitSample>,
+    timeline: Timeline<RoutedSample>,
     uid: Option<u32>,
     nspid: u32,
     perf_map: Option<PerfMapSource>,
@@ -380,7 +395,7 @@ impl CodeMaps {
     }
 
     /// A sample in generated code, to attribute once the maps are known up to its time.
-    pub fn push_sample(&mut self, pid: u32, sample: PendingSample<JitSample>) {
+    pub fn push_sample(&mut self, pid: u32, sample: PendingSample<RoutedSample>) {
         self.process(pid).timeline.push_sample(sample);
     }
 
@@ -511,7 +526,7 @@ impl CodeMaps {
         samples_until: u64,
         force_until: Option<u64>,
         check: &mut dyn FnMut(u64, u64) -> bool,
-        mut attribute: impl FnMut(PendingSample<JitSample>, Option<(u64, CodeId)>, &LiveMap, bool),
+        mut attribute: impl FnMut(PendingSample<RoutedSample>, Option<(u64, CodeId)>, &LiveMap, bool),
     ) {
         let store = self.store.clone();
         let Some(process) = self.processes.get_mut(&pid) else {
@@ -627,7 +642,7 @@ fn count_refusals(counters: &mut CodeMapCounters, refusals: &mut Refusals) {
 /// in the future would wait (held in memory) until then.
 pub const MAX_FUTURE_NS: u64 = 10_000_000_000;
 
-fn push_changes(timeline: &mut Timeline<JitSample>, now_ns: u64, changes: Vec<(u64, Change)>) {
+fn push_changes(timeline: &mut Timeline<RoutedSample>, now_ns: u64, changes: Vec<(u64, Change)>) {
     for (ts, change) in changes {
         if ts > now_ns.saturating_add(MAX_FUTURE_NS) {
             timeline.refuse(format!(
@@ -675,7 +690,7 @@ mod tests {
         let sample = |ts: u64| PendingSample {
             timestamp_ns: ts,
             ip: 0x7f00_0000_1010,
-            payload: JitSample {
+            payload: RoutedSample {
                 tid: pid,
                 kernel: false,
                 truncated: false,
@@ -732,11 +747,11 @@ mod tests {
         }
     }
 
-    fn jit_sample(ts: u64, ip: u64) -> PendingSample<JitSample> {
+    fn jit_sample(ts: u64, ip: u64) -> PendingSample<RoutedSample> {
         PendingSample {
             timestamp_ns: ts,
             ip,
-            payload: JitSample {
+            payload: RoutedSample {
                 tid: 1,
                 kernel: false,
                 truncated: false,

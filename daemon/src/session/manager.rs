@@ -35,7 +35,7 @@ use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, period_of},
     codemap::{
         code::CodeStore,
-        registry::{CodeMaps, JitSample, PendingFrame},
+        registry::{CodeMaps, RoutedSample, SampleFrame},
         timeline::{Change, PendingSample},
     },
     process::ProcessTable,
@@ -768,64 +768,20 @@ impl Manager {
             force_until,
             &mut |start, end| processes.is_executable(pid, start, end, now_ns),
             |sample, _, map, waited| {
-                let jit = &sample.payload;
-                let mut locations = Vec::with_capacity(jit.frames.len());
-                let mut kept = Vec::with_capacity(jit.frames.len());
-                for frame in &jit.frames {
-                    let (location, kept_frame) = match *frame {
-                        PendingFrame::Located { location, address } => (
-                            location,
-                            KeptFrame {
-                                address,
-                                code_start: 0,
-                            },
-                        ),
-                        PendingFrame::Generated {
-                            address,
-                            lookup,
-                            mapping: (start, end),
-                        } => match map.lookup(lookup) {
-                            Some((code_start, code)) => (
-                                Location::Jit {
-                                    code,
-                                    offset: lookup - code_start,
-                                },
-                                KeptFrame {
-                                    address,
-                                    code_start,
-                                },
-                            ),
-                            None => (
-                                Location::Anonymous { pid, start, end },
-                                KeptFrame {
-                                    address,
-                                    code_start: 0,
-                                },
-                            ),
-                        },
-                    };
-                    locations.push(location);
-                    kept.push(kept_frame);
+                let timestamp_ns = sample.timestamp_ns;
+                let mut routed = sample.payload;
+                for frame in &mut routed.frames {
+                    frame.place(map);
                 }
-                for &(id, whole) in &jit.sessions {
+                for &(id, _) in &routed.sessions {
                     if let Some(session) = sessions.get_mut(&id) {
                         session.pending_jit = session.pending_jit.saturating_sub(1);
                         if !waited {
                             session.jit_not_waited += 1;
                         }
-                        let n = if whole { locations.len() } else { 1 };
-                        session.count(pid, &locations[..n], whole && jit.truncated, |stack| {
-                            KeptSample {
-                                timestamp_ns: sample.timestamp_ns,
-                                pid,
-                                tid: jit.tid,
-                                kernel: jit.kernel,
-                                stack,
-                                frames: kept[..n].into(),
-                            }
-                        });
                     }
                 }
+                count_routed(sessions, pid, timestamp_ns, &routed);
             },
         );
     }
@@ -962,67 +918,32 @@ impl Manager {
         }
         let whole = wanting.iter().any(|&(_, whole)| whole);
         let (frames, truncated) = self.frames_of(event, kernel, user, whole, now_ns);
-        if frames
-            .iter()
-            .any(|f| matches!(f, PendingFrame::Generated { .. }))
-        {
-            // Generated code: attributed once the code maps are known up to its time.
-            for (id, _) in &wanting {
-                if let Some(session) = self.sessions.get_mut(id) {
-                    session.pending_jit += 1;
-                }
-            }
-            let ip = frames
-                .iter()
-                .find_map(|f| match f {
-                    PendingFrame::Generated { lookup, .. } => Some(*lookup),
-                    PendingFrame::Located { .. } => None,
-                })
-                .unwrap_or(event.ip);
-            self.codemaps.push_sample(
-                pid,
-                PendingSample {
-                    timestamp_ns: event.timestamp_ns,
-                    ip,
-                    payload: JitSample {
-                        tid: event.tid,
-                        kernel: event.is_kernel(),
-                        truncated,
-                        frames,
-                        sessions: wanting,
-                    },
-                },
-            );
+        let routed = RoutedSample {
+            tid: event.tid,
+            kernel: event.is_kernel(),
+            truncated,
+            frames,
+            sessions: wanting,
+        };
+        let Some(first_generated) = routed.frames.iter().find(|f| f.is_generated()) else {
+            count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed);
             return;
-        }
-        let (locations, addresses): (Vec<Location>, Vec<KeptFrame>) = frames
-            .iter()
-            .map(|f| match *f {
-                PendingFrame::Located { location, address } => (
-                    location,
-                    KeptFrame {
-                        address,
-                        code_start: 0,
-                    },
-                ),
-                PendingFrame::Generated { .. } => unreachable!("handled above"),
-            })
-            .unzip();
-        for (id, whole) in wanting {
-            if let Some(session) = self.sessions.get_mut(&id) {
-                let n = if whole { locations.len() } else { 1 };
-                session.count(pid, &locations[..n], whole && truncated, |stack| {
-                    KeptSample {
-                        timestamp_ns: event.timestamp_ns,
-                        pid,
-                        tid: event.tid,
-                        kernel: event.is_kernel(),
-                        stack,
-                        frames: addresses[..n].into(),
-                    }
-                });
+        };
+        // Generated code: attributed once the code maps are known up to its time.
+        let ip = first_generated.lookup;
+        for (id, _) in &routed.sessions {
+            if let Some(session) = self.sessions.get_mut(id) {
+                session.pending_jit += 1;
             }
         }
+        self.codemaps.push_sample(
+            pid,
+            PendingSample {
+                timestamp_ns: event.timestamp_ns,
+                ip,
+                payload: routed,
+            },
+        );
     }
 
     /// The frames of a sample, leaf first: the leaf alone unless `whole`, else the kernel
@@ -1036,7 +957,7 @@ impl Manager {
         user: &[u64],
         whole: bool,
         now_ns: u64,
-    ) -> (Vec<PendingFrame>, bool) {
+    ) -> (Vec<SampleFrame>, bool) {
         let pid = event.tgid;
         let stacked = whole && event.flags & FLAG_STACK != 0;
         let mut frames = Vec::with_capacity(if stacked {
@@ -1051,18 +972,16 @@ impl Manager {
             &[]
         };
         if event.is_kernel() {
-            frames.push(PendingFrame::Located {
-                location: Location::Kernel { ip: event.ip },
-                address: event.ip,
-            });
+            let kernel_frame = |address, lookup| SampleFrame {
+                location: Location::Kernel { ip: lookup },
+                address,
+                lookup,
+                code_start: 0,
+            };
+            frames.push(kernel_frame(event.ip, event.ip));
             // Callers hold return addresses: the call is the instruction before.
             for &address in kernel_frames.iter().skip(1) {
-                frames.push(PendingFrame::Located {
-                    location: Location::Kernel {
-                        ip: address.saturating_sub(1),
-                    },
-                    address,
-                });
+                frames.push(kernel_frame(address, address.saturating_sub(1)));
             }
         }
         if !stacked {
@@ -1095,13 +1014,7 @@ impl Manager {
             }
             let lookup = if i == 0 { address } else { address - 1 };
             let frame = self.user_frame(pid, address, lookup, now_ns);
-            let unmapped = matches!(
-                frame,
-                PendingFrame::Located {
-                    location: Location::Unmapped(_),
-                    ..
-                }
-            );
+            let unmapped = matches!(frame.location, Location::Unmapped(_));
             frames.push(frame);
             // Past code built without frame pointers, the walker reads whatever the frame
             // pointer register held: an address outside every mapping ends the stack there
@@ -1116,19 +1029,17 @@ impl Manager {
 
     /// A user-space frame of `pid` at `address`, placed by `lookup` (the address itself, or a
     /// return address minus one).
-    fn user_frame(&mut self, pid: u32, address: u64, lookup: u64, now_ns: u64) -> PendingFrame {
+    fn user_frame(&mut self, pid: u32, address: u64, lookup: u64, now_ns: u64) -> SampleFrame {
         let location = if address == lookup {
             self.processes.normalize(pid, lookup, now_ns)
         } else {
             self.processes.normalize_caller(pid, lookup, now_ns)
         };
-        match location {
-            Location::Anonymous { start, end, .. } => PendingFrame::Generated {
-                address,
-                lookup,
-                mapping: (start, end),
-            },
-            location => PendingFrame::Located { location, address },
+        SampleFrame {
+            location,
+            address,
+            lookup,
+            code_start: 0,
         }
     }
 
@@ -1325,6 +1236,43 @@ impl Manager {
         DaemonCounters {
             values: values.into_iter().chain(refused).collect(),
         }
+    }
+}
+
+/// Counts a routed sample of `pid`, its frames placed, in each of its sessions: the whole stack
+/// for those that want stacks, the leaf for the others. Kept where a session keeps samples.
+fn count_routed(
+    sessions: &mut BTreeMap<u64, Session>,
+    pid: u32,
+    timestamp_ns: u64,
+    sample: &RoutedSample,
+) {
+    for &(id, whole) in &sample.sessions {
+        let Some(session) = sessions.get_mut(&id) else {
+            continue;
+        };
+        let frames = if whole {
+            &sample.frames[..]
+        } else {
+            &sample.frames[..1]
+        };
+        let locations = frames.iter().map(|f| f.location);
+        session.count(pid, locations, whole && sample.truncated, |stack| {
+            KeptSample {
+                timestamp_ns,
+                pid,
+                tid: sample.tid,
+                kernel: sample.kernel,
+                stack,
+                frames: frames
+                    .iter()
+                    .map(|f| KeptFrame {
+                        address: f.address,
+                        code_start: f.code_start,
+                    })
+                    .collect(),
+            }
+        });
     }
 }
 

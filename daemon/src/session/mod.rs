@@ -174,7 +174,7 @@ impl Session {
     pub fn count(
         &mut self,
         pid: u32,
-        locations: &[Location],
+        locations: impl IntoIterator<Item = Location>,
         truncated: bool,
         kept: impl FnOnce(StackId) -> KeptSample,
     ) {

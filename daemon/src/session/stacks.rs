@@ -55,10 +55,15 @@ pub struct StackTable {
 
 impl StackTable {
     /// Counts one sample of `pid` whose stack is `locations` (leaf first), returning its stack.
-    pub fn count(&mut self, pid: u32, locations: &[Location], truncated: bool) -> StackId {
+    pub fn count(
+        &mut self,
+        pid: u32,
+        locations: impl IntoIterator<Item = Location>,
+        truncated: bool,
+    ) -> StackId {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
-        ids.extend(locations.iter().map(|l| self.location(*l)));
+        ids.extend(locations.into_iter().map(|l| self.location(l)));
         let stack = self.stack(&ids, truncated);
         self.scratch = ids;
         *self.counts.entry((pid, stack)).or_insert(0) += 1;
@@ -205,14 +210,14 @@ mod tests {
     #[test]
     fn stacks_and_locations_are_stored_once() {
         let mut table = StackTable::default();
-        let a = table.count(1, &[k(1), k(2), k(3)], false);
-        let b = table.count(1, &[k(1), k(2), k(3)], false);
-        let c = table.count(2, &[k(1), k(2), k(3)], false);
+        let a = table.count(1, [k(1), k(2), k(3)], false);
+        let b = table.count(1, [k(1), k(2), k(3)], false);
+        let c = table.count(2, [k(1), k(2), k(3)], false);
         assert_eq!(a, b);
         assert_eq!(a, c, "one stack for both processes");
-        let truncated = table.count(1, &[k(1), k(2), k(3)], true);
+        let truncated = table.count(1, [k(1), k(2), k(3)], true);
         assert_ne!(a, truncated, "a cut stack is not the whole one");
-        let other = table.count(1, &[k(2), k(3)], false);
+        let other = table.count(1, [k(2), k(3)], false);
         assert_ne!(a, other);
         assert_eq!(table.locations.len(), 3);
         assert_eq!(table.stacks.len(), 3);
@@ -222,7 +227,7 @@ mod tests {
         assert_eq!(table.locations_of(other).collect::<Vec<_>>(), [k(2), k(3)]);
         // Growth follows distinct stacks: a million more samples of known stacks add nothing.
         for _ in 0..1000 {
-            table.count(1, &[k(1), k(2), k(3)], false);
+            table.count(1, [k(1), k(2), k(3)], false);
         }
         assert_eq!((table.stacks.len(), table.frames.len()), (3, 8));
     }
@@ -230,9 +235,9 @@ mod tests {
     #[test]
     fn snapshots_give_the_flat_profile_by_leaf() {
         let mut table = StackTable::default();
-        table.count(1, &[k(1), k(2)], false);
-        table.count(1, &[k(1), k(3)], false);
-        table.count(1, &[k(2)], false);
+        table.count(1, [k(1), k(2)], false);
+        table.count(1, [k(1), k(3)], false);
+        table.count(1, [k(2)], false);
         let snapshot = table.snapshot();
         let mut leaves = snapshot.leaf_counts();
         leaves.sort();
