@@ -370,15 +370,7 @@ mod tests {
     use vmscope_report::fixtures::{jit_profile, node_profile};
     use vmscope_report::{OTHERS_NAME, ReportOptions};
 
-    const OPTIONS: ReportOptions = ReportOptions {
-        min_percent: 0.01,
-        name_width: 60,
-        min_range_percent: 1.0,
-        vm_modules: Vec::new(),
-        runtime_modules: true,
-        sort: Vec::new(),
-        tree: None,
-    };
+    const OPTIONS: ReportOptions = ReportOptions::DEFAULT;
 
     fn parsed(report: &Report) -> Value {
         let text = serde_json::to_string(&render_json(report)).expect("serialise");

@@ -698,15 +698,7 @@ mod tests {
         jit_profile, jit_row, names_profile, node_profile, profile_with, row, stacks_profile,
     };
 
-    const OPTIONS: ReportOptions = ReportOptions {
-        min_percent: 0.01,
-        name_width: 60,
-        min_range_percent: 1.0,
-        vm_modules: Vec::new(),
-        runtime_modules: true,
-        sort: Vec::new(),
-        tree: None,
-    };
+    const OPTIONS: ReportOptions = ReportOptions::DEFAULT;
 
     fn render(profile: &Profile, options: &ReportOptions) -> String {
         let report = Report::from_profile(profile, options);

@@ -25,6 +25,8 @@ use std::{
 
 use vmscope_proto::v1 as pb;
 
+use crate::processes::process_names;
+
 /// Root frame of stacks cut at the depth limit.
 pub const TRUNCATED_ROOT: &str = "[truncated]";
 
@@ -115,23 +117,6 @@ pub fn sanitize(name: &str) -> String {
             c => c,
         })
         .collect()
-}
-
-/// Process names by pid: the session's targets, then the rows' processes (which describe the
-/// samples, so they win).
-fn process_names(profile: &pb::Profile) -> HashMap<u32, &str> {
-    let mut names = HashMap::new();
-    for target in profile.session.iter().flat_map(|s| &s.targets) {
-        if !target.command.is_empty() {
-            names.insert(target.pid, target.command.as_str());
-        }
-    }
-    for process in profile.rows.iter().flat_map(|row| &row.processes) {
-        if !process.command.is_empty() {
-            names.insert(process.pid, process.command.as_str());
-        }
-    }
-    names
 }
 
 #[cfg(test)]

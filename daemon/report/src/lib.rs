@@ -15,6 +15,7 @@
 pub mod folded;
 pub mod model;
 pub mod pprof;
+mod processes;
 pub mod runtimes;
 pub mod sort_keys;
 pub mod tree;

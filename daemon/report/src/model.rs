@@ -56,20 +56,25 @@ pub struct ReportOptions {
     pub tree: Option<TreeOptions>,
 }
 
-impl Default for ReportOptions {
+impl ReportOptions {
     /// VMProfiler's fold threshold (0.01% of the total), a name column that fits a
     /// 100-column terminal next to the numbers, ranges under generated code rows of at least 1%
     /// of the total, and no module moved into the VM.
+    pub const DEFAULT: ReportOptions = ReportOptions {
+        min_percent: 0.01,
+        name_width: 60,
+        min_range_percent: 1.0,
+        vm_modules: Vec::new(),
+        runtime_modules: true,
+        sort: Vec::new(),
+        tree: None,
+    };
+}
+
+impl Default for ReportOptions {
+    /// [`ReportOptions::DEFAULT`].
     fn default() -> Self {
-        ReportOptions {
-            min_percent: 0.01,
-            name_width: 60,
-            min_range_percent: 1.0,
-            vm_modules: Vec::new(),
-            runtime_modules: true,
-            sort: Vec::new(),
-            tree: None,
-        }
+        ReportOptions::DEFAULT
     }
 }
 
@@ -663,7 +668,7 @@ fn is_formattable(time: SystemTime) -> bool {
 }
 
 /// `part / whole * 100`, or 0 when `whole` is 0: an empty profile shows 0.00%, never NaN.
-fn percent(part: u64, whole: u64) -> f64 {
+pub(crate) fn percent(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -1508,15 +1513,7 @@ mod tests {
     };
     use super::*;
 
-    const OPTIONS: ReportOptions = ReportOptions {
-        min_percent: 0.01,
-        name_width: 60,
-        min_range_percent: 1.0,
-        vm_modules: Vec::new(),
-        runtime_modules: true,
-        sort: Vec::new(),
-        tree: None,
-    };
+    const OPTIONS: ReportOptions = ReportOptions::DEFAULT;
 
     #[test]
     fn default_options_are_vmprofilers() {

@@ -34,6 +34,7 @@ use std::{
     sync::LazyLock,
 };
 
+use crate::processes::process_names;
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp, v1 as pb};
@@ -110,27 +111,15 @@ struct Builder<'a> {
 impl<'a> Builder<'a> {
     fn new(profile: &'a pb::Profile) -> Self {
         let mut executables = HashMap::new();
-        let mut commands = HashMap::new();
-        // Rows name the process as the session first saw it, or after its latest exec; targets
-        // as they were at start. Rows win: they describe the samples.
-        if let Some(session) = &profile.session {
-            for target in &session.targets {
-                if !target.command.is_empty() {
-                    commands.insert(target.pid, target.command.as_str());
-                }
-                if let Some(name) = Path::new(&target.executable)
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                {
-                    executables.insert(name, target.executable.as_str());
-                }
+        for target in profile.session.iter().flat_map(|s| &s.targets) {
+            if let Some(name) = Path::new(&target.executable)
+                .file_name()
+                .and_then(|n| n.to_str())
+            {
+                executables.insert(name, target.executable.as_str());
             }
         }
-        for process in profile.rows.iter().flat_map(|row| &row.processes) {
-            if !process.command.is_empty() {
-                commands.insert(process.pid, process.command.as_str());
-            }
-        }
+        let commands = process_names(profile);
         Builder {
             profile,
             strings: vec![String::new()],

@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use vmscope_proto::v1::{Frame, Profile, Stack};
 
-use crate::model::{CodeKindLabel, OTHERS_NAME, SectionKind};
+use crate::model::{CodeKindLabel, OTHERS_NAME, SectionKind, percent};
 
 /// Name of the pseudo-node under which the top-down view puts stacks cut at the depth limit,
 /// and which ends their chains in the callers view.
@@ -374,15 +374,6 @@ fn valid_frames(stack: &Stack, frames: usize) -> Vec<usize> {
         .map(|&f| f as usize)
         .filter(|&f| f < frames)
         .collect()
-}
-
-/// `part / whole * 100`, or 0 when `whole` is 0.
-fn percent(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64 * 100.0
-    }
 }
 
 /// The functions of a profile's frames: one id per (section, module, name, optimised,
