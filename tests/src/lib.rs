@@ -37,6 +37,22 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The demo VM's code log (`jitvm --publish file`), replayed: which code was where, when. The
+/// ground truth the daemon's attribution is checked against.
+pub fn read_code_log(path: &Path) -> jitvm::codelog::History {
+    use vmscope_parse::codemap_file;
+    let bytes = std::fs::read(path).expect("the VM's code log");
+    let mut at = codemap_file::parse_header(&bytes)
+        .expect("header")
+        .expect("complete header");
+    let mut events = Vec::new();
+    while let Some((event, used)) = codemap_file::next_event(&bytes[at..]).expect("record") {
+        at += used;
+        events.push(event);
+    }
+    jitvm::codelog::replay(&events).expect("a log that follows the protocol")
+}
+
 /// Path of a workspace binary (`vmscoped`, `vmscope`, `jitvm`), built on first use with the same cargo
 /// and profile as the tests, so that `cargo test` alone is enough.
 pub fn binary(name: &str) -> PathBuf {

@@ -4,15 +4,12 @@
 
 use std::{
     io::{BufRead, BufReader},
-    path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
-use jitvm::codelog::{History, replay};
-use vmscope_parse::codemap_file;
 use vmscope_proto::v1::{Section, StartSessionRequest};
-use vmscope_tests::{Daemon, binary, json_report, shared_tempdir, stop_and_profile};
+use vmscope_tests::{Daemon, binary, json_report, read_code_log, shared_tempdir, stop_and_profile};
 
 /// `vmscope --socket S record --format json -- jitvm ARGS`: the generated section's rows.
 ///
@@ -269,19 +266,6 @@ fn code_map_files_work_like_the_stream() {
     assert!(!fib["ranges"].as_array().unwrap().is_empty());
 }
 
-fn read_log(path: &Path) -> History {
-    let bytes = std::fs::read(path).expect("the VM's code log");
-    let mut at = codemap_file::parse_header(&bytes)
-        .expect("header")
-        .expect("complete header");
-    let mut events = Vec::new();
-    while let Some((event, used)) = codemap_file::next_event(&bytes[at..]).expect("record") {
-        at += used;
-        events.push(event);
-    }
-    replay(&events).expect("a log that follows the protocol")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attribution_is_right_at_every_sample_while_code_moves() {
     let daemon = Daemon::start();
@@ -346,7 +330,7 @@ async fn attribution_is_right_at_every_sample_while_code_moves() {
         "changes applied after later samples"
     );
     assert_eq!(counters["code_map_changes_refused"], 0);
-    let history = read_log(&log);
+    let history = read_code_log(&log);
     assert!(
         history.moves > 100,
         "compaction should have moved code: {} moves",

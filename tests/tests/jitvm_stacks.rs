@@ -8,15 +8,16 @@
 use std::{
     collections::{BTreeSet, HashMap},
     io::{BufRead, BufReader},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
-use jitvm::codelog::{History, Placement, replay};
-use vmscope_parse::codemap_file;
+use jitvm::codelog::{History, Placement};
 use vmscope_proto::v1::{CodeKind, Frame, Profile, Section, StartSessionRequest};
-use vmscope_tests::{Daemon, binary, dump, shared_tempdir, stacks::*, stop_and_profile};
+use vmscope_tests::{
+    Daemon, binary, dump, read_code_log, shared_tempdir, stacks::*, stop_and_profile,
+};
 
 /// A jitvm run publishing to the daemon and logging its code map.
 struct Vm {
@@ -60,21 +61,8 @@ impl Vm {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let said = std::fs::read_to_string(&self.err).unwrap_or_default();
-        (read_log(&self.log), said)
+        (read_code_log(&self.log), said)
     }
-}
-
-fn read_log(path: &Path) -> History {
-    let bytes = std::fs::read(path).expect("the VM's code log");
-    let mut at = codemap_file::parse_header(&bytes)
-        .expect("header")
-        .expect("complete header");
-    let mut events = Vec::new();
-    while let Some((event, used)) = codemap_file::next_event(&bytes[at..]).expect("record") {
-        at += used;
-        events.push(event);
-    }
-    replay(&events).expect("a log that follows the protocol")
 }
 
 /// Samples the VM at 1400 Hz with frame pointers for `seconds`, keeping `keep` samples.
