@@ -92,12 +92,9 @@ impl StackTable {
     pub fn stack(&mut self, ids: &[LocationId], truncated: bool) -> StackId {
         let hash = self.hasher.hash_one((ids, truncated));
         let (frames, stacks) = (&mut self.frames, &mut self.stacks);
-        let slice = |frames: &[LocationId], span: &StackSpan| -> (Vec<LocationId>, bool) {
+        let ids_of = |span: &StackSpan| -> &[LocationId] {
             let start = span.start as usize;
-            (
-                frames[start..start + span.len as usize].to_vec(),
-                span.truncated,
-            )
+            &frames[start..start + span.len as usize]
         };
         *self
             .stack_index
@@ -105,12 +102,11 @@ impl StackTable {
                 hash,
                 |id| {
                     let span = &stacks[id.0 as usize];
-                    let start = span.start as usize;
-                    span.truncated == truncated && &frames[start..start + span.len as usize] == ids
+                    span.truncated == truncated && ids_of(span) == ids
                 },
                 |id| {
-                    let (ids, truncated) = slice(frames, &stacks[id.0 as usize]);
-                    self.hasher.hash_one((ids.as_slice(), truncated))
+                    let span = &stacks[id.0 as usize];
+                    self.hasher.hash_one((ids_of(span), span.truncated))
                 },
             )
             .or_insert_with(|| {
@@ -124,20 +120,6 @@ impl StackTable {
                 StackId(stacks.len() as u32 - 1)
             })
             .get()
-    }
-
-    /// The locations of a stack, leaf first.
-    pub fn locations_of(&self, stack: StackId) -> impl Iterator<Item = Location> + '_ {
-        self.ids_of(stack)
-            .iter()
-            .map(|id| self.locations[id.0 as usize])
-    }
-
-    /// The location ids of a stack, leaf first.
-    pub fn ids_of(&self, stack: StackId) -> &[LocationId] {
-        let span = &self.stacks[stack.0 as usize];
-        let start = span.start as usize;
-        &self.frames[start..start + span.len as usize]
     }
 
     /// A copy for a profile: the tables without their indexes.
@@ -192,11 +174,6 @@ impl StackSnapshot {
         }
         leaves.into_iter().map(|((p, l), n)| (p, l, n)).collect()
     }
-
-    /// Whether a location appears anywhere.
-    pub fn has_location(&self, mut which: impl FnMut(&Location) -> bool) -> bool {
-        self.locations.iter().any(&mut which)
-    }
 }
 
 #[cfg(test)]
@@ -224,7 +201,13 @@ mod tests {
         assert_eq!(table.frames.len(), 3 + 3 + 2);
         assert_eq!(table.counts[&(1, a)], 2);
         assert_eq!(table.counts[&(2, a)], 1);
-        assert_eq!(table.locations_of(other).collect::<Vec<_>>(), [k(2), k(3)]);
+        let snapshot = table.snapshot();
+        let other_locations: Vec<Location> = snapshot
+            .ids_of(other)
+            .iter()
+            .map(|&id| snapshot.location(id))
+            .collect();
+        assert_eq!(other_locations, [k(2), k(3)]);
         // Growth follows distinct stacks: a million more samples of known stacks add nothing.
         for _ in 0..1000 {
             table.count(1, [k(1), k(2), k(3)], false);
