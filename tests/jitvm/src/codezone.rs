@@ -20,8 +20,12 @@ use crate::jit::encoding::INT3;
 use crate::jit::{MapEntry, SiteInfo};
 use crate::program::{ClassId, MethodId};
 
-/// Alignment of entries.
-pub const ALIGN: u64 = 16;
+/// Alignment of entries: a cache line, so that code aligned within an entry (loop heads, see
+/// [`crate::jit::x64::LOOP_ALIGN`]) stays aligned in the zone wherever compaction moves it. With
+/// 16, two copies of the same loop ran at different speeds depending on where they fell (one
+/// range of `Inline>>light` took 3.9 times its share), and the inline workload's 70/30 split by
+/// construction measured 66/34.
+pub const ALIGN: u64 = 64;
 
 /// The executable mapping.
 #[derive(Debug)]
@@ -86,7 +90,7 @@ impl CodeZone {
         self.size
     }
 
-    /// Reserves `len` bytes at CCFree (16-aligned); `None` if they do not fit.
+    /// Reserves `len` bytes at CCFree ([`ALIGN`]-aligned); `None` if they do not fit.
     pub fn alloc(&mut self, len: usize) -> Option<u64> {
         let at = self.free;
         let end = at.checked_add(len)?.next_multiple_of(ALIGN as usize);
@@ -378,7 +382,7 @@ mod tests {
         let mut z = CodeZone::new(8192).unwrap();
         let a = z.alloc(20).unwrap();
         assert_eq!(a, z.start());
-        assert_eq!(z.free_start(), a + 32);
+        assert_eq!(z.free_start(), a + ALIGN);
         let mut code = vec![0x90; 20];
         code[4..6].copy_from_slice(&[0x49, 0xbb]);
         z.write(a, &code);
@@ -406,6 +410,6 @@ mod tests {
     fn writes_outside_allocations_panic() {
         let mut z = CodeZone::new(4096).unwrap();
         let a = z.alloc(16).unwrap();
-        z.write(a + 8, &[0; 16]);
+        z.write(a + ALIGN - 8, &[0; 16]);
     }
 }
