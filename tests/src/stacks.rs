@@ -6,10 +6,11 @@
 
 use std::{
     path::{Path, PathBuf},
+    process::Command,
     sync::OnceLock,
 };
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use vmscope_proto::v1::{CodeEntry, Frame, Profile, Stack};
 
 use crate::shared_tempdir;
@@ -183,6 +184,61 @@ fn build_stack_fixtures() -> anyhow::Result<StackFixtures> {
         callers: build("callers")?,
         syscalls: build("syscalls")?,
         recursion: build("recursion")?,
+        _dir: dir,
+    })
+}
+
+/// The C fixtures of the DWARF stack tests, built as distributions build: `-O2` without frame
+/// pointers (but without inlining or cloning, so that the call structure is what the sources
+/// say: `-fno-ipa-icf` keeps `caller_a` and `caller_b`, identical, apart).
+#[derive(Debug)]
+pub struct NoFpFixtures {
+    _dir: tempfile::TempDir,
+    /// `callers.c` without frame pointers: `leaf` under `caller_a` 70%, `caller_b` 30%.
+    pub callers: PathBuf,
+    /// `qsort.c`: `by_weight` burns CPU as libc's qsort's comparator, under `sort_once`.
+    pub qsort: PathBuf,
+}
+
+/// Builds the frame-pointer-less fixtures once per test process.
+pub fn no_fp_fixtures() -> &'static NoFpFixtures {
+    static FIXTURES: OnceLock<NoFpFixtures> = OnceLock::new();
+    FIXTURES.get_or_init(|| build_no_fp_fixtures().unwrap_or_else(|e| panic!("{e:#}")))
+}
+
+fn build_no_fp_fixtures() -> anyhow::Result<NoFpFixtures> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let dir = shared_tempdir();
+    let build = |name: &str| -> anyhow::Result<PathBuf> {
+        let out_path = dir.path().join(format!("{name}-nofp"));
+        let out = Command::new("gcc")
+            .args([
+                "-O2",
+                "-g",
+                "-fomit-frame-pointer",
+                "-fno-inline",
+                "-fno-ipa-icf",
+                "-fno-ipa-cp",
+                "-fno-ipa-sra",
+                "-Wl,--build-id",
+                "-o",
+            ])
+            .arg(&out_path)
+            .arg(format!("{name}.c"))
+            .current_dir(&src)
+            .output()
+            .context("cannot run gcc (install it, or run `cargo xtask setup`)")?;
+        if !out.status.success() {
+            bail!(
+                "gcc {name}.c failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(out_path)
+    };
+    Ok(NoFpFixtures {
+        callers: build("callers")?,
+        qsort: build("qsort")?,
         _dir: dir,
     })
 }
