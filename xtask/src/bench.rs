@@ -3,11 +3,12 @@
 //!
 //! * slowdown: a fixed CPU-bound loop at the bottom of call chains up to 34 frames deep
 //!   (`tests/fixtures/stackloop.c`, built with frame pointers) run in rounds: alone, under
-//!   `vmscope record --call-graph none`, under `--call-graph fp`, and under
-//!   `perf record -g -F 1400` when perf is installed; the ratios of its own CPU times to the
-//!   round's run alone (medians). The BPF program runs in the interrupt on the target's CPU, so
+//!   `vmscope record --call-graph none`, under `--call-graph fp` and `dwarf`, and under
+//!   `perf record --call-graph fp|dwarf -F 1400` when perf is installed; the ratios of its own
+//!   CPU times to the round's run alone (medians). The BPF program runs in the interrupt on the target's CPU, so
 //!   its cost, stack walks included, is in there.
-//! * daemon CPU time per 1000 samples, and the daemon's peak RSS (VmHWM), over those runs.
+//! * daemon CPU time per 1000 samples in each vmscope mode (dwarf: unwinding included), and the
+//!   daemon's peak RSS (VmHWM), over those runs.
 //! * `cargo xtask bench --soak SECONDS`: one session of SECONDS on the same workload, printing
 //!   the daemon's RSS every tenth of it: memory follows distinct stacks, so it must be flat
 //!   once they have all been seen.
@@ -78,17 +79,18 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Alone,
+    /// `vmscope record --call-graph MODE`.
     Vmscope(&'static str),
-    Perf,
+    /// `perf record --call-graph MODE -F 1400`.
+    Perf(&'static str),
 }
 
 impl Mode {
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
         match self {
-            Mode::Alone => "alone",
-            Mode::Vmscope("none") => "vmscope --call-graph none",
-            Mode::Vmscope(_) => "vmscope --call-graph fp",
-            Mode::Perf => "perf record -g -F 1400",
+            Mode::Alone => "alone".to_owned(),
+            Mode::Vmscope(call_graph) => format!("vmscope --call-graph {call_graph}"),
+            Mode::Perf(call_graph) => format!("perf record --call-graph {call_graph}"),
         }
     }
 }
@@ -119,8 +121,16 @@ fn run_once(
             .arg(stackloop)
             .args([WORK, DEPTH])
             .output()?,
-        Mode::Perf => Command::new("perf")
-            .args(["record", "-q", "-g", "-F", "1400", "-o"])
+        Mode::Perf(call_graph) => Command::new("perf")
+            .args([
+                "record",
+                "-q",
+                "--call-graph",
+                call_graph,
+                "-F",
+                "1400",
+                "-o",
+            ])
             .arg(built.dir.join("bench-perf.data"))
             .arg("--")
             .arg(stackloop)
@@ -169,30 +179,34 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    let mut modes = vec![Mode::Vmscope("none"), Mode::Vmscope("fp")];
+    let mut modes = vec![
+        Mode::Vmscope("none"),
+        Mode::Vmscope("fp"),
+        Mode::Vmscope("dwarf"),
+    ];
     if perf {
-        modes.push(Mode::Perf);
+        modes.extend([Mode::Perf("fp"), Mode::Perf("dwarf")]);
     } else {
-        println!("bench: perf is not installed: no comparison with perf record -g");
+        println!("bench: perf is not installed: no comparison with perf record");
     }
-    let cpu_before = daemon_cpu_ticks(pid)?;
     let mut alone_times = Vec::new();
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
-    let mut samples = 0u64;
+    // Per mode: the daemon's CPU ticks and the samples it took.
+    let mut daemon_load = vec![(0u64, 0u64); modes.len()];
     for round in 0..ROUNDS {
         let (alone, _) = run_once(Mode::Alone, &built, &daemon, &stackloop)?;
         alone_times.push(alone);
         let mut line = format!("bench: round {}: {alone:.3} s alone", round + 1);
         for (i, &mode) in modes.iter().enumerate() {
+            let before = daemon_cpu_ticks(pid)?;
             let (with, n) = run_once(mode, &built, &daemon, &stackloop)?;
-            samples += n;
+            daemon_load[i].0 += daemon_cpu_ticks(pid)? - before;
+            daemon_load[i].1 += n;
             ratios[i].push(with / alone);
             line += &format!(", {with:.3} s {}", mode.label());
         }
         println!("{line}");
     }
-    let cpu_after = daemon_cpu_ticks(pid)?;
-    let daemon_cpu = (cpu_after - cpu_before) as f64 / ticks_per_second;
     let peak_rss_kib = proc_field(pid, "status", "VmHWM:").unwrap_or(0);
 
     let mut publishing = Vec::new();
@@ -227,15 +241,20 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
     );
     for (mode, ratios) in modes.iter().zip(ratios) {
         println!(
-            "| slowdown under {:<32} | {:.4}x |",
+            "| slowdown under {:<35} | {:.4}x |",
             mode.label(),
             median(ratios)
         );
     }
-    println!(
-        "| daemon CPU per 1000 samples (half with stacks)  | {:.2} ms ({daemon_cpu:.2} s for {samples} samples, incl. symbolisation and gRPC) |",
-        1000.0 * 1000.0 * daemon_cpu / samples.max(1) as f64
-    );
+    for (mode, (ticks, samples)) in modes.iter().zip(&daemon_load) {
+        if let Mode::Vmscope(call_graph) = mode {
+            let seconds = *ticks as f64 / ticks_per_second;
+            println!(
+                "| daemon CPU per 1000 samples, {call_graph:<5}             | {:.2} ms ({seconds:.2} s for {samples} samples, incl. symbolisation and gRPC) |",
+                1000.0 * 1000.0 * seconds / (*samples).max(1) as f64
+            );
+        }
+    }
     println!(
         "| daemon peak RSS (VmHWM)                         | {:.1} MiB |",
         peak_rss_kib as f64 / 1024.0
