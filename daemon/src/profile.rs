@@ -924,4 +924,64 @@ mod tests {
             .collect();
         assert_eq!(names, ["[kernel]"]);
     }
+
+    /// A native address in inlined code: the inlined functions (DWARF names, innermost first,
+    /// each with its line) over the containing function (its ELF symbol, with the outermost
+    /// call's line), which owns the address.
+    #[test]
+    fn native_inlined_functions_become_frames_over_their_holder() {
+        use crate::symbolize::ModuleId;
+        let location = Location::File {
+            module: ModuleId(0),
+            offset: 0x1234,
+            main_executable: true,
+        };
+        let resolved = Resolved {
+            section: Section::Vanilla,
+            module: "vm".into(),
+            name: "interpret".into(),
+            symbolized: true,
+            issue: None,
+            build_id: Some("abcd".into()),
+        };
+        let source = |function: &str, line, inlined| SourceFrame {
+            function: Some(function.to_owned()),
+            file: Some("/src/vm/interp.c".to_owned()),
+            line,
+            inlined,
+        };
+        let mut frames = Frames::default();
+        let (ids, own) = native_frames(
+            &mut frames,
+            &resolved,
+            &location,
+            &[
+                source("push", 40, true),
+                source("send", 120, true),
+                source("interpret_dwarf_name", 812, false),
+            ],
+        );
+        assert_eq!(ids.len(), 3);
+        assert_eq!(own, ids[2]);
+        let shown: Vec<(&str, u32, bool, &str)> = ids
+            .iter()
+            .map(|&i| {
+                let f = &frames.frames[i as usize];
+                (f.name.as_str(), f.line, f.inlined, f.build_id.as_str())
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("push", 40, true, "abcd"),
+                ("send", 120, true, "abcd"),
+                ("interpret", 812, false, "abcd")
+            ]
+        );
+        assert!(frames.frames.iter().all(|f| f.file == "/src/vm/interp.c"));
+        // Without DWARF: the one frame of today, without a line.
+        let (ids, own) = native_frames(&mut frames, &resolved, &location, &[]);
+        assert_eq!(ids, [own]);
+        assert_eq!(frames.frames[own as usize].line, 0);
+    }
 }

@@ -451,8 +451,80 @@ mod tests {
     fn keys_parse_as_perf_spells_them() {
         assert_eq!(SortKey::parse("pid"), Ok(SortKey::Pid));
         let err = SortKey::parse("symbol").unwrap_err();
-        assert!(err.contains("comm, pid, dso or sym"), "{err}");
+        assert!(err.contains("comm, pid, dso, sym or srcline"), "{err}");
+        assert_eq!(SortKey::parse("srcline"), Ok(SortKey::Srcline));
         assert!(is_by_symbol(&[]) && is_by_symbol(&[SortKey::Sym]));
         assert!(!is_by_symbol(&[SortKey::Sym, SortKey::Pid]));
+    }
+
+    fn line(file: &str, line: u32, pid: u32, samples: u64) -> SourceLineSamples {
+        SourceLineSamples {
+            file: file.to_owned(),
+            line,
+            pid,
+            samples,
+        }
+    }
+
+    /// Rows split by the line of their leaf, per process; samples without a line stay per
+    /// function; every sample stays counted.
+    #[test]
+    fn srcline_splits_rows_by_source_line() {
+        let mut hot = row(
+            "hot_caller",
+            "fixture",
+            &[(10, "fixture", 90), (11, "fixture", 10)],
+        );
+        hot.source_lines = vec![
+            line("/src/a/hot.c", 19, 10, 70),
+            line("/src/a/hot.c", 27, 10, 15),
+            line("/src/a/hot.c", 19, 11, 10),
+        ];
+        // Same file name in another directory: another file.
+        let mut other = row("util", "libutil.so", &[(10, "fixture", 8)]);
+        other.source_lines = vec![line("/src/b/hot.c", 19, 10, 8)];
+        let nolines = row("memcpy", "libc.so.6", &[(10, "fixture", 4)]);
+        let refs = [&hot, &other, &nolines];
+        let by_line = group(&refs, &[SortKey::Srcline]);
+        let got: Vec<(&str, &str, u64, &str)> = by_line
+            .iter()
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    r.srcline.as_str(),
+                    r.samples,
+                    r.module.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("hot.c:19", "hot.c:19", 80, "fixture"),
+                ("hot.c:27", "hot.c:27", 15, "fixture"),
+                // hot_caller's 5 samples of pid 10 without a line.
+                ("hot_caller ??:0", "??:0", 5, "fixture"),
+                ("hot.c:19", "hot.c:19", 8, "libutil.so"),
+                ("memcpy ??:0", "??:0", 4, "libc.so.6"),
+            ]
+        );
+        let processes: Vec<(u32, u64)> = by_line[0]
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.samples))
+            .collect();
+        assert_eq!(processes, [(10, 70), (11, 10)]);
+        let total: u64 = by_line.iter().map(|r| r.samples).sum();
+        assert_eq!(total, 112, "every sample stays counted");
+
+        let by_pid_line = group(&refs, &[SortKey::Pid, SortKey::Srcline]);
+        let names: Vec<(&str, u64)> = by_pid_line
+            .iter()
+            .map(|r| (r.name.as_str(), r.samples))
+            .collect();
+        assert_eq!(names[0], ("fixture[10]  hot.c:19", 70));
+        assert!(names.contains(&("fixture[11]  hot.c:19", 10)), "{names:?}");
+        let by_dso_line = group(&refs, &[SortKey::Dso, SortKey::Srcline]);
+        assert_eq!(by_dso_line[0].name, "fixture  hot.c:19");
     }
 }
