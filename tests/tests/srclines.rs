@@ -94,6 +94,21 @@ async fn check_shape(daemon: &Daemon, client: &mut Client, shape: DebugInfo) {
     assert_eq!(first["srcline"], format!("srclines.c:{hot}"), "{vanilla:#}");
     assert_eq!(first["name"], format!("srclines.c:{hot}"), "{vanilla:#}");
 
+    // The text call tree: each function with its line, the inlined one marked.
+    let module = binary.file_name().unwrap().to_str().unwrap();
+    let out = daemon
+        .cli()
+        .args(["report", &session, "--tree"])
+        .output()
+        .expect("run vmscope report --tree");
+    let tree = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        format!("hot_loop [{module}] (inlined) srclines.c:{hot}"),
+        format!("hot_caller [{module}] srclines.c:{call}"),
+    ] {
+        assert!(tree.contains(&expected), "{expected:?} in:\n{tree}");
+    }
+
     // pprof: `go tool pprof -lines -top` names the loop's line first.
     let with_pprof = client
         .get_profile(GetProfileRequest {
