@@ -157,13 +157,13 @@ pub fn run() -> anyhow::Result<()> {
 
 /// Benchmarks one binary and prints its table.
 fn bench_one(worker: &Path, binary: &Path) -> anyhow::Result<()> {
-    let size = std::fs::metadata(&binary)?.len();
+    let size = std::fs::metadata(binary)?.len();
     let dir = std::env::temp_dir().join(format!("vmscope-bench-lines-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let addresses = dir.join("addresses");
     let picked = Command::new(worker)
         .arg("pick")
-        .arg(&binary)
+        .arg(binary)
         .arg(ADDRESSES.to_string())
         .output()?;
     if !picked.status.success() {
@@ -177,7 +177,7 @@ fn bench_one(worker: &Path, binary: &Path) -> anyhow::Result<()> {
     let ours_out = dir.join("ours");
     let theirs_out = dir.join("binutils");
     let mut ours_cmd = Command::new(worker);
-    ours_cmd.arg("resolve").arg(&binary);
+    ours_cmd.arg("resolve").arg(binary);
     let ours = measure(&mut ours_cmd, &addresses, &ours_out)?;
     let mut theirs_cmd = Command::new("addr2line");
     theirs_cmd.args(["-a", "-f", "-i", "-e"]).arg(binary);
@@ -185,7 +185,7 @@ fn bench_one(worker: &Path, binary: &Path) -> anyhow::Result<()> {
     // Our split between loading and lookups, from a second run that keeps its stderr.
     let split = Command::new(worker)
         .arg("resolve")
-        .arg(&binary)
+        .arg(binary)
         .stdin(File::open(&addresses)?)
         .stdout(Stdio::null())
         .output()?;
