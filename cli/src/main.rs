@@ -142,8 +142,9 @@ struct OutputArgs {
     #[arg(long)]
     no_runtime_modules: bool,
     /// Group each section's rows by KEYS, as `perf report --sort` does: `comm` (process name),
-    /// `pid` (process), `dso` (module), `sym` (function). `--sort pid` tells processes apart in
-    /// a system-wide profile; `--sort comm,sym` shows functions per program.
+    /// `pid` (process), `dso` (module), `sym` (function), `srcline` (the source line the samples
+    /// fell in, `hot.c:12`, from DWARF). `--sort pid` tells processes apart in a system-wide
+    /// profile; `--sort comm,sym` shows functions per program; `--sort srcline` the hot lines.
     #[arg(
         long,
         value_name = "KEYS",

@@ -56,6 +56,10 @@ pub struct DaemonConfig {
     pub stall_reader: std::time::Duration,
     /// Budget of the code store (JIT code descriptions from every code map), in bytes.
     pub code_store_bytes: usize,
+    /// Directories of separate debug files, searched in order.
+    pub debug_dirs: Vec<PathBuf>,
+    /// Budget of the DWARF line tables, in bytes.
+    pub dwarf_cache_bytes: u64,
 }
 
 /// Loads the BPF sampler, serves the API on the socket until SIGINT or SIGTERM, then removes
@@ -109,7 +113,10 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         tracing::warn!("vDSO samples stay unnamed: {e}");
     }
 
-    let modules = Arc::new(Modules::new());
+    let modules = Arc::new(Modules::with_lines(symbolize::LineTables::new(
+        config.dwarf_cache_bytes,
+        config.debug_dirs.clone(),
+    )));
     let codes = Arc::new(codemap::code::CodeStore::with_budget(
         config.code_store_bytes,
     ));

@@ -28,6 +28,16 @@ struct Args {
     /// (counted, logged) and their samples show as unnamed generated code.
     #[arg(long, default_value_t = vmscoped::codemap::code::DEFAULT_BUDGET_BYTES >> 20)]
     code_store_mib: usize,
+    /// Directory of separate debug files (`.build-id/xx/rest.debug`, and `.gnu_debuglink` files
+    /// under the binary's path), for symbols and source lines of stripped binaries; repeat for
+    /// several, searched in order. Given, it replaces the default.
+    #[arg(long = "debug-dir", value_name = "DIR", default_value = vmscope_parse::elf::GLOBAL_DEBUG_DIR)]
+    debug_dirs: Vec<PathBuf>,
+    /// Memory for DWARF line tables (source lines and inlined functions of native code), in
+    /// MiB. Tables are loaded per binary on first use; the least recently used are dropped
+    /// beyond this, and a binary whose tables alone need more gets no lines.
+    #[arg(long, default_value_t = vmscoped::symbolize::lines::DEFAULT_DWARF_CACHE_BYTES >> 20)]
+    dwarf_cache_mib: u64,
     /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
@@ -45,6 +55,8 @@ async fn main() -> std::process::ExitCode {
         ring_buffer_bytes: args.ring_buffer_kib.saturating_mul(1024),
         stall_reader: std::time::Duration::from_millis(args.stall_reader_ms),
         code_store_bytes: args.code_store_mib.saturating_mul(1 << 20),
+        debug_dirs: args.debug_dirs,
+        dwarf_cache_bytes: args.dwarf_cache_mib.saturating_mul(1 << 20),
         socket: args.socket,
         manager: ManagerConfig {
             max_stopped_per_user: args.keep_sessions,

@@ -1,10 +1,11 @@
 //! Turning a session [`Snapshot`] into the API's [`Profile`]: symbolise each distinct location
 //! once, expand it into the frames a stack shows (a JIT frame of optimised code into its
-//! inlined methods), then aggregate:
+//! inlined methods, a native frame into the functions inlined at its address, with their source
+//! lines, from DWARF), then aggregate:
 //!
 //! - rows by (section, module, name), from each stack's leaf (self time), each with its samples
-//!   per process, its ranges and inlined methods, and its inclusive samples (stacks holding it
-//!   anywhere, once per stack);
+//!   per process, its ranges and inlined methods, its samples per source line of the leaf, and
+//!   its inclusive samples (stacks holding it anywhere, once per stack);
 //! - stacks of frames per process;
 //! - problems by (module, reason).
 //!
@@ -16,13 +17,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use vmscope_proto::v1::{
     AttributedSample, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples, Profile,
-    ProfileRow, Section, Stack, StackFrame, SymbolizationIssue,
+    ProfileRow, Section, SourceLineSamples, Stack, StackFrame, SymbolizationIssue,
 };
 
 use crate::{
     codemap::code::Code,
     session::{LocationId, Snapshot},
-    symbolize::{Issue, KERNEL_MODULE, Location, Resolved, Symbolizer},
+    symbolize::{Issue, KERNEL_MODULE, Location, Resolved, SourceFrame, Symbolizer},
 };
 
 /// What a profile may show its reader.
@@ -47,6 +48,28 @@ struct RowSum {
     inlined: BTreeMap<String, u64>,
     /// Samples per process.
     processes: HashMap<u32, u64>,
+    /// Samples per (source line of the leaf, as an index into [`SourceLinesTable`], process).
+    lines: HashMap<(u32, u32), u64>,
+}
+
+/// Distinct (file, line) pairs of leaf frames, each stored once.
+#[derive(Debug, Default)]
+struct SourceLinesTable {
+    lines: Vec<(String, u32)>,
+    index: HashMap<(String, u32), u32>,
+}
+
+impl SourceLinesTable {
+    fn id(&mut self, file: &str, line: u32) -> u32 {
+        let key = (file.to_owned(), line);
+        if let Some(&id) = self.index.get(&key) {
+            return id;
+        }
+        let id = self.lines.len() as u32;
+        self.lines.push(key.clone());
+        self.index.insert(key, id);
+        id
+    }
 }
 
 /// A row's identity: (section, module, name, optimised).
@@ -63,8 +86,11 @@ struct Placed {
     /// Its frames, leaf first, as indices into the profile's frames: one, or for optimised
     /// code the inlined methods at its pc then the compiled method.
     frames: Vec<u32>,
-    /// The frame its address belongs to: the compiled method's for optimised code.
+    /// The frame its address belongs to: the compiled method's for optimised code, the
+    /// containing function's for native code with inlined functions.
     own_frame: u32,
+    /// The source line of its address (innermost inlined function's), from DWARF.
+    line: Option<u32>,
 }
 
 /// What a row shows of a location in generated code a code map names: derived once per
@@ -107,6 +133,7 @@ pub fn build_profile(
 ) -> Profile {
     let stacks = &snapshot.stacks;
     let mut frames = Frames::default();
+    let mut source_lines = SourceLinesTable::default();
     let mut row_keys: Vec<RowKey> = Vec::new();
     let mut row_index: HashMap<RowKey, usize> = HashMap::new();
     let placed: Vec<Placed> = stacks
@@ -137,14 +164,20 @@ pub fn build_profile(
                 range: code.range_label(*offset),
                 inlined_method: optimised.then(|| code.attributed_method(*offset).to_owned()),
             });
+            let mut line = None;
             let (frame_ids, own_frame) = match (&code, &detail) {
                 (Some((code, offset)), Some(detail)) => {
                     let label = detail.range.as_ref().map(|(_, label)| label.as_str());
                     jit_frames(&mut frames, &resolved, code, *offset, label)
                 }
                 _ => {
-                    let id = frames.id(native_frame(&resolved, location));
-                    (vec![id], id)
+                    let sources = symbolizer.source_frames(location);
+                    line = sources
+                        .first()
+                        .and_then(|leaf| Some((leaf.file.as_deref()?, leaf.line)))
+                        .filter(|&(_, line)| line > 0)
+                        .map(|(file, line)| source_lines.id(file, line));
+                    native_frames(&mut frames, &resolved, location, &sources)
                 }
             };
             Placed {
@@ -153,6 +186,7 @@ pub fn build_profile(
                 row,
                 frames: frame_ids,
                 own_frame,
+                line,
             }
         })
         .collect();
@@ -170,6 +204,9 @@ pub fn build_profile(
         let row = &mut rows[leaf.row];
         row.samples += samples;
         *row.processes.entry(pid).or_insert(0) += samples;
+        if let Some(line) = leaf.line {
+            *row.lines.entry((line, pid)).or_insert(0) += samples;
+        }
         row.symbolized = leaf.resolved.symbolized;
         if let Some(code) = &leaf.code {
             row.kind = code.kind;
@@ -241,6 +278,26 @@ pub fn build_profile(
                 })
                 .collect();
             processes.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
+            let mut lines: Vec<SourceLineSamples> = sum
+                .lines
+                .into_iter()
+                .map(|((line, pid), samples)| {
+                    let (file, line) = &source_lines.lines[line as usize];
+                    SourceLineSamples {
+                        file: file.clone(),
+                        line: *line,
+                        pid,
+                        samples,
+                    }
+                })
+                .collect();
+            lines.sort_by(|a, b| {
+                b.samples
+                    .cmp(&a.samples)
+                    .then_with(|| a.file.cmp(&b.file))
+                    .then_with(|| a.line.cmp(&b.line))
+                    .then_with(|| a.pid.cmp(&b.pid))
+            });
             ProfileRow {
                 section: section as i32,
                 name,
@@ -258,6 +315,8 @@ pub fn build_profile(
                 optimised,
                 processes,
                 inclusive_samples: sum.inclusive,
+                srcline: String::new(),
+                source_lines: lines,
             }
         })
         .collect();
@@ -396,6 +455,46 @@ fn native_frame(resolved: &Resolved, location: &Location) -> Frame {
         kernel: matches!(location, Location::Kernel { .. }),
         ..Frame::default()
     }
+}
+
+/// The frames of a location outside generated code with a code map, leaf first, and the frame
+/// its address belongs to. With DWARF `sources` (innermost first): a frame per function inlined
+/// at the address (named from DWARF, `inlined`, each with its own line), then the location's
+/// own frame with the line of the outermost call site; without, the location's frame alone.
+fn native_frames(
+    frames: &mut Frames,
+    resolved: &Resolved,
+    location: &Location,
+    sources: &[SourceFrame],
+) -> (Vec<u32>, u32) {
+    let own = native_frame(resolved, location);
+    let Some((outermost, inlined)) = sources.split_last() else {
+        let id = frames.id(own);
+        return (vec![id], id);
+    };
+    let mut ids = Vec::with_capacity(sources.len());
+    for source in inlined {
+        ids.push(
+            frames.id(Frame {
+                name: source
+                    .function
+                    .clone()
+                    .unwrap_or_else(|| "[unknown inlined function]".to_owned()),
+                symbolized: source.function.is_some(),
+                inlined: true,
+                file: source.file.clone().unwrap_or_default(),
+                line: source.line,
+                ..own.clone()
+            }),
+        );
+    }
+    let own = frames.id(Frame {
+        file: outermost.file.clone().unwrap_or_default(),
+        line: outermost.line,
+        ..own
+    });
+    ids.push(own);
+    (ids, own)
 }
 
 /// The frames of an offset in generated code, leaf first, and the compiled code's own frame:
@@ -824,5 +923,65 @@ mod tests {
             .map(|&i| profile.frames[i as usize].name.as_str())
             .collect();
         assert_eq!(names, ["[kernel]"]);
+    }
+
+    /// A native address in inlined code: the inlined functions (DWARF names, innermost first,
+    /// each with its line) over the containing function (its ELF symbol, with the outermost
+    /// call's line), which owns the address.
+    #[test]
+    fn native_inlined_functions_become_frames_over_their_holder() {
+        use crate::symbolize::ModuleId;
+        let location = Location::File {
+            module: ModuleId(0),
+            offset: 0x1234,
+            main_executable: true,
+        };
+        let resolved = Resolved {
+            section: Section::Vanilla,
+            module: "vm".into(),
+            name: "interpret".into(),
+            symbolized: true,
+            issue: None,
+            build_id: Some("abcd".into()),
+        };
+        let source = |function: &str, line, inlined| SourceFrame {
+            function: Some(function.to_owned()),
+            file: Some("/src/vm/interp.c".to_owned()),
+            line,
+            inlined,
+        };
+        let mut frames = Frames::default();
+        let (ids, own) = native_frames(
+            &mut frames,
+            &resolved,
+            &location,
+            &[
+                source("push", 40, true),
+                source("send", 120, true),
+                source("interpret_dwarf_name", 812, false),
+            ],
+        );
+        assert_eq!(ids.len(), 3);
+        assert_eq!(own, ids[2]);
+        let shown: Vec<(&str, u32, bool, &str)> = ids
+            .iter()
+            .map(|&i| {
+                let f = &frames.frames[i as usize];
+                (f.name.as_str(), f.line, f.inlined, f.build_id.as_str())
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("push", 40, true, "abcd"),
+                ("send", 120, true, "abcd"),
+                ("interpret", 812, false, "abcd")
+            ]
+        );
+        assert!(frames.frames.iter().all(|f| f.file == "/src/vm/interp.c"));
+        // Without DWARF: the one frame of today, without a line.
+        let (ids, own) = native_frames(&mut frames, &resolved, &location, &[]);
+        assert_eq!(ids, [own]);
+        assert_eq!(frames.frames[own as usize].line, 0);
     }
 }

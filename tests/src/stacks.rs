@@ -112,6 +112,10 @@ pub fn dump_stacks(profile: &Profile, n: usize) -> String {
                 if !f.range.is_empty() {
                     label += &format!(" {}", f.range);
                 }
+                if f.line > 0 {
+                    let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+                    label += &format!(" {file}:{}", f.line);
+                }
                 label
             })
             .collect();

@@ -7,6 +7,7 @@
 //! run it first.
 
 mod bench;
+mod bench_lines;
 mod demo;
 mod setup;
 
@@ -48,6 +49,10 @@ enum Task {
         /// it (flat once every distinct stack has been seen).
         #[arg(long, value_name = "SECONDS")]
         soak: Option<u64>,
+        /// Instead, time and memory to load a large binary's DWARF line tables and resolve
+        /// 10,000 addresses, against binutils' addr2line on the same addresses.
+        #[arg(long, conflicts_with = "soak")]
+        lines: bool,
     },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
     Fuzz {
@@ -65,7 +70,8 @@ fn main() -> ExitCode {
         Task::Demo { seconds } => setup::run().and_then(|()| demo::run(seconds)),
         Task::Test => setup::run().and_then(|()| test()),
         Task::Lint => setup::run().and_then(|()| lint()),
-        Task::Bench { soak } => setup::run().and_then(|()| bench::run(soak)),
+        Task::Bench { lines: true, .. } => setup::run().and_then(|()| bench_lines::run()),
+        Task::Bench { soak, .. } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };
     match result {

@@ -77,8 +77,10 @@ pub struct JsonReport<'a> {
 ///   `section` (`generated`, `vanilla`, `other`), `symbolized`, `kind` (as rows' `kind`, or
 ///   null), `range` (generated code: the bytecode or source range the frame's pc is in, for a
 ///   caller its call site, e.g. `74->78`; null when unknown), `inlined` (a method inlined into
-///   the compiled code of the frame after it in the stack), `code_map` (or null), `optimised`,
-///   `build_id` (hex, or null) and `kernel`.
+///   the compiled code of the frame after it in the stack, or a C function the compiler inlined
+///   into it), `code_map` (or null), `optimised`, `build_id` (hex, or null), `kernel`, and for
+///   native code with DWARF `file` and `line` (its line, for a caller its call's; null when
+///   unknown).
 /// - `stacks`: samples per distinct (process, stack), most first: `frames` (indices into
 ///   `frames`, **leaf first**: kernel frames, then user frames, outermost caller last), `pid`,
 ///   `samples`, `truncated` (cut at the depth limit: outermost callers missing).
@@ -103,6 +105,8 @@ struct JsonFrame<'a> {
     optimised: bool,
     build_id: Option<&'a str>,
     kernel: bool,
+    file: Option<&'a str>,
+    line: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -173,6 +177,8 @@ struct JsonRow<'a> {
     command: Option<&'a str>,
     /// Samples per process, most first.
     processes: Vec<JsonProcess<'a>>,
+    /// Rows grouped by source line (`--sort srcline`): the line, `hot.c:12`; else null.
+    srcline: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -264,6 +270,8 @@ fn stack_table(profile: &pb::Profile) -> JsonStackTable<'_> {
                 optimised: f.optimised,
                 build_id: non_empty(&f.build_id),
                 kernel: f.kernel,
+                file: non_empty(&f.file),
+                line: (f.line > 0).then_some(f.line),
             })
             .collect(),
         stacks: profile
@@ -332,6 +340,7 @@ fn row(row: &ReportRow) -> JsonRow<'_> {
                 samples: p.samples,
             })
             .collect(),
+        srcline: (!row.srcline.is_empty()).then_some(row.srcline.as_str()),
     }
 }
 
@@ -604,6 +613,8 @@ mod tests {
                 module: "squeak".into(),
                 symbolized: true,
                 build_id: "0badc0de".into(),
+                file: "/src/vm/interp.c".into(),
+                line: 812,
                 ..Default::default()
             },
             pb::Frame {
@@ -649,13 +660,16 @@ mod tests {
             serde_json::json!([
                 {"name": "interpret", "module": "squeak", "section": "vanilla",
                  "symbolized": true, "kind": null, "range": null, "inlined": false,
-                 "code_map": null, "optimised": false, "build_id": "0badc0de", "kernel": false},
+                 "code_map": null, "optimised": false, "build_id": "0badc0de", "kernel": false,
+                 "file": "/src/vm/interp.c", "line": 812},
                 {"name": "Inline>>heavy", "module": "[anon]", "section": "generated",
                  "symbolized": true, "kind": "method", "range": "33->70", "inlined": true,
-                 "code_map": "vm", "optimised": true, "build_id": null, "kernel": false},
+                 "code_map": "vm", "optimised": true, "build_id": null, "kernel": false,
+                 "file": null, "line": null},
                 {"name": "ksys_write", "module": "[kernel.kallsyms]", "section": "other",
                  "symbolized": false, "kind": null, "range": null, "inlined": false,
-                 "code_map": null, "optimised": false, "build_id": null, "kernel": true},
+                 "code_map": null, "optimised": false, "build_id": null, "kernel": true,
+                 "file": null, "line": null},
             ])
         );
         assert_eq!(

@@ -408,15 +408,32 @@ fn symbol_size(symbol: &Symbol) -> u64 {
     }
 }
 
-/// Candidate paths of a separate debug file, in the order gdb and perf look.
+/// Candidate paths of a separate debug file, in the order gdb and perf look, under the global
+/// debug directory ([`GLOBAL_DEBUG_DIR`]); see [`debug_file_candidates_in`].
+pub fn debug_file_candidates(
+    binary_path: &Path,
+    build_id: Option<&[u8]>,
+    debuglink: Option<&DebugLink>,
+) -> Vec<PathBuf> {
+    debug_file_candidates_in(
+        &[PathBuf::from(GLOBAL_DEBUG_DIR)],
+        binary_path,
+        build_id,
+        debuglink,
+    )
+}
+
+/// Candidate paths of a separate debug file under the debug directories `roots` (perf's
+/// buildid dirs, gdb's `debug-file-directory`), in the order gdb and perf look.
 ///
-/// For build-id `ab cd ef …`: `/usr/lib/debug/.build-id/ab/cdef….debug`. Then, for a
-/// debuglink file name `N` of a binary at `/dir/bin`: `/dir/N`, `/dir/.debug/N`,
-/// `/usr/lib/debug/dir/N`. Pure path computation: the caller opens the candidates (under the
+/// For build-id `ab cd ef …`, under each root: `ROOT/.build-id/ab/cdef….debug`. Then, for a
+/// debuglink file name `N` of a binary at `/dir/bin`: `/dir/N`, `/dir/.debug/N`, and under each
+/// root `ROOT/dir/N`. Pure path computation: the caller opens the candidates (under the
 /// target's root if it is in another mount namespace), parses them and checks that the
 /// build-id or the debuglink CRC matches before [`ElfSymbols::merge_symbols`]. A debuglink
 /// name with a path separator, or naming the binary itself, yields no candidate.
-pub fn debug_file_candidates(
+pub fn debug_file_candidates_in(
+    roots: &[PathBuf],
     binary_path: &Path,
     build_id: Option<&[u8]>,
     debuglink: Option<&DebugLink>,
@@ -426,29 +443,27 @@ pub fn debug_file_candidates(
         && !rest.is_empty()
     {
         let file = format!("{}.debug", hex(rest));
-        candidates.push(
-            Path::new(GLOBAL_DEBUG_DIR)
-                .join(".build-id")
-                .join(hex(&[*first]))
-                .join(file),
-        );
+        for root in roots {
+            candidates.push(root.join(".build-id").join(hex(&[*first])).join(&file));
+        }
     }
     if let Some(link) = debuglink
         && is_plain_file_name(&link.file_name)
     {
         let dir = binary_path.parent().unwrap_or(Path::new(""));
-        // The binary's directory, re-rooted under the global debug directory.
+        // The binary's directory, re-rooted under each debug directory.
         let relative_dir: PathBuf = dir
             .components()
             .filter(|component| matches!(component, Component::Normal(_)))
             .collect();
-        for path in [
+        let beside = [
             dir.join(&link.file_name),
             dir.join(".debug").join(&link.file_name),
-            Path::new(GLOBAL_DEBUG_DIR)
-                .join(relative_dir)
-                .join(&link.file_name),
-        ] {
+        ];
+        let under_roots = roots
+            .iter()
+            .map(|root| root.join(&relative_dir).join(&link.file_name));
+        for path in beside.into_iter().chain(under_roots) {
             if path != binary_path {
                 candidates.push(path);
             }

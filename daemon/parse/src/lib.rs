@@ -9,6 +9,7 @@
 //! - [`stat`]: `/proc/PID/stat`, `/proc/PID/status`, `/proc/stat`.
 //! - [`kallsyms`]: `/proc/kallsyms`, the kernel's symbols.
 //! - [`elf`]: symbols, load segments, build-id and debuglink of an ELF binary.
+//! - [`dwarf`]: source lines and inlined functions of an ELF binary's DWARF.
 //! - [`demangle`]: Rust and C++ symbol names.
 //! - [`perf_map`]: `/tmp/perf-PID.map`, the names a JIT gives its code, read as the file grows.
 //! - [`jitdump`]: Linux perf's `jit-PID.dump`, code loads and moves with source lines and unwind
@@ -20,6 +21,7 @@
 
 pub mod codemap_file;
 pub mod demangle;
+pub mod dwarf;
 pub mod elf;
 pub mod h2_authority;
 pub mod jitdump;

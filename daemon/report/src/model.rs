@@ -182,6 +182,9 @@ pub struct ReportRow {
     /// Whether the text report lists `ranges` and `inlined` under the row: a generated code row
     /// that has some and holds at least [`ReportOptions::min_range_percent`] of the grand total.
     pub show_details: bool,
+    /// Rows grouped by source line (`--sort srcline`): the line, `hot.c:12` (perf's `??:0` for
+    /// samples without one). Empty otherwise.
+    pub srcline: String,
 }
 
 /// A process's share of a row.
@@ -772,6 +775,7 @@ fn build_section(
                 })
                 .collect(),
             show_details,
+            srcline: row.srcline.clone(),
         });
     }
     // Even a single small row folds, as VMProfiler does: the fold marks where detail stops.
@@ -795,6 +799,7 @@ fn build_section(
             inlined: Vec::new(),
             processes: fold_processes(&folded),
             show_details: false,
+            srcline: String::new(),
         });
     }
 

@@ -15,15 +15,17 @@
 //!   have address 0; every mapping says it has functions, so pprof never tries to symbolise
 //!   them again from the local disk.
 //! - One `Function` per (name, module): `name` and `system_name` are the frame's name,
-//!   `filename` the module (or for generated code the code map that named it: `vm`, `jitdump`,
-//!   `perf map`).
+//!   `filename` its source file where DWARF gave one ([`pb::Frame::file`], so that `-list`
+//!   finds the source), else the module (or for generated code the code map that named it:
+//!   `vm`, `jitdump`, `perf map`).
 //! - One `Location` per frame, whose `Line.line` is where in the function the frame is: the
-//!   first bytecode pc of its range (`74->78` gives 74, so `-lines` shows call sites), or a
-//!   source position's line and column (`app.js:12:5`). Inlined methods are folded the way
-//!   pprof represents inlining: a run of frames marked [`pb::Frame::inlined`] and the compiled
-//!   method's frame after them become **one** `Location` with one `Line` per method, innermost
-//!   first, compiled method last. So pprof's inclusive time counts a compiled method and the
-//!   methods inlined into it the way it does for C's inlined functions.
+//!   source line DWARF gave ([`pb::Frame::line`]), or the first bytecode pc of its range
+//!   (`74->78` gives 74, so `-lines` shows call sites), or a source position's line and column
+//!   (`app.js:12:5`). Inlined functions are folded the way pprof represents inlining: a run of
+//!   frames marked [`pb::Frame::inlined`] (methods inlined into optimised JIT code, C functions
+//!   inlined by the compiler) and the frame after them that holds them become **one**
+//!   `Location` with one `Line` per function, innermost first, holder last. So pprof's
+//!   inclusive time counts a function and those inlined into it the way it does for C.
 //! - `time_nanos` is the session's start, `duration_nanos` its sampled time; a few comments say
 //!   which session, at what frequency, and what was lost or truncated.
 
@@ -98,6 +100,8 @@ struct Builder<'a> {
     mapping_ids: HashMap<(&'a str, &'a str), u64>,
     functions: Vec<pp::Function>,
     function_ids: HashMap<(&'a str, &'a str), u64>,
+    /// Functions whose `filename` is a source file (not a module's name).
+    function_has_source: Vec<bool>,
     locations: Vec<pp::Location>,
     /// A location per run of frame indices: one frame, or inlined frames and their compiled
     /// method's frame.
@@ -128,6 +132,7 @@ impl<'a> Builder<'a> {
             mapping_ids: HashMap::new(),
             functions: Vec::new(),
             function_ids: HashMap::new(),
+            function_has_source: Vec::new(),
             locations: Vec::new(),
             location_ids: HashMap::new(),
             executables,
@@ -291,7 +296,11 @@ impl<'a> Builder<'a> {
             .iter()
             .map(|&i| {
                 let f = frame(i);
-                let (line, column) = range_position(&f.range);
+                let (line, column) = if f.line > 0 {
+                    (i64::from(f.line), 0)
+                } else {
+                    range_position(&f.range)
+                };
                 pp::Line {
                     function_id: self.function(f),
                     line,
@@ -343,13 +352,21 @@ impl<'a> Builder<'a> {
         id
     }
 
-    /// The function of a frame: one per (name, module).
+    /// The function of a frame: one per (name, module), named after its source file as soon as
+    /// one of its frames has one.
     fn function(&mut self, frame: &'a pb::Frame) -> u64 {
         let key = (frame.name.as_str(), frame.module.as_str());
         if let Some(&id) = self.function_ids.get(&key) {
+            let index = id as usize - 1;
+            if !frame.file.is_empty() && !self.function_has_source[index] {
+                self.functions[index].filename = self.string(&frame.file);
+                self.function_has_source[index] = true;
+            }
             return id;
         }
-        let file = if frame.section() == pb::Section::Generated && !frame.code_map.is_empty() {
+        let file = if !frame.file.is_empty() {
+            frame.file.as_str()
+        } else if frame.section() == pb::Section::Generated && !frame.code_map.is_empty() {
             frame.code_map.as_str()
         } else {
             self.executables
@@ -367,6 +384,7 @@ impl<'a> Builder<'a> {
             start_line: 0,
         };
         self.functions.push(function);
+        self.function_has_source.push(!frame.file.is_empty());
         self.function_ids.insert(key, id);
         id
     }

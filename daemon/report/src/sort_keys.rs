@@ -1,15 +1,19 @@
-//! Rows split by process, command or module, after `perf report --sort`.
+//! Rows split by process, command, module or source line, after `perf report --sort`.
 //!
 //! The daemon sends one row per function (section, module, name), each with its samples per
-//! process. A system-wide or multi-target profile is often read the other way round: which
-//! process, which of three `vmscoped`s, which library. `--sort comm,pid,dso,sym` (any subset,
-//! in any order; `sym` alone is the usual report) groups each section's rows by the chosen
-//! keys before anything is summed, so that every percentage of the report holds for the
-//! grouped rows.
+//! process and, for native code with DWARF, per source line of the leaf. A system-wide or
+//! multi-target profile is often read the other way round: which process, which of three
+//! `vmscoped`s, which library, which line. `--sort comm,pid,dso,sym,srcline` (any subset, in any
+//! order; `sym` alone is the usual report) groups each section's rows by the chosen keys before
+//! anything is summed, so that every percentage of the report holds for the grouped rows.
+//!
+//! `srcline` is perf's: the file name and line of the sample's leaf (`hot.c:12`; the innermost
+//! inlined function's line where code was inlined). Samples without a known line are grouped
+//! per function, shown as `NAME ??:0` (perf's spelling of an unknown line).
 
 use std::collections::{BTreeMap, HashMap};
 
-use vmscope_proto::v1::{ProcessSamples, ProfileRow};
+use vmscope_proto::v1::{ProcessSamples, ProfileRow, SourceLineSamples};
 
 /// A key that rows are grouped by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,11 +26,22 @@ pub enum SortKey {
     Dso,
     /// The function: the report's usual rows.
     Sym,
+    /// The source line of the leaf (`hot.c:12`).
+    Srcline,
 }
+
+/// How perf writes a line it does not know.
+pub const UNKNOWN_SRCLINE: &str = "??:0";
 
 impl SortKey {
     /// Every key, as `--sort` spells them.
-    pub const ALL: [SortKey; 4] = [SortKey::Comm, SortKey::Pid, SortKey::Dso, SortKey::Sym];
+    pub const ALL: [SortKey; 5] = [
+        SortKey::Comm,
+        SortKey::Pid,
+        SortKey::Dso,
+        SortKey::Sym,
+        SortKey::Srcline,
+    ];
 
     /// The key's name in `--sort`.
     pub fn as_str(self) -> &'static str {
@@ -35,6 +50,7 @@ impl SortKey {
             SortKey::Pid => "pid",
             SortKey::Dso => "dso",
             SortKey::Sym => "sym",
+            SortKey::Srcline => "srcline",
         }
     }
 
@@ -44,7 +60,10 @@ impl SortKey {
             .into_iter()
             .find(|k| k.as_str() == key)
             .ok_or_else(|| {
-                format!("unknown sort key `{key}`: use comm, pid, dso or sym (e.g. --sort pid,sym)")
+                format!(
+                    "unknown sort key `{key}`: use comm, pid, dso, sym or srcline \
+                     (e.g. --sort pid,sym)"
+                )
             })
     }
 }
@@ -60,6 +79,80 @@ struct GroupKey<'a> {
     pid: Option<u32>,
     module: Option<&'a str>,
     symbol: Option<(&'a str, &'a str, bool)>,
+    srcline: Option<Srcline<'a>>,
+}
+
+/// A source line as a key: the file whole (two `util.c` are two files), or, for samples without
+/// a line, their function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Srcline<'a> {
+    Known { file: &'a str, line: u32 },
+    Unknown { name: &'a str, module: &'a str },
+}
+
+impl Srcline<'_> {
+    /// As perf shows it: the file's name (not its directory) and the line.
+    fn label(&self) -> String {
+        match self {
+            Srcline::Known { file, line } => {
+                let name = file.rsplit('/').next().unwrap_or(file);
+                format!("{name}:{line}")
+            }
+            Srcline::Unknown { .. } => UNKNOWN_SRCLINE.to_owned(),
+        }
+    }
+}
+
+/// One part of a row: samples of one process (or of all, pid 0) at one source line (or at none
+/// or any).
+struct Part<'a> {
+    pid: u32,
+    command: &'a str,
+    line: Option<&'a SourceLineSamples>,
+    samples: u64,
+}
+
+/// The parts of `row` that the keys tell apart.
+fn parts(row: &ProfileRow, by_process: bool, by_line: bool) -> Vec<Part<'_>> {
+    let whole = |pid, command, samples| Part {
+        pid,
+        command,
+        line: None,
+        samples,
+    };
+    let processes: Vec<Part<'_>> = if by_process && !row.processes.is_empty() {
+        row.processes
+            .iter()
+            .map(|p| whole(p.pid, p.command.as_str(), p.samples))
+            .collect()
+    } else {
+        vec![whole(0, "", row.samples)]
+    };
+    if !by_line || row.source_lines.is_empty() {
+        return processes;
+    }
+    // Each process's samples at known lines, and the rest of its samples at none.
+    let mut out = Vec::with_capacity(row.source_lines.len() + processes.len());
+    for mut process in processes {
+        for line in &row.source_lines {
+            let ours = process.pid == 0 || line.pid == process.pid;
+            if !ours || line.samples == 0 {
+                continue;
+            }
+            // A broken daemon could send more at lines than in all: never more than there is.
+            let samples = line.samples.min(process.samples);
+            process.samples -= samples;
+            out.push(Part {
+                line: Some(line),
+                samples,
+                ..process
+            });
+        }
+        if process.samples > 0 {
+            out.push(process);
+        }
+    }
+    out
 }
 
 #[derive(Debug, Default)]
@@ -68,7 +161,7 @@ struct Group<'a> {
     /// The daemon's rows in the group, each once.
     sources: Vec<&'a ProfileRow>,
     /// Its processes' samples, not summed yet.
-    processes: Vec<&'a ProcessSamples>,
+    processes: Vec<ProcessSamples>,
 }
 
 /// One section's rows grouped by `keys` (not the usual ones: see [`is_by_symbol`]).
@@ -81,42 +174,53 @@ struct Group<'a> {
 pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
     let has = |key| keys.contains(&key);
     let by_process = has(SortKey::Comm) || has(SortKey::Pid);
+    let by_line = has(SortKey::Srcline);
+    // Lines are per process: a row is split by process to split it by line, whether or not
+    // processes are keys.
+    let split = by_process || by_line;
     let mut order: Vec<GroupKey<'_>> = Vec::new();
     let mut groups: HashMap<GroupKey<'_>, Group<'_>> = HashMap::new();
     for &row in rows {
-        let whole = [(0, "", row.samples)];
-        let parts: Vec<(u32, &str, u64)> = if by_process && !row.processes.is_empty() {
-            row.processes
-                .iter()
-                .map(|p| (p.pid, p.command.as_str(), p.samples))
-                .collect()
-        } else {
-            whole.to_vec()
-        };
-        for (pid, command, samples) in parts {
+        for part in parts(row, split, by_line) {
             let key = GroupKey {
-                command: (has(SortKey::Comm) || has(SortKey::Pid)).then_some(command),
-                pid: has(SortKey::Pid).then_some(pid),
+                command: by_process.then_some(part.command),
+                pid: has(SortKey::Pid).then_some(part.pid),
                 module: has(SortKey::Dso).then_some(row.module.as_str()),
                 symbol: has(SortKey::Sym).then_some((
                     row.name.as_str(),
                     row.module.as_str(),
                     row.optimised,
                 )),
+                srcline: by_line.then_some(match part.line {
+                    Some(line) => Srcline::Known {
+                        file: line.file.as_str(),
+                        line: line.line,
+                    },
+                    None => Srcline::Unknown {
+                        name: row.name.as_str(),
+                        module: row.module.as_str(),
+                    },
+                }),
             };
             let group = groups.entry(key).or_insert_with_key(|key| {
                 order.push(*key);
                 Group::default()
             });
-            group.samples = group.samples.saturating_add(samples);
+            group.samples = group.samples.saturating_add(part.samples);
             // A row's parts come one after the other: the last source is the only one it
             // can already be.
             if !group.sources.last().is_some_and(|s| std::ptr::eq(*s, row)) {
                 group.sources.push(row);
             }
-            group
-                .processes
-                .extend(row.processes.iter().filter(|p| !by_process || p.pid == pid));
+            if !split {
+                group.processes.extend(row.processes.iter().cloned());
+            } else if !row.processes.is_empty() {
+                group.processes.push(ProcessSamples {
+                    pid: part.pid,
+                    command: part.command.to_owned(),
+                    samples: part.samples,
+                });
+            }
         }
     }
     order
@@ -168,14 +272,25 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
     if by_symbol {
         label.push(first.name.clone());
     }
+    let srcline = key.srcline.map(|line| line.label()).unwrap_or_default();
+    match key.srcline {
+        Some(Srcline::Unknown { name, .. }) if !by_symbol => {
+            label.push(format!("{name} {srcline}"));
+        }
+        Some(_) => label.push(srcline.clone()),
+        None => {}
+    }
     // Ranges and inlined methods describe a whole row of the daemon's; a part of one (one
     // process's share) has no ranges of its own to show.
     let whole_source = by_symbol && group.sources.len() == 1 && group.samples == first.samples;
-    let processes = sum_by_process(group.processes);
+    let processes = sum_by_process(&group.processes);
     ProfileRow {
         section: first.section,
         name: label.join("  "),
-        module: if by_symbol || key.module.is_some() {
+        module: if by_symbol
+            || key.module.is_some()
+            || (key.srcline.is_some() && group.sources.iter().all(|r| r.module == first.module))
+        {
             first.module.clone()
         } else {
             String::new()
@@ -205,6 +320,12 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
             first.inclusive_samples
         } else {
             0
+        },
+        srcline,
+        source_lines: if whole_source {
+            first.source_lines.clone()
+        } else {
+            Vec::new()
         },
     }
 }
@@ -330,8 +451,80 @@ mod tests {
     fn keys_parse_as_perf_spells_them() {
         assert_eq!(SortKey::parse("pid"), Ok(SortKey::Pid));
         let err = SortKey::parse("symbol").unwrap_err();
-        assert!(err.contains("comm, pid, dso or sym"), "{err}");
+        assert!(err.contains("comm, pid, dso, sym or srcline"), "{err}");
+        assert_eq!(SortKey::parse("srcline"), Ok(SortKey::Srcline));
         assert!(is_by_symbol(&[]) && is_by_symbol(&[SortKey::Sym]));
         assert!(!is_by_symbol(&[SortKey::Sym, SortKey::Pid]));
+    }
+
+    fn line(file: &str, line: u32, pid: u32, samples: u64) -> SourceLineSamples {
+        SourceLineSamples {
+            file: file.to_owned(),
+            line,
+            pid,
+            samples,
+        }
+    }
+
+    /// Rows split by the line of their leaf, per process; samples without a line stay per
+    /// function; every sample stays counted.
+    #[test]
+    fn srcline_splits_rows_by_source_line() {
+        let mut hot = row(
+            "hot_caller",
+            "fixture",
+            &[(10, "fixture", 90), (11, "fixture", 10)],
+        );
+        hot.source_lines = vec![
+            line("/src/a/hot.c", 19, 10, 70),
+            line("/src/a/hot.c", 27, 10, 15),
+            line("/src/a/hot.c", 19, 11, 10),
+        ];
+        // Same file name in another directory: another file.
+        let mut other = row("util", "libutil.so", &[(10, "fixture", 8)]);
+        other.source_lines = vec![line("/src/b/hot.c", 19, 10, 8)];
+        let nolines = row("memcpy", "libc.so.6", &[(10, "fixture", 4)]);
+        let refs = [&hot, &other, &nolines];
+        let by_line = group(&refs, &[SortKey::Srcline]);
+        let got: Vec<(&str, &str, u64, &str)> = by_line
+            .iter()
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    r.srcline.as_str(),
+                    r.samples,
+                    r.module.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("hot.c:19", "hot.c:19", 80, "fixture"),
+                ("hot.c:27", "hot.c:27", 15, "fixture"),
+                // hot_caller's 5 samples of pid 10 without a line.
+                ("hot_caller ??:0", "??:0", 5, "fixture"),
+                ("hot.c:19", "hot.c:19", 8, "libutil.so"),
+                ("memcpy ??:0", "??:0", 4, "libc.so.6"),
+            ]
+        );
+        let processes: Vec<(u32, u64)> = by_line[0]
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.samples))
+            .collect();
+        assert_eq!(processes, [(10, 70), (11, 10)]);
+        let total: u64 = by_line.iter().map(|r| r.samples).sum();
+        assert_eq!(total, 112, "every sample stays counted");
+
+        let by_pid_line = group(&refs, &[SortKey::Pid, SortKey::Srcline]);
+        let names: Vec<(&str, u64)> = by_pid_line
+            .iter()
+            .map(|r| (r.name.as_str(), r.samples))
+            .collect();
+        assert_eq!(names[0], ("fixture[10]  hot.c:19", 70));
+        assert!(names.contains(&("fixture[11]  hot.c:19", 10)), "{names:?}");
+        let by_dso_line = group(&refs, &[SortKey::Dso, SortKey::Srcline]);
+        assert_eq!(by_dso_line[0].name, "fixture  hot.c:19");
     }
 }

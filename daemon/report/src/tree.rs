@@ -188,6 +188,10 @@ pub struct TreeNode {
     /// Call sites (ranges of a generated code caller's frame) that led to this node, most
     /// samples first; empty when the caller's frames carry no range.
     pub call_sites: Vec<CallSite>,
+    /// Native code with DWARF: the source lines of the node's own frames (`hot.c:12`: where
+    /// its samples fell, or the calls it made towards its children), most samples first;
+    /// empty when unknown.
+    pub lines: Vec<CallSite>,
     /// Indices in [`CallTree::nodes`], most inclusive samples first, then by name; a fold last.
     pub children: Vec<usize>,
 }
@@ -256,6 +260,17 @@ impl CallTree {
             }
         };
 
+        // Each frame's source line as nodes show it, `hot.c:12`, made once.
+        let line_labels: Vec<Option<String>> = profile
+            .frames
+            .iter()
+            .map(|f| {
+                (f.line > 0).then(|| {
+                    let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+                    format!("{file}:{}", f.line)
+                })
+            })
+            .collect();
         let mut arena = Arena::default();
         let (mut tree_samples, mut truncated_samples) = (0u64, 0u64);
         let stack_samples = profile
@@ -263,8 +278,8 @@ impl CallTree {
             .iter()
             .fold(0u64, |sum, s| sum.saturating_add(s.samples));
         // The path of one stack, root of the view first: (function, frame index of the call
-        // site in the caller that led to it, if any).
-        let mut path: Vec<(Key, Option<usize>)> = Vec::new();
+        // site in the caller that led to it, if any, the node's own frame).
+        let mut path: Vec<(Key, Option<usize>, Option<usize>)> = Vec::new();
         for stack in &profile.stacks {
             if stack.samples == 0 {
                 continue;
@@ -274,12 +289,13 @@ impl CallTree {
             let leaf_is_self = match &options.view {
                 TreeView::TopDown => {
                     if stack.truncated {
-                        path.push((Key::Truncated, None));
+                        path.push((Key::Truncated, None, None));
                     }
                     // Outermost first; each frame's call site is in the frame under it.
                     for i in (0..frames.len()).rev() {
                         let caller = (i + 1 < frames.len()).then(|| frames[i + 1]);
-                        path.push((Key::Function(functions.of_frame[frames[i]]), caller));
+                        let key = Key::Function(functions.of_frame[frames[i]]);
+                        path.push((key, caller, Some(frames[i])));
                     }
                     true
                 }
@@ -295,17 +311,19 @@ impl CallTree {
                     if matches!(options.view, TreeView::Callees(_)) {
                         for i in (0..=outer).rev() {
                             let caller = (i < outer).then(|| frames[i + 1]);
-                            path.push((Key::Function(functions.of_frame[frames[i]]), caller));
+                            let key = Key::Function(functions.of_frame[frames[i]]);
+                            path.push((key, caller, Some(frames[i])));
                         }
                         true
                     } else {
                         // Each caller's own frame holds its call site towards its parent.
                         for (i, &frame) in frames.iter().enumerate().skip(outer) {
                             let site = (i > outer).then_some(frame);
-                            path.push((Key::Function(functions.of_frame[frame]), site));
+                            let key = Key::Function(functions.of_frame[frame]);
+                            path.push((key, site, Some(frame)));
                         }
                         if stack.truncated {
-                            path.push((Key::Truncated, None));
+                            path.push((Key::Truncated, None, None));
                         }
                         frames
                             .first()
@@ -322,7 +340,7 @@ impl CallTree {
             }
             let top_down = !matches!(options.view, TreeView::Callers(_));
             let mut parent = ROOT;
-            for (depth, &(key, site)) in path.iter().enumerate() {
+            for (depth, &(key, site, own)) in path.iter().enumerate() {
                 let node = arena.child(parent, key);
                 let raw = &mut arena.nodes[node];
                 raw.inclusive = raw.inclusive.saturating_add(stack.samples);
@@ -340,6 +358,14 @@ impl CallTree {
                         Some(samples) => *samples = samples.saturating_add(stack.samples),
                         None => {
                             raw.call_sites.insert(range.to_owned(), stack.samples);
+                        }
+                    }
+                }
+                if let Some(line) = own.and_then(|f| line_labels[f].as_deref()) {
+                    match raw.lines.get_mut(line) {
+                        Some(samples) => *samples = samples.saturating_add(stack.samples),
+                        None => {
+                            raw.lines.insert(line.to_owned(), stack.samples);
                         }
                     }
                 }
@@ -471,6 +497,7 @@ struct RawNode {
     inclusive: u64,
     self_samples: u64,
     call_sites: BTreeMap<String, u64>,
+    lines: BTreeMap<String, u64>,
     children: HashMap<Key, usize>,
 }
 
@@ -544,6 +571,7 @@ impl Arena {
                     inclusive_samples: node.inclusive,
                     self_samples: node.self_samples,
                     call_sites: sorted_sites(node.call_sites),
+                    lines: sorted_sites(node.lines),
                     children: Vec::new(),
                 });
                 // Its children are still in the arena: keep them where the walk finds them.
@@ -562,6 +590,7 @@ impl Arena {
                     self_samples: 0,
                     // The sites of functions nobody sees would explain nothing.
                     call_sites: Vec::new(),
+                    lines: Vec::new(),
                     children: Vec::new(),
                 });
             }

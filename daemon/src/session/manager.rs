@@ -1190,6 +1190,7 @@ impl Manager {
         let c = &self.counters;
         let p = self.processes.counters();
         let m = self.modules.counters();
+        let l = self.modules.lines().counters();
         let j = self.codemaps.counters();
         let values = [
             ("batches", c.batches),
@@ -1215,6 +1216,13 @@ impl Manager {
             ("modules_parsed", m.parsed),
             ("modules_build_id_hits", m.build_id_hits),
             ("modules_parse_failures", m.parse_failures),
+            ("dwarf_loaded", l.loaded),
+            ("dwarf_from_debug_files", l.from_debug_files),
+            ("dwarf_evicted", l.evicted),
+            ("dwarf_failures", l.failures),
+            ("dwarf_missing", l.missing),
+            ("dwarf_lookup_failures", l.lookup_failures),
+            ("dwarf_bytes", l.bytes),
             ("jit_samples_attributed", j.attributed),
             ("jit_samples_unexplained", j.unexplained),
             ("code_map_changes", j.changes),

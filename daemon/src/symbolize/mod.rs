@@ -5,16 +5,20 @@
 //! [`Symbolizer::resolve`] answers every location with a [`Resolved`]: a name when one is
 //! known, otherwise `module+0xOFFSET` or `[unknown]` together with the reason (an [`Issue`]),
 //! which profiles count per module. No answer is an
-//! error: a sample is never dropped for want of a name.
+//! error: a sample is never dropped for want of a name. [`Symbolizer::source_frames`] adds the
+//! file:line and inlined functions of native code from DWARF ([`lines`]).
 
+pub mod lines;
 mod location;
 mod module;
 pub mod vdso;
 
 use std::sync::Arc;
 
+pub use lines::{LineCounters, LineTables};
 pub use location::{Location, UnmappedReason};
 pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, ModuleId, Modules};
+pub use vmscope_parse::dwarf::SourceFrame;
 use vmscope_proto::v1::Section;
 
 use vmscope_parse::{elf::ElfSymbols, kallsyms::KernelSymbols};
@@ -179,6 +183,20 @@ impl Symbolizer {
             Location::Unmapped(reason) => {
                 unknown(Section::Other, "[unknown]", Issue::Unmapped(reason))
             }
+        }
+    }
+
+    /// The source frames of a location in a binary, innermost first: the functions inlined at
+    /// its address, then the function holding them, each with its file and line (DWARF, see
+    /// [`LineTables`]). Empty for other locations and where the binary has no line for it.
+    pub fn source_frames(&self, location: &Location) -> Vec<SourceFrame> {
+        match *location {
+            Location::File { module, offset, .. } => self
+                .modules
+                .get(module)
+                .map(|m| m.source_frames(&self.modules, offset))
+                .unwrap_or_default(),
+            _ => Vec::new(),
         }
     }
 

@@ -9,7 +9,9 @@
 //! it reads only the headers and tables it needs, and a file truncated under us gives an error
 //! instead of the SIGBUS a memory map would. Parsed tables are shared by build-id, so the same
 //! library in two containers (two inodes) is parsed once. A stripped binary gets the symbols of
-//! its separate debug file (build-id or `.gnu_debuglink`, under /usr/lib/debug) when one exists.
+//! its separate debug file (build-id or `.gnu_debuglink`, under the debug directories,
+//! /usr/lib/debug by default) when one exists. Source lines come from the binary's DWARF, or its
+//! debug file's, through the registry's [`LineTables`].
 
 use std::{
     collections::HashMap,
@@ -20,8 +22,12 @@ use std::{
 };
 
 use object::{Object as _, read::ReadCache};
-use vmscope_parse::elf::{ElfSymbols, debug_file_candidates};
+use vmscope_parse::{
+    dwarf::SourceFrame,
+    elf::{ElfSymbols, debug_file_candidates_in},
+};
 
+use super::lines::{Binary, LineTables};
 use crate::sys::{self, FileId};
 
 /// Index of a registered binary.
@@ -59,6 +65,27 @@ impl Module {
             })
             .clone()
     }
+
+    /// The source frames at file offset `offset` of the module (DWARF, see
+    /// [`LineTables::frames`]), innermost first; empty when unknown.
+    pub fn source_frames(&self, modules: &Modules, offset: u64) -> Vec<SourceFrame> {
+        let (Ok(file), Ok(symbols)) = (&self.file, self.symbols(modules)) else {
+            return Vec::new();
+        };
+        let Some(svma) = symbols.file_offset_to_vaddr(offset) else {
+            return Vec::new();
+        };
+        modules.lines.frames(
+            Binary {
+                module: self.id,
+                file,
+                path: &self.path,
+                build_id: symbols.build_id(),
+                debuglink: symbols.debuglink(),
+            },
+            svma,
+        )
+    }
 }
 
 /// Counters of the module registry.
@@ -84,12 +111,28 @@ pub struct Modules {
     list: RwLock<Vec<Arc<Module>>>,
     by_build_id: Mutex<HashMap<Vec<u8>, Arc<ElfSymbols>>>,
     counters: Mutex<ModuleCounters>,
+    lines: LineTables,
 }
 
 impl Modules {
-    /// An empty registry.
+    /// An empty registry, with debug files under /usr/lib/debug and the default budget of line
+    /// tables.
     pub fn new() -> Modules {
         Modules::default()
+    }
+
+    /// An empty registry whose line tables (and debug directories, for symbols too) are
+    /// `lines`'.
+    pub fn with_lines(lines: LineTables) -> Modules {
+        Modules {
+            lines,
+            ..Modules::default()
+        }
+    }
+
+    /// The cache of DWARF line tables.
+    pub fn lines(&self) -> &LineTables {
+        &self.lines
     }
 
     /// The id of the binary `id`, registering it (and opening it with `open`) on first sight.
@@ -218,7 +261,12 @@ fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSy
 /// the binary are opened under [`sys::open_untrusted`]'s rules.
 fn find_debug_file(path: &Path, stripped: &ElfSymbols, modules: &Modules) -> Option<ElfSymbols> {
     let build_id = stripped.build_id()?;
-    for candidate in debug_file_candidates(path, Some(build_id), stripped.debuglink()) {
+    for candidate in debug_file_candidates_in(
+        modules.lines.debug_dirs(),
+        path,
+        Some(build_id),
+        stripped.debuglink(),
+    ) {
         let Ok(file) = sys::open_untrusted(&candidate, None) else {
             continue;
         };

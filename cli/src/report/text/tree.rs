@@ -16,7 +16,9 @@
 //! `[kernel.kallsyms]`), generated code its kind when it is not a method (`[closed PIC]`),
 //! `[optimised]` and `(inlined)` frames, and the call sites that led to it: ranges of the
 //! generated code caller (`[74->78]`, or `[74->78 (600), 24->30 (404)]` when several did, most
-//! samples first). In the callers view the sites are those in the caller itself, where it
+//! samples first). Native code with DWARF shows its source line after its name (`hot_loop
+//! (inlined) hot.c:19`; for a caller, the line of its call; `hot.c:40 (600), hot.c:44 (400)`
+//! when several, at most three). In the callers view the sites are those in the caller itself, where it
 //! called the line above. A fold reads `...others... (N nodes)` with its self % blank, since
 //! it stands for whole subtrees.
 
@@ -37,6 +39,8 @@ const SAMPLES_HEADING: &str = "(samples)";
 const MIN_PERCENT_WIDTH: usize = 7;
 /// Blanks per level of the tree.
 const INDENT: &str = "  ";
+/// Source lines shown after a node's name, at most (most samples first).
+const MAX_LINES: usize = 3;
 
 /// Writes `tree` as text under `report`'s header and section summary.
 pub fn render_tree_text(report: &Report, tree: &CallTree, out: &mut impl Write) -> io::Result<()> {
@@ -152,6 +156,25 @@ fn label(node: &TreeNode) -> String {
         NodeLabel::Truncated => node.label.name().to_owned(),
         NodeLabel::Function(function) => format!("{}{}", function.name, suffix(function)),
     };
+    // Source lines right after the name, as perf shows them: the one line, or the first few
+    // with their samples.
+    match node.lines.as_slice() {
+        [] => {}
+        [line] => label.push_str(&format!(" {}", line.range)),
+        lines => {
+            let shown: Vec<String> = lines
+                .iter()
+                .take(MAX_LINES)
+                .map(|l| format!("{} ({})", l.range, l.samples))
+                .collect();
+            let more = if lines.len() > MAX_LINES {
+                format!(", +{} lines", lines.len() - MAX_LINES)
+            } else {
+                String::new()
+            };
+            label.push_str(&format!(" {}{more}", shown.join(", ")));
+        }
+    }
     match node.call_sites.as_slice() {
         [] => {}
         [site] => label.push_str(&format!(" [{}]", site.range)),
@@ -167,7 +190,8 @@ fn label(node: &TreeNode) -> String {
 }
 
 /// Generated code: its kind when not a method, `[optimised]`, `(inlined)`. Native code: its
-/// module, unless its name already says it (`libfoo.so+0x1f0`).
+/// module, unless its name already says it (`libfoo.so+0x1f0`), and `(inlined)` for a function
+/// the compiler inlined into its caller.
 fn suffix(function: &TreeFunction) -> String {
     if function.section == SectionKind::Generated {
         let mut suffix = String::new();
@@ -180,15 +204,20 @@ fn suffix(function: &TreeFunction) -> String {
             suffix.push_str(" [optimised]");
         }
         suffix
-    } else if function.symbolized && !function.module.is_empty() {
-        let bracketed = function.module.starts_with('[') && function.module.ends_with(']');
-        if bracketed {
-            format!(" {}", function.module)
-        } else {
-            format!(" [{}]", function.module)
-        }
     } else {
-        String::new()
+        let mut suffix = String::new();
+        if function.symbolized && !function.module.is_empty() {
+            let bracketed = function.module.starts_with('[') && function.module.ends_with(']');
+            if bracketed {
+                suffix.push_str(&format!(" {}", function.module));
+            } else {
+                suffix.push_str(&format!(" [{}]", function.module));
+            }
+        }
+        if function.inlined {
+            suffix.push_str(" (inlined)");
+        }
+        suffix
     }
 }
 

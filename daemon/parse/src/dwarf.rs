@@ -1,0 +1,433 @@
+//! Source lines and inlined functions of one ELF file's DWARF, for native frames.
+//!
+//! A sampled address in native code becomes a function name through the ELF symbol table
+//! ([`crate::elf`]); this module adds where in the source it was: the file and line, and the
+//! functions the compiler inlined at that address, innermost first, each with the line it is at
+//! (the innermost) or the line of the call that inlined the next one (the outer ones), as
+//! `addr2line -f -i` and `perf report --inline` show them.
+//!
+//! [`SourceLines::parse`] reads only the debug sections (`.debug_info`, `.debug_line`,
+//! `.debug_abbrev`, the string, address and range tables) through [`object::ReadRef`], normally
+//! a `&ReadCache<File>`: the code and everything else stay on disk, and a file truncated while
+//! it is read gives an error rather than the SIGBUS a memory map would. zlib-compressed
+//! sections (`SHF_COMPRESSED`, what `objcopy --compress-debug-sections` and distributions'
+//! debug packages write) are inflated, within a bound. The parsing of the DWARF itself is lazy
+//! and done by the `addr2line` crate (built on `gimli`): a compilation unit's line program and
+//! function tree are parsed the first time an address in it is looked up, then kept.
+//!
+//! DWARF 2 to 5 are read; split DWARF (`.dwo` files) and supplementary files (dwz's
+//! `.gnu_debugaltlink`) are not: their units give no lines, not an error.
+//!
+//! The input is untrusted (any binary on the host): sizes are checked against the file and a
+//! caller's byte budget before anything is allocated, and malformed DWARF is an error of the
+//! lookup it concerns, never a panic of ours.
+
+use std::{borrow::Cow, io::Read as _, sync::Arc};
+
+use addr2line::Context;
+use gimli::{EndianArcSlice, RunTimeEndian, SectionId};
+use object::{
+    ReadRef,
+    elf::{self, FileHeader32, FileHeader64},
+    endian::{Endian as _, Endianness},
+    read::elf::{CompressionHeader as _, FileHeader, SectionHeader as _},
+};
+
+use crate::demangle::demangle;
+
+/// The sections addr2line reads for lines and inlined functions. Location lists, type units and
+/// macro tables describe variables and types: they are never loaded.
+const LOADED: [SectionId; 9] = [
+    SectionId::DebugAbbrev,
+    SectionId::DebugAddr,
+    SectionId::DebugAranges,
+    SectionId::DebugInfo,
+    SectionId::DebugLine,
+    SectionId::DebugLineStr,
+    SectionId::DebugRanges,
+    SectionId::DebugRngLists,
+    SectionId::DebugStr,
+];
+
+/// The other section addr2line asks for, loaded too (string offsets of DWARF 5 units).
+const STR_OFFSETS: SectionId = SectionId::DebugStrOffsets;
+
+/// Why the DWARF of a file could not be loaded or read.
+#[derive(Debug, thiserror::Error)]
+pub enum DwarfError {
+    /// The data is not an ELF file this module reads.
+    #[error("not an ELF file ({0})")]
+    NotElf(&'static str),
+    /// The ELF headers could not be read (truncated, inconsistent).
+    #[error("malformed ELF: {0}")]
+    Elf(String),
+    /// The file has no `.debug_info` (or no `.debug_line`): nothing to give lines with.
+    #[error("no DWARF line information (.debug_info and .debug_line)")]
+    NoDebugInfo,
+    /// The debug sections together are bigger than the caller allows.
+    #[error("debug sections need {needed} bytes, more than the {limit} allowed")]
+    TooLarge {
+        /// Bytes the sections need, uncompressed.
+        needed: u64,
+        /// The caller's limit.
+        limit: u64,
+    },
+    /// A compressed section could not be inflated.
+    #[error("compressed section {section}: {reason}")]
+    Compression {
+        /// The section's name.
+        section: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The file is not the debug file of the binary it was looked up for.
+    #[error("build id {found} differs from the binary's")]
+    WrongBuildId {
+        /// The file's build id in hex, or "none".
+        found: String,
+    },
+    /// The DWARF itself is malformed.
+    #[error("malformed DWARF: {0}")]
+    Dwarf(#[from] gimli::Error),
+}
+
+/// One frame of the answer for an address: a function, innermost first, with its source
+/// position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFrame {
+    /// The function's name as DWARF gives it (demangled), if it does.
+    pub function: Option<String>,
+    /// The source file, as the compiler recorded it (the compilation directory joined in).
+    pub file: Option<String>,
+    /// The line in `file`; 0 when unknown (compiler-generated code).
+    pub line: u32,
+    /// Whether the function was inlined into the frame after it (every frame but the last).
+    pub inlined: bool,
+}
+
+type Reader = EndianArcSlice<RunTimeEndian>;
+
+/// The line tables and inlined function trees of one ELF file, ready for lookups.
+///
+/// Owns its section data; holds no file. Not `Sync` (addr2line parses units lazily behind
+/// cells): share it behind a mutex.
+pub struct SourceLines {
+    context: Context<Reader>,
+    section_bytes: u64,
+}
+
+impl std::fmt::Debug for SourceLines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceLines")
+            .field("section_bytes", &self.section_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SourceLines {
+    /// Loads the debug sections of an ELF file (32 or 64 bit, either endianness) from any
+    /// `object` reader, refusing files whose sections need more than `max_bytes` in memory.
+    ///
+    /// With `build_id`, the file must carry that GNU build id (a separate debug file found for a
+    /// binary): it is checked before any section is read, since a debug file of another build
+    /// would give wrong lines, which is worse than none.
+    pub fn parse<'data, R: ReadRef<'data>>(
+        data: R,
+        max_bytes: u64,
+        build_id: Option<&[u8]>,
+    ) -> Result<SourceLines, DwarfError> {
+        let ident = data
+            .read_bytes_at(0, 16)
+            .map_err(|()| DwarfError::NotElf("shorter than the ELF identification"))?;
+        if ident[..4] != elf::ELFMAG {
+            return Err(DwarfError::NotElf("bad magic"));
+        }
+        // EI_CLASS.
+        match ident[4] {
+            elf::ELFCLASS32 => load::<FileHeader32<Endianness>, R>(data, max_bytes, build_id),
+            elf::ELFCLASS64 => load::<FileHeader64<Endianness>, R>(data, max_bytes, build_id),
+            _ => Err(DwarfError::NotElf("unknown ELF class")),
+        }
+    }
+
+    /// Bytes of section data held (uncompressed): the bulk of what the tables cost before
+    /// lookups parse units.
+    pub fn section_bytes(&self) -> u64 {
+        self.section_bytes
+    }
+
+    /// The frames at an ELF virtual address (svma), innermost first: the functions inlined
+    /// there, then the function that holds them. Empty when no unit covers the address.
+    ///
+    /// For a caller's frame, look up the return address minus one: the call instruction.
+    pub fn lookup(&self, svma: u64) -> Result<Vec<SourceFrame>, DwarfError> {
+        // Only split DWARF asks for a load; it is not supported (module docs).
+        let mut iter = self.context.find_frames(svma).skip_all_loads()?;
+        let mut frames = Vec::new();
+        while let Some(frame) = iter.next()? {
+            let function = match &frame.function {
+                Some(name) => Some(demangle(&name.raw_name()?).into_owned()),
+                None => None,
+            };
+            let (file, line) = match frame.location {
+                Some(location) => (location.file.map(str::to_owned), location.line.unwrap_or(0)),
+                None => (None, 0),
+            };
+            frames.push(SourceFrame {
+                function,
+                file,
+                line,
+                inlined: true,
+            });
+        }
+        if let Some(outermost) = frames.last_mut() {
+            outermost.inlined = false;
+        }
+        Ok(frames)
+    }
+}
+
+fn elf_error(what: &str) -> impl FnOnce(object::read::Error) -> DwarfError + '_ {
+    move |e| DwarfError::Elf(format!("{what}: {e}"))
+}
+
+fn load<'data, Elf, R>(
+    data: R,
+    max_bytes: u64,
+    build_id: Option<&[u8]>,
+) -> Result<SourceLines, DwarfError>
+where
+    Elf: FileHeader<Endian = Endianness>,
+    R: ReadRef<'data>,
+{
+    let header = Elf::parse(data).map_err(elf_error("ELF header"))?;
+    let endian = header.endian().map_err(elf_error("ELF header"))?;
+    let sections = header
+        .sections(endian, data)
+        .map_err(elf_error("section headers"))?;
+    if let Some(expected) = build_id {
+        let found = gnu_build_id::<Elf, R>(endian, data, sections.iter());
+        if found != Some(expected) {
+            return Err(DwarfError::WrongBuildId {
+                found: found.map_or_else(
+                    || "none".to_owned(),
+                    |id| id.iter().map(|b| format!("{b:02x}")).collect(),
+                ),
+            });
+        }
+    }
+
+    // Sizes first, so that nothing is read of a file that would not fit.
+    let wanted = LOADED.iter().chain([&STR_OFFSETS]);
+    let mut found = Vec::new();
+    let mut needed: u64 = 0;
+    for &id in wanted {
+        let Some((_, section)) = sections.section_by_name(endian, id.name().as_bytes()) else {
+            continue;
+        };
+        if section.sh_type(endian) == elf::SHT_NOBITS {
+            continue;
+        }
+        let compression = section
+            .compression(endian, data)
+            .map_err(elf_error(id.name()))?;
+        let size = match compression {
+            Some((header, _, _)) => header.ch_size(endian).into(),
+            None => section.sh_size(endian).into(),
+        };
+        needed = needed.saturating_add(size);
+        found.push((id, section, compression));
+    }
+    let has = |id| found.iter().any(|(found, _, _)| *found == id);
+    if !has(SectionId::DebugInfo) || !has(SectionId::DebugLine) {
+        return Err(DwarfError::NoDebugInfo);
+    }
+    if needed > max_bytes {
+        return Err(DwarfError::TooLarge {
+            needed,
+            limit: max_bytes,
+        });
+    }
+
+    let mut loaded: Vec<(SectionId, Arc<[u8]>)> = Vec::with_capacity(found.len());
+    for (id, section, compression) in found {
+        let bytes: Arc<[u8]> = match compression {
+            None => section
+                .data(endian, data)
+                .map_err(elf_error(id.name()))?
+                .into(),
+            Some((header, offset, size)) => {
+                let compressed = data
+                    .read_bytes_at(offset, size)
+                    .map_err(|()| DwarfError::Elf(format!("{}: cannot read", id.name())))?;
+                inflate(
+                    id.name(),
+                    header.ch_type(endian),
+                    compressed,
+                    header.ch_size(endian).into(),
+                )?
+                .into()
+            }
+        };
+        loaded.push((id, bytes));
+    }
+    let endian = if endian.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+        let bytes = loaded
+            .iter()
+            .find(|(found, _)| *found == id)
+            .map_or_else(|| Arc::from(&[][..]), |(_, bytes)| bytes.clone());
+        Ok(EndianArcSlice::new(bytes, endian))
+    })?;
+    let context = Context::from_dwarf(dwarf)?;
+    Ok(SourceLines {
+        context,
+        section_bytes: needed,
+    })
+}
+
+/// The GNU build id note of the first note sections (a few dozen bytes, first in practice);
+/// notes that do not parse are skipped.
+fn gnu_build_id<'a, 'data, Elf, R>(
+    endian: Endianness,
+    data: R,
+    sections: impl Iterator<Item = &'a Elf::SectionHeader>,
+) -> Option<&'data [u8]>
+where
+    Elf: FileHeader<Endian = Endianness> + 'a,
+    R: ReadRef<'data>,
+{
+    sections
+        .filter(|section| {
+            section.sh_type(endian) == elf::SHT_NOTE && section.sh_size(endian).into() <= 1 << 16
+        })
+        .take(16)
+        .find_map(|section| {
+            let mut notes = section.notes(endian, data).ok()??;
+            while let Ok(Some(note)) = notes.next() {
+                if note.name() == elf::ELF_NOTE_GNU && note.n_type(endian) == elf::NT_GNU_BUILD_ID {
+                    return Some(note.desc());
+                }
+            }
+            None
+        })
+}
+
+/// Inflates a `SHF_COMPRESSED` section to exactly `size` bytes (already checked against the
+/// caller's budget).
+fn inflate(
+    section: &'static str,
+    kind: u32,
+    compressed: &[u8],
+    size: u64,
+) -> Result<Vec<u8>, DwarfError> {
+    let error = |reason: String| DwarfError::Compression { section, reason };
+    if kind != elf::ELFCOMPRESS_ZLIB {
+        let name: Cow<'_, str> = if kind == elf::ELFCOMPRESS_ZSTD {
+            "zstd is not supported, only zlib".into()
+        } else {
+            format!("unknown compression type {kind}").into()
+        };
+        return Err(error(name.into_owned()));
+    }
+    let size = usize::try_from(size).map_err(|_| error("too large".into()))?;
+    let mut out = Vec::with_capacity(size);
+    // One byte more than announced, to tell a stream longer than its header says.
+    flate2::read::ZlibDecoder::new(compressed)
+        .take(size as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| error(e.to_string()))?;
+    if out.len() != size {
+        return Err(error(format!(
+            "inflates to {} bytes, the header says {size}",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_elf_and_truncated_input_are_errors() {
+        let err = SourceLines::parse(&b"not an ELF file at all"[..], u64::MAX, None).unwrap_err();
+        assert!(matches!(err, DwarfError::NotElf(_)), "{err}");
+        let err = SourceLines::parse(&b"\x7fELF"[..], u64::MAX, None).unwrap_err();
+        assert!(matches!(err, DwarfError::NotElf(_)), "{err}");
+        // A real ELF header whose section table lies past the end.
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let err = SourceLines::parse(&exe[..64], u64::MAX, None).unwrap_err();
+        assert!(matches!(err, DwarfError::Elf(_)), "{err}");
+    }
+
+    #[test]
+    fn the_budget_is_checked_before_reading() {
+        // Test binaries are built with debug info.
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let err = SourceLines::parse(&exe[..], 1000, None).unwrap_err();
+        assert!(
+            matches!(err, DwarfError::TooLarge { limit: 1000, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn this_test_binary_knows_where_this_function_is() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let symbols = crate::elf::ElfSymbols::parse(&exe[..]).unwrap();
+        let build_id = symbols
+            .build_id()
+            .expect("rustc's linker writes a build id");
+        let wrong = SourceLines::parse(&exe[..], u64::MAX, Some(&[1, 2, 3])).unwrap_err();
+        assert!(matches!(wrong, DwarfError::WrongBuildId { .. }), "{wrong}");
+        let lines = SourceLines::parse(&exe[..], u64::MAX, Some(build_id)).unwrap();
+        assert!(lines.section_bytes() > 0);
+        let me = symbols
+            .symbols()
+            .find(|s| {
+                s.demangled()
+                    .ends_with("this_test_binary_knows_where_this_function_is")
+            })
+            .expect("the test function's symbol");
+        let frames = lines.lookup(me.start).unwrap();
+        let last = frames.last().expect("a frame");
+        assert!(
+            last.file.as_deref().unwrap().ends_with("dwarf.rs"),
+            "{frames:?}"
+        );
+        assert!(last.line > 0 && !last.inlined, "{frames:?}");
+        assert!(
+            last.function
+                .as_deref()
+                .unwrap()
+                .contains("this_test_binary_knows"),
+            "{frames:?}"
+        );
+        // Outside every unit: no frame, no error. (Not 0: functions the linker dropped keep
+        // their DWARF, at address 0.)
+        assert_eq!(lines.lookup(u64::MAX - 1).unwrap(), []);
+    }
+
+    #[test]
+    fn compressed_sections_inflate_within_their_announced_size() {
+        use flate2::{Compression, write::ZlibEncoder};
+        use std::io::Write as _;
+        let mut encoder = ZlibEncoder::new(Vec::new(), Compression::default());
+        encoder.write_all(&[7u8; 1000]).unwrap();
+        let compressed = encoder.finish().unwrap();
+        let ok = inflate(".debug_info", elf::ELFCOMPRESS_ZLIB, &compressed, 1000).unwrap();
+        assert_eq!(ok, vec![7u8; 1000]);
+        for (size, kind) in [(999, elf::ELFCOMPRESS_ZLIB), (1001, elf::ELFCOMPRESS_ZLIB)] {
+            assert!(inflate(".debug_info", kind, &compressed, size).is_err());
+        }
+        let zstd = inflate(".debug_info", elf::ELFCOMPRESS_ZSTD, &compressed, 1000).unwrap_err();
+        assert!(zstd.to_string().contains("zstd"), "{zstd}");
+        assert!(inflate(".debug_info", elf::ELFCOMPRESS_ZLIB, b"garbage", 10).is_err());
+    }
+}

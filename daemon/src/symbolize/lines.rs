@@ -1,0 +1,450 @@
+//! DWARF line tables of the binaries profiles name, loaded on first use and kept within a
+//! byte budget.
+//!
+//! A binary's line tables come from its own `.debug_*` sections or, for a stripped binary, from
+//! its separate debug file (under the debug directories, `--debug-dir`; build id checked). They
+//! are loaded the first time a profile needs a line in the binary, once per build id (the same
+//! library in two containers is loaded once), and parsed lazily by
+//! [`vmscope_parse::dwarf::SourceLines`]. Tables of large binaries are big (tens of MiB for
+//! libjvm), so the loaded ones are kept in a least-recently-used cache under a budget
+//! (`--dwarf-cache-mib`): the least recently used tables are dropped when a load would pass it.
+//! A binary without DWARF, or whose tables failed to load, is remembered as such (no retry per
+//! profile). Loads, evictions, failures and binaries without DWARF are counted.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use object::read::ReadCache;
+use vmscope_parse::{
+    dwarf::{DwarfError, SourceFrame, SourceLines},
+    elf::{GLOBAL_DEBUG_DIR, debug_file_candidates_in},
+};
+
+use super::module::{MAX_BINARY_BYTES, ModuleId};
+use crate::sys;
+
+/// Default budget of loaded line tables: room for libjvm's and a few dozen libraries'.
+pub const DEFAULT_DWARF_CACHE_BYTES: u64 = 512 << 20;
+
+/// What a binary's tables cost in memory per byte of debug section: the sections themselves,
+/// plus the line rows, function trees and inlined-call trees addr2line builds as units are
+/// looked up. `cargo xtask bench --lines` measured a process's peak RSS at 2.4 times the
+/// sections for libpython 3.13 (20 MB of sections, 10,000 lookups over all its functions) and
+/// 2.1 times for vmscoped's debug build (101 MB); the peak includes the read buffers of the
+/// load, which are freed after it.
+const WEIGHT_PER_SECTION_BYTE: u64 = 2;
+
+/// Line tables shared by the threads that build profiles.
+pub type SharedLines = Arc<Mutex<SourceLines>>;
+
+/// Where a binary's tables are keyed: its build id, or the module itself when it has none.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    BuildId(Vec<u8>),
+    Module(ModuleId),
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// `None`: no DWARF, or it failed to load; remembered so as not to try again.
+    lines: Option<SharedLines>,
+    weight: u64,
+    last_used: u64,
+}
+
+/// Counters of the line-table cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LineCounters {
+    /// Line tables loaded (from the binary or its debug file).
+    pub loaded: u64,
+    /// Of them, loaded from a separate debug file.
+    pub from_debug_files: u64,
+    /// Loaded tables dropped to stay within the budget.
+    pub evicted: u64,
+    /// Binaries whose DWARF could not be read (malformed, truncated, over the budget).
+    pub failures: u64,
+    /// Binaries with no DWARF line information, in themselves or in a debug file.
+    pub missing: u64,
+    /// Lookups that failed on malformed DWARF (the frame keeps its symbol, without a line).
+    pub lookup_failures: u64,
+    /// Estimated bytes of the tables held now.
+    pub bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<Key, Entry>,
+    clock: u64,
+    bytes: u64,
+    counters: LineCounters,
+}
+
+/// The cache of loaded line tables.
+#[derive(Debug)]
+pub struct LineTables {
+    budget: u64,
+    debug_dirs: Vec<PathBuf>,
+    state: Mutex<State>,
+}
+
+impl Default for LineTables {
+    fn default() -> Self {
+        LineTables::new(
+            DEFAULT_DWARF_CACHE_BYTES,
+            vec![PathBuf::from(GLOBAL_DEBUG_DIR)],
+        )
+    }
+}
+
+/// The binary whose lines are wanted, as the module registry knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Binary<'a> {
+    /// Its module.
+    pub module: ModuleId,
+    /// The open binary.
+    pub file: &'a File,
+    /// Its path in the process's maps (for `.gnu_debuglink` candidates beside it).
+    pub path: &'a Path,
+    /// Its GNU build id.
+    pub build_id: Option<&'a [u8]>,
+    /// Its `.gnu_debuglink` file name.
+    pub debuglink: Option<&'a vmscope_parse::elf::DebugLink>,
+}
+
+impl LineTables {
+    /// A cache holding at most `budget` bytes of tables, looking for debug files under
+    /// `debug_dirs` (in order).
+    pub fn new(budget: u64, debug_dirs: Vec<PathBuf>) -> LineTables {
+        LineTables {
+            budget,
+            debug_dirs,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The debug directories searched.
+    pub fn debug_dirs(&self) -> &[PathBuf] {
+        &self.debug_dirs
+    }
+
+    /// The cache's counters.
+    pub fn counters(&self) -> LineCounters {
+        let state = self.lock();
+        LineCounters {
+            bytes: state.bytes,
+            ..state.counters
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The frames at ELF virtual address `svma` of `binary`, innermost first (see
+    /// [`SourceLines::lookup`]); empty when the binary has no DWARF or none covers the address.
+    pub fn frames(&self, binary: Binary<'_>, svma: u64) -> Vec<SourceFrame> {
+        let Some(lines) = self.tables(binary) else {
+            return Vec::new();
+        };
+        let lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+        // gimli and addr2line are written not to panic on malformed input; a daemon that
+        // reads any binary on the host does not bet on it.
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lines.lookup(svma)));
+        match found {
+            Ok(Ok(frames)) => frames,
+            Ok(Err(e)) => {
+                tracing::debug!(module = %binary.path.display(), "DWARF lookup at {svma:#x}: {e}");
+                self.lock().counters.lookup_failures += 1;
+                Vec::new()
+            }
+            Err(_) => {
+                tracing::warn!(module = %binary.path.display(), "DWARF lookup at {svma:#x} panicked");
+                self.lock().counters.lookup_failures += 1;
+                Vec::new()
+            }
+        }
+    }
+
+    /// The binary's tables, loaded on first use.
+    fn tables(&self, binary: Binary<'_>) -> Option<SharedLines> {
+        let key = match binary.build_id {
+            Some(id) => Key::BuildId(id.to_vec()),
+            None => Key::Module(binary.module),
+        };
+        {
+            let mut state = self.lock();
+            state.clock += 1;
+            let now = state.clock;
+            if let Some(entry) = state.entries.get_mut(&key) {
+                entry.last_used = now;
+                return entry.lines.clone();
+            }
+        }
+        // Loaded outside the lock: other binaries' lookups go on meanwhile. Two threads may
+        // load the same binary at once; the second result is dropped.
+        let loaded = self.load(binary);
+        let mut state = self.lock();
+        if let Some(entry) = state.entries.get(&key) {
+            return entry.lines.clone();
+        }
+        let (lines, weight) = match loaded {
+            Ok((lines, from_debug_file)) => {
+                state.counters.loaded += 1;
+                if from_debug_file {
+                    state.counters.from_debug_files += 1;
+                }
+                let weight = lines
+                    .section_bytes()
+                    .saturating_mul(WEIGHT_PER_SECTION_BYTE);
+                (Some(Arc::new(Mutex::new(lines))), weight)
+            }
+            Err(Missing) => {
+                state.counters.missing += 1;
+                (None, 0)
+            }
+            Err(Failed(reason)) => {
+                tracing::warn!(module = %binary.path.display(), "no source lines: {reason}");
+                state.counters.failures += 1;
+                (None, 0)
+            }
+        };
+        state.make_room(weight, self.budget);
+        state.clock += 1;
+        let last_used = state.clock;
+        state.bytes += weight;
+        state.entries.insert(
+            key,
+            Entry {
+                lines: lines.clone(),
+                weight,
+                last_used,
+            },
+        );
+        lines
+    }
+
+    /// Loads the binary's own DWARF, or its debug file's. `Ok(true)`: from a debug file.
+    fn load(&self, binary: Binary<'_>) -> Result<(SourceLines, bool), LoadError> {
+        // One binary's tables may take the whole budget, not more.
+        let limit = self.budget / WEIGHT_PER_SECTION_BYTE;
+        match parse_file(binary.file, limit, None) {
+            Ok(lines) => return Ok((lines, false)),
+            Err(LoadError::Missing) => {}
+            Err(failed) => return Err(failed),
+        }
+        // Only a debug file with the binary's build id: a debuglink name alone is a claim of
+        // the (possibly hostile) binary.
+        let build_id = binary.build_id.ok_or(LoadError::Missing)?;
+        let mut failure = None;
+        for candidate in debug_file_candidates_in(
+            &self.debug_dirs,
+            binary.path,
+            Some(build_id),
+            binary.debuglink,
+        ) {
+            let Ok(file) = sys::open_untrusted(&candidate, None) else {
+                continue;
+            };
+            match parse_file(&file, limit, Some(build_id)) {
+                Ok(lines) => {
+                    tracing::debug!(binary = %binary.path.display(),
+                        debug = %candidate.display(), "source lines from debug file");
+                    return Ok((lines, true));
+                }
+                Err(LoadError::Missing) => {}
+                Err(LoadError::Failed(reason)) => {
+                    failure = Some(format!("{}: {reason}", candidate.display()));
+                }
+            }
+        }
+        Err(failure.map_or(LoadError::Missing, LoadError::Failed))
+    }
+}
+
+impl State {
+    /// Drops the least recently used tables until `weight` more bytes fit in `budget`.
+    fn make_room(&mut self, weight: u64, budget: u64) {
+        while self.bytes + weight > budget {
+            let oldest = self
+                .entries
+                .iter()
+                .filter(|(_, entry)| entry.weight > 0)
+                .min_by_key(|(_, entry)| entry.last_used)
+                .map(|(key, _)| key.clone());
+            let Some(oldest) = oldest else { break };
+            let entry = self.entries.remove(&oldest).expect("found above");
+            self.bytes -= entry.weight;
+            self.counters.evicted += 1;
+        }
+    }
+}
+
+#[derive(Debug)]
+enum LoadError {
+    /// No DWARF lines anywhere: a normal answer.
+    Missing,
+    /// DWARF that could not be read, and why.
+    Failed(String),
+}
+use LoadError::{Failed, Missing};
+
+fn parse_file(file: &File, limit: u64, build_id: Option<&[u8]>) -> Result<SourceLines, LoadError> {
+    let len = file
+        .metadata()
+        .map_err(|e| Failed(format!("cannot stat: {e}")))?
+        .len();
+    if len > MAX_BINARY_BYTES {
+        return Err(Failed(format!("{len} bytes, too large to read")));
+    }
+    let file = file
+        .try_clone()
+        .map_err(|e| Failed(format!("cannot reopen: {e}")))?;
+    let cache = ReadCache::new(file);
+    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        SourceLines::parse(&cache, limit, build_id)
+    }));
+    match parsed {
+        Ok(Ok(lines)) => Ok(lines),
+        Ok(Err(DwarfError::NoDebugInfo)) => Err(Missing),
+        // Not the debug file of this binary: as if absent.
+        Ok(Err(DwarfError::WrongBuildId { found })) => {
+            tracing::debug!("debug file candidate with build id {found} refused");
+            Err(Missing)
+        }
+        Ok(Err(e)) => Err(Failed(e.to_string())),
+        Err(_) => Err(Failed("the DWARF parser panicked".to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binary(file: &File, module: u32, build_id: Option<&[u8]>) -> Binary<'static> {
+        // Tests leak a little to get 'static borrows of short-lived values.
+        Binary {
+            module: ModuleId(module),
+            file: Box::leak(Box::new(file.try_clone().unwrap())),
+            path: Path::new("/nonexistent/bin"),
+            build_id: build_id.map(|id| &*Box::leak(id.to_vec().into_boxed_slice())),
+            debuglink: None,
+        }
+    }
+
+    fn this_exe() -> (File, Vec<u8>) {
+        let exe = std::env::current_exe().unwrap();
+        let symbols =
+            vmscope_parse::elf::ElfSymbols::parse(&std::fs::read(&exe).unwrap()[..]).unwrap();
+        (
+            File::open(exe).unwrap(),
+            symbols.build_id().unwrap().to_vec(),
+        )
+    }
+
+    #[test]
+    fn tables_load_once_per_build_id_and_are_evicted_least_recently_used_first() {
+        let (exe, id) = this_exe();
+        let one = LineTables::new(u64::MAX / 4, Vec::new());
+        let a = one.tables(binary(&exe, 1, Some(&id))).expect("tables");
+        // Another module with the same build id: the same tables.
+        let b = one.tables(binary(&exe, 2, Some(&id))).expect("tables");
+        assert!(Arc::ptr_eq(&a, &b));
+        let counters = one.counters();
+        assert_eq!((counters.loaded, counters.evicted), (1, 0));
+        let weight = counters.bytes;
+        assert!(weight > 0);
+
+        // Room for two tables of this size: three binaries (keyed apart) evict the least
+        // recently used.
+        let two = LineTables::new(weight * 2 + weight / 2, Vec::new());
+        let (k1, k2, k3) = (b"one".as_slice(), b"two".as_slice(), b"three".as_slice());
+        two.tables(binary(&exe, 1, Some(k1))).unwrap();
+        two.tables(binary(&exe, 2, Some(k2))).unwrap();
+        // k1 used again: k2 is now the oldest.
+        two.tables(binary(&exe, 1, Some(k1))).unwrap();
+        two.tables(binary(&exe, 3, Some(k3))).unwrap();
+        let counters = two.counters();
+        assert_eq!((counters.loaded, counters.evicted), (3, 1));
+        assert!(counters.bytes <= weight * 2 + weight / 2);
+        let state = two.lock();
+        assert!(state.entries.contains_key(&Key::BuildId(k1.to_vec())));
+        assert!(!state.entries.contains_key(&Key::BuildId(k2.to_vec())));
+        assert!(state.entries.contains_key(&Key::BuildId(k3.to_vec())));
+    }
+
+    #[test]
+    fn binaries_over_the_budget_or_without_dwarf_are_remembered_and_counted() {
+        let (exe, _) = this_exe();
+        let small = LineTables::new(1000, Vec::new());
+        assert!(small.tables(binary(&exe, 1, None)).is_none());
+        assert!(small.tables(binary(&exe, 1, None)).is_none());
+        assert_eq!(small.counters().failures, 1, "tried once");
+
+        let dir = tempfile::tempdir().unwrap();
+        let not_elf = dir.path().join("script");
+        std::fs::write(&not_elf, b"#!/bin/sh\n").unwrap();
+        let tables = LineTables::default();
+        assert!(
+            tables
+                .tables(binary(&File::open(&not_elf).unwrap(), 2, None))
+                .is_none()
+        );
+        assert_eq!(tables.counters().failures, 1);
+    }
+
+    /// A stripped binary finds its debug file under a debug directory by build id; a file there
+    /// with another build id is refused.
+    #[test]
+    fn debug_files_are_found_by_build_id_and_checked() {
+        let (exe, id) = this_exe();
+        let dir = tempfile::tempdir().unwrap();
+        let stripped_path = dir.path().join("stripped");
+        let status = std::process::Command::new("objcopy")
+            .arg("--strip-debug")
+            .arg(std::env::current_exe().unwrap())
+            .arg(&stripped_path)
+            .status()
+            .expect("objcopy (binutils) runs");
+        assert!(status.success());
+        let stripped = File::open(&stripped_path).unwrap();
+        let install = |id: &[u8]| {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let path = dir
+                .path()
+                .join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::copy(std::env::current_exe().unwrap(), path).unwrap();
+        };
+        let debug_dirs = vec![dir.path().to_path_buf()];
+        // Without a debug file: no lines, counted as missing.
+        let tables = LineTables::new(u64::MAX / 4, debug_dirs.clone());
+        assert!(tables.tables(binary(&stripped, 1, Some(&id))).is_none());
+        assert_eq!(tables.counters().missing, 1);
+        // A file installed under the binary's build id that is another build: refused.
+        let other_id = [0xabu8, 0xcd, 0xef, 0x01];
+        install(&other_id);
+        let tables = LineTables::new(u64::MAX / 4, debug_dirs.clone());
+        assert!(
+            tables
+                .tables(binary(&stripped, 1, Some(&other_id)))
+                .is_none()
+        );
+        assert_eq!(tables.counters().missing, 1);
+        // The right one: found, and it gives this function's file.
+        install(&id);
+        let tables = LineTables::new(u64::MAX / 4, debug_dirs);
+        let lines = tables
+            .tables(binary(&stripped, 1, Some(&id)))
+            .expect("tables");
+        assert_eq!(tables.counters().from_debug_files, 1);
+        drop(exe);
+        let lines = lines.lock().unwrap();
+        assert!(lines.section_bytes() > 0);
+    }
+}
