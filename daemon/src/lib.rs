@@ -24,6 +24,7 @@ pub mod server;
 pub mod session;
 pub mod symbolize;
 pub mod sys;
+pub mod unwind;
 
 use std::{path::PathBuf, sync::Arc};
 

@@ -11,7 +11,15 @@
 //! so that a binary that is deleted or replaced later, or a process that exits, can still be
 //! symbolised.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{
+    collections::HashMap,
+    ops::Range,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use vmscope_parse::{
     maps::{self, MapEntry, MapPath},
@@ -26,6 +34,10 @@ use crate::{
 
 /// Shortest time between two reads of one process's maps caused by samples that fit no mapping.
 pub const MIN_REFRESH_INTERVAL_NS: u64 = 10_000_000;
+
+/// Source of [`Process::maps_generation`]: global, so that a generation never repeats, even for
+/// a reused pid or in another table.
+static NEXT_MAPS_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// What an executable mapping holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,8 +74,42 @@ pub struct Process {
     /// The jitdump and code map files it maps (executable mappings, never executed).
     pub code_map_files: Vec<MappedCodeMapFile>,
     mappings: Vec<ExecMapping>,
+    maps_generation: u64,
     maps_read_at_ns: u64,
     last_sample_ns: u64,
+}
+
+impl Process {
+    /// Changes whenever the mappings are read again: what was built from them (an unwinder's
+    /// module list) is stale when its generation differs.
+    pub fn maps_generation(&self) -> u64 {
+        self.maps_generation
+    }
+
+    /// The executable file mappings, in address order: address range, file offset of its start,
+    /// binary.
+    pub fn file_mappings(&self) -> impl Iterator<Item = (Range<u64>, u64, ModuleId)> + '_ {
+        self.mappings.iter().filter_map(|m| match m.kind {
+            MappingKind::File { module, .. } => Some((m.start..m.end, m.offset, module)),
+            _ => None,
+        })
+    }
+
+    /// The address range of the vDSO, if the process maps one.
+    pub fn vdso_mapping(&self) -> Option<Range<u64>> {
+        self.mappings
+            .iter()
+            .find(|m| m.kind == MappingKind::Vdso)
+            .map(|m| m.start..m.end)
+    }
+
+    /// Whether `address` lies in anonymous executable memory (JIT code).
+    pub fn is_anonymous_code(&self, address: u64) -> bool {
+        let i = self.mappings.partition_point(|m| m.start <= address);
+        i.checked_sub(1)
+            .and_then(|i| self.mappings.get(i))
+            .is_some_and(|m| address < m.end && m.kind == MappingKind::Anonymous)
+    }
 }
 
 /// Counters of the process table, reported by the daemon.
@@ -267,6 +313,7 @@ impl ProcessTable {
             gone: false,
             code_map_files: Vec::new(),
             mappings: Vec::new(),
+            maps_generation: NEXT_MAPS_GENERATION.fetch_add(1, Ordering::Relaxed),
             maps_read_at_ns: now_ns,
             last_sample_ns: now_ns,
         };

@@ -11,7 +11,8 @@
 //! library in two containers (two inodes) is parsed once. A stripped binary gets the symbols of
 //! its separate debug file (build-id or `.gnu_debuglink`, under the debug directories,
 //! /usr/lib/debug by default) when one exists. Source lines come from the binary's DWARF, or its
-//! debug file's, through the registry's [`LineTables`].
+//! debug file's, through the registry's [`LineTables`]. Unwind sections are loaded the same way,
+//! lazily, shared by build id: see [`Module::unwind_sections`].
 
 use std::{
     collections::HashMap,
@@ -28,7 +29,10 @@ use vmscope_parse::{
 };
 
 use super::lines::{Binary, LineTables};
-use crate::sys::{self, FileId};
+use crate::{
+    sys::{self, FileId},
+    unwind::tables::{self, UnwindTables},
+};
 
 /// Index of a registered binary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,6 +53,7 @@ pub struct Module {
     pub name: String,
     file: Result<File, String>,
     symbols: OnceLock<Result<Arc<ElfSymbols>, String>>,
+    unwind: OnceLock<Result<Arc<UnwindTables>, String>>,
 }
 
 impl Module {
@@ -86,6 +91,28 @@ impl Module {
             svma,
         )
     }
+
+    /// The module's unwind sections, loaded on first use; the error is a reason for the report.
+    ///
+    /// A binary without `.eh_frame` and `.debug_frame` (stripped, built without unwind tables)
+    /// gets the `.debug_frame` of its separate debug file when one with the same build id is
+    /// installed. Tables without CFI are still an answer: its frames fall back to frame pointers.
+    pub fn unwind_sections(&self, modules: &Modules) -> Result<Arc<UnwindTables>, String> {
+        self.unwind
+            .get_or_init(|| {
+                let result = self
+                    .file
+                    .as_ref()
+                    .map_err(Clone::clone)
+                    .and_then(|file| load_unwind_tables(file, self, modules));
+                if let Err(reason) = &result {
+                    modules.count(|c| c.unwind_failures += 1);
+                    tracing::warn!(module = %self.path.display(), "cannot unwind through: {reason}");
+                }
+                result
+            })
+            .clone()
+    }
 }
 
 /// Counters of the module registry.
@@ -101,6 +128,12 @@ pub struct ModuleCounters {
     pub build_id_hits: u64,
     /// Binaries whose symbols could not be read (malformed, truncated, too large).
     pub parse_failures: u64,
+    /// Unwind tables loaded from a binary (or its debug file).
+    pub unwind_loaded: u64,
+    /// Unwind tables reused from another file with the same build-id.
+    pub unwind_build_id_hits: u64,
+    /// Binaries whose unwind tables could not be read.
+    pub unwind_failures: u64,
 }
 
 /// The registry of binaries, shared by the session manager (which registers) and profile
@@ -110,6 +143,7 @@ pub struct Modules {
     by_file: Mutex<HashMap<FileId, ModuleId>>,
     list: RwLock<Vec<Arc<Module>>>,
     by_build_id: Mutex<HashMap<Vec<u8>, Arc<ElfSymbols>>>,
+    unwind_by_build_id: Mutex<HashMap<Vec<u8>, Arc<UnwindTables>>>,
     counters: Mutex<ModuleCounters>,
     lines: LineTables,
 }
@@ -164,6 +198,7 @@ impl Modules {
                 .unwrap_or_else(|| path.to_string_lossy().into_owned()),
             file,
             symbols: OnceLock::new(),
+            unwind: OnceLock::new(),
         }));
         by_file.insert(id, module);
         module
@@ -251,6 +286,104 @@ fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSy
             .insert(id, symbols.clone());
     }
     Ok(symbols)
+}
+
+fn load_unwind_tables(
+    file: &File,
+    module: &Module,
+    modules: &Modules,
+) -> Result<Arc<UnwindTables>, String> {
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot stat the binary: {e}"))?
+        .len();
+    if len > MAX_BINARY_BYTES {
+        return Err(format!(
+            "binary is {len} bytes, more than the {MAX_BINARY_BYTES} the daemon parses"
+        ));
+    }
+    let file = file
+        .try_clone()
+        .map_err(|e| format!("cannot reopen the binary: {e}"))?;
+    let cache = ReadCache::new(file);
+    // The build-id (headers and one note) spares loading the sections of a binary already seen
+    // under another inode.
+    let build_id = tables::read_build_id(&cache).map_err(|e| e.to_string())?;
+    if let Some(id) = &build_id
+        && let Some(tables) = modules
+            .unwind_by_build_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+    {
+        modules.count(|c| c.unwind_build_id_hits += 1);
+        return Ok(tables.clone());
+    }
+    let mut tables = UnwindTables::parse(&cache).map_err(|e| e.to_string())?;
+    drop(cache);
+    if !tables.has_cfi()
+        && let Some(debug) = find_debug_unwind_tables(module, &tables, modules)
+    {
+        tables.adopt_debug_frame(debug);
+    }
+    tracing::debug!(
+        module = %module.path.display(),
+        kind = tables.kind(),
+        bytes = tables.section_bytes(),
+        "unwind tables loaded"
+    );
+    modules.count(|c| c.unwind_loaded += 1);
+    let tables = Arc::new(tables);
+    if let Some(id) = build_id {
+        modules
+            .unwind_by_build_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, tables.clone());
+    }
+    Ok(tables)
+}
+
+/// The unwind tables of a binary's separate debug file, under the rules of
+/// [`find_debug_file`]: same build id, candidates opened as untrusted files.
+fn find_debug_unwind_tables(
+    module: &Module,
+    stripped: &UnwindTables,
+    modules: &Modules,
+) -> Option<UnwindTables> {
+    let build_id = stripped.build_id()?;
+    // The debuglink is parsed with the symbols, which the profile needs anyway.
+    let symbols = module.symbols(modules).ok();
+    let debuglink = symbols.as_deref().and_then(ElfSymbols::debuglink);
+    for candidate in debug_file_candidates_in(
+        modules.lines().debug_dirs(),
+        &module.path,
+        Some(build_id),
+        debuglink,
+    ) {
+        let Ok(file) = sys::open_untrusted(&candidate, None) else {
+            continue;
+        };
+        if file.metadata().map_or(true, |m| m.len() > MAX_BINARY_BYTES) {
+            continue;
+        }
+        let cache = ReadCache::new(file);
+        let debug = match UnwindTables::parse(&cache) {
+            Ok(debug) if debug.build_id() == Some(build_id) => debug,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(debug = %candidate.display(), "unusable debug file: {e}");
+                continue;
+            }
+        };
+        tracing::debug!(
+            binary = %module.path.display(),
+            debug = %candidate.display(),
+            "unwinding with the debug file's .debug_frame"
+        );
+        return Some(debug);
+    }
+    None
 }
 
 /// The symbols of a separate debug file for a stripped binary, if one is installed and matches.

@@ -12,6 +12,11 @@ use crate::sys;
 
 /// Parses the daemon's own vDSO image; the error is a reason for reports.
 pub fn load() -> Result<ElfSymbols, String> {
+    ElfSymbols::parse(image()?).map_err(|e| format!("cannot parse the vDSO: {e}"))
+}
+
+/// The daemon's own vDSO image, the same as every (64-bit) process's on this kernel.
+pub fn image() -> Result<&'static [u8], String> {
     // SAFETY: getauxval has no preconditions; it returns 0 when the entry is absent.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
     if base == 0 {
@@ -30,8 +35,7 @@ pub fn load() -> Result<ElfSymbols, String> {
     let len = (mapping.end - mapping.start) as usize;
     // SAFETY: the kernel maps the vDSO readable at `base` for `len` bytes for the whole life of
     // the process, and never changes it.
-    let image = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
-    ElfSymbols::parse(image).map_err(|e| format!("cannot parse the vDSO: {e}"))
+    Ok(unsafe { std::slice::from_raw_parts(base as *const u8, len) })
 }
 
 #[cfg(test)]

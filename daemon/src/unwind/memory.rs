@@ -1,0 +1,138 @@
+//! Reading a live process's code bytes, for rules that recognise code by its bytes (the CPython
+//! trampoline rule).
+
+use std::collections::HashMap;
+
+use crate::sys;
+
+/// Reads live code bytes of a process (anonymous JIT memory): the unwinder asks for the few
+/// bytes around a return address. A trait so that tests can answer without a process.
+pub trait ReadCode {
+    /// Fills `buf` with the bytes at `addr` in process `pid`; false if they cannot all be read
+    /// (unmapped, process gone).
+    fn read(&mut self, pid: u32, addr: u64, buf: &mut [u8]) -> bool;
+}
+
+/// Most answers [`ProcessMemory`] keeps; the cache is emptied when it fills up.
+pub const MAX_CACHED_READS: usize = 1 << 16;
+
+/// Longest read [`ProcessMemory`] caches: enough for the trampoline rule.
+pub const MAX_CACHED_READ_BYTES: usize = 16;
+
+/// Counters of [`ProcessMemory`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryCounters {
+    /// `process_vm_readv` calls.
+    pub reads: u64,
+    /// Answers from the cache.
+    pub cache_hits: u64,
+    /// Reads that could not read everything (unmapped memory, process gone).
+    pub failures: u64,
+}
+
+/// [`ReadCode`] with `process_vm_readv`, caching answers per (pid, address, length): the same
+/// trampoline is asked about in every sample that passes through it.
+///
+/// Code in anonymous memory can be freed and replaced, so the cache must not outlive it: call
+/// [`ProcessMemory::forget`] when a process exits or execs, or [`ProcessMemory::clear`] when a
+/// code map says code was freed.
+#[derive(Debug, Default)]
+pub struct ProcessMemory {
+    cache:
+        HashMap<(u32, u64, u8), Option<[u8; MAX_CACHED_READ_BYTES]>, foldhash::fast::RandomState>,
+    counters: MemoryCounters,
+}
+
+impl ProcessMemory {
+    /// An empty cache.
+    pub fn new() -> ProcessMemory {
+        ProcessMemory::default()
+    }
+
+    /// Drops what is cached about `pid`.
+    pub fn forget(&mut self, pid: u32) {
+        self.cache.retain(|&(p, _, _), _| p != pid);
+    }
+
+    /// Drops everything cached.
+    pub fn clear(&mut self) {
+        self.cache.clear();
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> MemoryCounters {
+        self.counters
+    }
+
+    fn read_uncached(&mut self, pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+        self.counters.reads += 1;
+        let complete = sys::read_process_memory(pid, addr, buf).is_ok_and(|n| n == buf.len());
+        if !complete {
+            self.counters.failures += 1;
+        }
+        complete
+    }
+}
+
+impl ReadCode for ProcessMemory {
+    fn read(&mut self, pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+        if buf.len() > MAX_CACHED_READ_BYTES {
+            return self.read_uncached(pid, addr, buf);
+        }
+        let key = (pid, addr, buf.len() as u8);
+        if let Some(answer) = self.cache.get(&key) {
+            self.counters.cache_hits += 1;
+            return match answer {
+                Some(bytes) => {
+                    buf.copy_from_slice(&bytes[..buf.len()]);
+                    true
+                }
+                None => false,
+            };
+        }
+        let ok = self.read_uncached(pid, addr, buf);
+        if self.cache.len() >= MAX_CACHED_READS {
+            self.cache.clear();
+        }
+        let answer = ok.then(|| {
+            let mut bytes = [0; MAX_CACHED_READ_BYTES];
+            bytes[..buf.len()].copy_from_slice(buf);
+            bytes
+        });
+        self.cache.insert(key, answer);
+        ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_cached_and_forgotten() {
+        let pid = std::process::id();
+        let code = Box::new(*b"0123456789abcdefXYZ");
+        let addr = code.as_ptr() as u64;
+        let mut memory = ProcessMemory::new();
+        let mut buf = [0u8; 11];
+        for _ in 0..3 {
+            assert!(memory.read(pid, addr, &mut buf));
+            assert_eq!(&buf, b"0123456789a");
+        }
+        assert_eq!(memory.counters().reads, 1);
+        assert_eq!(memory.counters().cache_hits, 2);
+        // Unreadable memory is an answer too.
+        assert!(!memory.read(pid, 8, &mut buf));
+        assert!(!memory.read(pid, 8, &mut buf));
+        assert_eq!(memory.counters().failures, 1);
+        // Longer reads are not cached.
+        let mut long = [0u8; 19];
+        assert!(memory.read(pid, addr, &mut long));
+        assert!(memory.read(pid, addr, &mut long));
+        assert_eq!(memory.counters().reads, 4);
+        // Forgotten: read again.
+        memory.forget(pid);
+        assert!(memory.read(pid, addr, &mut buf));
+        assert_eq!(memory.counters().reads, 5);
+    }
+}
