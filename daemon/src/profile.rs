@@ -16,15 +16,64 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use vmscope_proto::v1::{
-    AttributedSample, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples, Profile,
-    ProfileRow, Section, SourceLineSamples, Stack, StackFrame, SymbolizationIssue,
+    self as pb, AttributedSample, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples,
+    Profile, ProfileRow, Section, SourceLineSamples, Stack, StackEndSamples, StackFrame,
+    SymbolizationIssue,
 };
 
 use crate::{
     codemap::code::Code,
     session::{LocationId, Snapshot},
     symbolize::{Issue, KERNEL_MODULE, Location, Resolved, SourceFrame, Symbolizer},
+    unwind::StackEnd,
 };
+
+/// Functions a thread starts in: a stack whose outermost frame is one of them is whole. A
+/// frame-pointer walk ending anywhere else was cut by code without frame pointers. With glibc,
+/// the main thread's walk ends at `__libc_start_call_main` (libc keeps no frame pointer, so
+/// the walk stops in the frame that called `main`), other threads' at `start_thread` or
+/// `clone3`.
+const THREAD_ENTRY_POINTS: [&str; 9] = [
+    "_start",
+    "__libc_start_call_main",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+];
+
+/// How the API says a stack ended. A frame-pointer walk that simply ended is whole when its
+/// outermost frame is a thread's entry point (or kernel code: a kernel thread), and was cut by
+/// code without frame pointers otherwise.
+fn stack_end(end: Option<StackEnd>, outermost: Option<&Placed>) -> pb::StackEnd {
+    let Some(end) = end else {
+        return pb::StackEnd::Unspecified;
+    };
+    match end {
+        StackEnd::Complete => pb::StackEnd::Complete,
+        StackEnd::FrameLimit => pb::StackEnd::DepthLimit,
+        StackEnd::NoFramePointer => pb::StackEnd::NoFramePointer,
+        StackEnd::Unmapped => pb::StackEnd::UnmappedReturn,
+        StackEnd::CopyTooSmall => pb::StackEnd::CopyTooSmall,
+        StackEnd::CopyFaulted => pb::StackEnd::CopyFaulted,
+        StackEnd::NoProgress
+        | StackEnd::NullReturnAddress
+        | StackEnd::FramePointerBackwards
+        | StackEnd::BadAddress => pb::StackEnd::UnwindFailed,
+        StackEnd::FramePointerChainEnded => match outermost {
+            Some(p)
+                if p.resolved.module == KERNEL_MODULE
+                    || THREAD_ENTRY_POINTS.contains(&p.resolved.name.as_str()) =>
+            {
+                pb::StackEnd::Complete
+            }
+            _ => pb::StackEnd::NoFramePointer,
+        },
+    }
+}
 
 /// What a profile may show its reader.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -234,27 +283,42 @@ pub fn build_profile(
 
     // Stacks of frames, merged where distinct locations name the same frames.
     let hidden_kernel = options.hide_kernel.is_some();
-    let mut by_frames: HashMap<(u32, Vec<u32>, bool), u64> = HashMap::new();
+    let mut by_frames: HashMap<(u32, Vec<u32>, pb::StackEnd), u64> = HashMap::new();
+    let mut ends: BTreeMap<pb::StackEnd, u64> = BTreeMap::new();
     for &(pid, stack, samples) in &stacks.counts {
-        let frame_ids = stack_frames(stacks.ids_of(stack), &placed, hidden_kernel);
-        let truncated = stacks.stacks[stack.0 as usize].truncated;
-        *by_frames.entry((pid, frame_ids, truncated)).or_insert(0) += samples;
+        let ids = stacks.ids_of(stack);
+        let frame_ids = stack_frames(ids, &placed, hidden_kernel);
+        let outermost = ids.last().map(|id| &placed[id.0 as usize]);
+        let end = stack_end(stacks.stacks[stack.0 as usize].end, outermost);
+        if end != pb::StackEnd::Unspecified {
+            *ends.entry(end).or_insert(0) += samples;
+        }
+        *by_frames.entry((pid, frame_ids, end)).or_insert(0) += samples;
     }
     let mut profile_stacks: Vec<Stack> = by_frames
         .into_iter()
-        .map(|((pid, frames, truncated), samples)| Stack {
+        .map(|((pid, frames, end), samples)| Stack {
             frames,
             pid,
             samples,
-            truncated,
+            truncated: end == pb::StackEnd::DepthLimit,
+            end: end as i32,
         })
         .collect();
+    let mut stack_ends: Vec<StackEndSamples> = ends
+        .into_iter()
+        .map(|(end, samples)| StackEndSamples {
+            end: end as i32,
+            samples,
+        })
+        .collect();
+    stack_ends.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.end.cmp(&b.end)));
     profile_stacks.sort_by(|a, b| {
         b.samples
             .cmp(&a.samples)
             .then_with(|| a.pid.cmp(&b.pid))
             .then_with(|| a.frames.cmp(&b.frames))
-            .then_with(|| a.truncated.cmp(&b.truncated))
+            .then_with(|| a.end.cmp(&b.end))
     });
 
     let mut rows: Vec<ProfileRow> = rows
@@ -376,7 +440,7 @@ pub fn build_profile(
                 module: leaf.map(|r| r.module.clone()).unwrap_or_default(),
                 code_start: kept.frames.first().map_or(0, |f| f.code_start),
                 stack,
-                truncated: stacks.stacks[kept.stack.0 as usize].truncated,
+                truncated: stacks.stacks[kept.stack.0 as usize].truncated(),
             }
         })
         .collect();
@@ -415,6 +479,7 @@ pub fn build_profile(
         frames: frames.frames,
         stacks: profile_stacks,
         truncated_stacks: snapshot.truncated,
+        stack_ends,
         pprof: Vec::new(),
     }
 }
@@ -597,7 +662,12 @@ mod tests {
         let mut table = StackTable::default();
         for (pid, locations, truncated, n) in counts {
             for _ in 0..n {
-                table.count(pid, locations.iter().copied(), truncated);
+                let end = if truncated {
+                    StackEnd::FrameLimit
+                } else {
+                    StackEnd::Complete
+                };
+                table.count(pid, locations.iter().copied(), Some(end));
             }
         }
         table.snapshot()

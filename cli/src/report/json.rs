@@ -83,13 +83,38 @@ pub struct JsonReport<'a> {
 ///   unknown).
 /// - `stacks`: samples per distinct (process, stack), most first: `frames` (indices into
 ///   `frames`, **leaf first**: kernel frames, then user frames, outermost caller last), `pid`,
-///   `samples`, `truncated` (cut at the depth limit: outermost callers missing).
+///   `samples`, `truncated` (cut at the depth limit: outermost callers missing), `end` (how the
+///   walk ended: `complete`, `depth_limit`, `no_frame_pointer`, `unmapped_return`,
+///   `copy_too_small`, `copy_faulted`, `unwind_failed`; null without call graph).
 /// - `truncated_stacks`: samples whose stack was truncated.
+/// - `stack_ends`: samples per way their stacks ended (`end`, `samples`), most first.
 #[derive(Debug, Serialize)]
 pub struct JsonStackTable<'a> {
     frames: Vec<JsonFrame<'a>>,
     stacks: Vec<JsonStack<'a>>,
     truncated_stacks: u64,
+    stack_ends: Vec<JsonStackEnd>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonStackEnd {
+    end: Option<&'static str>,
+    samples: u64,
+}
+
+/// The JSON spelling of a stack end: the proto name without its prefix, lower case.
+fn stack_end_name(end: i32) -> Option<&'static str> {
+    use vmscope_proto::v1::StackEnd;
+    Some(match StackEnd::try_from(end).ok()? {
+        StackEnd::Unspecified => return None,
+        StackEnd::Complete => "complete",
+        StackEnd::DepthLimit => "depth_limit",
+        StackEnd::NoFramePointer => "no_frame_pointer",
+        StackEnd::UnmappedReturn => "unmapped_return",
+        StackEnd::CopyTooSmall => "copy_too_small",
+        StackEnd::CopyFaulted => "copy_faulted",
+        StackEnd::UnwindFailed => "unwind_failed",
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -115,6 +140,7 @@ struct JsonStack<'a> {
     pid: u32,
     samples: u64,
     truncated: bool,
+    end: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -282,9 +308,18 @@ fn stack_table(profile: &pb::Profile) -> JsonStackTable<'_> {
                 pid: s.pid,
                 samples: s.samples,
                 truncated: s.truncated,
+                end: stack_end_name(s.end),
             })
             .collect(),
         truncated_stacks: profile.truncated_stacks,
+        stack_ends: profile
+            .stack_ends
+            .iter()
+            .map(|e| JsonStackEnd {
+                end: stack_end_name(e.end),
+                samples: e.samples,
+            })
+            .collect(),
     }
 }
 
@@ -643,12 +678,14 @@ mod tests {
                 pid: 42,
                 samples: 9000,
                 truncated: false,
+                end: pb::StackEnd::Complete as i32,
             },
             pb::Stack {
                 frames: vec![2, 0],
                 pid: 42,
                 samples: 1000,
                 truncated: true,
+                end: pb::StackEnd::DepthLimit as i32,
             },
         ];
         profile.truncated_stacks = 1000;
@@ -675,8 +712,10 @@ mod tests {
         assert_eq!(
             json["stacks"],
             serde_json::json!([
-                {"frames": [1, 0], "pid": 42, "samples": 9000, "truncated": false},
-                {"frames": [2, 0], "pid": 42, "samples": 1000, "truncated": true},
+                {"frames": [1, 0], "pid": 42, "samples": 9000, "truncated": false,
+                 "end": "complete"},
+                {"frames": [2, 0], "pid": 42, "samples": 1000, "truncated": true,
+                 "end": "depth_limit"},
             ])
         );
         assert_eq!(json["truncated_stacks"], 1000);
@@ -692,7 +731,7 @@ mod tests {
         assert!(at("frames") < at("stacks") && at("stacks") < at("truncated_stacks"));
         // And they are untouched.
         let mut flat = json.clone();
-        for key in ["frames", "stacks", "truncated_stacks"] {
+        for key in ["frames", "stacks", "truncated_stacks", "stack_ends"] {
             flat.as_object_mut().expect("object").remove(key);
         }
         assert_eq!(flat, parsed(&report));
@@ -716,6 +755,7 @@ mod tests {
             object.remove("truncated_stacks"),
             Some(serde_json::json!(0))
         );
+        assert_eq!(object.remove("stack_ends"), Some(serde_json::json!([])));
         assert_eq!(value, parsed(&report));
         // Long names are never elided in JSON, whatever name_width says.
         assert!(

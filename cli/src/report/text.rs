@@ -43,9 +43,10 @@
 
 use std::io::{self, Write};
 
+use vmscope_proto::v1::StackEnd;
 use vmscope_report::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
-    round2,
+    round2, stack_end_reason,
 };
 mod tree;
 mod wide;
@@ -170,6 +171,20 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
              outermost callers are missing",
             count(report.truncated_stacks, "sample")
         )?;
+    }
+    if report.call_graph {
+        for &(end, samples) in &report.early_stack_ends {
+            if end == StackEnd::DepthLimit {
+                continue;
+            }
+            writeln!(
+                out,
+                "note: {} ({}) have stacks that {}",
+                count(samples, "sample"),
+                percent(100.0 * samples as f64 / report.total_samples.max(1) as f64),
+                stack_end_reason(end)
+            )?;
+        }
     }
     if let Some(note) = steal_note(report) {
         writeln!(out, "{note}")?;

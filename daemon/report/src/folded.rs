@@ -166,6 +166,7 @@ mod tests {
             pid: 300,
             samples: 1,
             truncated: false,
+            end: vmscope_proto::v1::StackEnd::Complete as i32,
         });
         let folded = fold(&profile, FoldedOptions { by_process: true });
         assert_eq!(

@@ -23,7 +23,7 @@ pub mod tree;
 pub use model::{
     CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
     ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
-    rfc3339_seconds, round2,
+    rfc3339_seconds, round2, stack_end_reason,
 };
 
 /// Hand-built profiles whose numbers are known, shared by this crate's tests and (with the

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Session};
+use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Session, StackEnd};
 
 use crate::{
     runtimes::known_runtime,
@@ -400,6 +400,9 @@ pub struct Report {
     /// Samples whose stack was cut at the depth limit (`kernel.perf_event_max_stack`): their
     /// outermost callers are missing.
     pub truncated_stacks: u64,
+    /// Samples whose stacks ended before their thread's entry point, per reason (the depth
+    /// limit included), most first: what a reader must know before trusting callers' shares.
+    pub early_stack_ends: Vec<(StackEnd, u64)>,
     /// Share of all samples (percent) whose stacks run through V8's interpreter entry
     /// trampoline, behind which interpreted JavaScript callers stay nameless unless node runs
     /// with `--interpreted-frames-native-stack`: for a hint to use it. `None` below
@@ -580,7 +583,35 @@ impl Report {
             issues: merge_issues(profile),
             call_graph,
             truncated_stacks: profile.truncated_stacks,
+            early_stack_ends: profile
+                .stack_ends
+                .iter()
+                .filter(|e| !matches!(e.end(), StackEnd::Complete | StackEnd::Unspecified))
+                .map(|e| (e.end(), e.samples))
+                .collect(),
             v8_interpreted_frames: call_graph.then(|| v8_interpreted_frames(profile)).flatten(),
+        }
+    }
+}
+
+/// Why stacks that ended `end` miss callers, and what to do about it, for a report's notes.
+pub fn stack_end_reason(end: StackEnd) -> &'static str {
+    match end {
+        StackEnd::Unspecified | StackEnd::Complete => "whole",
+        StackEnd::DepthLimit => "cut at the depth limit (kernel.perf_event_max_stack)",
+        StackEnd::NoFramePointer => {
+            "stopped at a caller built without frame pointers (--call-graph dwarf unwinds it)"
+        }
+        StackEnd::UnmappedReturn => {
+            "stopped at a return address outside every mapping (code without frame pointers: \
+             --call-graph dwarf unwinds it)"
+        }
+        StackEnd::CopyTooSmall => {
+            "went past the stack copy (a bigger --call-graph dwarf,SIZE goes further)"
+        }
+        StackEnd::CopyFaulted => "went past a stack copy cut by unreadable memory",
+        StackEnd::UnwindFailed => {
+            "stopped where neither unwind information nor a frame pointer led further"
         }
     }
 }
@@ -1428,6 +1459,11 @@ pub mod fixtures {
                 pid: 4242,
                 samples,
                 truncated,
+                end: if truncated {
+                    vmscope_proto::v1::StackEnd::DepthLimit
+                } else {
+                    vmscope_proto::v1::StackEnd::Complete
+                } as i32,
             })
             .collect();
         profile.frames = frames;
@@ -2476,6 +2512,7 @@ mod tests {
             pid: 1,
             samples: extra,
             truncated: false,
+            end: vmscope_proto::v1::StackEnd::Complete as i32,
         });
         profile.total_samples += extra;
         let expected = percent(extra, profile.total_samples);

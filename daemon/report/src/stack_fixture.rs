@@ -6,7 +6,7 @@
 
 use vmscope_proto::v1::{
     CallGraph, CodeKind, Frame, ProcessSamples, Profile, ProfileRow, Section, Session, Stack,
-    TargetProcess,
+    StackEnd, TargetProcess,
 };
 
 /// 2026-11-22T10:00:00Z.
@@ -68,6 +68,11 @@ fn stack(frames: &[u32], pid: u32, samples: u64, truncated: bool) -> Stack {
         pid,
         samples,
         truncated,
+        end: if truncated {
+            StackEnd::DepthLimit
+        } else {
+            StackEnd::Complete
+        } as i32,
     }
 }
 

@@ -721,6 +721,11 @@ mod tests {
                 pid: 4242,
                 samples,
                 truncated,
+                end: if truncated {
+                    vmscope_proto::v1::StackEnd::DepthLimit
+                } else {
+                    vmscope_proto::v1::StackEnd::Complete
+                } as i32,
             })
             .collect();
         Profile {
@@ -867,6 +872,7 @@ mod tests {
             pid: 1,
             samples: 5,
             truncated: false,
+            end: vmscope_proto::v1::StackEnd::Complete as i32,
         });
         profile.total_samples += 5;
         let tree = build(&profile, TreeView::Callees("caller_a".to_owned()), 0.0);

@@ -34,6 +34,7 @@ use super::{
 use crate::{
     symbolize::Location,
     sys::{self, FileId},
+    unwind::StackEnd,
 };
 
 /// Most jitdump and code map files read for one process (a VM writes one or two): each is held
@@ -65,8 +66,8 @@ pub struct RoutedSample {
     pub tid: u32,
     /// Whether the tick landed in the kernel.
     pub kernel: bool,
-    /// Whether the stack was cut at the depth limit.
-    pub truncated: bool,
+    /// How the stack's walk ended (for the sessions that want stacks).
+    pub end: StackEnd,
     /// The stack, leaf first (the leaf alone when no session wants stacks).
     pub frames: Vec<SampleFrame>,
     /// The sessions that counted it, and whether each wants its whole stack (or the leaf only).
@@ -693,7 +694,7 @@ mod tests {
             payload: RoutedSample {
                 tid: pid,
                 kernel: false,
-                truncated: false,
+                end: StackEnd::Complete,
                 frames: Vec::new(),
                 sessions: vec![(1, false)],
             },
@@ -754,7 +755,7 @@ mod tests {
             payload: RoutedSample {
                 tid: 1,
                 kernel: false,
-                truncated: false,
+                end: StackEnd::Complete,
                 frames: Vec::new(),
                 sessions: vec![(1, false)],
             },

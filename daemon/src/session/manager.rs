@@ -41,6 +41,7 @@ use crate::{
     process::ProcessTable,
     symbolize::{Location, Modules},
     sys,
+    unwind::StackEnd,
 };
 
 /// Where x86-64 kernel addresses begin: a user stack walk that yields one went astray.
@@ -917,11 +918,11 @@ impl Manager {
             }
         }
         let whole = wanting.iter().any(|&(_, whole)| whole);
-        let (frames, truncated) = self.frames_of(event, kernel, user, whole, now_ns);
+        let (frames, end) = self.frames_of(event, kernel, user, whole, now_ns);
         let routed = RoutedSample {
             tid: event.tid,
             kernel: event.is_kernel(),
-            truncated,
+            end,
             frames,
             sessions: wanting,
         };
@@ -948,8 +949,8 @@ impl Manager {
 
     /// The frames of a sample, leaf first: the leaf alone unless `whole`, else the kernel
     /// frames (when the tick landed in the kernel) then the user frames, each placed in its
-    /// process now, while its mappings are known. Returns whether the stack was cut at the
-    /// depth limit. Never empty: the leaf comes first whatever the stacks say.
+    /// process now, while its mappings are known. Returns how the walk ended. Never empty: the
+    /// leaf comes first whatever the stacks say.
     fn frames_of(
         &mut self,
         event: &Event,
@@ -957,7 +958,7 @@ impl Manager {
         user: &[u64],
         whole: bool,
         now_ns: u64,
-    ) -> (Vec<SampleFrame>, bool) {
+    ) -> (Vec<SampleFrame>, StackEnd) {
         let pid = event.tgid;
         let stacked = whole && event.flags & FLAG_STACK != 0;
         let mut frames = Vec::with_capacity(if stacked {
@@ -988,14 +989,15 @@ impl Manager {
             if !event.is_kernel() {
                 frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
             }
-            return (frames, false);
+            return (frames, StackEnd::FramePointerChainEnded);
         }
         if event.flags & FLAG_USER_STACK_FAILED != 0 {
             self.counters.user_stacks_failed += 1;
         }
-        let truncated = event.flags & (FLAG_KERNEL_TRUNCATED | FLAG_USER_TRUNCATED) != 0;
-        if truncated {
+        let mut end = StackEnd::FramePointerChainEnded;
+        if event.flags & (FLAG_KERNEL_TRUNCATED | FLAG_USER_TRUNCATED) != 0 {
             self.counters.stacks_truncated += 1;
+            end = StackEnd::FrameLimit;
         }
         // The user stack's first entry is where user code was interrupted (the leaf itself in
         // user mode, the instruction after the system call in kernel mode): looked up as is.
@@ -1021,10 +1023,11 @@ impl Manager {
             // (shown as one unknown frame) rather than adding the garbage after it.
             if unmapped {
                 self.counters.stack_frames_unmapped += 1;
+                end = StackEnd::Unmapped;
                 break;
             }
         }
-        (frames, truncated)
+        (frames, end)
     }
 
     /// A user-space frame of `pid` at `address`, placed by `lookup` (the address itself, or a
@@ -1265,7 +1268,7 @@ fn count_routed(
             &sample.frames[..1]
         };
         let locations = frames.iter().map(|f| f.location);
-        session.count(pid, locations, whole && sample.truncated, |stack| {
+        session.count(pid, locations, whole.then_some(sample.end), |stack| {
             KeptSample {
                 timestamp_ns,
                 pid,

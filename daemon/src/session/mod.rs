@@ -25,7 +25,7 @@ pub use stacks::{LocationId, StackId, StackSnapshot, StackTable};
 use vmscope_parse::stat::CpuTimes;
 use vmscope_proto::v1 as pb;
 
-use crate::{bpf::SamplerError, symbolize::Location};
+use crate::{bpf::SamplerError, symbolize::Location, unwind::StackEnd};
 
 /// Why a session request failed. The gRPC layer maps each to a status code.
 #[derive(Debug, thiserror::Error)]
@@ -175,11 +175,11 @@ impl Session {
         &mut self,
         pid: u32,
         locations: impl IntoIterator<Item = Location>,
-        truncated: bool,
+        end: Option<StackEnd>,
         kept: impl FnOnce(StackId) -> KeptSample,
     ) {
-        let stack = self.stacks.count(pid, locations, truncated);
-        if truncated {
+        let stack = self.stacks.count(pid, locations, end);
+        if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
         }
         self.kept.keep(|| kept(stack));

@@ -1,7 +1,7 @@
 //! A session's samples, aggregated by call stack.
 //!
 //! Every distinct location is stored once and named by a [`LocationId`]; every distinct stack
-//! (a sequence of locations, leaf first, and whether it was cut at the depth limit) once, named
+//! (a sequence of locations, leaf first, and how its walk ended) once, named
 //! by a [`StackId`]; and the session counts samples per `(pid, stack)`. A long session on a
 //! steady workload thus grows with the number of distinct stacks it meets, not with its
 //! samples. A session without call graph has stacks of one location, and costs what the flat
@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::{HashMap, HashTable};
 
-use crate::symbolize::Location;
+use crate::{symbolize::Location, unwind::StackEnd};
 
 /// A location's index in its session's [`StackTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,8 +31,15 @@ pub struct StackSpan {
     pub start: u32,
     /// Number of locations.
     pub len: u32,
+    /// How the walk ended; `None` for a leaf alone (no call graph).
+    pub end: Option<StackEnd>,
+}
+
+impl StackSpan {
     /// Cut at the depth limit: its outermost callers are missing.
-    pub truncated: bool,
+    pub fn truncated(&self) -> bool {
+        self.end == Some(StackEnd::FrameLimit)
+    }
 }
 
 /// The interned locations and stacks of one session, and its samples per `(pid, stack)`.
@@ -59,12 +66,12 @@ impl StackTable {
         &mut self,
         pid: u32,
         locations: impl IntoIterator<Item = Location>,
-        truncated: bool,
+        end: Option<StackEnd>,
     ) -> StackId {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         ids.extend(locations.into_iter().map(|l| self.location(l)));
-        let stack = self.stack(&ids, truncated);
+        let stack = self.stack(&ids, end);
         self.scratch = ids;
         *self.counts.entry((pid, stack)).or_insert(0) += 1;
         stack
@@ -89,8 +96,8 @@ impl StackTable {
     }
 
     /// The id of a stack, interning it on first sight.
-    pub fn stack(&mut self, ids: &[LocationId], truncated: bool) -> StackId {
-        let hash = self.hasher.hash_one((ids, truncated));
+    pub fn stack(&mut self, ids: &[LocationId], end: Option<StackEnd>) -> StackId {
+        let hash = self.hasher.hash_one((ids, end));
         let (frames, stacks) = (&mut self.frames, &mut self.stacks);
         let ids_of = |span: &StackSpan| -> &[LocationId] {
             let start = span.start as usize;
@@ -102,11 +109,11 @@ impl StackTable {
                 hash,
                 |id| {
                     let span = &stacks[id.0 as usize];
-                    span.truncated == truncated && ids_of(span) == ids
+                    span.end == end && ids_of(span) == ids
                 },
                 |id| {
                     let span = &stacks[id.0 as usize];
-                    self.hasher.hash_one((ids_of(span), span.truncated))
+                    self.hasher.hash_one((ids_of(span), span.end))
                 },
             )
             .or_insert_with(|| {
@@ -115,7 +122,7 @@ impl StackTable {
                 stacks.push(StackSpan {
                     start,
                     len: ids.len() as u32,
-                    truncated,
+                    end,
                 });
                 StackId(stacks.len() as u32 - 1)
             })
@@ -180,6 +187,8 @@ impl StackSnapshot {
 mod tests {
     use super::*;
 
+    const DONE: Option<StackEnd> = Some(StackEnd::Complete);
+
     fn k(ip: u64) -> Location {
         Location::Kernel { ip }
     }
@@ -187,14 +196,14 @@ mod tests {
     #[test]
     fn stacks_and_locations_are_stored_once() {
         let mut table = StackTable::default();
-        let a = table.count(1, [k(1), k(2), k(3)], false);
-        let b = table.count(1, [k(1), k(2), k(3)], false);
-        let c = table.count(2, [k(1), k(2), k(3)], false);
+        let a = table.count(1, [k(1), k(2), k(3)], DONE);
+        let b = table.count(1, [k(1), k(2), k(3)], DONE);
+        let c = table.count(2, [k(1), k(2), k(3)], DONE);
         assert_eq!(a, b);
         assert_eq!(a, c, "one stack for both processes");
-        let truncated = table.count(1, [k(1), k(2), k(3)], true);
+        let truncated = table.count(1, [k(1), k(2), k(3)], Some(StackEnd::FrameLimit));
         assert_ne!(a, truncated, "a cut stack is not the whole one");
-        let other = table.count(1, [k(2), k(3)], false);
+        let other = table.count(1, [k(2), k(3)], DONE);
         assert_ne!(a, other);
         assert_eq!(table.locations.len(), 3);
         assert_eq!(table.stacks.len(), 3);
@@ -210,7 +219,7 @@ mod tests {
         assert_eq!(other_locations, [k(2), k(3)]);
         // Growth follows distinct stacks: a million more samples of known stacks add nothing.
         for _ in 0..1000 {
-            table.count(1, [k(1), k(2), k(3)], false);
+            table.count(1, [k(1), k(2), k(3)], DONE);
         }
         assert_eq!((table.stacks.len(), table.frames.len()), (3, 8));
     }
@@ -218,9 +227,9 @@ mod tests {
     #[test]
     fn snapshots_give_the_flat_profile_by_leaf() {
         let mut table = StackTable::default();
-        table.count(1, [k(1), k(2)], false);
-        table.count(1, [k(1), k(3)], false);
-        table.count(1, [k(2)], false);
+        table.count(1, [k(1), k(2)], DONE);
+        table.count(1, [k(1), k(3)], DONE);
+        table.count(1, [k(2)], DONE);
         let snapshot = table.snapshot();
         let mut leaves = snapshot.leaf_counts();
         leaves.sort();

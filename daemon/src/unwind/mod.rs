@@ -92,11 +92,21 @@ pub enum StackEnd {
     /// A step needed memory below the stack pointer, or an address overflowed: the unwind
     /// information does not match the stack (corrupt, or a wrong guess by frame pointers).
     BadAddress,
+    /// A return address lay outside every mapping of the process: what a frame-pointer walk
+    /// reads past code built without frame pointers. The stack ends at that unknown frame.
+    Unmapped,
+    /// The kernel's frame-pointer walk ended (a null or unreadable frame pointer). Whether that
+    /// was the thread's entry point or code without frame pointers is known once the outermost
+    /// frame is named: a profile says [`StackEnd::Complete`] or [`StackEnd::NoFramePointer`].
+    FramePointerChainEnded,
+    /// A frame-pointer walk ended at a frame that is not a thread's entry point: some caller
+    /// was built without frame pointers (`--call-graph dwarf` unwinds through it).
+    NoFramePointer,
 }
 
 impl StackEnd {
     /// Every reason, in the order of [`UnwindCounters::stacks`].
-    pub const ALL: [StackEnd; 8] = [
+    pub const ALL: [StackEnd; 11] = [
         StackEnd::Complete,
         StackEnd::CopyTooSmall,
         StackEnd::CopyFaulted,
@@ -105,6 +115,9 @@ impl StackEnd {
         StackEnd::NullReturnAddress,
         StackEnd::FramePointerBackwards,
         StackEnd::BadAddress,
+        StackEnd::Unmapped,
+        StackEnd::FramePointerChainEnded,
+        StackEnd::NoFramePointer,
     ];
 
     /// Whether the stack may have been cut short (anything but [`StackEnd::Complete`]).
@@ -123,6 +136,9 @@ impl StackEnd {
             StackEnd::NullReturnAddress => "null return address",
             StackEnd::FramePointerBackwards => "code without unwind information or frame pointer",
             StackEnd::BadAddress => "unwind information does not match the stack",
+            StackEnd::Unmapped => "a return address outside every mapping",
+            StackEnd::FramePointerChainEnded => "the frame-pointer chain ended",
+            StackEnd::NoFramePointer => "a caller without frame pointer",
         }
     }
 

@@ -1080,7 +1080,7 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
                     other => format!("{other:?}"),
                 })
                 .collect();
-            (names, done.stacks.stacks[stack.0 as usize].truncated, n)
+            (names, done.stacks.stacks[stack.0 as usize].truncated(), n)
         })
         .collect();
     stacks.sort();
