@@ -11,7 +11,7 @@
 //! - CPython 3.12's perf trampolines, which have neither, by their known frame layout
 //!   ([`cpython`]), recognised by their bytes read from the live process ([`ReadCode`]).
 //!
-//! Each process gets a framehop unwinder over its own mappings ([`process`]), rebuilt only when
+//! Each process gets a framehop unwinder over its own mappings (`process.rs`), rebuilt only when
 //! its mappings were read again; framehop's rule cache is shared by all processes (its entries
 //! carry the unwinder's generation, so they never leak from one process to another).
 //!

@@ -463,3 +463,99 @@ fn trampoline_bytes_outside_anonymous_memory_are_not_read() {
     assert_eq!(frames[0], s.leaf);
     assert!(fake.asked.is_empty());
 }
+
+/// Builds a shared library without `.eh_frame` (only `.debug_frame`, from `-g`), splits its
+/// debug information into a zlib-compressed debug file beside it and strips it, as
+/// distributions do. Returns the stripped library and the unstripped one.
+fn library_with_debug_file(
+    dir: &Path,
+    name: &str,
+    seed: u32,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::process::Command;
+    let source: String = (0..40)
+        .map(|i| {
+            format!(
+                "int work{i}(int (*cb)(int), int x) {{ int a[16]; for (int i = 0; i < 16; i++) \
+                 a[i] = cb(x + i * {}); int s = 0; for (int i = 0; i < 16; i++) s += a[i] * i; \
+                 return s; }}\n",
+                i + seed
+            )
+        })
+        .collect();
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, source).unwrap();
+    let full = dir.join(format!("{name}.full.so"));
+    let stripped = dir.join(format!("{name}.so"));
+    let debug = dir.join(format!("{name}.debug"));
+    let run = |command: &mut Command| {
+        let status = command
+            .status()
+            .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+        assert!(status.success(), "{command:?}: {status}");
+    };
+    run(Command::new("gcc")
+        .args(["-shared", "-nostdlib", "-fno-asynchronous-unwind-tables"])
+        .args(["-fomit-frame-pointer", "-g", "-O2", "-Wl,--build-id", "-o"])
+        .arg(&full)
+        .arg(&c));
+    run(Command::new("objcopy")
+        .args(["--only-keep-debug", "--compress-debug-sections=zlib"])
+        .arg(&full)
+        .arg(&debug));
+    run(Command::new("objcopy")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg("--strip-debug")
+        .arg(&full)
+        .arg(&stripped));
+    (stripped, full)
+}
+
+#[test]
+fn a_stripped_binary_without_eh_frame_gets_its_debug_files_debug_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stripped, full) = library_with_debug_file(dir.path(), "libdf", 1);
+    let own = UnwindTables::parse(&*std::fs::read(&stripped).unwrap()).unwrap();
+    assert_eq!(
+        own.kind(),
+        "none",
+        "the fixture must have no CFI of its own"
+    );
+    let expected = UnwindTables::parse(&*std::fs::read(&full).unwrap()).unwrap();
+    assert_eq!(expected.kind(), ".debug_frame");
+
+    let modules = Modules::new();
+    let id = FileId::from_metadata(&std::fs::metadata(&stripped).unwrap());
+    let module = modules.register(id, &stripped, || File::open(&stripped));
+    let tables = modules
+        .get(module)
+        .unwrap()
+        .unwind_sections(&modules)
+        .unwrap();
+    assert_eq!(tables.kind(), ".debug_frame");
+    // Decompressed from the debug file: the very bytes the unstripped library has.
+    assert_eq!(tables.section_bytes(), expected.section_bytes());
+    assert_eq!(
+        format!("{:?}", tables.section_info().debug_frame),
+        format!("{:?}", expected.section_info().debug_frame)
+    );
+
+    // A debug file of another build under the same name is not taken.
+    let other = tempfile::tempdir().unwrap();
+    let (stripped_b, _) = library_with_debug_file(other.path(), "libdf", 2);
+    let third = tempfile::tempdir().unwrap();
+    library_with_debug_file(third.path(), "libdf", 3);
+    std::fs::copy(
+        third.path().join("libdf.debug"),
+        other.path().join("libdf.debug"),
+    )
+    .unwrap();
+    let id = FileId::from_metadata(&std::fs::metadata(&stripped_b).unwrap());
+    let module = modules.register(id, &stripped_b, || File::open(&stripped_b));
+    let tables = modules
+        .get(module)
+        .unwrap()
+        .unwind_sections(&modules)
+        .unwrap();
+    assert_eq!(tables.kind(), "none");
+}
