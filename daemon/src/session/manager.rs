@@ -32,7 +32,7 @@ use super::{
     routes::Routes,
 };
 use crate::{
-    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, period_of},
+    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, UserCopy, period_of},
     codemap::{
         code::CodeStore,
         registry::{CodeMaps, RoutedSample, SampleFrame},
@@ -263,6 +263,7 @@ pub fn spawn_manager(
         online_cpus: sys::online_cpus(),
         counters: Counters::default(),
         last_forget_ns: 0,
+        user_scratch: Vec::new(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -290,6 +291,11 @@ struct Counters {
     stacks_truncated: u64,
     user_stacks_failed: u64,
     stack_frames_unmapped: u64,
+    /// Samples that came with a copy of the user stack, and its bytes in all.
+    user_copies: u64,
+    user_copy_bytes: u64,
+    /// Copies that stopped at an unreadable page before the size asked for.
+    user_copies_faulted: u64,
 }
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
@@ -313,6 +319,8 @@ struct Manager {
     online_cpus: u32,
     counters: Counters,
     last_forget_ns: u64,
+    /// Reused for each sample's user stack, so that routing allocates nothing for it.
+    user_scratch: Vec<u64>,
 }
 
 impl Manager {
@@ -724,7 +732,7 @@ impl Manager {
             match event.kind {
                 EVENT_SAMPLE => {
                     let (kernel, user) = batch.stack(i);
-                    self.route(event, kernel, user, now)
+                    self.route(event, kernel, user, batch.user_copy(i), now)
                 }
                 EVENT_EXEC => self.exec(event),
                 _ => self.counters.unknown_events += 1,
@@ -887,7 +895,14 @@ impl Manager {
     /// Counts a sample in the sessions that want it: its stack (leaf first) for those that
     /// asked for stacks, its leaf alone for the others. A sample with a frame in anonymous
     /// executable memory waits for its process's code maps to be known up to its time.
-    fn route(&mut self, event: &Event, kernel: &[u64], user: &[u64], now_ns: u64) {
+    fn route(
+        &mut self,
+        event: &Event,
+        kernel: &[u64],
+        user: &[u64],
+        copy: Option<UserCopy<'_>>,
+        now_ns: u64,
+    ) {
         let wanting: Vec<(u64, bool)> = self
             .by_period
             .get(&event.period_ns)
@@ -917,7 +932,7 @@ impl Manager {
             }
         }
         let whole = wanting.iter().any(|&(_, whole)| whole);
-        let (frames, truncated) = self.frames_of(event, kernel, user, whole, now_ns);
+        let (frames, truncated) = self.frames_of(event, kernel, user, copy, whole, now_ns);
         let routed = RoutedSample {
             tid: event.tid,
             kernel: event.is_kernel(),
@@ -947,21 +962,23 @@ impl Manager {
     }
 
     /// The frames of a sample, leaf first: the leaf alone unless `whole`, else the kernel
-    /// frames (when the tick landed in the kernel) then the user frames, each placed in its
-    /// process now, while its mappings are known. Returns whether the stack was cut at the
-    /// depth limit. Never empty: the leaf comes first whatever the stacks say.
+    /// frames (when the tick landed in the kernel) then the user frames
+    /// ([`Manager::user_frames_of`]), each placed in its process now, while its mappings are
+    /// known. Returns whether the stack was cut at the depth limit. Never empty: the leaf comes
+    /// first whatever the stacks say.
     fn frames_of(
         &mut self,
         event: &Event,
         kernel: &[u64],
-        user: &[u64],
+        user_fp: &[u64],
+        copy: Option<UserCopy<'_>>,
         whole: bool,
         now_ns: u64,
     ) -> (Vec<SampleFrame>, bool) {
         let pid = event.tgid;
         let stacked = whole && event.flags & FLAG_STACK != 0;
         let mut frames = Vec::with_capacity(if stacked {
-            1 + kernel.len() + user.len()
+            1 + kernel.len() + user_fp.len().max(1)
         } else {
             1
         });
@@ -997,9 +1014,19 @@ impl Manager {
         if truncated {
             self.counters.stacks_truncated += 1;
         }
+        if let Some(copy) = &copy {
+            self.counters.user_copies += 1;
+            self.counters.user_copy_bytes += copy.stack.len() as u64;
+            if copy.faulted {
+                self.counters.user_copies_faulted += 1;
+            }
+        }
+        let mut unwound = std::mem::take(&mut self.user_scratch);
+        unwound.clear();
+        self.user_frames_of(event, user_fp, copy, &mut unwound);
         // The user stack's first entry is where user code was interrupted (the leaf itself in
         // user mode, the instruction after the system call in kernel mode): looked up as is.
-        let mut user = user.iter().copied().enumerate();
+        let mut user = unwound.iter().copied().enumerate();
         if !event.is_kernel() {
             frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
             // The walker starts at the same instruction pointer.
@@ -1024,7 +1051,32 @@ impl Manager {
                 break;
             }
         }
+        self.user_scratch = unwound;
         (frames, truncated)
+    }
+
+    /// The user stack of a sample into `out`, leaf first, as the kernel's frame-pointer walk
+    /// gives it: the user instruction pointer (where user code was interrupted, or will
+    /// resume after the system call when the tick landed in the kernel), then return
+    /// addresses.
+    ///
+    /// The seam for `--call-graph dwarf`: a sample with a [`UserCopy`] is to be unwound here
+    /// from its registers and stack. Until the unwinder is wired in, it gets the frame-pointer
+    /// frames when a session on the same target asked for them too, else its user
+    /// instruction pointer alone: one user frame, under the kernel frames if any.
+    fn user_frames_of(
+        &mut self,
+        _event: &Event,
+        user_fp: &[u64],
+        copy: Option<UserCopy<'_>>,
+        out: &mut Vec<u64>,
+    ) {
+        out.extend_from_slice(user_fp);
+        if out.is_empty()
+            && let Some(copy) = copy
+        {
+            out.push(copy.ip);
+        }
     }
 
     /// A user-space frame of `pid` at `address`, placed by `lookup` (the address itself, or a
@@ -1207,6 +1259,9 @@ impl Manager {
             ("stacks_truncated", c.stacks_truncated),
             ("user_stacks_failed", c.user_stacks_failed),
             ("stack_frames_unmapped", c.stack_frames_unmapped),
+            ("user_copies", c.user_copies),
+            ("user_copy_bytes", c.user_copy_bytes),
+            ("user_copies_faulted", c.user_copies_faulted),
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
             ("maps_bad_lines", p.maps_bad_lines),
