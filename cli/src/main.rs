@@ -12,7 +12,9 @@ use vmscope::{
     },
     sessions,
 };
-use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV, v1::CallGraph};
+use vmscope_proto::{
+    DEFAULT_DWARF_STACK_BYTES, DEFAULT_SOCKET, MAX_DWARF_STACK_BYTES, SOCKET_ENV, v1::CallGraph,
+};
 
 /// Profile language VMs (JIT code, interpreter, libraries, kernel) through the vmscoped daemon.
 #[derive(Debug, Parser)]
@@ -80,13 +82,17 @@ struct RecordArgs {
     /// graphs are made of. At 1400 Hz it costs the target about 1% more CPU time than `none`
     /// with 100-frame stacks (2.3% in all, as much as `perf record -g`). Code built without
     /// frame pointers (most distributions' -O2 libraries, HotSpot without
-    /// -XX:+PreserveFramePointer, CPython) ends a stack early or skips its caller. `none`:
-    /// the interrupted instruction only, for the flat report alone.
+    /// -XX:+PreserveFramePointer, CPython) ends a stack early or skips its caller.
+    /// `dwarf[,SIZE]`: the kernel stack, and the user registers with a copy of the top SIZE
+    /// bytes of the user stack (8192 unless given, at most 65528, rounded up to a multiple of
+    /// 8, as perf does), unwound by the daemon from the binaries' DWARF call frame
+    /// information: complete stacks through code without frame pointers. `none`: the
+    /// interrupted instruction only, for the flat report alone.
     #[arg(
         long = "call-graph",
-        value_enum,
         value_name = "MODE",
-        default_value_t = CallGraphArg::Fp
+        value_parser = CallGraphArg::parse,
+        default_value = "fp"
     )]
     call_graph: CallGraphArg,
     /// Same as --call-graph fp, as in perf.
@@ -156,12 +162,48 @@ struct OutputArgs {
 }
 
 /// `--call-graph`, spelt as perf spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CallGraphArg {
     /// The interrupted instruction only.
     None,
     /// Kernel and user stacks by frame pointers.
     Fp,
+    /// The kernel stack, and the user stack unwound from a copy of this many bytes of it.
+    Dwarf(u32),
+}
+
+impl CallGraphArg {
+    /// `none`, `fp`, `dwarf` or `dwarf,SIZE`. As in perf, SIZE is rounded up to a multiple of 8
+    /// and must then be from 8 to 65528.
+    fn parse(text: &str) -> Result<CallGraphArg, String> {
+        let (mode, size) = match text.split_once(',') {
+            Some((mode, size)) => (mode, Some(size)),
+            None => (text, None),
+        };
+        match (mode, size) {
+            ("none", None) => Ok(CallGraphArg::None),
+            ("fp", None) => Ok(CallGraphArg::Fp),
+            ("dwarf", None) => Ok(CallGraphArg::Dwarf(DEFAULT_DWARF_STACK_BYTES)),
+            ("dwarf", Some(size)) => {
+                let bad = || {
+                    format!(
+                        "stack dump size {size:?} is not a number of bytes from 1 to \
+                         {MAX_DWARF_STACK_BYTES}"
+                    )
+                };
+                let bytes: u32 = size.trim().parse().map_err(|_| bad())?;
+                let bytes = bytes.checked_next_multiple_of(8).ok_or_else(bad)?;
+                if bytes == 0 || bytes > MAX_DWARF_STACK_BYTES {
+                    return Err(bad());
+                }
+                Ok(CallGraphArg::Dwarf(bytes))
+            }
+            ("none" | "fp", Some(_)) => Err(format!("{mode} takes no size")),
+            _ => Err(format!(
+                "unknown call graph mode {text:?}: give none, fp, dwarf or dwarf,SIZE"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -288,6 +330,11 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
         call_graph: match args.call_graph {
             CallGraphArg::None => CallGraph::None,
             CallGraphArg::Fp => CallGraph::Fp,
+            CallGraphArg::Dwarf(_) => CallGraph::Dwarf,
+        },
+        dwarf_stack_bytes: match args.call_graph {
+            CallGraphArg::Dwarf(bytes) => Some(bytes),
+            _ => None,
         },
         format: args.output.format(),
         report: args.output.options()?,
@@ -364,11 +411,47 @@ mod tests {
     use super::*;
 
     fn call_graph(args: &[&str]) -> anyhow::Result<CallGraph> {
+        Ok(call_graph_and_size(args)?.0)
+    }
+
+    fn call_graph_and_size(args: &[&str]) -> anyhow::Result<(CallGraph, Option<u32>)> {
         let cli = Cli::try_parse_from(["vmscope", "record", "-p", "1"].iter().chain(args))?;
         let Command::Record(args) = cli.command else {
             panic!("not a record command");
         };
-        Ok(record_options(args)?.call_graph)
+        let options = record_options(args)?;
+        Ok((options.call_graph, options.dwarf_stack_bytes))
+    }
+
+    #[test]
+    fn dwarf_call_graphs_parse_as_in_perf() {
+        let dwarf = |arg: &str| call_graph_and_size(&["--call-graph", arg]);
+        assert_eq!(dwarf("dwarf").unwrap(), (CallGraph::Dwarf, Some(8192)));
+        assert_eq!(
+            dwarf("dwarf,16384").unwrap(),
+            (CallGraph::Dwarf, Some(16384))
+        );
+        assert_eq!(
+            dwarf("dwarf,65528").unwrap(),
+            (CallGraph::Dwarf, Some(65528))
+        );
+        assert_eq!(
+            dwarf("dwarf,100").unwrap(),
+            (CallGraph::Dwarf, Some(104)),
+            "rounded up to 8 bytes, as perf does"
+        );
+        for bad in [
+            "dwarf,0",
+            "dwarf,65529",
+            "dwarf,65536",
+            "dwarf,",
+            "dwarf,8k",
+            "fp,8",
+            "lbr",
+        ] {
+            assert!(dwarf(bad).is_err(), "{bad}");
+        }
+        assert_eq!(call_graph_and_size(&["-g"]).unwrap(), (CallGraph::Fp, None));
     }
 
     #[test]
@@ -381,6 +464,5 @@ mod tests {
             CallGraph::None
         );
         assert!(call_graph(&["-g", "--call-graph", "none"]).is_err());
-        assert!(call_graph(&["--call-graph", "dwarf"]).is_err());
     }
 }

@@ -56,6 +56,9 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Call stacks to record with each sample.
     pub call_graph: pb::CallGraph,
+    /// With [`pb::CallGraph::Dwarf`], bytes of user stack to copy per sample; the daemon's
+    /// default (8192) when unset.
+    pub dwarf_stack_bytes: Option<u32>,
     /// Report format.
     pub format: Format,
     /// Report options.
@@ -269,6 +272,7 @@ async fn start(
             .context("duration out of range")?,
         keep_samples: 0,
         call_graph: options.call_graph as i32,
+        dwarf_stack_bytes: options.dwarf_stack_bytes,
     };
     let session = client
         .start_session(request)

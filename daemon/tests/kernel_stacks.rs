@@ -2,8 +2,8 @@
 //! fixture process is made a target, and the raw ring-buffer records are checked against the
 //! fixture's symbols, without any of the daemon's aggregation.
 //!
-//! Fixtures (tests/fixtures/fp_*.c) are built non-PIE so that symbol values are run-time
-//! addresses. A test that cannot load BPF fails and says why.
+//! Fixtures (tests/fixtures/fp_*.c, dwarf_*.c) are built non-PIE so that symbol values are
+//! run-time addresses. A test that cannot load BPF fails and says why.
 
 use std::{
     path::{Path, PathBuf},
@@ -14,8 +14,9 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use object::{Object, ObjectSymbol};
 use vmscope_common::{
-    EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_STACK_FAILED,
-    FLAG_USER_TRUNCATED, MAX_STACK_FRAMES, RING_BUFFER_BYTES, TargetKey,
+    EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED,
+    FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, MAX_STACK_FRAMES, MAX_USER_COPY,
+    RING_BUFFER_BYTES, TargetKey, UserCopyHeader, WANT_STACKS, Wants,
 };
 use vmscoped::{
     bpf::{Sampler, SamplerControl, period_of},
@@ -25,6 +26,23 @@ use vmscoped::{
 /// Lowest address of the x86_64 kernel half.
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 
+/// Frame-pointer stacks, as `--call-graph fp` asks.
+const FP: Wants = Wants {
+    flags: WANT_STACKS,
+    user_copy_bytes: 0,
+};
+
+/// A copy of `bytes` of user stack, as `--call-graph dwarf,BYTES` asks.
+const fn dwarf(bytes: u32) -> Wants {
+    Wants {
+        flags: 0,
+        user_copy_bytes: bytes,
+    }
+}
+
+/// The pattern `tests/fixtures/dwarf_magic.c` writes on its stack.
+const MAGIC: u64 = 0x5ca1_ab1e_dead_c0de;
+
 /// One ring-buffer record, decoded.
 #[derive(Debug)]
 struct Record {
@@ -32,6 +50,8 @@ struct Record {
     event: Event,
     kernel: Vec<u64>,
     user: Vec<u64>,
+    /// The user registers and stack copy, with `--call-graph dwarf`.
+    copy: Option<(UserCopyHeader, Vec<u8>)>,
 }
 
 /// A fixture process, killed when dropped.
@@ -44,13 +64,21 @@ struct Fixture {
 impl Fixture {
     /// Builds `tests/fixtures/NAME.c` (non-PIE, frame pointers) and runs it.
     fn start(name: &str) -> Fixture {
+        Fixture::start_built(
+            name,
+            &["-O1", "-g", "-fno-inline", "-fno-omit-frame-pointer"],
+        )
+    }
+
+    /// Builds `tests/fixtures/NAME.c` non-PIE with these flags and runs it.
+    fn start_built(name: &str, flags: &[&str]) -> Fixture {
         let dir = tempfile::tempdir().expect("temp dir");
         let exe = dir.path().join(name);
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures")
             .join(format!("{name}.c"));
         let out = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-inline", "-fno-omit-frame-pointer"])
+            .args(flags)
             .args(["-fno-pie", "-no-pie", "-o"])
             .arg(&exe)
             .arg(&src)
@@ -94,11 +122,11 @@ impl Drop for Fixture {
     }
 }
 
-/// Loads the sampler, samples `pid` at 1400 Hz (with stacks or without) for `run`, and returns
+/// Loads the sampler, samples `pid` at 1400 Hz (with what `wants` says) for `run`, and returns
 /// its records.
-fn sample(pid: u32, stacks: bool, run: Duration) -> Vec<Record> {
+fn sample(pid: u32, wants: Wants, run: Duration) -> Vec<Record> {
     sample_with(run, |sampler, period_ns| {
-        sampler.set_target(target(period_ns, pid), stacks)
+        sampler.set_target(target(period_ns, pid), wants)
     })
     .into_iter()
     .filter(|r| r.event.tgid == pid)
@@ -149,11 +177,16 @@ fn drain(ring: &mut RingBuf<MapData>, records: &mut Vec<Record>) {
             .unwrap_or_else(|| panic!("a record shorter than its counts: {event:?}"))
             .collect();
         let (kernel, user) = frames.split_at(usize::from(event.kernel_frames));
+        let copy = event
+            .user_copy_from_bytes(&item)
+            .unwrap_or_else(|_| panic!("a record shorter than its copy: {event:?}"))
+            .map(|(header, stack)| (header, stack.to_vec()));
         records.push(Record {
             len: item.len(),
             event,
             kernel: kernel.to_vec(),
             user: user.to_vec(),
+            copy,
         });
     }
 }
@@ -172,7 +205,7 @@ fn user_stacks_follow_the_call_chain() {
         fixture.function("outer"),
         fixture.function("main"),
     );
-    let records = sample(fixture.pid(), true, Duration::from_secs(1));
+    let records = sample(fixture.pid(), FP, Duration::from_secs(1));
     assert!(records.len() >= 50, "only {} samples", records.len());
     for r in &records {
         assert_ne!(r.event.flags & FLAG_STACK, 0, "{r:?}");
@@ -210,7 +243,7 @@ fn user_stacks_follow_the_call_chain() {
 fn kernel_ticks_carry_the_kernel_stack_over_the_user_stack() {
     let fixture = Fixture::start("fp_syscalls");
     let (read_chunk, main) = (fixture.function("read_chunk"), fixture.function("main"));
-    let records = sample(fixture.pid(), true, Duration::from_secs(1));
+    let records = sample(fixture.pid(), FP, Duration::from_secs(1));
     let kernel: Vec<&Record> = records.iter().filter(|r| r.event.is_kernel()).collect();
     assert!(
         kernel.len() >= 25,
@@ -255,7 +288,7 @@ fn deep_recursion_fills_the_limit_and_is_marked_truncated() {
     let fixture = Fixture::start("fp_recursion");
     let (bottom, recurse) = (fixture.function("bottom"), fixture.function("recurse"));
     let limit = depth_limit();
-    let records = sample(fixture.pid(), true, Duration::from_secs(1));
+    let records = sample(fixture.pid(), FP, Duration::from_secs(1));
     let at_bottom: Vec<&Record> = records
         .iter()
         .filter(|r| !r.event.is_kernel() && bottom.contains(&r.user[0]))
@@ -280,7 +313,7 @@ fn deep_recursion_fills_the_limit_and_is_marked_truncated() {
 #[test]
 fn targets_without_stacks_get_bare_events() {
     let fixture = Fixture::start("fp_chain");
-    let records = sample(fixture.pid(), false, Duration::from_millis(500));
+    let records = sample(fixture.pid(), Wants::default(), Duration::from_millis(500));
     assert!(records.len() >= 25, "only {} samples", records.len());
     for r in &records {
         assert_eq!(r.len, Event::SIZE, "{r:?}");
@@ -296,8 +329,8 @@ fn a_stack_target_gets_stacks_while_system_wide_mode_does_not() {
     // A busy process of our own beside it, sampled by the system-wide entry only.
     let other = Fixture::start("fp_recursion");
     let records = sample_with(Duration::from_secs(1), |sampler, period_ns| {
-        sampler.set_system_wide(period_ns, false)?;
-        sampler.set_target(target(period_ns, pid), true)
+        sampler.set_system_wide(period_ns, Wants::default())?;
+        sampler.set_target(target(period_ns, pid), FP)
     });
     let (mine, others): (Vec<&Record>, Vec<&Record>) =
         records.iter().partition(|r| r.event.tgid == pid);
@@ -322,4 +355,189 @@ fn a_stack_target_gets_stacks_while_system_wide_mode_does_not() {
         assert_eq!(r.len, Event::SIZE, "{r:?}");
         assert_eq!(r.event.flags & FLAG_STACK, 0, "{r:?}");
     }
+}
+
+/// Builds and runs `tests/fixtures/dwarf_magic.c` as `--call-graph dwarf` is meant for: -O2,
+/// no frame pointers.
+fn magic_fixture() -> Fixture {
+    Fixture::start_built("dwarf_magic", &["-O2", "-g", "-fomit-frame-pointer"])
+}
+
+/// Offsets (from sp) at which the copied stack holds `word`, 8-aligned.
+fn offsets_of(stack: &[u8], word: u64) -> Vec<usize> {
+    stack
+        .chunks_exact(8)
+        .enumerate()
+        .filter(|(_, w)| u64::from_ne_bytes((*w).try_into().unwrap()) == word)
+        .map(|(i, _)| 8 * i)
+        .collect()
+}
+
+/// Checks what every record of a copy of `asked` bytes must hold, and returns the copies.
+fn copies_of(records: &[Record], asked: u32) -> Vec<(&Record, &UserCopyHeader, &[u8])> {
+    records
+        .iter()
+        .map(|r| {
+            assert_ne!(r.event.flags & FLAG_USER_COPY, 0, "no copy: {r:?}");
+            assert_ne!(r.event.flags & FLAG_STACK, 0, "{r:?}");
+            let (header, stack) = r.copy.as_ref().expect("a copy");
+            assert_eq!(header.len as usize, stack.len());
+            assert!(
+                header.len <= asked,
+                "{} bytes copied of {asked}",
+                header.len
+            );
+            let faulted = r.event.flags & FLAG_USER_COPY_FAULTED != 0;
+            assert!(
+                header.len == asked || faulted,
+                "short copy ({} of {asked}) without a fault",
+                header.len
+            );
+            assert!(
+                header.ip < KERNEL_START && header.sp < KERNEL_START,
+                "{header:x?}"
+            );
+            assert_eq!(header.sp % 8, 0, "sp {:#x} not 8-aligned", header.sp);
+            assert_eq!(
+                r.len,
+                Event::SIZE
+                    + 8 * (r.kernel.len() + r.user.len())
+                    + UserCopyHeader::SIZE
+                    + stack.len(),
+                "only the bytes copied are sent"
+            );
+            (r, header, &stack[..])
+        })
+        .collect()
+}
+
+#[test]
+fn user_stack_copies_hold_the_locals_of_the_interrupted_function() {
+    let fixture = magic_fixture();
+    let spin = fixture.function("spin_with_magic");
+    let records = sample(fixture.pid(), dwarf(8192), Duration::from_secs(1));
+    assert!(records.len() >= 50, "only {} samples", records.len());
+    let copies = copies_of(&records, 8192);
+    let mut offsets = std::collections::BTreeSet::new();
+    let mut in_spin = 0;
+    for (r, header, stack) in &copies {
+        assert!(
+            r.user.is_empty(),
+            "no frame-pointer walk was asked for: {r:?}"
+        );
+        if r.event.is_kernel() {
+            continue;
+        }
+        assert_eq!(
+            header.ip, r.event.ip,
+            "user tick: the copy's ip is the tick's"
+        );
+        if !spin.contains(&header.ip) {
+            continue;
+        }
+        in_spin += 1;
+        let found = offsets_of(stack, MAGIC);
+        assert_eq!(found.len(), 1, "the pattern once in the copy: {found:?}");
+        // The words after it are the rest of the pattern.
+        let at = found[0];
+        assert_eq!(offsets_of(&stack[at..], MAGIC + 15), [15 * 8], "{r:?}");
+        offsets.insert(at);
+    }
+    assert!(
+        in_spin * 10 >= copies.len() * 8,
+        "{in_spin} of {} samples in spin_with_magic",
+        copies.len()
+    );
+    assert_eq!(
+        offsets.len(),
+        1,
+        "the pattern is at one sp-relative offset in every sample: {offsets:?}"
+    );
+    let mean = records.iter().map(|r| r.len).sum::<usize>() / records.len();
+    eprintln!(
+        "dwarf,8192 on a shallow -O2 fixture: {} samples, mean record {mean} bytes, \
+         pattern at sp+{}",
+        records.len(),
+        offsets.first().unwrap()
+    );
+}
+
+#[test]
+fn kernel_ticks_carry_the_user_registers_the_task_returns_to() {
+    let fixture = Fixture::start("fp_syscalls");
+    let read_chunk = fixture.function("read_chunk");
+    let records = sample(fixture.pid(), dwarf(8192), Duration::from_secs(1));
+    let copies = copies_of(&records, 8192);
+    let kernel: Vec<_> = copies
+        .iter()
+        .filter(|(r, ..)| r.event.is_kernel())
+        .collect();
+    assert!(
+        kernel.len() >= 25,
+        "{} kernel ticks of {}",
+        kernel.len(),
+        records.len()
+    );
+    for (r, ..) in &kernel {
+        assert!(!r.kernel.is_empty(), "the kernel stack comes too: {r:?}");
+        assert_eq!(r.kernel[0], r.event.ip);
+    }
+    // The syscall is issued inline in read_chunk: the task resumes right after it. (A tick at
+    // the very entry of the syscall may precede the saved user state.)
+    let in_read_chunk = kernel
+        .iter()
+        .filter(|(_, header, _)| read_chunk.contains(&header.ip))
+        .count();
+    assert!(
+        in_read_chunk * 10 >= kernel.len() * 9,
+        "{in_read_chunk} of {} kernel ticks resume in read_chunk: {:x?}",
+        kernel.len(),
+        kernel.iter().take(5).map(|(_, h, _)| h).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn the_largest_copy_stops_where_the_stack_ends_and_keeps_its_top() {
+    let fixture = magic_fixture();
+    let spin = fixture.function("spin_with_magic");
+    let records = sample(fixture.pid(), dwarf(MAX_USER_COPY), Duration::from_secs(1));
+    assert!(records.len() >= 50, "only {} samples", records.len());
+    let copies = copies_of(&records, MAX_USER_COPY);
+    let mut in_spin = 0;
+    for (r, header, stack) in &copies {
+        // The main thread's stack holds main, the C start-up and the environment: far less
+        // than 64 KiB above spin_with_magic, then the end of the mapping.
+        assert_ne!(r.event.flags & FLAG_USER_COPY_FAULTED, 0, "{header:x?}");
+        assert!(stack.len() < MAX_USER_COPY as usize);
+        if !r.event.is_kernel() && spin.contains(&header.ip) {
+            in_spin += 1;
+            assert_eq!(offsets_of(stack, MAGIC).len(), 1, "the top bytes are kept");
+        }
+    }
+    assert!(in_spin >= 40, "{in_spin} samples in spin_with_magic");
+    let mean = records.iter().map(|r| r.len).sum::<usize>() / records.len();
+    eprintln!("dwarf,65528 on a shallow -O2 fixture: mean record {mean} bytes");
+}
+
+#[test]
+fn frame_pointer_stacks_and_copies_come_together_when_both_are_asked_for() {
+    let fixture = Fixture::start("fp_chain");
+    let inner = fixture.function("inner");
+    let both = Wants {
+        flags: WANT_STACKS,
+        user_copy_bytes: 4096,
+    };
+    let records = sample(fixture.pid(), both, Duration::from_millis(500));
+    assert!(records.len() >= 25, "only {} samples", records.len());
+    let copies = copies_of(&records, 4096);
+    for (r, header, _) in &copies {
+        assert!(!r.user.is_empty(), "fp frames as well: {r:?}");
+        if !r.event.is_kernel() {
+            assert_eq!(r.user[0], header.ip, "both start at the user ip");
+        }
+    }
+    assert!(
+        copies.iter().any(|(_, h, _)| inner.contains(&h.ip)),
+        "ticks in inner"
+    );
 }

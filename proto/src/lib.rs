@@ -30,6 +30,13 @@ pub mod pprof {
 /// VMProfiler.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 1400;
 
+/// Bytes of user stack copied per sample with `CALL_GRAPH_DWARF` when the request names no
+/// size: perf's default for `--call-graph dwarf`.
+pub const DEFAULT_DWARF_STACK_BYTES: u32 = 8192;
+
+/// Most bytes of user stack a `CALL_GRAPH_DWARF` session may copy per sample: perf's limit.
+pub const MAX_DWARF_STACK_BYTES: u32 = 65528;
+
 /// Socket path the daemon listens on and clients connect to unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/vmscope/vmscoped.sock";
 

@@ -29,7 +29,8 @@ use vmscope_report::{
 /// Fields: `session_id`, `targets`, `system_wide`, `vm_executable`, `started_at` (RFC 3339 UTC
 /// or null), `duration_seconds`, `requested_frequency_hz`, `measured_frequency_hz`,
 /// `cpu_seconds`, `host_steal_percent`, `busy_cpus`, `total_samples`, `vm_samples`, `vm_percent_of_total`,
-/// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `complete`, `stop_reason` (or null),
+/// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `call_graph` (`none`, `fp`, `dwarf`
+/// or `unknown`), `dwarf_stack_bytes` (with `dwarf`, else null), `complete`, `stop_reason` (or null),
 /// `incomplete_reason` (or null), `jit_samples_before_code_map`, `processes` (how many),
 /// `vm_modules` (modules other than the executable counted as the VM: `module`, `runtime` or
 /// null when `--vm-module` named it, `samples`), `sections` and `symbolization_issues`.
@@ -56,6 +57,8 @@ pub struct JsonReport<'a> {
     vm_percent_of_total: f64,
     lost_samples: u64,
     lost_samples_per_cpu: &'a [u64],
+    call_graph: &'static str,
+    dwarf_stack_bytes: Option<u32>,
     complete: bool,
     stop_reason: Option<&'a str>,
     incomplete_reason: Option<&'a str>,
@@ -248,6 +251,8 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
         vm_percent_of_total: round2(report.vm_percent_of_total),
         lost_samples: report.lost_samples,
         lost_samples_per_cpu: &report.lost_samples_per_cpu,
+        call_graph: report.call_graph_mode,
+        dwarf_stack_bytes: report.dwarf_stack_bytes,
         complete: report.complete,
         stop_reason: report.stop_reason.as_deref(),
         incomplete_reason: report.incomplete_reason.as_deref(),
@@ -457,6 +462,8 @@ mod tests {
             json["lost_samples_per_cpu"],
             serde_json::json!([12, 0, 0, 4])
         );
+        assert_eq!(json["call_graph"], report.call_graph_mode);
+        assert_eq!(json["dwarf_stack_bytes"], serde_json::Value::Null);
         assert_eq!(json["complete"], true);
         assert_eq!(json["stop_reason"], "all targets exited");
         assert_eq!(
@@ -467,6 +474,17 @@ mod tests {
                 "samples": 98
             })
         );
+    }
+
+    #[test]
+    fn dwarf_sessions_say_how_much_stack_they_copied() {
+        let mut profile = node_profile();
+        let session = profile.session.get_or_insert_with(Default::default);
+        session.call_graph = pb::CallGraph::Dwarf as i32;
+        session.dwarf_stack_bytes = 65528;
+        let json = parsed(&Report::from_profile(&profile, &OPTIONS));
+        assert_eq!(json["call_graph"], "dwarf");
+        assert_eq!(json["dwarf_stack_bytes"], 65528);
     }
 
     #[test]

@@ -145,6 +145,7 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
         percent(report.vm_percent_of_total)
     )?;
     writeln!(out, "{} samples lost", report.lost_samples)?;
+    writeln!(out, "call graph: {}", report.call_graph_label())?;
     if !report.vm_modules.is_empty() {
         let modules: Vec<String> = report
             .vm_modules
@@ -1234,6 +1235,7 @@ session running; numbers are a snapshot
 0.000 seconds; sampling frequency 0 hz per busy CPU (0 hz requested; 0.00 busy CPUs)
 0 samples in the VM (0 samples in the entire program) 0.00% of total
 0 samples lost
+call graph: unknown
 
 0 samples in vanilla vm code 0.00% of entire vm (0.00% of total)
 0 samples in other code (0.00% of total)

@@ -397,6 +397,11 @@ pub struct Report {
     /// profile's stacks can be read as call trees ([`crate::tree`]). False for sessions
     /// without call graph and for profiles of daemons that do not say.
     pub call_graph: bool,
+    /// How the session recorded call stacks: `none`, `fp`, `dwarf`, or `unknown` from a daemon
+    /// that does not say. See [`Report::call_graph_label`].
+    pub call_graph_mode: &'static str,
+    /// With DWARF stacks, the bytes of user stack copied per sample at most.
+    pub dwarf_stack_bytes: Option<u32>,
     /// Samples whose stack was cut at the depth limit (`kernel.perf_event_max_stack`): their
     /// outermost callers are missing.
     pub truncated_stacks: u64,
@@ -445,13 +450,29 @@ fn v8_interpreted_frames(profile: &Profile) -> Option<f64> {
 }
 
 impl Report {
+    /// The call graph mode as the header says it: `fp`, or `dwarf (8192 bytes of stack)`.
+    pub fn call_graph_label(&self) -> String {
+        match self.dwarf_stack_bytes {
+            Some(bytes) => format!("{} ({bytes} bytes of stack)", self.call_graph_mode),
+            None => self.call_graph_mode.to_owned(),
+        }
+    }
+
     /// Computes the report of `profile`: sorts each section, folds its small rows and derives
     /// every percentage. Never fails: a profile with missing or odd fields gives zeros, not NaN.
     pub fn from_profile(profile: &Profile, options: &ReportOptions) -> Report {
         let no_session = Session::default();
         let session = profile.session.as_ref().unwrap_or(&no_session);
         let total = profile.total_samples;
-        let call_graph = session.call_graph() == CallGraph::Fp;
+        let call_graph = matches!(session.call_graph(), CallGraph::Fp | CallGraph::Dwarf);
+        let dwarf_stack_bytes =
+            (session.call_graph() == CallGraph::Dwarf).then_some(session.dwarf_stack_bytes);
+        let call_graph_mode = match session.call_graph() {
+            CallGraph::Unspecified => "unknown",
+            CallGraph::None => "none",
+            CallGraph::Fp => "fp",
+            CallGraph::Dwarf => "dwarf",
+        };
 
         let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         let mut vm_modules: BTreeMap<&str, VmModule> = BTreeMap::new();
@@ -582,6 +603,8 @@ impl Report {
             sections,
             issues: merge_issues(profile),
             call_graph,
+            call_graph_mode,
+            dwarf_stack_bytes,
             truncated_stacks: profile.truncated_stacks,
             early_stack_ends: profile
                 .stack_ends
@@ -2024,6 +2047,20 @@ mod tests {
             assert!(!report.call_graph);
             assert_eq!(find(&report, "Integer>>benchmark").inclusive_samples, None);
         }
+        // DWARF stacks are stacks too, and the header says how much stack was copied.
+        if let Some(session) = profile.session.as_mut() {
+            session.call_graph = CallGraph::Dwarf as i32;
+            session.dwarf_stack_bytes = 16384;
+        }
+        let report = Report::from_profile(&profile, &OPTIONS);
+        assert!(report.call_graph);
+        assert_eq!(report.call_graph_mode, "dwarf");
+        assert_eq!(report.call_graph_label(), "dwarf (16384 bytes of stack)");
+        assert_eq!(report.dwarf_stack_bytes, Some(16384));
+        assert_eq!(
+            find(&report, "Integer>>benchmark").inclusive_samples,
+            Some(1904)
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use vmscope_common::TargetKey;
+use vmscope_common::{TargetKey, WANT_STACKS, Wants};
 
 use super::{LostCounts, SamplerControl, SamplerError};
 
@@ -17,12 +17,17 @@ pub struct FakeKernel {
     pub periods: BTreeSet<u64>,
     /// Filter entries `(period, tgid)`.
     pub targets: BTreeSet<(u64, u32)>,
-    /// The filter entries whose samples carry call stacks (a subset of `targets`).
+    /// The filter entries whose samples carry frame-pointer stacks (a subset of `targets`).
     pub stack_targets: BTreeSet<(u64, u32)>,
+    /// The filter entries whose samples carry a copy of the user stack, with its size.
+    pub copy_targets: BTreeMap<(u64, u32), u32>,
     /// Periods sampled system-wide.
     pub system_wide: BTreeSet<u64>,
-    /// The system-wide periods whose samples carry call stacks (a subset of `system_wide`).
+    /// The system-wide periods whose samples carry frame-pointer stacks (a subset of
+    /// `system_wide`).
     pub stack_system_wide: BTreeSet<u64>,
+    /// The system-wide periods whose samples carry a copy of the user stack, with its size.
+    pub copy_system_wide: BTreeMap<u64, u32>,
     /// Processes whose exec is reported.
     pub tracked: BTreeSet<u32>,
     /// Number of system-wide sessions.
@@ -78,15 +83,20 @@ impl SamplerControl for FakeSampler {
         self.with(|k| k.periods.remove(&period_ns));
     }
 
-    fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError> {
+    fn set_target(&mut self, key: TargetKey, wants: Wants) -> Result<(), SamplerError> {
         let entry = (key.period_ns, key.tgid);
         self.with(|k| {
             injected_filter_failure(k)?;
             k.targets.insert(entry);
-            if stacks {
+            if wants.flags & WANT_STACKS != 0 {
                 k.stack_targets.insert(entry);
             } else {
                 k.stack_targets.remove(&entry);
+            }
+            if wants.user_copy_bytes > 0 {
+                k.copy_targets.insert(entry, wants.user_copy_bytes);
+            } else {
+                k.copy_targets.remove(&entry);
             }
             Ok(())
         })
@@ -97,17 +107,23 @@ impl SamplerControl for FakeSampler {
         self.with(|k| {
             k.targets.remove(&entry);
             k.stack_targets.remove(&entry);
+            k.copy_targets.remove(&entry);
         });
     }
 
-    fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError> {
+    fn set_system_wide(&mut self, period_ns: u64, wants: Wants) -> Result<(), SamplerError> {
         self.with(|k| {
             injected_filter_failure(k)?;
             k.system_wide.insert(period_ns);
-            if stacks {
+            if wants.flags & WANT_STACKS != 0 {
                 k.stack_system_wide.insert(period_ns);
             } else {
                 k.stack_system_wide.remove(&period_ns);
+            }
+            if wants.user_copy_bytes > 0 {
+                k.copy_system_wide.insert(period_ns, wants.user_copy_bytes);
+            } else {
+                k.copy_system_wide.remove(&period_ns);
             }
             Ok(())
         })
@@ -117,6 +133,7 @@ impl SamplerControl for FakeSampler {
         self.with(|k| {
             k.system_wide.remove(&period_ns);
             k.stack_system_wide.remove(&period_ns);
+            k.copy_system_wide.remove(&period_ns);
         });
     }
 

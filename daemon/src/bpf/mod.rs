@@ -9,6 +9,7 @@
 
 pub mod fake;
 mod reader;
+mod user_copy;
 
 use std::collections::HashMap;
 
@@ -23,9 +24,8 @@ use aya::{
     },
 };
 pub use reader::{Batch, ReaderControl, spawn_reader};
-use vmscope_common::{
-    CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, MAX_STACK_FRAMES, TargetKey, WANT_STACKS,
-};
+pub use user_copy::{UserCopies, UserCopy};
+use vmscope_common::{CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, MAX_STACK_FRAMES, TargetKey, Wants};
 
 use crate::sys;
 
@@ -69,8 +69,8 @@ pub enum SamplerError {
     /// The object lacks a map or program the daemon expects (a build mismatch).
     #[error("the BPF object has no {0}")]
     Missing(&'static str),
-    /// The list of online CPUs could not be read.
-    #[error("cannot list online CPUs: {0}")]
+    /// The list of online or possible CPUs could not be read.
+    #[error("cannot list the online or possible CPUs: {0}")]
     Cpus(#[source] std::io::Error),
 }
 
@@ -85,11 +85,6 @@ impl SamplerError {
                     if e.io_error.raw_os_error() == Some(libc::E2BIG))
         )
     }
-}
-
-/// The `TARGETS` or `SYSTEM_WIDE` value: present means sampled, the bit says with stacks.
-fn map_value(stacks: bool) -> u8 {
-    if stacks { WANT_STACKS } else { 0 }
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> SamplerError {
@@ -116,14 +111,14 @@ pub trait SamplerControl: Send {
     fn start_period(&mut self, period_ns: u64) -> Result<(), SamplerError>;
     /// Closes the perf events of a period.
     fn stop_period(&mut self, period_ns: u64);
-    /// Samples a process at a period, with call stacks or without; called again for a sampled
-    /// process, changes whether its samples carry stacks.
-    fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError>;
+    /// Samples a process at a period, with what `wants` says beyond the instruction pointer;
+    /// called again for a sampled process, changes what its samples carry.
+    fn set_target(&mut self, key: TargetKey, wants: Wants) -> Result<(), SamplerError>;
     /// Stops sampling a process at a period.
     fn remove_target(&mut self, key: TargetKey);
-    /// Samples every process at a period, with call stacks or without; called again, changes
-    /// whether the samples carry stacks.
-    fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError>;
+    /// Samples every process at a period, with what `wants` says beyond the instruction
+    /// pointer; called again, changes what the samples carry.
+    fn set_system_wide(&mut self, period_ns: u64, wants: Wants) -> Result<(), SamplerError>;
     /// Stops sampling every process at a period.
     fn remove_system_wide(&mut self, period_ns: u64);
     /// Reports (or stops reporting) `execve` of this process.
@@ -155,8 +150,8 @@ fn max_stack_frames() -> u32 {
 pub struct Sampler {
     ebpf: Ebpf,
     cpus: Vec<u32>,
-    targets: BpfHashMap<MapData, TargetKey, u8>,
-    system_wide: BpfHashMap<MapData, u64, u8>,
+    targets: BpfHashMap<MapData, TargetKey, Wants>,
+    system_wide: BpfHashMap<MapData, u64, Wants>,
     tracked: BpfHashMap<MapData, u32, u8>,
     config: Array<MapData, u32>,
     lost: PerCpuHashMap<MapData, TargetKey, u64>,
@@ -189,8 +184,12 @@ impl Sampler {
     ///
     /// Returns the sampler and the ring buffer from which [`spawn_reader`] reads events.
     pub fn load(ring_bytes: u32) -> Result<(Sampler, RingBuf<MapData>), SamplerError> {
+        // The program assembles a sample with stacks in the SCRATCH slot of its CPU number: one
+        // slot per possible CPU (a CPU brought online later has its slot too).
+        let possible_cpus = aya::util::nr_cpus().map_err(|(_, e)| SamplerError::Cpus(e))?;
         let mut ebpf = aya::EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
+            .map_max_entries("SCRATCH", possible_cpus as u32)
             .load(EBPF_OBJECT)
             .map_err(|e| SamplerError::Load(Box::new(e)))?;
         let cpus = aya::util::online_cpus().map_err(|(_, e)| SamplerError::Cpus(e))?;
@@ -297,9 +296,9 @@ impl SamplerControl for Sampler {
         }
     }
 
-    fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError> {
+    fn set_target(&mut self, key: TargetKey, wants: Wants) -> Result<(), SamplerError> {
         self.targets
-            .insert(key, map_value(stacks), 0)
+            .insert(key, wants, 0)
             .map_err(map_err("TARGETS"))
     }
 
@@ -309,9 +308,9 @@ impl SamplerControl for Sampler {
         }
     }
 
-    fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError> {
+    fn set_system_wide(&mut self, period_ns: u64, wants: Wants) -> Result<(), SamplerError> {
         self.system_wide
-            .insert(period_ns, map_value(stacks), 0)
+            .insert(period_ns, wants, 0)
             .map_err(map_err("SYSTEM_WIDE"))
     }
 

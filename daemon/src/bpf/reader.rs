@@ -29,8 +29,9 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
-use vmscope_common::Event;
+use vmscope_common::{Event, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED};
 
+use super::user_copy::{UserCopies, UserCopy};
 use crate::sys;
 
 /// How often the ring is drained while sessions run. 8 MiB of ring holds far more than this
@@ -43,6 +44,11 @@ pub const IDLE_INTERVAL: Duration = Duration::from_millis(200);
 /// Upper bound of events per batch, so that one batch never holds the manager for long.
 const MAX_BATCH: usize = 16 * 1024;
 
+/// Upper bound of copied user stack bytes per batch (`--call-graph dwarf`): a batch closes
+/// once it holds this much, so that the batches waiting for the manager stay bounded in memory
+/// (64 of them at most: 256 MiB) even when every sample copies 64 KiB.
+const MAX_BATCH_COPY_BYTES: usize = 4 << 20;
+
 /// Events read from the ring buffer in one drain.
 #[derive(Clone, Debug, Default)]
 pub struct Batch {
@@ -54,28 +60,51 @@ pub struct Batch {
     pub frames: Vec<u64>,
     /// Where each event's frames start in `frames`.
     pub frame_start: Vec<u32>,
+    /// The user registers and stack copies of the events that have one (`--call-graph
+    /// dwarf`): see [`Batch::user_copy`].
+    pub user_copies: UserCopies,
     /// CLOCK_MONOTONIC time (ns) at which the drain began.
     pub watermark_ns: u64,
     /// Records that are not a well-formed event: too short to be one (a build mismatch between
-    /// daemon and program), shorter than their frame counts say, or with a count above
-    /// [`MAX_STACK_FRAMES`](vmscope_common::MAX_STACK_FRAMES). They are dropped, never trusted.
+    /// daemon and program), shorter than their frame counts or their user copy say, with a
+    /// count above [`MAX_STACK_FRAMES`](vmscope_common::MAX_STACK_FRAMES) or a copy above
+    /// [`MAX_USER_COPY`](vmscope_common::MAX_USER_COPY). They are dropped, never trusted.
     pub malformed: u64,
 }
 
 impl Batch {
     /// Appends an event with its stack (both empty for an event without one), setting the
     /// event's frame counts from them.
-    pub fn push(&mut self, mut event: Event, kernel: &[u64], user: &[u64]) {
+    pub fn push(&mut self, event: Event, kernel: &[u64], user: &[u64]) {
+        self.push_with_copy(event, kernel, user, None);
+    }
+
+    /// [`Batch::push`] with a user copy, setting the event's copy flags from it.
+    pub fn push_with_copy(
+        &mut self,
+        mut event: Event,
+        kernel: &[u64],
+        user: &[u64],
+        copy: Option<UserCopy<'_>>,
+    ) {
         event.kernel_frames = kernel.len() as u16;
         event.user_frames = user.len() as u16;
+        event.flags &= !(FLAG_USER_COPY | FLAG_USER_COPY_FAULTED);
+        if let Some(copy) = &copy {
+            event.flags |= FLAG_USER_COPY;
+            if copy.faulted {
+                event.flags |= FLAG_USER_COPY_FAULTED;
+            }
+        }
         self.frame_start.push(self.frames.len() as u32);
         self.frames.extend_from_slice(kernel);
         self.frames.extend_from_slice(user);
+        self.user_copies.push(copy);
         self.events.push(event);
     }
 
-    /// Decodes one ring-buffer record (an event, then its frames) into the batch, or counts
-    /// it in [`Batch::malformed`].
+    /// Decodes one ring-buffer record (an event, its frames, its user copy) into the batch,
+    /// or counts it in [`Batch::malformed`].
     pub fn push_record(&mut self, record: &[u8]) {
         let Some(event) = Event::from_bytes(record) else {
             self.malformed += 1;
@@ -85,10 +114,22 @@ impl Batch {
             self.malformed += 1;
             return;
         };
-        // Straight into the arena: no vector per sample.
+        let Ok(copy) = event.user_copy_from_bytes(record) else {
+            self.malformed += 1;
+            return;
+        };
+        // Straight into the arenas: no vector per sample.
         self.frame_start.push(self.frames.len() as u32);
         self.frames.extend(frames);
+        self.user_copies.push(copy.map(|(header, stack)| {
+            UserCopy::from_header(&header, stack, event.flags & FLAG_USER_COPY_FAULTED != 0)
+        }));
         self.events.push(event);
+    }
+
+    /// The user registers and stack copy of event `i`, if it has one (`--call-graph dwarf`).
+    pub fn user_copy(&self, i: usize) -> Option<UserCopy<'_>> {
+        self.user_copies.get(i)
     }
 
     /// The stack of event `i`: (kernel frames, user frames), each leaf first.
@@ -245,7 +286,8 @@ fn drain(
     let mut batches = Vec::new();
     let mut batch = Batch::default();
     while next(&mut batch) {
-        if batch.events.len() >= MAX_BATCH {
+        if batch.events.len() >= MAX_BATCH || batch.user_copies.bytes_len() >= MAX_BATCH_COPY_BYTES
+        {
             batch.watermark_ns = previous_ns;
             batches.push(std::mem::take(&mut batch));
         }
@@ -260,7 +302,9 @@ fn drain(
 
 #[cfg(test)]
 mod tests {
-    use vmscope_common::{FLAG_KERNEL_MODE, FLAG_STACK, MAX_STACK_FRAMES};
+    use vmscope_common::{
+        FLAG_KERNEL_MODE, FLAG_STACK, MAX_STACK_FRAMES, MAX_USER_COPY, UserCopyHeader,
+    };
 
     use super::*;
 
@@ -424,6 +468,111 @@ mod tests {
         assert_eq!(batch.malformed, 0);
         assert_eq!(batch.stack(0).0.len(), MAX_STACK_FRAMES);
         assert_eq!(batch.stack(0).1.len(), MAX_STACK_FRAMES);
+    }
+
+    /// A sample record with user frames and a copy of `stack` from `sp`, as the kernel writes
+    /// it; the header says `len`.
+    fn copy_record(
+        tid: u32,
+        user: &[u64],
+        sp: u64,
+        len: u32,
+        stack: &[u8],
+        faulted: bool,
+    ) -> Vec<u8> {
+        let mut record = stack_record(tid, &[], user);
+        let mut event = Event::from_bytes(&record).unwrap();
+        event.flags |= FLAG_USER_COPY | if faulted { FLAG_USER_COPY_FAULTED } else { 0 };
+        record[..Event::SIZE].copy_from_slice(&event.to_bytes());
+        let header = UserCopyHeader {
+            ip: 0x40_1234,
+            sp,
+            bp: sp + 0x40,
+            len,
+            _pad: 0,
+        };
+        record.extend(header.to_bytes());
+        record.extend(stack);
+        record
+    }
+
+    #[test]
+    fn user_copies_are_decoded_into_the_arena_beside_frames() {
+        let stack: Vec<u8> = (0..64).collect();
+        let batches = drain(
+            ring(vec![
+                copy_record(1, &[], 0x7ffd_1000, 64, &stack, false),
+                stack_record(2, &[], &[0x40_1000]),
+                copy_record(
+                    3,
+                    &[0x40_1000, 0x40_2000],
+                    0x7ffd_2000,
+                    16,
+                    &stack[..16],
+                    true,
+                ),
+            ]),
+            900,
+            100,
+            || false,
+        );
+        let batch = &batches[0];
+        assert_eq!(batch.malformed, 0);
+        assert_eq!(batch.events.len(), 3);
+        let first = batch.user_copy(0).unwrap();
+        assert_eq!(
+            (first.ip, first.sp, first.bp, first.faulted),
+            (0x40_1234, 0x7ffd_1000, 0x7ffd_1040, false)
+        );
+        assert_eq!(first.stack, &stack[..]);
+        assert_eq!(batch.user_copy(1), None);
+        let third = batch.user_copy(2).unwrap();
+        assert_eq!(
+            (third.sp, third.stack, third.faulted),
+            (0x7ffd_2000, &stack[..16], true)
+        );
+        assert_eq!(batch.stack(2), (&[][..], &[0x40_1000, 0x40_2000][..]));
+        assert_eq!(batch.user_copies.bytes_len(), 80);
+    }
+
+    #[test]
+    fn user_copies_that_lie_about_their_length_are_dropped_and_counted() {
+        let stack = vec![0xaa; 256];
+        let good = copy_record(1, &[0x40_1000], 0x7ffd_1000, 256, &stack, false);
+        // The header says more bytes than the record holds.
+        let short = copy_record(2, &[0x40_1000], 0x7ffd_1000, 256, &stack[..248], false);
+        // Above the most the kernel copies, with bytes enough for it.
+        let too_long = copy_record(
+            3,
+            &[],
+            0x7ffd_1000,
+            MAX_USER_COPY + 8,
+            &vec![0; 65_536],
+            false,
+        );
+        // Cut inside the header.
+        let cut = good[..Event::SIZE + 8 + 10].to_vec();
+        let batches = drain(ring(vec![short, too_long, cut, good]), 900, 100, || false);
+        let batch = &batches[0];
+        assert_eq!(batch.malformed, 3);
+        assert_eq!(batch.events.len(), 1);
+        assert_eq!(batch.events[0].tid, 1);
+        assert_eq!(batch.frames.len(), 1, "nothing of a dropped record is kept");
+        assert_eq!(batch.user_copy(0).unwrap().stack.len(), 256);
+        assert_eq!(batch.user_copies.bytes_len(), 256);
+    }
+
+    #[test]
+    fn a_batch_closes_once_it_holds_enough_copied_stack() {
+        let stack = vec![0u8; 65_528];
+        let per_batch = MAX_BATCH_COPY_BYTES.div_ceil(stack.len());
+        let records = (0..per_batch + 3)
+            .map(|i| copy_record(i as u32, &[], 0x7ffd_0000, 65_528, &stack, true))
+            .collect();
+        let batches = drain(ring(records), 900, 100, || false);
+        let sizes: Vec<usize> = batches.iter().map(|b| b.events.len()).collect();
+        assert_eq!(sizes, [per_batch, 3]);
+        assert_eq!(batches[0].watermark_ns, 100);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use super::{
     routes::Routes,
 };
 use crate::{
-    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, period_of},
+    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, UserCopy, period_of},
     codemap::{
         code::CodeStore,
         registry::{CodeMaps, RoutedSample, SampleFrame},
@@ -41,7 +41,7 @@ use crate::{
     process::ProcessTable,
     symbolize::{Location, Modules},
     sys,
-    unwind::StackEnd,
+    unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
 };
 
 /// Where x86-64 kernel addresses begin: a user stack walk that yields one went astray.
@@ -253,6 +253,8 @@ pub fn spawn_manager(
         by_period: HashMap::new(),
         stop_waiters: HashMap::new(),
         processes: ProcessTable::new(modules.clone()),
+        unwinder: Unwinder::new(modules.clone()),
+        process_memory: ProcessMemory::new(),
         modules,
         codemaps: CodeMaps::new(codes),
         reader,
@@ -264,6 +266,7 @@ pub fn spawn_manager(
         online_cpus: sys::online_cpus(),
         counters: Counters::default(),
         last_forget_ns: 0,
+        user_scratch: Vec::new(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -291,6 +294,11 @@ struct Counters {
     stacks_truncated: u64,
     user_stacks_failed: u64,
     stack_frames_unmapped: u64,
+    /// Samples that came with a copy of the user stack, and its bytes in all.
+    user_copies: u64,
+    user_copy_bytes: u64,
+    /// Copies that stopped at an unreadable page before the size asked for.
+    user_copies_faulted: u64,
 }
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
@@ -314,6 +322,12 @@ struct Manager {
     online_cpus: u32,
     counters: Counters,
     last_forget_ns: u64,
+    /// Reused for each sample's user stack, so that routing allocates nothing for it.
+    user_scratch: Vec<u64>,
+    /// Unwinds the user stack copies of `--call-graph dwarf` samples.
+    unwinder: Unwinder,
+    /// Code bytes of live processes, for the unwinder's CPython trampoline rule.
+    process_memory: ProcessMemory,
 }
 
 impl Manager {
@@ -725,7 +739,7 @@ impl Manager {
             match event.kind {
                 EVENT_SAMPLE => {
                     let (kernel, user) = batch.stack(i);
-                    self.route(event, kernel, user, now)
+                    self.route(event, kernel, user, batch.user_copy(i), now)
                 }
                 EVENT_EXEC => self.exec(event),
                 _ => self.counters.unknown_events += 1,
@@ -888,7 +902,14 @@ impl Manager {
     /// Counts a sample in the sessions that want it: its stack (leaf first) for those that
     /// asked for stacks, its leaf alone for the others. A sample with a frame in anonymous
     /// executable memory waits for its process's code maps to be known up to its time.
-    fn route(&mut self, event: &Event, kernel: &[u64], user: &[u64], now_ns: u64) {
+    fn route(
+        &mut self,
+        event: &Event,
+        kernel: &[u64],
+        user: &[u64],
+        copy: Option<UserCopy<'_>>,
+        now_ns: u64,
+    ) {
         let wanting: Vec<(u64, bool)> = self
             .by_period
             .get(&event.period_ns)
@@ -918,7 +939,7 @@ impl Manager {
             }
         }
         let whole = wanting.iter().any(|&(_, whole)| whole);
-        let (frames, end) = self.frames_of(event, kernel, user, whole, now_ns);
+        let (frames, end) = self.frames_of(event, kernel, user, copy, whole, now_ns);
         let routed = RoutedSample {
             tid: event.tid,
             kernel: event.is_kernel(),
@@ -948,21 +969,23 @@ impl Manager {
     }
 
     /// The frames of a sample, leaf first: the leaf alone unless `whole`, else the kernel
-    /// frames (when the tick landed in the kernel) then the user frames, each placed in its
-    /// process now, while its mappings are known. Returns how the walk ended. Never empty: the
-    /// leaf comes first whatever the stacks say.
+    /// frames (when the tick landed in the kernel) then the user frames
+    /// ([`Manager::user_frames_of`]), each placed in its process now, while its mappings are
+    /// known. Returns how the walk ended. Never empty: the leaf comes first whatever the stacks
+    /// say.
     fn frames_of(
         &mut self,
         event: &Event,
         kernel: &[u64],
-        user: &[u64],
+        user_fp: &[u64],
+        copy: Option<UserCopy<'_>>,
         whole: bool,
         now_ns: u64,
     ) -> (Vec<SampleFrame>, StackEnd) {
         let pid = event.tgid;
         let stacked = whole && event.flags & FLAG_STACK != 0;
         let mut frames = Vec::with_capacity(if stacked {
-            1 + kernel.len() + user.len()
+            1 + kernel.len() + user_fp.len().max(1)
         } else {
             1
         });
@@ -999,9 +1022,21 @@ impl Manager {
             self.counters.stacks_truncated += 1;
             end = StackEnd::FrameLimit;
         }
+        if let Some(copy) = &copy {
+            self.counters.user_copies += 1;
+            self.counters.user_copy_bytes += copy.stack.len() as u64;
+            if copy.faulted {
+                self.counters.user_copies_faulted += 1;
+            }
+        }
+        let mut unwound = std::mem::take(&mut self.user_scratch);
+        unwound.clear();
+        if let Some(dwarf_end) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound) {
+            end = dwarf_end;
+        }
         // The user stack's first entry is where user code was interrupted (the leaf itself in
         // user mode, the instruction after the system call in kernel mode): looked up as is.
-        let mut user = user.iter().copied().enumerate();
+        let mut user = unwound.iter().copied().enumerate();
         if !event.is_kernel() {
             frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
             // The walker starts at the same instruction pointer.
@@ -1027,7 +1062,55 @@ impl Manager {
                 break;
             }
         }
+        self.user_scratch = unwound;
         (frames, end)
+    }
+
+    /// The user stack of a sample into `out`, leaf first: the user instruction pointer (where
+    /// user code was interrupted, or will resume after the system call when the tick landed in
+    /// the kernel), then return addresses.
+    ///
+    /// A sample with a [`UserCopy`] (`--call-graph dwarf`) is unwound here from its registers
+    /// and stack copy ([`Unwinder`]): DWARF CFI for binaries, frame pointers for JIT code, the
+    /// CPython trampoline rule; the answer says how that walk ended. Other samples get the
+    /// kernel's frame-pointer walk as it came (`None`: the caller judges how it ended). A
+    /// process that can no longer be read gets its instruction pointer alone.
+    fn user_frames_of(
+        &mut self,
+        event: &Event,
+        user_fp: &[u64],
+        copy: Option<UserCopy<'_>>,
+        now_ns: u64,
+        out: &mut Vec<u64>,
+    ) -> Option<StackEnd> {
+        let Some(copy) = copy else {
+            out.extend_from_slice(user_fp);
+            return None;
+        };
+        let process = self.processes.observe(event.tgid, now_ns);
+        if process.gone {
+            out.push(copy.ip);
+            return Some(StackEnd::Complete);
+        }
+        let end = self.unwinder.unwind(
+            process,
+            UserRegs {
+                ip: copy.ip,
+                sp: copy.sp,
+                bp: copy.bp,
+            },
+            StackCopy {
+                sp: copy.sp,
+                bytes: copy.stack,
+                faulted: copy.faulted,
+            },
+            &mut self.process_memory,
+            out,
+        );
+        if out.is_empty() {
+            out.push(copy.ip);
+        }
+        Some(end)
     }
 
     /// A user-space frame of `pid` at `address`, placed by `lookup` (the address itself, or a
@@ -1140,6 +1223,9 @@ impl Manager {
             self.processes
                 .forget_idle(|pid| keep.contains(&pid), horizon);
             let processes = &self.processes;
+            self.unwinder.retain(|pid| processes.get(pid).is_some());
+            // Code bytes are read again when next asked: code may have been freed or moved.
+            self.process_memory.clear();
             self.codemaps
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
         }
@@ -1195,6 +1281,8 @@ impl Manager {
         let m = self.modules.counters();
         let l = self.modules.lines().counters();
         let j = self.codemaps.counters();
+        let u = self.unwinder.counters();
+        let r = self.process_memory.counters();
         let values = [
             ("batches", c.batches),
             ("events", c.events),
@@ -1211,6 +1299,21 @@ impl Manager {
             ("stacks_truncated", c.stacks_truncated),
             ("user_stacks_failed", c.user_stacks_failed),
             ("stack_frames_unmapped", c.stack_frames_unmapped),
+            ("user_copies", c.user_copies),
+            ("user_copy_bytes", c.user_copy_bytes),
+            ("user_copies_faulted", c.user_copies_faulted),
+            ("unwind_frames", u.frames),
+            ("unwind_trampolines", u.trampolines),
+            ("unwinders_built", u.unwinders_built),
+            ("unwind_modules_added", u.modules_added),
+            ("unwind_modules_without_tables", u.modules_without_tables),
+            ("unwind_tables_loaded", u.tables_loaded),
+            ("unwind_tables_shared", u.tables_shared),
+            ("unwind_table_failures", u.table_failures),
+            ("unwind_vdso_failures", u.vdso_failures),
+            ("process_memory_reads", r.reads),
+            ("process_memory_cache_hits", r.cache_hits),
+            ("process_memory_failures", r.failures),
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
             ("maps_bad_lines", p.maps_bad_lines),
@@ -1244,8 +1347,9 @@ impl Manager {
                 j.refused.get(&reason).copied().unwrap_or(0),
             )
         });
+        let unwound = StackEnd::ALL.map(|end| (end.counter(), u.ended(end)));
         DaemonCounters {
-            values: values.into_iter().chain(refused).collect(),
+            values: values.into_iter().chain(refused).chain(unwound).collect(),
         }
     }
 }

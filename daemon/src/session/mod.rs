@@ -274,6 +274,7 @@ impl Session {
             owner_uid: self.owner_uid,
             samples: self.total,
             call_graph: self.spec.call_graph.to_proto() as i32,
+            dwarf_stack_bytes: self.spec.call_graph.dwarf_stack_bytes(),
         }
     }
 }

@@ -8,9 +8,16 @@ use vmscope_proto::{
 };
 
 use super::SessionError;
+use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY, WANT_STACKS, Wants};
 use vmscope_parse::stat;
 
 use crate::sys;
+
+// The API's limits are the kernel side's.
+const _: () = assert!(
+    vmscope_proto::DEFAULT_DWARF_STACK_BYTES == DEFAULT_USER_COPY
+        && vmscope_proto::MAX_DWARF_STACK_BYTES == MAX_USER_COPY
+);
 
 /// Most processes one session may name.
 pub const MAX_TARGETS_PER_SESSION: usize = 1024;
@@ -67,14 +74,42 @@ pub enum CallGraph {
     /// Kernel and user stacks by frame pointers (the default).
     #[default]
     FramePointers,
+    /// The kernel stack, and the user registers with a copy of the top of the user stack, to
+    /// unwind in the daemon (perf's `--call-graph dwarf,SIZE`).
+    Dwarf {
+        /// Bytes of stack copied from the stack pointer up: a multiple of 8, at most
+        /// [`MAX_USER_COPY`].
+        stack_bytes: u32,
+    },
 }
 
 impl CallGraph {
-    /// From the request's field: unset and unknown values are the default.
-    pub fn from_proto(value: i32) -> CallGraph {
-        match pb::CallGraph::try_from(value) {
+    /// From the request's fields: an unset or unknown mode is the default; `dwarf_stack_bytes`
+    /// goes with [`pb::CallGraph::Dwarf`] only, and is checked as perf checks it.
+    pub fn from_proto(value: i32, dwarf_stack_bytes: Option<u32>) -> Result<CallGraph, String> {
+        let call_graph = match pb::CallGraph::try_from(value) {
             Ok(pb::CallGraph::None) => CallGraph::None,
+            Ok(pb::CallGraph::Dwarf) => {
+                let stack_bytes = dwarf_stack_bytes.unwrap_or(DEFAULT_USER_COPY);
+                if stack_bytes == 0 || stack_bytes > MAX_USER_COPY || !stack_bytes.is_multiple_of(8)
+                {
+                    return Err(format!(
+                        "dwarf_stack_bytes {stack_bytes} is not a multiple of 8 from 8 to \
+                         {MAX_USER_COPY} (perf's limits for --call-graph dwarf,SIZE); the \
+                         default is {DEFAULT_USER_COPY}"
+                    ));
+                }
+                return Ok(CallGraph::Dwarf { stack_bytes });
+            }
             _ => CallGraph::FramePointers,
+        };
+        match dwarf_stack_bytes {
+            Some(_) => Err(
+                "dwarf_stack_bytes goes with call_graph CALL_GRAPH_DWARF only; leave it unset \
+                 or ask for DWARF stacks"
+                    .into(),
+            ),
+            None => Ok(call_graph),
         }
     }
 
@@ -83,12 +118,36 @@ impl CallGraph {
         match self {
             CallGraph::None => pb::CallGraph::None,
             CallGraph::FramePointers => pb::CallGraph::Fp,
+            CallGraph::Dwarf { .. } => pb::CallGraph::Dwarf,
+        }
+    }
+
+    /// The bytes of user stack copied per sample: 0 unless [`CallGraph::Dwarf`].
+    pub fn dwarf_stack_bytes(self) -> u32 {
+        match self {
+            CallGraph::Dwarf { stack_bytes } => stack_bytes,
+            _ => 0,
         }
     }
 
     /// Whether stacks are recorded.
     pub fn wants_stacks(self) -> bool {
         self != CallGraph::None
+    }
+
+    /// What the kernel must record with each sample for this mode.
+    pub fn wants(self) -> Wants {
+        match self {
+            CallGraph::None => Wants::default(),
+            CallGraph::FramePointers => Wants {
+                flags: WANT_STACKS,
+                user_copy_bytes: 0,
+            },
+            CallGraph::Dwarf { stack_bytes } => Wants {
+                flags: 0,
+                user_copy_bytes: stack_bytes,
+            },
+        }
     }
 }
 
@@ -159,13 +218,15 @@ pub fn validate(
             request.keep_samples
         ));
     }
+    let call_graph = CallGraph::from_proto(request.call_graph, request.dwarf_stack_bytes)
+        .map_err(SessionError::InvalidArgument)?;
     Ok(SessionSpec {
         pids,
         system_wide: request.system_wide,
         frequency_hz,
         duration,
         keep_samples: request.keep_samples,
-        call_graph: CallGraph::from_proto(request.call_graph),
+        call_graph,
     })
 }
 
@@ -234,6 +295,7 @@ mod tests {
             duration: None,
             keep_samples: 0,
             call_graph: 0,
+            dwarf_stack_bytes: None,
         }
     }
 
@@ -310,6 +372,43 @@ mod tests {
         ));
         let root = Caller { uid: 0, pid: None };
         assert!(authorize(&root, &system).is_ok());
+    }
+
+    #[test]
+    fn dwarf_stack_sizes_follow_perf() {
+        let dwarf = |bytes: Option<u32>| {
+            let mut r = request(&[1], false, None);
+            r.call_graph = pb::CallGraph::Dwarf as i32;
+            r.dwarf_stack_bytes = bytes;
+            validate(&r, 100_000).map(|s| s.call_graph)
+        };
+        assert_eq!(dwarf(None).unwrap(), CallGraph::Dwarf { stack_bytes: 8192 });
+        assert_eq!(
+            dwarf(Some(16384)).unwrap(),
+            CallGraph::Dwarf { stack_bytes: 16384 }
+        );
+        assert_eq!(
+            dwarf(Some(65528)).unwrap().wants(),
+            Wants {
+                flags: 0,
+                user_copy_bytes: 65528
+            }
+        );
+        for bad in [0, 12, 65536, u32::MAX - 7] {
+            let err = dwarf(Some(bad)).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("dwarf_stack_bytes {bad}")) && err.contains("65528"),
+                "{err}"
+            );
+        }
+        let mut fp = request(&[1], false, None);
+        fp.dwarf_stack_bytes = Some(8192);
+        assert!(message(validate(&fp, 100_000)).contains("CALL_GRAPH_DWARF only"));
+        fp.dwarf_stack_bytes = None;
+        let spec = validate(&fp, 100_000).unwrap();
+        assert_eq!(spec.call_graph, CallGraph::FramePointers);
+        assert_eq!(spec.call_graph.dwarf_stack_bytes(), 0);
+        assert_eq!(spec.call_graph.wants().flags, WANT_STACKS);
     }
 
     #[test]

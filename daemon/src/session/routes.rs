@@ -7,9 +7,12 @@
 //! wants them, so a session that wants none may receive stacks and ignore them, but a session
 //! that wants them always gets them.
 
-use std::{collections::HashMap, hash::Hash};
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::Hash,
+};
 
-use vmscope_common::TargetKey;
+use vmscope_common::{TargetKey, WANT_STACKS, Wants};
 
 use super::request::SessionSpec;
 use crate::bpf::{SamplerControl, SamplerError, period_of};
@@ -49,18 +52,21 @@ fn drop_one<K: Hash + Eq>(map: &mut HashMap<K, u32>, key: K) -> bool {
 enum Update {
     /// The kernel already holds the right value.
     Unchanged,
-    /// Insert the entry, or change its value: with stacks or without.
-    Set { stacks: bool },
+    /// Insert the entry, or change its value.
+    Set { wants: Wants },
     /// Delete the entry: no session uses it any more.
     Remove,
 }
 
-/// The counts behind one filter map (`TARGETS` or `SYSTEM_WIDE`): sessions per entry, and how
-/// many of them want stacks (never more than the sessions).
+/// The counts behind one filter map (`TARGETS` or `SYSTEM_WIDE`): sessions per entry, how
+/// many of them want frame-pointer stacks, and how many want each size of user stack copy
+/// (never more than the sessions). The entry's value is their union: stacks if any wants
+/// them, the largest copy any wants.
 #[derive(Debug)]
 struct Filter<K> {
     sessions: HashMap<K, u32>,
     stacks: HashMap<K, u32>,
+    copies: HashMap<K, BTreeMap<u32, u32>>,
 }
 
 impl<K> Default for Filter<K> {
@@ -68,34 +74,80 @@ impl<K> Default for Filter<K> {
         Filter {
             sessions: HashMap::new(),
             stacks: HashMap::new(),
+            copies: HashMap::new(),
         }
     }
 }
 
 impl<K: Hash + Eq + Copy> Filter<K> {
+    /// What the entry's sessions want together.
+    fn wants(&self, key: K) -> Wants {
+        Wants {
+            flags: if self.stacks.contains_key(&key) {
+                WANT_STACKS
+            } else {
+                0
+            },
+            user_copy_bytes: self
+                .copies
+                .get(&key)
+                .and_then(|sizes| sizes.keys().next_back().copied())
+                .unwrap_or(0),
+        }
+    }
+
     /// Counts a session in.
-    fn join(&mut self, key: K, stacks: bool) -> Update {
-        let new = bump(&mut self.sessions, key);
-        let first_for_stacks = stacks && bump(&mut self.stacks, key);
-        if new || first_for_stacks {
-            Update::Set {
-                stacks: self.stacks.contains_key(&key),
-            }
-        } else {
+    fn join(&mut self, key: K, wants: Wants) -> Update {
+        let before = self.sessions.contains_key(&key).then(|| self.wants(key));
+        bump(&mut self.sessions, key);
+        if wants.flags & WANT_STACKS != 0 {
+            bump(&mut self.stacks, key);
+        }
+        if wants.user_copy_bytes > 0 {
+            *self
+                .copies
+                .entry(key)
+                .or_default()
+                .entry(wants.user_copy_bytes)
+                .or_insert(0) += 1;
+        }
+        let after = self.wants(key);
+        if before == Some(after) {
             Update::Unchanged
+        } else {
+            Update::Set { wants: after }
         }
     }
 
     /// Counts a session out; also undoes a [`Filter::join`] whose update failed, since the
     /// kernel then still holds what it held before.
-    fn leave(&mut self, key: K, stacks: bool) -> Update {
-        let last_for_stacks = stacks && drop_one(&mut self.stacks, key);
+    fn leave(&mut self, key: K, wants: Wants) -> Update {
+        let before = self.wants(key);
+        if wants.flags & WANT_STACKS != 0 {
+            drop_one(&mut self.stacks, key);
+        }
+        if wants.user_copy_bytes > 0
+            && let Some(sizes) = self.copies.get_mut(&key)
+        {
+            let size = wants.user_copy_bytes;
+            match sizes.get_mut(&size) {
+                Some(count) if *count > 1 => *count -= 1,
+                _ => {
+                    sizes.remove(&size);
+                }
+            }
+            if sizes.is_empty() {
+                self.copies.remove(&key);
+            }
+        }
         if drop_one(&mut self.sessions, key) {
-            Update::Remove
-        } else if last_for_stacks {
-            Update::Set { stacks: false }
-        } else {
+            return Update::Remove;
+        }
+        let after = self.wants(key);
+        if after == before {
             Update::Unchanged
+        } else {
+            Update::Set { wants: after }
         }
     }
 }
@@ -107,7 +159,7 @@ fn apply_target(
 ) -> Result<(), SamplerError> {
     match update {
         Update::Unchanged => Ok(()),
-        Update::Set { stacks } => sampler.set_target(key, stacks),
+        Update::Set { wants } => sampler.set_target(key, wants),
         Update::Remove => {
             sampler.remove_target(key);
             Ok(())
@@ -122,7 +174,7 @@ fn apply_system_wide(
 ) -> Result<(), SamplerError> {
     match update {
         Update::Unchanged => Ok(()),
-        Update::Set { stacks } => sampler.set_system_wide(period_ns, stacks),
+        Update::Set { wants } => sampler.set_system_wide(period_ns, wants),
         Update::Remove => {
             sampler.remove_system_wide(period_ns);
             Ok(())
@@ -138,13 +190,13 @@ impl Routes {
         spec: &SessionSpec,
     ) -> Result<(), SamplerError> {
         let period_ns = period_of(spec.frequency_hz);
-        let stacks = spec.call_graph.wants_stacks();
+        let wants = spec.call_graph.wants();
         // Filters first, perf events last: an event that fires before its filter is set only
         // wastes a tick, but the other order would be the same with more to undo.
         if spec.system_wide {
-            let update = self.system_wide.join(period_ns, stacks);
+            let update = self.system_wide.join(period_ns, wants);
             if let Err(e) = apply_system_wide(sampler, period_ns, update) {
-                self.system_wide.leave(period_ns, stacks);
+                self.system_wide.leave(period_ns, wants);
                 return Err(e);
             }
             self.system_wide_sessions += 1;
@@ -152,9 +204,9 @@ impl Routes {
         }
         for (i, &tgid) in spec.pids.iter().enumerate() {
             let key = target_key(period_ns, tgid);
-            let update = self.targets.join(key, stacks);
+            let update = self.targets.join(key, wants);
             if let Err(e) = apply_target(sampler, key, update) {
-                self.targets.leave(key, stacks);
+                self.targets.leave(key, wants);
                 let partial = SessionSpec {
                     pids: spec.pids[..i].to_vec(),
                     ..spec.clone()
@@ -195,10 +247,10 @@ impl Routes {
         tgid: u32,
     ) {
         let key = target_key(period_of(spec.frequency_hz), tgid);
-        let update = self.targets.leave(key, spec.call_graph.wants_stacks());
+        let update = self.targets.leave(key, spec.call_graph.wants());
         if let Err(e) = apply_target(sampler, key, update) {
             // Only a value change can fail here; the entry stays, with stacks nobody reads.
-            tracing::warn!(?key, "turning stacks off for a target failed: {e}");
+            tracing::warn!(?key, "turning stacks down for a target failed: {e}");
         }
         if drop_one(&mut self.tracked, tgid) {
             sampler.set_exec_tracking(tgid, false);
@@ -211,11 +263,9 @@ impl Routes {
             self.release_target(sampler, spec, tgid);
         }
         if spec.system_wide {
-            let update = self
-                .system_wide
-                .leave(period_ns, spec.call_graph.wants_stacks());
+            let update = self.system_wide.leave(period_ns, spec.call_graph.wants());
             if let Err(e) = apply_system_wide(sampler, period_ns, update) {
-                tracing::warn!(period_ns, "turning stacks off system-wide failed: {e}");
+                tracing::warn!(period_ns, "turning stacks down system-wide failed: {e}");
             }
             self.system_wide_sessions = self.system_wide_sessions.saturating_sub(1);
             sampler.set_system_wide_sessions(self.system_wide_sessions);
@@ -344,6 +394,67 @@ mod tests {
         assert!(k.system_wide.is_empty() && k.periods.is_empty());
     }
 
+    /// The copy size of each target entry with a copy.
+    fn copies(sampler: &FakeSampler) -> Vec<(u32, u32)> {
+        kernel(sampler)
+            .copy_targets
+            .iter()
+            .map(|(&(_, pid), &bytes)| (pid, bytes))
+            .collect()
+    }
+
+    #[test]
+    fn a_target_copies_the_most_stack_any_session_wants_and_keeps_fp_stacks() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let small = spec(&[40], false, CallGraph::Dwarf { stack_bytes: 8192 });
+        let large = spec(&[40, 41], false, CallGraph::Dwarf { stack_bytes: 65528 });
+        let small_too = spec(&[40], false, CallGraph::Dwarf { stack_bytes: 8192 });
+        let fp = spec(&[40], false, CallGraph::FramePointers);
+
+        routes.acquire(&mut sampler, &small).unwrap();
+        assert_eq!(copies(&sampler), [(40, 8192)]);
+        assert_eq!(
+            targets(&sampler),
+            (vec![40], vec![]),
+            "no fp walk for dwarf"
+        );
+        routes.acquire(&mut sampler, &large).unwrap();
+        routes.acquire(&mut sampler, &small_too).unwrap();
+        routes.acquire(&mut sampler, &fp).unwrap();
+        assert_eq!(copies(&sampler), [(40, 65528), (41, 65528)]);
+        assert_eq!(
+            targets(&sampler),
+            (vec![40, 41], vec![40]),
+            "fp and copy both"
+        );
+
+        routes.release(&mut sampler, &large);
+        assert_eq!(copies(&sampler), [(40, 8192)], "back to the largest left");
+        routes.release(&mut sampler, &small);
+        assert_eq!(copies(&sampler), [(40, 8192)], "another session wants 8192");
+        routes.release(&mut sampler, &small_too);
+        assert_eq!(copies(&sampler), [], "the fp session alone: no copy");
+        assert_eq!(targets(&sampler), (vec![40], vec![40]));
+        routes.release(&mut sampler, &fp);
+        assert_eq!(targets(&sampler), (vec![], vec![]));
+    }
+
+    #[test]
+    fn system_wide_copies_follow_the_same_rule() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let period = period_of(HZ);
+        let dwarf = spec(&[], true, CallGraph::Dwarf { stack_bytes: 16384 });
+        let plain = spec(&[], true, CallGraph::None);
+        routes.acquire(&mut sampler, &plain).unwrap();
+        routes.acquire(&mut sampler, &dwarf).unwrap();
+        assert_eq!(kernel(&sampler).copy_system_wide, [(period, 16384)].into());
+        routes.release(&mut sampler, &dwarf);
+        let k = kernel(&sampler);
+        assert!(k.copy_system_wide.is_empty() && k.system_wide.contains(&period));
+    }
+
     #[test]
     fn a_failed_switch_to_stacks_leaves_everything_as_it_was() {
         let mut sampler = FakeSampler::default();
@@ -404,16 +515,16 @@ mod tests {
         fn stop_period(&mut self, period_ns: u64) {
             self.inner.stop_period(period_ns)
         }
-        fn set_target(&mut self, key: TargetKey, stacks: bool) -> Result<(), SamplerError> {
+        fn set_target(&mut self, key: TargetKey, wants: Wants) -> Result<(), SamplerError> {
             self.tick();
-            self.inner.set_target(key, stacks)
+            self.inner.set_target(key, wants)
         }
         fn remove_target(&mut self, key: TargetKey) {
             self.inner.remove_target(key)
         }
-        fn set_system_wide(&mut self, period_ns: u64, stacks: bool) -> Result<(), SamplerError> {
+        fn set_system_wide(&mut self, period_ns: u64, wants: Wants) -> Result<(), SamplerError> {
             self.tick();
-            self.inner.set_system_wide(period_ns, stacks)
+            self.inner.set_system_wide(period_ns, wants)
         }
         fn remove_system_wide(&mut self, period_ns: u64) {
             self.inner.remove_system_wide(period_ns)

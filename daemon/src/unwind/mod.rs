@@ -142,6 +142,23 @@ impl StackEnd {
         }
     }
 
+    /// The daemon counter of stacks unwound that ended this way (`vmscope info`).
+    pub fn counter(self) -> &'static str {
+        match self {
+            StackEnd::Complete => "unwind_ended_complete",
+            StackEnd::CopyTooSmall => "unwind_ended_copy_too_small",
+            StackEnd::CopyFaulted => "unwind_ended_copy_faulted",
+            StackEnd::FrameLimit => "unwind_ended_frame_limit",
+            StackEnd::NoProgress => "unwind_ended_no_progress",
+            StackEnd::NullReturnAddress => "unwind_ended_null_return_address",
+            StackEnd::FramePointerBackwards => "unwind_ended_frame_pointer_backwards",
+            StackEnd::BadAddress => "unwind_ended_bad_address",
+            StackEnd::Unmapped => "unwind_ended_unmapped",
+            StackEnd::FramePointerChainEnded => "unwind_ended_frame_pointer_chain",
+            StackEnd::NoFramePointer => "unwind_ended_no_frame_pointer",
+        }
+    }
+
     fn index(self) -> usize {
         self as usize
     }
@@ -262,6 +279,11 @@ impl Unwinder {
     /// Drops what is kept about a process (it exited or exec'd).
     pub fn forget(&mut self, pid: u32) {
         self.processes.remove(&pid);
+    }
+
+    /// Keeps only the processes `keep` says, as the process table forgets idle ones.
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.processes.retain(|&pid, _| keep(pid));
     }
 
     /// The counters, with the module registry's counts of unwind tables.

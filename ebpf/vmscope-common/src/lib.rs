@@ -29,13 +29,98 @@ pub const FLAG_USER_TRUNCATED: u32 = 8;
 /// [`Event::flags`] bit: the kernel could not walk the user stack (`bpf_get_stack` failed); the
 /// sample has its instruction pointer only.
 pub const FLAG_USER_STACK_FAILED: u32 = 16;
+/// [`Event::flags`] bit: a [`UserCopyHeader`] (the user registers) and the top of the user stack
+/// follow the frames (`--call-graph dwarf`): see [`Event::user_copy_from_bytes`].
+pub const FLAG_USER_COPY: u32 = 32;
+/// [`Event::flags`] bit: the copy of the user stack stopped at an address it could not read
+/// (the end of the stack mapping, a guard page) before it had the bytes asked for; the bytes
+/// before that address are all there.
+pub const FLAG_USER_COPY_FAULTED: u32 = 64;
 
 /// Most frames of each stack (kernel, user) a sample carries: the default of
 /// `kernel.perf_event_max_stack`, which bounds what the kernel walks anyway.
 pub const MAX_STACK_FRAMES: usize = 127;
 
-/// Bit of a `TARGETS` or `SYSTEM_WIDE` map value: some session there wants call stacks.
-pub const WANT_STACKS: u8 = 1;
+/// Bit of [`Wants::flags`]: some session there wants call stacks walked by frame pointers (the
+/// kernel stack, and the user stack by `bpf_get_stack`).
+pub const WANT_STACKS: u32 = 1;
+
+/// Most bytes of user stack a sample may copy: perf's limit for `--call-graph dwarf,SIZE`
+/// (a record must fit in perf's 16-bit size field, hence 65528 rather than 65536).
+pub const MAX_USER_COPY: u32 = 65528;
+
+/// Bytes of user stack copied when `--call-graph dwarf` names no size: perf's default.
+pub const DEFAULT_USER_COPY: u32 = 8192;
+
+/// Value of the `TARGETS` and `SYSTEM_WIDE` maps: present means sampled; the fields say what
+/// each sample carries beyond its instruction pointer, the union of what the sessions there
+/// asked for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Wants {
+    /// [`WANT_STACKS`] or 0.
+    pub flags: u32,
+    /// Bytes of user stack to copy from the stack pointer up, with the user registers
+    /// (`--call-graph dwarf`); 0 for none. A multiple of 8, at most [`MAX_USER_COPY`]. A copy
+    /// comes with the kernel stack too, as [`WANT_STACKS`] does.
+    pub user_copy_bytes: u32,
+}
+
+impl Wants {
+    /// Whether samples carry a record beyond the bare [`Event`]: the kernel stack at least.
+    pub const fn any_stack(&self) -> bool {
+        self.flags & WANT_STACKS != 0 || self.user_copy_bytes > 0
+    }
+
+    /// What two sessions on the same samples want together.
+    pub const fn union(self, other: Wants) -> Wants {
+        Wants {
+            flags: self.flags | other.flags,
+            user_copy_bytes: if self.user_copy_bytes > other.user_copy_bytes {
+                self.user_copy_bytes
+            } else {
+                other.user_copy_bytes
+            },
+        }
+    }
+}
+
+/// The user registers of a sample with [`FLAG_USER_COPY`], between its frames and its copy of
+/// the user stack: the registers a DWARF unwinder starts from.
+///
+/// Taken from the interrupted registers when the tick landed in user code, else from the task's
+/// saved user registers (`bpf_task_pt_regs`, what the task will return to). Followed by `len`
+/// bytes of stack from `sp` up, with no padding after them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserCopyHeader {
+    /// User instruction pointer (`regs->ip`).
+    pub ip: u64,
+    /// User stack pointer (`regs->sp`): the address of the first copied byte.
+    pub sp: u64,
+    /// User frame pointer (`regs->bp`), for code that keeps one.
+    pub bp: u64,
+    /// Bytes of stack copied, at most [`MAX_USER_COPY`].
+    pub len: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+}
+
+/// A record whose user copy is cut short or longer than [`MAX_USER_COPY`]: a build mismatch
+/// between daemon and program, never trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MalformedCopy;
+
+impl UserCopyHeader {
+    /// Size of an encoded header in bytes.
+    pub const SIZE: usize = core::mem::size_of::<UserCopyHeader>();
+
+    /// Encodes the header into its ring-buffer bytes (used by tests).
+    pub fn to_bytes(&self) -> [u8; Self::SIZE] {
+        // SAFETY: repr(C) without implicit padding, so every byte is initialised.
+        unsafe { core::mem::transmute::<UserCopyHeader, [u8; Self::SIZE]>(*self) }
+    }
+}
 
 /// Size of the BPF ring buffer in bytes (a power of two and a multiple of the page size).
 ///
@@ -111,9 +196,38 @@ impl Event {
         unsafe { core::mem::transmute::<Event, [u8; Self::SIZE]>(*self) }
     }
 
-    /// Size of the record of this event, frames included.
+    /// Size of the record of this event up to the end of its frames; a user copy, if any,
+    /// follows.
     pub fn record_size(&self) -> usize {
         Self::SIZE + 8 * (usize::from(self.kernel_frames) + usize::from(self.user_frames))
+    }
+
+    /// The user registers and copied stack after the frames of a record with
+    /// [`FLAG_USER_COPY`]: `Ok(None)` without the flag, [`MalformedCopy`] if the record is
+    /// shorter than its header and `len` say, or `len` exceeds [`MAX_USER_COPY`]. Bytes after
+    /// the copy (none from the kernel) are ignored.
+    pub fn user_copy_from_bytes<'a>(
+        &self,
+        record: &'a [u8],
+    ) -> Result<Option<(UserCopyHeader, &'a [u8])>, MalformedCopy> {
+        if self.flags & FLAG_USER_COPY == 0 {
+            return Ok(None);
+        }
+        let start = self.record_size();
+        let Some(header) = record.get(start..start + UserCopyHeader::SIZE) else {
+            return Err(MalformedCopy);
+        };
+        // SAFETY: the slice is exactly UserCopyHeader::SIZE bytes, the type is plain old data
+        // with no invalid bit patterns, and read_unaligned copes with any alignment.
+        let header = unsafe { core::ptr::read_unaligned(header.as_ptr().cast::<UserCopyHeader>()) };
+        if header.len > MAX_USER_COPY {
+            return Err(MalformedCopy);
+        }
+        let stack_start = start + UserCopyHeader::SIZE;
+        match record.get(stack_start..stack_start + header.len as usize) {
+            Some(stack) => Ok(Some((header, stack))),
+            None => Err(MalformedCopy),
+        }
     }
 
     /// The frames that follow an event in its record, kernel frames then user frames, each leaf
@@ -191,8 +305,15 @@ unsafe impl aya::Pod for TargetKey {}
 // SAFETY: repr(C), no padding, any bit pattern is valid.
 unsafe impl aya::Pod for Event {}
 
+#[cfg(feature = "user")]
+// SAFETY: repr(C), no padding, any bit pattern is valid.
+unsafe impl aya::Pod for Wants {}
+
 const _: () = assert!(Event::SIZE == 48);
 const _: () = assert!(core::mem::size_of::<TargetKey>() == 16);
+const _: () = assert!(UserCopyHeader::SIZE == 32);
+const _: () = assert!(core::mem::size_of::<Wants>() == 8);
+const _: () = assert!(MAX_USER_COPY.is_multiple_of(8) && DEFAULT_USER_COPY.is_multiple_of(8));
 
 #[cfg(test)]
 mod tests {
@@ -251,6 +372,99 @@ mod tests {
             ..e
         };
         assert!(huge.frames_from_bytes(&[0; 4096]).is_none());
+    }
+
+    /// A record with `frames` user frames and a copy header saying `len`, followed by
+    /// `stack` (which may be shorter or longer than `len`).
+    fn copy_record(frames: u16, len: u32, stack: &[u8]) -> (Event, Vec<u8>) {
+        let e = Event {
+            flags: FLAG_STACK | FLAG_USER_COPY,
+            user_frames: frames,
+            ..Event::default()
+        };
+        let mut record = e.to_bytes().to_vec();
+        for i in 0..frames {
+            record.extend((0x40_1000 + u64::from(i)).to_ne_bytes());
+        }
+        let header = UserCopyHeader {
+            ip: 0x40_1234,
+            sp: 0x7ffd_0000_1000,
+            bp: 0x7ffd_0000_1100,
+            len,
+            _pad: 0,
+        };
+        record.extend(header.to_bytes());
+        record.extend(stack);
+        (e, record)
+    }
+
+    #[test]
+    fn user_copies_follow_the_frames() {
+        let stack: Vec<u8> = (0..24).collect();
+        let (e, record) = copy_record(2, 24, &stack);
+        let (header, bytes) = e.user_copy_from_bytes(&record).unwrap().unwrap();
+        assert_eq!(
+            (header.ip, header.sp, header.len),
+            (0x40_1234, 0x7ffd_0000_1000, 24)
+        );
+        assert_eq!(bytes, &stack[..]);
+        // The frames are still read as before.
+        assert_eq!(e.frames_from_bytes(&record).unwrap().len(), 2);
+        // Without the flag there is no copy, whatever follows.
+        let plain = Event {
+            flags: FLAG_STACK,
+            ..e
+        };
+        assert_eq!(plain.user_copy_from_bytes(&record), Ok(None));
+    }
+
+    #[test]
+    fn user_copies_that_lie_about_their_length_are_refused() {
+        let (e, record) = copy_record(1, 16, &[7; 8]);
+        assert_eq!(
+            e.user_copy_from_bytes(&record),
+            Err(MalformedCopy),
+            "8 bytes short"
+        );
+        let (e, record) = copy_record(0, MAX_USER_COPY + 8, &vec![0; 70_000]);
+        assert_eq!(
+            e.user_copy_from_bytes(&record),
+            Err(MalformedCopy),
+            "over the limit"
+        );
+        let (e, record) = copy_record(3, 0, &[]);
+        assert_eq!(
+            e.user_copy_from_bytes(&record[..record.len() - 1]),
+            Err(MalformedCopy),
+            "header cut"
+        );
+        let (header, bytes) = e.user_copy_from_bytes(&record).unwrap().unwrap();
+        assert_eq!((header.len, bytes.len()), (0, 0), "an empty copy is fine");
+        let (e, record) = copy_record(0, MAX_USER_COPY, &vec![1; MAX_USER_COPY as usize]);
+        assert_eq!(
+            e.user_copy_from_bytes(&record).unwrap().unwrap().1.len(),
+            MAX_USER_COPY as usize
+        );
+    }
+
+    #[test]
+    fn wants_unite_to_the_most_either_asks_for() {
+        let fp = Wants {
+            flags: WANT_STACKS,
+            user_copy_bytes: 0,
+        };
+        let dwarf = Wants {
+            flags: 0,
+            user_copy_bytes: 8192,
+        };
+        assert_eq!(
+            fp.union(dwarf),
+            Wants {
+                flags: WANT_STACKS,
+                user_copy_bytes: 8192
+            }
+        );
+        assert!(fp.any_stack() && dwarf.any_stack() && !Wants::default().any_stack());
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! * `vmscope_sample` runs on every cpu-clock tick of every perf event the daemon opened (one per
 //!   online CPU and sampling frequency). It keeps the tick when the interrupted process is a
 //!   target at that event's period, or when a system-wide session runs at that period, and
-//!   writes an [`Event`] to the ring buffer. When the matching map value has [`WANT_STACKS`],
-//!   the same record also carries the kernel stack (if the tick landed in the kernel) and the
-//!   user stack, walked by frame pointers with `bpf_get_stack`. A tick that finds the ring
+//!   writes an [`Event`] to the ring buffer. When the matching map value ([`Wants`]) has
+//!   [`WANT_STACKS`], the same record also carries the kernel stack (if the tick landed in the
+//!   kernel) and the user stack, walked by frame pointers with `bpf_get_stack`; when it asks
+//!   for a user copy (`--call-graph dwarf`), the kernel stack, then the user registers and the
+//!   top of the user stack, copied page by page (see `copy_user_stack`). A tick that finds the ring
 //!   buffer full is counted in `LOST` (per CPU) and dropped: the kernel never waits for the
 //!   daemon.
 //! * `vmscope_exec` (raw tracepoint `sched_process_exec`) reports `execve` of tracked
@@ -19,10 +21,11 @@
 mod prog {
     use aya_ebpf::{
         EbpfContext,
-        bindings::{BPF_F_USER_STACK, BPF_RB_NO_WAKEUP, bpf_perf_event_data},
+        bindings::{BPF_F_USER_STACK, BPF_RB_NO_WAKEUP, bpf_perf_event_data, pt_regs},
         helpers::{
             bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-            bpf_get_stack, bpf_ktime_get_ns,
+            bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
+            generated::{bpf_get_current_task_btf, bpf_probe_read_user, bpf_task_pt_regs},
         },
         macros::{map, perf_event, raw_tracepoint},
         maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -30,19 +33,11 @@ mod prog {
     };
     use vmscope_common::{
         CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, EVENT_EXEC, EVENT_SAMPLE, Event,
-        FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_STACK_FAILED,
-        FLAG_USER_TRUNCATED, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS, RING_BUFFER_BYTES,
-        TargetKey, WANT_STACKS,
+        FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_COPY,
+        FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, MAX_LOST_KEYS,
+        MAX_STACK_FRAMES, MAX_TARGETS, MAX_USER_COPY, RING_BUFFER_BYTES, TargetKey, UserCopyHeader,
+        WANT_STACKS, Wants,
     };
-
-    /// A sample record with room for both stacks: what one ring-buffer record holds at most.
-    /// Only its first `48 + 8 * (kernel_frames + user_frames)` bytes are sent.
-    #[repr(C)]
-    struct StackRecord {
-        event: Event,
-        /// Kernel frames, then user frames right after them, each leaf first.
-        frames: [u64; 2 * MAX_STACK_FRAMES],
-    }
 
     /// `MAX_STACK_FRAMES` is 127 = 0x7f: masking a frame count with it gives the verifier a
     /// bound it can follow through pointer arithmetic (comparisons get rewritten by LLVM in
@@ -51,22 +46,54 @@ mod prog {
     const FRAME_MASK: usize = MAX_STACK_FRAMES;
     const _: () = assert!((MAX_STACK_FRAMES + 1).is_power_of_two());
 
+    /// Bound of the words of both stacks together (at most 2 * 127), for the verifier.
+    const FRAMES_MASK: usize = 0xff;
+    /// Bound of the bytes copied so far (at most `MAX_USER_COPY`), for the verifier.
+    const COPIED_MASK: usize = 0xffff;
+    /// Bound of one chunk of the copy (at most a page), for the verifier.
+    const CHUNK_MASK: usize = 0x1fff;
+    /// The copy goes page by page, so that a fault keeps the pages before it.
+    const PAGE: usize = 4096;
+    /// Chunks of a copy: a partial first page, then whole pages.
+    const MAX_CHUNKS: usize = MAX_USER_COPY as usize / PAGE + 2;
+    const HEADER_WORDS: usize = UserCopyHeader::SIZE / 8;
+    /// Words after the event: every offset the masks above allow, plus a chunk, fits, so the
+    /// verifier can prove each write and the output in bounds.
+    const TAIL_WORDS: usize = FRAMES_MASK + HEADER_WORDS + (COPIED_MASK + 1 + CHUNK_MASK + 1) / 8;
+    const _: () = assert!(2 * MAX_STACK_FRAMES <= FRAMES_MASK);
+    const _: () = assert!(MAX_USER_COPY as usize <= COPIED_MASK && PAGE <= CHUNK_MASK);
+
+    /// A sample record with room for both stacks, the user registers and the largest copy of
+    /// the user stack: what one ring-buffer record holds at most. Only the bytes written are
+    /// sent: the event, `8 * (kernel_frames + user_frames)` bytes of frames and, with a copy,
+    /// its header and the bytes copied.
+    #[repr(C)]
+    struct StackRecord {
+        event: Event,
+        /// Kernel frames, then user frames right after them, each leaf first; then the
+        /// [`UserCopyHeader`] and the copied stack.
+        tail: [u64; TAIL_WORDS],
+    }
+
     /// Events for the daemon.
     #[map]
     static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 
-    /// Processes to sample, per sampling period. The value holds [`WANT_STACKS`] while a
-    /// session there wants call stacks (the daemon keeps the reference counts).
+    /// Processes to sample, per sampling period. The value says what the sessions there want
+    /// with each sample (the daemon keeps the reference counts).
     #[map]
-    static TARGETS: HashMap<TargetKey, u8> = HashMap::with_max_entries(MAX_TARGETS, 0);
+    static TARGETS: HashMap<TargetKey, Wants> = HashMap::with_max_entries(MAX_TARGETS, 0);
 
     /// Sampling periods (ns) at which every process is sampled; the value as in `TARGETS`.
     #[map]
-    static SYSTEM_WIDE: HashMap<u64, u8> = HashMap::with_max_entries(64, 0);
+    static SYSTEM_WIDE: HashMap<u64, Wants> = HashMap::with_max_entries(64, 0);
 
-    /// Per-CPU room to assemble a sample with stacks: 2 KiB, four times the BPF stack.
+    /// Room to assemble a sample with stacks, one slot per possible CPU (the daemon sets the
+    /// count at load), indexed by CPU number: a slot is about 74 KiB, above the 32 KiB a per-CPU
+    /// array value may hold. Perf event programs do not nest on one CPU, so a slot has one user
+    /// at a time.
     #[map]
-    static SCRATCH: PerCpuArray<StackRecord> = PerCpuArray::with_max_entries(1, 0);
+    static SCRATCH: Array<StackRecord> = Array::with_max_entries(1, 0);
 
     /// Processes whose `execve` the daemon wants to hear about.
     #[map]
@@ -102,19 +129,25 @@ mod prog {
             tgid,
             _pad: 0,
         };
+        // A flag and a value rather than an Option<Wants>: LLVM copies the undefined payload
+        // of a None around, and the verifier refuses reads of uninitialised registers.
         // SAFETY: map lookups return pointers into the map that stay valid for this program run.
-        let mut value = unsafe { SYSTEM_WIDE.get(period_ns).copied() };
-        // The target entry matters too when system-wide mode does not want stacks: a session
-        // on this process may.
-        if value.is_none_or(|v| v & WANT_STACKS == 0) {
+        let (mut sampled, mut value) = match unsafe { SYSTEM_WIDE.get(period_ns) } {
+            Some(&wants) => (true, wants),
+            None => (false, Wants::default()),
+        };
+        // The target entry matters too when system-wide mode does not want everything: a
+        // session on this process may want more.
+        if !sampled || value.flags & WANT_STACKS == 0 || value.user_copy_bytes < MAX_USER_COPY {
             // SAFETY: as above.
             if let Some(&target) = unsafe { TARGETS.get(key) } {
-                value = Some(value.unwrap_or(0) | target);
+                sampled = true;
+                value = value.union(target);
             }
         }
-        let Some(value) = value else {
+        if !sampled {
             return 0;
-        };
+        }
         let kernel = data.regs.cs & 3 == 0;
         let event = Event {
             kind: EVENT_SAMPLE,
@@ -130,8 +163,8 @@ mod prog {
             kernel_frames: 0,
             user_frames: 0,
         };
-        let sent = if value & WANT_STACKS != 0 {
-            output_with_stacks(&ctx, &event)
+        let sent = if value.any_stack() {
+            output_with_stacks(&ctx, data, &event, value)
         } else {
             // No wakeup per sample: the daemon drains the ring on a timer, and a wakeup costs
             // far more than the sample.
@@ -143,18 +176,25 @@ mod prog {
         0
     }
 
-    /// Writes `event` followed by its kernel stack (when it interrupted the kernel) and its
-    /// user stack as one record, as long as the frames it has: a record is 48 bytes plus 8 per
-    /// frame, so the ring keeps as many samples as it did for shallow stacks.
+    /// Writes `event` followed by its kernel stack (when it interrupted the kernel), its user
+    /// stack by frame pointers (with [`WANT_STACKS`]) and its user registers and stack copy
+    /// (with [`Wants::user_copy_bytes`]) as one record, as long as what it holds: a record is
+    /// 48 bytes plus 8 per frame plus the copy, so the ring keeps as many samples as it did for
+    /// shallow stacks.
     #[inline(always)]
-    fn output_with_stacks(ctx: &PerfEventContext, event: &Event) -> Result<(), i32> {
-        let Some(record) = SCRATCH.get_ptr_mut(0) else {
-            // Cannot happen (a one-entry array always has its entry); send the bare event
+    fn output_with_stacks(
+        ctx: &PerfEventContext,
+        data: &bpf_perf_event_data,
+        event: &Event,
+        wants: Wants,
+    ) -> Result<(), i32> {
+        let Some(record) = SCRATCH.get_ptr_mut(event.cpu) else {
+            // Only if the daemon sized SCRATCH below the possible CPUs: send the bare event
             // rather than nothing.
             return EVENTS.output::<Event>(event, u64::from(BPF_RB_NO_WAKEUP));
         };
         // SAFETY: the pointer is this CPU's slot, valid for this program run; perf event
-        // programs do not nest on one CPU, so nothing else uses it meanwhile.
+        // programs do not nest on one CPU, and no other CPU uses this slot.
         let record = unsafe { &mut *record };
         let limit = match CONFIG.get(CONFIG_MAX_STACK).copied().unwrap_or(0) as usize {
             n if n > 0 && n < MAX_STACK_FRAMES => n,
@@ -163,7 +203,7 @@ mod prog {
         // In bytes, as bpf_get_stack counts.
         let size = ((limit & FRAME_MASK) * 8) as u32;
         let mut flags = event.flags | FLAG_STACK;
-        let base = record.frames.as_mut_ptr();
+        let base = record.tail.as_mut_ptr();
 
         let mut kernel_frames = 0;
         if event.is_kernel() {
@@ -179,27 +219,52 @@ mod prog {
             }
         }
 
-        // The user stack goes right after the kernel frames. With BPF_F_USER_STACK the kernel
-        // walks from the task's saved user registers when the tick landed in the kernel, and
-        // from the interrupted ones otherwise; the first entry is the user ip.
-        // SAFETY: kernel_frames <= MAX_STACK_FRAMES, so base + kernel_frames has room for
-        // another MAX_STACK_FRAMES frames, and size is at most that.
-        let n = unsafe {
-            bpf_get_stack(
-                ctx.as_ptr(),
-                base.add(kernel_frames).cast(),
-                size,
-                u64::from(BPF_F_USER_STACK),
-            )
-        };
         let mut user_frames = 0;
-        if n < 0 {
-            flags |= FLAG_USER_STACK_FAILED;
-        } else {
-            user_frames = (n as usize / 8) & FRAME_MASK;
-            if user_frames >= limit {
-                flags |= FLAG_USER_TRUNCATED;
+        if wants.flags & WANT_STACKS != 0 {
+            // The user stack goes right after the kernel frames. With BPF_F_USER_STACK the
+            // kernel walks from the task's saved user registers when the tick landed in the
+            // kernel, and from the interrupted ones otherwise; the first entry is the user ip.
+            // SAFETY: kernel_frames <= MAX_STACK_FRAMES, so base + kernel_frames has room for
+            // another MAX_STACK_FRAMES frames, and size is at most that.
+            let n = unsafe {
+                bpf_get_stack(
+                    ctx.as_ptr(),
+                    base.add(kernel_frames).cast(),
+                    size,
+                    u64::from(BPF_F_USER_STACK),
+                )
+            };
+            if n < 0 {
+                flags |= FLAG_USER_STACK_FAILED;
+            } else {
+                user_frames = (n as usize / 8) & FRAME_MASK;
+                if user_frames >= limit {
+                    flags |= FLAG_USER_TRUNCATED;
+                }
             }
+        }
+
+        let frame_words = (kernel_frames + user_frames) & FRAMES_MASK;
+        let mut len = Event::SIZE + 8 * frame_words;
+        if wants.user_copy_bytes > 0
+            && let Some(regs) = user_regs(data, event.is_kernel())
+        {
+            // SAFETY: frame_words <= FRAMES_MASK, and the tail has room for FRAMES_MASK words,
+            // a header and the largest copy after them.
+            let header = unsafe { base.add(frame_words) };
+            let copy = copy_user_stack(header, regs.rsp, wants.user_copy_bytes);
+            flags |= FLAG_USER_COPY | copy.faulted;
+            // SAFETY: as above; the header is 8-aligned, like every word of the tail.
+            unsafe {
+                header.cast::<UserCopyHeader>().write(UserCopyHeader {
+                    ip: regs.rip,
+                    sp: regs.rsp,
+                    bp: regs.rbp,
+                    len: copy.len as u32,
+                    _pad: 0,
+                });
+            }
+            len += UserCopyHeader::SIZE + (copy.len & COPIED_MASK);
         }
 
         record.event = Event {
@@ -208,12 +273,82 @@ mod prog {
             user_frames: user_frames as u16,
             ..*event
         };
-        let len = Event::SIZE + 8 * (kernel_frames + user_frames);
-        // SAFETY: len <= size_of::<StackRecord>() because both counts are masked to
-        // MAX_STACK_FRAMES, and every byte up to len was written above.
+        // SAFETY: len <= size_of::<StackRecord>() because every part of it is masked to the
+        // bounds the tail was sized for, and every byte up to len was written above.
         let bytes =
             unsafe { core::slice::from_raw_parts(core::ptr::from_mut(record).cast::<u8>(), len) };
         EVENTS.output::<[u8]>(bytes, u64::from(BPF_RB_NO_WAKEUP))
+    }
+
+    /// The registers user code was interrupted in: the tick's own when it landed in user mode,
+    /// else those the task entered the kernel with (kernel 5.15+), which it will return to.
+    /// `None` for a task without user state (a kernel thread: its saved registers are not user
+    /// mode).
+    #[inline(always)]
+    fn user_regs(data: &bpf_perf_event_data, kernel: bool) -> Option<pt_regs> {
+        if !kernel {
+            return Some(data.regs);
+        }
+        // SAFETY: bpf_get_current_task_btf has no preconditions and returns a trusted pointer;
+        // bpf_task_pt_regs accepts it and returns the task's saved registers, read here with
+        // bpf_probe_read_kernel, which copes with any address.
+        let regs = unsafe {
+            let task = bpf_get_current_task_btf();
+            let regs = bpf_task_pt_regs(task) as *const pt_regs;
+            bpf_probe_read_kernel(regs).ok()?
+        };
+        (regs.cs & 3 != 0).then_some(regs)
+    }
+
+    /// How much of the user stack was copied.
+    struct Copied {
+        len: usize,
+        /// [`FLAG_USER_COPY_FAULTED`] when the copy stopped short at an unreadable address.
+        faulted: u32,
+    }
+
+    /// Copies up to `want` bytes of user stack from `sp` to just after the header at `header`:
+    /// first up to the next page boundary, then page by page, so that a fault (the end of the
+    /// stack mapping, a guard page) keeps every page before it.
+    #[inline(always)]
+    fn copy_user_stack(header: *mut u64, sp: u64, want: u32) -> Copied {
+        let want = (if want > MAX_USER_COPY {
+            MAX_USER_COPY
+        } else {
+            want
+        } & !7) as usize;
+        // SAFETY: see output_with_stacks: the header and a copy of MAX_USER_COPY fit after it.
+        let stack = unsafe { header.add(HEADER_WORDS).cast::<u8>() };
+        let mut copied = 0usize;
+        for _ in 0..MAX_CHUNKS {
+            if copied >= want {
+                break;
+            }
+            let at = sp.wrapping_add(copied as u64);
+            let page_left = PAGE - (at as usize & (PAGE - 1));
+            let rest = want - copied;
+            let chunk = (if page_left < rest { page_left } else { rest }) & CHUNK_MASK;
+            // SAFETY: copied <= COPIED_MASK and chunk <= CHUNK_MASK after the masks, and the
+            // tail has room for both after the header; bpf_probe_read_user checks the source.
+            let status = unsafe {
+                bpf_probe_read_user(
+                    stack.add(copied & COPIED_MASK).cast(),
+                    chunk as u32,
+                    at as *const _,
+                )
+            };
+            if status != 0 {
+                return Copied {
+                    len: copied,
+                    faulted: FLAG_USER_COPY_FAULTED,
+                };
+            }
+            copied += chunk;
+        }
+        Copied {
+            len: copied,
+            faulted: 0,
+        }
     }
 
     // A raw tracepoint attaches by name and needs no tracefs mounted (many containers and

@@ -1126,3 +1126,107 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
         flat.stacks
     );
 }
+
+/// A DWARF session's samples carry a user copy: until the unwinder is wired in, the user stack
+/// is the copy's instruction pointer alone, under the kernel frames when the tick landed in the
+/// kernel; the copy is counted.
+#[tokio::test]
+async fn samples_with_a_user_copy_get_the_user_ip_under_the_kernel_frames() {
+    use vmscope_common::FLAG_STACK;
+    let h = harness();
+    let session = h
+        .manager
+        .start(
+            ROOT,
+            pb::StartSessionRequest {
+                call_graph: pb::CallGraph::Dwarf as i32,
+                ..start_request(&[me()], 100)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(session.call_graph(), pb::CallGraph::Dwarf);
+    assert_eq!(session.dwarf_stack_bytes, 8192);
+    let wants = h
+        .kernel
+        .lock()
+        .unwrap()
+        .copy_targets
+        .values()
+        .copied()
+        .collect::<Vec<_>>();
+    assert_eq!(
+        wants,
+        [8192],
+        "the kernel copies 8 KiB of the target's stack"
+    );
+
+    let t0 = sys::monotonic_ns();
+    let user_ip = code_address();
+    let stack = [0u8; 64];
+    let copy = |faulted| UserCopy {
+        ip: user_ip,
+        sp: 0x7ffd_0000_0000,
+        bp: 0,
+        stack: &stack,
+        faulted,
+    };
+    let mut batch = Batch {
+        watermark_ns: t0 + 10_000_000,
+        ..Batch::default()
+    };
+    let kernel = [0xffff_ffff_8100_1000, 0xffff_ffff_8100_2000];
+    batch.push_with_copy(
+        Event {
+            flags: FLAG_STACK | FLAG_KERNEL_MODE,
+            ip: kernel[0],
+            ..sample(me(), 100, t0 + 1)
+        },
+        &kernel,
+        &[],
+        Some(copy(true)),
+    );
+    batch.push_with_copy(
+        Event {
+            flags: FLAG_STACK,
+            ip: user_ip,
+            ..sample(me(), 100, t0 + 2)
+        },
+        &[],
+        &[],
+        Some(copy(false)),
+    );
+    h.send_batch(batch).await;
+    h.stop(session.id).await.unwrap();
+
+    let done = h.manager.snapshot(ROOT, session.id).await.unwrap();
+    assert_eq!(done.total_samples, 2);
+    let mut shapes: Vec<Vec<&'static str>> = done
+        .stacks
+        .counts
+        .iter()
+        .map(|&(_, stack, _)| {
+            done.stacks
+                .ids_of(stack)
+                .iter()
+                .map(|id| match done.stacks.location(*id) {
+                    Location::Kernel { .. } => "kernel",
+                    Location::File { .. } => "native",
+                    _ => "other",
+                })
+                .collect()
+        })
+        .collect();
+    shapes.sort();
+    assert_eq!(
+        shapes,
+        [vec!["kernel", "kernel", "native"], vec!["native"]],
+        "{:?}",
+        done.stacks
+    );
+    let counters = h.manager.counters().await.unwrap();
+    let counter = |name: &str| counters.values.get(name).copied();
+    assert_eq!(counter("user_copies"), Some(2));
+    assert_eq!(counter("user_copy_bytes"), Some(128));
+    assert_eq!(counter("user_copies_faulted"), Some(1));
+}
