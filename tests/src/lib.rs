@@ -536,9 +536,14 @@ pub fn grpcio_python() -> PathBuf {
 }
 
 /// The CPython the runtime tests profile: a pyenv build whose VM is `libpython3.12.so`.
-/// `cargo xtask setup` installs it (xtask/src/setup.rs, `PYENV_PYTHON`).
+/// `cargo xtask setup` installs it (xtask/src/setup.rs, `PYENV_PYTHONS`).
 pub fn pyenv_python() -> PathBuf {
-    const VERSION: &str = "3.12";
+    pyenv_python_version("3.12")
+}
+
+/// A pyenv CPython `version` ("3.12", "3.13") built as a shared library (its VM is
+/// `libpython{version}.so`, without frame pointers); `cargo xtask setup` installs 3.12 and 3.13.
+pub fn pyenv_python_version(version: &str) -> PathBuf {
     let root = Command::new("pyenv")
         .arg("root")
         .output()
@@ -552,14 +557,14 @@ pub fn pyenv_python() -> PathBuf {
     builds.retain(|p| {
         p.file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(&format!("{VERSION}.")))
-            && p.join(format!("lib/libpython{VERSION}.so")).exists()
+            .is_some_and(|n| n.starts_with(&format!("{version}.")))
+            && p.join(format!("lib/libpython{version}.so")).exists()
     });
     builds.sort();
     builds
         .pop()
-        .map(|p| p.join(format!("bin/python{VERSION}")))
+        .map(|p| p.join(format!("bin/python{version}")))
         .unwrap_or_else(|| {
-            panic!("no shared CPython {VERSION} under pyenv: run `cargo xtask setup`")
+            panic!("no shared CPython {version} under pyenv: run `cargo xtask setup`")
         })
 }

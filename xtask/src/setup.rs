@@ -182,11 +182,13 @@ pub fn run() -> anyhow::Result<()> {
         output(Command::new("go").args(["tool", "-n", "pprof"])).is_some(),
         || apt_install(&["golang-go"]),
     )?;
-    step(
-        &format!("CPython {PYENV_PYTHON} built as a shared library, under pyenv"),
-        pyenv_shared_python().is_some(),
-        install_pyenv_python,
-    )?;
+    for version in PYENV_PYTHONS {
+        step(
+            &format!("CPython {version} built as a shared library, under pyenv"),
+            pyenv_shared_python(version).is_some(),
+            || install_pyenv_python(version),
+        )?;
+    }
     let venv = grpcio_venv()?;
     step(
         &format!(
@@ -200,12 +202,13 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The CPython the runtime tests profile: one whose VM is `libpython3.x.so`, like the pyenv
-/// builds of this machine kind. Keep in step with `tests/src/lib.rs`.
-pub const PYENV_PYTHON: &str = "3.12";
+/// The CPythons the tests profile, each a build whose VM is `libpython3.x.so`, like the pyenv
+/// builds of this machine kind: 3.12 (runtime modules, `-X perf` trampolines) and 3.13
+/// (`-X perf_jit`). Keep in step with `tests/src/lib.rs` and `tests/tests/dwarf_stacks.rs`.
+pub const PYENV_PYTHONS: [&str; 2] = ["3.12", "3.13"];
 
-/// `$(pyenv root)/versions/3.12.*/bin/python3.12` when that build has its libpython.
-fn pyenv_shared_python() -> Option<std::path::PathBuf> {
+/// `$(pyenv root)/versions/VERSION.*/bin/pythonVERSION` when that build has its libpython.
+fn pyenv_shared_python(version: &str) -> Option<std::path::PathBuf> {
     let root = output(Command::new("pyenv").arg("root"))?;
     let versions = std::path::Path::new(root.trim()).join("versions");
     let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(versions)
@@ -215,18 +218,16 @@ fn pyenv_shared_python() -> Option<std::path::PathBuf> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{PYENV_PYTHON}.")))
+                .is_some_and(|n| n.starts_with(&format!("{version}.")))
         })
-        .filter(|p| p.join(format!("lib/libpython{PYENV_PYTHON}.so")).exists())
+        .filter(|p| p.join(format!("lib/libpython{version}.so")).exists())
         .collect();
     found.sort();
-    found
-        .pop()
-        .map(|p| p.join(format!("bin/python{PYENV_PYTHON}")))
+    found.pop().map(|p| p.join(format!("bin/python{version}")))
 }
 
-/// Builds CPython with pyenv as a shared library (a few minutes).
-fn install_pyenv_python() -> anyhow::Result<()> {
+/// Builds CPython `version` with pyenv as a shared library (a few minutes).
+fn install_pyenv_python(version: &str) -> anyhow::Result<()> {
     if output(Command::new("pyenv").arg("--version")).is_none() {
         bail!(
             "pyenv is missing: install it (https://github.com/pyenv/pyenv#installation), then \
@@ -245,7 +246,7 @@ fn install_pyenv_python() -> anyhow::Result<()> {
     ])?;
     run_checked(
         Command::new("pyenv")
-            .args(["install", "--skip-existing", PYENV_PYTHON])
+            .args(["install", "--skip-existing", version])
             .env("PYTHON_CONFIGURE_OPTS", "--enable-shared"),
     )
 }

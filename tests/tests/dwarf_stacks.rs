@@ -1,0 +1,299 @@
+//! Call stacks without frame pointers (`--call-graph dwarf`), end to end: real BPF, the real
+//! daemon over gRPC, fixtures whose call structure and time split are known by construction,
+//! and real runtimes (CPython 3.12 `-X perf`, 3.13 `-X perf_jit`, node `--perf-prof`). Only the
+//! API's contract is read (Profile.frames, Profile.stacks leaf first, Stack.end).
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use vmscope_proto::v1::{CallGraph, Frame, Profile, StackEnd, StartSessionRequest};
+use vmscope_tests::{
+    Client, Daemon, Running, dump, pyenv_python_version, stacks::*, stop_and_profile,
+};
+
+/// Samples `pid` at 1400 Hz for `seconds` with the given call graph.
+async fn record_stacks(
+    client: &mut Client,
+    pid: u32,
+    call_graph: CallGraph,
+    seconds: f64,
+) -> Profile {
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![pid],
+            frequency_hz: Some(1400),
+            call_graph: call_graph as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("start a session")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop_and_profile(client, session.id).await
+}
+
+/// Samples whose stack ended `end`.
+fn ended(profile: &Profile, end: StackEnd) -> u64 {
+    profile
+        .stacks
+        .iter()
+        .filter(|s| s.end() == end)
+        .map(|s| s.samples)
+        .sum()
+}
+
+/// Frames whose name starts with `prefix` (perf map names such as `py::hot:/path/x.py`).
+fn starting(prefix: &str) -> impl Fn(&Frame) -> bool + '_ {
+    move |f: &Frame| f.name.starts_with(prefix)
+}
+
+/// The 70/30 callers fixture built `-O2 -fomit-frame-pointer`: with `dwarf` each caller gets
+/// its share of leaf within 3 points and stacks reach `main` and `_start`; with `fp` the same
+/// binary's stacks stop at the leaf, and the profile says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dwarf_unwinds_code_without_frame_pointers_and_fp_says_it_cannot() {
+    let daemon = Daemon::start();
+    let target = Running::start(Command::new(&no_fp_fixtures().callers).arg("30"));
+    let mut client = daemon.client().await;
+
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 3.0).await;
+    let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 12));
+    assert_eq!(
+        profile.session.as_ref().unwrap().call_graph(),
+        CallGraph::Dwarf,
+        "{report}"
+    );
+    let total = profile.total_samples as f64;
+    assert!(total > 800.0, "too few samples:\n{report}");
+    let a = called_from(&profile, named("leaf"), named("caller_a")) as f64;
+    let b = called_from(&profile, named("leaf"), named("caller_b")) as f64;
+    let leaf = inclusive(&profile, named("leaf")) as f64;
+    assert!(
+        a + b >= 0.95 * leaf && leaf >= 0.9 * total,
+        "leaf ({leaf} of {total}) from caller_a ({a}) or caller_b ({b}):\n{report}"
+    );
+    for (name, samples, expected) in [("caller_a", a, 70.0), ("caller_b", b, 30.0)] {
+        let share = 100.0 * samples / (a + b);
+        assert!(
+            (share - expected).abs() <= 3.0,
+            "{name} calls {share:.2}% of leaf's time, {expected}% by construction:\n{report}"
+        );
+    }
+    let main = inclusive(&profile, named("main")) as f64;
+    assert!(main >= 0.97 * total, "main in {main} of {total}:\n{report}");
+    let complete = ended(&profile, StackEnd::Complete) as f64;
+    assert!(
+        complete >= 0.97 * total,
+        "{complete} of {total} stacks complete:\n{report}"
+    );
+    eprintln!(
+        "dwarf: caller_a {:.2}% caller_b {:.2}%, main {:.2}%, complete {:.2}%",
+        100.0 * a / (a + b),
+        100.0 * b / (a + b),
+        100.0 * main / total,
+        100.0 * complete / total
+    );
+
+    // Frame pointers on the same binary: stacks end at the leaf, and the profile says why.
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Fp, 1.5).await;
+    let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 5));
+    let total = profile.total_samples as f64;
+    let no_fp = ended(&profile, StackEnd::NoFramePointer) as f64;
+    assert!(
+        no_fp >= 0.9 * total,
+        "only {no_fp} of {total} stacks said a caller had no frame pointer:\n{report}"
+    );
+    let reported = profile
+        .stack_ends
+        .iter()
+        .find(|e| e.end() == StackEnd::NoFramePointer)
+        .map_or(0, |e| e.samples) as f64;
+    assert_eq!(reported, no_fp, "Profile.stack_ends disagrees:\n{report}");
+    assert_eq!(
+        called_from(&profile, named("leaf"), named("caller_a")),
+        0,
+        "fp found a caller through code without frame pointers?\n{report}"
+    );
+}
+
+/// A comparator called by libc's qsort (Debian's libc keeps no frame pointers): DWARF unwinding
+/// finds `sort_once` and `main` under qsort's frames (perf --call-graph dwarf: 2807 of 2807).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_through_libc_qsort_are_recovered() {
+    let daemon = Daemon::start();
+    let target = Running::start(Command::new(&no_fp_fixtures().qsort).arg("30"));
+    let mut client = daemon.client().await;
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 2.0).await;
+    let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 5));
+    let comparator = inclusive(&profile, named("by_weight")) as f64;
+    let total = profile.total_samples as f64;
+    assert!(
+        comparator >= 0.8 * total,
+        "{comparator} of {total}:\n{report}"
+    );
+    let through = profile
+        .stacks
+        .iter()
+        .filter(|s| {
+            let names: Vec<&str> = frames_of(&profile, s)
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect();
+            let at = |name: &str| names.iter().position(|n| *n == name);
+            let qsort = names
+                .iter()
+                .position(|n| n.contains("qsort") || n.contains("msort"));
+            matches!(
+                (at("by_weight"), qsort, at("sort_once"), at("main")),
+                (Some(c), Some(q), Some(s), Some(m)) if c < q && q < s && s < m
+            )
+        })
+        .map(|s| s.samples)
+        .sum::<u64>() as f64;
+    assert!(
+        through >= 0.95 * comparator,
+        "only {through} of the comparator's {comparator} samples reach main through qsort:\n{report}"
+    );
+    eprintln!(
+        "qsort: {:.2}% of the comparator's samples reach main",
+        100.0 * through / comparator
+    );
+}
+
+/// Samples whose stack has a Python frame `callee` whose nearest Python caller (the next
+/// `py::` frame rootwards, past the interpreter's own C frames) is `caller`.
+fn python_called_from(profile: &Profile, callee: &str, caller: &str) -> u64 {
+    profile
+        .stacks
+        .iter()
+        .filter(|s| {
+            let python: Vec<&str> = frames_of(profile, s)
+                .into_iter()
+                .map(|f| f.name.as_str())
+                .filter(|n| n.starts_with("py::"))
+                .collect();
+            python
+                .windows(2)
+                .any(|pair| pair[0].starts_with(callee) && pair[1].starts_with(caller))
+        })
+        .map(|s| s.samples)
+        .sum()
+}
+
+/// `hot` called from `a` 70% and `b` 30% (thread CPU time), in a Python whose perf support
+/// gives each Python function a frame of its own: both callers and `hot` in the stacks, each
+/// caller's share within 5 points, under `main`.
+async fn python_callers_split_70_30(version: &str, flag: &str) {
+    let daemon = Daemon::start();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/callers.py");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let mut client = daemon.client().await;
+    // CPython buffers its jitdump (-X perf_jit) and flushes it at exit: the run ends by itself
+    // and the session with it, so that every name has arrived before the profile is built.
+    let mut target = Running::start(
+        Command::new(pyenv_python_version(version))
+            .args(["-X", flag])
+            .arg(&script)
+            .arg("3")
+            .current_dir(work.path()),
+    );
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![target.pid()],
+            frequency_hz: Some(1400),
+            call_graph: CallGraph::Dwarf as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("start a session")
+        .into_inner();
+    for _ in 0..100 {
+        if target.child.try_wait().expect("wait for python").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let profile = stop_and_profile(&mut client, session.id).await;
+    let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 8));
+    let total = profile.total_samples as f64;
+    assert!(total > 800.0, "too few samples:\n{report}");
+    let hot = inclusive(&profile, starting("py::hot:")) as f64;
+    let a = python_called_from(&profile, "py::hot:", "py::a:") as f64;
+    let b = python_called_from(&profile, "py::hot:", "py::b:") as f64;
+    assert!(hot >= 0.8 * total, "py::hot in {hot} of {total}:\n{report}");
+    assert!(
+        a + b >= 0.9 * hot,
+        "hot ({hot}) from a ({a}) or b ({b}):\n{report}"
+    );
+    for (name, samples, expected) in [("a", a, 70.0), ("b", b, 30.0)] {
+        let share = 100.0 * samples / (a + b);
+        assert!(
+            (share - expected).abs() <= 5.0,
+            "{name} calls {share:.2}% of hot's time, {expected}% by construction:\n{report}"
+        );
+    }
+    let main = python_called_from(&profile, "py::a:", "py::main:")
+        + python_called_from(&profile, "py::b:", "py::main:");
+    assert!(
+        main as f64 >= 0.9 * (a + b),
+        "a and b are called from main in {main} samples only:\n{report}"
+    );
+    eprintln!(
+        "python {version} -X {flag}: a {:.2}% b {:.2}% of hot ({hot} of {total} samples)",
+        100.0 * a / (a + b),
+        100.0 * b / (a + b)
+    );
+}
+
+/// CPython 3.12 `-X perf`: its trampolines have no unwind information and no frame pointer
+/// (perf --call-graph dwarf stops at the first `py::` frame); vmscope recognises their bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpython_3_12_perf_trampolines_are_unwound() {
+    python_callers_split_70_30("3.12", "perf").await;
+}
+
+/// CPython 3.13 `-X perf_jit`: jitdump names, trampolines with frame pointers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpython_3_13_perf_jit_frames_are_in_the_stacks() {
+    python_callers_split_70_30("3.13", "perf_jit").await;
+}
+
+/// node `--perf-prof`: a JS function and the V8 C++ it calls (JSON.stringify runs in
+/// `v8::internal::JsonStringifier`) in one stack, the C++ frames above the JS one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_js_and_v8_cpp_frames_share_one_stack() {
+    let daemon = Daemon::start();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/stringify.js");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let target = Running::start(
+        Command::new("node")
+            .arg("--perf-prof")
+            .arg(&script)
+            .arg("30")
+            .current_dir(work.path()),
+    );
+    let mut client = daemon.client().await;
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 2.0).await;
+    let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 5));
+    let total = profile.total_samples as f64;
+    let mixed = profile
+        .stacks
+        .iter()
+        .filter(|s| {
+            let frames = frames_of(&profile, s);
+            let cpp = frames
+                .iter()
+                .position(|f| f.name.contains("JsonStringifier"));
+            let js = frames.iter().rposition(|f| f.name.contains("serializeAll"));
+            matches!((cpp, js), (Some(c), Some(j)) if c < j)
+        })
+        .map(|s| s.samples)
+        .sum::<u64>() as f64;
+    assert!(
+        mixed >= 0.5 * total,
+        "JsonStringifier under serializeAll in {mixed} of {total} samples:\n{report}"
+    );
+    eprintln!(
+        "node: JsonStringifier under serializeAll in {:.1}% of the samples",
+        100.0 * mixed / total
+    );
+}
