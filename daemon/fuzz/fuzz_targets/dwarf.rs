@@ -1,0 +1,18 @@
+//! DWARF line tables never panic on hostile files: whatever parses answers every lookup with
+//! frames or an error, within the byte budget the daemon gives it.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use vmscope_parse::dwarf::SourceLines;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(lines) = SourceLines::parse(data, 1 << 20, None) else {
+        return;
+    };
+    assert!(lines.section_bytes() <= 1 << 20);
+    // Addresses from the file itself, so that the fuzzer reaches real units and ranges.
+    for chunk in data.chunks_exact(8).take(64) {
+        let svma = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let _ = lines.lookup(svma);
+    }
+});
