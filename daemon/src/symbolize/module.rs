@@ -25,7 +25,7 @@ use std::{
 use object::{Object as _, read::ReadCache};
 use vmscope_parse::{
     dwarf::SourceFrame,
-    elf::{ElfSymbols, debug_file_candidates_in},
+    elf::{DebugLink, ElfSymbols, debug_file_candidates_in},
 };
 
 use super::lines::{Binary, LineTables};
@@ -233,13 +233,14 @@ impl Modules {
     }
 }
 
-fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSymbols>, String> {
+/// A reader of the registered binary `file`, refused past [`MAX_BINARY_BYTES`]; the error is a
+/// reason for the report.
+fn open_binary(file: &File) -> Result<ReadCache<File>, String> {
     let len = file
         .metadata()
         .map_err(|e| format!("cannot stat the binary: {e}"))?
         .len();
     if len > MAX_BINARY_BYTES {
-        modules.count(|c| c.parse_failures += 1);
         return Err(format!(
             "binary is {len} bytes, more than the {MAX_BINARY_BYTES} the daemon parses"
         ));
@@ -247,21 +248,75 @@ fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSy
     let file = file
         .try_clone()
         .map_err(|e| format!("cannot reopen the binary: {e}"))?;
-    let cache = ReadCache::new(file);
+    Ok(ReadCache::new(file))
+}
+
+/// What a table shared by build id already holds for `id`.
+fn shared<T>(by_build_id: &Mutex<HashMap<Vec<u8>, Arc<T>>>, id: &[u8]) -> Option<Arc<T>> {
+    by_build_id
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(id)
+        .cloned()
+}
+
+/// Shares `value` under build id `id` (when the binary has one), and returns it.
+fn share<T>(
+    by_build_id: &Mutex<HashMap<Vec<u8>, Arc<T>>>,
+    id: Option<Vec<u8>>,
+    value: T,
+) -> Arc<T> {
+    let value = Arc::new(value);
+    if let Some(id) = id {
+        by_build_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, value.clone());
+    }
+    value
+}
+
+/// The first separate debug file of the binary at `path` with build id `build_id` that `parse`
+/// accepts, under the rules of [`find_debug_file`]: candidates from the debug directories and
+/// beside the binary, opened as untrusted files, refused past [`MAX_BINARY_BYTES`]. `parse`
+/// answers `None` for a file it cannot use (it checks the build id).
+fn find_debug<T>(
+    path: &Path,
+    build_id: &[u8],
+    debuglink: Option<&DebugLink>,
+    modules: &Modules,
+    mut parse: impl FnMut(&ReadCache<File>) -> Option<T>,
+) -> Option<T> {
+    for candidate in
+        debug_file_candidates_in(modules.lines.debug_dirs(), path, Some(build_id), debuglink)
+    {
+        let Ok(file) = sys::open_untrusted(&candidate, None) else {
+            continue;
+        };
+        if file.metadata().map_or(true, |m| m.len() > MAX_BINARY_BYTES) {
+            continue;
+        }
+        if let Some(debug) = parse(&ReadCache::new(file)) {
+            tracing::debug!(binary = %path.display(), debug = %candidate.display(), "using debug file");
+            return Some(debug);
+        }
+    }
+    None
+}
+
+fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSymbols>, String> {
+    let cache = open_binary(file).inspect_err(|_| modules.count(|c| c.parse_failures += 1))?;
     // The build-id is cheap to read (headers and one note) and spares a full parse of a binary
     // already seen under another inode.
     let build_id = object::File::parse(&cache)
         .ok()
         .and_then(|f| f.build_id().ok().flatten().map(<[u8]>::to_vec));
-    if let Some(id) = &build_id
-        && let Some(symbols) = modules
-            .by_build_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
+    if let Some(symbols) = build_id
+        .as_deref()
+        .and_then(|id| shared(&modules.by_build_id, id))
     {
         modules.count(|c| c.build_id_hits += 1);
-        return Ok(symbols.clone());
+        return Ok(symbols);
     }
     let mut symbols = match ElfSymbols::parse(&cache) {
         Ok(symbols) => symbols,
@@ -277,15 +332,7 @@ fn load_symbols(file: &File, path: &Path, modules: &Modules) -> Result<Arc<ElfSy
         symbols.merge_symbols(debug);
     }
     modules.count(|c| c.parsed += 1);
-    let symbols = Arc::new(symbols);
-    if let Some(id) = build_id {
-        modules
-            .by_build_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, symbols.clone());
-    }
-    Ok(symbols)
+    Ok(share(&modules.by_build_id, build_id, symbols))
 }
 
 fn load_unwind_tables(
@@ -293,31 +340,16 @@ fn load_unwind_tables(
     module: &Module,
     modules: &Modules,
 ) -> Result<Arc<UnwindTables>, String> {
-    let len = file
-        .metadata()
-        .map_err(|e| format!("cannot stat the binary: {e}"))?
-        .len();
-    if len > MAX_BINARY_BYTES {
-        return Err(format!(
-            "binary is {len} bytes, more than the {MAX_BINARY_BYTES} the daemon parses"
-        ));
-    }
-    let file = file
-        .try_clone()
-        .map_err(|e| format!("cannot reopen the binary: {e}"))?;
-    let cache = ReadCache::new(file);
+    let cache = open_binary(file)?;
     // The build-id (headers and one note) spares loading the sections of a binary already seen
     // under another inode.
     let build_id = tables::read_build_id(&cache).map_err(|e| e.to_string())?;
-    if let Some(id) = &build_id
-        && let Some(tables) = modules
-            .unwind_by_build_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
+    if let Some(tables) = build_id
+        .as_deref()
+        .and_then(|id| shared(&modules.unwind_by_build_id, id))
     {
         modules.count(|c| c.unwind_build_id_hits += 1);
-        return Ok(tables.clone());
+        return Ok(tables);
     }
     let mut tables = UnwindTables::parse(&cache).map_err(|e| e.to_string())?;
     drop(cache);
@@ -333,15 +365,7 @@ fn load_unwind_tables(
         "unwind tables loaded"
     );
     modules.count(|c| c.unwind_loaded += 1);
-    let tables = Arc::new(tables);
-    if let Some(id) = build_id {
-        modules
-            .unwind_by_build_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, tables.clone());
-    }
-    Ok(tables)
+    Ok(share(&modules.unwind_by_build_id, build_id, tables))
 }
 
 /// The unwind tables of a binary's separate debug file, under the rules of
@@ -355,35 +379,19 @@ fn find_debug_unwind_tables(
     // The debuglink is parsed with the symbols, which the profile needs anyway.
     let symbols = module.symbols(modules).ok();
     let debuglink = symbols.as_deref().and_then(ElfSymbols::debuglink);
-    for candidate in debug_file_candidates_in(
-        modules.lines().debug_dirs(),
+    find_debug(
         &module.path,
-        Some(build_id),
+        build_id,
         debuglink,
-    ) {
-        let Ok(file) = sys::open_untrusted(&candidate, None) else {
-            continue;
-        };
-        if file.metadata().map_or(true, |m| m.len() > MAX_BINARY_BYTES) {
-            continue;
-        }
-        let cache = ReadCache::new(file);
-        let debug = match UnwindTables::parse(&cache) {
-            Ok(debug) if debug.build_id() == Some(build_id) => debug,
-            Ok(_) => continue,
+        modules,
+        |cache| match UnwindTables::parse(cache) {
+            Ok(debug) => (debug.build_id() == Some(build_id)).then_some(debug),
             Err(e) => {
-                tracing::debug!(debug = %candidate.display(), "unusable debug file: {e}");
-                continue;
+                tracing::debug!(binary = %module.path.display(), "unusable debug file: {e}");
+                None
             }
-        };
-        tracing::debug!(
-            binary = %module.path.display(),
-            debug = %candidate.display(),
-            "unwinding with the debug file's .debug_frame"
-        );
-        return Some(debug);
-    }
-    None
+        },
+    )
 }
 
 /// The symbols of a separate debug file for a stripped binary, if one is installed and matches.
@@ -394,28 +402,11 @@ fn find_debug_unwind_tables(
 /// the binary are opened under [`sys::open_untrusted`]'s rules.
 fn find_debug_file(path: &Path, stripped: &ElfSymbols, modules: &Modules) -> Option<ElfSymbols> {
     let build_id = stripped.build_id()?;
-    for candidate in debug_file_candidates_in(
-        modules.lines.debug_dirs(),
-        path,
-        Some(build_id),
-        stripped.debuglink(),
-    ) {
-        let Ok(file) = sys::open_untrusted(&candidate, None) else {
-            continue;
-        };
-        if file.metadata().map_or(true, |m| m.len() > MAX_BINARY_BYTES) {
-            continue;
-        }
-        let cache = ReadCache::new(file);
-        let Ok(debug) = ElfSymbols::parse(&cache) else {
+    find_debug(path, build_id, stripped.debuglink(), modules, |cache| {
+        let Ok(debug) = ElfSymbols::parse(cache) else {
             modules.count(|c| c.parse_failures += 1);
-            continue;
+            return None;
         };
-        if debug.build_id() != Some(build_id) {
-            continue;
-        }
-        tracing::debug!(binary = %path.display(), debug = %candidate.display(), "using debug file");
-        return Some(debug);
-    }
-    None
+        (debug.build_id() == Some(build_id)).then_some(debug)
+    })
 }
