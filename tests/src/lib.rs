@@ -568,3 +568,24 @@ pub fn pyenv_python_version(version: &str) -> PathBuf {
             panic!("no shared CPython {version} under pyenv: run `cargo xtask setup`")
         })
 }
+
+/// Runs `go tool pprof ARGS FILE` (the real pprof, nobody's code here) and returns its
+/// standard output; panics with pprof's words when it fails.
+pub fn go_pprof(args: &[&str], file: &Path) -> String {
+    let output = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        // pprof keeps fetched profiles and symbol files here; keep it out of $HOME.
+        .env("PPROF_TMPDIR", file.parent().expect("a directory"))
+        .output()
+        .expect("`go` must run: install Go with `cargo xtask setup` (Debian's golang-go)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "go tool pprof {args:?} failed: {}\n{stdout}\n{stderr}",
+        output.status
+    );
+    stdout
+}

@@ -8,12 +8,13 @@ use std::{
     path::{Path, PathBuf},
     process::Command,
     sync::OnceLock,
+    time::Duration,
 };
 
 use anyhow::{Context, bail};
-use vmscope_proto::v1::{CodeEntry, Frame, Profile, Stack};
+use vmscope_proto::v1::{CallGraph, CodeEntry, Frame, Profile, Stack, StartSessionRequest};
 
-use crate::shared_tempdir;
+use crate::{Client, shared_tempdir, stop_and_profile};
 
 /// The frames of `stack`, leaf first. Panics on an index outside `Profile.frames`: the
 /// contract says stacks name frames by index into it.
@@ -154,6 +155,42 @@ pub fn vm_range_label(entry: &CodeEntry, addr: u64) -> Option<String> {
         Some(here) if here.inlined.is_empty() => Some(format!("{}->{next}", here.bcpc + 1)),
         Some(_) => None,
     }
+}
+
+/// Starts a session sampling `pid` at 1400 Hz with the given call graph, keeping up to
+/// `keep_samples` samples one by one; answers its id.
+pub async fn start_stacks_session(
+    client: &mut Client,
+    pid: u32,
+    call_graph: CallGraph,
+    keep_samples: u32,
+) -> u64 {
+    client
+        .start_session(StartSessionRequest {
+            pids: vec![pid],
+            frequency_hz: Some(1400),
+            keep_samples,
+            call_graph: call_graph as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("start a session")
+        .into_inner()
+        .id
+}
+
+/// Samples `pid` at 1400 Hz for `seconds` with the given call graph (and kept samples), and
+/// returns the final profile.
+pub async fn record_stacks(
+    client: &mut Client,
+    pid: u32,
+    call_graph: CallGraph,
+    keep_samples: u32,
+    seconds: f64,
+) -> Profile {
+    let session = start_stacks_session(client, pid, call_graph, keep_samples).await;
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
+    stop_and_profile(client, session).await
 }
 
 /// The C fixtures of the stack tests, built with frame pointers and without inlining.

@@ -5,31 +5,8 @@
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
-use vmscope_proto::v1::{CallGraph, Frame, Profile, StackEnd, StartSessionRequest};
-use vmscope_tests::{
-    Client, Daemon, Running, dump, pyenv_python_version, stacks::*, stop_and_profile,
-};
-
-/// Samples `pid` at 1400 Hz for `seconds` with the given call graph.
-async fn record_stacks(
-    client: &mut Client,
-    pid: u32,
-    call_graph: CallGraph,
-    seconds: f64,
-) -> Profile {
-    let session = client
-        .start_session(StartSessionRequest {
-            pids: vec![pid],
-            frequency_hz: Some(1400),
-            call_graph: call_graph as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("start a session")
-        .into_inner();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    stop_and_profile(client, session.id).await
-}
+use vmscope_proto::v1::{CallGraph, Frame, Profile, StackEnd};
+use vmscope_tests::{Daemon, Running, dump, pyenv_python_version, stacks::*, stop_and_profile};
 
 /// Samples whose stack ended `end`.
 fn ended(profile: &Profile, end: StackEnd) -> u64 {
@@ -55,7 +32,7 @@ async fn dwarf_unwinds_code_without_frame_pointers_and_fp_says_it_cannot() {
     let target = Running::start(Command::new(&no_fp_fixtures().callers).arg("30"));
     let mut client = daemon.client().await;
 
-    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 3.0).await;
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 0, 3.0).await;
     let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 12));
     assert_eq!(
         profile.session.as_ref().unwrap().call_graph(),
@@ -94,7 +71,7 @@ async fn dwarf_unwinds_code_without_frame_pointers_and_fp_says_it_cannot() {
     );
 
     // Frame pointers on the same binary: stacks end at the leaf, and the profile says why.
-    let profile = record_stacks(&mut client, target.pid(), CallGraph::Fp, 1.5).await;
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Fp, 0, 1.5).await;
     let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 5));
     let total = profile.total_samples as f64;
     let no_fp = ended(&profile, StackEnd::NoFramePointer) as f64;
@@ -122,7 +99,7 @@ async fn callers_through_libc_qsort_are_recovered() {
     let daemon = Daemon::start();
     let target = Running::start(Command::new(&no_fp_fixtures().qsort).arg("30"));
     let mut client = daemon.client().await;
-    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 2.0).await;
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 0, 2.0).await;
     let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 5));
     let comparator = inclusive(&profile, named("by_weight")) as f64;
     let total = profile.total_samples as f64;
@@ -196,23 +173,14 @@ async fn python_callers_split_70_30(version: &str, flag: &str) {
             .arg("3")
             .current_dir(work.path()),
     );
-    let session = client
-        .start_session(StartSessionRequest {
-            pids: vec![target.pid()],
-            frequency_hz: Some(1400),
-            call_graph: CallGraph::Dwarf as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("start a session")
-        .into_inner();
+    let session = start_stacks_session(&mut client, target.pid(), CallGraph::Dwarf, 0).await;
     for _ in 0..100 {
         if target.child.try_wait().expect("wait for python").is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let profile = stop_and_profile(&mut client, session.id).await;
+    let profile = stop_and_profile(&mut client, session).await;
     let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 8));
     let total = profile.total_samples as f64;
     assert!(total > 800.0, "too few samples:\n{report}");
@@ -272,7 +240,7 @@ async fn node_js_and_v8_cpp_frames_share_one_stack() {
             .current_dir(work.path()),
     );
     let mut client = daemon.client().await;
-    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 2.0).await;
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 0, 2.0).await;
     let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 5));
     let total = profile.total_samples as f64;
     let mixed = profile

@@ -7,7 +7,6 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read as _,
-    path::Path,
     process::Command,
     time::Duration,
 };
@@ -18,27 +17,7 @@ use vmscope_proto::{
     v1::{GetProfileRequest, Profile, StartSessionRequest},
 };
 use vmscope_report::stack_fixture;
-use vmscope_tests::{Daemon, Running, fixtures, stop_and_profile};
-
-/// Runs `go tool pprof ARGS FILE` and returns its standard output.
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let output = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        // pprof keeps fetched profiles and symbol files here; keep it out of $HOME.
-        .env("PPROF_TMPDIR", file.parent().expect("a directory"))
-        .output()
-        .expect("`go` must run: install Go with `cargo xtask setup` (Debian's golang-go)");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "go tool pprof {args:?} failed: {}\n{stdout}\n{stderr}",
-        output.status
-    );
-    stdout
-}
+use vmscope_tests::{Daemon, Running, fixtures, go_pprof, stop_and_profile};
 
 /// Writes `profile` as pprof into a fresh directory.
 fn pprof_file(profile: &Profile) -> (tempfile::TempDir, std::path::PathBuf) {

@@ -10,7 +10,7 @@ use std::{path::Path, process::Command};
 
 use vmscope_proto::v1::{Frame, GetDaemonInfoRequest, GetProfileRequest, Section};
 use vmscope_tests::{
-    Client, Daemon, Running, dump, json_report, record,
+    Client, Daemon, Running, dump, go_pprof, json_report, record,
     srclines::{DebugInfo, marker_line, srcline_fixtures},
     stacks::dump_stacks,
 };
@@ -131,25 +131,6 @@ async fn check_shape(daemon: &Daemon, client: &mut Client, shape: DebugInfo) {
         first_row.contains("hot_loop") && first_row.contains(&format!("srclines.c:{hot}")),
         "{shape:?}: the first row of -lines -top:\n{top}"
     );
-}
-
-/// Runs `go tool pprof ARGS FILE` and returns its standard output.
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let output = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", file.parent().expect("a directory"))
-        .output()
-        .expect("`go` must run: install Go with `cargo xtask setup` (Debian's golang-go)");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "go tool pprof {args:?} failed: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,30 +8,7 @@ use std::{process::Command, time::Duration};
 use vmscope_proto::v1::{
     CallGraph, GetDaemonInfoRequest, Profile, StartSessionRequest, StopSessionRequest,
 };
-use vmscope_tests::{Client, Daemon, Running, dump, record, stacks::*, stop_and_profile};
-
-/// Samples `pid` at 1400 Hz for `seconds` with the given call graph (and kept samples).
-async fn record_stacks(
-    client: &mut Client,
-    pid: u32,
-    call_graph: CallGraph,
-    keep_samples: u32,
-    seconds: f64,
-) -> Profile {
-    let session = client
-        .start_session(StartSessionRequest {
-            pids: vec![pid],
-            frequency_hz: Some(1400),
-            keep_samples,
-            call_graph: call_graph as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("start a session")
-        .into_inner();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-    stop_and_profile(client, session.id).await
-}
+use vmscope_tests::{Daemon, Running, dump, record, stacks::*, stop_and_profile};
 
 /// What every profile with stacks must hold: stacks add up to the samples, frame indices are
 /// valid, truncated stacks are counted.

@@ -525,13 +525,7 @@ fn a_stripped_binary_without_eh_frame_gets_its_debug_files_debug_frame() {
     assert_eq!(expected.kind(), ".debug_frame");
 
     let modules = Modules::new();
-    let id = FileId::from_metadata(&std::fs::metadata(&stripped).unwrap());
-    let module = modules.register(id, &stripped, || File::open(&stripped));
-    let tables = modules
-        .get(module)
-        .unwrap()
-        .unwind_sections(&modules)
-        .unwrap();
+    let tables = unwind_sections_of(&modules, &stripped);
     assert_eq!(tables.kind(), ".debug_frame");
     // Decompressed from the debug file: the very bytes the unstripped library has.
     assert_eq!(tables.section_bytes(), expected.section_bytes());
@@ -550,12 +544,17 @@ fn a_stripped_binary_without_eh_frame_gets_its_debug_files_debug_frame() {
         other.path().join("libdf.debug"),
     )
     .unwrap();
-    let id = FileId::from_metadata(&std::fs::metadata(&stripped_b).unwrap());
-    let module = modules.register(id, &stripped_b, || File::open(&stripped_b));
-    let tables = modules
+    let tables = unwind_sections_of(&modules, &stripped_b);
+    assert_eq!(tables.kind(), "none");
+}
+
+/// Registers the binary at `path` and loads its unwind sections.
+fn unwind_sections_of(modules: &Modules, path: &std::path::Path) -> Arc<UnwindTables> {
+    let id = FileId::from_metadata(&std::fs::metadata(path).unwrap());
+    let module = modules.register(id, path, || File::open(path));
+    modules
         .get(module)
         .unwrap()
-        .unwind_sections(&modules)
-        .unwrap();
-    assert_eq!(tables.kind(), "none");
+        .unwind_sections(modules)
+        .unwrap()
 }
