@@ -6,7 +6,7 @@
 use std::{process::Command, time::Duration};
 
 use vmscope_proto::v1::{
-    CallGraph, GetDaemonInfoRequest, Profile, StartSessionRequest, StopSessionRequest,
+    CallGraph, GetDaemonInfoRequest, Profile, StackEnd, StartSessionRequest, StopSessionRequest,
 };
 use vmscope_tests::{Daemon, Running, dump, record, stacks::*, stop_and_profile};
 
@@ -84,6 +84,18 @@ async fn callers_split_70_30_in_the_call_tree() {
             "{name}: inclusive {incl}, calls of leaf {samples}:\n{report}"
         );
     }
+    // Built with frame pointers, the walk ends at the frame that called main (libc's
+    // __libc_start_call_main): whole stacks, said so.
+    let complete: u64 = profile
+        .stacks
+        .iter()
+        .filter(|s| s.end() == StackEnd::Complete)
+        .map(|s| s.samples)
+        .sum();
+    assert!(
+        complete as f64 >= 0.95 * total,
+        "{complete} of {total} stacks said complete:\n{report}"
+    );
     let main = inclusive(&profile, named("main")) as f64;
     assert!(
         main >= 0.97 * total,

@@ -58,16 +58,23 @@ fn proc_field(pid: u32, file: &str, key: &str) -> Option<u64> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
-fn daemon_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("bad stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    // utime and stime are fields 14 and 15; after "pid (comm)" they are at 11 and 12.
-    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+/// CPU time of all of the daemon's threads, in nanoseconds: the first field of each thread's
+/// `schedstat` (the scheduler's own accounting, where `stat`'s utime and stime count 10 ms
+/// ticks, too coarse for the 0.1 s a mode costs the daemon here).
+fn daemon_cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+            continue;
+        };
+        total += stat
+            .split_whitespace()
+            .next()
+            .context("empty schedstat")?
+            .parse::<u64>()?;
+    }
+    Ok(total)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -171,7 +178,6 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
     if let Some(seconds) = soak_seconds {
         return soak(&built, &daemon, pid, &stackloop, seconds);
     }
-    let ticks_per_second = 100.0;
 
     let perf = Command::new("perf")
         .arg("--version")
@@ -191,16 +197,16 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
     }
     let mut alone_times = Vec::new();
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
-    // Per mode: the daemon's CPU ticks and the samples it took.
+    // Per mode: the daemon's CPU time (ns) and the samples it took.
     let mut daemon_load = vec![(0u64, 0u64); modes.len()];
     for round in 0..ROUNDS {
         let (alone, _) = run_once(Mode::Alone, &built, &daemon, &stackloop)?;
         alone_times.push(alone);
         let mut line = format!("bench: round {}: {alone:.3} s alone", round + 1);
         for (i, &mode) in modes.iter().enumerate() {
-            let before = daemon_cpu_ticks(pid)?;
+            let before = daemon_cpu_ns(pid)?;
             let (with, n) = run_once(mode, &built, &daemon, &stackloop)?;
-            daemon_load[i].0 += daemon_cpu_ticks(pid)? - before;
+            daemon_load[i].0 += daemon_cpu_ns(pid)?.saturating_sub(before);
             daemon_load[i].1 += n;
             ratios[i].push(with / alone);
             line += &format!(", {with:.3} s {}", mode.label());
@@ -246,11 +252,11 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
             median(ratios)
         );
     }
-    for (mode, (ticks, samples)) in modes.iter().zip(&daemon_load) {
+    for (mode, (nanos, samples)) in modes.iter().zip(&daemon_load) {
         if let Mode::Vmscope(call_graph) = mode {
-            let seconds = *ticks as f64 / ticks_per_second;
+            let seconds = *nanos as f64 / 1e9;
             println!(
-                "| daemon CPU per 1000 samples, {call_graph:<5}             | {:.2} ms ({seconds:.2} s for {samples} samples, incl. symbolisation and gRPC) |",
+                "| daemon CPU per 1000 samples, {call_graph:<5}             | {:.2} ms ({seconds:.3} s for {samples} samples, incl. symbolisation and gRPC) |",
                 1000.0 * 1000.0 * seconds / (*samples).max(1) as f64
             );
         }
