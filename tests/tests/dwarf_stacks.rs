@@ -25,13 +25,15 @@ fn starting(prefix: &str) -> impl Fn(&Frame) -> bool + '_ {
 
 /// The 70/30 callers fixture built `-O2 -fomit-frame-pointer`: with `dwarf` each caller gets
 /// its share of leaf within 3 points and stacks reach `main` and `_start`; with `fp` the same
-/// binary's stacks stop at the leaf, and the profile says why.
+/// binary's stacks stop at the leaf, and the profile says why. Both sessions run at once on
+/// the same process, and each gets the stacks it asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dwarf_unwinds_code_without_frame_pointers_and_fp_says_it_cannot() {
     let daemon = Daemon::start();
     let target = Running::start(Command::new(&no_fp_fixtures().callers).arg("30"));
     let mut client = daemon.client().await;
 
+    let fp_session = start_stacks_session(&mut client, target.pid(), CallGraph::Fp, 0).await;
     let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 0, 3.0).await;
     let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 12));
     assert_eq!(
@@ -70,8 +72,9 @@ async fn dwarf_unwinds_code_without_frame_pointers_and_fp_says_it_cannot() {
         100.0 * complete / total
     );
 
-    // Frame pointers on the same binary: stacks end at the leaf, and the profile says why.
-    let profile = record_stacks(&mut client, target.pid(), CallGraph::Fp, 0, 1.5).await;
+    // Frame pointers on the same process at the same time: stacks end at the leaf, and the
+    // profile says why.
+    let profile = stop_and_profile(&mut client, fp_session).await;
     let report = format!("{}{}", dump(&profile), dump_stacks(&profile, 5));
     let total = profile.total_samples as f64;
     let no_fp = ended(&profile, StackEnd::NoFramePointer) as f64;

@@ -68,10 +68,47 @@ pub struct RoutedSample {
     pub kernel: bool,
     /// How the stack's walk ended (for the sessions that want stacks).
     pub end: StackEnd,
-    /// The stack, leaf first (the leaf alone when no session wants stacks).
+    /// The stack, leaf first (the leaf alone when no session wants stacks): unwound from the
+    /// sample's stack copy when it has one, else the kernel's frame-pointer walk.
     pub frames: Vec<SampleFrame>,
-    /// The sessions that counted it, and whether each wants its whole stack (or the leaf only).
-    pub sessions: Vec<(u64, bool)>,
+    /// The kernel's frame-pointer stack and how it ended, when `frames` was unwound from a copy
+    /// and some session asked for frame pointers: each session gets the stack it asked for.
+    pub fp: FpStack,
+    /// The sessions that counted it, and which of its stacks each counts.
+    pub sessions: Vec<(u64, Wanted)>,
+}
+
+/// A sample's frame-pointer stack beside the stack unwound from its copy, and how it ended.
+pub type FpStack = Option<(Vec<SampleFrame>, StackEnd)>;
+
+/// Which of a sample's stacks a session counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// The leaf alone (no call graph).
+    Leaf,
+    /// [`RoutedSample::frames`] (`--call-graph dwarf`, or frame pointers when nothing was
+    /// copied).
+    Stack,
+    /// The frame-pointer stack: [`RoutedSample::fp`] when there is one, else `frames`.
+    FramePointers,
+}
+
+impl RoutedSample {
+    /// The frames a session wanting `wanted` counts, and how that stack ended (`None` for the
+    /// leaf alone).
+    pub fn stack_for(&self, wanted: Wanted) -> (&[SampleFrame], Option<StackEnd>) {
+        match (wanted, &self.fp) {
+            (Wanted::Leaf, _) => (&self.frames[..1], None),
+            (Wanted::FramePointers, Some((fp, end))) => (fp, Some(*end)),
+            _ => (&self.frames, Some(self.end)),
+        }
+    }
+
+    /// Every frame of the sample, in all its stacks: each is placed in the code-map timeline.
+    pub fn frames_mut(&mut self) -> impl Iterator<Item = &mut SampleFrame> {
+        let fp = self.fp.iter_mut().flat_map(|(fp, _)| fp.iter_mut());
+        self.frames.iter_mut().chain(fp)
+    }
 }
 
 /// A frame of a sample, placed while its process lived; a frame in generated code is placed
@@ -696,7 +733,8 @@ mod tests {
                 kernel: false,
                 end: StackEnd::Complete,
                 frames: Vec::new(),
-                sessions: vec![(1, false)],
+                fp: None,
+                sessions: vec![(1, Wanted::Leaf)],
             },
         };
         let names = |maps: &mut CodeMaps, now: u64| {
@@ -757,7 +795,8 @@ mod tests {
                 kernel: false,
                 end: StackEnd::Complete,
                 frames: Vec::new(),
-                sessions: vec![(1, false)],
+                fp: None,
+                sessions: vec![(1, Wanted::Leaf)],
             },
         }
     }

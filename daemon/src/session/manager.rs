@@ -35,7 +35,7 @@ use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, UserCopy, period_of},
     codemap::{
         code::CodeStore,
-        registry::{CodeMaps, RoutedSample, SampleFrame},
+        registry::{CodeMaps, FpStack, RoutedSample, SampleFrame, Wanted},
         timeline::{Change, PendingSample},
     },
     process::ProcessTable,
@@ -785,7 +785,7 @@ impl Manager {
             |sample, _, map, waited| {
                 let timestamp_ns = sample.timestamp_ns;
                 let mut routed = sample.payload;
-                for frame in &mut routed.frames {
+                for frame in routed.frames_mut() {
                     frame.place(map);
                 }
                 for &(id, _) in &routed.sessions {
@@ -910,7 +910,7 @@ impl Manager {
         copy: Option<UserCopy<'_>>,
         now_ns: u64,
     ) {
-        let wanting: Vec<(u64, bool)> = self
+        let wanting: Vec<(u64, Wanted)> = self
             .by_period
             .get(&event.period_ns)
             .into_iter()
@@ -919,7 +919,7 @@ impl Manager {
                 let session = self.sessions.get(id)?;
                 session
                     .wants(event.tgid, event.timestamp_ns)
-                    .then_some((*id, session.spec.call_graph.wants_stacks()))
+                    .then_some((*id, session.spec.call_graph.wanted()))
             })
             .collect();
         if wanting.is_empty() {
@@ -938,16 +938,18 @@ impl Manager {
                 }
             }
         }
-        let whole = wanting.iter().any(|&(_, whole)| whole);
-        let (frames, end) = self.frames_of(event, kernel, user, copy, whole, now_ns);
-        let routed = RoutedSample {
+        let whole = wanting.iter().any(|&(_, w)| w != Wanted::Leaf);
+        let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
+        let (frames, end, fp) = self.frames_of(event, kernel, user, copy, (whole, fp_too), now_ns);
+        let mut routed = RoutedSample {
             tid: event.tid,
             kernel: event.is_kernel(),
             end,
             frames,
+            fp,
             sessions: wanting,
         };
-        let Some(first_generated) = routed.frames.iter().find(|f| f.is_generated()) else {
+        let Some(first_generated) = routed.frames_mut().find(|f| f.is_generated()).copied() else {
             count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed);
             return;
         };
@@ -971,17 +973,18 @@ impl Manager {
     /// The frames of a sample, leaf first: the leaf alone unless `whole`, else the kernel
     /// frames (when the tick landed in the kernel) then the user frames
     /// ([`Manager::user_frames_of`]), each placed in its process now, while its mappings are
-    /// known. Returns how the walk ended. Never empty: the leaf comes first whatever the stacks
-    /// say.
+    /// known. Returns how the walk ended, and, when the user stack was unwound from a copy and
+    /// `fp_too` (a session on the target asked for frame pointers), the frame-pointer stack
+    /// too. Never empty: the leaf comes first whatever the stacks say.
     fn frames_of(
         &mut self,
         event: &Event,
         kernel: &[u64],
         user_fp: &[u64],
         copy: Option<UserCopy<'_>>,
-        whole: bool,
+        (whole, fp_too): (bool, bool),
         now_ns: u64,
-    ) -> (Vec<SampleFrame>, StackEnd) {
+    ) -> (Vec<SampleFrame>, StackEnd, FpStack) {
         let pid = event.tgid;
         let stacked = whole && event.flags & FLAG_STACK != 0;
         let mut frames = Vec::with_capacity(if stacked {
@@ -1012,7 +1015,7 @@ impl Manager {
             if !event.is_kernel() {
                 frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
             }
-            return (frames, StackEnd::FramePointerChainEnded);
+            return (frames, StackEnd::FramePointerChainEnded, None);
         }
         if event.flags & FLAG_USER_STACK_FAILED != 0 {
             self.counters.user_stacks_failed += 1;
@@ -1031,12 +1034,40 @@ impl Manager {
         }
         let mut unwound = std::mem::take(&mut self.user_scratch);
         unwound.clear();
+        let unwound_from_copy = copy.is_some();
+        // Sessions asking for frame-pointer stacks get the kernel's walk as it came, even when
+        // another session on the target had the stack copied and unwound.
+        let fp = (unwound_from_copy && fp_too).then(|| {
+            let mut fp_frames = frames.clone();
+            let mut fp_end = end;
+            if self.push_user_frames(pid, event, user_fp, &mut fp_frames, now_ns) {
+                fp_end = StackEnd::Unmapped;
+            }
+            (fp_frames, fp_end)
+        });
         if let Some(dwarf_end) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound) {
             end = dwarf_end;
         }
+        if self.push_user_frames(pid, event, &unwound, &mut frames, now_ns) {
+            end = StackEnd::Unmapped;
+        }
+        self.user_scratch = unwound;
+        (frames, end, fp)
+    }
+
+    /// Places a user stack (leaf first, as [`Manager::user_frames_of`] gives it) after the
+    /// kernel frames in `frames`. Answers whether it ended at an address outside every mapping.
+    fn push_user_frames(
+        &mut self,
+        pid: u32,
+        event: &Event,
+        addresses: &[u64],
+        frames: &mut Vec<SampleFrame>,
+        now_ns: u64,
+    ) -> bool {
         // The user stack's first entry is where user code was interrupted (the leaf itself in
         // user mode, the instruction after the system call in kernel mode): looked up as is.
-        let mut user = unwound.iter().copied().enumerate();
+        let mut user = addresses.iter().copied().enumerate();
         if !event.is_kernel() {
             frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
             // The walker starts at the same instruction pointer.
@@ -1058,12 +1089,10 @@ impl Manager {
             // (shown as one unknown frame) rather than adding the garbage after it.
             if unmapped {
                 self.counters.stack_frames_unmapped += 1;
-                end = StackEnd::Unmapped;
-                break;
+                return true;
             }
         }
-        self.user_scratch = unwound;
-        (frames, end)
+        false
     }
 
     /// The user stack of a sample into `out`, leaf first: the user instruction pointer (where
@@ -1362,31 +1391,25 @@ fn count_routed(
     timestamp_ns: u64,
     sample: &RoutedSample,
 ) {
-    for &(id, whole) in &sample.sessions {
+    for &(id, wanted) in &sample.sessions {
         let Some(session) = sessions.get_mut(&id) else {
             continue;
         };
-        let frames = if whole {
-            &sample.frames[..]
-        } else {
-            &sample.frames[..1]
-        };
+        let (frames, end) = sample.stack_for(wanted);
         let locations = frames.iter().map(|f| f.location);
-        session.count(pid, locations, whole.then_some(sample.end), |stack| {
-            KeptSample {
-                timestamp_ns,
-                pid,
-                tid: sample.tid,
-                kernel: sample.kernel,
-                stack,
-                frames: frames
-                    .iter()
-                    .map(|f| KeptFrame {
-                        address: f.address,
-                        code_start: f.code_start,
-                    })
-                    .collect(),
-            }
+        session.count(pid, locations, end, |stack| KeptSample {
+            timestamp_ns,
+            pid,
+            tid: sample.tid,
+            kernel: sample.kernel,
+            stack,
+            frames: frames
+                .iter()
+                .map(|f| KeptFrame {
+                    address: f.address,
+                    code_start: f.code_start,
+                })
+                .collect(),
         });
     }
 }

@@ -11,7 +11,7 @@ use super::SessionError;
 use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY, WANT_STACKS, Wants};
 use vmscope_parse::stat;
 
-use crate::sys;
+use crate::{codemap::registry::Wanted, sys};
 
 // The API's limits are the kernel side's.
 const _: () = assert!(
@@ -133,6 +133,15 @@ impl CallGraph {
     /// Whether stacks are recorded.
     pub fn wants_stacks(self) -> bool {
         self != CallGraph::None
+    }
+
+    /// Which of a sample's stacks a session in this mode counts.
+    pub fn wanted(self) -> Wanted {
+        match self {
+            CallGraph::None => Wanted::Leaf,
+            CallGraph::FramePointers => Wanted::FramePointers,
+            CallGraph::Dwarf { .. } => Wanted::Stack,
+        }
     }
 
     /// What the kernel must record with each sample for this mode.
