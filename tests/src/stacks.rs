@@ -12,7 +12,9 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use vmscope_proto::v1::{CallGraph, CodeEntry, Frame, Profile, Stack, StartSessionRequest};
+use vmscope_proto::v1::{
+    CallGraph, CodeEntry, Frame, Profile, Stack, StackEnd, StartSessionRequest,
+};
 
 use crate::{Client, shared_tempdir, stop_and_profile};
 
@@ -83,6 +85,16 @@ pub fn called_from(
 /// A frame predicate: the frame's name is `name`.
 pub fn named(name: &str) -> impl Fn(&Frame) -> bool + '_ {
     move |f: &Frame| f.name == name
+}
+
+/// Samples whose stack ended `end` (Stack.end).
+pub fn ended(profile: &Profile, end: StackEnd) -> u64 {
+    profile
+        .stacks
+        .iter()
+        .filter(|s| s.end() == end)
+        .map(|s| s.samples)
+        .sum()
 }
 
 /// A readable dump of the `n` heaviest stacks, root first, for assertion messages.

@@ -8,16 +8,6 @@ use std::{path::PathBuf, process::Command, time::Duration};
 use vmscope_proto::v1::{CallGraph, Frame, Profile, StackEnd};
 use vmscope_tests::{Daemon, Running, dump, pyenv_python_version, stacks::*, stop_and_profile};
 
-/// Samples whose stack ended `end`.
-fn ended(profile: &Profile, end: StackEnd) -> u64 {
-    profile
-        .stacks
-        .iter()
-        .filter(|s| s.end() == end)
-        .map(|s| s.samples)
-        .sum()
-}
-
 /// Frames whose name starts with `prefix` (perf map names such as `py::hot:/path/x.py`).
 fn starting(prefix: &str) -> impl Fn(&Frame) -> bool + '_ {
     move |f: &Frame| f.name.starts_with(prefix)

@@ -86,12 +86,7 @@ async fn callers_split_70_30_in_the_call_tree() {
     }
     // Built with frame pointers, the walk ends at the frame that called main (libc's
     // __libc_start_call_main): whole stacks, said so.
-    let complete: u64 = profile
-        .stacks
-        .iter()
-        .filter(|s| s.end() == StackEnd::Complete)
-        .map(|s| s.samples)
-        .sum();
+    let complete = ended(&profile, StackEnd::Complete);
     assert!(
         complete as f64 >= 0.95 * total,
         "{complete} of {total} stacks said complete:\n{report}"
