@@ -75,9 +75,16 @@ pub struct LineCounters {
     pub bytes: u64,
 }
 
+/// Most answers [`LineTables::frames`] keeps: the same locations are asked about at every
+/// profile of a session, and a lookup (units, names demangled, paths) costs microseconds. The
+/// map is emptied when full, so it holds at most this many answers of a few frames each.
+pub const MAX_CACHED_ANSWERS: usize = 1 << 16;
+
 #[derive(Debug, Default)]
 struct State {
     entries: HashMap<Key, Entry>,
+    /// Answers by (module, svma), shared with every profile that asks again.
+    answers: HashMap<(ModuleId, u64), Arc<[SourceFrame]>>,
     clock: u64,
     bytes: u64,
     counters: LineCounters,
@@ -146,7 +153,21 @@ impl LineTables {
 
     /// The frames at ELF virtual address `svma` of `binary`, innermost first (see
     /// [`SourceLines::lookup`]); empty when the binary has no DWARF or none covers the address.
-    pub fn frames(&self, binary: Binary<'_>, svma: u64) -> Vec<SourceFrame> {
+    pub fn frames(&self, binary: Binary<'_>, svma: u64) -> Arc<[SourceFrame]> {
+        let key = (binary.module, svma);
+        if let Some(answer) = self.lock().answers.get(&key) {
+            return answer.clone();
+        }
+        let answer: Arc<[SourceFrame]> = self.look_up(binary, svma).into();
+        let mut state = self.lock();
+        if state.answers.len() >= MAX_CACHED_ANSWERS {
+            state.answers.clear();
+        }
+        state.answers.insert(key, answer.clone());
+        answer
+    }
+
+    fn look_up(&self, binary: Binary<'_>, svma: u64) -> Vec<SourceFrame> {
         let Some(lines) = self.tables(binary) else {
             return Vec::new();
         };
@@ -374,6 +395,35 @@ mod tests {
         assert!(state.entries.contains_key(&Key::BuildId(k1.to_vec())));
         assert!(!state.entries.contains_key(&Key::BuildId(k2.to_vec())));
         assert!(state.entries.contains_key(&Key::BuildId(k3.to_vec())));
+    }
+
+    /// An address asked about again (every profile of a session asks) is answered from the
+    /// first answer, without a second lookup; the answers stay bounded.
+    #[test]
+    fn answers_are_kept_for_the_next_profile() {
+        let (exe, id) = this_exe();
+        let tables = LineTables::new(u64::MAX / 4, Vec::new());
+        // An address in this test binary's code: this very function's (mangled names hold
+        // its path).
+        let symbols = vmscope_parse::elf::ElfSymbols::parse(
+            &std::fs::read(std::env::current_exe().unwrap()).unwrap()[..],
+        )
+        .unwrap();
+        let svma = symbols
+            .symbols()
+            .find(|s| s.name.contains("answers_are_kept_for_the_next_profile"))
+            .map(|s| s.start)
+            .expect("this test's symbol");
+        let first = tables.frames(binary(&exe, 1, Some(&id)), svma);
+        assert!(!first.is_empty(), "no frames at {svma:#x}");
+        let again = tables.frames(binary(&exe, 1, Some(&id)), svma);
+        assert!(Arc::ptr_eq(&first, &again), "looked up twice");
+        assert_eq!(tables.lock().answers.len(), 1);
+        let other = binary(&exe, 2, Some(&id));
+        for svma in 0..MAX_CACHED_ANSWERS as u64 + 10 {
+            tables.frames(other, svma);
+        }
+        assert!(tables.lock().answers.len() <= MAX_CACHED_ANSWERS);
     }
 
     #[test]

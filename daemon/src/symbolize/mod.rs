@@ -189,14 +189,13 @@ impl Symbolizer {
     /// The source frames of a location in a binary, innermost first: the functions inlined at
     /// its address, then the function holding them, each with its file and line (DWARF, see
     /// [`LineTables`]). Empty for other locations and where the binary has no line for it.
-    pub fn source_frames(&self, location: &Location) -> Vec<SourceFrame> {
+    pub fn source_frames(&self, location: &Location) -> Arc<[SourceFrame]> {
         match *location {
-            Location::File { module, offset, .. } => self
-                .modules
-                .get(module)
-                .map(|m| m.source_frames(&self.modules, offset))
-                .unwrap_or_default(),
-            _ => Vec::new(),
+            Location::File { module, offset, .. } => self.modules.get(module).map_or_else(
+                || Arc::new([]) as Arc<[SourceFrame]>,
+                |m| m.source_frames(&self.modules, offset),
+            ),
+            _ => Arc::new([]),
         }
     }
 

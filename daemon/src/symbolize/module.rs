@@ -73,12 +73,12 @@ impl Module {
 
     /// The source frames at file offset `offset` of the module (DWARF, see
     /// [`LineTables::frames`]), innermost first; empty when unknown.
-    pub fn source_frames(&self, modules: &Modules, offset: u64) -> Vec<SourceFrame> {
+    pub fn source_frames(&self, modules: &Modules, offset: u64) -> Arc<[SourceFrame]> {
         let (Ok(file), Ok(symbols)) = (&self.file, self.symbols(modules)) else {
-            return Vec::new();
+            return Arc::new([]);
         };
         let Some(svma) = symbols.file_offset_to_vaddr(offset) else {
-            return Vec::new();
+            return Arc::new([]);
         };
         modules.lines.frames(
             Binary {
