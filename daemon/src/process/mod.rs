@@ -105,10 +105,15 @@ impl Process {
 
     /// Whether `address` lies in anonymous executable memory (JIT code).
     pub fn is_anonymous_code(&self, address: u64) -> bool {
+        self.mapping_at(address)
+            .is_some_and(|m| m.kind == MappingKind::Anonymous)
+    }
+
+    /// The executable mapping holding `address` (mappings are sorted and disjoint).
+    fn mapping_at(&self, address: u64) -> Option<&ExecMapping> {
         let i = self.mappings.partition_point(|m| m.start <= address);
-        i.checked_sub(1)
-            .and_then(|i| self.mappings.get(i))
-            .is_some_and(|m| address < m.end && m.kind == MappingKind::Anonymous)
+        let mapping = self.mappings.get(i.checked_sub(1)?)?;
+        (address < mapping.end).then_some(mapping)
     }
 }
 
@@ -245,11 +250,7 @@ impl ProcessTable {
     fn lookup(&mut self, pid: u32, ip: u64, now_ns: u64) -> Option<Location> {
         let process = self.processes.get_mut(&pid)?;
         process.last_sample_ns = now_ns;
-        let i = process.mappings.partition_point(|m| m.start <= ip);
-        let mapping = process.mappings.get(i.checked_sub(1)?)?;
-        if ip >= mapping.end {
-            return None;
-        }
+        let mapping = process.mapping_at(ip)?;
         Some(match mapping.kind {
             MappingKind::File { module, main } => Location::File {
                 module,
@@ -272,12 +273,7 @@ impl ProcessTable {
     /// mappings (at most every [`MIN_REFRESH_INTERVAL_NS`]) when it does not: code maps name
     /// code the daemon may not have sampled yet.
     pub fn is_executable(&mut self, pid: u32, start: u64, end: u64, now_ns: u64) -> bool {
-        let inside = |p: &Process| {
-            let i = p.mappings.partition_point(|m| m.start <= start);
-            i.checked_sub(1)
-                .and_then(|i| p.mappings.get(i))
-                .is_some_and(|m| end <= m.end)
-        };
+        let inside = |p: &Process| p.mapping_at(start).is_some_and(|m| end <= m.end);
         self.observe(pid, now_ns);
         let process = &self.processes[&pid];
         if inside(process) {

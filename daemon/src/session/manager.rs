@@ -1103,7 +1103,8 @@ impl Manager {
     /// and stack copy ([`Unwinder`]): DWARF CFI for binaries, frame pointers for JIT code, the
     /// CPython trampoline rule; the answer says how that walk ended. Other samples get the
     /// kernel's frame-pointer walk as it came (`None`: the caller judges how it ended). A
-    /// process that can no longer be read gets its instruction pointer alone.
+    /// process that can no longer be read has no mappings left: its copy is walked by frame
+    /// pointers alone, and says how far that got.
     fn user_frames_of(
         &mut self,
         event: &Event,
@@ -1117,10 +1118,6 @@ impl Manager {
             return None;
         };
         let process = self.processes.observe(event.tgid, now_ns);
-        if process.gone {
-            out.push(copy.ip);
-            return Some(StackEnd::Complete);
-        }
         let end = self.unwinder.unwind(
             process,
             UserRegs {
@@ -1136,9 +1133,6 @@ impl Manager {
             &mut self.process_memory,
             out,
         );
-        if out.is_empty() {
-            out.push(copy.ip);
-        }
         Some(end)
     }
 

@@ -267,7 +267,8 @@ fn unreadable_binaries_are_counted_with_a_reason() {
     assert_eq!(modules.counters().unwind_failures, 2);
 }
 
-fn libc_path() -> std::path::PathBuf {
+/// The libc this test process maps.
+pub(super) fn libc_path() -> std::path::PathBuf {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     maps.lines()
         .filter_map(|l| l.split_whitespace().nth(5))
