@@ -99,6 +99,8 @@ struct RowSum {
     processes: HashMap<u32, u64>,
     /// Samples per (source line of the leaf, as an index into [`SourceLinesTable`], process).
     lines: HashMap<(u32, u32), u64>,
+    /// Samples named from a perf map read after them.
+    later_snapshot: u64,
 }
 
 /// Distinct (file, line) pairs of leaf frames, each stored once.
@@ -140,6 +142,8 @@ struct Placed {
     own_frame: u32,
     /// The source line of its address (innermost inlined function's), from DWARF.
     line: Option<u32>,
+    /// Generated code named from a perf map read after the sample.
+    later_snapshot: bool,
 }
 
 /// What a row shows of a location in generated code a code map names: derived once per
@@ -191,7 +195,7 @@ pub fn build_profile(
         .map(|location| {
             let resolved = resolve(symbolizer, location, options);
             let code = match location {
-                Location::Jit { code, offset } => {
+                Location::Jit { code, offset, .. } => {
                     symbolizer.codes().get(*code).map(|c| (c, *offset))
                 }
                 _ => None,
@@ -217,7 +221,14 @@ pub fn build_profile(
             let (frame_ids, own_frame) = match (&code, &detail) {
                 (Some((code, offset)), Some(detail)) => {
                     let label = detail.range.as_ref().map(|(_, label)| label.as_str());
-                    jit_frames(&mut frames, &resolved, code, *offset, label)
+                    let later = matches!(
+                        location,
+                        Location::Jit {
+                            later_snapshot: true,
+                            ..
+                        }
+                    );
+                    jit_frames(&mut frames, &resolved, code, *offset, label, later)
                 }
                 _ => {
                     let sources = symbolizer.source_frames(location);
@@ -236,6 +247,13 @@ pub fn build_profile(
                 frames: frame_ids,
                 own_frame,
                 line,
+                later_snapshot: matches!(
+                    location,
+                    Location::Jit {
+                        later_snapshot: true,
+                        ..
+                    }
+                ),
             }
         })
         .collect();
@@ -252,6 +270,9 @@ pub fn build_profile(
         let leaf = &placed[leaf.0 as usize];
         let row = &mut rows[leaf.row];
         row.samples += samples;
+        if leaf.later_snapshot {
+            row.later_snapshot += samples;
+        }
         *row.processes.entry(pid).or_insert(0) += samples;
         if let Some(line) = leaf.line {
             *row.lines.entry((line, pid)).or_insert(0) += samples;
@@ -367,6 +388,7 @@ pub fn build_profile(
                 name,
                 module,
                 samples: sum.samples,
+                later_snapshot_samples: sum.later_snapshot,
                 symbolized: sum.symbolized,
                 kind: sum.kind as i32,
                 ranges: sum
@@ -474,7 +496,10 @@ pub fn build_profile(
         samples_not_kept: snapshot.not_kept,
         host_steal_percent: snapshot.host_steal_percent,
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
-        jit_samples_before_code_map: snapshot.jit_not_waited,
+        jit_samples_before_code_map: snapshot.jit.provisional,
+        jit_samples_awaiting_code_map: snapshot.jit.awaiting,
+        jit_samples_caught_up: snapshot.jit.caught_up,
+        jit_samples_from_later_snapshot: snapshot.jit.later_snapshot,
         processes,
         frames: frames.frames,
         stacks: profile_stacks,
@@ -574,6 +599,7 @@ fn jit_frames(
     code: &Code,
     offset: u64,
     label: Option<&str>,
+    later_snapshot: bool,
 ) -> (Vec<u32>, u32) {
     let optimised = code.is_optimised();
     let frame = |name: &str, range: String, inlined: bool| Frame {
@@ -586,6 +612,7 @@ fn jit_frames(
         inlined,
         code_map: code.source.label().to_owned(),
         optimised,
+        later_snapshot,
         ..Frame::default()
     };
     let point = code
@@ -689,7 +716,7 @@ mod tests {
             has_generated_code: false,
             complete: true,
             incomplete_reason: None,
-            jit_not_waited: 0,
+            jit: Default::default(),
             kept: Vec::new(),
             not_kept: 0,
         }
@@ -763,7 +790,11 @@ mod tests {
         let optimised = codes
             .intern(method(&[(0x10, 0, ""), (0x20, 4, "Foo>>inlined")]))
             .unwrap();
-        let jit = |code, offset| Location::Jit { code, offset };
+        let jit = |code, offset| Location::Jit {
+            code,
+            offset,
+            later_snapshot: false,
+        };
         let counts = vec![
             (jit(baseline, 0x5), 10), // before the first pc: "1->1"
             (jit(baseline, 0x18), 20),
@@ -881,7 +912,11 @@ mod tests {
                 )
             })
             .unwrap();
-        let jit = |code, offset| Location::Jit { code, offset };
+        let jit = |code, offset| Location::Jit {
+            code,
+            offset,
+            later_snapshot: false,
+        };
         let kernel = Location::Kernel {
             ip: 0xffff_ffff_8100_0101,
         };

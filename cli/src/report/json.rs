@@ -31,7 +31,12 @@ use vmscope_report::{
 /// `cpu_seconds`, `host_steal_percent`, `busy_cpus`, `total_samples`, `vm_samples`, `vm_percent_of_total`,
 /// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `call_graph` (`none`, `fp`, `dwarf`
 /// or `unknown`), `dwarf_stack_bytes` (with `dwarf`, else null), `complete`, `stop_reason` (or null),
-/// `incomplete_reason` (or null), `jit_samples_before_code_map`, `processes` (how many),
+/// `incomplete_reason` (or null), `jit_samples_before_code_map` (provisional: attributed before
+/// their code map caught up), `jit_samples_awaiting_code_map` (of those, the ones that may
+/// still be named: the profile may change), `jit_samples_caught_up` (placed again, on time,
+/// once their map caught up), `jit_samples_from_later_snapshot` (named from a perf map read
+/// after them, not time-correct; their rows say how many in `later_snapshot_samples`, their
+/// frames `later_snapshot`), `processes` (how many),
 /// `vm_modules` (modules other than the executable counted as the VM: `module`, `runtime` or
 /// null when `--vm-module` named it, `samples`), `sections` and `symbolization_issues`.
 /// Measurements (seconds, hertz, busy CPUs) are not rounded: only percentages are.
@@ -63,6 +68,9 @@ pub struct JsonReport<'a> {
     stop_reason: Option<&'a str>,
     incomplete_reason: Option<&'a str>,
     jit_samples_before_code_map: u64,
+    jit_samples_awaiting_code_map: u64,
+    jit_samples_caught_up: u64,
+    jit_samples_from_later_snapshot: u64,
     processes: u32,
     vm_modules: Vec<JsonVmModule<'a>>,
     sections: Vec<JsonSection<'a>>,
@@ -135,6 +143,7 @@ struct JsonFrame<'a> {
     kernel: bool,
     file: Option<&'a str>,
     line: Option<u32>,
+    later_snapshot: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -208,6 +217,8 @@ struct JsonRow<'a> {
     processes: Vec<JsonProcess<'a>>,
     /// Rows grouped by source line (`--sort srcline`): the line, `hot.c:12`; else null.
     srcline: Option<&'a str>,
+    /// Samples named from a perf map read after them.
+    later_snapshot_samples: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -257,6 +268,9 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
         stop_reason: report.stop_reason.as_deref(),
         incomplete_reason: report.incomplete_reason.as_deref(),
         jit_samples_before_code_map: report.jit_samples_before_code_map,
+        jit_samples_awaiting_code_map: report.jit_samples_awaiting_code_map,
+        jit_samples_caught_up: report.jit_samples_caught_up,
+        jit_samples_from_later_snapshot: report.jit_samples_from_later_snapshot,
         processes: report.processes,
         vm_modules: report
             .vm_modules
@@ -303,6 +317,7 @@ fn stack_table(profile: &pb::Profile) -> JsonStackTable<'_> {
                 kernel: f.kernel,
                 file: non_empty(&f.file),
                 line: (f.line > 0).then_some(f.line),
+                later_snapshot: f.later_snapshot,
             })
             .collect(),
         stacks: profile
@@ -381,6 +396,7 @@ fn row(row: &ReportRow) -> JsonRow<'_> {
             })
             .collect(),
         srcline: (!row.srcline.is_empty()).then_some(row.srcline.as_str()),
+        later_snapshot_samples: row.later_snapshot_samples,
     }
 }
 
@@ -716,15 +732,15 @@ mod tests {
                 {"name": "interpret", "module": "squeak", "section": "vanilla",
                  "symbolized": true, "kind": null, "range": null, "inlined": false,
                  "code_map": null, "optimised": false, "build_id": "0badc0de", "kernel": false,
-                 "file": "/src/vm/interp.c", "line": 812},
+                 "file": "/src/vm/interp.c", "line": 812, "later_snapshot": false},
                 {"name": "Inline>>heavy", "module": "[anon]", "section": "generated",
                  "symbolized": true, "kind": "method", "range": "33->70", "inlined": true,
                  "code_map": "vm", "optimised": true, "build_id": null, "kernel": false,
-                 "file": null, "line": null},
+                 "file": null, "line": null, "later_snapshot": false},
                 {"name": "ksys_write", "module": "[kernel.kallsyms]", "section": "other",
                  "symbolized": false, "kind": null, "range": null, "inlined": false,
                  "code_map": null, "optimised": false, "build_id": null, "kernel": true,
-                 "file": null, "line": null},
+                 "file": null, "line": null, "later_snapshot": false},
             ])
         );
         assert_eq!(

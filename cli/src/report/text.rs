@@ -165,6 +165,35 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
             count(report.jit_samples_before_code_map, "sample")
         )?;
     }
+    if report.jit_samples_awaiting_code_map > 0 {
+        writeln!(
+            out,
+            "note: the profile may still change: {} wait for their code map to catch up (at \
+             the latest when the process exits); `vmscope report {}` then shows them named",
+            count(report.jit_samples_awaiting_code_map, "sample"),
+            report.session_id
+        )?;
+    }
+    if report.jit_samples_caught_up > 0 {
+        writeln!(
+            out,
+            "note: {} in generated code were named once their code map caught up with them, \
+             in the map of their time",
+            count(report.jit_samples_caught_up, "sample")
+        )?;
+    }
+    if report.jit_samples_from_later_snapshot > 0 {
+        writeln!(
+            out,
+            "note: {} ({}) in generated code were named from a perf map read after them, as \
+             perf names samples at report time: not time-correct (rows say [later snapshot])",
+            count(report.jit_samples_from_later_snapshot, "sample"),
+            percent(
+                100.0 * report.jit_samples_from_later_snapshot as f64
+                    / report.total_samples.max(1) as f64
+            )
+        )?;
+    }
     if report.call_graph && report.truncated_stacks > 0 {
         writeln!(
             out,
@@ -671,6 +700,18 @@ fn row_labels(report: &Report, options: &ReportOptions) -> Vec<String> {
 
 /// What follows a row's name: its kind, or its module where that says where it lives.
 fn row_suffix(row: &ReportRow, show_module: bool) -> String {
+    let base = row_kind_suffix(row, show_module);
+    if row.later_snapshot_samples == row.samples && row.samples > 0 {
+        format!("{base} [later snapshot]")
+    } else if row.later_snapshot_samples > 0 {
+        format!("{base} [later snapshot: {}]", row.later_snapshot_samples)
+    } else {
+        base
+    }
+}
+
+/// The kind or module part of [`row_suffix`].
+fn row_kind_suffix(row: &ReportRow, show_module: bool) -> String {
     if let Some(tag) = row.kind.and_then(|kind| kind.text_tag()) {
         format!(" [{tag}]")
     } else if row.optimised {

@@ -185,6 +185,9 @@ pub struct ReportRow {
     /// Rows grouped by source line (`--sort srcline`): the line, `hot.c:12` (perf's `??:0` for
     /// samples without one). Empty otherwise.
     pub srcline: String,
+    /// Of `samples`, those named from a perf map read after them, not from the map of their
+    /// time.
+    pub later_snapshot_samples: u64,
 }
 
 /// A process's share of a row.
@@ -380,6 +383,12 @@ pub struct Report {
     /// Samples in generated code attributed before their code map was known up to their time
     /// (a VM that buffers its jitdump): they may show as unnamed or stale code.
     pub jit_samples_before_code_map: u64,
+    /// Of those, the ones whose code map may still catch up: the profile may change.
+    pub jit_samples_awaiting_code_map: u64,
+    /// Samples placed again in the map of their time once it caught up.
+    pub jit_samples_caught_up: u64,
+    /// Samples named from a perf map read after them (no timestamps), not time-correct.
+    pub jit_samples_from_later_snapshot: u64,
     /// Processes with samples in the profile (0 from a daemon that does not say).
     pub processes: u32,
     /// Modules other than the main executable counted as vanilla vm code, most samples first.
@@ -597,6 +606,9 @@ impl Report {
             incomplete_reason: (!profile.incomplete_reason.is_empty())
                 .then(|| profile.incomplete_reason.clone()),
             jit_samples_before_code_map: profile.jit_samples_before_code_map,
+            jit_samples_awaiting_code_map: profile.jit_samples_awaiting_code_map,
+            jit_samples_caught_up: profile.jit_samples_caught_up,
+            jit_samples_from_later_snapshot: profile.jit_samples_from_later_snapshot,
             processes: profile.processes,
             vm_modules,
             vm_module_hint,
@@ -830,6 +842,7 @@ fn build_section(
                 .collect(),
             show_details,
             srcline: row.srcline.clone(),
+            later_snapshot_samples: row.later_snapshot_samples,
         });
     }
     // Even a single small row folds, as VMProfiler does: the fold marks where detail stops.
@@ -854,6 +867,7 @@ fn build_section(
             processes: fold_processes(&folded),
             show_details: false,
             srcline: String::new(),
+            later_snapshot_samples: folded.iter().map(|r| r.later_snapshot_samples).sum(),
         });
     }
 

@@ -7,8 +7,9 @@
 //!   period is `1e9 / frequency` nanoseconds of CPU, the sampling interval the session asked
 //!   for, so `cpu` is samples × period. `period_type` is `cpu/nanoseconds`.
 //! - One pprof `Sample` per [`pb::Stack`], its locations leaf first as both formats want, with
-//!   the labels `pid` (number), `comm` (the process's name, when known) and `truncated` = `true`
-//!   for stacks cut at the depth limit.
+//!   the labels `pid` (number), `comm` (the process's name, when known), `truncated` = `true`
+//!   for stacks cut at the depth limit, and `attribution` = `later_snapshot` for stacks with
+//!   generated code named from a perf map read after the sample (not time-correct).
 //! - One `Mapping` per module (and build id): file name (the target's executable path for the
 //!   main executable, else the module's name as reports show it) and build id. The profile
 //!   aggregates by frame, not by address, so mappings have no address range and locations
@@ -171,6 +172,10 @@ impl<'a> Builder<'a> {
             self.string("truncated"),
             self.string("true"),
         );
+        let (attribution_key, later_snapshot_value) = (
+            self.string("attribution"),
+            self.string("later_snapshot"),
+        );
 
         // pprof takes the first mapping for the main binary ("File:" in its reports): the VM
         // executable's, when it has frames.
@@ -203,6 +208,19 @@ impl<'a> Builder<'a> {
                 label.push(pp::Label {
                     key: truncated_key,
                     str: true_value,
+                    ..Default::default()
+                });
+            }
+            let later = stack.frames.iter().any(|&f| {
+                profile
+                    .frames
+                    .get(f as usize)
+                    .is_some_and(|f| f.later_snapshot)
+            });
+            if later {
+                label.push(pp::Label {
+                    key: attribution_key,
+                    str: later_snapshot_value,
                     ..Default::default()
                 });
             }
@@ -256,6 +274,13 @@ impl<'a> Builder<'a> {
             lines.push(format!(
                 "{} samples with stacks cut at the depth limit (label truncated=true)",
                 profile.truncated_stacks
+            ));
+        }
+        if profile.jit_samples_from_later_snapshot > 0 {
+            lines.push(format!(
+                "{} samples named from a perf map read after them, not time-correct (label \
+                 attribution=later_snapshot)",
+                profile.jit_samples_from_later_snapshot
             ));
         }
         lines.iter().map(|line| self.string(line)).collect()

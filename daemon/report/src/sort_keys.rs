@@ -314,6 +314,11 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
             String::new()
         },
         optimised: by_symbol && first.optimised,
+        later_snapshot_samples: if whole_source {
+            first.later_snapshot_samples
+        } else {
+            0
+        },
         processes,
         // Inclusive time of a part of a row, or of rows grouped together, is not known.
         inclusive_samples: if whole_source {

@@ -14,6 +14,21 @@
 //!   [`DISCOVERY_WAIT_NS`] while its mappings and /tmp are looked at again.
 //!
 //! A process that exited is read one last time and is then known to the end of time.
+//!
+//! Maps that come late still name the samples they explain, honestly:
+//!
+//! - A sample attributed before its timestamped sources vouched for its time (a bounded wait
+//!   ran out: V8 buffers its jitdump until exit) is counted *provisionally* and parked in a
+//!   second timeline, the replay, which moves only as far as the sources vouch. When they
+//!   catch up (at the latest when the process exits), the sample is placed again in the map of
+//!   its time and moved in its sessions if the answer changed. Sessions may stop meanwhile:
+//!   the sample is moved all the same, until [`MAX_PARK_NS`] or [`MAX_PARKED`].
+//! - A sample left unexplained by the map of its time may be named by a perf map, which has no
+//!   timestamps, read after it (HotSpot writes its map on request or at exit; an entry may be
+//!   read only after samples in its code). The first change of the perf map after the sample
+//!   decides, as perf decides at report time, and the frame is marked as named from a later
+//!   snapshot: never mixed silently with time-correct names. This holds while one of the
+//!   sample's sessions still runs or stops ([`Sink::takes_snapshots`]).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -25,14 +40,14 @@ use std::{
 use vmscope_parse::stat;
 
 use super::{
-    code::{CodeId, CodeStore},
+    code::CodeStore,
     live::LiveMap,
     refusals::{Reason, Refusals},
     sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
-    timeline::{Change, PendingSample, Timeline},
+    timeline::{Change, PendingSample, Timeline, apply_change},
 };
 use crate::{
-    symbolize::Location,
+    symbolize::{CodeMapKinds, Location, RefusedEntry, Unexplained},
     sys::{self, FileId},
     unwind::StackEnd,
 };
@@ -56,6 +71,80 @@ pub const JITDUMP_MAX_WAIT_NS: u64 = 5_000_000_000;
 
 /// How long samples of a process without any code map wait for one to appear.
 pub const DISCOVERY_WAIT_NS: u64 = 200_000_000;
+
+/// Longest a sample counted provisionally stays parked for its code map to catch up: a
+/// runtime that buffers its jitdump until exit and runs longer leaves it provisional.
+pub const MAX_PARK_NS: u64 = 15 * 60 * 1_000_000_000;
+
+/// Most samples one process may have parked (provisional, or waiting for a later snapshot):
+/// about three minutes of two busy CPUs at 1400 Hz; beyond, the oldest are let go.
+pub const MAX_PARKED: usize = 500_000;
+
+/// Ranges of entries refused for not being executable, remembered per process to say why a
+/// sample there is unexplained.
+const MAX_REFUSED_RANGES: usize = 256;
+
+/// Where a session counted a sample, so that it can move it when the sample's attribution
+/// changes: which session, its stack there, and the index of the kept sample, if kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    /// The session.
+    pub session: u64,
+    /// The stack it was counted in (the session's stack table's id).
+    pub stack: u32,
+    /// Its index among the session's kept samples.
+    pub kept: Option<u32>,
+}
+
+/// Why a counted sample is placed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recount {
+    /// Its code map caught up with its time: the answer is time-correct now (it may be the
+    /// provisional one).
+    CaughtUp,
+    /// No time-correct answer will come (parked too long, or too many parked): it stays
+    /// provisional.
+    Expired,
+    /// A perf map read after it named some of its frames (marked so).
+    LaterSnapshot,
+}
+
+/// What the session manager does with attributed samples.
+pub trait Sink {
+    /// Counts a sample whose frames are placed in each of its sessions; `provisional` when its
+    /// code map was not known up to its time. Returns where each session counted it.
+    fn count(
+        &mut self,
+        pid: u32,
+        timestamp_ns: u64,
+        sample: &RoutedSample,
+        provisional: bool,
+    ) -> Vec<Counted>;
+
+    /// A counted sample was placed again: moves it in the sessions of `counted` (updated).
+    fn recount(
+        &mut self,
+        pid: u32,
+        timestamp_ns: u64,
+        sample: &RoutedSample,
+        counted: &mut [Counted],
+        why: Recount,
+    );
+
+    /// Whether the session may still take names from a perf map read later (it has not
+    /// finished stopping).
+    fn takes_snapshots(&self, session: u64) -> bool;
+}
+
+/// A counted sample whose attribution may still change.
+#[derive(Clone, Debug)]
+pub struct Parked {
+    /// The sample, its frames as they were placed (provisionally, or time-correct but
+    /// unexplained).
+    pub sample: RoutedSample,
+    /// Where its sessions counted it.
+    pub counted: Vec<Counted>,
+}
 
 /// A sample routed to its sessions, with its stack. One with a frame in generated code waits in
 /// its process's timeline until the code maps are known up to its time, then has those frames
@@ -132,18 +221,48 @@ impl SampleFrame {
         matches!(self.location, Location::Anonymous { .. })
     }
 
+    /// Whether it is generated code no code map explained.
+    pub fn is_unexplained(&self) -> bool {
+        matches!(self.location, Location::Anonymous { .. })
+    }
+
     /// Places a frame in generated code with `map`, the code map as it was at the sample's
-    /// time; other frames, and code the map does not explain, stay as they are.
-    pub fn place(&mut self, map: &LiveMap) {
-        if self.is_generated()
-            && let Some((start, code)) = map.lookup(self.lookup)
-        {
-            self.location = Location::Jit {
-                code,
-                offset: self.lookup - start,
-            };
-            self.code_start = start;
+    /// time; other frames stay as they are, and code the map does not explain says why.
+    pub fn place(&mut self, map: &LiveMap, why: impl FnOnce(u64) -> Unexplained) {
+        self.place_marked(map, false, why)
+    }
+
+    fn place_marked(
+        &mut self,
+        map: &LiveMap,
+        later_snapshot: bool,
+        why: impl FnOnce(u64) -> Unexplained,
+    ) {
+        let Location::Anonymous { why: old, .. } = &mut self.location else {
+            return;
+        };
+        match map.lookup(self.lookup) {
+            Some((start, code)) => {
+                self.location = Location::Jit {
+                    code,
+                    offset: self.lookup - start,
+                    later_snapshot,
+                };
+                self.code_start = start;
+            }
+            None => *old = why(self.lookup),
         }
+    }
+}
+
+impl RoutedSample {
+    /// Whether a frame of it is generated code no code map explained.
+    pub fn has_unexplained(&self) -> bool {
+        self.frames.iter().any(SampleFrame::is_unexplained)
+            || self
+                .fp
+                .iter()
+                .any(|(fp, _)| fp.iter().any(SampleFrame::is_unexplained))
     }
 }
 
@@ -208,6 +327,16 @@ pub struct CodeMapCounters {
     pub changes_refused: u64,
     /// Changes that arrived too late to apply in order.
     pub changes_late: u64,
+    /// Samples counted provisionally: attributed before their code map was known up to their
+    /// time (a bounded wait ran out), and parked for it to catch up.
+    pub provisional: u64,
+    /// Provisional samples placed again once their code map caught up.
+    pub caught_up: u64,
+    /// Provisional samples whose code map never caught up in time (parked too long or too
+    /// many).
+    pub expired: u64,
+    /// Samples named from a perf map read after them.
+    pub later_snapshot: u64,
     /// Samples that arrived after their timeline moved past them (should stay 0).
     pub samples_late: u64,
     /// Lines or records refused by file sources, since the daemon started.
@@ -223,12 +352,22 @@ pub struct CodeMapCounters {
 #[derive(Debug)]
 struct ProcessCode {
     timeline: Timeline<RoutedSample>,
+    /// Samples counted provisionally, in a timeline that moves only as far as the sources
+    /// vouch (see the module's doc); their frames as normalised, before any placement.
+    replay: Timeline<Parked>,
+    /// Samples the map of their time left unexplained, waiting for the perf map to change
+    /// after their time: (time, sample).
+    snapshot_parked: Vec<(u64, Parked)>,
+    /// The perf map's entries as last read, for samples named from a later snapshot.
+    perf_content: LiveMap,
+    /// Ranges of entries refused for lying outside executable mappings.
+    refused_ranges: std::collections::VecDeque<(u64, u64)>,
+    /// When each kind of code map was first found, by kind bit.
+    found_ns: [u64; 4],
     uid: Option<u32>,
     nspid: u32,
     perf_map: Option<PerfMapSource>,
     perf_map_checked_ns: u64,
-    /// When the current program started (its `execve`), if the daemon saw it; else 0.
-    program_start_ns: u64,
     /// The process's start time (`/proc/PID/stat`): what tells it from a later one at its pid.
     start_time_ticks: Option<u64>,
     jitdumps: Vec<JitdumpSource>,
@@ -242,6 +381,41 @@ struct ProcessCode {
 }
 
 impl ProcessCode {
+    /// Whether samples of it wait, are parked, or are provisional.
+    fn busy(&self) -> bool {
+        self.timeline.pending_samples() > 0
+            || self.replay.pending_samples() > 0
+            || !self.snapshot_parked.is_empty()
+    }
+
+    /// The kinds of code map it has.
+    fn kinds(&self) -> CodeMapKinds {
+        let mut kinds = CodeMapKinds::default();
+        if self.perf_map.is_some() {
+            kinds = kinds.with(CodeMapKinds::PERF_MAP);
+        }
+        if !self.jitdumps.is_empty() {
+            kinds = kinds.with(CodeMapKinds::JITDUMP);
+        }
+        if !self.files.is_empty() {
+            kinds = kinds.with(CodeMapKinds::CODE_MAP_FILE);
+        }
+        if self.streams > 0 || self.published_until_ns > 0 {
+            kinds = kinds.with(CodeMapKinds::PUBLICATION);
+        }
+        kinds
+    }
+
+    /// Notes the kinds of code map it has now, with when each was first seen.
+    fn note_found(&mut self, now_ns: u64) {
+        let kinds = self.kinds();
+        for (bit, found) in self.found_ns.iter_mut().enumerate() {
+            if kinds.0 & (1 << bit) != 0 && *found == 0 {
+                *found = now_ns.max(1);
+            }
+        }
+    }
+
     /// What each of its sources, and its timeline, refused.
     fn refusals(&mut self) -> impl Iterator<Item = &mut Refusals> {
         self.perf_map
@@ -298,6 +472,15 @@ impl ProcessCode {
         };
         if self.streams > 0 {
             until = until.min(self.published_until_ns.max(at_least(PUBLICATION_GRACE_NS)));
+        }
+        if let Some(file) = self
+            .files
+            .iter()
+            .filter(|f| !f.broken.is_broken())
+            .map(|f| f.known_until())
+            .min()
+        {
+            until = until.min(file.max(at_least(PUBLICATION_GRACE_NS)));
         }
         if let Some(jitdump) = self
             .jitdumps
@@ -359,13 +542,20 @@ impl CodeMaps {
             let status = read_status(pid);
             let mut timeline = Timeline::default();
             timeline.refusals = Refusals::new(pid, "code map changes");
+            let mut replay = Timeline::default();
+            // Its changes are the timeline's: refusals are counted there, once.
+            replay.refusals = Refusals::new(pid, "code map changes (replay)");
             ProcessCode {
                 timeline,
+                replay,
+                snapshot_parked: Vec::new(),
+                perf_content: LiveMap::default(),
+                refused_ranges: std::collections::VecDeque::new(),
+                found_ns: [0; 4],
                 uid: status.as_ref().map(|s| s.uids.effective),
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
                 perf_map: None,
                 perf_map_checked_ns: 0,
-                program_start_ns: 0,
                 start_time_ticks: read_start_time(pid),
                 jitdumps: Vec::new(),
                 files: Vec::new(),
@@ -452,7 +642,8 @@ impl CodeMaps {
     pub fn publish(&mut self, pid: u32, changes: Vec<(u64, Change)>, until_ns: u64) {
         self.process(pid);
         let process = self.processes.get_mut(&pid).expect("made above");
-        push_changes(&mut process.timeline, sys::monotonic_ns(), changes);
+        process.note_found(sys::monotonic_ns());
+        push_changes(process, sys::monotonic_ns(), changes);
         process.published_until_ns = process.published_until_ns.max(until_ns);
         count_refusals(&mut self.counters, &mut process.timeline.refusals);
     }
@@ -469,7 +660,7 @@ impl CodeMaps {
     /// A process that exited and left its pid to another is forgotten then, with its map.
     pub fn touch(&mut self, pid: u32) {
         if let Some(known) = self.processes.get(&pid)
-            && known.timeline.pending_samples() == 0
+            && !known.busy()
             && known.start_time_ticks != read_start_time(pid)
             && let Some(mut gone) = self.processes.remove(&pid)
         {
@@ -484,13 +675,13 @@ impl CodeMaps {
     ///
     /// The perf map is the exception: it has no timestamps, and the path outlives the program
     /// (a JIT that execs leaves its map behind; a new one may write the same path). It is read
-    /// again from its start, stamped at the exec, even when it was read before this exec was
-    /// seen (an exec event can arrive after the new program's first samples).
+    /// again from its start, as a snapshot read after the new program's first samples.
     pub fn exec(&mut self, pid: u32, timestamp_ns: u64) {
         if let Some(process) = self.processes.get_mut(&pid) {
             process.count_refusals(&mut self.counters);
             process.timeline.push_change(timestamp_ns, Change::Clear);
-            process.program_start_ns = process.program_start_ns.max(timestamp_ns);
+            process.replay.push_change(timestamp_ns, Change::Clear);
+            process.perf_content = LiveMap::default();
             process.perf_map = None;
             process.perf_map_checked_ns = 0;
             // The old program's files write no more (it is gone) and must not hold the new
@@ -505,10 +696,7 @@ impl CodeMaps {
 
     /// Forgets a process nobody needs any more (nothing waiting).
     pub fn forget(&mut self, pid: u32) {
-        if self
-            .processes
-            .get(&pid)
-            .is_some_and(|p| p.timeline.pending_samples() == 0)
+        if self.processes.get(&pid).is_some_and(|p| !p.busy())
             && let Some(mut gone) = self.processes.remove(&pid)
         {
             gone.count_refusals(&mut self.counters);
@@ -520,7 +708,7 @@ impl CodeMaps {
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
         let counters = &mut self.counters;
         self.processes.retain(|&pid, p| {
-            let kept = keep(pid) || p.streams > 0 || p.timeline.pending_samples() > 0;
+            let kept = keep(pid) || p.streams > 0 || p.busy();
             if !kept {
                 p.count_refusals(counters);
             }
@@ -537,26 +725,97 @@ impl CodeMaps {
                 let until = process.known_until(now_ns).min(samples_until);
                 process.timeline.advance(until, |_, _, _| {});
             }
+            if process.replay.pending_samples() == 0 {
+                let until = process.vouched_until(now_ns).min(samples_until);
+                process.replay.advance(until, |_, _, _| {});
+            }
         }
     }
 
-    /// Pids with samples waiting.
+    /// Pids with samples waiting, parked or provisional.
     pub fn waiting(&self) -> Vec<u32> {
         self.processes
             .iter()
-            .filter(|(_, p)| p.timeline.pending_samples() > 0)
+            .filter(|(_, p)| p.busy())
             .map(|(&pid, _)| pid)
             .collect()
     }
 
+    /// Samples counted provisionally and parked for their code map, over all processes.
+    pub fn provisional(&self) -> usize {
+        self.processes
+            .values()
+            .map(|p| p.replay.pending_samples())
+            .sum()
+    }
+
+    /// Notices which processes with parked samples exited (no session watches them any more):
+    /// their files are read one last time at their next advance.
+    pub fn notice_exits(&mut self) {
+        for (&pid, process) in &mut self.processes {
+            if process.busy() && !process.exited && read_start_time(pid) != process.start_time_ticks
+            {
+                process.exited = true;
+            }
+        }
+    }
+
+    /// The kinds of code map a process has had, with when each was first found.
+    pub fn found(&self, pid: u32) -> Vec<(CodeMapKinds, u64)> {
+        self.processes.get(&pid).map_or_else(Vec::new, |p| {
+            p.found_ns
+                .iter()
+                .enumerate()
+                .filter(|&(_, &ns)| ns > 0)
+                .map(|(bit, &ns)| (CodeMapKinds(1 << bit), ns))
+                .collect()
+        })
+    }
+
+    /// The process's perf map was rewritten by its writer (HotSpot answered
+    /// `Compiler.perfmap`): it is read again, whole, at the next advance.
+    pub fn perf_map_rewritten(&mut self, pid: u32) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            match &mut process.perf_map {
+                Some(source) => source.reread(),
+                None => process.perf_map_checked_ns = 0,
+            }
+        }
+    }
+
+    /// A session took its last samples: its samples waiting for a later snapshot are settled
+    /// with what the perf map says now (if it changed after them), and let go.
+    pub fn session_final(&mut self, session: u64, sink: &mut dyn Sink) {
+        for (&pid, process) in &mut self.processes {
+            let changed = process.perf_map.as_ref().map_or(0, |p| p.changed_ns);
+            let content = &process.perf_content;
+            process.snapshot_parked.retain_mut(|(ts, parked)| {
+                let Some(i) = parked.counted.iter().position(|c| c.session == session) else {
+                    return true;
+                };
+                let mut mine = [parked.counted.swap_remove(i)];
+                if changed > *ts {
+                    let mut named = parked.sample.clone();
+                    if name_from_snapshot(&mut named, content) {
+                        sink.recount(pid, *ts, &named, &mut mine, Recount::LaterSnapshot);
+                    }
+                }
+                !parked.counted.is_empty()
+            });
+        }
+    }
+
     /// Reads the process's sources and attributes every sample the maps are now known for,
-    /// calling `attribute(sample, (start, code) found at its ip, the map at its time, waited)`, where `waited` says whether
-    /// the maps were known up to the sample's time (false for a sample forced through).
+    /// handing each to `sink` with its frames placed; then places again the samples counted
+    /// provisionally that the sources now vouch for, and those a perf map read after them
+    /// names (see the module's doc).
+    ///
     /// `check` says which address ranges are executable in the process (perf map and jitdump
     /// entries elsewhere are refused). `samples_until` is how far every sample is known: the
-    /// timeline never moves beyond it, or a sample still on its way would be looked up in a map
+    /// timelines never move beyond it, or a sample still on its way would be looked up in a map
     /// too new. With `force_until`, every waiting sample stamped up to then is attributed with
-    /// what is known now (a stop that cannot wait longer); later ones keep waiting.
+    /// what is known now (a stop that cannot wait longer), provisionally; later ones keep
+    /// waiting.
     pub fn advance(
         &mut self,
         pid: u32,
@@ -564,7 +823,7 @@ impl CodeMaps {
         samples_until: u64,
         force_until: Option<u64>,
         check: &mut dyn FnMut(u64, u64) -> bool,
-        mut attribute: impl FnMut(PendingSample<RoutedSample>, Option<(u64, CodeId)>, &LiveMap, bool),
+        sink: &mut dyn Sink,
     ) {
         let store = self.store.clone();
         let Some(process) = self.processes.get_mut(&pid) else {
@@ -572,6 +831,14 @@ impl CodeMaps {
         };
         let final_read = process.exited;
         let mut changes = Vec::new();
+        let mut refused = Vec::new();
+        let mut check = |start: u64, end: u64| {
+            let ok = check(start, end);
+            if !ok {
+                refused.push((start, end));
+            }
+            ok
+        };
 
         if process.perf_map.is_none()
             && let Some(uid) = process.uid
@@ -579,7 +846,7 @@ impl CodeMaps {
             && !process.exited
         {
             process.perf_map_checked_ns = now_ns;
-            match PerfMapSource::open(pid, process.nspid, uid, process.program_start_ns) {
+            match PerfMapSource::open(pid, process.nspid, uid) {
                 Ok(Some(source)) => {
                     tracing::info!(pid, "reading perf map");
                     self.counters.sources += 1;
@@ -594,9 +861,17 @@ impl CodeMaps {
                 }
             }
         }
+        let mut perf_changed = false;
         if let Some(perf_map) = &mut process.perf_map {
-            match perf_map.read(now_ns, &store, check, final_read) {
-                Ok(read) => changes.extend(read),
+            match perf_map.read(now_ns, &store, &mut check, final_read) {
+                Ok(read) => {
+                    for (_, change) in &read {
+                        // Refusals are the timeline's to count: the content only names.
+                        let _ = apply_change(&mut process.perf_content, change);
+                    }
+                    perf_changed = !read.is_empty();
+                    changes.extend(read);
+                }
                 Err(e) => {
                     self.counters.source_failures += 1;
                     tracing::warn!(pid, "perf map read no more: {e}");
@@ -607,10 +882,16 @@ impl CodeMaps {
             }
         }
         for jitdump in &mut process.jitdumps {
-            changes.extend(jitdump.read(now_ns, &store, check, final_read));
+            changes.extend(jitdump.read(now_ns, &store, &mut check, final_read));
         }
         for file in &mut process.files {
             changes.extend(file.read(&store, final_read));
+        }
+        for range in refused {
+            if process.refused_ranges.len() == MAX_REFUSED_RANGES {
+                process.refused_ranges.pop_front();
+            }
+            process.refused_ranges.push_back(range);
         }
         let failures = process
             .jitdumps
@@ -621,7 +902,8 @@ impl CodeMaps {
             self.counters.source_failures += 1;
             tracing::warn!(pid, "code map read no more: {failure}");
         }
-        push_changes(&mut process.timeline, now_ns, changes);
+        process.note_found(now_ns);
+        push_changes(process, now_ns, changes);
         let known = process.known_until(now_ns).min(samples_until);
         let vouched = process.vouched_until(now_ns);
         // A forced advance attributes the waiting samples up to its limit, but moves the
@@ -631,16 +913,138 @@ impl CodeMaps {
             (Some(newest), Some(limit)) => known.max(newest.min(limit)),
             _ => known,
         };
-        let counters = &mut self.counters;
-        process.timeline.advance(until, |sample, found, map| {
-            if found.is_some() {
-                counters.attributed += 1;
-            } else {
-                counters.unexplained += 1;
+        let kinds = process.kinds();
+        let mut unexplained: Vec<(u64, Parked)> = Vec::new();
+        {
+            let ProcessCode {
+                timeline,
+                replay,
+                refused_ranges,
+                ..
+            } = process;
+            let counters = &mut self.counters;
+            let why = |timeline: &Timeline<RoutedSample>, addr: u64| {
+                why_unexplained(timeline, refused_ranges, addr, kinds)
+            };
+            let mut attributed = Vec::new();
+            timeline.advance(until, |sample, found, map| {
+                if found.is_some() {
+                    counters.attributed += 1;
+                } else {
+                    counters.unexplained += 1;
+                }
+                let mut placed = sample.payload.clone();
+                let unplaced = sample.payload;
+                for frame in placed.frames_mut() {
+                    frame.place(map, |_| Unexplained::NotLookedUp);
+                }
+                attributed.push((sample.timestamp_ns, sample.ip, unplaced, placed));
+            });
+            for (timestamp_ns, ip, unplaced, mut placed) in attributed {
+                for frame in placed.frames_mut() {
+                    if let Location::Anonymous { why: w, .. } = &mut frame.location {
+                        *w = why(timeline, frame.lookup);
+                    }
+                }
+                let provisional = timestamp_ns > vouched;
+                let counted = sink.count(pid, timestamp_ns, &placed, provisional);
+                if provisional {
+                    self.counters.provisional += 1;
+                    replay.push_sample(PendingSample {
+                        timestamp_ns,
+                        ip,
+                        payload: Parked {
+                            sample: unplaced,
+                            counted,
+                        },
+                    });
+                } else if placed.has_unexplained() {
+                    unexplained.push((
+                        timestamp_ns,
+                        Parked {
+                            sample: placed,
+                            counted,
+                        },
+                    ));
+                }
             }
-            let waited = sample.timestamp_ns <= vouched;
-            attribute(sample, found, map, waited);
-        });
+
+            // Provisional samples whose sources caught up with their time.
+            let mut caught_up = Vec::new();
+            let replay_until = vouched.min(samples_until);
+            replay.advance(replay_until, |sample, _, map| {
+                let mut placed = sample.payload.sample;
+                for frame in placed.frames_mut() {
+                    frame.place(map, |_| Unexplained::NotLookedUp);
+                }
+                caught_up.push((sample.timestamp_ns, placed, sample.payload.counted));
+            });
+            for (timestamp_ns, mut placed, mut counted) in caught_up {
+                for frame in placed.frames_mut() {
+                    if let Location::Anonymous { why: w, .. } = &mut frame.location {
+                        *w = why(timeline, frame.lookup);
+                    }
+                }
+                self.counters.caught_up += 1;
+                sink.recount(pid, timestamp_ns, &placed, &mut counted, Recount::CaughtUp);
+                if placed.has_unexplained() {
+                    unexplained.push((
+                        timestamp_ns,
+                        Parked {
+                            sample: placed,
+                            counted,
+                        },
+                    ));
+                }
+            }
+            // Too old, or too many: they stay provisional.
+            let oldest = now_ns.saturating_sub(MAX_PARK_NS);
+            let excess = replay.pending_samples().saturating_sub(MAX_PARKED);
+            let mut n = 0;
+            for expired in replay.take_samples(|s| {
+                n += 1;
+                s.timestamp_ns < oldest || n <= excess
+            }) {
+                let mut counted = expired.payload.counted;
+                self.counters.expired += 1;
+                sink.recount(
+                    pid,
+                    expired.timestamp_ns,
+                    &expired.payload.sample,
+                    &mut counted,
+                    Recount::Expired,
+                );
+            }
+        }
+
+        // Unexplained samples a perf map read after them may name.
+        let changed = process.perf_map.as_ref().map_or(0, |p| p.changed_ns);
+        let content = &process.perf_content;
+        let mut settle = |ts: u64, parked: &mut Parked, sink: &mut dyn Sink| -> bool {
+            if changed > ts {
+                let mut named = parked.sample.clone();
+                if name_from_snapshot(&mut named, content) {
+                    self.counters.later_snapshot += 1;
+                    sink.recount(pid, ts, &named, &mut parked.counted, Recount::LaterSnapshot);
+                }
+                return true;
+            }
+            final_read || !parked.counted.iter().any(|c| sink.takes_snapshots(c.session))
+        };
+        if perf_changed || final_read {
+            process
+                .snapshot_parked
+                .retain_mut(|(ts, parked)| !settle(*ts, parked, sink));
+        }
+        for (ts, mut parked) in unexplained {
+            if !settle(ts, &mut parked, sink) {
+                process.snapshot_parked.push((ts, parked));
+            }
+        }
+        if process.snapshot_parked.len() > MAX_PARKED {
+            let excess = process.snapshot_parked.len() - MAX_PARKED;
+            process.snapshot_parked.drain(..excess);
+        }
         // Refusals are counted as they happen (reading sources, applying changes), and said
         // once per source: at the process's last read, or now and then while it lives.
         for refusals in process.refusals() {
@@ -648,6 +1052,43 @@ impl CodeMaps {
             refusals.log_summary(now_ns, final_read);
         }
     }
+}
+
+/// Why an address no map explains is unexplained.
+fn why_unexplained(
+    timeline: &Timeline<RoutedSample>,
+    refused_ranges: &std::collections::VecDeque<(u64, u64)>,
+    addr: u64,
+    kinds: CodeMapKinds,
+) -> Unexplained {
+    if timeline.refused_at(addr) {
+        Unexplained::Refused(RefusedEntry::Unapplicable)
+    } else if refused_ranges
+        .iter()
+        .any(|&(start, end)| start <= addr && addr < end)
+    {
+        Unexplained::Refused(RefusedEntry::NotExecutable)
+    } else if kinds.is_empty() {
+        Unexplained::NoCodeMap
+    } else {
+        Unexplained::NoEntry(kinds)
+    }
+}
+
+/// Names a sample's unexplained frames from a perf map's content, marked as from a later
+/// snapshot; whether it named any.
+fn name_from_snapshot(sample: &mut RoutedSample, content: &LiveMap) -> bool {
+    let mut named = false;
+    for frame in sample.frames_mut() {
+        if frame.is_unexplained() {
+            let Location::Anonymous { why, .. } = frame.location else {
+                continue;
+            };
+            frame.place_marked(content, true, |_| why);
+            named |= !frame.is_unexplained();
+        }
+    }
+    named
 }
 
 fn read_status(pid: u32) -> Option<stat::ProcStatus> {
@@ -680,15 +1121,16 @@ fn count_refusals(counters: &mut CodeMapCounters, refusals: &mut Refusals) {
 /// in the future would wait (held in memory) until then.
 pub const MAX_FUTURE_NS: u64 = 10_000_000_000;
 
-fn push_changes(timeline: &mut Timeline<RoutedSample>, now_ns: u64, changes: Vec<(u64, Change)>) {
+fn push_changes(process: &mut ProcessCode, now_ns: u64, changes: Vec<(u64, Change)>) {
     for (ts, change) in changes {
         if ts > now_ns.saturating_add(MAX_FUTURE_NS) {
-            timeline.refuse(format!(
+            process.timeline.refuse(format!(
                 "a change stamped {:.1} s in the future",
                 (ts - now_ns) as f64 / 1e9
             ));
         } else {
-            timeline.push_change(ts, change);
+            process.replay.push_change(ts, change.clone());
+            process.timeline.push_change(ts, change);
         }
     }
 }
@@ -696,7 +1138,7 @@ fn push_changes(timeline: &mut Timeline<RoutedSample>, now_ns: u64, changes: Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codemap::code::{Code, CodeSource};
+    use crate::codemap::code::{Code, CodeId, CodeSource};
     use vmscope_proto::v1::CodeKind;
 
     #[test]
@@ -713,10 +1155,106 @@ mod tests {
         assert_eq!(kind("/tmp/vmscope-x.codemap"), None);
     }
 
-    /// A perf map written by a program started with `execve` names the program's samples,
-    /// whether the exec event arrives before the map is first read or after.
+    /// What a sink was told: (what, sample time, where its leaf was placed).
+    type Told = (&'static str, u64, Location);
+
+    /// A sink that records what it is told; sessions in `stopped` take no later snapshot.
+    #[derive(Default)]
+    struct Recorder {
+        told: Vec<Told>,
+        stopped: HashSet<u64>,
+    }
+
+    impl Sink for Recorder {
+        fn count(
+            &mut self,
+            _pid: u32,
+            timestamp_ns: u64,
+            sample: &RoutedSample,
+            provisional: bool,
+        ) -> Vec<Counted> {
+            let what = if provisional { "provisional" } else { "count" };
+            self.told
+                .push((what, timestamp_ns, sample.frames[0].location));
+            sample
+                .sessions
+                .iter()
+                .map(|&(session, _)| Counted {
+                    session,
+                    stack: 0,
+                    kept: None,
+                })
+                .collect()
+        }
+
+        fn recount(
+            &mut self,
+            _pid: u32,
+            timestamp_ns: u64,
+            sample: &RoutedSample,
+            _counted: &mut [Counted],
+            why: Recount,
+        ) {
+            let what = match why {
+                Recount::CaughtUp => "caught up",
+                Recount::Expired => "expired",
+                Recount::LaterSnapshot => "later snapshot",
+            };
+            self.told
+                .push((what, timestamp_ns, sample.frames[0].location));
+        }
+
+        fn takes_snapshots(&self, session: u64) -> bool {
+            !self.stopped.contains(&session)
+        }
+    }
+
+    fn jit(code: CodeId, offset: u64, later_snapshot: bool) -> Location {
+        Location::Jit {
+            code,
+            offset,
+            later_snapshot,
+        }
+    }
+
+    fn anon(pid: u32, why: Unexplained) -> Location {
+        Location::Anonymous {
+            pid,
+            start: 0x7f00_0000_0000,
+            end: 0x7f00_1000_0000,
+            why,
+        }
+    }
+
+    fn jit_sample(pid: u32, ts: u64, ip: u64) -> PendingSample<RoutedSample> {
+        PendingSample {
+            timestamp_ns: ts,
+            ip,
+            payload: RoutedSample {
+                tid: pid,
+                kernel: false,
+                end: StackEnd::Complete,
+                frames: vec![SampleFrame {
+                    location: anon(pid, Unexplained::NotLookedUp),
+                    address: ip,
+                    lookup: ip,
+                    code_start: 0,
+                }],
+                fp: None,
+                sessions: vec![(1, Wanted::Leaf)],
+            },
+        }
+    }
+
+    fn advance(maps: &mut CodeMaps, pid: u32, now: u64, sink: &mut Recorder) {
+        maps.advance(pid, now, now, None, &mut |_, _| true, sink);
+    }
+
+    /// A perf map has no timestamps: read after samples that nothing else explained, it names
+    /// them, marked as a later snapshot, while their session has not stopped; samples after
+    /// the read are named on time.
     #[test]
-    fn a_perf_map_counts_from_its_programs_exec() {
+    fn a_perf_map_read_later_names_earlier_samples_as_a_later_snapshot() {
         // A live process of ours, whose /tmp/perf-PID.map this test may write.
         let mut child = std::process::Command::new("sleep")
             .arg("30")
@@ -724,54 +1262,53 @@ mod tests {
             .expect("spawn sleep");
         let pid = child.id();
         let path = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        let _ = std::fs::remove_file(&path);
+        let store = Arc::new(CodeStore::new());
+        let mut maps = CodeMaps::new(store.clone());
+        let mut sink = Recorder::default();
+        maps.touch(pid);
+        let ip = 0x7f00_0000_1010;
+        maps.push_sample(pid, jit_sample(pid, 1_000_000_000, ip));
+        let mut late = jit_sample(pid, 1_100_000_000, ip);
+        late.payload.sessions = vec![(2, Wanted::Leaf)];
+        maps.push_sample(pid, late);
+        // No map yet: after the discovery wait, unexplained, for want of any map.
+        advance(&mut maps, pid, 2_000_000_000, &mut sink);
+        let none = anon(pid, Unexplained::NoCodeMap);
+        assert_eq!(
+            sink.told,
+            [
+                ("count", 1_000_000_000, none),
+                ("count", 1_100_000_000, none)
+            ]
+        );
+        // Session 2 stops before the map appears: it keeps its answer.
+        sink.stopped.insert(2);
+        let mut told = std::mem::take(&mut sink.told);
+        maps.session_final(2, &mut sink);
+        assert!(sink.told.is_empty(), "{:?}", sink.told);
+
         std::fs::write(&path, "7f0000001000 100 JS:*hot app.js:1:1\n").unwrap();
-        let sample = |ts: u64| PendingSample {
-            timestamp_ns: ts,
-            ip: 0x7f00_0000_1010,
-            payload: RoutedSample {
-                tid: pid,
-                kernel: false,
-                end: StackEnd::Complete,
-                frames: Vec::new(),
-                fp: None,
-                sessions: vec![(1, Wanted::Leaf)],
-            },
-        };
-        let names = |maps: &mut CodeMaps, now: u64| {
-            let store = maps.store().clone();
-            let mut found = Vec::new();
-            maps.advance(pid, now, now, None, &mut |_, _| true, |s, code, _, _| {
-                found.push((
-                    s.timestamp_ns,
-                    code.and_then(|(_, c)| store.get(c)).map(|c| c.name.clone()),
-                ));
-            });
-            found
-        };
-        let hot = Some("JS:*hot app.js:1:1".to_owned());
-
-        // The exec is known first.
-        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
-        maps.touch(pid);
-        maps.exec(pid, 1_000_000_000);
-        maps.push_sample(pid, sample(1_100_000_000));
+        maps.perf_map_rewritten(pid);
+        maps.push_sample(pid, jit_sample(pid, 3_500_000_000, ip));
+        advance(&mut maps, pid, 3_000_000_000, &mut sink);
+        // Interning again finds the same code.
+        let hot = store
+            .intern(Code::named(
+                CodeKind::Unknown,
+                "JS:*hot app.js:1:1",
+                CodeSource::PerfMap,
+            ))
+            .unwrap();
         assert_eq!(
-            names(&mut maps, 2_000_000_000),
-            [(1_100_000_000, hot.clone())]
+            sink.told,
+            [("later snapshot", 1_000_000_000, jit(hot, 0x10, true))]
         );
-
-        // The map is read before the exec arrives: the exec must not wipe what the program
-        // wrote after it.
-        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
-        maps.touch(pid);
-        maps.push_sample(pid, sample(1_100_000_000));
-        maps.push_sample(pid, sample(1_900_000_000));
-        assert_eq!(names(&mut maps, 1_050_000_000), []);
-        maps.exec(pid, 1_000_000_000);
-        assert_eq!(
-            names(&mut maps, 2_000_000_000),
-            [(1_100_000_000, hot.clone()), (1_900_000_000, hot)]
-        );
+        told.append(&mut sink.told);
+        // After the read, on time.
+        advance(&mut maps, pid, 4_000_000_000, &mut sink);
+        assert_eq!(sink.told, [("count", 3_500_000_000, jit(hot, 0x10, false))]);
+        assert_eq!(maps.counters().later_snapshot, 1);
 
         let _ = std::fs::remove_file(&path);
         let _ = child.kill();
@@ -786,32 +1323,21 @@ mod tests {
         }
     }
 
-    fn jit_sample(ts: u64, ip: u64) -> PendingSample<RoutedSample> {
-        PendingSample {
-            timestamp_ns: ts,
-            ip,
-            payload: RoutedSample {
-                tid: 1,
-                kernel: false,
-                end: StackEnd::Complete,
-                frames: Vec::new(),
-                fp: None,
-                sessions: vec![(1, Wanted::Leaf)],
-            },
-        }
+    fn method(store: &CodeStore, name: &str) -> CodeId {
+        store
+            .intern(Code::named(
+                CodeKind::Method,
+                name,
+                CodeSource::Vm("vm".into()),
+            ))
+            .unwrap()
     }
 
     /// A publisher's changes stamped far in the future are refused, not held until then.
     #[test]
     fn changes_from_the_future_are_refused() {
         let store = Arc::new(CodeStore::new());
-        let code = store
-            .intern(Code::named(
-                CodeKind::Method,
-                "m",
-                CodeSource::Vm("vm".into()),
-            ))
-            .unwrap();
+        let code = method(&store, "m");
         let mut maps = CodeMaps::new(store);
         let pid = std::process::id();
         let now = sys::monotonic_ns();
@@ -828,51 +1354,75 @@ mod tests {
         assert_eq!(c.changes_refused, 1, "{c:?}");
     }
 
-    /// A forced advance (a stop at its deadline) attributes every waiting sample but leaves
-    /// later changes to apply in order, not as late ones.
+    /// A forced advance (a stop at its deadline) attributes every waiting sample, provisionally,
+    /// but leaves later changes to apply in order, not as late ones; the provisional sample
+    /// is placed again when the publication catches up.
     #[test]
     fn a_forced_advance_stops_at_the_newest_sample() {
         let store = Arc::new(CodeStore::new());
-        let a = store
-            .intern(Code::named(
-                CodeKind::Method,
-                "a",
-                CodeSource::Vm("vm".into()),
-            ))
-            .unwrap();
-        let b = store
-            .intern(Code::named(
-                CodeKind::Method,
-                "b",
-                CodeSource::Vm("vm".into()),
-            ))
-            .unwrap();
+        let a = method(&store, "a");
+        let b = method(&store, "b");
         let mut maps = CodeMaps::new(store);
         let pid = std::process::id();
+        let mut sink = Recorder::default();
         maps.stream_opened(pid);
         maps.publish(pid, vec![(1_000, load(0x1000, a))], 1_000);
-        maps.push_sample(pid, jit_sample(2_000, 0x1010));
-        let mut found = Vec::new();
-        let mut all = |_: u64, _: u64| true;
+        maps.push_sample(pid, jit_sample(pid, 2_000, 0x1010));
         // Nothing is known past 1_000: only force attributes the sample at 2_000.
-        maps.advance(
-            pid,
-            2_500,
-            1_500,
-            Some(u64::MAX),
-            &mut all,
-            |s, code, _, _| found.push((s.timestamp_ns, code.map(|(_, c)| c))),
-        );
-        assert_eq!(found, [(2_000, Some(a))]);
+        maps.advance(pid, 2_500, 1_500, Some(u64::MAX), &mut |_, _| true, &mut sink);
+        assert_eq!(sink.told, [("provisional", 2_000, jit(a, 0x10, false))]);
         // b replaces a at 3_000; a sample at 4_000 sees b, and nothing counts as late.
         maps.publish(pid, vec![(3_000, load(0x1000, b))], 5_000);
-        maps.push_sample(pid, jit_sample(4_000, 0x1010));
-        found.clear();
-        maps.advance(pid, 5_000, 5_000, None, &mut all, |s, code, _, _| {
-            found.push((s.timestamp_ns, code.map(|(_, c)| c)))
-        });
-        assert_eq!(found, [(4_000, Some(b))]);
+        maps.push_sample(pid, jit_sample(pid, 4_000, 0x1010));
+        sink.told.clear();
+        advance(&mut maps, pid, 5_000, &mut sink);
+        assert_eq!(
+            sink.told,
+            [
+                ("count", 4_000, jit(b, 0x10, false)),
+                ("caught up", 2_000, jit(a, 0x10, false)),
+            ]
+        );
         let c = maps.counters();
         assert_eq!((c.changes_late, c.samples_late), (0, 0), "{c:?}");
+        assert_eq!((c.provisional, c.caught_up), (1, 1), "{c:?}");
+    }
+
+    /// A publication that falls silent (a VM buffering its map until exit) lets samples go
+    /// after the grace, provisionally; when its events arrive, stamped before them, the
+    /// samples are placed again in the map of their time, whatever came after.
+    #[test]
+    fn provisional_samples_are_placed_again_in_the_map_of_their_time() {
+        let store = Arc::new(CodeStore::new());
+        let hot = method(&store, "hot");
+        let decoy = method(&store, "decoy");
+        let mut maps = CodeMaps::new(store);
+        // A process of its own: another test writes a perf map for this one's pid.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let mut sink = Recorder::default();
+        maps.stream_opened(pid);
+        let s = 1_000_000_000;
+        maps.push_sample(pid, jit_sample(pid, 2 * s, 0x1010));
+        advance(&mut maps, pid, 2 * s + PUBLICATION_GRACE_NS + 1, &mut sink);
+        let published = anon(pid, Unexplained::NoEntry(CodeMapKinds::PUBLICATION));
+        assert_eq!(sink.told, [("provisional", 2 * s, published)]);
+        assert_eq!(maps.provisional(), 1);
+        sink.told.clear();
+        // The VM flushes: hot was there from 1 s, a decoy took its place at 3 s.
+        maps.publish(
+            pid,
+            vec![(s, load(0x1000, hot)), (3 * s, load(0x1000, decoy))],
+            4 * s,
+        );
+        advance(&mut maps, pid, 4 * s, &mut sink);
+        assert_eq!(sink.told, [("caught up", 2 * s, jit(hot, 0x10, false))]);
+        assert_eq!(maps.provisional(), 0);
+        assert!(maps.waiting().is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

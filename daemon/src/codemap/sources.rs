@@ -127,13 +127,13 @@ fn check_owner(file: &File, path: &Path, uid: u32) -> Result<(), String> {
 
 /// A perf map, `/tmp/perf-PID.map` as the process sees its /tmp.
 ///
-/// Perf maps carry no timestamps: an entry counts from the moment the daemon first read it,
-/// and the entries already in the file when the daemon first reads it (at the start of a
-/// session, or at the process's first sample in generated code) count from the start of the
-/// program that wrote them (its `execve`, when the daemon saw it; else from the beginning).
-/// Appended lines are read incrementally; a file rewritten as a whole (shorter, or another
-/// file at the path, or a different first line) is a new snapshot, which replaces every entry
-/// of the old one.
+/// Perf maps carry no timestamps: an entry counts from the moment the daemon read it, the
+/// first read included (at the start of a session, or at the process's first sample in
+/// generated code). Samples taken before, that nothing else explained, may still be named by
+/// the map as a later snapshot (see [`super::registry`]), marked as such.
+/// Appended lines are read incrementally; a file rewritten as a whole (shorter, another file at
+/// the path, a different first line, or different bytes where the last read ended) is a new
+/// snapshot, which replaces every entry of the old one.
 #[derive(Debug)]
 pub struct PerfMapSource {
     path: PathBuf,
@@ -144,8 +144,13 @@ pub struct PerfMapSource {
     /// Carries an over-long line's state from one read to the next.
     reader: perf_map::PerfMapReader,
     codes: Vec<CodeId>,
-    /// The time of the entries found at the first read; `None` once read.
-    first_read_ns: Option<u64>,
+    /// The last bytes read, to tell a file rewritten in place (HotSpot truncates and rewrites
+    /// its map) from one that grew.
+    tail: Vec<u8>,
+    /// Read again from the start at the next read, as a new snapshot.
+    reread: bool,
+    /// When a read last changed the entries (0: never).
+    pub changed_ns: u64,
     /// Counters.
     pub counters: SourceCounters,
     /// What it refused, by reason.
@@ -154,14 +159,7 @@ pub struct PerfMapSource {
 
 impl PerfMapSource {
     /// The perf map of a process (`/proc/PID/root/tmp/perf-NSPID.map`), if it has one.
-    /// `program_start_ns` is when the process's current program started, as far as known
-    /// (0 if not): what the file already holds at the first read is stamped then.
-    pub fn open(
-        pid: u32,
-        nspid: u32,
-        uid: u32,
-        program_start_ns: u64,
-    ) -> Result<Option<PerfMapSource>, String> {
+    pub fn open(pid: u32, nspid: u32, uid: u32) -> Result<Option<PerfMapSource>, String> {
         let path = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{nspid}.map"));
         let file = match sys::open_untrusted(&path, None) {
             Ok(file) => file,
@@ -180,7 +178,9 @@ impl PerfMapSource {
             first_line: Vec::new(),
             reader: perf_map::PerfMapReader::new(),
             codes: Vec::new(),
-            first_read_ns: Some(program_start_ns),
+            tail: Vec::new(),
+            reread: false,
+            changed_ns: 0,
             counters: SourceCounters::default(),
             refusals: Refusals::new(pid, format!("perf map {}", path.display())),
             path,
@@ -190,6 +190,18 @@ impl PerfMapSource {
     /// Whether the file was rewritten since the last read: then it is read again from the
     /// start, as a new snapshot.
     fn rewritten(&mut self) -> bool {
+        if std::mem::take(&mut self.reread) {
+            return true;
+        }
+        let mut tail = vec![0u8; self.tail.len()];
+        let changed_tail = !self.tail.is_empty()
+            && (self
+                .growing
+                .file
+                .seek(SeekFrom::Start(self.growing.offset - self.tail.len() as u64))
+                .is_err()
+                || read_fully(&mut self.growing.file, &mut tail)
+                    .map_or(true, |n| n < tail.len() || tail != self.tail));
         let shrunk = self
             .growing
             .len()
@@ -200,7 +212,13 @@ impl PerfMapSource {
             && (self.growing.file.seek(SeekFrom::Start(0)).is_err()
                 || read_fully(&mut self.growing.file, &mut head)
                     .map_or(true, |n| n < head.len() || head != self.first_line));
-        shrunk || replaced || changed_head
+        shrunk || replaced || changed_head || changed_tail
+    }
+
+    /// Makes the next read take the whole file as a new snapshot: its writer said it rewrote
+    /// it (HotSpot answered `Compiler.perfmap`).
+    pub fn reread(&mut self) {
+        self.reread = true;
     }
 
     /// Reads new entries; `now_ns` is their time. `check` says which addresses are executable.
@@ -227,6 +245,7 @@ impl PerfMapSource {
             self.growing = Growing::new(file);
             self.reader = perf_map::PerfMapReader::new();
             self.first_line.clear();
+            self.tail.clear();
             changes.push((now_ns, Change::FreeCodes(std::mem::take(&mut self.codes))));
         }
         let (bytes, at_eof) = self
@@ -238,7 +257,14 @@ impl PerfMapSource {
         {
             self.first_line = bytes[..end.min(256)].to_vec();
         }
-        let when = self.first_read_ns.take().unwrap_or(now_ns);
+        // What was read ends the file as far as the daemon knows: kept to see it rewritten.
+        let read_end = bytes.len();
+        let keep = read_end.min(64);
+        if keep > 0 {
+            self.tail.clear();
+            self.tail.extend_from_slice(&bytes[read_end - keep..]);
+        }
+        let when = now_ns;
         let chunk = self.reader.parse(&bytes, at_eof && final_read);
         let consumed = chunk.consumed;
         self.counters.bytes += chunk.consumed as u64;
@@ -279,6 +305,9 @@ impl PerfMapSource {
             ));
         }
         self.growing.put_back(bytes, consumed);
+        if !changes.is_empty() {
+            self.changed_ns = now_ns;
+        }
         Ok(changes)
     }
 }
@@ -696,6 +725,12 @@ impl CodeMapFileSource {
         self.broken.take_news()
     }
 
+    /// Up to when the file tells the map: its latest event or `Sync` (a VM that buffers its
+    /// writes is known no further than what it wrote).
+    pub fn known_until(&self) -> u64 {
+        self.publication.until_ns
+    }
+
     fn read_events(
         &mut self,
         store: &CodeStore,
@@ -787,7 +822,7 @@ mod tests {
         let path = PathBuf::from(format!("/tmp/perf-{me}.map"));
         let _ = std::fs::remove_file(&path);
         assert!(
-            PerfMapSource::open(me, me, uid(), 0).unwrap().is_none(),
+            PerfMapSource::open(me, me, uid()).unwrap().is_none(),
             "no map yet"
         );
 
@@ -797,13 +832,14 @@ mod tests {
         file.flush().unwrap();
         let store = CodeStore::new();
         let mut everything = |_: u64, _: u64| true;
-        let mut source = PerfMapSource::open(me, me, uid(), 0).unwrap().unwrap();
+        let mut source = PerfMapSource::open(me, me, uid()).unwrap().unwrap();
         let first = source.read(500, &store, &mut everything, false).unwrap();
-        // Entries present at the first read count from the start.
+        // Entries present at the first read count from that read.
         assert_eq!(
             loads(&first, &store),
-            [(0, 0x1000, "JS:*hot app.js:1:1".into())]
+            [(500, 0x1000, "JS:*hot app.js:1:1".into())]
         );
+        assert_eq!(source.changed_ns, 500);
 
         writeln!(file, " done").unwrap();
         writeln!(file, "0x3000 0x20 not executable").unwrap();
@@ -819,8 +855,10 @@ mod tests {
         assert!(summary.contains("1 outside"), "{summary}");
 
         // Rewritten as a snapshot (HotSpot's Compiler.perfmap): the old entries go.
+        let bar = "0x0000000000004000 0x0000000000000040 void Foo.bar()";
         let mut file = File::create(&path).unwrap();
-        writeln!(file, "0x0000000000004000 0x0000000000000040 void Foo.bar()").unwrap();
+        writeln!(file, "{bar}").unwrap();
+        writeln!(file, "0x0000000000005000 0x0000000000000040 void Foo.baz()").unwrap();
         file.flush().unwrap();
         let snapshot = source.read(700, &store, &mut everything, false).unwrap();
         assert!(
@@ -829,8 +867,34 @@ mod tests {
         );
         assert_eq!(
             loads(&snapshot, &store),
-            [(700, 0x4000, "void Foo.bar()".into())]
+            [
+                (700, 0x4000, "void Foo.bar()".into()),
+                (700, 0x5000, "void Foo.baz()".into())
+            ]
         );
+        assert!(source.read(750, &store, &mut everything, false).unwrap().is_empty());
+        assert_eq!(source.changed_ns, 700);
+
+        // Rewritten in place, longer, with the same first line (HotSpot truncates and writes
+        // again): still a new snapshot, not lines appended to the old one.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        writeln!(file, "{bar}").unwrap();
+        writeln!(file, "0x0000000000006000 0x0000000000000040 void Foo.qux()").unwrap();
+        writeln!(file, "0x0000000000007000 0x0000000000000040 void Foo.quux()").unwrap();
+        file.flush().unwrap();
+        let again = source.read(800, &store, &mut everything, false).unwrap();
+        assert!(matches!(&again[0], (800, Change::FreeCodes(_))), "{again:?}");
+        assert_eq!(loads(&again, &store).len(), 3, "{again:?}");
+
+        // Told by its writer, even when nothing shows it.
+        source.reread();
+        let told = source.read(900, &store, &mut everything, false).unwrap();
+        assert!(matches!(&told[0], (900, Change::FreeCodes(_))), "{told:?}");
+        assert_eq!(loads(&told, &store).len(), 3);
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -846,13 +910,13 @@ mod tests {
         std::fs::write(&path, "1000 10 x\n").unwrap();
         // Owned by someone else than the process's user.
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid(), 0).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
         assert!(err.contains("belongs to uid 65534"), "{err}");
         // A symlink planted in /tmp.
         std::fs::remove_file(&path).unwrap();
         let target = tempfile::NamedTempFile::new().unwrap();
         std::os::unix::fs::symlink(target.path(), &path).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid(), 0).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
         assert!(err.contains("symlink"), "{err}");
         // A FIFO: refused at once, never read (it would block).
         std::fs::remove_file(&path).unwrap();
@@ -860,7 +924,7 @@ mod tests {
         // SAFETY: mkfifo reads a valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid(), 0).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
         assert!(err.contains("not a regular file"), "{err}");
         std::fs::remove_file(&path).unwrap();
         let _ = child.kill();

@@ -8,7 +8,7 @@
 //! is still found where it was, and code that later took over its addresses is not blamed:
 //! this is what a map read once at the end (VMProfiler's way) gets wrong.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use super::{
     code::CodeId,
@@ -96,6 +96,8 @@ pub struct Timeline<T> {
     samples: Vec<PendingSample<T>>,
     arrivals: u64,
     counters: TimelineCounters,
+    /// The ranges of the last loads refused.
+    refused_loads: VecDeque<(u64, u64)>,
     /// Changes refused, by reason, for the log.
     pub refusals: Refusals,
 }
@@ -109,6 +111,7 @@ impl<T> Default for Timeline<T> {
             samples: Vec::new(),
             arrivals: 0,
             counters: TimelineCounters::default(),
+            refused_loads: VecDeque::new(),
             refusals: Refusals::new(0, "code map changes"),
         }
     }
@@ -145,6 +148,16 @@ impl<T> Timeline<T> {
     /// Samples waiting.
     pub fn pending_samples(&self) -> usize {
         self.samples.len()
+    }
+
+    /// Takes the waiting samples for which `which` holds, oldest first.
+    pub fn take_samples(&mut self, mut which: impl FnMut(&PendingSample<T>) -> bool) -> Vec<PendingSample<T>> {
+        self.samples.sort_by_key(|s| s.timestamp_ns);
+        let (taken, kept) = std::mem::take(&mut self.samples)
+            .into_iter()
+            .partition(|s| which(s));
+        self.samples = kept;
+        taken
     }
 
     /// The time of the newest waiting sample.
@@ -209,31 +222,54 @@ impl<T> Timeline<T> {
     }
 
     fn apply(&mut self, change: Change) {
-        let result: Result<(), Refusal> = match change {
-            Change::Zone {
-                start,
-                free_start,
-                end,
-            } => {
-                self.map.set_zone(start, free_start, end);
-                Ok(())
-            }
-            Change::Load { start, size, code } => self.map.load(start, size, code).map(|_| ()),
-            Change::Move { from, to } => self.map.move_code(from, to).map(|_| ()),
-            Change::Free { start } => self.map.free(start).map(|_| ()),
-            Change::FreeCodes(codes) => {
-                let codes: HashSet<CodeId> = codes.into_iter().collect();
-                self.map.free_where(|c| codes.contains(&c));
-                Ok(())
-            }
-            Change::Clear => {
-                self.map = LiveMap::default();
-                Ok(())
-            }
-        };
-        match result {
+        match apply_change(&mut self.map, &change) {
             Ok(()) => self.counters.applied += 1,
-            Err(refusal) => self.refuse(refusal.to_string()),
+            Err(refusal) => {
+                if let Change::Load { start, size, .. } = change {
+                    if self.refused_loads.len() == MAX_REFUSED_LOADS {
+                        self.refused_loads.pop_front();
+                    }
+                    let end = start.saturating_add(size.unwrap_or(1).max(1));
+                    self.refused_loads.push_back((start, end));
+                }
+                self.refuse(refusal.to_string())
+            }
+        }
+    }
+
+    /// Whether a load covering `addr` was refused (among the last [`MAX_REFUSED_LOADS`]).
+    pub fn refused_at(&self, addr: u64) -> bool {
+        self.refused_loads
+            .iter()
+            .any(|&(start, end)| start <= addr && addr < end)
+    }
+}
+
+/// Loads refused by a timeline that it remembers, to say why a sample there is unexplained.
+pub const MAX_REFUSED_LOADS: usize = 256;
+
+/// Applies one change to a map.
+pub fn apply_change(map: &mut LiveMap, change: &Change) -> Result<(), Refusal> {
+    match change {
+        &Change::Zone {
+            start,
+            free_start,
+            end,
+        } => {
+            map.set_zone(start, free_start, end);
+            Ok(())
+        }
+        &Change::Load { start, size, code } => map.load(start, size, code).map(|_| ()),
+        &Change::Move { from, to } => map.move_code(from, to).map(|_| ()),
+        &Change::Free { start } => map.free(start).map(|_| ()),
+        Change::FreeCodes(codes) => {
+            let codes: HashSet<CodeId> = codes.iter().copied().collect();
+            map.free_where(|c| codes.contains(&c));
+            Ok(())
+        }
+        Change::Clear => {
+            *map = LiveMap::default();
+            Ok(())
         }
     }
 }

@@ -28,7 +28,7 @@ use vmscope_parse::{
 
 use crate::{
     codemap::registry::{MappedCodeMapFile, MappedFileKind},
-    symbolize::{Location, ModuleId, Modules, UnmappedReason},
+    symbolize::{Location, ModuleId, Modules, Unexplained, UnmappedReason},
     sys::{self, FileId},
 };
 
@@ -261,6 +261,7 @@ impl ProcessTable {
                 pid,
                 start: mapping.start,
                 end: mapping.end,
+                why: Unexplained::NotLookedUp,
             },
             MappingKind::Vdso => Location::Vdso {
                 offset: ip - mapping.start,

@@ -60,15 +60,34 @@ impl KeptSamples {
     }
 
     /// Keeps a sample while there is room (making it only then), else counts it as not kept.
-    pub fn keep(&mut self, sample: impl FnOnce() -> KeptSample) {
+    /// Returns its index when kept.
+    pub fn keep(&mut self, sample: impl FnOnce() -> KeptSample) -> Option<usize> {
         if self.kept < self.limit {
             self.open.push(sample());
             self.kept += 1;
             if self.open.len() == CHUNK {
                 self.sealed.push(std::mem::take(&mut self.open).into());
             }
-        } else if self.limit > 0 {
-            self.not_kept += 1;
+            Some(self.kept - 1)
+        } else {
+            if self.limit > 0 {
+                self.not_kept += 1;
+            }
+            None
+        }
+    }
+
+    /// Changes the kept sample at `index` (its attribution changed). A sealed chunk a snapshot
+    /// still shares is copied first: snapshots never change.
+    pub fn update(&mut self, index: usize, change: impl FnOnce(&mut KeptSample)) {
+        let (chunk, at) = (index / CHUNK, index % CHUNK);
+        let sample = if chunk < self.sealed.len() {
+            Arc::make_mut(&mut self.sealed[chunk]).get_mut(at)
+        } else {
+            self.open.get_mut(at)
+        };
+        if let Some(sample) = sample {
+            change(sample);
         }
     }
 
@@ -123,9 +142,24 @@ mod tests {
     }
 
     #[test]
+    fn updates_copy_what_a_snapshot_shares() {
+        let mut kept = KeptSamples::new(CHUNK + 10);
+        for i in 0..CHUNK as u64 + 5 {
+            assert_eq!(kept.keep(|| sample(i)), Some(i as usize));
+        }
+        let before = kept.snapshot();
+        kept.update(3, |s| s.stack = StackId(7));
+        kept.update(CHUNK + 1, |s| s.stack = StackId(8));
+        let after = kept.snapshot();
+        assert_eq!(before[0][3].stack, StackId(0), "a snapshot never changes");
+        assert_eq!(after[0][3].stack, StackId(7));
+        assert_eq!(after[1][1].stack, StackId(8));
+    }
+
+    #[test]
     fn no_limit_keeps_nothing_and_counts_nothing() {
         let mut kept = KeptSamples::new(0);
-        kept.keep(|| unreachable!("not made when not kept"));
+        assert_eq!(kept.keep(|| unreachable!("not made when not kept")), None);
         assert!(kept.is_empty());
         assert_eq!(kept.not_kept, 0);
     }

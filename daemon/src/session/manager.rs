@@ -27,7 +27,8 @@ use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
-    HostCpu, KeptFrame, KeptSample, KeptSamples, Session, SessionError, Snapshot, State, Target,
+    HostCpu, KeptFrame, KeptSample, KeptSamples, Session, SessionError, Snapshot, StackId, State,
+    Target,
     request::{self, Caller},
     routes::Routes,
 };
@@ -35,11 +36,11 @@ use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, UserCopy, period_of},
     codemap::{
         code::CodeStore,
-        registry::{CodeMaps, FpStack, RoutedSample, SampleFrame, Wanted},
+        registry::{CodeMaps, Counted, FpStack, Recount, RoutedSample, SampleFrame, Sink, Wanted},
         timeline::{Change, PendingSample},
     },
     process::ProcessTable,
-    symbolize::{Location, Modules},
+    symbolize::{CodeMapKinds, Location, Modules, Unexplained},
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
 };
@@ -488,6 +489,7 @@ impl Manager {
                 note: None,
                 cpu_ticks_start: 0,
                 cpu_ticks_last: 0,
+                code_maps_after: CodeMapKinds::default(),
             };
             match read_cpu_ticks(pid, target.start_time) {
                 CpuReading::Alive(ticks) | CpuReading::Exited(ticks) => {
@@ -541,7 +543,7 @@ impl Manager {
             lost: vec![0; lost_baseline.len()],
             lost_baseline,
             pending_jit: 0,
-            jit_not_waited: 0,
+            jit: Default::default(),
             incomplete: None,
             kept: KeptSamples::new(spec.keep_samples as usize),
             truncated: 0,
@@ -664,6 +666,16 @@ impl Manager {
                 continue;
             };
             session.state = State::Stopped;
+            // Its samples waiting for a later perf map settle with what is known now.
+            self.codemaps.session_final(
+                id,
+                &mut SessionSink {
+                    sessions: &mut self.sessions,
+                },
+            );
+            let Some(session) = self.sessions.get_mut(&id) else {
+                continue;
+            };
             if let Some(ids) = self.by_period.get_mut(&session.period_ns) {
                 ids.retain(|&other| other != id);
                 if ids.is_empty() {
@@ -782,22 +794,7 @@ impl Manager {
             samples_until,
             force_until,
             &mut |start, end| processes.is_executable(pid, start, end, now_ns),
-            |sample, _, map, waited| {
-                let timestamp_ns = sample.timestamp_ns;
-                let mut routed = sample.payload;
-                for frame in routed.frames_mut() {
-                    frame.place(map);
-                }
-                for &(id, _) in &routed.sessions {
-                    if let Some(session) = sessions.get_mut(&id) {
-                        session.pending_jit = session.pending_jit.saturating_sub(1);
-                        if !waited {
-                            session.jit_not_waited += 1;
-                        }
-                    }
-                }
-                count_routed(sessions, pid, timestamp_ns, &routed);
-            },
+            &mut SessionSink { sessions },
         );
     }
 
@@ -1219,6 +1216,9 @@ impl Manager {
                 self.release_target(id, pid, now, "exited");
             }
         }
+        // Processes whose samples wait for their code maps after every session that samples
+        // them stopped: their exit is what flushes a buffered jitdump.
+        self.codemaps.notice_exits();
         for pid in self.codemaps.waiting() {
             self.advance_code_maps(pid, now);
         }
@@ -1264,7 +1264,28 @@ impl Manager {
                 refresh_lost(session, lost);
             }
         }
+        // Code maps found only after the session say why its generated code is unexplained.
+        if let Some(stop) = session.stop_ns {
+            for target in &mut session.targets {
+                let found = self.codemaps.found(target.pid);
+                if !found.is_empty() && found.iter().all(|&(_, at)| at >= stop) {
+                    target.code_maps_after = found
+                        .iter()
+                        .fold(CodeMapKinds::default(), |all, &(kind, _)| all.with(kind));
+                }
+            }
+        }
         let session = &self.sessions[&id];
+        let mut stacks = session.stacks.snapshot();
+        for location in &mut stacks.locations {
+            if let Location::Anonymous { pid, why, .. } = location
+                && matches!(why, Unexplained::NoCodeMap | Unexplained::NotLookedUp)
+                && let Some(target) = session.targets.iter().find(|t| t.pid == *pid)
+                && !target.code_maps_after.is_empty()
+            {
+                *why = Unexplained::MapAfterSession(target.code_maps_after);
+            }
+        }
         let has_generated_code = session.targets.iter().any(|t| {
             self.processes
                 .get(t.pid)
@@ -1276,7 +1297,7 @@ impl Manager {
             .any(|l| matches!(l, Location::Anonymous { .. }));
         Snapshot {
             session: session.to_proto(now),
-            stacks: session.stacks.snapshot(),
+            stacks,
             truncated: session.truncated,
             commands: session.commands.clone(),
             total_samples: session.total,
@@ -1290,9 +1311,11 @@ impl Manager {
                 .map(|t| t.executable.clone())
                 .unwrap_or_default(),
             has_generated_code,
-            complete: session.state == State::Stopped && session.incomplete.is_none(),
+            complete: session.state == State::Stopped
+                && session.incomplete.is_none()
+                && session.jit.awaiting == 0,
             incomplete_reason: session.incomplete.clone(),
-            jit_not_waited: session.jit_not_waited,
+            jit: session.jit,
             kept: session.kept.snapshot(),
             not_kept: session.kept.not_kept,
         }
@@ -1358,6 +1381,11 @@ impl Manager {
             ("code_map_changes_refused", j.changes_refused),
             ("code_map_changes_late", j.changes_late),
             ("jit_samples_late", j.samples_late),
+            ("jit_samples_provisional", j.provisional),
+            ("jit_samples_caught_up", j.caught_up),
+            ("jit_samples_provisional_expired", j.expired),
+            ("jit_samples_from_later_snapshot", j.later_snapshot),
+            ("jit_samples_awaiting_code_map", self.codemaps.provisional() as u64),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
             ("code_map_source_failures", j.source_failures),
@@ -1384,27 +1412,112 @@ fn count_routed(
     pid: u32,
     timestamp_ns: u64,
     sample: &RoutedSample,
-) {
+) -> Vec<Counted> {
+    let mut counted = Vec::with_capacity(sample.sessions.len());
     for &(id, wanted) in &sample.sessions {
         let Some(session) = sessions.get_mut(&id) else {
             continue;
         };
         let (frames, end) = sample.stack_for(wanted);
         let locations = frames.iter().map(|f| f.location);
-        session.count(pid, locations, end, |stack| KeptSample {
+        let (stack, kept) = session.count(pid, locations, end, |stack| KeptSample {
             timestamp_ns,
             pid,
             tid: sample.tid,
             kernel: sample.kernel,
             stack,
-            frames: frames
-                .iter()
-                .map(|f| KeptFrame {
-                    address: f.address,
-                    code_start: f.code_start,
-                })
-                .collect(),
+            frames: kept_frames(frames),
         });
+        counted.push(Counted {
+            session: id,
+            stack: stack.0,
+            kept: kept.map(|k| k as u32),
+        });
+    }
+    counted
+}
+
+fn kept_frames(frames: &[SampleFrame]) -> Box<[KeptFrame]> {
+    frames
+        .iter()
+        .map(|f| KeptFrame {
+            address: f.address,
+            code_start: f.code_start,
+        })
+        .collect()
+}
+
+/// The sessions, as the code maps see them: where samples in generated code are counted once
+/// placed, and moved when their attribution changes.
+struct SessionSink<'a> {
+    sessions: &'a mut BTreeMap<u64, Session>,
+}
+
+impl Sink for SessionSink<'_> {
+    fn count(
+        &mut self,
+        pid: u32,
+        timestamp_ns: u64,
+        sample: &RoutedSample,
+        provisional: bool,
+    ) -> Vec<Counted> {
+        for (id, _) in &sample.sessions {
+            if let Some(session) = self.sessions.get_mut(id) {
+                session.pending_jit = session.pending_jit.saturating_sub(1);
+                if provisional {
+                    session.jit.provisional += 1;
+                    session.jit.awaiting += 1;
+                }
+            }
+        }
+        count_routed(self.sessions, pid, timestamp_ns, sample)
+    }
+
+    fn recount(
+        &mut self,
+        pid: u32,
+        _timestamp_ns: u64,
+        sample: &RoutedSample,
+        counted: &mut [Counted],
+        why: Recount,
+    ) {
+        for c in counted {
+            let Some(session) = self.sessions.get_mut(&c.session) else {
+                continue;
+            };
+            let Some(&(_, wanted)) = sample.sessions.iter().find(|(id, _)| *id == c.session)
+            else {
+                continue;
+            };
+            match why {
+                Recount::Expired => {
+                    session.jit.awaiting = session.jit.awaiting.saturating_sub(1);
+                    continue;
+                }
+                Recount::CaughtUp => {
+                    session.jit.awaiting = session.jit.awaiting.saturating_sub(1);
+                    session.jit.provisional = session.jit.provisional.saturating_sub(1);
+                    session.jit.caught_up += 1;
+                }
+                Recount::LaterSnapshot => session.jit.later_snapshot += 1,
+            }
+            let (frames, end) = sample.stack_for(wanted);
+            let stack = session.recount(
+                pid,
+                StackId(c.stack),
+                frames.iter().map(|f| f.location),
+                end,
+                c.kept.map(|k| k as usize),
+                || kept_frames(frames),
+            );
+            c.stack = stack.0;
+        }
+    }
+
+    fn takes_snapshots(&self, session: u64) -> bool {
+        self.sessions
+            .get(&session)
+            .is_some_and(|s| s.state != State::Stopped)
     }
 }
 

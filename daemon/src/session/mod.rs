@@ -25,7 +25,11 @@ pub use stacks::{LocationId, StackId, StackSnapshot, StackTable};
 use vmscope_parse::stat::CpuTimes;
 use vmscope_proto::v1 as pb;
 
-use crate::{bpf::SamplerError, symbolize::Location, unwind::StackEnd};
+use crate::{
+    bpf::SamplerError,
+    symbolize::{CodeMapKinds, Location},
+    unwind::StackEnd,
+};
 
 /// Why a session request failed. The gRPC layer maps each to a status code.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +100,25 @@ pub struct Target {
     pub cpu_ticks_start: u64,
     /// CPU ticks at the last reading.
     pub cpu_ticks_last: u64,
+    /// Code maps it had none of during the session but one of after (a perf map written at
+    /// exit), as last seen.
+    pub code_maps_after: CodeMapKinds,
+}
+
+/// Samples in generated code of a session whose attribution was not simply on time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JitAttribution {
+    /// Attributed before their code map was known up to their time (a jitdump its VM buffers,
+    /// a publication that fell silent), and not placed again since: they may be unnamed, or
+    /// named after code that changed since.
+    pub provisional: u64,
+    /// Of `provisional`, those still parked: the profile changes when their code map catches
+    /// up (at the latest when the process exits).
+    pub awaiting: u64,
+    /// Provisional ones placed again in the map of their time once it caught up.
+    pub caught_up: u64,
+    /// Named from a perf map read after them (nothing known at their time explained them).
+    pub later_snapshot: u64,
 }
 
 /// One session and its aggregated samples.
@@ -137,9 +160,8 @@ pub struct Session {
     pub lost: Vec<u64>,
     /// Samples in generated code counted in `total` but waiting for their code maps.
     pub pending_jit: u64,
-    /// Samples in generated code attributed at the stop before their code map was known up to
-    /// their time (a jitdump the VM buffers, a publication that fell silent).
-    pub jit_not_waited: u64,
+    /// How its samples in generated code were attributed, where not simply on time.
+    pub jit: JitAttribution,
     /// Why the profile is not whole, when its stop could not wait for every sample.
     pub incomplete: Option<String>,
     /// Samples kept one by one (StartSessionRequest.keep_samples).
@@ -177,12 +199,38 @@ impl Session {
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
         kept: impl FnOnce(StackId) -> KeptSample,
-    ) {
+    ) -> (StackId, Option<usize>) {
         let stack = self.stacks.count(pid, locations, end);
         if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
         }
-        self.kept.keep(|| kept(stack));
+        (stack, self.kept.keep(|| kept(stack)))
+    }
+
+    /// Moves one sample of `pid` counted in stack `from` to the stack `locations` (its
+    /// attribution changed), and its kept copy at `kept` with it, its frames now `frames`.
+    /// Returns the new stack.
+    pub fn recount(
+        &mut self,
+        pid: u32,
+        from: StackId,
+        locations: impl IntoIterator<Item = Location>,
+        end: Option<StackEnd>,
+        kept: Option<usize>,
+        frames: impl FnOnce() -> Box<[KeptFrame]>,
+    ) -> StackId {
+        let to = self.stacks.intern(locations, end);
+        if to != from {
+            self.stacks.uncount(pid, from);
+            *self.stacks.counts.entry((pid, to)).or_insert(0) += 1;
+            if let Some(index) = kept {
+                self.kept.update(index, |sample| {
+                    sample.stack = to;
+                    sample.frames = frames();
+                });
+            }
+        }
+        to
     }
 
     /// Pids whose kernel filters the session still holds.
@@ -275,6 +323,7 @@ impl Session {
             samples: self.total,
             call_graph: self.spec.call_graph.to_proto() as i32,
             dwarf_stack_bytes: self.spec.call_graph.dwarf_stack_bytes(),
+            awaiting_code_map_samples: self.jit.awaiting,
         }
     }
 }
@@ -310,8 +359,8 @@ pub struct Snapshot {
     pub complete: bool,
     /// Why a stopped session's profile is not whole.
     pub incomplete_reason: Option<String>,
-    /// Samples in generated code attributed at the stop before their code map caught up.
-    pub jit_not_waited: u64,
+    /// How samples in generated code were attributed, where not simply on time.
+    pub jit: JitAttribution,
     /// Kept samples, in no particular order (the profile sorts them).
     pub kept: Vec<std::sync::Arc<[KeptSample]>>,
     /// Samples beyond the keep limit.
@@ -348,7 +397,7 @@ mod tests {
             lost_baseline: Vec::new(),
             lost: Vec::new(),
             pending_jit: 0,
-            jit_not_waited: 0,
+            jit: JitAttribution::default(),
             incomplete: None,
             kept: KeptSamples::new(0),
             truncated: 0,

@@ -68,13 +68,33 @@ impl StackTable {
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
     ) -> StackId {
+        let stack = self.intern(locations, end);
+        *self.counts.entry((pid, stack)).or_insert(0) += 1;
+        stack
+    }
+
+    /// The id of the stack `locations` (leaf first), interning it on first sight.
+    pub fn intern(
+        &mut self,
+        locations: impl IntoIterator<Item = Location>,
+        end: Option<StackEnd>,
+    ) -> StackId {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         ids.extend(locations.into_iter().map(|l| self.location(l)));
         let stack = self.stack(&ids, end);
         self.scratch = ids;
-        *self.counts.entry((pid, stack)).or_insert(0) += 1;
         stack
+    }
+
+    /// Takes back one sample of `pid` counted in `stack` (it is counted elsewhere now).
+    pub fn uncount(&mut self, pid: u32, stack: StackId) {
+        if let Some(n) = self.counts.get_mut(&(pid, stack)) {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&(pid, stack));
+            }
+        }
     }
 
     /// The id of a location, interning it on first sight.

@@ -16,7 +16,7 @@ pub mod vdso;
 use std::sync::Arc;
 
 pub use lines::{LineCounters, LineTables};
-pub use location::{Location, UnmappedReason};
+pub use location::{CodeMapKinds, Location, RefusedEntry, Unexplained, UnmappedReason};
 pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, ModuleId, Modules};
 pub use vmscope_parse::dwarf::SourceFrame;
 use vmscope_proto::v1::Section;
@@ -50,8 +50,8 @@ pub enum Issue {
     KernelHidden(String),
     /// Code id the store does not know (a daemon bug).
     UnknownCode,
-    /// Anonymous executable memory that no code map explains.
-    NoCodeMap,
+    /// Anonymous executable memory that no code map explains, and why.
+    Unexplained(Unexplained),
     /// No mapping explains the address.
     Unmapped(UnmappedReason),
 }
@@ -71,7 +71,7 @@ impl Issue {
             }
             Issue::NotInKallsyms => Borrowed("kernel address not in /proc/kallsyms"),
             Issue::UnknownCode => Borrowed("unknown code (daemon bug)"),
-            Issue::NoCodeMap => Borrowed("generated code without a code map (perf map or jitdump)"),
+            Issue::Unexplained(why) => std::borrow::Cow::Owned(why.describe()),
             Issue::Unmapped(reason) => Borrowed(reason.describe()),
         }
     }
@@ -165,12 +165,17 @@ impl Symbolizer {
                 },
                 None => unknown(Section::Generated, "[jit]", Issue::UnknownCode),
             },
-            Location::Anonymous { pid, start, end } => Resolved {
+            Location::Anonymous {
+                pid,
+                start,
+                end,
+                why,
+            } => Resolved {
                 section: Section::Generated,
                 module: "[anon]".into(),
                 name: format!("[anonymous code {start:#x}-{end:#x} of pid {pid}]"),
                 symbolized: false,
-                issue: Some(Issue::NoCodeMap),
+                issue: Some(Issue::Unexplained(why)),
                 build_id: None,
             },
             Location::Vdso { offset } => resolve_in(
@@ -392,8 +397,13 @@ pub(crate) mod tests {
             pid: 1,
             start: 0x1000,
             end: 0x2000,
+            why: Unexplained::NoEntry(CodeMapKinds::PERF_MAP),
         });
         assert_eq!(jit.section, Section::Generated);
+        assert!(
+            jit.issue.unwrap().describe().contains("(perf map) has no entry"),
+            "the reason names the map"
+        );
         let vdso = s.resolve(&Location::Vdso { offset: 0x10 });
         assert_eq!(vdso.issue, Some(Issue::Binary("no vDSO here".into())));
     }
