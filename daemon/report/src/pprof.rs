@@ -172,10 +172,8 @@ impl<'a> Builder<'a> {
             self.string("truncated"),
             self.string("true"),
         );
-        let (attribution_key, later_snapshot_value) = (
-            self.string("attribution"),
-            self.string("later_snapshot"),
-        );
+        let (attribution_key, later_snapshot_value) =
+            (self.string("attribution"), self.string("later_snapshot"));
 
         // pprof takes the first mapping for the main binary ("File:" in its reports): the VM
         // executable's, when it has frames.

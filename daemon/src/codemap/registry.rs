@@ -1029,7 +1029,11 @@ impl CodeMaps {
                 }
                 return true;
             }
-            final_read || !parked.counted.iter().any(|c| sink.takes_snapshots(c.session))
+            final_read
+                || !parked
+                    .counted
+                    .iter()
+                    .any(|c| sink.takes_snapshots(c.session))
         };
         if perf_changed || final_read {
             process
@@ -1369,7 +1373,14 @@ mod tests {
         maps.publish(pid, vec![(1_000, load(0x1000, a))], 1_000);
         maps.push_sample(pid, jit_sample(pid, 2_000, 0x1010));
         // Nothing is known past 1_000: only force attributes the sample at 2_000.
-        maps.advance(pid, 2_500, 1_500, Some(u64::MAX), &mut |_, _| true, &mut sink);
+        maps.advance(
+            pid,
+            2_500,
+            1_500,
+            Some(u64::MAX),
+            &mut |_, _| true,
+            &mut sink,
+        );
         assert_eq!(sink.told, [("provisional", 2_000, jit(a, 0x10, false))]);
         // b replaces a at 3_000; a sample at 4_000 sees b, and nothing counts as late.
         maps.publish(pid, vec![(3_000, load(0x1000, b))], 5_000);

@@ -198,7 +198,9 @@ impl PerfMapSource {
             && (self
                 .growing
                 .file
-                .seek(SeekFrom::Start(self.growing.offset - self.tail.len() as u64))
+                .seek(SeekFrom::Start(
+                    self.growing.offset - self.tail.len() as u64,
+                ))
                 .is_err()
                 || read_fully(&mut self.growing.file, &mut tail)
                     .map_or(true, |n| n < tail.len() || tail != self.tail));
@@ -872,7 +874,12 @@ mod tests {
                 (700, 0x5000, "void Foo.baz()".into())
             ]
         );
-        assert!(source.read(750, &store, &mut everything, false).unwrap().is_empty());
+        assert!(
+            source
+                .read(750, &store, &mut everything, false)
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(source.changed_ns, 700);
 
         // Rewritten in place, longer, with the same first line (HotSpot truncates and writes
@@ -884,10 +891,17 @@ mod tests {
             .unwrap();
         writeln!(file, "{bar}").unwrap();
         writeln!(file, "0x0000000000006000 0x0000000000000040 void Foo.qux()").unwrap();
-        writeln!(file, "0x0000000000007000 0x0000000000000040 void Foo.quux()").unwrap();
+        writeln!(
+            file,
+            "0x0000000000007000 0x0000000000000040 void Foo.quux()"
+        )
+        .unwrap();
         file.flush().unwrap();
         let again = source.read(800, &store, &mut everything, false).unwrap();
-        assert!(matches!(&again[0], (800, Change::FreeCodes(_))), "{again:?}");
+        assert!(
+            matches!(&again[0], (800, Change::FreeCodes(_))),
+            "{again:?}"
+        );
         assert_eq!(loads(&again, &store).len(), 3, "{again:?}");
 
         // Told by its writer, even when nothing shows it.

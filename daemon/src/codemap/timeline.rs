@@ -151,7 +151,10 @@ impl<T> Timeline<T> {
     }
 
     /// Takes the waiting samples for which `which` holds, oldest first.
-    pub fn take_samples(&mut self, mut which: impl FnMut(&PendingSample<T>) -> bool) -> Vec<PendingSample<T>> {
+    pub fn take_samples(
+        &mut self,
+        mut which: impl FnMut(&PendingSample<T>) -> bool,
+    ) -> Vec<PendingSample<T>> {
         self.samples.sort_by_key(|s| s.timestamp_ns);
         let (taken, kept) = std::mem::take(&mut self.samples)
             .into_iter()

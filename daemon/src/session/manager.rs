@@ -1264,7 +1264,36 @@ impl Manager {
                 refresh_lost(session, lost);
             }
         }
-        // Code maps found only after the session say why its generated code is unexplained.
+        // Code maps found only after the session say why its generated code is unexplained:
+        // a finished session's live targets with code no map explained are looked at again.
+        if session.state == State::Stopped {
+            let unexplained: Vec<u32> = session
+                .stacks
+                .locations
+                .iter()
+                .filter_map(|l| match l {
+                    Location::Anonymous { pid, why, .. }
+                        if matches!(why, Unexplained::NoCodeMap | Unexplained::NotLookedUp) =>
+                    {
+                        Some(*pid)
+                    }
+                    _ => None,
+                })
+                .collect();
+            let look: Vec<u32> = session
+                .targets
+                .iter()
+                .map(|t| t.pid)
+                .filter(|pid| unexplained.contains(pid))
+                .collect();
+            for pid in look {
+                if self.processes.get(pid).is_some_and(|p| !p.gone) {
+                    self.codemaps.touch(pid);
+                    self.advance_code_maps(pid, now);
+                }
+            }
+        }
+        let session = self.sessions.get_mut(&id).expect("checked by visible()");
         if let Some(stop) = session.stop_ns {
             for target in &mut session.targets {
                 let found = self.codemaps.found(target.pid);
@@ -1385,7 +1414,10 @@ impl Manager {
             ("jit_samples_caught_up", j.caught_up),
             ("jit_samples_provisional_expired", j.expired),
             ("jit_samples_from_later_snapshot", j.later_snapshot),
-            ("jit_samples_awaiting_code_map", self.codemaps.provisional() as u64),
+            (
+                "jit_samples_awaiting_code_map",
+                self.codemaps.provisional() as u64,
+            ),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
             ("code_map_source_failures", j.source_failures),
@@ -1485,8 +1517,7 @@ impl Sink for SessionSink<'_> {
             let Some(session) = self.sessions.get_mut(&c.session) else {
                 continue;
             };
-            let Some(&(_, wanted)) = sample.sessions.iter().find(|(id, _)| *id == c.session)
-            else {
+            let Some(&(_, wanted)) = sample.sessions.iter().find(|(id, _)| *id == c.session) else {
                 continue;
             };
             match why {

@@ -401,7 +401,10 @@ pub(crate) mod tests {
         });
         assert_eq!(jit.section, Section::Generated);
         assert!(
-            jit.issue.unwrap().describe().contains("(perf map) has no entry"),
+            jit.issue
+                .unwrap()
+                .describe()
+                .contains("(perf map) has no entry"),
             "the reason names the map"
         );
         let vdso = s.resolve(&Location::Vdso { offset: 0x10 });

@@ -27,7 +27,8 @@ struct Args {
     /// Compact the code zone every N ms (default 5 for `compact`, never for the others).
     #[arg(long)]
     compact_every_ms: Option<u64>,
-    /// Where to publish the code map: grpc (to the vmscope daemon), file or none.
+    /// Where to publish the code map: grpc (to the vmscope daemon), file, file-at-exit (the file's
+    /// records held until the VM finishes, as V8 buffers its jitdump) or none.
     #[arg(long, default_value = "grpc")]
     publish: Mode,
     /// Directory of the vmscope-<pid>.codemap file (default: the temporary directory).

@@ -6,7 +6,10 @@
 //! channel drained by a background thread with its own current-thread tokio runtime: the VM
 //! thread never waits for the network. That thread also sends a `Sync` every 20 ms, taking its
 //! timestamp and enqueuing it under the same lock. Files get each record with one `write()`,
-//! so that a reader of a growing file sees at most its last record torn.
+//! so that a reader of a growing file sees at most its last record torn; the code map file
+//! also gets a `Sync` every 20 ms from a thread of its own, so that the daemon knows it is
+//! up to date. `file-at-exit` keeps the code map file's records in memory until the VM
+//! finishes, as V8 buffers its jitdump: the daemon then learns the map only at exit.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -40,6 +43,8 @@ pub enum Mode {
     Grpc,
     /// A `vmscope-<pid>.codemap` file, mapped executable so that the daemon finds it.
     File,
+    /// The same file, its records (after the header) held in memory until the VM finishes.
+    FileAtExit,
     /// Nowhere (the code log may still be written).
     None,
 }
@@ -50,8 +55,11 @@ impl std::str::FromStr for Mode {
         match s {
             "grpc" => Ok(Mode::Grpc),
             "file" => Ok(Mode::File),
+            "file-at-exit" => Ok(Mode::FileAtExit),
             "none" => Ok(Mode::None),
-            _ => Err(format!("unknown publication {s:?} (grpc, file or none)")),
+            _ => Err(format!(
+                "unknown publication {s:?} (grpc, file, file-at-exit or none)"
+            )),
         }
     }
 }
@@ -99,6 +107,10 @@ struct RecordFile {
     file: File,
     path: PathBuf,
     failed: bool,
+    /// Takes the periodic `Sync`s (the code map file, not the code log).
+    syncs: bool,
+    /// Records held until [`RecordFile::flush_held`] (`file-at-exit`).
+    held: Option<Vec<u8>>,
 }
 
 impl RecordFile {
@@ -117,6 +129,8 @@ impl RecordFile {
             file,
             path: path.to_owned(),
             failed: false,
+            syncs: false,
+            held: None,
         };
         f.write_record(&codemap_file::header())?;
         if map_exec {
@@ -150,13 +164,28 @@ impl RecordFile {
         if self.failed {
             return;
         }
-        if let Err(e) = self.write_record(&codemap_file::encode_event(event)) {
+        let record = codemap_file::encode_event(event);
+        if let Some(held) = &mut self.held {
+            held.extend_from_slice(&record);
+            return;
+        }
+        if let Err(e) = self.write_record(&record) {
             eprintln!(
                 "jitvm: cannot write {}: {e}; giving up on it",
                 self.path.display()
             );
             self.failed = true;
         }
+    }
+
+    /// Writes the records held until now, at once.
+    fn flush_held(&mut self) {
+        if let Some(held) = self.held.take()
+            && let Err(e) = self.write_record(&held)
+        {
+            eprintln!("jitvm: cannot write {}: {e}", self.path.display());
+        }
+        let _ = self.file.flush();
     }
 }
 
@@ -166,6 +195,8 @@ struct Shared {
     stream: Option<UnboundedSender<CodeMapEvent>>,
     files: Vec<RecordFile>,
     events: u64,
+    /// Set at the end: the file `Sync` thread stops.
+    finished: bool,
 }
 
 impl Shared {
@@ -182,13 +213,30 @@ impl Shared {
                 f.append(&ev);
             }
         }
+        self.events += 1;
+        self.stream_send(ev);
+        ts
+    }
+
+    /// A `Sync` to the files that take them.
+    fn sync_files(&mut self) {
+        let ts = monotonic_ns().max(self.last_ts);
+        self.last_ts = ts;
+        let ev = CodeMapEvent {
+            timestamp_ns: ts,
+            event: Some(Event::Sync(Sync {})),
+        };
+        for f in self.files.iter_mut().filter(|f| f.syncs) {
+            f.append(&ev);
+        }
+    }
+
+    fn stream_send(&mut self, ev: CodeMapEvent) {
         if let Some(tx) = &self.stream
             && tx.send(ev).is_err()
         {
             self.stream = None;
         }
-        self.events += 1;
-        ts
     }
 }
 
@@ -212,16 +260,20 @@ impl Publisher {
         let pid = std::process::id();
         let mut files = Vec::new();
         let mut codemap_path = None;
-        if config.mode == Mode::File {
+        let to_file = matches!(config.mode, Mode::File | Mode::FileAtExit);
+        if to_file {
             let dir = config
                 .codemap_dir
                 .clone()
                 .unwrap_or_else(std::env::temp_dir);
             let path = dir.join(format!("vmscope-{pid}.codemap"));
-            files.push(
-                RecordFile::create(&path, true)
-                    .with_context(|| format!("code map file {}", path.display()))?,
-            );
+            let mut file = RecordFile::create(&path, true)
+                .with_context(|| format!("code map file {}", path.display()))?;
+            file.syncs = true;
+            if config.mode == Mode::FileAtExit {
+                file.held = Some(Vec::new());
+            }
+            files.push(file);
             codemap_path = Some(path);
         }
         if let Some(log) = &config.code_log {
@@ -235,6 +287,7 @@ impl Publisher {
             stream: None,
             files,
             events: 0,
+            finished: false,
         }));
         let mut grpc = None;
         let mut rx = None;
@@ -252,6 +305,22 @@ impl Publisher {
             }),
             true,
         );
+        if to_file {
+            let sync_shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("codemap-file-sync".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(SYNC_PERIOD);
+                        let mut s = lock(&sync_shared);
+                        if s.finished {
+                            break;
+                        }
+                        s.sync_files();
+                    }
+                })
+                .context("code map file sync thread")?;
+        }
         if let Some(rx) = rx {
             let socket = config.socket.clone().unwrap_or_else(|| {
                 std::env::var_os(vmscope_proto::SOCKET_ENV)
@@ -298,8 +367,12 @@ impl Publisher {
                 s.send(Event::Sync(Sync {}), false);
             }
             s.stream = None;
+            s.finished = true;
+            if s.files.iter().any(|f| f.held.is_some()) {
+                s.sync_files();
+            }
             for f in &mut s.files {
-                let _ = f.file.flush();
+                f.flush_held();
             }
         }
         if let Some(t) = self.grpc {
