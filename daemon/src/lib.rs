@@ -12,13 +12,14 @@
 //!
 //! Folders follow that path: `bpf/` is all that talks to the kernel's BPF side, `process/` reads
 //! `/proc`, `symbolize/` names code, `unwind/` walks user stack copies, `session/` owns sessions,
-//! `server/` speaks gRPC. The parsers live in their own crate, `vmscope-parse` (`daemon/parse`):
+//! `jvm/` asks HotSpot JVMs for their perf maps, `server/` speaks gRPC. The parsers live in their own crate, `vmscope-parse` (`daemon/parse`):
 //! pure functions over bytes, unit-tested and fuzzed, with no I/O; here I/O stays at the edges,
 //! in [`sys`].
 #![deny(missing_docs)]
 
 pub mod bpf;
 pub mod codemap;
+pub mod jvm;
 pub mod process;
 pub mod profile;
 pub mod server;

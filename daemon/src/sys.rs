@@ -1,14 +1,19 @@
 //! The daemon's door to the operating system outside BPF: procfs and sysctl reads, clocks,
-//! resource limits.
+//! resource limits, and the few calls that act in other processes' file systems (`openat2` in
+//! a root, per-thread filesystem credentials, pidfds, Unix sockets by descriptor).
 //!
 //! Everything that touches `/proc` or `/sys` on behalf of the rest of the daemon goes through
 //! here, so that the parsers stay pure and the callers stay testable. Reads are bounded: a
 //! hostile or broken process cannot make the daemon swallow an unbounded file.
 
 use std::{
+    ffi::CString,
     fs::File,
     io::{self, Read},
-    os::unix::fs::MetadataExt,
+    os::{
+        fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
+        unix::{ffi::OsStrExt, fs::MetadataExt},
+    },
     path::{Path, PathBuf},
 };
 
@@ -264,6 +269,292 @@ pub fn open_mapped_file(
     }
 }
 
+/// How [`open_in_root`] resolves a path: inside the root, and through no symbolic link.
+const IN_ROOT_RESOLVE: u64 =
+    libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+
+/// Opens `path` below the directory `root` as if `root` were `/`, following no symbolic link.
+///
+/// `openat2(2)` (Linux 5.6+) with `RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS |
+/// RESOLVE_NO_MAGICLINKS`: `..` and absolute paths stay inside `root`, and a symbolic link in
+/// any component (the last one included) fails with `ELOOP` instead of being followed. This is
+/// how the root daemon works in another process's file system (`/proc/PID/root`) and in
+/// directories other users can write (`/tmp`), where a planted symlink must never make it open,
+/// create or connect to a file elsewhere. `flags` are `open(2)` flags (`O_CLOEXEC` is always
+/// added); `mode` is only used with `O_CREAT` or `O_TMPFILE`, and must be 0 otherwise.
+///
+/// The kernel may answer `EAGAIN` when a rename or mount raced with the lookup; that is retried
+/// a few times, as is `EINTR`.
+pub fn open_in_root(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    flags: libc::c_int,
+    mode: u32,
+) -> io::Result<OwnedFd> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} holds a NUL byte", path.display()),
+        )
+    })?;
+    // SAFETY: open_how is plain data (non-exhaustive in libc: zeroed, then filled).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u32 as u64;
+    how.mode = u64::from(mode);
+    how.resolve = IN_ROOT_RESOLVE;
+    let mut attempts = 0;
+    loop {
+        // SAFETY: openat2 reads the C string and the open_how we own, whose size we pass; the
+        // descriptor it returns is new and ours alone.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                c_path.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a descriptor openat2 just returned, owned by nobody else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let error = io::Error::last_os_error();
+        attempts += 1;
+        match error.raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) if attempts < 8 => continue,
+            _ => return Err(error),
+        }
+    }
+}
+
+/// The calling thread's filesystem uid and gid switched to another user's, until dropped.
+///
+/// `setfsuid(2)`/`setfsgid(2)` are per thread (glibc's wrappers issue the system call alone,
+/// unlike `setuid`, which it applies to every thread), so one worker thread of the daemon can
+/// create and unlink files as the user of a target process while the rest of the daemon stays
+/// root. While switched, files are created with that owner and permission checks are that
+/// user's: the thread also loses `CAP_DAC_OVERRIDE` and the other filesystem capabilities,
+/// which the kernel gives back when the fsuid returns to 0. Needs `CAP_SETUID` and
+/// `CAP_SETGID`. Not `Send`: it must be dropped on the thread that made it. Threads created
+/// while it is held start with its credentials (clone copies them): create none.
+#[derive(Debug)]
+pub struct FsCredentials {
+    previous_uid: u32,
+    previous_gid: u32,
+    _per_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl FsCredentials {
+    /// Switches the thread's filesystem gid to `gid`, then its uid to `uid`.
+    pub fn switch(uid: u32, gid: u32) -> io::Result<FsCredentials> {
+        // setfsgid/setfsuid return the previous id, success or not: calling them again with
+        // the same id tells whether the change happened.
+        // SAFETY: setfsgid has no memory preconditions.
+        let previous_gid = unsafe { libc::setfsgid(gid) } as u32;
+        // SAFETY: as above.
+        if unsafe { libc::setfsgid(gid) } as u32 != gid {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("cannot switch the filesystem gid to {gid} (needs CAP_SETGID)"),
+            ));
+        }
+        // SAFETY: setfsuid has no memory preconditions.
+        let previous_uid = unsafe { libc::setfsuid(uid) } as u32;
+        // SAFETY: as above.
+        if unsafe { libc::setfsuid(uid) } as u32 != uid {
+            // SAFETY: as above.
+            unsafe { libc::setfsgid(previous_gid) };
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("cannot switch the filesystem uid to {uid} (needs CAP_SETUID)"),
+            ));
+        }
+        Ok(FsCredentials {
+            previous_uid,
+            previous_gid,
+            _per_thread: std::marker::PhantomData,
+        })
+    }
+
+    /// The thread's current filesystem uid and gid (for tests and logs).
+    pub fn current() -> (u32, u32) {
+        // An invalid id (-1) changes nothing and returns the current one.
+        // SAFETY: setfsuid/setfsgid have no memory preconditions.
+        unsafe {
+            (
+                libc::setfsuid(u32::MAX) as u32,
+                libc::setfsgid(u32::MAX) as u32,
+            )
+        }
+    }
+}
+
+impl Drop for FsCredentials {
+    fn drop(&mut self) {
+        // The uid first: with fsuid 0 again, the thread has its capabilities back.
+        // SAFETY: setfsuid/setfsgid have no memory preconditions.
+        unsafe {
+            libc::setfsuid(self.previous_uid);
+            libc::setfsgid(self.previous_gid);
+        }
+    }
+}
+
+/// A process, held by a pidfd (Linux 5.3+): signals sent through it reach that process or
+/// nothing, never a later process that reused its pid.
+#[derive(Debug)]
+pub struct ProcessHandle {
+    pid: u32,
+    fd: OwnedFd,
+}
+
+impl ProcessHandle {
+    /// `pidfd_open(2)`: `ESRCH` when there is no such process.
+    pub fn open(pid: u32) -> io::Result<ProcessHandle> {
+        let raw = libc::pid_t::try_from(pid)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ProcessHandle {
+            pid,
+            // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+            fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
+        })
+    }
+
+    /// The pid it was opened with.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `pidfd_send_signal(2)`; signal 0 only checks that the process still exists (`ESRCH`
+    /// once it has exited).
+    pub fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        // SAFETY: no siginfo (null), no flags; the descriptor is ours.
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if done < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Connects a Unix stream socket to the socket file open (with `O_PATH`) as `socket_file`.
+///
+/// The connection goes through `/proc/self/fd/N`, so it reaches exactly the inode that was
+/// opened and checked, whatever is renamed or planted on the path since; `timeout` bounds the
+/// connect (`SO_SNDTIMEO`, which Unix sockets apply to a connect waiting on a full backlog) and
+/// is set as the stream's read and write timeout.
+pub fn connect_unix_at(
+    socket_file: BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> io::Result<std::os::unix::net::UnixStream> {
+    // SAFETY: socket takes no pointers and returns a new descriptor.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor socket just returned, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let timeout = timeout.max(std::time::Duration::from_millis(1));
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: setsockopt reads the timeval we own, whose size we pass.
+    if unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    let path = format!("/proc/self/fd/{}", socket_file.as_raw_fd());
+    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (slot, byte) in addr.sun_path.iter_mut().zip(path.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + path.len() + 1;
+    loop {
+        // SAFETY: connect reads `len` bytes of the sockaddr_un we own (the path is far shorter
+        // than sun_path and NUL-terminated by the zeroing).
+        let done = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len as libc::socklen_t,
+            )
+        };
+        if done == 0 {
+            break;
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EINTR) {
+            return Err(error);
+        }
+    }
+    let stream = std::os::unix::net::UnixStream::from(fd);
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    Ok(stream)
+}
+
+/// The credentials of a Unix socket's peer (`SO_PEERCRED`): for the connecting side, those of
+/// the process that called `listen`, its pid as the caller's pid namespace sees it.
+pub fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<libc::ucred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the ucred we own.
+    let done = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if done != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred)
+}
+
+/// Removes the directory entry `name` of `dir` (`unlinkat(2)`, not a directory).
+pub fn unlink_at(dir: BorrowedFd<'_>, name: &Path) -> io::Result<()> {
+    let c_name = CString::new(name.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name holds a NUL byte"))?;
+    // SAFETY: unlinkat reads the C string we own.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c_name.as_ptr(), 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,6 +657,129 @@ mod tests {
             libc::munmap(base, 2 * page);
             assert_eq!(read.unwrap(), page - 100);
         }
+    }
+
+    fn root_of(dir: &Path) -> OwnedFd {
+        use std::os::unix::fs::OpenOptionsExt;
+        File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(dir)
+            .unwrap()
+            .into()
+    }
+
+    #[test]
+    fn opens_in_a_root_stay_inside_and_follow_no_symlink() {
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        std::fs::write(dir.path().join("tmp/file"), b"inside").unwrap();
+        let root = root_of(dir.path());
+        let read = |path: &str| -> io::Result<String> {
+            let fd = open_in_root(root.as_fd(), Path::new(path), libc::O_RDONLY, 0)?;
+            let mut text = String::new();
+            File::from(fd).read_to_string(&mut text)?;
+            Ok(text)
+        };
+        assert_eq!(read("tmp/file").unwrap(), "inside");
+        // `..` and absolute paths resolve inside the root.
+        assert_eq!(read("/tmp/../../../tmp/file").unwrap(), "inside");
+
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"outside").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("tmp/link"))
+            .unwrap();
+        std::os::unix::fs::symlink("file", dir.path().join("tmp/relative")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("dirlink")).unwrap();
+        for path in ["tmp/link", "tmp/relative", "dirlink/secret"] {
+            assert_eq!(
+                read(path).unwrap_err().raw_os_error(),
+                Some(libc::ELOOP),
+                "{path}"
+            );
+        }
+        // Magic links too: /proc/self/root would lead out of any root.
+        let proc = root_of(Path::new("/proc"));
+        let err = open_in_root(proc.as_fd(), Path::new("self/root"), libc::O_PATH, 0);
+        assert_eq!(err.unwrap_err().raw_os_error(), Some(libc::ELOOP));
+        // O_CREAT never creates through a symlink.
+        let err = open_in_root(
+            root.as_fd(),
+            Path::new("tmp/link"),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            0o600,
+        )
+        .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
+    }
+
+    #[test]
+    fn filesystem_credentials_apply_to_this_thread_until_dropped() {
+        use std::os::fd::AsFd;
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("roots"), b"x").unwrap();
+        std::fs::set_permissions(
+            dir.path().join("roots"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        let root = root_of(dir.path());
+        let (ask, asked) = std::sync::mpsc::channel::<()>();
+        let (answer, answered) = std::sync::mpsc::channel();
+        let other = std::thread::spawn(move || {
+            while asked.recv().is_ok() {
+                answer.send(FsCredentials::current()).unwrap();
+            }
+        });
+        {
+            let _nobody = FsCredentials::switch(65534, 65534).unwrap();
+            assert_eq!(FsCredentials::current(), (65534, 65534));
+            // Other threads keep root's.
+            ask.send(()).unwrap();
+            assert_eq!(answered.recv().unwrap(), (0, 0));
+            let fd = open_in_root(
+                root.as_fd(),
+                Path::new("made"),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                0o600,
+            )
+            .unwrap();
+            let meta = File::from(fd).metadata().unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+            // Without CAP_DAC_OVERRIDE, root's 0600 file is closed to it.
+            let err = open_in_root(root.as_fd(), Path::new("roots"), libc::O_RDONLY, 0);
+            assert_eq!(err.unwrap_err().raw_os_error(), Some(libc::EACCES));
+            unlink_at(root.as_fd(), Path::new("made")).unwrap();
+        }
+        assert_eq!(FsCredentials::current(), (0, 0));
+        assert!(open_in_root(root.as_fd(), Path::new("roots"), libc::O_RDONLY, 0).is_ok());
+        drop(ask);
+        other.join().unwrap();
+    }
+
+    #[test]
+    fn signals_through_a_pidfd_reach_only_that_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let handle = ProcessHandle::open(child.id()).unwrap();
+        handle.signal(0).unwrap();
+        handle.signal(libc::SIGKILL).unwrap();
+        child.wait().unwrap();
+        // Reaped: the pid may be reused, the pidfd still means the dead process.
+        assert_eq!(
+            handle.signal(0).unwrap_err().raw_os_error(),
+            Some(libc::ESRCH)
+        );
     }
 
     #[test]

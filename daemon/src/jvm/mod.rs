@@ -1,0 +1,29 @@
+//! HotSpot JVMs: asking a running JVM for its perf map, with no JVM flags.
+//!
+//! HotSpot names its JIT code in `/tmp/perf-<nspid>.map` only when asked (`jcmd PID
+//! Compiler.perfmap`, JDK 17+) or at exit (`-XX:+DumpPerfMapAtExit`). [`attach`] asks the way
+//! jcmd does, through the attach mechanism, and refuses whenever asking could harm the process
+//! (see [`attach::AttachError::is_refusal`]); [`options`] reads the JVM flags that decide it.
+//!
+//! The caller decides whether a process is a HotSpot JVM (it maps `libjvm.so`), when to ask
+//! (a snapshot holds the code compiled so far), and reads the perf map itself, as the target's
+//! user's file, with the code-map machinery.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use vmscoped::jvm::{JvmTarget, request_perf_map};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let target = JvmTarget::read(4242)?;
+//! // Blocks for up to the timeout: a thread of its own in the daemon.
+//! let snapshot = request_perf_map(&target, Duration::from_secs(5))?;
+//! println!("/tmp/perf-{}.map written in {:?}", target.nspid, snapshot.elapsed);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod attach;
+pub mod options;
+
+pub use attach::{AttachError, JvmTarget, Snapshot, request_perf_map};
+pub use options::JvmOptions;
