@@ -98,6 +98,12 @@ struct RecordArgs {
     /// Same as --call-graph fp, as in perf.
     #[arg(short = 'g')]
     g: bool,
+    /// Leave HotSpot JVMs among the targets alone. Without it, the daemon asks them for their
+    /// perf map (as `jcmd PID Compiler.perfmap` does: a trigger file in their /tmp, then a
+    /// SIGQUIT), at the start, when samples in unnamed Java code pile up, and at the stop, so
+    /// that Java methods are named with no JVM flags.
+    #[arg(long)]
+    no_jvm_attach: bool,
     #[command(flatten)]
     output: OutputArgs,
     /// The command to run and record, after `--`.
@@ -336,6 +342,7 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
             CallGraphArg::Dwarf(bytes) => Some(bytes),
             _ => None,
         },
+        no_jvm_attach: args.no_jvm_attach,
         format: args.output.format(),
         report: args.output.options()?,
     })

@@ -59,6 +59,8 @@ pub struct RecordOptions {
     /// With [`pb::CallGraph::Dwarf`], bytes of user stack to copy per sample; the daemon's
     /// default (8192) when unset.
     pub dwarf_stack_bytes: Option<u32>,
+    /// Leave HotSpot targets alone (no perf map requests).
+    pub no_jvm_attach: bool,
     /// Report format.
     pub format: Format,
     /// Report options.
@@ -273,6 +275,7 @@ async fn start(
         keep_samples: 0,
         call_graph: options.call_graph as i32,
         dwarf_stack_bytes: options.dwarf_stack_bytes,
+        no_jvm_attach: options.no_jvm_attach,
     };
     let session = client
         .start_session(request)

@@ -56,6 +56,7 @@ fn stack_end(end: Option<StackEnd>, outermost: Option<&Placed>) -> pb::StackEnd 
         StackEnd::Complete => pb::StackEnd::Complete,
         StackEnd::FrameLimit => pb::StackEnd::DepthLimit,
         StackEnd::NoFramePointer => pb::StackEnd::NoFramePointer,
+        StackEnd::JitWithoutFramePointer => pb::StackEnd::JitNoFramePointer,
         StackEnd::Unmapped => pb::StackEnd::UnmappedReturn,
         StackEnd::CopyTooSmall => pb::StackEnd::CopyTooSmall,
         StackEnd::CopyFaulted => pb::StackEnd::CopyFaulted,

@@ -121,6 +121,7 @@ fn stack_end_name(end: i32) -> Option<&'static str> {
         StackEnd::Complete => "complete",
         StackEnd::DepthLimit => "depth_limit",
         StackEnd::NoFramePointer => "no_frame_pointer",
+        StackEnd::JitNoFramePointer => "jit_no_frame_pointer",
         StackEnd::UnmappedReturn => "unmapped_return",
         StackEnd::CopyTooSmall => "copy_too_small",
         StackEnd::CopyFaulted => "copy_faulted",

@@ -648,6 +648,10 @@ pub fn stack_end_reason(end: StackEnd) -> &'static str {
         StackEnd::UnwindFailed => {
             "stopped where neither unwind information nor a frame pointer led further"
         }
+        StackEnd::JitNoFramePointer => {
+            "stopped at Java code compiled without frame pointers (run the JVM with \
+             -XX:+PreserveFramePointer for whole Java stacks)"
+        }
     }
 }
 

@@ -364,6 +364,9 @@ struct ProcessCode {
     refused_ranges: std::collections::VecDeque<(u64, u64)>,
     /// When each kind of code map was first found, by kind bit.
     found_ns: [u64; 4],
+    /// Samples left unexplained by the map of their time since the perf map was last
+    /// rewritten by request: what makes asking a JVM again worth it.
+    unexplained_since_snapshot: u64,
     uid: Option<u32>,
     nspid: u32,
     perf_map: Option<PerfMapSource>,
@@ -552,6 +555,7 @@ impl CodeMaps {
                 perf_content: LiveMap::default(),
                 refused_ranges: std::collections::VecDeque::new(),
                 found_ns: [0; 4],
+                unexplained_since_snapshot: 0,
                 uid: status.as_ref().map(|s| s.uids.effective),
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
                 perf_map: None,
@@ -760,6 +764,14 @@ impl CodeMaps {
         }
     }
 
+    /// Samples of `pid` no map of their time explained since its perf map was last rewritten on
+    /// request ([`CodeMaps::perf_map_rewritten`]).
+    pub fn unexplained_since_snapshot(&self, pid: u32) -> u64 {
+        self.processes
+            .get(&pid)
+            .map_or(0, |p| p.unexplained_since_snapshot)
+    }
+
     /// The kinds of code map a process has had, with when each was first found.
     pub fn found(&self, pid: u32) -> Vec<(CodeMapKinds, u64)> {
         self.processes.get(&pid).map_or_else(Vec::new, |p| {
@@ -776,6 +788,7 @@ impl CodeMaps {
     /// `Compiler.perfmap`): it is read again, whole, at the next advance.
     pub fn perf_map_rewritten(&mut self, pid: u32) {
         if let Some(process) = self.processes.get_mut(&pid) {
+            process.unexplained_since_snapshot = 0;
             match &mut process.perf_map {
                 Some(source) => source.reread(),
                 None => process.perf_map_checked_ns = 0,
@@ -1040,6 +1053,7 @@ impl CodeMaps {
                 .snapshot_parked
                 .retain_mut(|(ts, parked)| !settle(*ts, parked, sink));
         }
+        process.unexplained_since_snapshot += unexplained.len() as u64;
         for (ts, mut parked) in unexplained {
             if !settle(ts, &mut parked, sink) {
                 process.snapshot_parked.push((ts, parked));

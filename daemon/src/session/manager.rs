@@ -14,6 +14,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
+    path::Path,
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -27,6 +28,7 @@ use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
+    jvm::{JvmReply, JvmSnapshots},
     HostCpu, KeptFrame, KeptSample, KeptSamples, Session, SessionError, Snapshot, StackId, State,
     Target,
     request::{self, Caller},
@@ -75,6 +77,8 @@ pub struct ManagerConfig {
     /// Processes that produced no sample for this long, and that no running session names, are
     /// forgotten.
     pub forget_processes_after: Duration,
+    /// Whether HotSpot targets may be asked for their perf map (sessions may still opt out).
+    pub jvm_attach: bool,
 }
 
 impl Default for ManagerConfig {
@@ -89,6 +93,7 @@ impl Default for ManagerConfig {
             stop_timeout: Duration::from_nanos(crate::codemap::registry::JITDUMP_MAX_WAIT_NS)
                 + Duration::from_secs(1),
             forget_processes_after: Duration::from_secs(30),
+            jvm_attach: true,
         }
     }
 }
@@ -247,7 +252,9 @@ pub fn spawn_manager(
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
 ) -> std::io::Result<(ManagerHandle, std::thread::JoinHandle<()>)> {
     let (tx, commands) = mpsc::channel(256);
+    let (jvm_tx, jvm_replies) = mpsc::unbounded_channel();
     let manager = Manager {
+        jvms: JvmSnapshots::new(jvm_tx),
         sampler,
         routes: Routes::default(),
         sessions: BTreeMap::new(),
@@ -274,7 +281,7 @@ pub fn spawn_manager(
         .build()?;
     let thread = std::thread::Builder::new()
         .name("vmscope-sessions".into())
-        .spawn(move || runtime.block_on(manager.run(commands, batches)))?;
+        .spawn(move || runtime.block_on(manager.run(commands, batches, jvm_replies)))?;
     Ok((ManagerHandle { tx }, thread))
 }
 
@@ -329,6 +336,8 @@ struct Manager {
     unwinder: Unwinder,
     /// Code bytes of live processes, for the unwinder's CPython trampoline rule.
     process_memory: ProcessMemory,
+    /// HotSpot targets asked for their perf map.
+    jvms: JvmSnapshots,
 }
 
 impl Manager {
@@ -336,6 +345,7 @@ impl Manager {
         mut self,
         mut commands: mpsc::Receiver<Command>,
         mut batches: mpsc::Receiver<Batch>,
+        mut jvm_replies: mpsc::UnboundedReceiver<JvmReply>,
     ) {
         let mut tick = tokio::time::interval(self.config.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -360,6 +370,8 @@ impl Manager {
                 },
                 _ = tick.tick() => self.tick(),
                 _ = sleep_until_ns(deadline), if deadline.is_some() => self.end_elapsed(),
+                // The manager holds a sender: this never ends.
+                Some(reply) = jvm_replies.recv() => self.jvm_answered(reply),
             }
         }
     }
@@ -565,11 +577,94 @@ impl Manager {
         self.counters.sessions_started += 1;
         // Read the targets' code maps now: entries present at the start count from the start.
         let now = sys::monotonic_ns();
-        for pid in pids {
+        for &pid in &pids {
             self.codemaps.touch(pid);
             self.advance_code_maps(pid, now);
         }
+        // HotSpot targets write their perf map when asked: the code compiled so far, named
+        // from the start.
+        self.observe_jvms(id);
+        if self.jvm_attach(id) {
+            for pid in pids {
+                self.jvms.request(pid, now, true);
+            }
+        }
         Ok(reply)
+    }
+
+    /// Whether the session lets its HotSpot targets be asked for their perf map.
+    fn jvm_attach(&self, id: u64) -> bool {
+        self.config.jvm_attach
+            && self
+                .sessions
+                .get(&id)
+                .is_some_and(|s| s.spec.jvm_attach && !s.spec.system_wide)
+    }
+
+    /// Notes which targets of a session are HotSpot JVMs (they map libjvm.so), as far as their
+    /// mappings show now (a command recorded from its start loads it later).
+    fn observe_jvms(&mut self, id: u64) {
+        let Some(session) = self.sessions.get(&id) else {
+            return;
+        };
+        if session.spec.system_wide {
+            return;
+        }
+        let pids: Vec<u32> = session.held_pids();
+        for pid in pids {
+            if self.jvms.is_jvm(pid) {
+                continue;
+            }
+            let Some(process) = self.processes.get(pid) else {
+                continue;
+            };
+            if process.gone {
+                continue;
+            }
+            let modules = &self.modules;
+            let hotspot = process.file_mappings().any(|(_, _, module)| {
+                modules.get(module).is_some_and(|m| {
+                    Path::new(&m.name)
+                        .file_name()
+                        .is_some_and(|n| n == "libjvm.so")
+                })
+            });
+            if hotspot {
+                self.jvms.observe(pid);
+            }
+        }
+    }
+
+    /// Finds HotSpot targets of running sessions, and asks those whose samples in code no map
+    /// explains pile up for a new perf map.
+    fn tick_jvms(&mut self, now_ns: u64) {
+        let running: Vec<u64> = self.running().map(|s| s.id).collect();
+        for id in running {
+            self.observe_jvms(id);
+            if !self.jvm_attach(id) {
+                continue;
+            }
+            for pid in self.sessions[&id].held_pids() {
+                if self.jvms.is_jvm(pid)
+                    && self.codemaps.unexplained_since_snapshot(pid)
+                        >= super::jvm::UNEXPLAINED_BEFORE_ASKING
+                {
+                    self.jvms.request(pid, now_ns, false);
+                }
+            }
+        }
+    }
+
+    /// A JVM answered a perf map request: the map is read now, as a new snapshot, and samples
+    /// it explains are named from it.
+    fn jvm_answered(&mut self, reply: JvmReply) {
+        let now = sys::monotonic_ns();
+        if self.jvms.answered(&reply) {
+            self.codemaps.touch(reply.pid);
+            self.codemaps.perf_map_rewritten(reply.pid);
+            self.advance_code_maps(reply.pid, now);
+        }
+        self.finalize_ready(now);
     }
 
     /// Fixes a running session's stop time and releases its kernel filters. It becomes final in
@@ -607,9 +702,21 @@ impl Manager {
             .flush_at(stop_ns + self.config.stop_slack.as_nanos() as u64);
         // Targets that exited are read one last time now: their maps are complete.
         let now = sys::monotonic_ns();
-        for pid in exited {
+        for &pid in &exited {
             self.codemaps.exited(pid);
             self.advance_code_maps(pid, now);
+        }
+        // Live HotSpot targets write their perf map once more: the stop waits for it.
+        if self.jvm_attach(id) {
+            let live: Vec<u32> = self.sessions[&id]
+                .targets
+                .iter()
+                .map(|t| t.pid)
+                .filter(|pid| !exited.contains(pid) && self.jvms.is_jvm(*pid))
+                .collect();
+            for pid in live {
+                self.jvms.request(pid, now, true);
+            }
         }
     }
 
@@ -624,7 +731,8 @@ impl Manager {
             .filter_map(|s| {
                 let stop = s.stop_ns?;
                 let drained = self.watermark_ns >= stop + slack;
-                if drained && s.pending_jit == 0 {
+                let asking_jvm = s.targets.iter().any(|t| self.jvms.in_flight(t.pid));
+                if drained && s.pending_jit == 0 && !asking_jvm {
                     Some((s.id, Finish::Whole))
                 } else if drained && s.spec.system_wide && now_ns >= stop + system_wide_wait {
                     Some((s.id, Finish::WithoutCodeMaps))
@@ -937,7 +1045,15 @@ impl Manager {
         }
         let whole = wanting.iter().any(|&(_, w)| w != Wanted::Leaf);
         let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
-        let (frames, end, fp) = self.frames_of(event, kernel, user, copy, (whole, fp_too), now_ns);
+        let (mut frames, mut end, mut fp) =
+            self.frames_of(event, kernel, user, copy, (whole, fp_too), now_ns);
+        // Past Java code compiled without frame pointers, a walk reads garbage.
+        if whole && self.jvms.cuts_stacks(pid) {
+            end_at_generated_code(&mut frames, &mut end);
+            if let Some((fp, fp_end)) = &mut fp {
+                end_at_generated_code(fp, fp_end);
+            }
+        }
         let mut routed = RoutedSample {
             tid: event.tid,
             kernel: event.is_kernel(),
@@ -1219,6 +1335,7 @@ impl Manager {
         // Processes whose samples wait for their code maps after every session that samples
         // them stopped: their exit is what flushes a buffered jitdump.
         self.codemaps.notice_exits();
+        self.tick_jvms(now);
         for pid in self.codemaps.waiting() {
             self.advance_code_maps(pid, now);
         }
@@ -1418,6 +1535,12 @@ impl Manager {
                 "jit_samples_awaiting_code_map",
                 self.codemaps.provisional() as u64,
             ),
+            ("jvms", self.jvms.counters.jvms),
+            ("jvm_perf_map_requests", self.jvms.counters.requests),
+            ("jvm_perf_map_snapshots", self.jvms.counters.snapshots),
+            ("jvm_perf_map_failures", self.jvms.counters.failures),
+            ("jvm_perf_map_refused", self.jvms.counters.refused),
+            ("jvm_perf_map_request_ms", self.jvms.counters.request_ms),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
             ("code_map_source_failures", j.source_failures),
@@ -1549,6 +1672,18 @@ impl Sink for SessionSink<'_> {
         self.sessions
             .get(&session)
             .is_some_and(|s| s.state != State::Stopped)
+    }
+}
+
+/// Ends a stack at its first frame in generated code, when callers follow it: a JIT that keeps
+/// no frame pointer (HotSpot without -XX:+PreserveFramePointer) leaves nothing a walk can
+/// trust beyond.
+fn end_at_generated_code(frames: &mut Vec<SampleFrame>, end: &mut StackEnd) {
+    if let Some(first) = frames.iter().position(SampleFrame::is_generated)
+        && first + 1 < frames.len()
+    {
+        frames.truncate(first + 1);
+        *end = StackEnd::JitWithoutFramePointer;
     }
 }
 

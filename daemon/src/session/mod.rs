@@ -7,6 +7,7 @@
 //! session counts exactly the samples of its targets at its period stamped in
 //! `[start, stop)`, whatever other sessions run alongside.
 
+mod jvm;
 mod kept;
 mod manager;
 pub mod request;

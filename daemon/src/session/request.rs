@@ -64,6 +64,8 @@ pub struct SessionSpec {
     pub keep_samples: u32,
     /// Whether to record call stacks.
     pub call_graph: CallGraph,
+    /// Whether HotSpot targets may be asked for their perf map (signalled).
+    pub jvm_attach: bool,
 }
 
 /// How a session records call stacks (the API's `CallGraph`, never unspecified).
@@ -236,6 +238,7 @@ pub fn validate(
         duration,
         keep_samples: request.keep_samples,
         call_graph,
+        jvm_attach: !request.no_jvm_attach,
     })
 }
 

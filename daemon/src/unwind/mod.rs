@@ -102,11 +102,15 @@ pub enum StackEnd {
     /// A frame-pointer walk ended at a frame that is not a thread's entry point: some caller
     /// was built without frame pointers (`--call-graph dwarf` unwinds through it).
     NoFramePointer,
+    /// The stack reached code a JIT compiled without frame pointers (HotSpot without
+    /// `-XX:+PreserveFramePointer`): that frame is named, and what a walk finds beyond it is
+    /// not the callers, so the stack ends there.
+    JitWithoutFramePointer,
 }
 
 impl StackEnd {
     /// Every reason, in the order of [`UnwindCounters::stacks`].
-    pub const ALL: [StackEnd; 11] = [
+    pub const ALL: [StackEnd; 12] = [
         StackEnd::Complete,
         StackEnd::CopyTooSmall,
         StackEnd::CopyFaulted,
@@ -118,6 +122,7 @@ impl StackEnd {
         StackEnd::Unmapped,
         StackEnd::FramePointerChainEnded,
         StackEnd::NoFramePointer,
+        StackEnd::JitWithoutFramePointer,
     ];
 
     /// Whether the stack may have been cut short (anything but [`StackEnd::Complete`]).
@@ -139,6 +144,7 @@ impl StackEnd {
             StackEnd::Unmapped => "a return address outside every mapping",
             StackEnd::FramePointerChainEnded => "the frame-pointer chain ended",
             StackEnd::NoFramePointer => "a caller without frame pointer",
+            StackEnd::JitWithoutFramePointer => "JIT code without frame pointers",
         }
     }
 
@@ -156,6 +162,7 @@ impl StackEnd {
             StackEnd::Unmapped => "unwind_ended_unmapped",
             StackEnd::FramePointerChainEnded => "unwind_ended_frame_pointer_chain",
             StackEnd::NoFramePointer => "unwind_ended_no_frame_pointer",
+            StackEnd::JitWithoutFramePointer => "unwind_ended_jit_without_frame_pointer",
         }
     }
 
