@@ -7,6 +7,7 @@
 //! run it first.
 
 mod bench;
+mod bench_jvm;
 mod bench_lines;
 mod demo;
 mod setup;
@@ -53,6 +54,10 @@ enum Task {
         /// 10,000 addresses, against binutils' addr2line on the same addresses.
         #[arg(long, conflicts_with = "soak")]
         lines: bool,
+        /// Instead, ask a JVM with 10,000 compiled methods for its perf map ten times: the
+        /// map's size, the request times and a Java thread's longest stall with and without.
+        #[arg(long, conflicts_with_all = ["soak", "lines"])]
+        jvm_perfmap: bool,
     },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
     Fuzz {
@@ -71,6 +76,9 @@ fn main() -> ExitCode {
         Task::Test => setup::run().and_then(|()| test()),
         Task::Lint => setup::run().and_then(|()| lint()),
         Task::Bench { lines: true, .. } => setup::run().and_then(|()| bench_lines::run()),
+        Task::Bench {
+            jvm_perfmap: true, ..
+        } => setup::run().and_then(|()| bench_jvm::run()),
         Task::Bench { soak, .. } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };
