@@ -38,6 +38,11 @@ struct Args {
     /// beyond this, and a binary whose tables alone need more gets no lines.
     #[arg(long, default_value_t = vmscoped::symbolize::lines::DEFAULT_DWARF_CACHE_BYTES >> 20)]
     dwarf_cache_mib: u64,
+    /// Never ask HotSpot JVMs for their perf map (no trigger file in their /tmp, no SIGQUIT),
+    /// whatever sessions ask: Java code is then named only by perf maps the JVMs write on
+    /// their own (`jcmd PID Compiler.perfmap`, `-XX:+DumpPerfMapAtExit`).
+    #[arg(long)]
+    no_jvm_attach: bool,
     /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
@@ -60,6 +65,7 @@ async fn main() -> std::process::ExitCode {
         socket: args.socket,
         manager: ManagerConfig {
             max_stopped_per_user: args.keep_sessions,
+            jvm_attach: !args.no_jvm_attach,
             ..ManagerConfig::default()
         },
     };

@@ -240,6 +240,32 @@ pub fn open_untrusted(path: &Path, expected: Option<FileId>) -> io::Result<File>
     Ok(file)
 }
 
+/// Opens a process's root directory (`/proc/PID/root`) as a path-only descriptor. It stays
+/// usable after the process exits, to read files the process wrote as it exited (a perf map
+/// written at exit), with [`open_in_root`].
+pub fn open_process_root(pid: u32) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(proc_path(pid, "root"))
+        .map(OwnedFd::from)
+}
+
+/// [`open_untrusted`] for `path` inside a process's root ([`open_process_root`]): no symlink
+/// followed, and nothing but a regular file.
+pub fn open_untrusted_in_root(root: BorrowedFd<'_>, path: &Path) -> io::Result<File> {
+    let fd = open_in_root(root, path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+    let file = File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
 /// Opens the file behind an executable mapping of a live process.
 ///
 /// `/proc/PID/map_files/START-END` reaches the very file the process mapped, even when it was

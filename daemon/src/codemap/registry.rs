@@ -33,6 +33,7 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fs::File,
+    os::fd::AsFd,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -369,6 +370,10 @@ struct ProcessCode {
     unexplained_since_snapshot: u64,
     uid: Option<u32>,
     nspid: u32,
+    /// Its root directory, held so that a perf map it writes as it exits can still be read.
+    root: Option<std::os::fd::OwnedFd>,
+    /// Whether the perf map was looked for once more after the process exited.
+    looked_after_exit: bool,
     perf_map: Option<PerfMapSource>,
     perf_map_checked_ns: u64,
     /// The process's start time (`/proc/PID/stat`): what tells it from a later one at its pid.
@@ -558,6 +563,8 @@ impl CodeMaps {
                 unexplained_since_snapshot: 0,
                 uid: status.as_ref().map(|s| s.uids.effective),
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
+                root: sys::open_process_root(pid).ok(),
+                looked_after_exit: false,
                 perf_map: None,
                 perf_map_checked_ns: 0,
                 start_time_ticks: read_start_time(pid),
@@ -853,13 +860,17 @@ impl CodeMaps {
             ok
         };
 
+        // A JVM writes its map as it exits (-XX:+DumpPerfMapAtExit): looked for once more then.
+        let last_look = process.exited && !std::mem::replace(&mut process.looked_after_exit, true);
         if process.perf_map.is_none()
             && let Some(uid) = process.uid
-            && now_ns.saturating_sub(process.perf_map_checked_ns) >= PERF_MAP_RECHECK_NS
-            && !process.exited
+            && (last_look
+                || (!process.exited
+                    && now_ns.saturating_sub(process.perf_map_checked_ns) >= PERF_MAP_RECHECK_NS))
         {
             process.perf_map_checked_ns = now_ns;
-            match PerfMapSource::open(pid, process.nspid, uid) {
+            let root = process.root.as_ref().map(|r| r.as_fd());
+            match PerfMapSource::open(pid, process.nspid, uid, root) {
                 Ok(Some(source)) => {
                     tracing::info!(pid, "reading perf map");
                     self.counters.sources += 1;

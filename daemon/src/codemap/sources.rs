@@ -158,13 +158,26 @@ pub struct PerfMapSource {
 }
 
 impl PerfMapSource {
-    /// The perf map of a process (`/proc/PID/root/tmp/perf-NSPID.map`), if it has one.
-    pub fn open(pid: u32, nspid: u32, uid: u32) -> Result<Option<PerfMapSource>, String> {
+    /// The perf map of a process (`/proc/PID/root/tmp/perf-NSPID.map`), if it has one. With
+    /// `root`, the process's root directory held open ([`sys::open_process_root`]), it is
+    /// found there even once the process is gone (a map written at exit).
+    pub fn open(
+        pid: u32,
+        nspid: u32,
+        uid: u32,
+        root: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<Option<PerfMapSource>, String> {
         let path = PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{nspid}.map"));
-        let file = match sys::open_untrusted(&path, None) {
+        let opened = match root {
+            Some(root) => {
+                sys::open_untrusted_in_root(root, Path::new(&format!("tmp/perf-{nspid}.map")))
+            }
+            None => sys::open_untrusted(&path, None),
+        };
+        let file = match opened {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EXDEV)) => {
                 return Err(format!("{} is a symlink: not followed", path.display()));
             }
             Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
@@ -824,7 +837,7 @@ mod tests {
         let path = PathBuf::from(format!("/tmp/perf-{me}.map"));
         let _ = std::fs::remove_file(&path);
         assert!(
-            PerfMapSource::open(me, me, uid()).unwrap().is_none(),
+            PerfMapSource::open(me, me, uid(), None).unwrap().is_none(),
             "no map yet"
         );
 
@@ -834,7 +847,7 @@ mod tests {
         file.flush().unwrap();
         let store = CodeStore::new();
         let mut everything = |_: u64, _: u64| true;
-        let mut source = PerfMapSource::open(me, me, uid()).unwrap().unwrap();
+        let mut source = PerfMapSource::open(me, me, uid(), None).unwrap().unwrap();
         let first = source.read(500, &store, &mut everything, false).unwrap();
         // Entries present at the first read count from that read.
         assert_eq!(
@@ -924,13 +937,13 @@ mod tests {
         std::fs::write(&path, "1000 10 x\n").unwrap();
         // Owned by someone else than the process's user.
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid(), None).unwrap_err();
         assert!(err.contains("belongs to uid 65534"), "{err}");
         // A symlink planted in /tmp.
         std::fs::remove_file(&path).unwrap();
         let target = tempfile::NamedTempFile::new().unwrap();
         std::os::unix::fs::symlink(target.path(), &path).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid(), None).unwrap_err();
         assert!(err.contains("symlink"), "{err}");
         // A FIFO: refused at once, never read (it would block).
         std::fs::remove_file(&path).unwrap();
@@ -938,7 +951,7 @@ mod tests {
         // SAFETY: mkfifo reads a valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = PerfMapSource::open(pid, pid, uid()).unwrap_err();
+        let err = PerfMapSource::open(pid, pid, uid(), None).unwrap_err();
         assert!(err.contains("not a regular file"), "{err}");
         std::fs::remove_file(&path).unwrap();
         let _ = child.kill();

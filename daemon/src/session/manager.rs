@@ -28,9 +28,9 @@ use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
-    jvm::{JvmReply, JvmSnapshots},
     HostCpu, KeptFrame, KeptSample, KeptSamples, Session, SessionError, Snapshot, StackId, State,
     Target,
+    jvm::{JvmReply, JvmSnapshots},
     request::{self, Caller},
     routes::Routes,
 };
@@ -1368,6 +1368,8 @@ impl Manager {
             self.process_memory.clear();
             self.codemaps
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
+            self.jvms
+                .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
         }
     }
 
@@ -1389,11 +1391,11 @@ impl Manager {
                 .locations
                 .iter()
                 .filter_map(|l| match l {
-                    Location::Anonymous { pid, why, .. }
-                        if matches!(why, Unexplained::NoCodeMap | Unexplained::NotLookedUp) =>
-                    {
-                        Some(*pid)
-                    }
+                    Location::Anonymous {
+                        pid,
+                        why: Unexplained::NoCodeMap | Unexplained::NotLookedUp,
+                        ..
+                    } => Some(*pid),
                     _ => None,
                 })
                 .collect();
@@ -1675,13 +1677,11 @@ impl Sink for SessionSink<'_> {
     }
 }
 
-/// Ends a stack at its first frame in generated code, when callers follow it: a JIT that keeps
-/// no frame pointer (HotSpot without -XX:+PreserveFramePointer) leaves nothing a walk can
-/// trust beyond.
+/// Ends a stack at its first frame in generated code: a JIT that keeps no frame pointer
+/// (HotSpot without -XX:+PreserveFramePointer) leaves nothing a walk can trust beyond, and
+/// the stack says why it ends there.
 fn end_at_generated_code(frames: &mut Vec<SampleFrame>, end: &mut StackEnd) {
-    if let Some(first) = frames.iter().position(SampleFrame::is_generated)
-        && first + 1 < frames.len()
-    {
+    if let Some(first) = frames.iter().position(SampleFrame::is_generated) {
         frames.truncate(first + 1);
         *end = StackEnd::JitWithoutFramePointer;
     }

@@ -383,6 +383,7 @@ mod tests {
                 duration: None,
                 keep_samples: 0,
                 call_graph: Default::default(),
+                jvm_attach: true,
             },
             period_ns: 714_285,
             started_at: SystemTime::UNIX_EPOCH,

@@ -308,6 +308,7 @@ mod tests {
             keep_samples: 0,
             call_graph: 0,
             dwarf_stack_bytes: None,
+            no_jvm_attach: false,
         }
     }
 

@@ -301,6 +301,7 @@ mod tests {
             duration: None,
             keep_samples: 0,
             call_graph,
+            jvm_attach: true,
         }
     }
 

@@ -1,0 +1,229 @@
+//! HotSpot with no JVM flags: the daemon asks the JVM for its perf map (jcmd's attach
+//! mechanism), at the start, when unnamed Java code piles up and at the stop; a map written at
+//! exit names the samples before it, marked as a later snapshot; `--no-jvm-attach` leaves the
+//! JVM alone; and Java stacks are whole with -XX:+PreserveFramePointer, said to end at Java
+//! code without it.
+//!
+//! The fixture is tests/fixtures/java/Hot.java: `hot` (C2-compiled, not inlined) holds nearly
+//! all the CPU, called by `caller`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use vmscope_proto::v1::{CallGraph, Profile, Section, StackEnd};
+use vmscope_tests::{
+    Daemon, Running, connect, json_report, rows, shared_tempdir, stacks::record_stacks,
+};
+
+fn hot_java() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/java/Hot.java")
+}
+
+/// `java [FLAGS] Hot.java SECONDS`, started and warmed up ("ready").
+fn start_java(flags: &[&str], seconds: &str) -> Running {
+    Running::start(
+        Command::new("java")
+            .args(flags)
+            .arg(hot_java())
+            .arg(seconds),
+    )
+}
+
+/// Removes what a JVM leaves in /tmp when killed.
+fn clean(pid: u32) {
+    for path in [
+        format!("/tmp/perf-{pid}.map"),
+        format!("/tmp/.java_pid{pid}"),
+        format!("/tmp/.attach_pid{pid}"),
+    ] {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn n(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+/// `vmscope record --format json ARGS`: its report.
+fn record(daemon: &Daemon, args: &[&str]) -> serde_json::Value {
+    let dir = shared_tempdir();
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json"])
+        .args(args)
+        .current_dir(dir.path())
+        .output()
+        .expect("run vmscope");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    json_report(&out)
+}
+
+/// The generated row naming `Hot.hot`: (samples, of them from a later snapshot).
+fn hot_row(report: &serde_json::Value) -> (u64, u64) {
+    let rows = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["section"] == "generated")
+        .flat_map(|s| s["rows"].as_array().unwrap())
+        .filter(|r| r["name"].as_str().unwrap().contains("Hot.hot("));
+    rows.fold((0, 0), |(all, later), r| {
+        (
+            all + n(r, "samples"),
+            later + n(r, "later_snapshot_samples"),
+        )
+    })
+}
+
+#[test]
+fn a_running_jvm_without_flags_gets_its_java_methods_named() {
+    let daemon = Daemon::start();
+    let jvm = start_java(&[], "8");
+    let pid = jvm.pid();
+    let report = record(&daemon, &["--pid", &pid.to_string(), "--duration", "3"]);
+    clean(pid);
+    let total = n(&report, "total_samples");
+    let (hot, later) = hot_row(&report);
+    assert!(
+        hot * 2 >= total,
+        "Hot.hot holds {hot} of {total} samples: {report}"
+    );
+    // Asked at the start: what was compiled then is named on time.
+    assert!(later * 10 <= hot, "{later} of {hot} from a later snapshot");
+}
+
+#[test]
+fn a_jvm_recorded_from_its_start_without_flags_gets_its_java_methods_named() {
+    let daemon = Daemon::start();
+    let report = record(&daemon, &["--", "java", hot_java().to_str().unwrap(), "4"]);
+    if let Some(pid) = report["targets"][0]["pid"].as_u64() {
+        clean(pid as u32);
+    }
+    let total = n(&report, "total_samples");
+    let (hot, _) = hot_row(&report);
+    assert!(
+        hot * 2 >= total,
+        "Hot.hot holds {hot} of {total} samples: {report}"
+    );
+}
+
+#[test]
+fn a_perf_map_written_at_exit_names_the_samples_marked_as_a_later_snapshot() {
+    let daemon = Daemon::start();
+    let report = record(
+        &daemon,
+        &[
+            "--no-jvm-attach",
+            "--",
+            "java",
+            "-XX:+UnlockDiagnosticVMOptions",
+            "-XX:+DumpPerfMapAtExit",
+            hot_java().to_str().unwrap(),
+            "3",
+        ],
+    );
+    if let Some(pid) = report["targets"][0]["pid"].as_u64() {
+        clean(pid as u32);
+    }
+    let total = n(&report, "total_samples");
+    let (hot, later) = hot_row(&report);
+    assert!(
+        hot * 2 >= total,
+        "Hot.hot holds {hot} of {total} samples: {report}"
+    );
+    assert_eq!(later, hot, "all named from the map written at exit");
+    assert!(n(&report, "jit_samples_from_later_snapshot") >= later);
+}
+
+#[test]
+fn no_jvm_attach_leaves_the_jvm_alone() {
+    let daemon = Daemon::start();
+    let jvm = start_java(&[], "6");
+    let pid = jvm.pid();
+    let report = record(
+        &daemon,
+        &[
+            "--no-jvm-attach",
+            "--pid",
+            &pid.to_string(),
+            "--duration",
+            "1.5",
+        ],
+    );
+    // No attach listener was started (it makes /tmp/.java_pidPID), no trigger file left.
+    let socket = format!("/tmp/.java_pid{pid}");
+    let trigger = format!("/tmp/.attach_pid{pid}");
+    let listener = Path::new(&socket).exists();
+    let left = Path::new(&trigger).exists();
+    clean(pid);
+    assert!(!listener, "the JVM was attached to: {socket} exists");
+    assert!(!left, "{trigger} was made");
+    let (hot, _) = hot_row(&report);
+    assert_eq!(hot, 0, "nothing names Java code: {report}");
+    let issues = report["symbolization_issues"].as_array().unwrap();
+    assert!(
+        issues
+            .iter()
+            .any(|i| i["module"] == "[anon]"
+                && i["reason"].as_str().unwrap().contains("no code map")),
+        "{issues:?}"
+    );
+}
+
+/// The stacks whose leaf is `Hot.hot`: (samples, with `Hot.caller` under it, ended at Java
+/// code without frame pointers).
+fn hot_stacks(profile: &Profile) -> (u64, u64, u64) {
+    let name = |i: u32| profile.frames[i as usize].name.as_str();
+    let mut counts = (0, 0, 0);
+    for stack in &profile.stacks {
+        let Some(&leaf) = stack.frames.first() else {
+            continue;
+        };
+        if !name(leaf).contains("Hot.hot(") {
+            continue;
+        }
+        counts.0 += stack.samples;
+        if stack
+            .frames
+            .get(1)
+            .is_some_and(|&f| name(f).contains("Hot.caller("))
+        {
+            counts.1 += stack.samples;
+        }
+        if stack.end == StackEnd::JitNoFramePointer as i32 {
+            counts.2 += stack.samples;
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_stacks_are_whole_with_preserve_frame_pointer_and_said_to_end_without() {
+    let daemon = Daemon::start();
+    let mut client = connect(&daemon.socket).await.unwrap();
+
+    let jvm = start_java(&["-XX:+PreserveFramePointer"], "6");
+    let profile = record_stacks(&mut client, jvm.pid(), CallGraph::Fp, 0, 2.5).await;
+    clean(jvm.pid());
+    drop(jvm);
+    let total: u64 = rows(&profile, Section::Generated).map(|r| r.samples).sum();
+    let (hot, called, cut) = hot_stacks(&profile);
+    assert!(hot * 2 >= total, "Hot.hot leads: {hot} of {total}");
+    assert!(
+        called * 10 >= hot * 9,
+        "Hot.caller under Hot.hot in {called} of {hot} stacks"
+    );
+    assert_eq!(cut, 0);
+
+    let jvm = start_java(&[], "6");
+    let profile = record_stacks(&mut client, jvm.pid(), CallGraph::Fp, 0, 2.5).await;
+    clean(jvm.pid());
+    let (hot, _, cut) = hot_stacks(&profile);
+    assert!(hot > 0);
+    assert!(
+        cut * 10 >= hot * 9,
+        "{cut} of {hot} Hot.hot stacks said to end at Java code without frame pointers"
+    );
+}
