@@ -130,7 +130,8 @@ fn a_perf_map_written_later_names_earlier_samples_marked_as_such() {
         later * 100 >= named * 20 && later * 100 <= named * 70,
         "{later} of {named} named from a later snapshot, expected about 40%"
     );
-    assert_eq!(n(&report, "jit_samples_from_later_snapshot"), later);
+    // Every sample named so, as leaf or caller.
+    assert!(n(&report, "jit_samples_from_later_snapshot") >= later);
 }
 
 /// A perf map that appears only after the session is said to have, not "no code map".
@@ -171,39 +172,55 @@ fn a_code_map_after_the_session_is_said() {
     let _ = jit.child.kill();
 }
 
-/// jitvm holding its code map file's records until it exits: the samples taken before are
-/// named once it does, in the map of their time (no later-snapshot mark).
+/// Polls `vmscope report ID` until no sample awaits its code map (at most 5 s).
+fn report_when_final(daemon: &Daemon, id: u64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let last = report(daemon, id);
+        if n(&last, "jit_samples_awaiting_code_map") == 0 || Instant::now() > deadline {
+            return last;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// jitvm holding its code map file's records until it exits, recorded with `--pid` for part of
+/// its run: the session stops with its samples awaiting their map, and once jitvm exits they
+/// are named, in the map of their time (no later-snapshot mark).
 #[test]
-fn a_code_map_file_written_at_exit_names_the_samples_on_time() {
+fn a_code_map_file_written_at_exit_names_a_finished_sessions_samples_on_time() {
     let daemon = Daemon::start();
     let dir = shared_tempdir();
-    let jitvm = binary("jitvm");
-    let report = record(
+    let mut vm = Command::new(binary("jitvm"))
+        .args(["tiny", "--seconds", "5", "--publish", "file-at-exit"])
+        .arg("--codemap-dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start jitvm");
+    std::thread::sleep(Duration::from_millis(500));
+    let first = record(
         &daemon,
-        &[
-            "--",
-            jitvm.to_str().unwrap(),
-            "tiny",
-            "--seconds",
-            "2.5",
-            "--publish",
-            "file-at-exit",
-            "--codemap-dir",
-            dir.path().to_str().unwrap(),
-        ],
+        &["--pid", &vm.id().to_string(), "--duration", "2"],
         dir.path(),
     );
-    let rows = generated_rows(&report);
+    let id = n(&first, "session_id");
+    assert!(
+        n(&first, "jit_samples_awaiting_code_map") > 0,
+        "nothing awaits the map jitvm holds until it exits: {first}"
+    );
+    assert_eq!(first["complete"], false, "it may still change");
+    assert!(vm.wait().unwrap().success());
+    let last = report_when_final(&daemon, id);
+    assert_eq!(n(&last, "jit_samples_awaiting_code_map"), 0, "{last}");
+    assert_eq!(last["complete"], true);
+    let rows = generated_rows(&last);
     let all: u64 = rows.iter().map(|r| n(r, "samples")).sum();
     let fib = samples_named(&rows, "SmallInteger>>benchFib");
     assert!(fib * 2 > all, "benchFib should lead: {rows:#?}");
-    assert!(
-        n(&report, "jit_samples_caught_up") > 0,
-        "nothing was named late: {report}"
-    );
-    assert_eq!(n(&report, "jit_samples_from_later_snapshot"), 0);
-    assert_eq!(n(&report, "jit_samples_before_code_map"), 0);
-    assert_eq!(report["complete"], true);
+    assert!(n(&last, "jit_samples_caught_up") > 0);
+    assert_eq!(n(&last, "jit_samples_from_later_snapshot"), 0);
+    assert_eq!(n(&last, "jit_samples_before_code_map"), 0);
 }
 
 /// `--pid --duration` on `node --perf-prof`, whose jitdump V8 buffers until it exits: the
@@ -229,20 +246,13 @@ fn a_jitdump_flushed_at_exit_names_a_finished_sessions_samples() {
         dir.path(),
     );
     let id = n(&first, "session_id");
-    assert!(
-        n(&first, "jit_samples_awaiting_code_map") > 0,
-        "V8 flushed its jitdump before exiting? {first}"
-    );
-    assert_eq!(first["complete"], false, "it may still change");
+    // V8 writes its jitdump 2 MB at a time: usually after the session (at exit), sometimes
+    // during it.
+    if n(&first, "jit_samples_awaiting_code_map") > 0 {
+        assert_eq!(first["complete"], false, "it may still change");
+    }
     node.wait().expect("node exits");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let last = loop {
-        let last = report(&daemon, id);
-        if n(&last, "jit_samples_awaiting_code_map") == 0 || Instant::now() > deadline {
-            break last;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let last = report_when_final(&daemon, id);
     let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", node.id()));
     assert_eq!(n(&last, "jit_samples_awaiting_code_map"), 0, "{last}");
     assert_eq!(last["complete"], true);

@@ -98,7 +98,12 @@ fn system_wide_under_load_is_bounded_prompt_and_split_by_process() {
         took < Duration::from_secs(5),
         "a 2 s session took {took:?} to stop"
     );
-    assert_eq!(report["complete"], true, "{}", report["incomplete_reason"]);
+    // Whole, but for node's samples whose jitdump V8 has not flushed yet: those may still be
+    // named when it does (and say so).
+    assert!(
+        report["complete"] == true || report["jit_samples_awaiting_code_map"].as_u64().unwrap() > 0,
+        "{report}"
+    );
     assert!(report["incomplete_reason"].is_null());
 
     // No more busy CPUs than CPUs, and the rate per busy CPU is the one asked for.

@@ -433,4 +433,52 @@ mod tests {
         let rounded = system_wide(0, 5_000_000_000, reading(0, 0, 0), reading(5, 1030, 0));
         assert_eq!(rounded.cpu_seconds(0, 100.0, 2), 10.0);
     }
+
+    /// A sample placed again moves from its old stack to its new one, its kept copy with it;
+    /// a snapshot taken before does not change.
+    #[test]
+    fn a_recounted_sample_moves_to_its_new_stack() {
+        let mut s = system_wide(0, 5, reading(0, 0, 0), reading(5, 0, 0));
+        s.kept = KeptSamples::new(10);
+        let anon = Location::Anonymous {
+            pid: 7,
+            start: 0x1000,
+            end: 0x2000,
+            why: crate::symbolize::Unexplained::NoCodeMap,
+        };
+        let named = Location::Jit {
+            code: crate::codemap::code::CodeId(3),
+            offset: 0x10,
+            later_snapshot: false,
+        };
+        let kept = |stack| KeptSample {
+            timestamp_ns: 1,
+            pid: 7,
+            tid: 7,
+            kernel: false,
+            stack,
+            frames: Box::new([]),
+        };
+        let (first, index) = s.count(7, [anon], None, kept);
+        let (other, _) = s.count(7, [anon], None, kept);
+        assert_eq!(first, other);
+        let before = s.kept.snapshot();
+        let frames = || -> Box<[KeptFrame]> {
+            Box::new([KeptFrame {
+                address: 0x1010,
+                code_start: 0x1000,
+            }])
+        };
+        let to = s.recount(7, first, [named], None, index, frames);
+        assert_ne!(to, first);
+        assert_eq!(s.stacks.counts.get(&(7, first)), Some(&1));
+        assert_eq!(s.stacks.counts.get(&(7, to)), Some(&1));
+        let after = s.kept.snapshot();
+        assert_eq!(after[0][0].stack, to);
+        assert_eq!(after[0][0].frames[0].code_start, 0x1000);
+        assert_eq!(before[0][0].stack, first, "a snapshot never changes");
+        // Moved to where it already is: nothing changes.
+        assert_eq!(s.recount(7, to, [named], None, index, frames), to);
+        assert_eq!(s.stacks.counts.get(&(7, to)), Some(&1));
+    }
 }
