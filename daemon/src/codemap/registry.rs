@@ -91,10 +91,25 @@ const MAX_REFUSED_RANGES: usize = 256;
 pub struct Counted {
     /// The session.
     pub session: u64,
+    /// Which of the sample's stacks the session counted.
+    pub wanted: Wanted,
     /// The stack it was counted in (the session's stack table's id).
     pub stack: u32,
     /// Its index among the session's kept samples.
     pub kept: Option<u32>,
+}
+
+impl Counted {
+    /// Whether `frame`, of a sample with a frame-pointer stack beside its own when `has_fp`,
+    /// is in the stack this session counted (and at which index).
+    pub fn counts(&self, frame: &ParkedFrame, has_fp: bool) -> Option<usize> {
+        let counted = match (self.wanted, has_fp) {
+            (Wanted::Leaf, _) => frame.stack == StackOf::Frames && frame.index == 0,
+            (Wanted::FramePointers, true) => frame.stack == StackOf::Fp,
+            _ => frame.stack == StackOf::Frames,
+        };
+        counted.then_some(usize::from(frame.index))
+    }
 }
 
 /// Why a counted sample is placed again.
@@ -122,29 +137,88 @@ pub trait Sink {
         provisional: bool,
     ) -> Vec<Counted>;
 
-    /// A counted sample was placed again: moves it in the sessions of `counted` (updated).
-    fn recount(
-        &mut self,
-        pid: u32,
-        timestamp_ns: u64,
-        sample: &RoutedSample,
-        counted: &mut [Counted],
-        why: Recount,
-    );
+    /// A counted sample's frames in generated code were placed again (`parked.frames`, where
+    /// they are in its stacks): moves it in the sessions of `counted` (updated) whose stacks
+    /// changed.
+    fn recount(&mut self, pid: u32, parked: &Parked, counted: &mut [Counted], why: Recount);
 
     /// Whether the session may still take names from a perf map read later (it has not
     /// finished stopping).
     fn takes_snapshots(&self, session: u64) -> bool;
 }
 
-/// A counted sample whose attribution may still change.
+/// Which of a sample's stacks a frame is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackOf {
+    /// [`RoutedSample::frames`].
+    Frames,
+    /// The frame-pointer stack beside it ([`RoutedSample::fp`]).
+    Fp,
+}
+
+/// A frame in generated code of a parked sample, and where it is in the sample's stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParkedFrame {
+    /// Which stack.
+    pub stack: StackOf,
+    /// Its index there (leaf 0).
+    pub index: u16,
+    /// The frame.
+    pub frame: SampleFrame,
+}
+
+/// A counted sample whose attribution may still change. Only its frames in generated code
+/// are kept (a sample waits minutes for a runtime that flushes its jitdump at exit, and a
+/// stack is mostly native frames): its sessions' stacks hold the rest.
 #[derive(Clone, Debug)]
 pub struct Parked {
-    /// The sample, its frames as they were placed (provisionally, or time-correct but
-    /// unexplained).
-    pub sample: RoutedSample,
+    /// Sample time.
+    pub timestamp_ns: u64,
+    /// Its frames in generated code: as normalised while parked for its code map, as placed
+    /// (and unexplained) while parked for a later snapshot.
+    pub frames: Vec<ParkedFrame>,
+    /// Whether the sample has a frame-pointer stack beside its own.
+    pub has_fp: bool,
     /// Where its sessions counted it.
     pub counted: Vec<Counted>,
+}
+
+impl Parked {
+    /// The frames of `sample` that `which` picks, with the counts.
+    fn of(
+        timestamp_ns: u64,
+        sample: &RoutedSample,
+        counted: Vec<Counted>,
+        which: impl Fn(&SampleFrame) -> bool,
+    ) -> Parked {
+        let pick = |stack: StackOf, frames: &[SampleFrame]| -> Vec<ParkedFrame> {
+            frames
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| which(f))
+                .map(|(i, f)| ParkedFrame {
+                    stack,
+                    index: u16::try_from(i).unwrap_or(u16::MAX),
+                    frame: *f,
+                })
+                .collect()
+        };
+        let mut frames = pick(StackOf::Frames, &sample.frames);
+        if let Some((fp, _)) = &sample.fp {
+            frames.extend(pick(StackOf::Fp, fp));
+        }
+        Parked {
+            timestamp_ns,
+            frames,
+            has_fp: sample.fp.is_some(),
+            counted,
+        }
+    }
+
+    /// Whether a frame of it is still unexplained.
+    fn has_unexplained(&self) -> bool {
+        self.frames.iter().any(|f| f.frame.is_unexplained())
+    }
 }
 
 /// A sample routed to its sessions, with its stack. One with a frame in generated code waits in
@@ -358,7 +432,7 @@ struct ProcessCode {
     replay: Timeline<Parked>,
     /// Samples the map of their time left unexplained, waiting for the perf map to change
     /// after their time: (time, sample).
-    snapshot_parked: Vec<(u64, Parked)>,
+    snapshot_parked: Vec<Parked>,
     /// The perf map's entries as last read, for samples named from a later snapshot.
     perf_content: LiveMap,
     /// Ranges of entries refused for lying outside executable mappings.
@@ -809,15 +883,15 @@ impl CodeMaps {
         for (&pid, process) in &mut self.processes {
             let changed = process.perf_map.as_ref().map_or(0, |p| p.changed_ns);
             let content = &process.perf_content;
-            process.snapshot_parked.retain_mut(|(ts, parked)| {
+            process.snapshot_parked.retain_mut(|parked| {
                 let Some(i) = parked.counted.iter().position(|c| c.session == session) else {
                     return true;
                 };
                 let mut mine = [parked.counted.swap_remove(i)];
-                if changed > *ts {
-                    let mut named = parked.sample.clone();
+                if changed > parked.timestamp_ns {
+                    let mut named = parked.clone();
                     if name_from_snapshot(&mut named, content) {
-                        sink.recount(pid, *ts, &named, &mut mine, Recount::LaterSnapshot);
+                        sink.recount(pid, &named, &mut mine, Recount::LaterSnapshot);
                     }
                 }
                 !parked.counted.is_empty()
@@ -938,7 +1012,7 @@ impl CodeMaps {
             _ => known,
         };
         let kinds = process.kinds();
-        let mut unexplained: Vec<(u64, Parked)> = Vec::new();
+        let mut unexplained: Vec<Parked> = Vec::new();
         {
             let ProcessCode {
                 timeline,
@@ -947,8 +1021,10 @@ impl CodeMaps {
                 ..
             } = process;
             let counters = &mut self.counters;
-            let why = |timeline: &Timeline<RoutedSample>, addr: u64| {
-                why_unexplained(timeline, refused_ranges, addr, kinds)
+            let why = |timeline: &Timeline<RoutedSample>, frame: &mut SampleFrame| {
+                if let Location::Anonymous { why: w, .. } = &mut frame.location {
+                    *w = why_unexplained(timeline, refused_ranges, frame.lookup, kinds);
+                }
             };
             let mut attributed = Vec::new();
             timeline.advance(until, |sample, found, map| {
@@ -957,38 +1033,38 @@ impl CodeMaps {
                 } else {
                     counters.unexplained += 1;
                 }
-                let mut placed = sample.payload.clone();
-                let unplaced = sample.payload;
+                let mut placed = sample.payload;
+                // Kept as normalised, to be placed again if counted provisionally.
+                let generated = Parked::of(
+                    sample.timestamp_ns,
+                    &placed,
+                    Vec::new(),
+                    SampleFrame::is_generated,
+                );
                 for frame in placed.frames_mut() {
                     frame.place(map, |_| Unexplained::NotLookedUp);
                 }
-                attributed.push((sample.timestamp_ns, sample.ip, unplaced, placed));
+                attributed.push((sample.ip, generated, placed));
             });
-            for (timestamp_ns, ip, unplaced, mut placed) in attributed {
-                for frame in placed.frames_mut() {
-                    if let Location::Anonymous { why: w, .. } = &mut frame.location {
-                        *w = why(timeline, frame.lookup);
-                    }
-                }
+            for (ip, mut generated, mut placed) in attributed {
+                placed.frames_mut().for_each(|f| why(timeline, f));
+                let timestamp_ns = generated.timestamp_ns;
                 let provisional = timestamp_ns > vouched;
                 let counted = sink.count(pid, timestamp_ns, &placed, provisional);
                 if provisional {
                     self.counters.provisional += 1;
+                    generated.counted = counted;
                     replay.push_sample(PendingSample {
                         timestamp_ns,
                         ip,
-                        payload: Parked {
-                            sample: unplaced,
-                            counted,
-                        },
+                        payload: generated,
                     });
                 } else if placed.has_unexplained() {
-                    unexplained.push((
+                    unexplained.push(Parked::of(
                         timestamp_ns,
-                        Parked {
-                            sample: placed,
-                            counted,
-                        },
+                        &placed,
+                        counted,
+                        SampleFrame::is_unexplained,
                     ));
                 }
             }
@@ -997,28 +1073,24 @@ impl CodeMaps {
             let mut caught_up = Vec::new();
             let replay_until = vouched.min(samples_until);
             replay.advance(replay_until, |sample, _, map| {
-                let mut placed = sample.payload.sample;
-                for frame in placed.frames_mut() {
-                    frame.place(map, |_| Unexplained::NotLookedUp);
+                let mut parked = sample.payload;
+                for f in &mut parked.frames {
+                    f.frame.place(map, |_| Unexplained::NotLookedUp);
                 }
-                caught_up.push((sample.timestamp_ns, placed, sample.payload.counted));
+                caught_up.push(parked);
             });
-            for (timestamp_ns, mut placed, mut counted) in caught_up {
-                for frame in placed.frames_mut() {
-                    if let Location::Anonymous { why: w, .. } = &mut frame.location {
-                        *w = why(timeline, frame.lookup);
-                    }
-                }
+            for mut parked in caught_up {
+                parked
+                    .frames
+                    .iter_mut()
+                    .for_each(|f| why(timeline, &mut f.frame));
                 self.counters.caught_up += 1;
-                sink.recount(pid, timestamp_ns, &placed, &mut counted, Recount::CaughtUp);
-                if placed.has_unexplained() {
-                    unexplained.push((
-                        timestamp_ns,
-                        Parked {
-                            sample: placed,
-                            counted,
-                        },
-                    ));
+                let mut counted = std::mem::take(&mut parked.counted);
+                sink.recount(pid, &parked, &mut counted, Recount::CaughtUp);
+                if parked.has_unexplained() {
+                    parked.frames.retain(|f| f.frame.is_unexplained());
+                    parked.counted = counted;
+                    unexplained.push(parked);
                 }
             }
             // Too old, or too many: they stay provisional.
@@ -1029,27 +1101,22 @@ impl CodeMaps {
                 n += 1;
                 s.timestamp_ns < oldest || n <= excess
             }) {
-                let mut counted = expired.payload.counted;
+                let mut parked = expired.payload;
+                let mut counted = std::mem::take(&mut parked.counted);
                 self.counters.expired += 1;
-                sink.recount(
-                    pid,
-                    expired.timestamp_ns,
-                    &expired.payload.sample,
-                    &mut counted,
-                    Recount::Expired,
-                );
+                sink.recount(pid, &parked, &mut counted, Recount::Expired);
             }
         }
 
         // Unexplained samples a perf map read after them may name.
         let changed = process.perf_map.as_ref().map_or(0, |p| p.changed_ns);
         let content = &process.perf_content;
-        let mut settle = |ts: u64, parked: &mut Parked, sink: &mut dyn Sink| -> bool {
-            if changed > ts {
-                let mut named = parked.sample.clone();
+        let mut settle = |parked: &mut Parked, sink: &mut dyn Sink| -> bool {
+            if changed > parked.timestamp_ns {
+                let mut named = parked.clone();
                 if name_from_snapshot(&mut named, content) {
                     self.counters.later_snapshot += 1;
-                    sink.recount(pid, ts, &named, &mut parked.counted, Recount::LaterSnapshot);
+                    sink.recount(pid, &named, &mut parked.counted, Recount::LaterSnapshot);
                 }
                 return true;
             }
@@ -1062,12 +1129,12 @@ impl CodeMaps {
         if perf_changed || final_read {
             process
                 .snapshot_parked
-                .retain_mut(|(ts, parked)| !settle(*ts, parked, sink));
+                .retain_mut(|parked| !settle(parked, sink));
         }
         process.unexplained_since_snapshot += unexplained.len() as u64;
-        for (ts, mut parked) in unexplained {
-            if !settle(ts, &mut parked, sink) {
-                process.snapshot_parked.push((ts, parked));
+        for mut parked in unexplained {
+            if !settle(&mut parked, sink) {
+                process.snapshot_parked.push(parked);
             }
         }
         if process.snapshot_parked.len() > MAX_PARKED {
@@ -1104,11 +1171,11 @@ fn why_unexplained(
     }
 }
 
-/// Names a sample's unexplained frames from a perf map's content, marked as from a later
-/// snapshot; whether it named any.
-fn name_from_snapshot(sample: &mut RoutedSample, content: &LiveMap) -> bool {
+/// Names a parked sample's unexplained frames from a perf map's content, marked as from a
+/// later snapshot; whether it named any.
+fn name_from_snapshot(parked: &mut Parked, content: &LiveMap) -> bool {
     let mut named = false;
-    for frame in sample.frames_mut() {
+    for frame in parked.frames.iter_mut().map(|f| &mut f.frame) {
         if frame.is_unexplained() {
             let Location::Anonymous { why, .. } = frame.location else {
                 continue;
@@ -1208,29 +1275,23 @@ mod tests {
             sample
                 .sessions
                 .iter()
-                .map(|&(session, _)| Counted {
+                .map(|&(session, wanted)| Counted {
                     session,
+                    wanted,
                     stack: 0,
                     kept: None,
                 })
                 .collect()
         }
 
-        fn recount(
-            &mut self,
-            _pid: u32,
-            timestamp_ns: u64,
-            sample: &RoutedSample,
-            _counted: &mut [Counted],
-            why: Recount,
-        ) {
+        fn recount(&mut self, _pid: u32, parked: &Parked, _counted: &mut [Counted], why: Recount) {
             let what = match why {
                 Recount::CaughtUp => "caught up",
                 Recount::Expired => "expired",
                 Recount::LaterSnapshot => "later snapshot",
             };
             self.told
-                .push((what, timestamp_ns, sample.frames[0].location));
+                .push((what, parked.timestamp_ns, parked.frames[0].frame.location));
         }
 
         fn takes_snapshots(&self, session: u64) -> bool {

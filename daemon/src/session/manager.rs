@@ -38,7 +38,9 @@ use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, UserCopy, period_of},
     codemap::{
         code::CodeStore,
-        registry::{CodeMaps, Counted, FpStack, Recount, RoutedSample, SampleFrame, Sink, Wanted},
+        registry::{
+            CodeMaps, Counted, FpStack, Parked, Recount, RoutedSample, SampleFrame, Sink, Wanted,
+        },
         timeline::{Change, PendingSample},
     },
     process::ProcessTable,
@@ -1587,6 +1589,7 @@ fn count_routed(
         });
         counted.push(Counted {
             session: id,
+            wanted,
             stack: stack.0,
             kept: kept.map(|k| k as u32),
         });
@@ -1630,19 +1633,9 @@ impl Sink for SessionSink<'_> {
         count_routed(self.sessions, pid, timestamp_ns, sample)
     }
 
-    fn recount(
-        &mut self,
-        pid: u32,
-        _timestamp_ns: u64,
-        sample: &RoutedSample,
-        counted: &mut [Counted],
-        why: Recount,
-    ) {
+    fn recount(&mut self, pid: u32, parked: &Parked, counted: &mut [Counted], why: Recount) {
         for c in counted {
             let Some(session) = self.sessions.get_mut(&c.session) else {
-                continue;
-            };
-            let Some(&(_, wanted)) = sample.sessions.iter().find(|(id, _)| *id == c.session) else {
                 continue;
             };
             match why {
@@ -1657,16 +1650,31 @@ impl Sink for SessionSink<'_> {
                 }
                 Recount::LaterSnapshot => session.jit.later_snapshot += 1,
             }
-            let (frames, end) = sample.stack_for(wanted);
-            let stack = session.recount(
-                pid,
-                StackId(c.stack),
-                frames.iter().map(|f| f.location),
-                end,
-                c.kept.map(|k| k as usize),
-                || kept_frames(frames),
-            );
-            c.stack = stack.0;
+            // The stack as counted, its frames in generated code placed anew.
+            let from = StackId(c.stack);
+            let (mut locations, end) = session.stacks.stack_of(from);
+            let mut moved: Vec<(usize, &SampleFrame)> = Vec::new();
+            for frame in &parked.frames {
+                if let Some(index) = c.counts(frame, parked.has_fp)
+                    && let Some(location) = locations.get_mut(index)
+                    && *location != frame.frame.location
+                {
+                    *location = frame.frame.location;
+                    moved.push((index, &frame.frame));
+                }
+            }
+            if moved.is_empty() {
+                continue;
+            }
+            let kept = c.kept.map(|k| k as usize);
+            let to = session.recount(pid, from, locations, end, kept, |sample| {
+                for &(index, frame) in &moved {
+                    if let Some(kept) = sample.frames.get_mut(index) {
+                        kept.code_start = frame.code_start;
+                    }
+                }
+            });
+            c.stack = to.0;
         }
     }
 

@@ -209,7 +209,7 @@ impl Session {
     }
 
     /// Moves one sample of `pid` counted in stack `from` to the stack `locations` (its
-    /// attribution changed), and its kept copy at `kept` with it, its frames now `frames`.
+    /// attribution changed), and its kept copy at `kept` with it (`update` fixes its frames).
     /// Returns the new stack.
     pub fn recount(
         &mut self,
@@ -218,7 +218,7 @@ impl Session {
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
         kept: Option<usize>,
-        frames: impl FnOnce() -> Box<[KeptFrame]>,
+        update: impl FnOnce(&mut KeptSample),
     ) -> StackId {
         let to = self.stacks.intern(locations, end);
         if to != from {
@@ -227,7 +227,7 @@ impl Session {
             if let Some(index) = kept {
                 self.kept.update(index, |sample| {
                     sample.stack = to;
-                    sample.frames = frames();
+                    update(sample);
                 });
             }
         }
@@ -463,8 +463,8 @@ mod tests {
         let (other, _) = s.count(7, [anon], None, kept);
         assert_eq!(first, other);
         let before = s.kept.snapshot();
-        let frames = || -> Box<[KeptFrame]> {
-            Box::new([KeptFrame {
+        let frames = |sample: &mut KeptSample| {
+            sample.frames = Box::new([KeptFrame {
                 address: 0x1010,
                 code_start: 0x1000,
             }])

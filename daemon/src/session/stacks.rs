@@ -87,6 +87,19 @@ impl StackTable {
         stack
     }
 
+    /// The locations of a stack (leaf first) and how it ended.
+    pub fn stack_of(&self, stack: StackId) -> (Vec<Location>, Option<StackEnd>) {
+        let Some(span) = self.stacks.get(stack.0 as usize) else {
+            return (Vec::new(), None);
+        };
+        let start = span.start as usize;
+        let locations = self.frames[start..start + span.len as usize]
+            .iter()
+            .map(|id| self.locations[id.0 as usize])
+            .collect();
+        (locations, span.end)
+    }
+
     /// Takes back one sample of `pid` counted in `stack` (it is counted elsewhere now).
     pub fn uncount(&mut self, pid: u32, stack: StackId) {
         if let Some(n) = self.counts.get_mut(&(pid, stack)) {
