@@ -41,7 +41,7 @@ use std::{
 use vmscope_parse::stat;
 
 use super::{
-    code::CodeStore,
+    code::{CodeId, CodeStore},
     live::LiveMap,
     refusals::{Reason, Refusals},
     sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
@@ -137,10 +137,17 @@ pub trait Sink {
         provisional: bool,
     ) -> Vec<Counted>;
 
-    /// A counted sample's frames in generated code were placed again (`parked.frames`, where
-    /// they are in its stacks): moves it in the sessions of `counted` (updated) whose stacks
-    /// changed.
-    fn recount(&mut self, pid: u32, parked: &Parked, counted: &mut [Counted], why: Recount);
+    /// Frames in generated code of a counted sample (with a frame-pointer stack beside its own
+    /// when `has_fp`) were placed again: moves it in the sessions of `counted` (updated) whose
+    /// stacks changed. `placed` is empty for [`Recount::Expired`].
+    fn recount(
+        &mut self,
+        pid: u32,
+        has_fp: bool,
+        placed: &[(ParkedFrame, Placement)],
+        counted: &mut [Counted],
+        why: Recount,
+    );
 
     /// Whether the session may still take names from a perf map read later (it has not
     /// finished stopping).
@@ -156,15 +163,89 @@ pub enum StackOf {
     Fp,
 }
 
-/// A frame in generated code of a parked sample, and where it is in the sample's stacks.
+/// A frame in generated code of a parked sample: where it is in the sample's stacks, and the
+/// address it is placed by. The rest of the frame is in the stacks its sessions counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParkedFrame {
     /// Which stack.
     pub stack: StackOf,
     /// Its index there (leaf 0).
     pub index: u16,
-    /// The frame.
-    pub frame: SampleFrame,
+    /// The address it is placed by ([`SampleFrame::lookup`]).
+    pub lookup: u64,
+}
+
+/// Where a parked frame was placed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In a code map entry.
+    Named {
+        /// The code.
+        code: CodeId,
+        /// Offset from its start.
+        offset: u64,
+        /// Its start.
+        code_start: u64,
+        /// Named from a perf map read after the sample.
+        later_snapshot: bool,
+    },
+    /// In no entry, and why.
+    Unexplained(Unexplained),
+}
+
+impl Placement {
+    /// Where a frame is placed in `map`: the entry at `lookup`, or unexplained (why to be
+    /// said by the caller).
+    fn in_map(map: &LiveMap, lookup: u64, later_snapshot: bool) -> Placement {
+        match map.lookup(lookup) {
+            Some((start, code)) => Placement::Named {
+                code,
+                offset: lookup - start,
+                code_start: start,
+                later_snapshot,
+            },
+            None => Placement::Unexplained(Unexplained::NotLookedUp),
+        }
+    }
+
+    /// The location a frame counted at `old` (generated code) has now.
+    pub fn apply(self, old: Location) -> Location {
+        match (self, old) {
+            (
+                Placement::Named {
+                    code,
+                    offset,
+                    later_snapshot,
+                    ..
+                },
+                _,
+            ) => Location::Jit {
+                code,
+                offset,
+                later_snapshot,
+            },
+            (
+                Placement::Unexplained(why),
+                Location::Anonymous {
+                    pid, start, end, ..
+                },
+            ) => Location::Anonymous {
+                pid,
+                start,
+                end,
+                why,
+            },
+            (Placement::Unexplained(_), old) => old,
+        }
+    }
+
+    /// The start of the code it is in (0 when unexplained), for kept samples.
+    pub fn code_start(self) -> u64 {
+        match self {
+            Placement::Named { code_start, .. } => code_start,
+            Placement::Unexplained(_) => 0,
+        }
+    }
 }
 
 /// A counted sample whose attribution may still change. Only its frames in generated code
@@ -199,7 +280,7 @@ impl Parked {
                 .map(|(i, f)| ParkedFrame {
                     stack,
                     index: u16::try_from(i).unwrap_or(u16::MAX),
-                    frame: *f,
+                    lookup: f.lookup,
                 })
                 .collect()
         };
@@ -213,11 +294,6 @@ impl Parked {
             has_fp: sample.fp.is_some(),
             counted,
         }
-    }
-
-    /// Whether a frame of it is still unexplained.
-    fn has_unexplained(&self) -> bool {
-        self.frames.iter().any(|f| f.frame.is_unexplained())
     }
 }
 
@@ -889,9 +965,15 @@ impl CodeMaps {
                 };
                 let mut mine = [parked.counted.swap_remove(i)];
                 if changed > parked.timestamp_ns {
-                    let mut named = parked.clone();
-                    if name_from_snapshot(&mut named, content) {
-                        sink.recount(pid, &named, &mut mine, Recount::LaterSnapshot);
+                    let named = name_from_snapshot(parked, content);
+                    if !named.is_empty() {
+                        sink.recount(
+                            pid,
+                            parked.has_fp,
+                            &named,
+                            &mut mine,
+                            Recount::LaterSnapshot,
+                        );
                     }
                 }
                 !parked.counted.is_empty()
@@ -1073,22 +1155,29 @@ impl CodeMaps {
             let mut caught_up = Vec::new();
             let replay_until = vouched.min(samples_until);
             replay.advance(replay_until, |sample, _, map| {
-                let mut parked = sample.payload;
-                for f in &mut parked.frames {
-                    f.frame.place(map, |_| Unexplained::NotLookedUp);
-                }
-                caught_up.push(parked);
-            });
-            for mut parked in caught_up {
-                parked
+                let parked = sample.payload;
+                let placed: Vec<(ParkedFrame, Placement)> = parked
                     .frames
-                    .iter_mut()
-                    .for_each(|f| why(timeline, &mut f.frame));
+                    .iter()
+                    .map(|&f| (f, Placement::in_map(map, f.lookup, false)))
+                    .collect();
+                caught_up.push((parked, placed));
+            });
+            for (mut parked, mut placed) in caught_up {
+                for (frame, placement) in &mut placed {
+                    if let Placement::Unexplained(w) = placement {
+                        *w = why_unexplained(timeline, refused_ranges, frame.lookup, kinds);
+                    }
+                }
                 self.counters.caught_up += 1;
                 let mut counted = std::mem::take(&mut parked.counted);
-                sink.recount(pid, &parked, &mut counted, Recount::CaughtUp);
-                if parked.has_unexplained() {
-                    parked.frames.retain(|f| f.frame.is_unexplained());
+                sink.recount(pid, parked.has_fp, &placed, &mut counted, Recount::CaughtUp);
+                parked.frames = placed
+                    .iter()
+                    .filter(|(_, p)| matches!(p, Placement::Unexplained(_)))
+                    .map(|&(f, _)| f)
+                    .collect();
+                if !parked.frames.is_empty() {
                     parked.counted = counted;
                     unexplained.push(parked);
                 }
@@ -1102,9 +1191,14 @@ impl CodeMaps {
                 s.timestamp_ns < oldest || n <= excess
             }) {
                 let mut parked = expired.payload;
-                let mut counted = std::mem::take(&mut parked.counted);
                 self.counters.expired += 1;
-                sink.recount(pid, &parked, &mut counted, Recount::Expired);
+                sink.recount(
+                    pid,
+                    parked.has_fp,
+                    &[],
+                    &mut parked.counted,
+                    Recount::Expired,
+                );
             }
         }
 
@@ -1113,10 +1207,16 @@ impl CodeMaps {
         let content = &process.perf_content;
         let mut settle = |parked: &mut Parked, sink: &mut dyn Sink| -> bool {
             if changed > parked.timestamp_ns {
-                let mut named = parked.clone();
-                if name_from_snapshot(&mut named, content) {
+                let named = name_from_snapshot(parked, content);
+                if !named.is_empty() {
                     self.counters.later_snapshot += 1;
-                    sink.recount(pid, &named, &mut parked.counted, Recount::LaterSnapshot);
+                    sink.recount(
+                        pid,
+                        parked.has_fp,
+                        &named,
+                        &mut parked.counted,
+                        Recount::LaterSnapshot,
+                    );
                 }
                 return true;
             }
@@ -1171,20 +1271,14 @@ fn why_unexplained(
     }
 }
 
-/// Names a parked sample's unexplained frames from a perf map's content, marked as from a
-/// later snapshot; whether it named any.
-fn name_from_snapshot(parked: &mut Parked, content: &LiveMap) -> bool {
-    let mut named = false;
-    for frame in parked.frames.iter_mut().map(|f| &mut f.frame) {
-        if frame.is_unexplained() {
-            let Location::Anonymous { why, .. } = frame.location else {
-                continue;
-            };
-            frame.place_marked(content, true, |_| why);
-            named |= !frame.is_unexplained();
-        }
-    }
-    named
+/// The frames of a parked sample a perf map's content names, marked as from a later snapshot.
+fn name_from_snapshot(parked: &Parked, content: &LiveMap) -> Vec<(ParkedFrame, Placement)> {
+    parked
+        .frames
+        .iter()
+        .map(|&f| (f, Placement::in_map(content, f.lookup, true)))
+        .filter(|(_, p)| matches!(p, Placement::Named { .. }))
+        .collect()
 }
 
 fn read_status(pid: u32) -> Option<stat::ProcStatus> {
@@ -1254,11 +1348,13 @@ mod tests {
     /// What a sink was told: (what, sample time, where its leaf was placed).
     type Told = (&'static str, u64, Location);
 
-    /// A sink that records what it is told; sessions in `stopped` take no later snapshot.
+    /// A sink that records what it is told; sessions in `stopped` take no later snapshot. Its
+    /// "stacks" are the indices of the samples' times in `times`.
     #[derive(Default)]
     struct Recorder {
         told: Vec<Told>,
         stopped: HashSet<u64>,
+        times: Vec<u64>,
     }
 
     impl Sink for Recorder {
@@ -1272,26 +1368,38 @@ mod tests {
             let what = if provisional { "provisional" } else { "count" };
             self.told
                 .push((what, timestamp_ns, sample.frames[0].location));
+            self.times.push(timestamp_ns);
+            let stack = self.times.len() as u32 - 1;
             sample
                 .sessions
                 .iter()
                 .map(|&(session, wanted)| Counted {
                     session,
                     wanted,
-                    stack: 0,
+                    stack,
                     kept: None,
                 })
                 .collect()
         }
 
-        fn recount(&mut self, _pid: u32, parked: &Parked, _counted: &mut [Counted], why: Recount) {
+        fn recount(
+            &mut self,
+            pid: u32,
+            _has_fp: bool,
+            placed: &[(ParkedFrame, Placement)],
+            counted: &mut [Counted],
+            why: Recount,
+        ) {
             let what = match why {
                 Recount::CaughtUp => "caught up",
                 Recount::Expired => "expired",
                 Recount::LaterSnapshot => "later snapshot",
             };
-            self.told
-                .push((what, parked.timestamp_ns, parked.frames[0].frame.location));
+            if let Some(&(_, placement)) = placed.first() {
+                let ts = self.times[counted[0].stack as usize];
+                let old = anon(pid, Unexplained::NotLookedUp);
+                self.told.push((what, ts, placement.apply(old)));
+            }
         }
 
         fn takes_snapshots(&self, session: u64) -> bool {

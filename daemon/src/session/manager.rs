@@ -39,7 +39,8 @@ use crate::{
     codemap::{
         code::CodeStore,
         registry::{
-            CodeMaps, Counted, FpStack, Parked, Recount, RoutedSample, SampleFrame, Sink, Wanted,
+            CodeMaps, Counted, FpStack, ParkedFrame, Placement, Recount, RoutedSample, SampleFrame,
+            Sink, Wanted,
         },
         timeline::{Change, PendingSample},
     },
@@ -1633,7 +1634,14 @@ impl Sink for SessionSink<'_> {
         count_routed(self.sessions, pid, timestamp_ns, sample)
     }
 
-    fn recount(&mut self, pid: u32, parked: &Parked, counted: &mut [Counted], why: Recount) {
+    fn recount(
+        &mut self,
+        pid: u32,
+        has_fp: bool,
+        placed: &[(ParkedFrame, Placement)],
+        counted: &mut [Counted],
+        why: Recount,
+    ) {
         for c in counted {
             let Some(session) = self.sessions.get_mut(&c.session) else {
                 continue;
@@ -1653,14 +1661,16 @@ impl Sink for SessionSink<'_> {
             // The stack as counted, its frames in generated code placed anew.
             let from = StackId(c.stack);
             let (mut locations, end) = session.stacks.stack_of(from);
-            let mut moved: Vec<(usize, &SampleFrame)> = Vec::new();
-            for frame in &parked.frames {
-                if let Some(index) = c.counts(frame, parked.has_fp)
+            let mut moved: Vec<(usize, u64)> = Vec::new();
+            for (frame, placement) in placed {
+                if let Some(index) = c.counts(frame, has_fp)
                     && let Some(location) = locations.get_mut(index)
-                    && *location != frame.frame.location
                 {
-                    *location = frame.frame.location;
-                    moved.push((index, &frame.frame));
+                    let now = placement.apply(*location);
+                    if now != *location {
+                        *location = now;
+                        moved.push((index, placement.code_start()));
+                    }
                 }
             }
             if moved.is_empty() {
@@ -1668,9 +1678,9 @@ impl Sink for SessionSink<'_> {
             }
             let kept = c.kept.map(|k| k as usize);
             let to = session.recount(pid, from, locations, end, kept, |sample| {
-                for &(index, frame) in &moved {
+                for &(index, code_start) in &moved {
                     if let Some(kept) = sample.frames.get_mut(index) {
-                        kept.code_start = frame.code_start;
+                        kept.code_start = code_start;
                     }
                 }
             });
