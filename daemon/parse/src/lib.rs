@@ -25,6 +25,7 @@ pub mod dwarf;
 pub mod elf;
 pub mod h2_authority;
 pub mod jitdump;
+pub mod jvm_options;
 pub mod kallsyms;
 pub mod maps;
 pub mod perf_map;
