@@ -51,7 +51,7 @@ fn cpu_seconds(stdout: &[u8]) -> anyhow::Result<f64> {
         .context("bad cpu_seconds")
 }
 
-fn proc_field(pid: u32, file: &str, key: &str) -> Option<u64> {
+pub(crate) fn proc_field(pid: u32, file: &str, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(key))

@@ -8,6 +8,7 @@
 
 mod bench;
 mod bench_jvm;
+mod bench_late;
 mod bench_lines;
 mod demo;
 mod setup;
@@ -58,6 +59,10 @@ enum Task {
         /// map's size, the request times and a Java thread's longest stall with and without.
         #[arg(long, conflicts_with_all = ["soak", "lines"])]
         jvm_perfmap: bool,
+        /// Instead, record the demo VM for SECONDS while it holds its code map until exit,
+        /// and with it written at once: the daemon's memory for samples awaiting their map.
+        #[arg(long, value_name = "SECONDS", conflicts_with_all = ["soak", "lines", "jvm_perfmap"])]
+        late_maps: Option<u64>,
     },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
     Fuzz {
@@ -79,6 +84,10 @@ fn main() -> ExitCode {
         Task::Bench {
             jvm_perfmap: true, ..
         } => setup::run().and_then(|()| bench_jvm::run()),
+        Task::Bench {
+            late_maps: Some(seconds),
+            ..
+        } => setup::run().and_then(|()| bench_late::run(seconds)),
         Task::Bench { soak, .. } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };
