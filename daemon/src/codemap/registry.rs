@@ -367,41 +367,21 @@ pub struct SampleFrame {
 }
 
 impl SampleFrame {
-    /// Whether it is in generated code a code map may name.
+    /// Whether it is in generated code no code map has named (yet): before placement, every
+    /// frame a code map may name; after, those it left unexplained.
     pub fn is_generated(&self) -> bool {
         matches!(self.location, Location::Anonymous { .. })
     }
 
-    /// Whether it is generated code no code map explained.
-    pub fn is_unexplained(&self) -> bool {
-        matches!(self.location, Location::Anonymous { .. })
-    }
-
     /// Places a frame in generated code with `map`, the code map as it was at the sample's
-    /// time; other frames stay as they are, and code the map does not explain says why.
-    pub fn place(&mut self, map: &LiveMap, why: impl FnOnce(u64) -> Unexplained) {
-        self.place_marked(map, false, why)
-    }
-
-    fn place_marked(
-        &mut self,
-        map: &LiveMap,
-        later_snapshot: bool,
-        why: impl FnOnce(u64) -> Unexplained,
-    ) {
-        let Location::Anonymous { why: old, .. } = &mut self.location else {
-            return;
-        };
-        match map.lookup(self.lookup) {
-            Some((start, code)) => {
-                self.location = Location::Jit {
-                    code,
-                    offset: self.lookup - start,
-                    later_snapshot,
-                };
-                self.code_start = start;
-            }
-            None => *old = why(self.lookup),
+    /// time; other frames, and code the map does not explain, stay as they are (why it is
+    /// unexplained is for the caller to say).
+    pub fn place(&mut self, map: &LiveMap) {
+        if self.is_generated()
+            && let placed @ Placement::Named { .. } = Placement::in_map(map, self.lookup, false)
+        {
+            self.location = placed.apply(self.location);
+            self.code_start = placed.code_start();
         }
     }
 }
@@ -409,11 +389,11 @@ impl SampleFrame {
 impl RoutedSample {
     /// Whether a frame of it is generated code no code map explained.
     pub fn has_unexplained(&self) -> bool {
-        self.frames.iter().any(SampleFrame::is_unexplained)
+        self.frames.iter().any(SampleFrame::is_generated)
             || self
                 .fp
                 .iter()
-                .any(|(fp, _)| fp.iter().any(SampleFrame::is_unexplained))
+                .any(|(fp, _)| fp.iter().any(SampleFrame::is_generated))
     }
 }
 
@@ -1124,7 +1104,7 @@ impl CodeMaps {
                     SampleFrame::is_generated,
                 );
                 for frame in placed.frames_mut() {
-                    frame.place(map, |_| Unexplained::NotLookedUp);
+                    frame.place(map);
                 }
                 attributed.push((sample.ip, generated, placed));
             });
@@ -1146,7 +1126,7 @@ impl CodeMaps {
                         timestamp_ns,
                         &placed,
                         counted,
-                        SampleFrame::is_unexplained,
+                        SampleFrame::is_generated,
                     ));
                 }
             }
