@@ -140,7 +140,7 @@ fn a_perf_map_written_at_exit_names_the_samples_marked_as_a_later_snapshot() {
 #[test]
 fn no_jvm_attach_leaves_the_jvm_alone() {
     let daemon = Daemon::start();
-    let jvm = start_java(&[], "6");
+    let mut jvm = start_java(&[], "6");
     let pid = jvm.pid();
     let report = record(
         &daemon,
@@ -157,9 +157,19 @@ fn no_jvm_attach_leaves_the_jvm_alone() {
     let trigger = format!("/tmp/.attach_pid{pid}");
     let listener = Path::new(&socket).exists();
     let left = Path::new(&trigger).exists();
+    // A SIGQUIT with no trigger file makes HotSpot print a thread dump on its standard output.
+    let _ = jvm.child.kill();
+    let mut output = String::new();
+    if let Some(mut stdout) = jvm.child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut output);
+    }
     clean(pid);
     assert!(!listener, "the JVM was attached to: {socket} exists");
     assert!(!left, "{trigger} was made");
+    assert!(
+        !output.contains("Full thread dump"),
+        "the JVM got a SIGQUIT: {output}"
+    );
     let (hot, _) = hot_row(&report);
     assert_eq!(hot, 0, "nothing names Java code: {report}");
     let issues = report["symbolization_issues"].as_array().unwrap();
