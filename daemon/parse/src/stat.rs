@@ -30,6 +30,10 @@ const STAT: &str = "/proc/PID/stat";
 const STATUS: &str = "/proc/PID/status";
 const PROC_STAT: &str = "/proc/stat";
 
+/// `PF_EXITING` in [`ProcStat::flags`] (include/linux/sched.h): the task is in `do_exit`. Its
+/// value has not changed since Linux 2.6.
+pub const PF_EXITING: u32 = 0x4;
+
 /// The fields of `/proc/PID/stat` the daemon uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcStat {
@@ -42,10 +46,15 @@ pub struct ProcStat {
     pub state: char,
     /// Field 4: the parent's pid.
     pub ppid: u32,
+    /// Field 9: the task's flags (`PF_*`), of which [`PF_EXITING`] is read.
+    pub flags: u32,
     /// Field 14: time spent in user mode, in clock ticks.
     pub utime_ticks: u64,
     /// Field 15: time spent in kernel mode, in clock ticks.
     pub stime_ticks: u64,
+    /// Field 20: the threads of the process, the exited leader included while others run (the
+    /// count of the thread group's tasks not yet released).
+    pub num_threads: u32,
     /// Field 22 (`starttime`): when the process started, in clock ticks after boot. With the pid it
     /// identifies a process across pid reuse.
     pub start_time_ticks: u64,
@@ -55,6 +64,12 @@ impl ProcStat {
     /// CPU time consumed so far, user plus kernel, in clock ticks.
     pub fn cpu_ticks(&self) -> u64 {
         self.utime_ticks.saturating_add(self.stime_ticks)
+    }
+
+    /// True once the task has begun to exit ([`PF_EXITING`], set first thing in `do_exit`),
+    /// even while it still runs its exit path.
+    pub fn is_exiting(&self) -> bool {
+        self.flags & PF_EXITING != 0
     }
 
     /// True when the process has exited and only awaits reaping (`Z`) or is dead (`X`, or `x` on
@@ -187,16 +202,20 @@ pub fn parse_stat(text: &[u8]) -> Result<ProcStat, ProcParseError> {
         _ => return Err(invalid(STAT, "field 3 (state)", state_text)),
     };
     const PPID: &str = "field 4 (ppid)";
+    const FLAGS: &str = "field 9 (flags)";
     const UTIME: &str = "field 14 (utime)";
     const STIME: &str = "field 15 (stime)";
+    const THREADS: &str = "field 20 (num_threads)";
     const START: &str = "field 22 (starttime)";
     Ok(ProcStat {
         pid,
         comm,
         state,
         ppid: parse_num(field(4, PPID)?, STAT, PPID)?,
+        flags: parse_num(field(9, FLAGS)?, STAT, FLAGS)?,
         utime_ticks: parse_num(field(14, UTIME)?, STAT, UTIME)?,
         stime_ticks: parse_num(field(15, STIME)?, STAT, STIME)?,
+        num_threads: parse_num(field(20, THREADS)?, STAT, THREADS)?,
         start_time_ticks: parse_num(field(22, START)?, STAT, START)?,
     })
 }
@@ -416,17 +435,33 @@ mod tests {
                 comm: "a) b) c".into(),
                 state: 'R',
                 ppid: 8380,
+                flags: 4194304,
                 utime_ticks: 11,
                 stime_ticks: 22,
+                num_threads: 1,
                 start_time_ticks: 53809,
             }
         );
         assert_eq!(st.cpu_ticks(), 33);
+        assert!(!st.is_exiting());
         let odd = [b"7 (\xff( ))) S ".as_slice(), TAIL.as_bytes()].concat();
         let st = parse_stat(&odd).unwrap();
         assert_eq!((st.comm.as_str(), st.state), ("\u{fffd}( ))", 'S'));
         let empty = format!("7 () S {TAIL}");
         assert_eq!(parse_stat(empty.as_bytes()).unwrap().comm, "");
+    }
+
+    /// The leader of a process that left `main` by `pthread_exit` while a thread runs on: a
+    /// zombie, exiting, still counting two threads (taken from a real one).
+    #[test]
+    fn a_leader_gone_before_its_threads() {
+        let line = b"801 (pe) Z 792 788 19287 0 -1 4227084 99 0 0 0 0 0 0 0 20 0 2 0 4108313 0 0";
+        let st = parse_stat(line).unwrap();
+        assert!(st.is_zombie() && st.is_exiting());
+        assert_eq!((st.num_threads, st.start_time_ticks), (2, 4108313));
+        let thread = b"802 (pe) S 792 788 19287 0 -1 4194368 1 0 0 0 0 0 0 0 20 0 2 0 4108313 0 0";
+        let st = parse_stat(thread).unwrap();
+        assert!(!st.is_zombie() && !st.is_exiting());
     }
 
     #[test]
