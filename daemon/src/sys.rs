@@ -92,6 +92,18 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CLOCK_BOOTTIME now, in nanoseconds: CLOCK_MONOTONIC plus the time suspended, the clock of
+/// a process's start time in /proc/PID/stat.
+pub fn boottime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_BOOTTIME exists since 2.6.39.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Clock ticks per second of the CPU times in /proc/PID/stat and /proc/stat (USER_HZ).
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.

@@ -32,6 +32,8 @@ use crate::{
     sys::{self, FileId},
 };
 
+pub mod life;
+
 /// Shortest time between two reads of one process's maps caused by samples that fit no mapping.
 pub const MIN_REFRESH_INTERVAL_NS: u64 = 10_000_000;
 
