@@ -8,7 +8,7 @@ use std::{
 
 use vmscope_common::{TargetKey, WANT_STACKS, Wants};
 
-use super::{LostCounts, SamplerControl, SamplerError};
+use super::{LostCounts, SamplerControl, SamplerError, Tracking};
 
 /// What the fake kernel currently holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,8 +28,10 @@ pub struct FakeKernel {
     pub stack_system_wide: BTreeSet<u64>,
     /// The system-wide periods whose samples carry a copy of the user stack, with its size.
     pub copy_system_wide: BTreeMap<u64, u32>,
-    /// Processes whose exec is reported.
+    /// Live targets (`TRACKED`): their samples are kept, their exec and exit reported.
     pub tracked: BTreeSet<u32>,
+    /// Of `tracked`, those whose entry any thread's exit removes ([`Tracking::AnyThread`]).
+    pub tracked_any_thread: BTreeSet<u32>,
     /// Number of system-wide sessions.
     pub system_wide_sessions: u32,
     /// Lost counters to report.
@@ -137,12 +139,17 @@ impl SamplerControl for FakeSampler {
         });
     }
 
-    fn set_exec_tracking(&mut self, tgid: u32, tracked: bool) {
+    fn set_tracking(&mut self, tgid: u32, tracking: Tracking) {
         self.with(|k| {
-            if tracked {
-                k.tracked.insert(tgid);
-            } else {
+            if tracking == Tracking::Off {
                 k.tracked.remove(&tgid);
+            } else {
+                k.tracked.insert(tgid);
+            }
+            if tracking == Tracking::AnyThread {
+                k.tracked_any_thread.insert(tgid);
+            } else {
+                k.tracked_any_thread.remove(&tgid);
             }
         });
     }

@@ -25,7 +25,10 @@ use aya::{
 };
 pub use reader::{Batch, ReaderControl, spawn_reader};
 pub use user_copy::{UserCopies, UserCopy};
-use vmscope_common::{CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, MAX_STACK_FRAMES, TargetKey, Wants};
+use vmscope_common::{
+    CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, MAX_STACK_FRAMES, TRACK_ANY_THREAD, TRACK_LEADER,
+    TargetKey, Wants,
+};
 
 use crate::sys;
 
@@ -103,6 +106,19 @@ pub struct LostCounts {
     pub unkeyed: Vec<u64>,
 }
 
+/// A process's entry in the kernel's `TRACKED` map: a target is sampled only while it has one,
+/// and the kernel removes it when the process exits (see [`vmscope_common::EVENT_EXIT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracking {
+    /// No entry: not sampled for target sessions, no exec or exit events.
+    Off,
+    /// Removed by the kernel when the thread-group leader exits ([`TRACK_LEADER`]).
+    Leader,
+    /// Removed by the kernel when any thread exits, for a process whose leader exited before
+    /// its other threads ([`TRACK_ANY_THREAD`]).
+    AnyThread,
+}
+
 /// What the session manager asks of the kernel side. Reference counting across sessions is the
 /// manager's job: every call here is a plain state change.
 pub trait SamplerControl: Send {
@@ -121,8 +137,11 @@ pub trait SamplerControl: Send {
     fn set_system_wide(&mut self, period_ns: u64, wants: Wants) -> Result<(), SamplerError>;
     /// Stops sampling every process at a period.
     fn remove_system_wide(&mut self, period_ns: u64);
-    /// Reports (or stops reporting) `execve` of this process.
-    fn set_exec_tracking(&mut self, tgid: u32, tracked: bool);
+    /// Makes the process a live target, whose samples at its `TARGETS` periods are kept and
+    /// whose `execve` and exit are reported, until the exit `tracking` names; or, with
+    /// [`Tracking::Off`], no longer. The kernel removes entries by itself at exits, so removing
+    /// one that is gone is no error.
+    fn set_tracking(&mut self, tgid: u32, tracking: Tracking);
     /// Sets the number of system-wide sessions, which turns on exec events for all processes.
     fn set_system_wide_sessions(&mut self, count: u32);
     /// Current lost-sample counters.
@@ -179,7 +198,7 @@ where
 impl Sampler {
     /// Loads the eBPF object with a ring buffer of `ring_bytes` (a power of two, a multiple of
     /// the page size; see [`vmscope_common::RING_BUFFER_BYTES`]), loads the sampler and attaches
-    /// the exec raw tracepoint. Nothing is sampled until a period is started and a target or
+    /// the exec and exit raw tracepoints. Nothing is sampled until a period is started and a target or
     /// system-wide mode is added.
     ///
     /// Returns the sampler and the ring buffer from which [`spawn_reader`] reads events.
@@ -218,6 +237,15 @@ impl Sampler {
             .map_err(program_err("load the exec tracepoint program"))?;
         exec.attach("sched_process_exec")
             .map_err(program_err("attach to raw tracepoint sched_process_exec"))?;
+        let exit: &mut RawTracePoint = ebpf
+            .program_mut("vmscope_exit")
+            .ok_or(SamplerError::Missing("program vmscope_exit"))?
+            .try_into()
+            .map_err(program_err("use vmscope_exit as a raw tracepoint program"))?;
+        exit.load()
+            .map_err(program_err("load the exit tracepoint program"))?;
+        exit.attach("sched_process_exit")
+            .map_err(program_err("attach to raw tracepoint sched_process_exit"))?;
 
         let events = take_map(&mut ebpf, "EVENTS")?;
         let mut config: Array<MapData, u32> = take_map(&mut ebpf, "CONFIG")?;
@@ -320,14 +348,27 @@ impl SamplerControl for Sampler {
         }
     }
 
-    fn set_exec_tracking(&mut self, tgid: u32, tracked: bool) {
-        let result = if tracked {
-            self.tracked.insert(tgid, 1, 0)
-        } else {
-            self.tracked.remove(&tgid)
+    fn set_tracking(&mut self, tgid: u32, tracking: Tracking) {
+        let result = match tracking {
+            Tracking::Off => match self.tracked.remove(&tgid) {
+                // The exit tracepoint removed it first.
+                Err(MapError::KeyNotFound) => Ok(()),
+                Err(MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+                {
+                    Ok(())
+                }
+                other => other,
+            },
+            Tracking::Leader => self.tracked.insert(tgid, TRACK_LEADER, 0),
+            Tracking::AnyThread => self.tracked.insert(tgid, TRACK_ANY_THREAD, 0),
         };
         if let Err(e) = result {
-            tracing::warn!(tgid, tracked, "updating exec tracking failed: {e}");
+            tracing::warn!(
+                tgid,
+                ?tracking,
+                "updating the tracked processes failed: {e}"
+            );
         }
     }
 

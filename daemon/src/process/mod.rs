@@ -10,6 +10,12 @@
 //! The binaries behind file mappings are registered with [`Modules`] at once, which opens them,
 //! so that a binary that is deleted or replaced later, or a process that exits, can still be
 //! symbolised.
+//!
+//! A process is its pid and its start time ([`life`]): a read of `/proc/PID` that finds another
+//! start time is of another process, and never replaces what the table knows of the old one
+//! (whose samples may still be on their way). Once a process is known to have exited (an exit
+//! event, or another process found under its pid), samples stamped after its end read the pid
+//! afresh; samples stamped before keep its mappings.
 
 use std::{
     collections::HashMap,
@@ -73,6 +79,9 @@ pub struct Process {
     pub has_anonymous_code: bool,
     /// Set once the process could not be read any more.
     pub gone: bool,
+    /// When it was known to have ended (CLOCK_MONOTONIC): samples of its pid stamped later are
+    /// another process's, or its last threads'.
+    pub exited_at_ns: Option<u64>,
     /// The jitdump and code map files it maps (executable mappings, never executed).
     pub code_map_files: Vec<MappedCodeMapFile>,
     mappings: Vec<ExecMapping>,
@@ -130,6 +139,9 @@ pub struct ProcessCounters {
     pub maps_bad_lines: u64,
     /// `execve` events handled.
     pub execs: u64,
+    /// Reads of a known pid that found another process (another start time, or a running leader
+    /// after the known one exited).
+    pub pid_reuses: u64,
 }
 
 /// The processes the daemon knows, by pid.
@@ -162,6 +174,88 @@ impl ProcessTable {
         self.processes.get(&pid)
     }
 
+    /// The process that holds `pid` now, read afresh unless the table knows it already: what a
+    /// new session names as its target. An entry for another process (another start time, or
+    /// one that exited while a leader runs under its pid now) is replaced.
+    pub fn identify(&mut self, pid: u32, now_ns: u64) -> &Process {
+        if let Some(known) = self.processes.get(&pid) {
+            let now = sys::read_proc(pid, "stat")
+                .ok()
+                .and_then(|text| stat::parse_stat(&text).ok());
+            let same = now.as_ref().is_some_and(|now| {
+                Some(now.start_time_ticks) == known.start_time
+                    && (known.exited_at_ns.is_none() || now.is_zombie() || now.is_exiting())
+            });
+            if !same {
+                if now.is_some() && known.start_time.is_some() {
+                    self.counters.pid_reuses += 1;
+                }
+                self.processes.remove(&pid);
+            }
+        }
+        self.observe(pid, now_ns)
+    }
+
+    /// Notes that the process known under `pid` ended at `at_ns` (an exit event): it is never
+    /// read again, and samples stamped after it read the pid afresh ([`ProcessTable::sampled`]).
+    /// An entry read after `at_ns` is of a later process, and stays.
+    pub fn exited(&mut self, pid: u32, at_ns: u64) {
+        if let Some(process) = self.processes.get_mut(&pid)
+            && process.maps_read_at_ns <= at_ns
+            && process.exited_at_ns.is_none()
+        {
+            process.gone = true;
+            process.exited_at_ns = Some(at_ns);
+        }
+    }
+
+    /// Called for each sample of `pid` stamped `timestamp_ns` before it is placed: when the
+    /// known process had ended before that, the pid is read again, and a process running
+    /// there now replaces it (a zombie or threads on their way out leave it as it was: the last
+    /// samples of the process that exited).
+    pub fn sampled(&mut self, pid: u32, timestamp_ns: u64, now_ns: u64) {
+        let Some(known) = self.processes.get(&pid) else {
+            return;
+        };
+        if known.exited_at_ns.is_none_or(|at| timestamp_ns <= at) {
+            return;
+        }
+        let known_start = known.start_time;
+        let running = sys::read_proc(pid, "stat")
+            .ok()
+            .and_then(|text| stat::parse_stat(&text).ok())
+            .is_some_and(|now| !now.is_zombie() && !now.is_exiting());
+        if !running {
+            return;
+        }
+        let fresh = self.read_process(pid, now_ns);
+        if fresh.start_time != known_start {
+            self.counters.pid_reuses += 1;
+        }
+        self.processes.insert(pid, fresh);
+    }
+
+    /// Keeps `fresh`, a new read of a known process, unless it is of another process: then the
+    /// known one ended by `now_ns` (samples stamped later read the pid afresh). Returns whether
+    /// `fresh` was kept.
+    fn replace_if_same(&mut self, pid: u32, fresh: Process, now_ns: u64) -> bool {
+        let Some(known) = self.processes.get_mut(&pid) else {
+            self.processes.insert(pid, fresh);
+            return true;
+        };
+        if known.start_time.is_some()
+            && fresh.start_time.is_some()
+            && known.start_time != fresh.start_time
+        {
+            self.counters.pid_reuses += 1;
+            known.gone = true;
+            known.exited_at_ns.get_or_insert(now_ns);
+            return false;
+        }
+        *known = fresh;
+        true
+    }
+
     /// Makes sure a process is known, reading its mappings if it is not, and returns it.
     pub fn observe(&mut self, pid: u32, now_ns: u64) -> &Process {
         if !self.processes.contains_key(&pid) {
@@ -181,19 +275,31 @@ impl ProcessTable {
         if stale {
             let fresh = self.read_process(pid, now_ns);
             if !fresh.gone {
-                self.processes.insert(pid, fresh);
+                self.replace_if_same(pid, fresh, now_ns);
             }
         }
     }
 
-    /// Re-reads a process after `execve`: everything about it changed but its pid. `comm` is
-    /// the new program's name as the exec event gave it, kept when the process cannot be read
-    /// any more (a program that ran for a millisecond).
+    /// Re-reads a process after `execve`: everything about it changed but its pid and its start
+    /// time. `comm` is the new program's name as the exec event gave it, kept when the process
+    /// cannot be read any more (a program that ran for a millisecond).
+    ///
+    /// The process read may not be the one that exec'd (it exited since, and another has its
+    /// pid): it replaces the known one all the same, as what holds the pid now, and is returned
+    /// for the caller to judge by its start time.
     pub fn exec(&mut self, pid: u32, now_ns: u64, comm: &str) -> &Process {
         self.counters.execs += 1;
         let mut process = self.read_process(pid, now_ns);
         if process.command.is_empty() {
             process.command = comm.to_owned();
+        }
+        let another = self.processes.get(&pid).is_some_and(|known| {
+            known.start_time.is_some()
+                && process.start_time.is_some()
+                && known.start_time != process.start_time
+        });
+        if another {
+            self.counters.pid_reuses += 1;
         }
         self.processes.insert(pid, process);
         &self.processes[&pid]
@@ -223,11 +329,12 @@ impl ProcessTable {
         // A miss usually means new code: dlopen, a JIT's new code zone. Re-read, keeping what
         // we knew if the process has gone in the meantime.
         let fresh = self.read_process(pid, now_ns);
-        let process = self.processes.get_mut(&pid).expect("observed above");
         if fresh.gone {
+            let process = self.processes.get_mut(&pid).expect("observed above");
             process.maps_read_at_ns = now_ns;
-        } else {
-            *process = fresh;
+        } else if !self.replace_if_same(pid, fresh, now_ns) {
+            // Another process has the pid now: never place this sample in its mappings.
+            return Location::Unmapped(UnmappedReason::ProcessGone);
         }
         self.lookup(pid, ip, now_ns)
             .unwrap_or(Location::Unmapped(UnmappedReason::NoMapping))
@@ -291,8 +398,8 @@ impl ProcessTable {
             return false;
         }
         let answer = inside(&fresh);
-        self.processes.insert(pid, fresh);
-        answer
+        // Another process's mappings vouch for nothing of the known one's code.
+        self.replace_if_same(pid, fresh, now_ns) && answer
     }
 
     /// Forgets processes that no running session names and that produced no sample since
@@ -310,6 +417,7 @@ impl ProcessTable {
             start_time: None,
             has_anonymous_code: false,
             gone: false,
+            exited_at_ns: None,
             code_map_files: Vec::new(),
             mappings: Vec::new(),
             maps_generation: NEXT_MAPS_GENERATION.fetch_add(1, Ordering::Relaxed),

@@ -6,6 +6,14 @@
 //! targets' CPU time and notices targets that exited, and a timer ends sessions exactly when
 //! their duration elapses. Nothing else mutates this state, so it needs no locks.
 //!
+//! A target's end comes from the kernel: its exit event ([`EVENT_EXIT`]) is read in order with
+//! the samples, after the kernel stopped sampling its pid for target sessions. The manager
+//! releases the target at the exit's time, or, when threads outlived the leader, arms the
+//! kernel's filter again ([`Manager::arm`]); the tick is the fallback for an event the ring had
+//! no room for. Targets are known by pid and start time throughout (see
+//! [`crate::process::life`]): another process under a target's pid is never named as the target
+//! nor read for it.
+//!
 //! The manager reads `/proc` (maps when a process is first seen, CPU times), which blocks for
 //! microseconds to milliseconds: it runs on its own thread so that this never holds up the gRPC
 //! runtime. Symbolisation is *not* done here: a profile request takes a [`Snapshot`] of the
@@ -21,8 +29,8 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 use vmscope_common::{
-    EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_STACK_FAILED,
-    FLAG_USER_TRUNCATED,
+    EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK,
+    FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
 use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
@@ -35,7 +43,7 @@ use super::{
     routes::Routes,
 };
 use crate::{
-    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, UserCopy, period_of},
+    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
     codemap::{
         code::CodeStore,
         registry::{
@@ -44,7 +52,10 @@ use crate::{
         },
         timeline::{Change, PendingSample},
     },
-    process::ProcessTable,
+    process::{
+        ProcessTable,
+        life::{self, Life},
+    },
     symbolize::{CodeMapKinds, Location, Modules, Unexplained},
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
@@ -274,6 +285,7 @@ pub fn spawn_manager(
         config,
         max_frequency_hz,
         clock_ticks: sys::clock_ticks_per_second(),
+        boot_offset_ns: sys::boottime_ns().saturating_sub(sys::monotonic_ns()),
         online_cpus: sys::online_cpus(),
         counters: Counters::default(),
         last_forget_ns: 0,
@@ -295,6 +307,14 @@ struct Counters {
     samples_routed: u64,
     samples_unrouted: u64,
     exec_events: u64,
+    /// Exit events of tracked processes (and, with system-wide sessions, of every process).
+    exit_events: u64,
+    /// Exits after which the process ran on (a leader gone before its threads, or replaced by an
+    /// `execve` in another thread): its kernel filter was armed again.
+    exits_process_ran_on: u64,
+    /// Targets' pids found held by another process (another start time, or a leader running
+    /// after the target's exited), beyond those the process table counts.
+    pid_reuses: u64,
     malformed_events: u64,
     unknown_events: u64,
     sessions_started: u64,
@@ -330,6 +350,8 @@ struct Manager {
     config: ManagerConfig,
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
     clock_ticks: u64,
+    /// How far CLOCK_BOOTTIME (of start times) is ahead of CLOCK_MONOTONIC (of events), at start.
+    boot_offset_ns: u64,
     online_cpus: u32,
     counters: Counters,
     last_forget_ns: u64,
@@ -488,8 +510,9 @@ impl Manager {
         let mut targets = Vec::with_capacity(spec.pids.len());
         for &pid in &spec.pids {
             // Read the process now, while it surely lives: a target that exits right away is
-            // still symbolised.
-            let process = self.processes.observe(pid, now);
+            // still symbolised. What the table knows of an earlier process under the pid is not
+            // this one.
+            let process = self.processes.identify(pid, now);
             let mut target = Target {
                 pid,
                 start_time: process.start_time,
@@ -506,12 +529,12 @@ impl Manager {
                 cpu_ticks_last: 0,
                 code_maps_after: CodeMapKinds::default(),
             };
-            match read_cpu_ticks(pid, target.start_time) {
-                CpuReading::Alive(ticks) | CpuReading::Exited(ticks) => {
-                    target.cpu_ticks_start = ticks;
-                    target.cpu_ticks_last = ticks;
+            match life::probe(pid, target.start_time) {
+                Life::Alive { cpu_ticks, .. } | Life::Exited { cpu_ticks, .. } => {
+                    target.cpu_ticks_start = cpu_ticks;
+                    target.cpu_ticks_last = cpu_ticks;
                 }
-                CpuReading::Gone => return Err(SessionError::NoSuchProcess(pid)),
+                Life::Gone | Life::Reused { .. } => return Err(SessionError::NoSuchProcess(pid)),
             }
             targets.push(target);
         }
@@ -572,12 +595,18 @@ impl Manager {
             frequency_hz = session.spec.frequency_hz,
             "session started"
         );
-        let reply = session.to_proto(session.start_ns);
+        let start_ns = session.start_ns;
         let pids = session.spec.pids.clone();
         self.by_period.entry(period_ns).or_default().push(id);
         self.sessions.insert(id, session);
         self.reader.set_active(true);
         self.counters.sessions_started += 1;
+        // The filters are in place: arm each target for its own exit, and check it still lives.
+        // One that ended meanwhile is released with no sample, whoever took its pid.
+        for &pid in &pids {
+            self.arm(pid, start_ns);
+        }
+        let reply = self.sessions[&id].to_proto(start_ns);
         // Read the targets' code maps now: entries present at the start count from the start.
         let now = sys::monotonic_ns();
         for &pid in &pids {
@@ -588,7 +617,7 @@ impl Manager {
         // from the start.
         self.observe_jvms(id);
         if self.jvm_attach(id) {
-            for pid in pids {
+            for pid in self.sessions[&id].held_pids() {
                 self.jvms.request(pid, now, true);
             }
         }
@@ -680,7 +709,8 @@ impl Manager {
         if session.state != State::Running {
             return;
         }
-        update_cpu(session, read_host_cpu());
+        let update = update_cpu(session, read_host_cpu());
+        self.counters.pid_reuses += update.reused;
         let exited: Vec<u32> = session
             .targets
             .iter()
@@ -865,6 +895,7 @@ impl Manager {
                     self.route(event, kernel, user, batch.user_copy(i), now)
                 }
                 EVENT_EXEC => self.exec(event),
+                EVENT_EXIT => self.exit(event),
                 _ => self.counters.unknown_events += 1,
             }
         }
@@ -929,7 +960,10 @@ impl Manager {
         self.codemaps.exec(pid, event.timestamp_ns);
         let comm = comm_name(&event.exec_comm());
         for session in self.sessions.values_mut() {
+            // Only sessions that sample the process at the exec: a session whose target under
+            // this pid ended before keeps its name.
             if session.state != State::Stopped
+                && session.wants(pid, event.timestamp_ns)
                 && let Some(command) = session.commands.get_mut(&pid)
             {
                 command.clone_from(&comm);
@@ -945,7 +979,8 @@ impl Manager {
         // A named target: read it now, while it may still live, as at session start. A short
         // program may be gone already: its name came with the event.
         let process = self.processes.exec(pid, event.timestamp_ns, &comm);
-        let (command, executable) = (
+        let (start_time, command, executable) = (
+            process.start_time,
             process.command.clone(),
             process
                 .executable
@@ -957,11 +992,25 @@ impl Manager {
             let Some(session) = self.sessions.get_mut(id) else {
                 continue;
             };
-            session.commands.insert(pid, command.clone());
-            for target in session.targets.iter_mut().filter(|t| t.pid == pid) {
-                target.command.clone_from(&command);
-                // The old program's path would be wrong; an unknown one is said as such.
-                target.executable.clone_from(&executable);
+            for target in session
+                .targets
+                .iter_mut()
+                .filter(|t| t.pid == pid && t.until_ns.is_none_or(|u| event.timestamp_ns < u))
+            {
+                if target.start_time == start_time {
+                    target.command.clone_from(&command);
+                    // The old program's path would be wrong; an unknown one is said as such.
+                    target.executable.clone_from(&executable);
+                } else {
+                    // The program is gone already, or another process holds the pid by now:
+                    // the exec event's name is all that is known of the target's new program.
+                    if start_time.is_some() {
+                        self.counters.pid_reuses += 1;
+                    }
+                    target.command.clone_from(&comm);
+                    target.executable.clear();
+                }
+                session.commands.insert(pid, target.command.clone());
             }
         }
         for id in targeted {
@@ -1007,6 +1056,179 @@ impl Manager {
             .release_target(self.sampler.as_mut(), &session.spec, pid);
     }
 
+    /// The running sessions' targets under `pid` that still hold their filters, as (session,
+    /// start time), in sessions started by `started_by_ns`.
+    fn holders(&self, pid: u32, started_by_ns: u64) -> Vec<(u64, Option<u64>)> {
+        self.running()
+            .filter(|s| !s.spec.system_wide && s.start_ns <= started_by_ns)
+            .flat_map(|s| {
+                s.targets
+                    .iter()
+                    .filter(|t| t.pid == pid && t.until_ns.is_none())
+                    .map(|t| (s.id, t.start_time))
+            })
+            .collect()
+    }
+
+    /// A target of a running session ended: it is marked exited (with its last CPU time when it
+    /// could still be read), no longer sampled from `until_ns` on, and its session stops there
+    /// if it was the last.
+    fn target_exited(&mut self, id: u64, pid: u32, until_ns: u64, cpu_ticks: Option<u64>) {
+        let Some(session) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        if session.state != State::Running {
+            return;
+        }
+        let Some(target) = session
+            .targets
+            .iter_mut()
+            .find(|t| t.pid == pid && t.until_ns.is_none())
+        else {
+            return;
+        };
+        target.exited = true;
+        if let Some(ticks) = cpu_ticks {
+            target.cpu_ticks_last = ticks.max(target.cpu_ticks_last);
+        }
+        let all_exited = session.targets.iter().all(|t| t.exited);
+        let stop_ns = until_ns.max(session.start_ns);
+        // Its code maps are read one last time, and change no more.
+        self.codemaps.exited(pid);
+        if all_exited {
+            self.begin_stop(id, "all targets exited", stop_ns);
+        } else {
+            self.release_target(id, pid, until_ns, "exited");
+        }
+    }
+
+    /// A tracked process exited (its leader, or a thread of a process whose leader had): the
+    /// kernel stopped sampling its pid for target sessions when it did. Its targets are released
+    /// at that time, unless the process runs on: then its filter is armed again.
+    ///
+    /// Targets of sessions started after the exit are not concerned: they were read, and their
+    /// filters armed and checked, after it. What holds the pid now is judged against each
+    /// target's start time; a process that runs there with the same start time is the target
+    /// only if it surely started before the exit, or if its leader is gone too (its threads run
+    /// on). Otherwise it may be a process forked into the pid within the same clock tick, and
+    /// the target is taken to have ended: a target whose leader exits in the tick it started in,
+    /// by an `execve` in another thread, is released (what is lost), rather than another process
+    /// ever sampled for it.
+    fn exit(&mut self, event: &Event) {
+        self.counters.exit_events += 1;
+        let (pid, at) = (event.tgid, event.timestamp_ns);
+        let concerned = self.holders(pid, at);
+        if concerned.is_empty() {
+            // A process a system-wide session saw, or a target released already.
+            self.processes.exited(pid, at);
+            return;
+        }
+        let life = life::probe(pid, None);
+        let runs_on = match life {
+            Life::Alive {
+                start_time, leader, ..
+            } => {
+                !leader
+                    || life::started_before(start_time, at, self.boot_offset_ns, self.clock_ticks)
+            }
+            _ => false,
+        };
+        let mut reused = false;
+        let mut ran_on = false;
+        for (id, start_time) in concerned {
+            let same = start_time.is_some() && start_time == life.start_time();
+            match life {
+                Life::Alive { .. } if same && runs_on => ran_on = true,
+                Life::Exited { cpu_ticks, .. } if same => {
+                    self.target_exited(id, pid, at, Some(cpu_ticks))
+                }
+                _ => {
+                    reused |= life.start_time().is_some();
+                    self.target_exited(id, pid, at, None);
+                }
+            }
+        }
+        if reused {
+            self.counters.pid_reuses += 1;
+        }
+        if ran_on {
+            self.counters.exits_process_ran_on += 1;
+            // An execve from another thread replaced the process under the same pid and start
+            // time: its mappings are read again.
+            self.processes.refresh_if_older(pid, 0, sys::monotonic_ns());
+            self.arm(pid, sys::monotonic_ns());
+        } else {
+            self.processes.exited(pid, at);
+        }
+    }
+
+    /// Arms the kernel's `TRACKED` entry of `pid` for the targets of running sessions that hold
+    /// its filters, as the process that holds the pid calls for: removed at its leader's exit,
+    /// or at any thread's once the leader is gone. Then checks that it still lives: an exit
+    /// before the entry was in place removed nothing, and would leave the pid sampled for
+    /// whoever gets it next. A thread seen alive after the entry was written has its exit
+    /// tracepoint still to run (see [`crate::process::life`]).
+    ///
+    /// Targets whose process is found gone, or whose start time is not that of the process
+    /// found, are released from `until_ns` on (a time before the entry was written): no sample
+    /// after that is theirs.
+    fn arm(&mut self, pid: u32, until_ns: u64) {
+        // A process only goes from running with its leader, to running without, to gone: three
+        // rounds see it settle.
+        for _ in 0..3 {
+            let holders = self.holders(pid, u64::MAX);
+            if holders.is_empty() {
+                return;
+            }
+            let life = life::probe(pid, None);
+            let tracking = match life {
+                Life::Alive { leader: true, .. } => Tracking::Leader,
+                Life::Alive { leader: false, .. } => Tracking::AnyThread,
+                _ => Tracking::Off,
+            };
+            let mut live = false;
+            for (id, start_time) in holders {
+                if tracking != Tracking::Off
+                    && start_time.is_some()
+                    && start_time == life.start_time()
+                {
+                    live = true;
+                    continue;
+                }
+                let cpu_ticks = match life {
+                    Life::Exited {
+                        cpu_ticks,
+                        start_time: now,
+                    } if start_time == Some(now) => Some(cpu_ticks),
+                    _ => {
+                        if life.start_time().is_some() {
+                            self.counters.pid_reuses += 1;
+                        }
+                        None
+                    }
+                };
+                self.target_exited(id, pid, until_ns, cpu_ticks);
+            }
+            if !live {
+                // The last holder's release took the entry away.
+                return;
+            }
+            self.sampler.set_tracking(pid, tracking);
+            let after = life::probe(pid, life.start_time());
+            let holds = match after {
+                Life::Alive { leader, .. } => leader || tracking == Tracking::AnyThread,
+                _ => false,
+            };
+            if holds {
+                return;
+            }
+        }
+        // Not settled (it cannot happen, by the order above): nothing is sampled for them.
+        for (id, _) in self.holders(pid, u64::MAX) {
+            self.target_exited(id, pid, until_ns, None);
+        }
+    }
+
     /// Counts a sample in the sessions that want it: its stack (leaf first) for those that
     /// asked for stacks, its leaf alone for the others. A sample with a frame in anonymous
     /// executable memory waits for its process's code maps to be known up to its time.
@@ -1036,6 +1258,8 @@ impl Manager {
         }
         self.counters.samples_routed += 1;
         let pid = event.tgid;
+        // A sample stamped after the known process under its pid ended is another's.
+        self.processes.sampled(pid, event.timestamp_ns, now_ns);
         for (id, _) in &wanting {
             if let Some(session) = self.sessions.get_mut(id) {
                 session.total += 1;
@@ -1300,11 +1524,14 @@ impl Manager {
         } else {
             read_host_cpu()
         };
+        let mut leaderless = Vec::new();
         for id in running {
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };
-            update_cpu(session, host);
+            let update = update_cpu(session, host);
+            self.counters.pid_reuses += update.reused;
+            leaderless.extend(update.leaderless);
             let newly_exited: Vec<u32> = session
                 .targets
                 .iter()
@@ -1312,8 +1539,12 @@ impl Manager {
                 .map(|t| t.pid)
                 .collect();
             for target in &mut session.targets {
+                // Only from the target's own process: not another one that has its pid now.
                 if let Some(process) = self.processes.get(target.pid)
                     && !process.gone
+                    && !target.exited
+                    && target.until_ns.is_none()
+                    && process.start_time == target.start_time
                 {
                     target.command.clone_from(&process.command);
                     if let Some(exe) = &process.executable {
@@ -1330,10 +1561,19 @@ impl Manager {
                 self.begin_stop(id, "all targets exited", now);
                 continue;
             }
-            // An exited target's pid may be reused by anyone: stop sampling it now.
+            // An exited target's pid may be reused by anyone: stop sampling it now. (Its exit
+            // event, which the ring had no room for, would have done it at once.)
             for pid in newly_exited {
                 self.release_target(id, pid, now, "exited");
             }
+        }
+        // Targets whose leader exited before their threads: their kernel filter goes with any
+        // thread's exit, and is armed again while threads remain (an exit event lost to a full
+        // ring would otherwise leave them unsampled).
+        leaderless.sort_unstable();
+        leaderless.dedup();
+        for pid in leaderless {
+            self.arm(pid, now);
         }
         // Processes whose samples wait for their code maps after every session that samples
         // them stopped: their exit is what flushes a buffered jitdump.
@@ -1381,7 +1621,8 @@ impl Manager {
         let lost = self.sampler.lost().ok();
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
         if session.state == State::Running {
-            update_cpu(session, read_host_cpu());
+            let update = update_cpu(session, read_host_cpu());
+            self.counters.pid_reuses += update.reused;
             if let Some(lost) = &lost {
                 refresh_lost(session, lost);
             }
@@ -1402,14 +1643,20 @@ impl Manager {
                     _ => None,
                 })
                 .collect();
-            let look: Vec<u32> = session
+            let look: Vec<(u32, Option<u64>)> = session
                 .targets
                 .iter()
-                .map(|t| t.pid)
-                .filter(|pid| unexplained.contains(pid))
+                .filter(|t| unexplained.contains(&t.pid))
+                .map(|t| (t.pid, t.start_time))
                 .collect();
-            for pid in look {
-                if self.processes.get(pid).is_some_and(|p| !p.gone) {
+            for (pid, start_time) in look {
+                // The target itself, not whoever has its pid now: another process's maps never
+                // name the target's code.
+                if self
+                    .processes
+                    .get(pid)
+                    .is_some_and(|p| !p.gone && p.start_time == start_time)
+                {
                     self.codemaps.touch(pid);
                     self.advance_code_maps(pid, now);
                 }
@@ -1440,7 +1687,7 @@ impl Manager {
         let has_generated_code = session.targets.iter().any(|t| {
             self.processes
                 .get(t.pid)
-                .is_some_and(|p| p.has_anonymous_code)
+                .is_some_and(|p| p.has_anonymous_code && p.start_time == t.start_time)
         }) || session
             .stacks
             .locations
@@ -1486,6 +1733,9 @@ impl Manager {
             ("samples_routed", c.samples_routed),
             ("samples_unrouted", c.samples_unrouted),
             ("exec_events", c.exec_events),
+            ("exit_events", c.exit_events),
+            ("exits_process_ran_on", c.exits_process_ran_on),
+            ("pid_reuses", c.pid_reuses + p.pid_reuses),
             ("malformed_events", c.malformed_events),
             ("unknown_events", c.unknown_events),
             ("sessions_started", c.sessions_started),
@@ -1751,29 +2001,13 @@ fn stop_reason(requested: &str) -> String {
         .collect()
 }
 
-enum CpuReading {
-    Alive(u64),
-    /// A zombie: exited, but its final CPU time is still readable.
-    Exited(u64),
-    Gone,
-}
-
-fn read_cpu_ticks(pid: u32, start_time: Option<u64>) -> CpuReading {
-    let Ok(text) = sys::read_proc(pid, "stat") else {
-        return CpuReading::Gone;
-    };
-    let Ok(stat) = stat::parse_stat(&text) else {
-        return CpuReading::Gone;
-    };
-    // Another process under a recycled pid is not our target.
-    if start_time.is_some_and(|t| t != stat.start_time_ticks) {
-        return CpuReading::Gone;
-    }
-    if stat.is_zombie() {
-        CpuReading::Exited(stat.cpu_ticks())
-    } else {
-        CpuReading::Alive(stat.cpu_ticks())
-    }
+/// What a reading of the targets' CPU times found beyond the times.
+#[derive(Debug, Default)]
+struct CpuUpdate {
+    /// Targets whose pid another process holds now.
+    reused: u64,
+    /// Targets that run on after their leader exited.
+    leaderless: Vec<u32>,
 }
 
 /// The host's CPU times, now; zeros if /proc/stat cannot be read (then no steal is reported,
@@ -1789,24 +2023,39 @@ fn read_host_cpu() -> HostCpu {
     }
 }
 
-/// Takes the CPU times of the session's targets, and the host's (read once for all sessions).
-fn update_cpu(session: &mut Session, host: HostCpu) {
+/// Takes the CPU times of the session's targets, and the host's (read once for all sessions);
+/// marks the targets found ended as exited. A process under a target's pid with another start
+/// time is not the target.
+fn update_cpu(session: &mut Session, host: HostCpu) -> CpuUpdate {
+    let mut update = CpuUpdate::default();
     if host.times.total_ticks() >= session.host_cpu.1.times.total_ticks() {
         session.host_cpu.1 = host;
     }
     if session.spec.system_wide {
-        return;
+        return update;
     }
     for target in session.targets.iter_mut().filter(|t| !t.exited) {
-        match read_cpu_ticks(target.pid, target.start_time) {
-            CpuReading::Alive(ticks) => target.cpu_ticks_last = ticks,
-            CpuReading::Exited(ticks) => {
-                target.cpu_ticks_last = ticks;
+        match life::probe(target.pid, target.start_time) {
+            Life::Alive {
+                cpu_ticks, leader, ..
+            } => {
+                target.cpu_ticks_last = cpu_ticks;
+                if !leader && target.until_ns.is_none() {
+                    update.leaderless.push(target.pid);
+                }
+            }
+            Life::Exited { cpu_ticks, .. } => {
+                target.cpu_ticks_last = cpu_ticks;
                 target.exited = true;
             }
-            CpuReading::Gone => target.exited = true,
+            Life::Reused { .. } => {
+                update.reused += 1;
+                target.exited = true;
+            }
+            Life::Gone => target.exited = true,
         }
     }
+    update
 }
 
 /// Recomputes a session's lost samples per CPU from the kernel's counters.

@@ -6,6 +6,11 @@
 //! also says whether its samples carry call stacks: it does while at least one of its sessions
 //! wants them, so a session that wants none may receive stacks and ignore them, but a session
 //! that wants them always gets them.
+//!
+//! A process's `TRACKED` entry, which its `TARGETS` entries need to be sampled, is added with
+//! its first session here and removed with its last; in between the kernel removes it by itself
+//! when the process exits, and the session manager arms it again while the process lives (see
+//! `Manager::arm`). The count here says only when the daemon itself must remove it.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -15,7 +20,7 @@ use std::{
 use vmscope_common::{TargetKey, WANT_STACKS, Wants};
 
 use super::request::SessionSpec;
-use crate::bpf::{SamplerControl, SamplerError, period_of};
+use crate::bpf::{SamplerControl, SamplerError, Tracking, period_of};
 
 /// Counts per piece of kernel state.
 #[derive(Debug, Default)]
@@ -215,7 +220,7 @@ impl Routes {
                 return Err(e);
             }
             if bump(&mut self.tracked, tgid) {
-                sampler.set_exec_tracking(tgid, true);
+                sampler.set_tracking(tgid, Tracking::Leader);
             }
         }
         if bump(&mut self.periods, period_ns)
@@ -253,7 +258,7 @@ impl Routes {
             tracing::warn!(?key, "turning stacks down for a target failed: {e}");
         }
         if drop_one(&mut self.tracked, tgid) {
-            sampler.set_exec_tracking(tgid, false);
+            sampler.set_tracking(tgid, Tracking::Off);
         }
     }
 
@@ -530,8 +535,8 @@ mod tests {
         fn remove_system_wide(&mut self, period_ns: u64) {
             self.inner.remove_system_wide(period_ns)
         }
-        fn set_exec_tracking(&mut self, tgid: u32, tracked: bool) {
-            self.inner.set_exec_tracking(tgid, tracked)
+        fn set_tracking(&mut self, tgid: u32, tracking: Tracking) {
+            self.inner.set_tracking(tgid, tracking)
         }
         fn set_system_wide_sessions(&mut self, count: u32) {
             self.inner.set_system_wide_sessions(count)

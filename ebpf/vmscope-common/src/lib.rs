@@ -12,6 +12,23 @@ pub const EVENT_SAMPLE: u32 = 0;
 /// carries the new program's name: see [`Event::exec_comm`].
 pub const EVENT_EXEC: u32 = 1;
 
+/// [`Event::kind`] of the exit of a tracked process, sent by the `sched_process_exit` tracepoint
+/// when its thread-group leader exits (or, for a process whose leader exited before, any of its
+/// threads: see [`TRACK_ANY_THREAD`]). The kernel has already removed the process from
+/// `TRACKED` when the daemon reads it, so that nothing forked into its pid afterwards is
+/// sampled for its sessions; `tgid` is the process, `tid` the exiting thread. With system-wide
+/// sessions running, leader exits of every process are sent too (nothing is removed for those).
+pub const EVENT_EXIT: u32 = 2;
+
+/// Value of a `TRACKED` entry: the process is removed from `TRACKED` (so no longer sampled for
+/// its target sessions) when its thread-group leader exits. Its pid cannot be given to another
+/// process before the leader is reaped, and the leader's exit comes before that.
+pub const TRACK_LEADER: u8 = 1;
+/// Value of a `TRACKED` entry: the leader exited already (`pthread_exit` in `main`) while other
+/// threads run on, so the process is removed when any of its threads exits; the daemon arms it
+/// again while threads remain. The last thread's exit comes before the pid can be reused.
+pub const TRACK_ANY_THREAD: u8 = 2;
+
 /// Length of a task's command name (`comm`) in the kernel, NUL included.
 pub const COMM_LEN: usize = 16;
 
@@ -150,7 +167,7 @@ pub const CONFIG_LEN: u32 = 4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
-    /// [`EVENT_SAMPLE`] or [`EVENT_EXEC`].
+    /// [`EVENT_SAMPLE`], [`EVENT_EXEC`] or [`EVENT_EXIT`].
     pub kind: u32,
     /// CPU the event was taken on (`bpf_get_smp_processor_id`).
     pub cpu: u32,

@@ -12,6 +12,11 @@
 //!   daemon.
 //! * `vmscope_exec` (raw tracepoint `sched_process_exec`) reports `execve` of tracked
 //!   processes, whose mappings the daemon must then re-read, with the new program's name.
+//! * `vmscope_exit` (raw tracepoint `sched_process_exit`) ends a tracked process's life in the
+//!   kernel itself: it removes the process from `TRACKED`, which `vmscope_sample` requires of
+//!   every target, the moment its thread-group leader exits, and tells the daemon
+//!   ([`EVENT_EXIT`]). Whatever is forked into the pid afterwards is never sampled for the old
+//!   target's sessions, however late the daemon reads the event.
 //!
 //! Built for `bpfel-unknown-none` by `daemon/build.rs` (aya-build). On the host this file
 //! compiles to an empty `main` so that `cargo build --workspace` and clippy work.
@@ -32,11 +37,11 @@ mod prog {
         programs::{PerfEventContext, RawTracePointContext},
     };
     use vmscope_common::{
-        CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, EVENT_EXEC, EVENT_SAMPLE, Event,
-        FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_COPY,
+        CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE,
+        Event, FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_COPY,
         FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, MAX_LOST_KEYS,
-        MAX_STACK_FRAMES, MAX_TARGETS, MAX_USER_COPY, RING_BUFFER_BYTES, TargetKey, UserCopyHeader,
-        WANT_STACKS, Wants,
+        MAX_STACK_FRAMES, MAX_TARGETS, MAX_USER_COPY, RING_BUFFER_BYTES, TRACK_ANY_THREAD,
+        TargetKey, UserCopyHeader, WANT_STACKS, Wants,
     };
 
     /// `MAX_STACK_FRAMES` is 127 = 0x7f: masking a frame count with it gives the verifier a
@@ -95,7 +100,15 @@ mod prog {
     #[map]
     static SCRATCH: Array<StackRecord> = Array::with_max_entries(1, 0);
 
-    /// Processes whose `execve` the daemon wants to hear about.
+    /// Target processes that live: the gate of `TARGETS`, and the processes whose `execve` and
+    /// exit the daemon wants to hear about. The value says whose exit ends the entry:
+    /// `TRACK_LEADER` or [`TRACK_ANY_THREAD`] (see vmscope_common).
+    ///
+    /// `TARGETS` is keyed by (period, tgid), one entry per sampling period, and only the daemon
+    /// knows the periods; this map is keyed by tgid alone, so the exit program removes a process
+    /// from every period with one delete, and the sampler pays one more lookup only for ticks
+    /// that hit a target. The daemon adds the entry with the target's filters, and again when
+    /// a process it judged alive lost its entry (a leader gone before its threads).
     #[map]
     static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGETS, 0);
 
@@ -140,7 +153,13 @@ mod prog {
         // session on this process may want more.
         if !sampled || value.flags & WANT_STACKS == 0 || value.user_copy_bytes < MAX_USER_COPY {
             // SAFETY: as above.
-            if let Some(&target) = unsafe { TARGETS.get(key) } {
+            if let Some(&target) = unsafe { TARGETS.get(key) }
+                // A target is sampled while it lives: vmscope_exit removes it from TRACKED when
+                // it exits, before its pid can go to another process, while its TARGETS
+                // entries wait for the daemon.
+                // SAFETY: as above.
+                && unsafe { TRACKED.get(tgid).is_some() }
+            {
                 sampled = true;
                 value = value.union(target);
             }
@@ -384,6 +403,55 @@ mod prog {
         {
             // An exec that is not seen leaves stale mappings until the next miss forces a
             // re-read; count it with the unkeyed losses so that it is not silent.
+            count_unkeyed();
+        }
+        0
+    }
+
+    // Fires in do_exit for every exiting thread, before the task is a zombie: its process cannot
+    // be reaped, and its pid reused, before this has run. The current task is all we need.
+    #[raw_tracepoint(tracepoint = "sched_process_exit")]
+    pub fn vmscope_exit(_ctx: RawTracePointContext) -> i32 {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        let tgid = (pid_tgid >> 32) as u32;
+        let leader = pid_tgid as u32 == tgid;
+        // SAFETY: see vmscope_sample.
+        let tracked = match unsafe { TRACKED.get(tgid) } {
+            Some(&mode) => leader || mode == TRACK_ANY_THREAD,
+            None => false,
+        };
+        if tracked {
+            // Before anything else: from here on no tick samples the pid for a target session,
+            // whoever holds it. Only this program and the daemon change entries, and a failed
+            // delete means the entry is gone already.
+            let _ = TRACKED.remove(tgid);
+        } else {
+            // A thread among others, or an untracked process: system-wide sessions still want
+            // to know when a process ends, so that its pid's next owner is read afresh.
+            let system_wide = CONFIG.get(CONFIG_SYSTEM_WIDE).copied().unwrap_or(0) > 0;
+            if !(leader && system_wide) {
+                return 0;
+            }
+        }
+        let event = Event {
+            kind: EVENT_EXIT,
+            // SAFETY: these helpers have no preconditions.
+            cpu: unsafe { bpf_get_smp_processor_id() },
+            tgid,
+            tid: pid_tgid as u32,
+            // SAFETY: as above.
+            timestamp_ns: unsafe { bpf_ktime_get_ns() },
+            ip: 0,
+            period_ns: 0,
+            flags: 0,
+            kernel_frames: 0,
+            user_frames: 0,
+        };
+        if EVENTS
+            .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))
+            .is_err()
+        {
+            // The filter is gone all the same; the daemon notices the exit at its next tick.
             count_unkeyed();
         }
         0
