@@ -102,22 +102,93 @@ pub fn judge<I: IntoIterator<Item = ProcStat>>(
     }
 }
 
-/// Whether a process that started at `start_time` (clock ticks after boot, at `ticks_per_second`)
-/// surely started before `at_ns` (CLOCK_MONOTONIC), when CLOCK_BOOTTIME is `boot_offset_ns`
-/// ahead of CLOCK_MONOTONIC (the time suspended). A process forked into a pid after its owner
-/// exited at `at_ns` started at or after that tick: one with an earlier start time is the owner,
-/// still running (its leader exited before its threads, or an `execve` in another thread
-/// replaced it). One with the same tick may be either.
-pub fn started_before(
-    start_time: u64,
+/// The clock of start times, to compare them with event times: start times count clock ticks
+/// (`ticks_per_second`) of CLOCK_BOOTTIME, events CLOCK_MONOTONIC, which CLOCK_BOOTTIME is ahead
+/// of by the time the host was suspended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartClock {
+    /// CLOCK_BOOTTIME minus CLOCK_MONOTONIC, in nanoseconds.
+    pub boot_offset_ns: u64,
+    /// Clock ticks per second (`USER_HZ`).
+    pub ticks_per_second: u64,
+}
+
+impl StartClock {
+    /// The clock as the host has it now.
+    pub fn now() -> StartClock {
+        StartClock {
+            boot_offset_ns: sys::boottime_ns().saturating_sub(sys::monotonic_ns()),
+            ticks_per_second: sys::clock_ticks_per_second(),
+        }
+    }
+
+    /// Whether a process that started at `start_time` (clock ticks after boot) surely started
+    /// before `at_ns` (CLOCK_MONOTONIC). A process forked into a pid after its owner exited at
+    /// `at_ns` started at or after that tick: one with an earlier start time is the owner,
+    /// running on. One with the same tick may be either.
+    pub fn started_before(&self, start_time: u64, at_ns: u64) -> bool {
+        // A millisecond off for the offset, read from two clocks one after the other.
+        let at_boot_ns = (at_ns + self.boot_offset_ns).saturating_sub(1_000_000);
+        let tick =
+            u128::from(at_boot_ns) * u128::from(self.ticks_per_second.max(1)) / 1_000_000_000;
+        u128::from(start_time) < tick
+    }
+}
+
+/// What an exit event under a target's pid says of the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterExit {
+    /// The target runs on: its leader left before its threads (`pthread_exit` in `main`), or an
+    /// `execve` in another thread replaced it under the same pid and start time.
+    RunsOn {
+        /// Whether its leader runs (after an `execve`) or not (threads only).
+        leader: bool,
+    },
+    /// The target ended.
+    Ended {
+        /// Its last CPU time, when it could still be read (a zombie).
+        cpu_ticks: Option<u64>,
+        /// Whether another process holds the pid already.
+        reused: bool,
+    },
+}
+
+/// Judges a target that started at `target_start` after an exit event at `at_ns` under its
+/// pid, from what holds the pid now (`now`, read with no expected start time).
+///
+/// A process that runs there with the target's start time is the target if its leader is gone
+/// (threads run on: it cannot be another process, whose leader would run), or if it surely
+/// started before the exit. A running leader with the target's start tick that may have started
+/// after the exit is taken for another process, forked into the pid within the same clock tick:
+/// the target's sampling ends rather than another process ever being sampled for it. What that
+/// costs: a target replaced by an `execve` in a non-main thread within the clock tick it
+/// started in is released.
+pub fn after_exit(
+    now: Life,
+    target_start: Option<u64>,
     at_ns: u64,
-    boot_offset_ns: u64,
-    ticks_per_second: u64,
-) -> bool {
-    // A millisecond off for the offset, read from two clocks one after the other.
-    let at_boot_ns = (at_ns + boot_offset_ns).saturating_sub(1_000_000);
-    let tick = u128::from(at_boot_ns) * u128::from(ticks_per_second.max(1)) / 1_000_000_000;
-    u128::from(start_time) < tick
+    clock: StartClock,
+) -> AfterExit {
+    let same = target_start.is_some() && target_start == now.start_time();
+    match now {
+        Life::Alive {
+            leader, start_time, ..
+        } if same && (!leader || clock.started_before(start_time, at_ns)) => {
+            AfterExit::RunsOn { leader }
+        }
+        Life::Exited { cpu_ticks, .. } if same => AfterExit::Ended {
+            cpu_ticks: Some(cpu_ticks),
+            reused: false,
+        },
+        Life::Gone => AfterExit::Ended {
+            cpu_ticks: None,
+            reused: false,
+        },
+        _ => AfterExit::Ended {
+            cpu_ticks: None,
+            reused: true,
+        },
+    }
 }
 
 /// Reads what holds `pid` now (see [`judge`]).
@@ -227,16 +298,92 @@ mod tests {
     fn a_process_started_ticks_before_an_exit_is_no_successor() {
         // 100 ticks a second; the exit at 5.0 s monotonic, 2 s suspended: 7.0 s boottime, tick
         // 700 (the margin of a millisecond makes it 699).
+        let clock = StartClock {
+            boot_offset_ns: 2_000_000_000,
+            ticks_per_second: 100,
+        };
         let at = 5_000_000_000;
-        let offset = 2_000_000_000;
-        assert!(started_before(600, at, offset, 100));
-        assert!(started_before(698, at, offset, 100));
-        assert!(
-            !started_before(699, at, offset, 100),
-            "the same tick: either"
+        assert!(clock.started_before(600, at));
+        assert!(clock.started_before(698, at));
+        assert!(!clock.started_before(699, at), "the same tick: either");
+        assert!(!clock.started_before(700, at));
+        let at_boot = StartClock {
+            boot_offset_ns: 0,
+            ..clock
+        };
+        assert!(!at_boot.started_before(0, 0), "no time before boot");
+    }
+
+    #[test]
+    fn what_an_exit_says_of_a_target() {
+        let clock = StartClock {
+            boot_offset_ns: 0,
+            ticks_per_second: 100,
+        };
+        // The exit at 10 s: tick 1000.
+        let at = 10_000_000_000;
+        let alive = |start_time, leader| Life::Alive {
+            cpu_ticks: 5,
+            start_time,
+            leader,
+        };
+        // Threads run on after the leader, whatever the start tick.
+        for start in [100, 1000] {
+            assert_eq!(
+                after_exit(alive(start, false), Some(start), at, clock),
+                AfterExit::RunsOn { leader: false }
+            );
+        }
+        // A running leader started long before the exit: the target, after an execve from
+        // another thread.
+        assert_eq!(
+            after_exit(alive(100, true), Some(100), at, clock),
+            AfterExit::RunsOn { leader: true }
         );
-        assert!(!started_before(700, at, offset, 100));
-        assert!(!started_before(0, 0, 0, 100), "no time before boot");
+        // A running leader with the exit's start tick: maybe a successor forked in that tick.
+        let successor = AfterExit::Ended {
+            cpu_ticks: None,
+            reused: true,
+        };
+        assert_eq!(
+            after_exit(alive(1000, true), Some(1000), at, clock),
+            successor
+        );
+        // Another start time: another process, running or not.
+        assert_eq!(
+            after_exit(alive(1001, true), Some(100), at, clock),
+            successor
+        );
+        assert_eq!(
+            after_exit(alive(1001, false), Some(100), at, clock),
+            successor
+        );
+        let other_zombie = Life::Exited {
+            cpu_ticks: 9,
+            start_time: 1001,
+        };
+        assert_eq!(after_exit(other_zombie, Some(100), at, clock), successor);
+        // The target's zombie keeps its last CPU time.
+        let zombie = Life::Exited {
+            cpu_ticks: 9,
+            start_time: 100,
+        };
+        assert_eq!(
+            after_exit(zombie, Some(100), at, clock),
+            AfterExit::Ended {
+                cpu_ticks: Some(9),
+                reused: false
+            }
+        );
+        assert_eq!(
+            after_exit(Life::Gone, Some(100), at, clock),
+            AfterExit::Ended {
+                cpu_ticks: None,
+                reused: false
+            }
+        );
+        // A target whose start time was never read is never taken to run on.
+        assert_eq!(after_exit(alive(100, false), None, at, clock), successor);
     }
 
     #[test]
@@ -247,11 +394,9 @@ mod tests {
         let start = life.start_time();
         let again = probe(me, start);
         assert!(again.is_alive() && again.start_time() == start, "{again:?}");
-        // It started before now.
-        let offset = sys::boottime_ns().saturating_sub(sys::monotonic_ns());
-        let hz = sys::clock_ticks_per_second();
+        // It started before a second from now.
         let later = sys::monotonic_ns() + 1_000_000_000;
-        assert!(started_before(start.unwrap(), later, offset, hz));
+        assert!(StartClock::now().started_before(start.unwrap(), later));
         assert!(matches!(
             probe(me, start.map(|s| s + 1)),
             Life::Reused { .. }

@@ -54,7 +54,7 @@ use crate::{
     },
     process::{
         ProcessTable,
-        life::{self, Life},
+        life::{self, AfterExit, Life, StartClock},
     },
     symbolize::{CodeMapKinds, Location, Modules, Unexplained},
     sys,
@@ -285,7 +285,7 @@ pub fn spawn_manager(
         config,
         max_frequency_hz,
         clock_ticks: sys::clock_ticks_per_second(),
-        boot_offset_ns: sys::boottime_ns().saturating_sub(sys::monotonic_ns()),
+        start_clock: StartClock::now(),
         online_cpus: sys::online_cpus(),
         counters: Counters::default(),
         last_forget_ns: 0,
@@ -350,8 +350,8 @@ struct Manager {
     config: ManagerConfig,
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
     clock_ticks: u64,
-    /// How far CLOCK_BOOTTIME (of start times) is ahead of CLOCK_MONOTONIC (of events), at start.
-    boot_offset_ns: u64,
+    /// To compare processes' start times with events' times.
+    start_clock: StartClock,
     online_cpus: u32,
     counters: Counters,
     last_forget_ns: u64,
@@ -1104,16 +1104,11 @@ impl Manager {
 
     /// A tracked process exited (its leader, or a thread of a process whose leader had): the
     /// kernel stopped sampling its pid for target sessions when it did. Its targets are released
-    /// at that time, unless the process runs on: then its filter is armed again.
+    /// at that time, unless the process runs on ([`life::after_exit`]): then its filter is armed
+    /// again.
     ///
     /// Targets of sessions started after the exit are not concerned: they were read, and their
-    /// filters armed and checked, after it. What holds the pid now is judged against each
-    /// target's start time; a process that runs there with the same start time is the target
-    /// only if it surely started before the exit, or if its leader is gone too (its threads run
-    /// on). Otherwise it may be a process forked into the pid within the same clock tick, and
-    /// the target is taken to have ended: a target whose leader exits in the tick it started in,
-    /// by an `execve` in another thread, is released (what is lost), rather than another process
-    /// ever sampled for it.
+    /// filters armed and checked, after it.
     fn exit(&mut self, event: &Event) {
         self.counters.exit_events += 1;
         let (pid, at) = (event.tgid, event.timestamp_ns);
@@ -1123,43 +1118,35 @@ impl Manager {
             self.processes.exited(pid, at);
             return;
         }
-        let life = life::probe(pid, None);
-        let runs_on = match life {
-            Life::Alive {
-                start_time, leader, ..
-            } => {
-                !leader
-                    || life::started_before(start_time, at, self.boot_offset_ns, self.clock_ticks)
-            }
-            _ => false,
-        };
+        let now = life::probe(pid, None);
         let mut reused = false;
-        let mut ran_on = false;
+        let mut ran_on = None;
         for (id, start_time) in concerned {
-            let same = start_time.is_some() && start_time == life.start_time();
-            match life {
-                Life::Alive { .. } if same && runs_on => ran_on = true,
-                Life::Exited { cpu_ticks, .. } if same => {
-                    self.target_exited(id, pid, at, Some(cpu_ticks))
-                }
-                _ => {
-                    reused |= life.start_time().is_some();
-                    self.target_exited(id, pid, at, None);
+            match life::after_exit(now, start_time, at, self.start_clock) {
+                AfterExit::RunsOn { leader } => ran_on = Some(leader),
+                AfterExit::Ended {
+                    cpu_ticks,
+                    reused: other,
+                } => {
+                    reused |= other;
+                    self.target_exited(id, pid, at, cpu_ticks);
                 }
             }
         }
         if reused {
             self.counters.pid_reuses += 1;
         }
-        if ran_on {
-            self.counters.exits_process_ran_on += 1;
-            // An execve from another thread replaced the process under the same pid and start
-            // time: its mappings are read again.
-            self.processes.refresh_if_older(pid, 0, sys::monotonic_ns());
-            self.arm(pid, sys::monotonic_ns());
-        } else {
+        let Some(leader) = ran_on else {
             self.processes.exited(pid, at);
+            return;
+        };
+        self.counters.exits_process_ran_on += 1;
+        if leader {
+            // An execve from another thread replaced the program: its exec event found the
+            // filter gone, so its mappings are read again here.
+            self.processes.refresh_if_older(pid, 0, sys::monotonic_ns());
         }
+        self.arm(pid, sys::monotonic_ns());
     }
 
     /// Arms the kernel's `TRACKED` entry of `pid` for the targets of running sessions that hold
