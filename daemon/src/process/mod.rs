@@ -220,7 +220,6 @@ impl ProcessTable {
         if known.exited_at_ns.is_none_or(|at| timestamp_ns <= at) {
             return;
         }
-        let known_start = known.start_time;
         let running = sys::read_proc(pid, "stat")
             .ok()
             .and_then(|text| stat::parse_stat(&text).ok())
@@ -228,10 +227,9 @@ impl ProcessTable {
         if !running {
             return;
         }
+        // A successor after a known end: found already (an exit event, or counted where the
+        // other start time was seen), so not counted again.
         let fresh = self.read_process(pid, now_ns);
-        if fresh.start_time != known_start {
-            self.counters.pid_reuses += 1;
-        }
         self.processes.insert(pid, fresh);
     }
 
@@ -504,3 +502,6 @@ impl ProcessTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

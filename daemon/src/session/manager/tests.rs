@@ -1231,3 +1231,5 @@ async fn samples_with_a_user_copy_get_the_user_ip_under_the_kernel_frames() {
     assert_eq!(counter("user_copy_bytes"), Some(128));
     assert_eq!(counter("user_copies_faulted"), Some(1));
 }
+
+mod lifetimes;

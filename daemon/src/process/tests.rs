@@ -1,0 +1,104 @@
+//! The process table's identity rules, with this test process standing in for a process the
+//! table knew under another start time (one that held the pid before).
+
+use super::*;
+
+fn table() -> ProcessTable {
+    ProcessTable::new(Arc::new(Modules::new()))
+}
+
+fn me() -> u32 {
+    std::process::id()
+}
+
+/// The table knows this process, but under an earlier start time: as if it had known the pid's
+/// previous owner. Returns the real start time.
+fn known_as_predecessor(table: &mut ProcessTable, now_ns: u64) -> u64 {
+    let real = table
+        .observe(me(), now_ns)
+        .start_time
+        .expect("own start time");
+    table.processes.get_mut(&me()).unwrap().start_time = Some(real - 1);
+    real
+}
+
+#[test]
+fn a_refresh_that_finds_another_process_ends_the_known_one_without_replacing_it() {
+    let mut table = table();
+    let now = sys::monotonic_ns();
+    let real = known_as_predecessor(&mut table, now);
+    table.refresh_if_older(me(), 0, now + 1);
+    let known = table.get(me()).unwrap();
+    assert_eq!(known.start_time, Some(real - 1), "not replaced");
+    assert!(known.gone);
+    assert_eq!(known.exited_at_ns, Some(now + 1));
+    assert_eq!(table.counters().pid_reuses, 1);
+
+    // Samples stamped before its end are still its own; later ones read the pid afresh.
+    table.sampled(me(), now, now + 2);
+    assert_eq!(table.get(me()).unwrap().start_time, Some(real - 1));
+    table.sampled(me(), now + 2, now + 3);
+    let fresh = table.get(me()).unwrap();
+    assert_eq!(fresh.start_time, Some(real));
+    assert!(!fresh.gone && fresh.exited_at_ns.is_none());
+    assert_eq!(table.counters().pid_reuses, 1, "one reuse, counted once");
+}
+
+#[test]
+fn a_miss_never_places_a_sample_in_another_process_mappings() {
+    let code = me as fn() -> u32 as usize as u64;
+    for code_map_check in [false, true] {
+        let mut table = table();
+        let now = sys::monotonic_ns();
+        known_as_predecessor(&mut table, now);
+        // The predecessor mapped nothing here: the table reads the pid again (after the
+        // interval), and finds this process, whose code is there.
+        table.processes.get_mut(&me()).unwrap().mappings.clear();
+        let later = now + 2 * MIN_REFRESH_INTERVAL_NS;
+        if code_map_check {
+            // Another process's mappings vouch for nothing of the known one's code.
+            assert!(!table.is_executable(me(), code, code + 1, later));
+        } else {
+            assert_eq!(
+                table.normalize(me(), code, later),
+                Location::Unmapped(UnmappedReason::ProcessGone)
+            );
+        }
+        assert!(table.get(me()).unwrap().gone);
+        assert_eq!(table.counters().pid_reuses, 1);
+    }
+}
+
+#[test]
+fn a_new_target_is_read_afresh_when_the_table_knew_another_process() {
+    let mut table = table();
+    let now = sys::monotonic_ns();
+    let real = known_as_predecessor(&mut table, now);
+    assert_eq!(table.identify(me(), now + 1).start_time, Some(real));
+    assert_eq!(table.counters().pid_reuses, 1);
+    // The same process is kept as known.
+    let reads = table.counters().maps_reads;
+    table.identify(me(), now + 2);
+    assert_eq!(table.counters().maps_reads, reads);
+    // One that exited while a leader runs under its pid now is another, whatever its start time
+    // (a successor within the same clock tick).
+    table.exited(me(), now + 3);
+    assert_eq!(table.identify(me(), now + 4).exited_at_ns, None);
+    assert_eq!(table.counters().maps_reads, reads + 1);
+}
+
+#[test]
+fn an_exit_ends_only_a_process_read_before_it() {
+    let mut table = table();
+    let now = sys::monotonic_ns();
+    table.observe(me(), now);
+    // Read after the exit: whatever holds the pid after it.
+    table.exited(me(), now - 1);
+    assert!(!table.get(me()).unwrap().gone);
+    table.exited(me(), now + 1);
+    let known = table.get(me()).unwrap();
+    assert!(known.gone && known.exited_at_ns == Some(now + 1));
+    // A later sample of a running process under the pid reads it afresh.
+    table.sampled(me(), now + 2, now + 3);
+    assert!(!table.get(me()).unwrap().gone);
+}
