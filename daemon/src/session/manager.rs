@@ -504,15 +504,28 @@ impl Manager {
                 caller.uid
             )));
         }
+        // The processes named, by start time, before the caller is authorized for them: the
+        // targets read after must be these, not others given their pids in between.
+        let named: Vec<Option<u64>> = spec
+            .pids
+            .iter()
+            .map(|&pid| life::probe(pid, None).start_time())
+            .collect();
         request::authorize(&caller, &spec)?;
 
         let now = sys::monotonic_ns();
         let mut targets = Vec::with_capacity(spec.pids.len());
-        for &pid in &spec.pids {
+        for (&pid, &named_start) in spec.pids.iter().zip(&named) {
             // Read the process now, while it surely lives: a target that exits right away is
             // still symbolised. What the table knows of an earlier process under the pid is not
             // this one.
             let process = self.processes.identify(pid, now);
+            if named_start.is_none() || process.start_time != named_start {
+                if named_start.is_some() && process.start_time.is_some() {
+                    self.counters.pid_reuses += 1;
+                }
+                return Err(SessionError::NoSuchProcess(pid));
+            }
             let mut target = Target {
                 pid,
                 start_time: process.start_time,
