@@ -409,7 +409,9 @@ mod prog {
     }
 
     // Fires in do_exit for every exiting thread, before the task is a zombie: its process cannot
-    // be reaped, and its pid reused, before this has run. The current task is all we need.
+    // be reaped, and its pid reused, before this has run. The current task is all we need; the
+    // tracepoint's arguments (the task, and on recent kernels whether its whole group is dead)
+    // are not read, so that the program attaches on every kernel that has the tracepoint.
     #[raw_tracepoint(tracepoint = "sched_process_exit")]
     pub fn vmscope_exit(_ctx: RawTracePointContext) -> i32 {
         let pid_tgid = bpf_get_current_pid_tgid();
