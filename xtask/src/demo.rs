@@ -44,8 +44,9 @@ pub fn build() -> anyhow::Result<Built> {
         "-p",
         "jitvm",
     ]))?;
-    let release = root().join("target/release");
-    let dir = root().join("target/xtask");
+    let target = target_dir();
+    let release = target.join("release");
+    let dir = target.join("xtask");
     std::fs::create_dir_all(&dir)?;
     Ok(Built {
         daemon: release.join("vmscoped"),
@@ -53,6 +54,15 @@ pub fn build() -> anyhow::Result<Built> {
         jitvm: release.join("jitvm"),
         dir,
     })
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace, as cargo
+/// reads it), else `target` in the workspace.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root().join(dir),
+        None => root().join("target"),
+    }
 }
 
 /// A daemon for the demo or the benchmark: one already running, or one we started.
