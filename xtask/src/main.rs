@@ -7,6 +7,7 @@
 //! run it first.
 
 mod bench;
+mod bench_exit;
 mod bench_jvm;
 mod bench_late;
 mod bench_lines;
@@ -63,6 +64,10 @@ enum Task {
         /// and with it written at once: the daemon's memory for samples awaiting their map.
         #[arg(long, value_name = "SECONDS", conflicts_with_all = ["soak", "lines", "jvm_perfmap"])]
         late_maps: Option<u64>,
+        /// Instead, time 10,000 fork+exit+wait with no daemon, the daemon idle, a session on
+        /// another process and a system-wide one: what the exit tracepoint costs an exit.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps"])]
+        exit_cost: bool,
     },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
     Fuzz {
@@ -88,6 +93,9 @@ fn main() -> ExitCode {
             late_maps: Some(seconds),
             ..
         } => setup::run().and_then(|()| bench_late::run(seconds)),
+        Task::Bench {
+            exit_cost: true, ..
+        } => setup::run().and_then(|()| bench_exit::run()),
         Task::Bench { soak, .. } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };
