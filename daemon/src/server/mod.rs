@@ -7,12 +7,14 @@
 //! client's `:authority` is accepted.
 
 pub mod authority;
+pub mod connections;
 mod listen;
 mod publish;
 mod status;
 
-use std::{pin::Pin, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
 
+pub use connections::{ConnectionLimits, Connections};
 pub use listen::bind_socket;
 pub use publish::CodeMapService;
 use status::to_status;
@@ -43,15 +45,21 @@ pub struct ProfilerService {
     online_cpus: u32,
     watches: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
+    connections: Arc<Connections>,
+    limits: Arc<BTreeMap<&'static str, u64>>,
 }
 
 impl ProfilerService {
-    /// A service over a running manager. Watch streams end when `shutdown` turns true.
+    /// A service over a running manager. Watch streams send their session's profile once more
+    /// and end when `shutdown` turns true. `limits` are shown in `GetDaemonInfo`, with the
+    /// counters of `connections`.
     pub fn new(
         manager: ManagerHandle,
         symbolizer: Symbolizer,
         online_cpus: u32,
         shutdown: watch::Receiver<bool>,
+        connections: Arc<Connections>,
+        limits: BTreeMap<&'static str, u64>,
     ) -> Self {
         ProfilerService {
             manager,
@@ -59,6 +67,8 @@ impl ProfilerService {
             online_cpus,
             watches: Arc::new(Semaphore::new(MAX_WATCHES)),
             shutdown,
+            connections,
+            limits: Arc::new(limits),
         }
     }
 
@@ -219,20 +229,18 @@ impl pb::profiler_server::Profiler for ProfilerService {
         tokio::spawn(async move {
             let _permit = permit;
             loop {
-                if *shutdown.borrow_and_update() {
-                    let _ = tx
-                        .send(Err(Status::unavailable("the daemon is shutting down")))
-                        .await;
-                    break;
-                }
+                // At shutdown the daemon stops the sessions first: this profile is then the
+                // final one, and the watch ends with it.
+                let shutting_down = *shutdown.borrow_and_update();
                 // Watches stream our message only: pprof is for GetProfile.
                 let profile = service.profile(caller, request.session_id, false).await;
                 // The stopped session's profile is the last: it changes no more, whole or not.
-                let last = profile.as_ref().map_or(true, |p| {
-                    p.session
-                        .as_ref()
-                        .is_some_and(|s| s.state() == pb::SessionState::Stopped)
-                });
+                let last = shutting_down
+                    || profile.as_ref().map_or(true, |p| {
+                        p.session
+                            .as_ref()
+                            .is_some_and(|s| s.state() == pb::SessionState::Stopped)
+                    });
                 // A client that went away closes the channel; that ends the watch, nothing else.
                 if tx.send(profile).await.is_err() || last {
                     break;
@@ -254,7 +262,8 @@ impl pb::profiler_server::Profiler for ProfilerService {
         let max_frequency_hz = sys::perf_event_max_sample_rate().map_err(|e| {
             Status::internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
         })?;
-        let counters = self.manager.counters().await.map_err(to_status)?;
+        let mut counters = self.manager.counters().await.map_err(to_status)?.values;
+        counters.extend(self.connections.counters.values());
         Ok(Response::new(pb::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             max_frequency_hz,
@@ -262,9 +271,13 @@ impl pb::profiler_server::Profiler for ProfilerService {
             online_cpus: self.online_cpus,
             hardware_events: sys::has_hardware_pmu(),
             counters: counters
-                .values
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+            limits: self
+                .limits
+                .iter()
+                .map(|(&k, &v)| (k.to_owned(), v))
                 .collect(),
         }))
     }
