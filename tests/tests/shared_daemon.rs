@@ -7,7 +7,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+use vmscope_proto::v1::{GetProfileRequest, GetSessionRequest, SessionState, StartSessionRequest};
 use vmscope_tests::{Daemon, NOBODY, Running, binary, fixtures, json_report};
+
+/// These tests measure the daemon under attack: one at a time, so that they measure that.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Connections the flooding user tries to hold: about the daemon's descriptor limit here
 /// (20,000), which is what the flood reached before per-user shares.
@@ -44,6 +52,7 @@ fn info(daemon: &Daemon) -> (serde_json::Value, Duration) {
 /// `info` answers within a second all along, and the daemon's descriptors stay near its share.
 #[test]
 fn another_users_connection_flood_leaves_root_served() {
+    let _serial = serial();
     let daemon = Daemon::start();
     let baseline = open_fds(daemon.pid());
     // Python holds the sockets (nobody's code here); as nobody, with the soft descriptor limit
@@ -125,6 +134,7 @@ sys.stdin.read()
 /// A connection that never sends the HTTP/2 preface is closed at the handshake deadline.
 #[test]
 fn silent_connections_are_closed_at_the_handshake_deadline() {
+    let _serial = serial();
     let daemon = Daemon::start_with(&["--handshake-ms", "300"]);
     let mut silent = UnixStream::connect(&daemon.socket).unwrap();
     silent
@@ -147,6 +157,7 @@ fn silent_connections_are_closed_at_the_handshake_deadline() {
 /// a recording client: the recording gets its final profile, and the socket is removed.
 #[test]
 fn sigterm_ends_the_daemon_within_3_s_whatever_clients_do() {
+    let _serial = serial();
     let mut daemon = Daemon::start();
     let idle: Vec<UnixStream> = (0..10)
         .map(|_| UnixStream::connect(&daemon.socket).unwrap())
@@ -203,4 +214,104 @@ fn sigterm_ends_the_daemon_within_3_s_whatever_clients_do() {
         report["stop_reason"]
     );
     assert!(report["total_samples"].as_u64().unwrap() > 0);
+}
+
+/// Another user's session reads its own 50 GB sparse perf map: root's 4 s session meanwhile
+/// stops within 0.5 s of its end and samples at 1400 Hz ± 10% of its target's CPU time.
+#[test]
+fn another_users_sparse_perf_map_does_not_stall_root() {
+    let _serial = serial();
+    let daemon = Daemon::start();
+    let dir = vmscope_tests::shared_tempdir();
+    let jit = Running::start(
+        Command::new(&fixtures().fakejit)
+            .arg("20")
+            .arg(dir.path())
+            .arg("none")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let map = format!("/tmp/perf-{}.map", jit.pid());
+    let file = std::fs::File::create(&map).unwrap();
+    file.set_len(50 << 30).unwrap();
+    std::os::unix::fs::chown(&map, Some(NOBODY), Some(NOBODY)).unwrap();
+    let theirs = daemon
+        .cli()
+        .args(["record", "--format", "json", "--duration", "8", "--pid"])
+        .arg(jit.pid().to_string())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmscope as nobody");
+    // Their samples in generated code make the daemon read the map.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (took, profile) = runtime.block_on(async {
+        let mut client = daemon.client().await;
+        let session = client
+            .start_session(StartSessionRequest {
+                pids: vec![target.pid()],
+                duration: Some(prost_types::Duration {
+                    seconds: 4,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let began = Instant::now();
+        loop {
+            let now = client
+                .get_session(GetSessionRequest {
+                    session_id: session.id,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            if now.state() == SessionState::Stopped {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let took = began.elapsed();
+        let profile = client
+            .get_profile(GetProfileRequest {
+                session_id: session.id,
+                pprof: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        (took, profile)
+    });
+    let theirs = theirs.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&map);
+    let (answer, _) = info(&daemon);
+    assert_eq!(
+        answer["counters"]["code_map_refused_too_large"], 1,
+        "the sparse map was not refused: {}",
+        answer["counters"]
+    );
+    // Per second of the target's CPU time: the machine has two cores, which the attacker's
+    // spinning JIT and builds may share with the target; what the daemon must not do is miss
+    // ticks.
+    let hz = profile.measured_frequency_hz;
+    assert!(
+        took < Duration::from_millis(4500),
+        "root's 4 s session took {took:?} to stop"
+    );
+    assert!(
+        (1260.0..=1540.0).contains(&hz),
+        "root sampled at {hz:.0} Hz"
+    );
+    assert!(
+        theirs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&theirs.stderr)
+    );
 }

@@ -41,6 +41,7 @@ use std::{
 use vmscope_parse::stat;
 
 use super::{
+    budget::ReadBudgets,
     code::{CodeId, CodeStore},
     live::LiveMap,
     refusals::{Reason, Refusals},
@@ -449,6 +450,8 @@ impl MappedFileKind {
 pub struct CodeMapCounters {
     /// Samples attributed to a code map entry.
     pub attributed: u64,
+    /// Syncs whose reads stopped at their user's byte budget (see [`super::budget`]).
+    pub reads_deferred: u64,
     /// Samples in generated code no code map explained.
     pub unexplained: u64,
     /// Changes applied.
@@ -639,6 +642,8 @@ pub struct CodeMaps {
     store: Arc<CodeStore>,
     processes: HashMap<u32, ProcessCode>,
     counters: CodeMapCounters,
+    /// Bytes of code map files each user's processes may read.
+    budgets: ReadBudgets,
 }
 
 impl CodeMaps {
@@ -648,6 +653,7 @@ impl CodeMaps {
             store,
             processes: HashMap::new(),
             counters: CodeMapCounters::default(),
+            budgets: ReadBudgets::default(),
         }
     }
 
@@ -666,6 +672,7 @@ impl CodeMaps {
             c.samples_late += t.late_samples;
         }
         c.changes_refused = c.refused.get(&Reason::Unapplicable).copied().unwrap_or(0);
+        c.reads_deferred = self.budgets.exhausted;
         c.source_refusals = c
             .refused
             .iter()
@@ -986,6 +993,9 @@ impl CodeMaps {
             return;
         };
         let final_read = process.exited;
+        // A process whose owner is not known yet reads nothing yet: its files are not trusted.
+        let uid = process.uid.unwrap_or(u32::MAX);
+        let mut budget = self.budgets.take(uid, now_ns);
         let mut changes = Vec::new();
         let mut refused = Vec::new();
         let mut check = |start: u64, end: u64| {
@@ -1023,7 +1033,7 @@ impl CodeMaps {
         }
         let mut perf_changed = false;
         if let Some(perf_map) = &mut process.perf_map {
-            match perf_map.read(now_ns, &store, &mut check, final_read) {
+            match perf_map.read(now_ns, &store, &mut check, final_read, &mut budget) {
                 Ok(read) => {
                     for (_, change) in &read {
                         // Refusals are the timeline's to count: the content only names.
@@ -1042,11 +1052,12 @@ impl CodeMaps {
             }
         }
         for jitdump in &mut process.jitdumps {
-            changes.extend(jitdump.read(now_ns, &store, &mut check, final_read));
+            changes.extend(jitdump.read(now_ns, &store, &mut check, final_read, &mut budget));
         }
         for file in &mut process.files {
-            changes.extend(file.read(&store, final_read));
+            changes.extend(file.read(&store, final_read, &mut budget));
         }
+        self.budgets.put_back(uid, budget);
         for range in refused {
             if process.refused_ranges.len() == MAX_REFUSED_RANGES {
                 process.refused_ranges.pop_front();

@@ -1548,6 +1548,7 @@ impl Manager {
             ("jvm_perf_map_request_ms", self.jvms.counters.request_ms),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
+            ("code_map_reads_deferred", j.reads_deferred),
             ("code_map_source_failures", j.source_failures),
             ("code_store_codes", self.codemaps.store().len() as u64),
             ("code_store_bytes", self.codemaps.store().bytes() as u64),
