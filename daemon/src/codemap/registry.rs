@@ -575,6 +575,16 @@ impl ProcessCode {
         }
     }
 
+    /// Adds what the process counted to the registry's counters as it is forgotten: the
+    /// daemon's counters only go up, whatever processes come and go.
+    fn retire(mut self, counters: &mut CodeMapCounters) {
+        self.count_refusals(counters);
+        let t = self.timeline.counters();
+        counters.changes += t.applied;
+        counters.changes_late += t.late;
+        counters.samples_late += t.late_samples;
+    }
+
     /// Up to when its sources vouch for the map themselves: [`ProcessCode::known_until`]
     /// without its bounded waits. A sample attributed later than this was attributed before
     /// its code map caught up (a buffered jitdump, a silent publication).
@@ -810,9 +820,9 @@ impl CodeMaps {
         if let Some(known) = self.processes.get(&pid)
             && !known.busy()
             && known.start_time_ticks != read_start_time(pid)
-            && let Some(mut gone) = self.processes.remove(&pid)
+            && let Some(gone) = self.processes.remove(&pid)
         {
-            gone.count_refusals(&mut self.counters);
+            gone.retire(&mut self.counters);
         }
         self.process(pid);
     }
@@ -845,23 +855,26 @@ impl CodeMaps {
     /// Forgets a process nobody needs any more (nothing waiting).
     pub fn forget(&mut self, pid: u32) {
         if self.processes.get(&pid).is_some_and(|p| !p.busy())
-            && let Some(mut gone) = self.processes.remove(&pid)
+            && let Some(gone) = self.processes.remove(&pid)
         {
-            gone.count_refusals(&mut self.counters);
+            gone.retire(&mut self.counters);
         }
     }
 
     /// Forgets the processes nothing waits on, no publication streams to, and `keep` does not
     /// name: their maps are read afresh if they are ever sampled again.
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
-        let counters = &mut self.counters;
-        self.processes.retain(|&pid, p| {
-            let kept = keep(pid) || p.streams > 0 || p.busy();
-            if !kept {
-                p.count_refusals(counters);
+        let gone: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|&(&pid, p)| !(keep(pid) || p.streams > 0 || p.busy()))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in gone {
+            if let Some(process) = self.processes.remove(&pid) {
+                process.retire(&mut self.counters);
             }
-            kept
-        });
+        }
     }
 
     /// Applies the changes of processes with no sample waiting (a VM publishing between
@@ -1539,8 +1552,16 @@ mod tests {
             ],
             now,
         );
+        maps.settle(now + 1, now + 1);
         let c = maps.counters();
         assert_eq!(c.changes_refused, 1, "{c:?}");
+        assert_eq!(c.changes, 1, "{c:?}");
+        // Forgotten, the process's counts stay in the daemon's.
+        maps.stream_closed(pid);
+        maps.retain(|_| false);
+        let after = maps.counters();
+        assert!(maps.waiting().is_empty() && maps.processes.is_empty());
+        assert_eq!((after.changes_refused, after.changes), (1, 1), "{after:?}");
     }
 
     /// A forced advance (a stop at its deadline) attributes every waiting sample, provisionally,
