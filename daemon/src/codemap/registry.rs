@@ -806,6 +806,14 @@ impl CodeMaps {
         count_refusals(&mut self.counters, &mut process.timeline.refusals);
     }
 
+    /// Counts events a publication stream refused before they became changes (see
+    /// [`super::vm`]), with the other events that break the protocol.
+    pub fn count_stream_refusals(&mut self, events: u64) {
+        if events > 0 {
+            *self.counters.refused.entry(Reason::Invalid).or_default() += events;
+        }
+    }
+
     /// The process exited: its files are read one last time, and it changes no more.
     pub fn exited(&mut self, pid: u32) {
         if let Some(process) = self.processes.get_mut(&pid) {

@@ -154,6 +154,9 @@ pub enum Publication {
         changes: Vec<(u64, Change)>,
         /// The map is known up to here.
         until_ns: u64,
+        /// Events the stream refused since the last changes (broken rules, a message over the
+        /// size limit): counted with the daemon's code map refusals.
+        refused: u64,
     },
     /// The stream ended.
     Closed,
@@ -441,8 +444,13 @@ impl Manager {
             }
             Command::Publish { pid, update } => match update {
                 Publication::Opened => self.codemaps.stream_opened(pid),
-                Publication::Changes { changes, until_ns } => {
-                    self.codemaps.publish(pid, changes, until_ns)
+                Publication::Changes {
+                    changes,
+                    until_ns,
+                    refused,
+                } => {
+                    self.codemaps.publish(pid, changes, until_ns);
+                    self.codemaps.count_stream_refusals(refused);
                 }
                 Publication::Closed => self.codemaps.stream_closed(pid),
             },

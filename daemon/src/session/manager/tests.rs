@@ -818,6 +818,7 @@ async fn publish_load_move_load(
         .publish(
             me(),
             Publication::Changes {
+                refused: 0,
                 changes: vec![
                     (
                         t0 + 10,
