@@ -315,3 +315,36 @@ fn another_users_sparse_perf_map_does_not_stall_root() {
         String::from_utf8_lossy(&theirs.stderr)
     );
 }
+
+/// The daemon killed mid-recording: vmscope says it went away and what was lost, in words.
+#[test]
+fn the_cli_says_the_daemon_went_away() {
+    let _serial = serial();
+    let daemon = Daemon::start();
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let recording = daemon
+        .cli()
+        .args(["record", "--duration", "30", "--pid"])
+        .arg(target.pid().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmscope record");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(&daemon).0["counters"]["sessions_started"] != 1 {
+        assert!(Instant::now() < deadline, "the recording never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill only sends a signal to the test's own child.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
+    let began = Instant::now();
+    let out = recording.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(began.elapsed() < Duration::from_secs(3), "{stderr}");
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("session 1 was lost with the daemon") && stderr.contains("went away"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("(Unknown)"), "{stderr}");
+}
