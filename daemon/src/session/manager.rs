@@ -61,8 +61,14 @@ pub struct ManagerConfig {
     /// Most sessions one user other than root may run at once.
     pub max_running_per_user: usize,
     /// Stopped sessions kept per user for later reports; a user's oldest are evicted first, so
-    /// no user can push out another's.
+    /// no user can push out another's. One whose final profile was never taken is kept beyond
+    /// this for [`ManagerConfig::unfetched_kept_for`].
     pub max_stopped_per_user: usize,
+    /// How long a stopped session whose final profile nobody took is kept whatever the count:
+    /// a client that stops a session and then asks for its profile always gets it, however
+    /// many sessions its user (or other clients of that user) stop meanwhile. A user other than
+    /// root with `max_stopped_per_user` such sessions starts no more until it takes one.
+    pub unfetched_kept_for: Duration,
     /// Period of the housekeeping tick (CPU times, exited targets).
     pub tick: Duration,
     /// Time after a stop during which samples may still be in flight in the kernel.
@@ -90,6 +96,7 @@ impl Default for ManagerConfig {
             max_running_sessions: 64,
             max_running_per_user: 8,
             max_stopped_per_user: 32,
+            unfetched_kept_for: Duration::from_secs(600),
             tick: Duration::from_millis(100),
             stop_slack: Duration::from_millis(2),
             system_wide_code_map_wait: Duration::from_secs(1),
@@ -434,7 +441,14 @@ impl Manager {
             }
             Command::Snapshot { caller, id, reply } => {
                 let result = match self.visible(caller, id) {
-                    Ok(_) => Ok(self.snapshot(id)),
+                    Ok(_) => {
+                        if let Some(session) = self.sessions.get_mut(&id)
+                            && session.state == State::Stopped
+                        {
+                            session.fetched = true;
+                        }
+                        Ok(self.snapshot(id))
+                    }
                     Err(e) => Err(e),
                 };
                 let _ = reply.send(result);
@@ -491,8 +505,22 @@ impl Manager {
             )));
         }
         request::authorize(&caller, &spec)?;
-
         let now = sys::monotonic_ns();
+        let unfetched = self
+            .sessions
+            .values()
+            .filter(|s| s.owner_uid == caller.uid && self.protected(s, now))
+            .count();
+        if !caller.is_root() && unfetched >= self.config.max_stopped_per_user {
+            return Err(SessionError::ResourceExhausted(format!(
+                "you (uid {}) have {unfetched} stopped sessions whose profiles nobody took, the \
+                 most one user may: take them (vmscope report ID) or wait until they are {} s \
+                 old",
+                caller.uid,
+                self.config.unfetched_kept_for.as_secs()
+            )));
+        }
+
         let mut targets = Vec::with_capacity(spec.pids.len());
         for &pid in &spec.pids {
             // Read the process now, while it surely lives: a target that exits right away is
@@ -568,6 +596,7 @@ impl Manager {
             pending_jit: 0,
             jit: Default::default(),
             incomplete: None,
+            fetched: false,
             kept: KeptSamples::new(spec.keep_samples as usize),
             truncated: 0,
             spec,
@@ -841,8 +870,10 @@ impl Manager {
         }
     }
 
-    /// Keeps each user's most recent stopped sessions.
+    /// Keeps each user's most recent stopped sessions, and those whose final profile was not
+    /// taken yet (for a while).
     fn evict(&mut self) {
+        let now = sys::monotonic_ns();
         let mut kept: HashMap<u32, usize> = HashMap::new();
         let mut evict = Vec::new();
         for session in self.sessions.values().rev() {
@@ -851,7 +882,7 @@ impl Manager {
             }
             let count = kept.entry(session.owner_uid).or_insert(0);
             *count += 1;
-            if *count > self.config.max_stopped_per_user {
+            if *count > self.config.max_stopped_per_user && !self.protected(session, now) {
                 evict.push(session.id);
             }
         }
@@ -859,6 +890,16 @@ impl Manager {
             self.sessions.remove(&id);
             self.counters.sessions_evicted += 1;
         }
+    }
+
+    /// Whether a stopped session is kept whatever the count: its final profile was not taken,
+    /// and it stopped less than `unfetched_kept_for` ago.
+    fn protected(&self, session: &Session, now_ns: u64) -> bool {
+        session.state == State::Stopped
+            && !session.fetched
+            && session.stop_ns.is_some_and(|stop| {
+                now_ns.saturating_sub(stop) < self.config.unfetched_kept_for.as_nanos() as u64
+            })
     }
 
     fn ingest(&mut self, batch: Batch) {

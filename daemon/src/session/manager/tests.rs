@@ -70,6 +70,7 @@ fn harness_with_store(store: Arc<CodeStore>) -> Harness {
 }
 
 const ROOT: Caller = Caller { uid: 0, pid: None };
+const NOBODY_UID: u32 = 65534;
 
 fn start_request(pids: &[u32], hz: u32) -> pb::StartSessionRequest {
     pb::StartSessionRequest {
@@ -627,7 +628,7 @@ async fn lost_samples_are_reported_per_cpu_since_start() {
 }
 
 #[tokio::test]
-async fn old_stopped_sessions_are_evicted() {
+async fn stopped_sessions_are_kept_until_their_profile_is_taken() {
     let h = harness_with(ManagerConfig {
         max_stopped_per_user: 2,
         tick: Duration::from_millis(20),
@@ -643,11 +644,61 @@ async fn old_stopped_sessions_are_evicted() {
         h.stop(s.id).await.unwrap();
         ids.push(s.id);
     }
-    assert!(matches!(
-        h.manager.get(ROOT, ids[0]).await,
-        Err(SessionError::NoSuchSession(_))
-    ));
-    assert!(h.manager.get(ROOT, ids[2]).await.is_ok());
+    // One too many, but nobody took their profiles yet: all kept.
+    for &id in &ids {
+        assert!(h.manager.get(ROOT, id).await.is_ok(), "session {id}");
+    }
+    // Taken, the oldest go at the next stop.
+    for &id in &ids {
+        h.manager.snapshot(ROOT, id).await.unwrap();
+    }
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    h.stop(s.id).await.unwrap();
+    for (id, kept) in [
+        (ids[0], false),
+        (ids[1], false),
+        (ids[2], true),
+        (s.id, true),
+    ] {
+        assert_eq!(h.manager.get(ROOT, id).await.is_ok(), kept, "session {id}");
+    }
+
+    // A user other than root with as many untaken profiles as it may keep starts no more.
+    use std::os::unix::process::CommandExt as _;
+    let mut theirs = Command::new("sleep")
+        .arg("30")
+        .uid(NOBODY_UID)
+        .gid(NOBODY_UID)
+        .spawn()
+        .unwrap();
+    let nobody = Caller {
+        uid: NOBODY_UID,
+        pid: None,
+    };
+    for _ in 0..2 {
+        let s = h
+            .manager
+            .start(nobody, start_request(&[theirs.id()], 100))
+            .await
+            .unwrap();
+        h.stop(s.id).await.unwrap();
+    }
+    let refused = h
+        .manager
+        .start(nobody, start_request(&[theirs.id()], 100))
+        .await;
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+    match refused {
+        Err(SessionError::ResourceExhausted(why)) => {
+            assert!(why.contains("profiles nobody took"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
