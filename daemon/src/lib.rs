@@ -298,7 +298,9 @@ fn daemon_limits(
         ("running_sessions_per_user", m.max_running_per_user as u64),
         ("running_sessions_total", m.max_running_sessions as u64),
         ("stopped_sessions_per_user", m.max_stopped_per_user as u64),
-        ("watches_total", server::MAX_WATCHES as u64),
+        ("watches_per_user", server::WATCHES.per_user as u64),
+        ("watches_non_root", server::WATCHES.non_root as u64),
+        ("watches_total", server::WATCHES.total as u64),
         ("code_store_bytes", config.code_store_bytes as u64),
     ]
     .into_iter()

@@ -13,10 +13,9 @@
 //! A refused client gets an HTTP/2 GOAWAY (ENHANCE_YOUR_CALM) that says why, then the close.
 
 use std::{
-    collections::HashMap,
     fmt, io,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering::Relaxed},
     },
     time::Duration,
@@ -29,7 +28,10 @@ use tokio::{
 };
 use tokio_stream::{Stream, wrappers::ReceiverStream};
 
-use super::authority::FixedAuthority;
+use super::{
+    authority::FixedAuthority,
+    shares::{self, Share, ShareLimits, Shares},
+};
 
 /// What every HTTP/2 client sends first (RFC 9113, 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -85,43 +87,25 @@ impl ConnectionLimits {
 pub enum Refusal {
     /// The kernel gave no peer credentials: nothing could be authorised on it.
     NoCredentials,
-    /// The user holds its share already.
-    PerUser {
-        /// The user.
-        uid: u32,
-        /// Its share.
-        limit: usize,
-    },
-    /// Users other than root hold their share together.
-    NonRoot {
-        /// Their share.
-        limit: usize,
-    },
-    /// The daemon holds as many connections as it serves.
-    Total {
-        /// The limit.
-        limit: usize,
-    },
+    /// A share was full.
+    Share(shares::Refusal),
 }
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::NoCredentials => write!(f, "the socket gave no peer credentials"),
-            Refusal::PerUser { uid, limit } => write!(
+            Refusal::Share(refusal @ shares::Refusal::PerUser { .. }) => write!(
                 f,
-                "uid {uid} holds {limit} connections to vmscoped, the most one user may; \
-                 close some (vmscoped --max-connections-per-user)"
+                "connections to vmscoped: {refusal}; close some (vmscoped \
+                 --max-connections-per-user)"
             ),
-            Refusal::NonRoot { limit } => write!(
+            Refusal::Share(refusal @ shares::Refusal::NonRoot { .. }) => write!(
                 f,
-                "users other than root hold {limit} connections to vmscoped, the most they may \
-                 together; try later (vmscoped --max-connections-non-root)"
+                "connections to vmscoped: {refusal}; try later (vmscoped \
+                 --max-connections-non-root)"
             ),
-            Refusal::Total { limit } => write!(
-                f,
-                "vmscoped holds {limit} connections, the most it serves; try later"
-            ),
+            Refusal::Share(refusal) => write!(f, "connections to vmscoped: {refusal}; try later"),
         }
     }
 }
@@ -175,18 +159,11 @@ impl ConnectionCounters {
     }
 }
 
-#[derive(Debug, Default)]
-struct Held {
-    by_uid: HashMap<u32, usize>,
-    non_root: usize,
-    total: usize,
-}
-
 /// The connections the daemon holds, per user, against [`ConnectionLimits`].
 #[derive(Debug)]
 pub struct Connections {
     limits: ConnectionLimits,
-    held: Mutex<Held>,
+    shares: Arc<Shares>,
     /// What the accept loop did.
     pub counters: ConnectionCounters,
 }
@@ -196,7 +173,11 @@ impl Connections {
     pub fn new(limits: ConnectionLimits) -> Arc<Connections> {
         Arc::new(Connections {
             limits,
-            held: Mutex::new(Held::default()),
+            shares: Shares::new(ShareLimits {
+                per_user: limits.per_user,
+                non_root: limits.non_root,
+                total: limits.total,
+            }),
             counters: ConnectionCounters::default(),
         })
     }
@@ -209,66 +190,30 @@ impl Connections {
     /// A slot for a connection of `uid`, held until the slot is dropped; or why not.
     pub fn admit(self: &Arc<Self>, uid: Option<u32>) -> Result<Slot, Refusal> {
         let uid = uid.ok_or(Refusal::NoCredentials)?;
-        let limits = self.limits;
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.total >= limits.total {
-            return Err(Refusal::Total {
-                limit: limits.total,
-            });
-        }
-        if uid != 0 {
-            if held.by_uid.get(&uid).copied().unwrap_or(0) >= limits.per_user {
-                return Err(Refusal::PerUser {
-                    uid,
-                    limit: limits.per_user,
-                });
-            }
-            if held.non_root >= limits.non_root {
-                return Err(Refusal::NonRoot {
-                    limit: limits.non_root,
-                });
-            }
-            held.non_root += 1;
-        }
-        held.total += 1;
-        *held.by_uid.entry(uid).or_default() += 1;
+        let share = self.shares.take(uid).map_err(Refusal::Share)?;
         Ok(Slot {
             connections: self.clone(),
-            uid,
+            share: Some(share),
         })
     }
 
     /// Connections held now, by everyone.
     pub fn held(&self) -> usize {
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).total
+        self.shares.held()
     }
 
     /// Connections `uid` holds now.
     pub fn held_by(&self, uid: u32) -> usize {
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.by_uid.get(&uid).copied().unwrap_or(0)
-    }
-
-    fn release(&self, uid: u32) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.total -= 1;
-        if uid != 0 {
-            held.non_root -= 1;
-        }
-        if let Some(n) = held.by_uid.get_mut(&uid) {
-            *n -= 1;
-            if *n == 0 {
-                held.by_uid.remove(&uid);
-            }
-        }
-        self.counters.closed.fetch_add(1, Relaxed);
+        self.shares.held_by(uid)
     }
 
     fn count_refusal(&self, refusal: Refusal) {
         let counter = match refusal {
-            Refusal::PerUser { .. } => &self.counters.refused_per_user,
-            Refusal::NonRoot { .. } => &self.counters.refused_non_root,
-            Refusal::Total { .. } | Refusal::NoCredentials => &self.counters.refused_total,
+            Refusal::Share(shares::Refusal::PerUser { .. }) => &self.counters.refused_per_user,
+            Refusal::Share(shares::Refusal::NonRoot { .. }) => &self.counters.refused_non_root,
+            Refusal::Share(shares::Refusal::Total { .. }) | Refusal::NoCredentials => {
+                &self.counters.refused_total
+            }
         };
         counter.fetch_add(1, Relaxed);
     }
@@ -278,12 +223,19 @@ impl Connections {
 #[derive(Debug)]
 pub struct Slot {
     connections: Arc<Connections>,
-    uid: u32,
+    share: Option<Share>,
+}
+
+impl Slot {
+    fn uid(&self) -> u32 {
+        self.share.as_ref().map_or(0, Share::uid)
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.connections.release(self.uid);
+        drop(self.share.take());
+        self.connections.counters.closed.fetch_add(1, Relaxed);
     }
 }
 
@@ -354,7 +306,10 @@ async fn greet(
                 .counters
                 .handshake_timeouts
                 .fetch_add(1, Relaxed);
-            tracing::debug!(uid = slot.uid, "a connection sent nothing in {deadline:?}");
+            tracing::debug!(
+                uid = slot.uid(),
+                "a connection sent nothing in {deadline:?}"
+            );
         }
         // The client went away first: nothing to serve.
         Ok(Err(_)) => {}
@@ -422,37 +377,17 @@ mod tests {
     }
 
     #[test]
-    fn users_get_shares_and_root_keeps_its_room() {
+    fn connections_hold_shares_until_closed() {
         let connections = Connections::new(limits());
         let a: Vec<_> = (0..2)
             .map(|_| connections.admit(Some(1000)).unwrap())
             .collect();
-        assert_eq!(
-            connections.admit(Some(1000)).unwrap_err(),
-            Refusal::PerUser {
-                uid: 1000,
-                limit: 2
-            }
-        );
-        let b = connections.admit(Some(1001)).unwrap();
-        assert_eq!(
-            connections.admit(Some(1002)).unwrap_err(),
-            Refusal::NonRoot { limit: 3 }
-        );
-        // Root is never held to a user's share, only to the total.
-        let root: Vec<_> = (0..2)
-            .map(|_| connections.admit(Some(0)).unwrap())
-            .collect();
-        assert_eq!(
-            connections.admit(Some(0)).unwrap_err(),
-            Refusal::Total { limit: 5 }
-        );
+        let refused = connections.admit(Some(1000)).unwrap_err();
+        assert!(refused.to_string().contains("--max-connections-per-user"));
         assert_eq!(connections.admit(None).unwrap_err(), Refusal::NoCredentials);
         drop(a);
         assert_eq!(connections.held_by(1000), 0);
-        connections.admit(Some(1002)).unwrap();
-        drop((b, root));
-        assert_eq!(connections.counters.closed.load(Relaxed), 6);
+        assert_eq!(connections.counters.closed.load(Relaxed), 2);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod authority;
 pub mod connections;
 mod listen;
 mod publish;
+pub mod shares;
 mod status;
 
 use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
@@ -17,8 +18,9 @@ use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
 pub use connections::{ConnectionLimits, Connections};
 pub use listen::bind_socket;
 pub use publish::CodeMapService;
+use shares::{ShareLimits, Shares};
 use status::to_status;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, transport::server::UdsConnectInfo};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
@@ -34,8 +36,13 @@ use crate::{
 pub const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 /// Interval between watch snapshots when the request names none.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
-/// Most watch streams open at once: each takes a snapshot per interval.
-pub const MAX_WATCHES: usize = 256;
+/// Most watch streams open at once: each takes a snapshot per interval. A user other than
+/// root may hold a share of them, all such users together most of them, and root the rest.
+pub const WATCHES: ShareLimits = ShareLimits {
+    per_user: 16,
+    non_root: 192,
+    total: 256,
+};
 
 /// Implementation of `vmscope.v1.Profiler`.
 #[derive(Debug, Clone)]
@@ -43,7 +50,7 @@ pub struct ProfilerService {
     manager: ManagerHandle,
     symbolizer: Symbolizer,
     online_cpus: u32,
-    watches: Arc<Semaphore>,
+    watches: Arc<Shares>,
     shutdown: watch::Receiver<bool>,
     connections: Arc<Connections>,
     limits: Arc<BTreeMap<&'static str, u64>>,
@@ -65,7 +72,7 @@ impl ProfilerService {
             manager,
             symbolizer,
             online_cpus,
-            watches: Arc::new(Semaphore::new(MAX_WATCHES)),
+            watches: Shares::new(WATCHES),
             shutdown,
             connections,
             limits: Arc::new(limits),
@@ -217,10 +224,9 @@ impl pb::profiler_server::Profiler for ProfilerService {
             .get(caller, request.session_id)
             .await
             .map_err(to_status)?;
-        let permit = self.watches.clone().try_acquire_owned().map_err(|_| {
+        let permit = self.watches.take(caller.uid).map_err(|refusal| {
             Status::resource_exhausted(format!(
-                "{MAX_WATCHES} watches are open, the most the daemon serves; poll GetProfile \
-                 or try later"
+                "watches: {refusal}; poll GetProfile, or close a watch"
             ))
         })?;
         let (tx, rx) = mpsc::channel(2);
