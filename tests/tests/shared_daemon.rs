@@ -48,6 +48,26 @@ fn info(daemon: &Daemon) -> (serde_json::Value, Duration) {
     )
 }
 
+/// `vmscope record ARGS --pid TARGET` in the background, once its session started.
+fn recording_started(daemon: &Daemon, args: &[&str], target: &Running) -> std::process::Child {
+    let recording = daemon
+        .cli()
+        .arg("record")
+        .args(args)
+        .arg("--pid")
+        .arg(target.pid().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmscope record");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(daemon).0["counters"]["sessions_started"] == 0 {
+        assert!(Instant::now() < deadline, "the recording never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    recording
+}
+
 /// A user other than root opens [`FLOOD`] connections that never speak and holds them; root's
 /// `info` answers within a second all along, and the daemon's descriptors stay near its share.
 #[test]
@@ -115,6 +135,11 @@ sys.stdin.read()
     drop(flood.stdin.take());
     let _ = flood.kill();
     let _ = flood.wait();
+    eprintln!(
+        "flood of {held} connections: root's info at most {slowest:?}; daemon fds {baseline} \
+         before, {during} during; refused per user: {}",
+        counters["connections_refused_per_user"]
+    );
 
     assert!(
         slowest < Duration::from_secs(1),
@@ -168,30 +193,13 @@ fn sigterm_ends_the_daemon_within_3_s_whatever_clients_do() {
             .env("VMSCOPE_SOCKET", &daemon.socket),
     );
     let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
-    let recording = daemon
-        .cli()
-        .args(["record", "--format", "json", "--duration", "60", "--pid"])
-        .arg(target.pid().to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run vmscope record");
-    // Let the recording start and the publisher stream.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (answer, _) = info(&daemon);
-        let sessions = answer["counters"]["sessions_started"].as_u64().unwrap_or(0);
-        if sessions >= 1 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the recording never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let recording = recording_started(&daemon, &["--format", "json", "--duration", "60"], &target);
     std::thread::sleep(Duration::from_millis(500));
 
     let began = Instant::now();
     let status = daemon.terminate(Duration::from_secs(3));
     let took = began.elapsed();
+    eprintln!("SIGTERM to exit: {took:?}");
     let log = daemon.log();
     let recorded = recording.wait_with_output().unwrap();
     drop((idle, publisher));
@@ -301,6 +309,9 @@ fn another_users_sparse_perf_map_does_not_stall_root() {
     // spinning JIT and builds may share with the target; what the daemon must not do is miss
     // ticks.
     let hz = profile.measured_frequency_hz;
+    eprintln!(
+        "during the sparse perf map: root's session stopped {took:?} after its start, {hz:.0} Hz"
+    );
     assert!(
         took < Duration::from_millis(4500),
         "root's 4 s session took {took:?} to stop"
@@ -322,19 +333,7 @@ fn the_cli_says_the_daemon_went_away() {
     let _serial = serial();
     let daemon = Daemon::start();
     let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
-    let recording = daemon
-        .cli()
-        .args(["record", "--duration", "30", "--pid"])
-        .arg(target.pid().to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run vmscope record");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while info(&daemon).0["counters"]["sessions_started"] != 1 {
-        assert!(Instant::now() < deadline, "the recording never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let recording = recording_started(&daemon, &["--duration", "30"], &target);
     // SAFETY: kill only sends a signal to the test's own child.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
     let began = Instant::now();
