@@ -9,7 +9,9 @@
 //!
 //! The binaries behind file mappings are registered with [`Modules`] at once, which opens them,
 //! so that a binary that is deleted or replaced later, or a process that exits, can still be
-//! symbolised.
+//! symbolised. The table tells the registry which binaries its live processes map
+//! ([`ProcessTable::modules_in_use`]); once a process has exited and every sample it took has
+//! been read, its binaries stay open only if a session has samples in them.
 
 use std::{
     collections::HashMap,
@@ -77,6 +79,8 @@ pub struct Process {
     maps_generation: u64,
     maps_read_at_ns: u64,
     last_sample_ns: u64,
+    /// When [`ProcessTable::modules_in_use`] first found it dead.
+    dead_since_ns: Option<u64>,
 }
 
 impl Process {
@@ -128,6 +132,8 @@ pub struct ProcessCounters {
     pub maps_bad_lines: u64,
     /// `execve` events handled.
     pub execs: u64,
+    /// Processes found exited by [`ProcessTable::modules_in_use`].
+    pub exits_noticed: u64,
 }
 
 /// The processes the daemon knows, by pid.
@@ -293,6 +299,37 @@ impl ProcessTable {
         answer
     }
 
+    /// Adds to `keep` the binaries the processes of the table map, but those of processes that
+    /// died before `settled_ns`, and answers whether some died after it.
+    ///
+    /// `exists` says whether a process still exists (`sys::process_exists`; tests fake it). A
+    /// dead process's binaries are kept until every sample it took has been read and counted
+    /// (a sample still in the ring would be normalised against them): the caller passes as
+    /// `settled_ns` the time up to which samples have all been read, and this notes when each
+    /// process was first found dead. A process found dead stays in the table (its mappings place
+    /// late samples of it, and sessions look at it) until [`ProcessTable::forget_idle`].
+    pub fn modules_in_use(
+        &mut self,
+        now_ns: u64,
+        settled_ns: u64,
+        exists: impl Fn(u32) -> bool,
+        keep: &mut impl Extend<ModuleId>,
+    ) -> bool {
+        let mut unsettled = false;
+        for (&pid, process) in &mut self.processes {
+            if process.dead_since_ns.is_none() && (process.gone || !exists(pid)) {
+                process.dead_since_ns = Some(now_ns);
+                self.counters.exits_noticed += 1;
+            }
+            if process.dead_since_ns.is_some_and(|dead| dead <= settled_ns) {
+                continue;
+            }
+            unsettled |= process.dead_since_ns.is_some();
+            keep.extend(process.file_mappings().map(|(_, _, module)| module));
+        }
+        unsettled
+    }
+
     /// Forgets processes that no running session names and that produced no sample since
     /// `before_ns`, keeping the table bounded in system-wide sessions.
     pub fn forget_idle(&mut self, keep: impl Fn(u32) -> bool, before_ns: u64) {
@@ -313,6 +350,7 @@ impl ProcessTable {
             maps_generation: NEXT_MAPS_GENERATION.fetch_add(1, Ordering::Relaxed),
             maps_read_at_ns: now_ns,
             last_sample_ns: now_ns,
+            dead_since_ns: None,
         };
         if let Ok(text) = sys::read_proc(pid, "stat")
             && let Ok(stat) = stat::parse_stat(&text)
@@ -392,5 +430,43 @@ impl ProcessTable {
             MapPath::Vdso => MappingKind::Vdso,
             _ => MappingKind::Pseudo,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    /// A live process keeps the binaries it maps; a dead one keeps them until every sample it
+    /// took has been read, then not even if its pid comes back.
+    #[test]
+    fn a_dead_process_holds_its_binaries_until_its_samples_are_read() {
+        let modules = Arc::new(Modules::new());
+        let mut table = ProcessTable::new(modules.clone());
+        let me = std::process::id();
+        table.observe(me, 100);
+        let mine = modules.len();
+        assert!(mine > 0, "this test binary, at least");
+        let in_use = |table: &mut ProcessTable, now, settled, alive: bool| {
+            let mut keep = HashSet::new();
+            let unsettled = table.modules_in_use(now, settled, |_| alive, &mut keep);
+            (keep.len(), unsettled)
+        };
+        assert_eq!(in_use(&mut table, 1_000, 900, true), (mine, false));
+        // Found dead at 2000; samples are read up to 1500 only.
+        assert_eq!(in_use(&mut table, 2_000, 1_500, false), (mine, true));
+        assert_eq!(table.counters().exits_noticed, 1);
+        assert_eq!(in_use(&mut table, 2_500, 1_999, false), (mine, true));
+        // Read past its death: nothing of it is needed any more.
+        assert_eq!(in_use(&mut table, 3_000, 2_000, false), (0, false));
+        // Its pid reused: still the dead process's entry, whose binaries are gone.
+        assert_eq!(in_use(&mut table, 4_000, 3_000, true), (0, false));
+        assert_eq!(table.counters().exits_noticed, 1, "noticed once");
+        // Read afresh (an exec, a forget and a new sample): alive again.
+        table.forget(me);
+        table.observe(me, 5_000);
+        assert_eq!(in_use(&mut table, 5_000, 4_000, true), (mine, false));
     }
 }
