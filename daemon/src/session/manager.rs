@@ -45,7 +45,7 @@ use crate::{
         timeline::{Change, PendingSample},
     },
     process::ProcessTable,
-    symbolize::{CodeMapKinds, Location, Modules, Unexplained},
+    symbolize::{CodeMapKinds, Location, ModuleId, Modules, Unexplained},
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
 };
@@ -86,6 +86,9 @@ pub struct ManagerConfig {
     /// Processes that produced no sample for this long, and that no running session names, are
     /// forgotten.
     pub forget_processes_after: Duration,
+    /// Period of the sweep that closes the binaries nothing needs any more: no live process
+    /// maps them, no session that can still be reported has samples in them.
+    pub sweep_modules: Duration,
     /// Whether HotSpot targets may be asked for their perf map (sessions may still opt out).
     pub jvm_attach: bool,
 }
@@ -103,6 +106,7 @@ impl Default for ManagerConfig {
             stop_timeout: Duration::from_nanos(crate::codemap::registry::JITDUMP_MAX_WAIT_NS)
                 + Duration::from_secs(1),
             forget_processes_after: Duration::from_secs(30),
+            sweep_modules: Duration::from_secs(1),
             jvm_attach: true,
         }
     }
@@ -287,6 +291,7 @@ pub fn spawn_manager(
         online_cpus: sys::online_cpus(),
         counters: Counters::default(),
         last_forget_ns: 0,
+        last_sweep_ns: 0,
         user_scratch: Vec::new(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -343,6 +348,7 @@ struct Manager {
     online_cpus: u32,
     counters: Counters,
     last_forget_ns: u64,
+    last_sweep_ns: u64,
     /// Reused for each sample's user stack, so that routing allocates nothing for it.
     user_scratch: Vec<u64>,
     /// Unwinds the user stack copies of `--call-graph dwarf` samples.
@@ -1118,11 +1124,14 @@ impl Manager {
             count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed);
             return;
         };
-        // Generated code: attributed once the code maps are known up to its time.
+        // Generated code: attributed once the code maps are known up to its time. Its binaries
+        // are the sessions' from now, so that they stay open until it is counted.
         let ip = first_generated.lookup;
-        for (id, _) in &routed.sessions {
-            if let Some(session) = self.sessions.get_mut(id) {
+        for &(id, wanted) in &routed.sessions {
+            if let Some(session) = self.sessions.get_mut(&id) {
                 session.pending_jit += 1;
+                let (frames, _) = routed.stack_for(wanted);
+                session.stacks.hold(frames.iter().map(|f| f.location));
             }
         }
         self.codemaps.push_sample(
@@ -1403,6 +1412,11 @@ impl Manager {
         self.codemaps.settle(now, samples_until);
         self.end_elapsed();
 
+        if now.saturating_sub(self.last_sweep_ns) >= self.config.sweep_modules.as_nanos() as u64 {
+            self.last_sweep_ns = now;
+            self.sweep_modules(now);
+        }
+
         if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
             self.last_forget_ns = now;
             let keep: Vec<u32> = self
@@ -1422,6 +1436,39 @@ impl Manager {
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
             self.jvms
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
+        }
+    }
+
+    /// Closes the binaries nothing needs any more: those no live process maps and no session
+    /// that can still be reported (running, stopping, stopped and kept) has samples in.
+    ///
+    /// A process that died keeps its binaries until every sample it took has been read: while
+    /// sessions sample, until the reader's watermark passes the time it was found dead (a flush
+    /// is asked for, so that a quiet ring does not hold it up); with none, at once, since no
+    /// sample would be counted anyway. The cost is one `kill(pid, 0)` per known process and a
+    /// pass over the sessions' sets of binaries, not over their samples.
+    fn sweep_modules(&mut self, now_ns: u64) {
+        let slack = self.config.stop_slack.as_nanos() as u64;
+        let sampling = !self.by_period.is_empty();
+        let settled_ns = if sampling {
+            self.watermark_ns.saturating_sub(slack)
+        } else {
+            now_ns
+        };
+        let mut keep: std::collections::HashSet<ModuleId, foldhash::fast::RandomState> =
+            Default::default();
+        for session in self.sessions.values() {
+            keep.extend(session.stacks.modules());
+        }
+        let unsettled =
+            self.processes
+                .modules_in_use(now_ns, settled_ns, sys::process_exists, &mut keep);
+        if unsettled && sampling {
+            self.reader.flush_at(now_ns + slack);
+        }
+        let closed = self.modules.retain(|module| keep.contains(&module));
+        if closed > 0 {
+            tracing::debug!(closed, held = self.modules.len(), "binaries closed");
         }
     }
 
@@ -1563,11 +1610,14 @@ impl Manager {
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
             ("maps_bad_lines", p.maps_bad_lines),
+            ("processes_exited", p.exits_noticed),
             ("modules_registered", m.registered),
             ("modules_open_failures", m.open_failures),
             ("modules_parsed", m.parsed),
             ("modules_build_id_hits", m.build_id_hits),
             ("modules_parse_failures", m.parse_failures),
+            ("modules_closed", m.closed),
+            ("modules_open_now", m.open_now),
             ("dwarf_loaded", l.loaded),
             ("dwarf_from_debug_files", l.from_debug_files),
             ("dwarf_evicted", l.evicted),
