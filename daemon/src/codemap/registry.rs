@@ -503,7 +503,8 @@ struct ProcessCode {
     unexplained_since_snapshot: u64,
     uid: Option<u32>,
     nspid: u32,
-    /// Its root directory, held so that a perf map it writes as it exits can still be read.
+    /// Its root directory, held so that a perf map it writes as it exits can still be read;
+    /// closed after that last look, when nothing opens through it any more.
     root: Option<std::os::fd::OwnedFd>,
     /// Whether the perf map was looked for once more after the process exited.
     looked_after_exit: bool,
@@ -1052,6 +1053,9 @@ impl CodeMaps {
                 }
             }
         }
+        if process.looked_after_exit {
+            process.root = None;
+        }
         let mut perf_changed = false;
         if let Some(perf_map) = &mut process.perf_map {
             match perf_map.read(now_ns, &store, &mut check, final_read, &mut budget) {
@@ -1355,6 +1359,35 @@ mod tests {
         assert_eq!(kind("/tmp/jit-42.dump.old"), None);
         assert_eq!(kind("/usr/lib/libjit-1.dump"), None);
         assert_eq!(kind("/tmp/vmscope-x.codemap"), None);
+    }
+
+    /// A process's root directory is held until its perf map has been looked for once after it
+    /// exited, and closed then: nothing opens through it any more, and a host running many
+    /// short-lived targets must not keep one descriptor per dead process.
+    #[test]
+    fn the_root_of_an_exited_process_is_closed_after_its_last_look() {
+        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
+        let me = std::process::id();
+        let advance = |maps: &mut CodeMaps, now| {
+            maps.advance(
+                me,
+                now,
+                now,
+                None,
+                &mut |_, _| true,
+                &mut Recorder::default(),
+            )
+        };
+        maps.touch(me);
+        assert!(maps.processes[&me].root.is_some());
+        advance(&mut maps, 1);
+        assert!(maps.processes[&me].root.is_some(), "alive: held");
+        maps.exited(me);
+        advance(&mut maps, 2);
+        assert!(
+            maps.processes[&me].root.is_none(),
+            "looked once more, closed"
+        );
     }
 
     /// What a sink was told: (what, sample time, where its leaf was placed).
