@@ -68,11 +68,11 @@ pub struct DaemonConfig {
 }
 
 /// Time from SIGTERM or SIGINT to the daemon's exit, whatever clients do.
-pub const SHUTDOWN_WITHIN: std::time::Duration = std::time::Duration::from_millis(2500);
+pub const SHUTDOWN_WITHIN: std::time::Duration = std::time::Duration::from_millis(2000);
 
 /// Part of [`SHUTDOWN_WITHIN`] spent stopping running sessions; the rest lets clients take
 /// their final profiles.
-const STOP_SESSIONS_WITHIN: std::time::Duration = std::time::Duration::from_millis(1500);
+const STOP_SESSIONS_WITHIN: std::time::Duration = std::time::Duration::from_millis(1200);
 
 /// Time between the GOAWAY that ends the connections still open and the exit.
 const GOAWAY_BEFORE_EXIT: std::time::Duration = std::time::Duration::from_millis(300);
