@@ -636,11 +636,12 @@ impl JitdumpSource {
                         continue;
                     }
                     let file = match (file, &script) {
-                        (Some(file), _) => file,
-                        (None, Some(script)) => {
+                        (Some(file), _) if names_a_file(&file) => file,
+                        (_, Some(script)) => {
                             self.repaired_file_names += 1;
                             script.clone()
                         }
+                        (Some(file), None) => file,
                         (None, None) => Arc::from("?"),
                     };
                     lines.push(SourcePoint {
@@ -722,6 +723,13 @@ fn debug_address_shift(entries: &[DebugPoint], start: u64, end: u64) -> u64 {
 
 /// The script of a V8 code name (`JS:*hotLoop /srv/app.js:3:17` -> `/srv/app.js`), to stand in
 /// for debug entries whose file name the writer garbled.
+/// Whether a debug entry's file name can be one: a path, a URL or a file name with an
+/// extension. V8 sometimes writes bytes of freed memory there (`Bc`); the code's own script,
+/// from its name, is then the better guess.
+fn names_a_file(name: &str) -> bool {
+    name.contains(['/', '.', ':'])
+}
+
 fn v8_script_path(name: &str) -> Option<Arc<str>> {
     let location = name.rsplit(' ').next().filter(|l| *l != name)?;
     let mut parts = location.rsplitn(3, ':');
@@ -876,6 +884,21 @@ mod tests {
             debug_address_shift(&[at(0x1000), at(0x1080)], 0x1000, 0x1100),
             0
         );
+    }
+
+    #[test]
+    fn garbage_file_names_are_not_files() {
+        for name in [
+            "/app/hot.js",
+            "node:internal/main",
+            "hot.js",
+            "file:///x.mjs",
+        ] {
+            assert!(names_a_file(name), "{name}");
+        }
+        for name in ["Bc", "", "x"] {
+            assert!(!names_a_file(name), "{name}");
+        }
     }
 
     #[test]
