@@ -59,7 +59,12 @@ enum Command {
         output: OutputArgs,
     },
     /// Show the daemon's limits and counters.
-    Info,
+    Info {
+        /// Print them as one JSON object (`version`, `online_cpus`, `default_frequency_hz`,
+        /// `max_frequency_hz`, `hardware_events`, `counters`, `limits`).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -380,7 +385,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             out.flush()?;
             Ok(0)
         }
-        Command::Info => sessions::info(&cli.socket, &mut stdout()).await.map(|()| 0),
+        Command::Info { json } => sessions::info(&cli.socket, json, &mut stdout())
+            .await
+            .map(|()| 0),
     }
 }
 

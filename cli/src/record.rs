@@ -147,6 +147,21 @@ pub async fn record(
         anyhow::Ok(())
     }
     .await;
+    let reported = reported.map_err(|e| {
+        if e.chain().any(|c| c.is::<client::DaemonGone>()) {
+            let command = if child.is_some() {
+                "; the command runs on, and vmscope waits for it"
+            } else {
+                ""
+            };
+            e.context(format!(
+                "session {id} was lost with the daemon, and its samples with it (the daemon \
+                 keeps profiles in memory only){command}"
+            ))
+        } else {
+            e
+        }
+    });
     if reported.is_err() {
         // Leave nothing running in the daemon on our behalf.
         let _ = stop(&mut client, id, "vmscope failed").await;

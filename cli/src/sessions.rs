@@ -88,14 +88,35 @@ pub async fn report(
     Ok(())
 }
 
-/// Prints what the daemon and the kernel can do, and the daemon's counters.
-pub async fn info(socket: &Path, out: &mut impl Write) -> anyhow::Result<()> {
+/// Prints what the daemon and the kernel can do, the daemon's limits and its counters; as
+/// text, or as one JSON object.
+pub async fn info(socket: &Path, json: bool, out: &mut impl Write) -> anyhow::Result<()> {
     let mut client = client::connect(socket).await?;
     let info = client
         .get_daemon_info(pb::GetDaemonInfoRequest {})
         .await
         .map_err(client::status_error)?
         .into_inner();
+    if json {
+        let sorted = |m: &std::collections::HashMap<String, u64>| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::from(*v)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        let value = serde_json::json!({
+            "version": info.version,
+            "socket": socket.display().to_string(),
+            "online_cpus": info.online_cpus,
+            "default_frequency_hz": info.default_frequency_hz,
+            "max_frequency_hz": info.max_frequency_hz,
+            "hardware_events": info.hardware_events,
+            "counters": sorted(&info.counters),
+            "limits": sorted(&info.limits),
+        });
+        serde_json::to_writer_pretty(&mut *out, &value)?;
+        writeln!(out)?;
+        return Ok(());
+    }
     writeln!(out, "vmscoped {} at {}", info.version, socket.display())?;
     writeln!(out, "online CPUs:          {}", info.online_cpus)?;
     writeln!(
@@ -112,16 +133,14 @@ pub async fn info(socket: &Path, out: &mut impl Write) -> anyhow::Result<()> {
             "no (sampling uses the software cpu-clock, which needs none)"
         }
     )?;
-    writeln!(out, "counters:")?;
-    let mut counters: Vec<_> = info.counters.into_iter().collect();
-    counters.sort();
-    let width = counters
-        .iter()
-        .map(|(name, _)| name.len())
-        .max()
-        .unwrap_or(0);
-    for (name, value) in counters {
-        writeln!(out, "  {name:<width$} {value}")?;
+    for (title, values) in [("limits:", info.limits), ("counters:", info.counters)] {
+        writeln!(out, "{title}")?;
+        let mut values: Vec<_> = values.into_iter().collect();
+        values.sort();
+        let width = values.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+        for (name, value) in values {
+            writeln!(out, "  {name:<width$} {value}")?;
+        }
     }
     Ok(())
 }

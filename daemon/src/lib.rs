@@ -63,7 +63,19 @@ pub struct DaemonConfig {
     pub debug_dirs: Vec<PathBuf>,
     /// Budget of the DWARF line tables, in bytes.
     pub dwarf_cache_bytes: u64,
+    /// Connections per user and in all; lowered to fit the descriptor limit at start.
+    pub connections: server::ConnectionLimits,
 }
+
+/// Time from SIGTERM or SIGINT to the daemon's exit, whatever clients do.
+pub const SHUTDOWN_WITHIN: std::time::Duration = std::time::Duration::from_millis(2000);
+
+/// Part of [`SHUTDOWN_WITHIN`] spent stopping running sessions; the rest lets clients take
+/// their final profiles.
+const STOP_SESSIONS_WITHIN: std::time::Duration = std::time::Duration::from_millis(1200);
+
+/// Time between the GOAWAY that ends the connections still open and the exit.
+const GOAWAY_BEFORE_EXIT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Loads the BPF sampler, serves the API on the socket until SIGINT or SIGTERM, then removes
 /// the socket.
@@ -75,13 +87,25 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
             sys::effective_uid()
         );
     }
+    let mut max_fds = 1024;
     for (resource, name) in [
         (libc::RLIMIT_NOFILE, "RLIMIT_NOFILE"),
         (libc::RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK"),
     ] {
-        if let Err(e) = sys::raise_limit(resource) {
-            tracing::warn!("cannot raise {name}: {e}");
+        match sys::raise_limit(resource) {
+            Ok(limit) if resource == libc::RLIMIT_NOFILE => max_fds = limit,
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot raise {name}: {e}"),
         }
+    }
+    let connection_limits = config.connections.fitted_to(max_fds);
+    if connection_limits != config.connections {
+        tracing::warn!(
+            max_fds,
+            total = connection_limits.total,
+            non_root = connection_limits.non_root,
+            "connection limits lowered to fit the descriptor limit"
+        );
     }
 
     let page = 4096;
@@ -161,31 +185,126 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    let (accepting, accepting_rx) = tokio::sync::watch::channel(true);
+    let connections = server::Connections::new(connection_limits);
+    let held = connections.clone();
+    let limits = daemon_limits(&config, connection_limits);
     let code_maps = server::CodeMapService::new(manager.clone(), codes);
-    let service = server::ProfilerService::new(manager, symbolizer, online_cpus, shutdown_rx);
+    let service = server::ProfilerService::new(
+        manager.clone(),
+        symbolizer,
+        online_cpus,
+        shutdown_rx,
+        connections.clone(),
+        limits,
+    );
     tracing::info!(socket = %config.socket.display(), "serving vmscope.v1");
 
+    let (drained, drain) = tokio::sync::oneshot::channel::<()>();
     let served = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(connection_limits.streams_per_connection))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ProfilerServer::new(service))
         .add_service(CodeMapServer::new(code_maps))
+        // gRPC C-core clients send the socket path as :authority, which h2 refuses: the
+        // accepted connections rewrite it.
         .serve_with_incoming_shutdown(
-            // gRPC C-core clients send the socket path as :authority, which h2 refuses.
-            server::authority::incoming(listener),
+            server::connections::accept(listener, held, accepting_rx),
             async move {
-                shutdown_signal().await;
-                // Open watches would hold the graceful shutdown forever: end them.
-                let _ = shutdown.send(true);
+                let _ = drain.await;
             },
-        )
-        .await;
+        );
+    tokio::pin!(served);
+    tokio::select! {
+        result = &mut served => {
+            let _ = std::fs::remove_file(&config.socket);
+            return result.context("the gRPC server failed");
+        }
+        () = shutdown_signal() => {}
+    }
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_WITHIN;
+    // New clients find no socket; those connected keep their connection for now.
+    let _ = accepting.send(false);
     let _ = std::fs::remove_file(&config.socket);
+    let stopped = tokio::time::timeout(STOP_SESSIONS_WITHIN, stop_sessions(&manager)).await;
+    if stopped.is_err() {
+        tracing::warn!("sessions still stopping after {STOP_SESSIONS_WITHIN:?}: exiting anyway");
+    }
+    // Watches send their session's final profile and end. Clients polling their session see
+    // it stopped and take its final profile: serve them while they stay connected, then h2
+    // says GOAWAY and requests in flight may finish until the deadline. Streams that never end
+    // (a VM publishing its code map) and sockets that never spoke are cut there.
+    let _ = shutdown.send(true);
+    let goaway_at = deadline - GOAWAY_BEFORE_EXIT;
+    while connections.held() > 0 && tokio::time::Instant::now() < goaway_at {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let _ = drained.send(());
+    if tokio::time::timeout_at(deadline, &mut served)
+        .await
+        .is_err()
+    {
+        tracing::info!("connections still open at the shutdown deadline: closing them");
+    }
     // Perf events, filters and maps are file descriptors: they go when the process exits.
-    served.context("the gRPC server failed")?;
     tracing::info!("vmscoped stopped");
     Ok(())
+}
+
+/// Stops every running session, as a client's StopSession would, with the reason clients see.
+async fn stop_sessions(manager: &session::ManagerHandle) {
+    let root = session::Caller { uid: 0, pid: None };
+    let Ok(sessions) = manager.list(root).await else {
+        return;
+    };
+    let running = sessions
+        .into_iter()
+        .filter(|s| s.state() != vmscope_proto::v1::SessionState::Stopped)
+        .map(|s| {
+            let manager = manager.clone();
+            tokio::spawn(async move {
+                let _ = manager
+                    .stop(
+                        root,
+                        s.id,
+                        "the daemon is shutting down (SIGTERM or SIGINT)",
+                    )
+                    .await;
+            })
+        })
+        .collect::<Vec<_>>();
+    for stop in running {
+        let _ = stop.await;
+    }
+}
+
+/// The limits `GetDaemonInfo` shows, by name.
+fn daemon_limits(
+    config: &DaemonConfig,
+    connections: server::ConnectionLimits,
+) -> std::collections::BTreeMap<&'static str, u64> {
+    let m = &config.manager;
+    [
+        ("connections_per_user", connections.per_user as u64),
+        ("connections_non_root", connections.non_root as u64),
+        ("connections_total", connections.total as u64),
+        ("handshake_ms", connections.handshake.as_millis() as u64),
+        (
+            "streams_per_connection",
+            u64::from(connections.streams_per_connection),
+        ),
+        ("running_sessions_per_user", m.max_running_per_user as u64),
+        ("running_sessions_total", m.max_running_sessions as u64),
+        ("stopped_sessions_per_user", m.max_stopped_per_user as u64),
+        ("watches_per_user", server::WATCHES.per_user as u64),
+        ("watches_non_root", server::WATCHES.non_root as u64),
+        ("watches_total", server::WATCHES.total as u64),
+        ("code_store_bytes", config.code_store_bytes as u64),
+    ]
+    .into_iter()
+    .collect()
 }
 
 async fn shutdown_signal() {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV};
-use vmscoped::{DaemonConfig, session::ManagerConfig};
+use vmscoped::{DaemonConfig, server::ConnectionLimits, session::ManagerConfig};
 
 /// Samples language-VM processes with eBPF and serves symbolised profiles over gRPC.
 #[derive(Debug, Parser)]
@@ -43,14 +43,25 @@ struct Args {
     /// their own (`jcmd PID Compiler.perfmap`, `-XX:+DumpPerfMapAtExit`).
     #[arg(long)]
     no_jvm_attach: bool,
+    /// Most connections one user other than root may hold at once.
+    #[arg(long, default_value_t = ConnectionLimits::default().per_user)]
+    max_connections_per_user: usize,
+    /// Most connections all users other than root may hold together; root keeps the rest.
+    #[arg(long, default_value_t = ConnectionLimits::default().non_root)]
+    max_connections_non_root: usize,
+    /// Most connections in all (lowered to half the descriptor limit if above it).
+    #[arg(long, default_value_t = ConnectionLimits::default().total)]
+    max_connections: usize,
+    /// Time a new connection has to send the HTTP/2 preface before it is closed, in ms.
+    #[arg(long, default_value_t = ConnectionLimits::default().handshake.as_millis() as u64)]
+    handshake_ms: u64,
     /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
     stall_reader_ms: u64,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
@@ -63,13 +74,30 @@ async fn main() -> std::process::ExitCode {
         debug_dirs: args.debug_dirs,
         dwarf_cache_bytes: args.dwarf_cache_mib.saturating_mul(1 << 20),
         socket: args.socket,
+        connections: ConnectionLimits {
+            per_user: args.max_connections_per_user,
+            non_root: args.max_connections_non_root,
+            total: args.max_connections,
+            handshake: std::time::Duration::from_millis(args.handshake_ms),
+            ..ConnectionLimits::default()
+        },
         manager: ManagerConfig {
             max_stopped_per_user: args.keep_sessions,
             jvm_attach: !args.no_jvm_attach,
             ..ManagerConfig::default()
         },
     };
-    match vmscoped::run(config).await {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("vmscoped: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(vmscoped::run(config));
+    // Profiles still being built for clients that are gone must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vmscoped: {e:#}");

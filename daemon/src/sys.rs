@@ -157,6 +157,23 @@ pub fn has_hardware_pmu() -> bool {
         || Path::new("/sys/bus/event_source/devices/cpu_core/events/cpu-cycles").exists()
 }
 
+/// Whether a process `pid` exists: `kill(pid, 0)`, one system call and no descriptor, cheap
+/// enough to ask for every known process once a second. A zombie still exists; so does a later
+/// process that reused the pid, which makes the answer err on the side of "alive".
+pub fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    let done = unsafe { libc::kill(pid, 0) };
+    // EPERM: it exists, under a user we may not signal (root may signal anyone, but a user
+    // namespace can still refuse).
+    done == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Reads another process's memory at `address` into `buf` with `process_vm_readv`, returning
 /// how many bytes were read: fewer than asked when the range runs into an unmapped or
 /// unreadable page (the read stops there).

@@ -115,6 +115,8 @@ pub struct Fixtures {
     pub fakejit: PathBuf,
     /// `lookalikes`: hot functions with long V8 names that look alike when elided.
     pub lookalikes: PathBuf,
+    /// `waiter`: prints "ready" and exits when its standard input closes, using no CPU.
+    pub waiter: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -175,12 +177,14 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
     gcc(&["-fPIC", "-shared", "-o", &s(&p("libhot.so")), "libhot.c"])?;
     gcc(&["-o", &s(&p("fakejit")), "fakejit.c"])?;
     gcc(&["-o", &s(&p("lookalikes")), "lookalikes.c"])?;
+    gcc(&["-o", &s(&p("waiter")), "waiter.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
         libhot: p("libhot.so"),
         fakejit: p("fakejit"),
         lookalikes: p("lookalikes"),
+        waiter: p("waiter"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })
@@ -362,6 +366,55 @@ impl Drop for Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Number of file descriptors process `pid` holds open now (entries of /proc/PID/fd).
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap_or_else(|e| panic!("cannot list /proc/{pid}/fd: {e}"))
+        .count()
+}
+
+/// What process `pid`'s open file descriptors point to (their /proc/PID/fd links), sorted: for
+/// assertion messages.
+pub fn open_fd_targets(pid: u32) -> Vec<String> {
+    let mut targets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| match std::fs::read_link(e.path()) {
+                    Ok(target) => target.display().to_string(),
+                    Err(e) => format!("({e})"),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    targets.sort();
+    targets
+}
+
+/// `n` copies of the ELF `binary` in `dir`, each a distinct file (its own inode) with a distinct
+/// GNU build id: the last four bytes of the build id hold the copy's number. To the daemon they
+/// are `n` different binaries, as `n` builds of a program would be.
+pub fn distinct_copies(binary: &Path, dir: &Path, n: u32) -> Vec<PathBuf> {
+    let bytes = std::fs::read(binary).expect("read the binary");
+    let symbols = vmscope_parse::elf::ElfSymbols::parse(&bytes[..]).expect("an ELF binary");
+    let id = symbols.build_id().expect("a build id").to_vec();
+    assert!(id.len() >= 4, "build id too short to number copies");
+    let at = bytes
+        .windows(id.len())
+        .position(|w| w == id)
+        .expect("the build id's bytes in the file");
+    let name = binary.file_name().expect("a file name").to_string_lossy();
+    (0..n)
+        .map(|i| {
+            let mut copy = bytes.clone();
+            copy[at + id.len() - 4..at + id.len()].copy_from_slice(&i.to_be_bytes());
+            let path = dir.join(format!("{name}-{i}"));
+            std::fs::write(&path, &copy).expect("write a copy");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            path
+        })
+        .collect()
 }
 
 /// Samples `pid` at `frequency_hz` (the daemon's default when `None`) for `seconds`, stops the

@@ -192,3 +192,61 @@ async fn code_past_the_store_budget_is_refused() {
     assert!(stored > 0 && stored <= 1 << 20, "code_store_bytes {stored}");
     assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
 }
+
+/// Events a publication stream refuses (timestamps going back, code wrapping around the
+/// address space, a message over the size limit) are counted in `vmscope info`, and the
+/// counts stay after the stream and the process are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_refusals_are_counted() {
+    use vmscope_proto::v1::{
+        CodeEntry, CodeKind, CodeMapEvent, Hello, code_map_client::CodeMapClient,
+        code_map_event::Event,
+    };
+    let daemon = Daemon::start();
+    let now = jitvm::publish::monotonic_ns();
+    let load = |ts: u64, start: u64, name: String| CodeMapEvent {
+        timestamp_ns: ts,
+        event: Some(Event::Load(CodeEntry {
+            kind: CodeKind::Method as i32,
+            name,
+            start,
+            size: 0x100,
+            pc_map: Vec::new(),
+            cases: Vec::new(),
+        })),
+    };
+    let hello = CodeMapEvent {
+        timestamp_ns: now,
+        event: Some(Event::Hello(Hello {
+            pid: std::process::id(),
+            vm: "hostile".into(),
+        })),
+    };
+    let publish = |events: Vec<CodeMapEvent>| {
+        let socket = daemon.socket.clone();
+        async move {
+            CodeMapClient::new(vmscope_tests::channel(&socket).await.expect("connect"))
+                .publish(tokio_stream::iter(events))
+                .await
+        }
+    };
+    let summary = publish(vec![
+        hello.clone(),
+        load(now + 10, 0x7f00_0000_0000, "good".into()),
+        load(now + 5, 0x7f00_0000_1000, "backwards".into()),
+        load(now + 20, u64::MAX - 0x10, "wraps".into()),
+    ])
+    .await
+    .expect("answered")
+    .into_inner();
+    assert_eq!((summary.accepted, summary.refused), (2, 2), "{summary:?}");
+    // A name of 5 MiB: the message is over the decoding limit (4 MiB), and ends the stream.
+    let huge = publish(vec![
+        hello,
+        load(now + 30, 0x7f00_0000_2000, "x".repeat(5 << 20)),
+    ])
+    .await;
+    assert!(huge.is_err() || huge.unwrap().into_inner().refused == 1);
+    let invalid = counter(&daemon, "code_map_refused_invalid").await;
+    assert_eq!(invalid, 3, "two refused events and the oversized message");
+}

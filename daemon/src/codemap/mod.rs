@@ -12,9 +12,11 @@
 //! - [`timeline`]: changes and samples merged in time order.
 //! - [`vm`]: events published by a VM, checked and turned into changes.
 //! - [`sources`]: perf maps, jitdump and code map files read as they grow.
+//! - [`budget`]: how many bytes of those files each user's processes may have read.
 //! - [`refusals`]: what was refused, counted by reason and summarised in the log.
 //! - [`registry`]: every process's timeline and sources, driven by the session manager.
 
+pub mod budget;
 pub mod code;
 pub mod live;
 pub mod ranges;

@@ -32,11 +32,13 @@ pub enum Reason {
     /// A change the map cannot apply: a move or free of code that is not there, code outside
     /// the VM's code zone or wrapping around, a full map, a change stamped far in the future.
     Unapplicable,
+    /// A code map file over its size limit: read no more.
+    TooLarge,
 }
 
 impl Reason {
     /// Every reason, in report order.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Malformed,
         Reason::NotUtf8,
         Reason::OutsideExecutable,
@@ -45,6 +47,7 @@ impl Reason {
         Reason::Truncated,
         Reason::Invalid,
         Reason::Unapplicable,
+        Reason::TooLarge,
     ];
 
     /// The daemon counter of this reason's refusals (`vmscope info`).
@@ -58,6 +61,7 @@ impl Reason {
             Reason::Truncated => "code_map_refused_truncated",
             Reason::Invalid => "code_map_refused_invalid",
             Reason::Unapplicable => "code_map_refused_unapplicable",
+            Reason::TooLarge => "code_map_refused_too_large",
         }
     }
 
@@ -72,6 +76,7 @@ impl Reason {
             Reason::Truncated => "cut off at the end of the file",
             Reason::Invalid => "breaking the code map protocol",
             Reason::Unapplicable => "that the map could not apply",
+            Reason::TooLarge => "in a file over its size limit",
         }
     }
 

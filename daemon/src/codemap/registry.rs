@@ -41,6 +41,7 @@ use std::{
 use vmscope_parse::stat;
 
 use super::{
+    budget::ReadBudgets,
     code::{CodeId, CodeStore},
     live::LiveMap,
     refusals::{Reason, Refusals},
@@ -449,6 +450,8 @@ impl MappedFileKind {
 pub struct CodeMapCounters {
     /// Samples attributed to a code map entry.
     pub attributed: u64,
+    /// Syncs whose reads stopped at their user's byte budget (see [`super::budget`]).
+    pub reads_deferred: u64,
     /// Samples in generated code no code map explained.
     pub unexplained: u64,
     /// Changes applied.
@@ -500,7 +503,8 @@ struct ProcessCode {
     unexplained_since_snapshot: u64,
     uid: Option<u32>,
     nspid: u32,
-    /// Its root directory, held so that a perf map it writes as it exits can still be read.
+    /// Its root directory, held so that a perf map it writes as it exits can still be read;
+    /// closed after that last look, when nothing opens through it any more.
     root: Option<std::os::fd::OwnedFd>,
     /// Whether the perf map was looked for once more after the process exited.
     looked_after_exit: bool,
@@ -572,6 +576,16 @@ impl ProcessCode {
         }
     }
 
+    /// Adds what the process counted to the registry's counters as it is forgotten: the
+    /// daemon's counters only go up, whatever processes come and go.
+    fn retire(mut self, counters: &mut CodeMapCounters) {
+        self.count_refusals(counters);
+        let t = self.timeline.counters();
+        counters.changes += t.applied;
+        counters.changes_late += t.late;
+        counters.samples_late += t.late_samples;
+    }
+
     /// Up to when its sources vouch for the map themselves: [`ProcessCode::known_until`]
     /// without its bounded waits. A sample attributed later than this was attributed before
     /// its code map caught up (a buffered jitdump, a silent publication).
@@ -639,6 +653,8 @@ pub struct CodeMaps {
     store: Arc<CodeStore>,
     processes: HashMap<u32, ProcessCode>,
     counters: CodeMapCounters,
+    /// Bytes of code map files each user's processes may read.
+    budgets: ReadBudgets,
 }
 
 impl CodeMaps {
@@ -648,6 +664,7 @@ impl CodeMaps {
             store,
             processes: HashMap::new(),
             counters: CodeMapCounters::default(),
+            budgets: ReadBudgets::default(),
         }
     }
 
@@ -666,6 +683,7 @@ impl CodeMaps {
             c.samples_late += t.late_samples;
         }
         c.changes_refused = c.refused.get(&Reason::Unapplicable).copied().unwrap_or(0);
+        c.reads_deferred = self.budgets.exhausted;
         c.source_refusals = c
             .refused
             .iter()
@@ -789,6 +807,14 @@ impl CodeMaps {
         count_refusals(&mut self.counters, &mut process.timeline.refusals);
     }
 
+    /// Counts events a publication stream refused before they became changes (see
+    /// [`super::vm`]), with the other events that break the protocol.
+    pub fn count_stream_refusals(&mut self, events: u64) {
+        if events > 0 {
+            *self.counters.refused.entry(Reason::Invalid).or_default() += events;
+        }
+    }
+
     /// The process exited: its files are read one last time, and it changes no more.
     pub fn exited(&mut self, pid: u32) {
         if let Some(process) = self.processes.get_mut(&pid) {
@@ -803,9 +829,9 @@ impl CodeMaps {
         if let Some(known) = self.processes.get(&pid)
             && !known.busy()
             && known.start_time_ticks != read_start_time(pid)
-            && let Some(mut gone) = self.processes.remove(&pid)
+            && let Some(gone) = self.processes.remove(&pid)
         {
-            gone.count_refusals(&mut self.counters);
+            gone.retire(&mut self.counters);
         }
         self.process(pid);
     }
@@ -838,23 +864,26 @@ impl CodeMaps {
     /// Forgets a process nobody needs any more (nothing waiting).
     pub fn forget(&mut self, pid: u32) {
         if self.processes.get(&pid).is_some_and(|p| !p.busy())
-            && let Some(mut gone) = self.processes.remove(&pid)
+            && let Some(gone) = self.processes.remove(&pid)
         {
-            gone.count_refusals(&mut self.counters);
+            gone.retire(&mut self.counters);
         }
     }
 
     /// Forgets the processes nothing waits on, no publication streams to, and `keep` does not
     /// name: their maps are read afresh if they are ever sampled again.
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
-        let counters = &mut self.counters;
-        self.processes.retain(|&pid, p| {
-            let kept = keep(pid) || p.streams > 0 || p.busy();
-            if !kept {
-                p.count_refusals(counters);
+        let gone: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|&(&pid, p)| !(keep(pid) || p.streams > 0 || p.busy()))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in gone {
+            if let Some(process) = self.processes.remove(&pid) {
+                process.retire(&mut self.counters);
             }
-            kept
-        });
+        }
     }
 
     /// Applies the changes of processes with no sample waiting (a VM publishing between
@@ -986,6 +1015,9 @@ impl CodeMaps {
             return;
         };
         let final_read = process.exited;
+        // A process whose owner is not known yet reads nothing yet: its files are not trusted.
+        let uid = process.uid.unwrap_or(u32::MAX);
+        let mut budget = self.budgets.take(uid, now_ns);
         let mut changes = Vec::new();
         let mut refused = Vec::new();
         let mut check = |start: u64, end: u64| {
@@ -1021,9 +1053,12 @@ impl CodeMaps {
                 }
             }
         }
+        if process.looked_after_exit {
+            process.root = None;
+        }
         let mut perf_changed = false;
         if let Some(perf_map) = &mut process.perf_map {
-            match perf_map.read(now_ns, &store, &mut check, final_read) {
+            match perf_map.read(now_ns, &store, &mut check, final_read, &mut budget) {
                 Ok(read) => {
                     for (_, change) in &read {
                         // Refusals are the timeline's to count: the content only names.
@@ -1042,11 +1077,12 @@ impl CodeMaps {
             }
         }
         for jitdump in &mut process.jitdumps {
-            changes.extend(jitdump.read(now_ns, &store, &mut check, final_read));
+            changes.extend(jitdump.read(now_ns, &store, &mut check, final_read, &mut budget));
         }
         for file in &mut process.files {
-            changes.extend(file.read(&store, final_read));
+            changes.extend(file.read(&store, final_read, &mut budget));
         }
+        self.budgets.put_back(uid, budget);
         for range in refused {
             if process.refused_ranges.len() == MAX_REFUSED_RANGES {
                 process.refused_ranges.pop_front();
@@ -1325,6 +1361,35 @@ mod tests {
         assert_eq!(kind("/tmp/vmscope-x.codemap"), None);
     }
 
+    /// A process's root directory is held until its perf map has been looked for once after it
+    /// exited, and closed then: nothing opens through it any more, and a host running many
+    /// short-lived targets must not keep one descriptor per dead process.
+    #[test]
+    fn the_root_of_an_exited_process_is_closed_after_its_last_look() {
+        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
+        let me = std::process::id();
+        let advance = |maps: &mut CodeMaps, now| {
+            maps.advance(
+                me,
+                now,
+                now,
+                None,
+                &mut |_, _| true,
+                &mut Recorder::default(),
+            )
+        };
+        maps.touch(me);
+        assert!(maps.processes[&me].root.is_some());
+        advance(&mut maps, 1);
+        assert!(maps.processes[&me].root.is_some(), "alive: held");
+        maps.exited(me);
+        advance(&mut maps, 2);
+        assert!(
+            maps.processes[&me].root.is_none(),
+            "looked once more, closed"
+        );
+    }
+
     /// What a sink was told: (what, sample time, where its leaf was placed).
     type Told = (&'static str, u64, Location);
 
@@ -1528,8 +1593,16 @@ mod tests {
             ],
             now,
         );
+        maps.settle(now + 1, now + 1);
         let c = maps.counters();
         assert_eq!(c.changes_refused, 1, "{c:?}");
+        assert_eq!(c.changes, 1, "{c:?}");
+        // Forgotten, the process's counts stay in the daemon's.
+        maps.stream_closed(pid);
+        maps.retain(|_| false);
+        let after = maps.counters();
+        assert!(maps.waiting().is_empty() && maps.processes.is_empty());
+        assert_eq!((after.changes_refused, after.changes), (1, 1), "{after:?}");
     }
 
     /// A forced advance (a stop at its deadline) attributes every waiting sample, provisionally,

@@ -31,9 +31,14 @@ use super::{
 };
 use crate::sys;
 
-/// Most bytes read from one source in one sync: a huge map is read over several syncs, so
-/// that one process cannot stall sampling.
-pub const MAX_READ_PER_SYNC: usize = 64 << 20;
+/// Largest perf map read: about 750,000 entries (a JVM with 10,000 compiled methods writes
+/// half a MiB). A bigger one is refused, with its reason counted, rather than read for seconds
+/// on behalf of one process (a sparse file of 50 GB costs nothing to make).
+pub const MAX_PERF_MAP_BYTES: u64 = 64 << 20;
+
+/// Largest jitdump or code map file read: these grow for the life of the process, records
+/// with debug info and pc maps included. Beyond it the file is read no more (counted).
+pub const MAX_LOG_FILE_BYTES: u64 = 1 << 30;
 
 /// Whether `[start, end)` lies inside an executable mapping of the process (it may re-read the
 /// process's mappings to find out).
@@ -52,29 +57,51 @@ pub struct SourceCounters {
 #[derive(Debug)]
 struct Growing {
     file: File,
+    /// Largest size read.
+    limit: u64,
     /// Offset of the first byte not read yet.
     offset: u64,
     /// Bytes read but not consumed (an incomplete last record).
     pending: Vec<u8>,
+    /// Whether the last read reached the end of the file: an incomplete record left then is
+    /// the writer's, not the read budget's.
+    at_end: bool,
+}
+
+/// Why a growing file could not be read.
+#[derive(Debug, thiserror::Error)]
+enum GrowingError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("the file is {len} bytes, over the {limit}-byte limit")]
+    TooLarge { len: u64, limit: u64 },
 }
 
 impl Growing {
-    fn new(file: File) -> Growing {
+    fn new(file: File, limit: u64) -> Growing {
         Growing {
             file,
+            limit,
             offset: 0,
             pending: Vec::new(),
+            at_end: false,
         }
     }
 
-    /// Reads what was appended, up to [`MAX_READ_PER_SYNC`], and hands over the bytes not
-    /// consumed yet (taken, not copied, so that the source can parse them while updating its
-    /// other fields), with whether the end of the file was reached. What the caller does not
-    /// consume goes back through [`Growing::put_back`].
-    fn take_more(&mut self) -> io::Result<(Vec<u8>, bool)> {
+    /// Reads what was appended, at most `budget` bytes (taken from it), and hands over the
+    /// bytes not consumed yet (taken, not copied, so that the source can parse them while
+    /// updating its other fields), with whether the end of the file was reached. What the
+    /// caller does not consume goes back through [`Growing::put_back`].
+    fn take_more(&mut self, budget: &mut u64) -> Result<(Vec<u8>, bool), GrowingError> {
         let len = self.file.metadata()?.len();
+        if len > self.limit {
+            return Err(GrowingError::TooLarge {
+                len,
+                limit: self.limit,
+            });
+        }
         let available = len.saturating_sub(self.offset);
-        let take = available.min(MAX_READ_PER_SYNC as u64) as usize;
+        let take = available.min(*budget) as usize;
         if take > 0 {
             self.file.seek(SeekFrom::Start(self.offset))?;
             let start = self.pending.len();
@@ -82,8 +109,10 @@ impl Growing {
             let n = read_fully(&mut self.file, &mut self.pending[start..])?;
             self.pending.truncate(start + n);
             self.offset += n as u64;
+            *budget -= n as u64;
         }
-        Ok((std::mem::take(&mut self.pending), self.offset >= len))
+        self.at_end = self.offset >= len;
+        Ok((std::mem::take(&mut self.pending), self.at_end))
     }
 
     /// Gives back the bytes [`Growing::take_more`] handed over, of which `consumed` were used.
@@ -95,6 +124,23 @@ impl Growing {
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
+}
+
+/// [`Growing::take_more`] for a source called `name`: a file over its size limit is refused
+/// (counted), and either error ends the source with the returned reason.
+fn take_more(
+    growing: &mut Growing,
+    budget: &mut u64,
+    name: &str,
+    refusals: &mut Refusals,
+) -> Result<(Vec<u8>, bool), String> {
+    growing.take_more(budget).map_err(|e| {
+        let why = format!("cannot read {name}: {e}");
+        if let GrowingError::TooLarge { .. } = e {
+            refusals.refuse(Reason::TooLarge, 1, || why.clone());
+        }
+        why
+    })
 }
 
 fn read_fully(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
@@ -186,7 +232,7 @@ impl PerfMapSource {
         let inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
         Ok(Some(PerfMapSource {
             uid,
-            growing: Growing::new(file),
+            growing: Growing::new(file, MAX_PERF_MAP_BYTES),
             inode,
             first_line: Vec::new(),
             reader: perf_map::PerfMapReader::new(),
@@ -236,13 +282,15 @@ impl PerfMapSource {
         self.reread = true;
     }
 
-    /// Reads new entries; `now_ns` is their time. `check` says which addresses are executable.
+    /// Reads new entries, at most `budget` bytes (taken from it); `now_ns` is their time.
+    /// `check` says which addresses are executable.
     pub fn read(
         &mut self,
         now_ns: u64,
         store: &CodeStore,
         check: ExecCheck<'_>,
         final_read: bool,
+        budget: &mut u64,
     ) -> Result<Vec<(u64, Change)>, String> {
         let mut changes = Vec::new();
         if self.rewritten() {
@@ -257,16 +305,14 @@ impl PerfMapSource {
             })?;
             check_owner(&file, &self.path, self.uid)?;
             self.inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
-            self.growing = Growing::new(file);
+            self.growing = Growing::new(file, MAX_PERF_MAP_BYTES);
             self.reader = perf_map::PerfMapReader::new();
             self.first_line.clear();
             self.tail.clear();
             changes.push((now_ns, Change::FreeCodes(std::mem::take(&mut self.codes))));
         }
-        let (bytes, at_eof) = self
-            .growing
-            .take_more()
-            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        let name = self.path.display().to_string();
+        let (bytes, at_eof) = take_more(&mut self.growing, budget, &name, &mut self.refusals)?;
         if self.first_line.is_empty()
             && let Some(end) = bytes.iter().position(|&b| b == b'\n')
         {
@@ -416,7 +462,7 @@ impl JitdumpSource {
         check_owner(&file, path, uid)?;
         Ok(JitdumpSource {
             name: path.display().to_string(),
-            growing: Growing::new(file),
+            growing: Growing::new(file, MAX_LOG_FILE_BYTES),
             header: None,
             debug_info: None,
             file_names: HashSet::new(),
@@ -430,26 +476,27 @@ impl JitdumpSource {
         })
     }
 
-    /// Reads new records. Records carry their own times; `now_ns` stands in when the writer's
-    /// clock is not CLOCK_MONOTONIC. On the `final_read` (the process exited), what cannot be
-    /// read any more is reported.
+    /// Reads new records, at most `budget` bytes (taken from it). Records carry their own
+    /// times; `now_ns` stands in when the writer's clock is not CLOCK_MONOTONIC. On the
+    /// `final_read` (the process exited), what cannot be read any more is reported.
     pub fn read(
         &mut self,
         now_ns: u64,
         store: &CodeStore,
         check: ExecCheck<'_>,
         final_read: bool,
+        budget: &mut u64,
     ) -> Vec<(u64, Change)> {
         let mut changes = Vec::new();
         if self.broken.is_broken() {
             return changes;
         }
-        if let Err(e) = self.read_records(now_ns, store, check, &mut changes) {
+        if let Err(e) = self.read_records(now_ns, store, check, &mut changes, budget) {
             self.broken.set(e);
             return changes;
         }
         let left = self.growing.pending.len();
-        if final_read && left > 0 {
+        if final_read && self.growing.at_end && left > 0 {
             if self.header.is_none() {
                 self.broken.set(format!(
                     "{}: the file ends in its header ({left} of 40 bytes)",
@@ -476,12 +523,10 @@ impl JitdumpSource {
         store: &CodeStore,
         check: ExecCheck<'_>,
         changes: &mut Vec<(u64, Change)>,
+        budget: &mut u64,
     ) -> Result<(), String> {
         let name = self.name.clone();
-        let (bytes, _) = self
-            .growing
-            .take_more()
-            .map_err(|e| format!("cannot read {name}: {e}"))?;
+        let (bytes, _) = take_more(&mut self.growing, budget, &name, &mut self.refusals)?;
         let mut at = 0;
         if self.header.is_none() {
             match jitdump::parse_header(&bytes).map_err(|e| format!("{name}: {e}"))? {
@@ -591,11 +636,12 @@ impl JitdumpSource {
                         continue;
                     }
                     let file = match (file, &script) {
-                        (Some(file), _) => file,
-                        (None, Some(script)) => {
+                        (Some(file), _) if names_a_file(&file) => file,
+                        (_, Some(script)) => {
                             self.repaired_file_names += 1;
                             script.clone()
                         }
+                        (Some(file), None) => file,
                         (None, None) => Arc::from("?"),
                     };
                     lines.push(SourcePoint {
@@ -677,6 +723,13 @@ fn debug_address_shift(entries: &[DebugPoint], start: u64, end: u64) -> u64 {
 
 /// The script of a V8 code name (`JS:*hotLoop /srv/app.js:3:17` -> `/srv/app.js`), to stand in
 /// for debug entries whose file name the writer garbled.
+/// Whether a debug entry's file name can be one: a path, a URL or a file name with an
+/// extension. V8 sometimes writes bytes of freed memory there (`Bc`); the code's own script,
+/// from its name, is then the better guess.
+fn names_a_file(name: &str) -> bool {
+    name.contains(['/', '.', ':'])
+}
+
 fn v8_script_path(name: &str) -> Option<Arc<str>> {
     let location = name.rsplit(' ').next().filter(|l| *l != name)?;
     let mut parts = location.rsplitn(3, ':');
@@ -706,7 +759,7 @@ impl CodeMapFileSource {
         check_owner(&file, path, uid)?;
         Ok(CodeMapFileSource {
             name: path.display().to_string(),
-            growing: Growing::new(file),
+            growing: Growing::new(file, MAX_LOG_FILE_BYTES),
             header_read: false,
             publication: Publication::default(),
             broken: Broken::default(),
@@ -714,19 +767,24 @@ impl CodeMapFileSource {
         })
     }
 
-    /// Reads new events. On the `final_read` (the process exited), an incomplete last record
-    /// is reported.
-    pub fn read(&mut self, store: &CodeStore, final_read: bool) -> Vec<(u64, Change)> {
+    /// Reads new events, at most `budget` bytes (taken from it). On the `final_read` (the
+    /// process exited), an incomplete last record is reported.
+    pub fn read(
+        &mut self,
+        store: &CodeStore,
+        final_read: bool,
+        budget: &mut u64,
+    ) -> Vec<(u64, Change)> {
         let mut changes = Vec::new();
         if self.broken.is_broken() {
             return changes;
         }
-        if let Err(e) = self.read_events(store, &mut changes) {
+        if let Err(e) = self.read_events(store, &mut changes, budget) {
             self.broken.set(e);
             return changes;
         }
         let left = self.growing.pending.len();
-        if final_read && left > 0 {
+        if final_read && self.growing.at_end && left > 0 {
             self.broken.set(format!(
                 "{}: the file ends in the middle of a record ({left} bytes left over)",
                 self.name
@@ -750,12 +808,10 @@ impl CodeMapFileSource {
         &mut self,
         store: &CodeStore,
         changes: &mut Vec<(u64, Change)>,
+        budget: &mut u64,
     ) -> Result<(), String> {
         let name = self.name.clone();
-        let (bytes, _) = self
-            .growing
-            .take_more()
-            .map_err(|e| format!("cannot read {name}: {e}"))?;
+        let (bytes, _) = take_more(&mut self.growing, budget, &name, &mut self.refusals)?;
         let mut at = 0;
         if !self.header_read {
             match codemap_file::parse_header(&bytes).map_err(|e| format!("{name}: {e}"))? {
@@ -830,6 +886,55 @@ mod tests {
         );
     }
 
+    #[test]
+    fn garbage_file_names_are_not_files() {
+        for name in [
+            "/app/hot.js",
+            "node:internal/main",
+            "hot.js",
+            "file:///x.mjs",
+        ] {
+            assert!(names_a_file(name), "{name}");
+        }
+        for name in ["Bc", "", "x"] {
+            assert!(!names_a_file(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn growing_files_are_read_within_the_budget_and_refused_over_their_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, [7u8; 100]).unwrap();
+        let mut growing = Growing::new(File::open(&path).unwrap(), 1000);
+        let mut budget = 30;
+        let (bytes, at_end) = growing.take_more(&mut budget).unwrap();
+        assert_eq!((bytes.len(), at_end, budget), (30, false, 0));
+        growing.put_back(bytes, 30);
+        let mut budget = 1000;
+        let (bytes, at_end) = growing.take_more(&mut budget).unwrap();
+        assert_eq!((bytes.len(), at_end, budget), (70, true, 930));
+
+        // A sparse file costs nothing to make: its size alone refuses it, before any read.
+        let file = File::options().write(true).open(&path).unwrap();
+        file.set_len(1 << 40).unwrap();
+        let mut source =
+            CodeMapFileSource::new(File::open(&path).unwrap(), &path, 1, uid()).unwrap();
+        let mut budget = u64::MAX;
+        assert!(
+            source
+                .read(&CodeStore::new(), false, &mut budget)
+                .is_empty()
+        );
+        assert_eq!(budget, u64::MAX, "nothing was read");
+        let failure = source.take_failure().unwrap();
+        assert!(
+            failure.contains("over the 1073741824-byte limit"),
+            "{failure}"
+        );
+        assert_eq!(source.refusals.count(Reason::TooLarge), 1);
+    }
+
     /// One test for the real /tmp/perf-PID.map of this process (tests share the pid).
     #[test]
     fn perf_maps_are_read_as_they_grow_and_reread_when_rewritten() {
@@ -848,7 +953,9 @@ mod tests {
         let store = CodeStore::new();
         let mut everything = |_: u64, _: u64| true;
         let mut source = PerfMapSource::open(me, me, uid(), None).unwrap().unwrap();
-        let first = source.read(500, &store, &mut everything, false).unwrap();
+        let first = source
+            .read(500, &store, &mut everything, false, &mut { u64::MAX })
+            .unwrap();
         // Entries present at the first read count from that read.
         assert_eq!(
             loads(&first, &store),
@@ -860,7 +967,9 @@ mod tests {
         writeln!(file, "0x3000 0x20 not executable").unwrap();
         file.flush().unwrap();
         let mut below_3000 = |start: u64, _: u64| start < 0x3000;
-        let next = source.read(600, &store, &mut below_3000, false).unwrap();
+        let next = source
+            .read(600, &store, &mut below_3000, false, &mut { u64::MAX })
+            .unwrap();
         assert_eq!(
             loads(&next, &store),
             [(600, 0x2000, "JS:~partial done".into())]
@@ -875,7 +984,9 @@ mod tests {
         writeln!(file, "{bar}").unwrap();
         writeln!(file, "0x0000000000005000 0x0000000000000040 void Foo.baz()").unwrap();
         file.flush().unwrap();
-        let snapshot = source.read(700, &store, &mut everything, false).unwrap();
+        let snapshot = source
+            .read(700, &store, &mut everything, false, &mut { u64::MAX })
+            .unwrap();
         assert!(
             matches!(&snapshot[0], (700, Change::FreeCodes(codes)) if codes.len() == 2),
             "{snapshot:?}"
@@ -889,7 +1000,7 @@ mod tests {
         );
         assert!(
             source
-                .read(750, &store, &mut everything, false)
+                .read(750, &store, &mut everything, false, &mut { u64::MAX })
                 .unwrap()
                 .is_empty()
         );
@@ -910,7 +1021,9 @@ mod tests {
         )
         .unwrap();
         file.flush().unwrap();
-        let again = source.read(800, &store, &mut everything, false).unwrap();
+        let again = source
+            .read(800, &store, &mut everything, false, &mut { u64::MAX })
+            .unwrap();
         assert!(
             matches!(&again[0], (800, Change::FreeCodes(_))),
             "{again:?}"
@@ -919,7 +1032,9 @@ mod tests {
 
         // Told by its writer, even when nothing shows it.
         source.reread();
-        let told = source.read(900, &store, &mut everything, false).unwrap();
+        let told = source
+            .read(900, &store, &mut everything, false, &mut { u64::MAX })
+            .unwrap();
         assert!(matches!(&told[0], (900, Change::FreeCodes(_))), "{told:?}");
         assert_eq!(loads(&told, &store).len(), 3);
         std::fs::remove_file(&path).unwrap();

@@ -9,7 +9,9 @@
 //!
 //! The binaries behind file mappings are registered with [`Modules`] at once, which opens them,
 //! so that a binary that is deleted or replaced later, or a process that exits, can still be
-//! symbolised.
+//! symbolised. The table tells the registry which binaries its live processes map
+//! ([`ProcessTable::modules_in_use`]); once a process has exited and every sample it took has
+//! been read, its binaries stay open only if a session has samples in them.
 //!
 //! A process is its pid and its start time ([`life`]): a read of `/proc/PID` that finds another
 //! start time is of another process, and never replaces what the table knows of the old one
@@ -88,6 +90,8 @@ pub struct Process {
     maps_generation: u64,
     maps_read_at_ns: u64,
     last_sample_ns: u64,
+    /// When [`ProcessTable::modules_in_use`] first found it dead.
+    dead_since_ns: Option<u64>,
 }
 
 impl Process {
@@ -139,6 +143,8 @@ pub struct ProcessCounters {
     pub maps_bad_lines: u64,
     /// `execve` events handled.
     pub execs: u64,
+    /// Processes found exited by [`ProcessTable::modules_in_use`].
+    pub exits_noticed: u64,
     /// Reads of a known pid that found another process (another start time, or a running leader
     /// after the known one exited).
     pub pid_reuses: u64,
@@ -400,6 +406,37 @@ impl ProcessTable {
         self.replace_if_same(pid, fresh, now_ns) && answer
     }
 
+    /// Adds to `keep` the binaries the processes of the table map, but those of processes that
+    /// died before `settled_ns`, and answers whether some died after it.
+    ///
+    /// `exists` says whether a process still exists (`sys::process_exists`; tests fake it). A
+    /// dead process's binaries are kept until every sample it took has been read and counted
+    /// (a sample still in the ring would be normalised against them): the caller passes as
+    /// `settled_ns` the time up to which samples have all been read, and this notes when each
+    /// process was first found dead. A process found dead stays in the table (its mappings place
+    /// late samples of it, and sessions look at it) until [`ProcessTable::forget_idle`].
+    pub fn modules_in_use(
+        &mut self,
+        now_ns: u64,
+        settled_ns: u64,
+        exists: impl Fn(u32) -> bool,
+        keep: &mut impl Extend<ModuleId>,
+    ) -> bool {
+        let mut unsettled = false;
+        for (&pid, process) in &mut self.processes {
+            if process.dead_since_ns.is_none() && (process.gone || !exists(pid)) {
+                process.dead_since_ns = Some(now_ns);
+                self.counters.exits_noticed += 1;
+            }
+            if process.dead_since_ns.is_some_and(|dead| dead <= settled_ns) {
+                continue;
+            }
+            unsettled |= process.dead_since_ns.is_some();
+            keep.extend(process.file_mappings().map(|(_, _, module)| module));
+        }
+        unsettled
+    }
+
     /// Forgets processes that no running session names and that produced no sample since
     /// `before_ns`, keeping the table bounded in system-wide sessions.
     pub fn forget_idle(&mut self, keep: impl Fn(u32) -> bool, before_ns: u64) {
@@ -421,6 +458,7 @@ impl ProcessTable {
             maps_generation: NEXT_MAPS_GENERATION.fetch_add(1, Ordering::Relaxed),
             maps_read_at_ns: now_ns,
             last_sample_ns: now_ns,
+            dead_since_ns: None,
         };
         if let Ok(text) = sys::read_proc(pid, "stat")
             && let Ok(stat) = stat::parse_stat(&text)

@@ -1,6 +1,8 @@
 //! The process table's identity rules, with this test process standing in for a process the
 //! table knew under another start time (one that held the pid before).
 
+use std::collections::HashSet;
+
 use super::*;
 
 fn table() -> ProcessTable {
@@ -101,4 +103,35 @@ fn an_exit_ends_only_a_process_read_before_it() {
     // A later sample of a running process under the pid reads it afresh.
     table.sampled(me(), now + 2, now + 3);
     assert!(!table.get(me()).unwrap().gone);
+}
+
+/// A live process keeps the binaries it maps; a dead one keeps them until every sample it
+/// took has been read, then not even if its pid comes back.
+#[test]
+fn a_dead_process_holds_its_binaries_until_its_samples_are_read() {
+    let modules = Arc::new(Modules::new());
+    let mut table = ProcessTable::new(modules.clone());
+    let me = std::process::id();
+    table.observe(me, 100);
+    let mine = modules.len();
+    assert!(mine > 0, "this test binary, at least");
+    let in_use = |table: &mut ProcessTable, now, settled, alive: bool| {
+        let mut keep = HashSet::new();
+        let unsettled = table.modules_in_use(now, settled, |_| alive, &mut keep);
+        (keep.len(), unsettled)
+    };
+    assert_eq!(in_use(&mut table, 1_000, 900, true), (mine, false));
+    // Found dead at 2000; samples are read up to 1500 only.
+    assert_eq!(in_use(&mut table, 2_000, 1_500, false), (mine, true));
+    assert_eq!(table.counters().exits_noticed, 1);
+    assert_eq!(in_use(&mut table, 2_500, 1_999, false), (mine, true));
+    // Read past its death: nothing of it is needed any more.
+    assert_eq!(in_use(&mut table, 3_000, 2_000, false), (0, false));
+    // Its pid reused: still the dead process's entry, whose binaries are gone.
+    assert_eq!(in_use(&mut table, 4_000, 3_000, true), (0, false));
+    assert_eq!(table.counters().exits_noticed, 1, "noticed once");
+    // Read afresh (an exec, a forget and a new sample): alive again.
+    table.forget(me);
+    table.observe(me, 5_000);
+    assert_eq!(in_use(&mut table, 5_000, 4_000, true), (mine, false));
 }

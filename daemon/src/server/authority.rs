@@ -12,26 +12,24 @@ use std::{
 
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
-    net::{UnixListener, UnixStream},
+    net::UnixStream,
 };
-use tokio_stream::{Stream, StreamExt as _, wrappers::UnixListenerStream};
 use tonic::transport::server::{Connected, UdsConnectInfo};
 use vmscope_parse::h2_authority::AuthorityRewriter;
 
-/// Bytes read from the socket at a time.
-const READ_CHUNK: usize = 16 << 10;
+use super::connections::{PREFACE, Slot};
 
-/// The connections the listener accepts, each wrapped in a [`FixedAuthority`].
-pub fn incoming(listener: UnixListener) -> impl Stream<Item = io::Result<FixedAuthority>> {
-    UnixListenerStream::new(listener).map(|stream| stream.map(FixedAuthority::new))
-}
+/// Bytes read from the socket at a time: on the stack of the read, so that an idle connection
+/// holds no buffer of ours.
+const READ_CHUNK: usize = 16 << 10;
 
 /// A client connection whose incoming `:authority` fields h2 accepts.
 #[derive(Debug)]
 pub struct FixedAuthority {
     inner: UnixStream,
     rewriter: AuthorityRewriter,
-    chunk: Box<[u8]>,
+    /// The connection's place in its user's share, given back when h2 drops the connection.
+    _slot: Option<Slot>,
     /// Rewritten bytes not yet read by h2, from `out_at` on.
     out: Vec<u8>,
     out_at: usize,
@@ -46,12 +44,21 @@ impl FixedAuthority {
         FixedAuthority {
             inner,
             rewriter: AuthorityRewriter::new(),
-            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
+            _slot: None,
             out: Vec::new(),
             out_at: 0,
             eof: false,
             logged: (false, false),
         }
+    }
+
+    /// Wraps a connection whose first bytes, the HTTP/2 preface, were read already; `slot` is
+    /// held as long as the connection.
+    pub fn after_preface(inner: UnixStream, slot: Slot) -> Self {
+        let mut fixed = FixedAuthority::new(inner);
+        fixed._slot = Some(slot);
+        fixed.rewriter.feed(PREFACE, &mut fixed.out);
+        fixed
     }
 
     fn log_once(&mut self) {
@@ -94,7 +101,8 @@ impl AsyncRead for FixedAuthority {
             if this.eof {
                 return Poll::Ready(Ok(()));
             }
-            let mut chunk = ReadBuf::new(&mut this.chunk);
+            let mut bytes = [0; READ_CHUNK];
+            let mut chunk = ReadBuf::new(&mut bytes);
             ready!(Pin::new(&mut this.inner).poll_read(cx, &mut chunk))?;
             if chunk.filled().is_empty() {
                 this.rewriter.finish(&mut this.out);
@@ -201,18 +209,20 @@ mod tests {
         assert!(fixed.rewriter.fallback().is_none());
     }
 
-    /// The daemon's server stack, on connections from [`incoming`], answers grpcio's health
+    /// The daemon's server stack, on connections from the accept loop, answers grpcio's health
     /// check, which it resets (PROTOCOL_ERROR) on bare sockets.
     #[tokio::test]
     async fn tonic_answers_grpcio() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("s");
-        let listener = UnixListener::bind(&socket).unwrap();
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
         let (_, health) = tonic_health::server::health_reporter();
+        let connections = super::super::connections::Connections::new(Default::default());
+        let (_accepting, on) = tokio::sync::watch::channel(true);
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(health)
-                .serve_with_incoming(incoming(listener)),
+                .serve_with_incoming(super::super::connections::accept(listener, connections, on)),
         );
 
         let mut client = UnixStream::connect(&socket).await.unwrap();

@@ -7,16 +7,20 @@
 //! client's `:authority` is accepted.
 
 pub mod authority;
+pub mod connections;
 mod listen;
 mod publish;
+pub mod shares;
 mod status;
 
-use std::{pin::Pin, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
 
+pub use connections::{ConnectionLimits, Connections};
 pub use listen::bind_socket;
 pub use publish::CodeMapService;
+use shares::{ShareLimits, Shares};
 use status::to_status;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status, transport::server::UdsConnectInfo};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
@@ -32,8 +36,13 @@ use crate::{
 pub const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 /// Interval between watch snapshots when the request names none.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
-/// Most watch streams open at once: each takes a snapshot per interval.
-pub const MAX_WATCHES: usize = 256;
+/// Most watch streams open at once: each takes a snapshot per interval. A user other than
+/// root may hold a share of them, all such users together most of them, and root the rest.
+pub const WATCHES: ShareLimits = ShareLimits {
+    per_user: 16,
+    non_root: 192,
+    total: 256,
+};
 
 /// Implementation of `vmscope.v1.Profiler`.
 #[derive(Debug, Clone)]
@@ -41,24 +50,32 @@ pub struct ProfilerService {
     manager: ManagerHandle,
     symbolizer: Symbolizer,
     online_cpus: u32,
-    watches: Arc<Semaphore>,
+    watches: Arc<Shares>,
     shutdown: watch::Receiver<bool>,
+    connections: Arc<Connections>,
+    limits: Arc<BTreeMap<&'static str, u64>>,
 }
 
 impl ProfilerService {
-    /// A service over a running manager. Watch streams end when `shutdown` turns true.
+    /// A service over a running manager. Watch streams send their session's profile once more
+    /// and end when `shutdown` turns true. `limits` are shown in `GetDaemonInfo`, with the
+    /// counters of `connections`.
     pub fn new(
         manager: ManagerHandle,
         symbolizer: Symbolizer,
         online_cpus: u32,
         shutdown: watch::Receiver<bool>,
+        connections: Arc<Connections>,
+        limits: BTreeMap<&'static str, u64>,
     ) -> Self {
         ProfilerService {
             manager,
             symbolizer,
             online_cpus,
-            watches: Arc::new(Semaphore::new(MAX_WATCHES)),
+            watches: Shares::new(WATCHES),
             shutdown,
+            connections,
+            limits: Arc::new(limits),
         }
     }
 
@@ -207,10 +224,9 @@ impl pb::profiler_server::Profiler for ProfilerService {
             .get(caller, request.session_id)
             .await
             .map_err(to_status)?;
-        let permit = self.watches.clone().try_acquire_owned().map_err(|_| {
+        let permit = self.watches.take(caller.uid).map_err(|refusal| {
             Status::resource_exhausted(format!(
-                "{MAX_WATCHES} watches are open, the most the daemon serves; poll GetProfile \
-                 or try later"
+                "watches: {refusal}; poll GetProfile, or close a watch"
             ))
         })?;
         let (tx, rx) = mpsc::channel(2);
@@ -219,20 +235,18 @@ impl pb::profiler_server::Profiler for ProfilerService {
         tokio::spawn(async move {
             let _permit = permit;
             loop {
-                if *shutdown.borrow_and_update() {
-                    let _ = tx
-                        .send(Err(Status::unavailable("the daemon is shutting down")))
-                        .await;
-                    break;
-                }
+                // At shutdown the daemon stops the sessions first: this profile is then the
+                // final one, and the watch ends with it.
+                let shutting_down = *shutdown.borrow_and_update();
                 // Watches stream our message only: pprof is for GetProfile.
                 let profile = service.profile(caller, request.session_id, false).await;
                 // The stopped session's profile is the last: it changes no more, whole or not.
-                let last = profile.as_ref().map_or(true, |p| {
-                    p.session
-                        .as_ref()
-                        .is_some_and(|s| s.state() == pb::SessionState::Stopped)
-                });
+                let last = shutting_down
+                    || profile.as_ref().map_or(true, |p| {
+                        p.session
+                            .as_ref()
+                            .is_some_and(|s| s.state() == pb::SessionState::Stopped)
+                    });
                 // A client that went away closes the channel; that ends the watch, nothing else.
                 if tx.send(profile).await.is_err() || last {
                     break;
@@ -254,7 +268,8 @@ impl pb::profiler_server::Profiler for ProfilerService {
         let max_frequency_hz = sys::perf_event_max_sample_rate().map_err(|e| {
             Status::internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
         })?;
-        let counters = self.manager.counters().await.map_err(to_status)?;
+        let mut counters = self.manager.counters().await.map_err(to_status)?.values;
+        counters.extend(self.connections.counters.values());
         Ok(Response::new(pb::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             max_frequency_hz,
@@ -262,9 +277,13 @@ impl pb::profiler_server::Profiler for ProfilerService {
             online_cpus: self.online_cpus,
             hardware_events: sys::has_hardware_pmu(),
             counters: counters
-                .values
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+            limits: self
+                .limits
+                .iter()
+                .map(|(&k, &v)| (k.to_owned(), v))
                 .collect(),
         }))
     }

@@ -162,17 +162,27 @@ impl pb::code_map_server::CodeMap for CodeMapService {
             }
             let mut changes = Vec::with_capacity(events.len());
             let mut ended = false;
+            let mut refused = 0;
             for event in events {
                 match event {
                     Ok(event) => match checked.accept(&event, &self.codes) {
                         Ok(Some(change)) => changes.push(change),
                         Ok(None) => {}
                         Err(problem) => {
+                            refused += 1;
                             tracing::debug!(pid, "code map event refused: {problem}")
                         }
                     },
-                    // The VM went away mid-stream: keep what it sent.
+                    // The VM went away mid-stream: keep what it sent. A message that could not
+                    // be decoded (over the size limit, malformed) ends it too, and is refused.
                     Err(status) => {
+                        if status.code() != tonic::Code::Cancelled
+                            && status.code() != tonic::Code::Unknown
+                        {
+                            refused += 1;
+                            checked.refused += 1;
+                            checked.problems.push(status.message().to_owned());
+                        }
                         tracing::debug!(pid, "code map publication broke off: {status}");
                         ended = true;
                         break;
@@ -185,6 +195,7 @@ impl pb::code_map_server::CodeMap for CodeMapService {
                     Publication::Changes {
                         changes,
                         until_ns: checked.until_ns,
+                        refused,
                     },
                 )
                 .await

@@ -56,7 +56,7 @@ use crate::{
         ProcessTable,
         life::{self, AfterExit, Life, StartClock},
     },
-    symbolize::{CodeMapKinds, Location, Modules, Unexplained},
+    symbolize::{CodeMapKinds, Location, ModuleId, Modules, Unexplained},
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
 };
@@ -72,8 +72,14 @@ pub struct ManagerConfig {
     /// Most sessions one user other than root may run at once.
     pub max_running_per_user: usize,
     /// Stopped sessions kept per user for later reports; a user's oldest are evicted first, so
-    /// no user can push out another's.
+    /// no user can push out another's. One whose final profile was never taken is kept beyond
+    /// this for [`ManagerConfig::unfetched_kept_for`].
     pub max_stopped_per_user: usize,
+    /// How long a stopped session whose final profile nobody took is kept whatever the count:
+    /// a client that stops a session and then asks for its profile always gets it, however
+    /// many sessions its user (or other clients of that user) stop meanwhile. A user other than
+    /// root with `max_stopped_per_user` such sessions starts no more until it takes one.
+    pub unfetched_kept_for: Duration,
     /// Period of the housekeeping tick (CPU times, exited targets).
     pub tick: Duration,
     /// Time after a stop during which samples may still be in flight in the kernel.
@@ -91,6 +97,9 @@ pub struct ManagerConfig {
     /// Processes that produced no sample for this long, and that no running session names, are
     /// forgotten.
     pub forget_processes_after: Duration,
+    /// Period of the sweep that closes the binaries nothing needs any more: no live process
+    /// maps them, no session that can still be reported has samples in them.
+    pub sweep_modules: Duration,
     /// Whether HotSpot targets may be asked for their perf map (sessions may still opt out).
     pub jvm_attach: bool,
 }
@@ -101,12 +110,14 @@ impl Default for ManagerConfig {
             max_running_sessions: 64,
             max_running_per_user: 8,
             max_stopped_per_user: 32,
+            unfetched_kept_for: Duration::from_secs(600),
             tick: Duration::from_millis(100),
             stop_slack: Duration::from_millis(2),
             system_wide_code_map_wait: Duration::from_secs(1),
             stop_timeout: Duration::from_nanos(crate::codemap::registry::JITDUMP_MAX_WAIT_NS)
                 + Duration::from_secs(1),
             forget_processes_after: Duration::from_secs(30),
+            sweep_modules: Duration::from_secs(1),
             jvm_attach: true,
         }
     }
@@ -165,6 +176,9 @@ pub enum Publication {
         changes: Vec<(u64, Change)>,
         /// The map is known up to here.
         until_ns: u64,
+        /// Events the stream refused since the last changes (broken rules, a message over the
+        /// size limit): counted with the daemon's code map refusals.
+        refused: u64,
     },
     /// The stream ended.
     Closed,
@@ -289,6 +303,7 @@ pub fn spawn_manager(
         online_cpus: sys::online_cpus(),
         counters: Counters::default(),
         last_forget_ns: 0,
+        last_sweep_ns: 0,
         user_scratch: Vec::new(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -355,6 +370,7 @@ struct Manager {
     online_cpus: u32,
     counters: Counters,
     last_forget_ns: u64,
+    last_sweep_ns: u64,
     /// Reused for each sample's user stack, so that routing allocates nothing for it.
     user_scratch: Vec<u64>,
     /// Unwinds the user stack copies of `--call-graph dwarf` samples.
@@ -453,7 +469,14 @@ impl Manager {
             }
             Command::Snapshot { caller, id, reply } => {
                 let result = match self.visible(caller, id) {
-                    Ok(_) => Ok(self.snapshot(id)),
+                    Ok(_) => {
+                        if let Some(session) = self.sessions.get_mut(&id)
+                            && session.state == State::Stopped
+                        {
+                            session.fetched = true;
+                        }
+                        Ok(self.snapshot(id))
+                    }
                     Err(e) => Err(e),
                 };
                 let _ = reply.send(result);
@@ -463,8 +486,13 @@ impl Manager {
             }
             Command::Publish { pid, update } => match update {
                 Publication::Opened => self.codemaps.stream_opened(pid),
-                Publication::Changes { changes, until_ns } => {
-                    self.codemaps.publish(pid, changes, until_ns)
+                Publication::Changes {
+                    changes,
+                    until_ns,
+                    refused,
+                } => {
+                    self.codemaps.publish(pid, changes, until_ns);
+                    self.codemaps.count_stream_refusals(refused);
                 }
                 Publication::Closed => self.codemaps.stream_closed(pid),
             },
@@ -512,8 +540,22 @@ impl Manager {
             .map(|&pid| life::probe(pid, None).start_time())
             .collect();
         request::authorize(&caller, &spec)?;
-
         let now = sys::monotonic_ns();
+        let unfetched = self
+            .sessions
+            .values()
+            .filter(|s| s.owner_uid == caller.uid && self.protected(s, now))
+            .count();
+        if !caller.is_root() && unfetched >= self.config.max_stopped_per_user {
+            return Err(SessionError::ResourceExhausted(format!(
+                "you (uid {}) have {unfetched} stopped sessions whose profiles nobody took, the \
+                 most one user may: take them (vmscope report ID) or wait until they are {} s \
+                 old",
+                caller.uid,
+                self.config.unfetched_kept_for.as_secs()
+            )));
+        }
+
         let mut targets = Vec::with_capacity(spec.pids.len());
         for (&pid, &named_start) in spec.pids.iter().zip(&named) {
             // Read the process now, while it surely lives: a target that exits right away is
@@ -596,6 +638,7 @@ impl Manager {
             pending_jit: 0,
             jit: Default::default(),
             incomplete: None,
+            fetched: false,
             kept: KeptSamples::new(spec.keep_samples as usize),
             truncated: 0,
             spec,
@@ -876,8 +919,10 @@ impl Manager {
         }
     }
 
-    /// Keeps each user's most recent stopped sessions.
+    /// Keeps each user's most recent stopped sessions, and those whose final profile was not
+    /// taken yet (for a while).
     fn evict(&mut self) {
+        let now = sys::monotonic_ns();
         let mut kept: HashMap<u32, usize> = HashMap::new();
         let mut evict = Vec::new();
         for session in self.sessions.values().rev() {
@@ -886,7 +931,7 @@ impl Manager {
             }
             let count = kept.entry(session.owner_uid).or_insert(0);
             *count += 1;
-            if *count > self.config.max_stopped_per_user {
+            if *count > self.config.max_stopped_per_user && !self.protected(session, now) {
                 evict.push(session.id);
             }
         }
@@ -894,6 +939,16 @@ impl Manager {
             self.sessions.remove(&id);
             self.counters.sessions_evicted += 1;
         }
+    }
+
+    /// Whether a stopped session is kept whatever the count: its final profile was not taken,
+    /// and it stopped less than `unfetched_kept_for` ago.
+    fn protected(&self, session: &Session, now_ns: u64) -> bool {
+        session.state == State::Stopped
+            && !session.fetched
+            && session.stop_ns.is_some_and(|stop| {
+                now_ns.saturating_sub(stop) < self.config.unfetched_kept_for.as_nanos() as u64
+            })
     }
 
     fn ingest(&mut self, batch: Batch) {
@@ -1293,11 +1348,14 @@ impl Manager {
             count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed);
             return;
         };
-        // Generated code: attributed once the code maps are known up to its time.
+        // Generated code: attributed once the code maps are known up to its time. Its binaries
+        // are the sessions' from now, so that they stay open until it is counted.
         let ip = first_generated.lookup;
-        for (id, _) in &routed.sessions {
-            if let Some(session) = self.sessions.get_mut(id) {
+        for &(id, wanted) in &routed.sessions {
+            if let Some(session) = self.sessions.get_mut(&id) {
                 session.pending_jit += 1;
+                let (frames, _) = routed.stack_for(wanted);
+                session.stacks.hold(frames.iter().map(|f| f.location));
             }
         }
         self.codemaps.push_sample(
@@ -1594,6 +1652,11 @@ impl Manager {
         self.codemaps.settle(now, samples_until);
         self.end_elapsed();
 
+        if now.saturating_sub(self.last_sweep_ns) >= self.config.sweep_modules.as_nanos() as u64 {
+            self.last_sweep_ns = now;
+            self.sweep_modules(now);
+        }
+
         if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
             self.last_forget_ns = now;
             let keep: Vec<u32> = self
@@ -1613,6 +1676,39 @@ impl Manager {
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
             self.jvms
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
+        }
+    }
+
+    /// Closes the binaries nothing needs any more: those no live process maps and no session
+    /// that can still be reported (running, stopping, stopped and kept) has samples in.
+    ///
+    /// A process that died keeps its binaries until every sample it took has been read: while
+    /// sessions sample, until the reader's watermark passes the time it was found dead (a flush
+    /// is asked for, so that a quiet ring does not hold it up); with none, at once, since no
+    /// sample would be counted anyway. The cost is one `kill(pid, 0)` per known process and a
+    /// pass over the sessions' sets of binaries, not over their samples.
+    fn sweep_modules(&mut self, now_ns: u64) {
+        let slack = self.config.stop_slack.as_nanos() as u64;
+        let sampling = !self.by_period.is_empty();
+        let settled_ns = if sampling {
+            self.watermark_ns.saturating_sub(slack)
+        } else {
+            now_ns
+        };
+        let mut keep: std::collections::HashSet<ModuleId, foldhash::fast::RandomState> =
+            Default::default();
+        for session in self.sessions.values() {
+            keep.extend(session.stacks.modules());
+        }
+        let unsettled =
+            self.processes
+                .modules_in_use(now_ns, settled_ns, sys::process_exists, &mut keep);
+        if unsettled && sampling {
+            self.reader.flush_at(now_ns + slack);
+        }
+        let closed = self.modules.retain(|module| keep.contains(&module));
+        if closed > 0 {
+            tracing::debug!(closed, held = self.modules.len(), "binaries closed");
         }
     }
 
@@ -1764,11 +1860,14 @@ impl Manager {
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
             ("maps_bad_lines", p.maps_bad_lines),
+            ("processes_exited", p.exits_noticed),
             ("modules_registered", m.registered),
             ("modules_open_failures", m.open_failures),
             ("modules_parsed", m.parsed),
             ("modules_build_id_hits", m.build_id_hits),
             ("modules_parse_failures", m.parse_failures),
+            ("modules_closed", m.closed),
+            ("modules_open_now", m.open_now),
             ("dwarf_loaded", l.loaded),
             ("dwarf_from_debug_files", l.from_debug_files),
             ("dwarf_evicted", l.evicted),
@@ -1798,6 +1897,7 @@ impl Manager {
             ("jvm_perf_map_request_ms", self.jvms.counters.request_ms),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
+            ("code_map_reads_deferred", j.reads_deferred),
             ("code_map_source_failures", j.source_failures),
             ("code_store_codes", self.codemaps.store().len() as u64),
             ("code_store_bytes", self.codemaps.store().bytes() as u64),

@@ -165,6 +165,9 @@ pub struct Session {
     pub jit: JitAttribution,
     /// Why the profile is not whole, when its stop could not wait for every sample.
     pub incomplete: Option<String>,
+    /// Whether its final profile was taken (a snapshot after it stopped): until then it is not
+    /// evicted for being one too many (see `ManagerConfig::unfetched_kept_for`).
+    pub fetched: bool,
     /// Samples kept one by one (StartSessionRequest.keep_samples).
     pub kept: KeptSamples,
     /// Samples whose stack was cut at the depth limit.
@@ -401,6 +404,7 @@ mod tests {
             pending_jit: 0,
             jit: JitAttribution::default(),
             incomplete: None,
+            fetched: false,
             kept: KeptSamples::new(0),
             truncated: 0,
         }

@@ -9,12 +9,19 @@
 //!
 //! Everything here only grows while the session runs, so a [`StackTable`] snapshot is a copy of
 //! plain vectors: symbolisation works on the copy, off the manager thread.
+//!
+//! The table also knows which binaries its locations are in, noted as each location is first
+//! interned: the binaries the session keeps open while it can be reported (see
+//! [`crate::symbolize::Modules::retain`]), found without rescanning its locations.
 
 use std::hash::BuildHasher;
 
-use hashbrown::{HashMap, HashTable};
+use hashbrown::{HashMap, HashSet, HashTable};
 
-use crate::{symbolize::Location, unwind::StackEnd};
+use crate::{
+    symbolize::{Location, ModuleId},
+    unwind::StackEnd,
+};
 
 /// A location's index in its session's [`StackTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -55,6 +62,8 @@ pub struct StackTable {
     pub counts: HashMap<(u32, StackId), u64, foldhash::fast::RandomState>,
     location_index: HashTable<LocationId>,
     stack_index: HashTable<StackId>,
+    /// The binaries of its locations, and of samples waiting to be counted.
+    modules: HashSet<ModuleId, foldhash::fast::RandomState>,
     hasher: foldhash::fast::RandomState,
     /// Reused for each sample's location ids, so that counting allocates nothing.
     scratch: Vec<LocationId>,
@@ -110,10 +119,27 @@ impl StackTable {
         }
     }
 
+    /// The binaries the session's samples are in: those of its locations, and those noted by
+    /// [`StackTable::hold`].
+    pub fn modules(&self) -> impl Iterator<Item = ModuleId> + '_ {
+        self.modules.iter().copied()
+    }
+
+    /// Notes the binaries of `locations` as the session's before they are counted: a sample
+    /// waiting for its code map is counted later, and its binaries must stay open until then.
+    pub fn hold(&mut self, locations: impl IntoIterator<Item = Location>) {
+        for location in locations {
+            if let Location::File { module, .. } = location {
+                self.modules.insert(module);
+            }
+        }
+    }
+
     /// The id of a location, interning it on first sight.
     pub fn location(&mut self, location: Location) -> LocationId {
         let hash = self.hasher.hash_one(location);
         let locations = &mut self.locations;
+        let modules = &mut self.modules;
         *self
             .location_index
             .entry(
@@ -122,6 +148,9 @@ impl StackTable {
                 |id| self.hasher.hash_one(locations[id.0 as usize]),
             )
             .or_insert_with(|| {
+                if let Location::File { module, .. } = location {
+                    modules.insert(module);
+                }
                 locations.push(location);
                 LocationId(locations.len() as u32 - 1)
             })
@@ -255,6 +284,33 @@ mod tests {
             table.count(1, [k(1), k(2), k(3)], DONE);
         }
         assert_eq!((table.stacks.len(), table.frames.len()), (3, 8));
+    }
+
+    fn file(module: u64, offset: u64) -> Location {
+        Location::File {
+            module: ModuleId(module),
+            offset,
+            main_executable: false,
+        }
+    }
+
+    /// The binaries a session keeps open are those of its locations, noted as they are first
+    /// interned, and those of samples held before they are counted.
+    #[test]
+    fn the_binaries_of_its_locations_are_known_as_they_are_interned() {
+        let mut table = StackTable::default();
+        assert_eq!(table.modules().count(), 0);
+        table.count(1, [file(3, 0x10), k(1), file(4, 0x20)], DONE);
+        table.count(1, [file(3, 0x30)], DONE);
+        table.count(2, [file(3, 0x10), k(1), file(4, 0x20)], DONE);
+        let mut modules: Vec<ModuleId> = table.modules().collect();
+        modules.sort();
+        assert_eq!(modules, [ModuleId(3), ModuleId(4)]);
+        // A sample waiting for its code map: its binaries are the session's already.
+        table.hold([k(2), file(7, 0x40)]);
+        let mut modules: Vec<ModuleId> = table.modules().collect();
+        modules.sort();
+        assert_eq!(modules, [ModuleId(3), ModuleId(4), ModuleId(7)]);
     }
 
     #[test]

@@ -151,6 +151,35 @@ impl LineTables {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Drops what was kept for binaries the registry closed: tables keyed by a `closed` module,
+    /// tables of a build id no held module uses any more (not `build_id_alive`), and answers
+    /// about closed modules. Binaries without DWARF are remembered per build id too, so without
+    /// this their entries would pile up with every distinct build the host runs.
+    pub fn forget(
+        &self,
+        closed: impl Fn(ModuleId) -> bool,
+        build_id_alive: impl Fn(&[u8]) -> bool,
+    ) {
+        let mut state = self.lock();
+        let State {
+            entries,
+            answers,
+            bytes,
+            ..
+        } = &mut *state;
+        entries.retain(|key, entry| {
+            let keep = match key {
+                Key::Module(module) => !closed(*module),
+                Key::BuildId(id) => build_id_alive(id),
+            };
+            if !keep {
+                *bytes -= entry.weight;
+            }
+            keep
+        });
+        answers.retain(|(module, _), _| !closed(*module));
+    }
+
     /// The frames at ELF virtual address `svma` of `binary`, innermost first (see
     /// [`SourceLines::lookup`]); empty when the binary has no DWARF or none covers the address.
     pub fn frames(&self, binary: Binary<'_>, svma: u64) -> Arc<[SourceFrame]> {
@@ -345,7 +374,7 @@ fn parse_file(file: &File, limit: u64, build_id: Option<&[u8]>) -> Result<Source
 mod tests {
     use super::*;
 
-    fn binary(file: &File, module: u32, build_id: Option<&[u8]>) -> Binary<'static> {
+    fn binary(file: &File, module: u64, build_id: Option<&[u8]>) -> Binary<'static> {
         // Tests leak a little to get 'static borrows of short-lived values.
         Binary {
             module: ModuleId(module),
@@ -424,6 +453,39 @@ mod tests {
             tables.frames(other, svma);
         }
         assert!(tables.lock().answers.len() <= MAX_CACHED_ANSWERS);
+    }
+
+    /// What was kept for a binary the registry closed goes with it: tables keyed by its module,
+    /// tables of a build id no held module uses any more, its answers.
+    #[test]
+    fn tables_and_answers_of_closed_binaries_are_dropped() {
+        let (exe, id) = this_exe();
+        let tables = LineTables::new(u64::MAX / 4, Vec::new());
+        tables.tables(binary(&exe, 1, None)).expect("tables");
+        tables.tables(binary(&exe, 2, Some(&id))).expect("tables");
+        tables.frames(binary(&exe, 1, None), 0x10);
+        tables.frames(binary(&exe, 2, Some(&id)), 0x10);
+        let both = tables.counters().bytes;
+        assert_eq!(tables.lock().answers.len(), 2);
+
+        // Module 1 closed; another held module still has the build id.
+        tables.forget(|m| m == ModuleId(1), |_| true);
+        {
+            let state = tables.lock();
+            assert!(!state.entries.contains_key(&Key::Module(ModuleId(1))));
+            assert!(state.entries.contains_key(&Key::BuildId(id.clone())));
+            assert_eq!(
+                state.answers.keys().map(|k| k.0).collect::<Vec<_>>(),
+                [ModuleId(2)]
+            );
+        }
+        assert_eq!(tables.counters().bytes, both / 2);
+
+        // The last module of the build id closed.
+        tables.forget(|m| m == ModuleId(2), |_| false);
+        let state = tables.lock();
+        assert!(state.entries.is_empty() && state.answers.is_empty());
+        assert_eq!(state.bytes, 0);
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub enum Issue {
     NoSymbol,
     /// A module id the registry does not know (a daemon bug).
     UnregisteredModule,
+    /// The binary was closed before the profile was built: nothing needed it any more, which
+    /// happens when the session was evicted while its profile was being built.
+    ModuleClosed,
     /// `kernel.kptr_restrict` hides kernel addresses from the daemon.
     KernelAddressesHidden,
     /// The kernel address is in no symbol of /proc/kallsyms.
@@ -66,6 +69,10 @@ impl Issue {
             Issue::Stripped => Borrowed("the binary has no symbols (stripped)"),
             Issue::NoSymbol => Borrowed("no symbol covers the address"),
             Issue::UnregisteredModule => Borrowed("unregistered module (daemon bug)"),
+            Issue::ModuleClosed => Borrowed(
+                "the binary was closed before this profile was built (its session was evicted \
+                 meanwhile)",
+            ),
             Issue::KernelAddressesHidden => {
                 Borrowed("kernel addresses are hidden (kernel.kptr_restrict)")
             }
@@ -147,6 +154,9 @@ impl Symbolizer {
                     Some(m) => {
                         let symbols = m.symbols(&self.modules);
                         resolve_in(&m.name, symbols.as_deref(), offset, section)
+                    }
+                    None if self.modules.is_closed(module) => {
+                        unknown(section, "[unknown]", Issue::ModuleClosed)
                     }
                     None => unknown(section, "[unknown]", Issue::UnregisteredModule),
                 }
@@ -374,6 +384,24 @@ pub(crate) mod tests {
         let _ = s.resolve(&file_location(first));
         let _ = s.resolve(&file_location(first));
         assert_eq!(s.modules().counters().parsed, 1);
+    }
+
+    /// A profile built from a snapshot taken before its session was evicted may meet a binary
+    /// closed since: its rows say so, and nothing crashes.
+    #[test]
+    fn a_closed_binary_gives_a_placeholder_saying_so() {
+        let s = symbolizer();
+        let exe = std::env::current_exe().unwrap();
+        let module = s.modules().register(id(7), &exe, || File::open(&exe));
+        s.modules().retain(|_| false);
+        let resolved = s.resolve(&file_location(module));
+        assert_eq!(resolved.issue, Some(Issue::ModuleClosed));
+        assert!(!resolved.symbolized);
+        assert!(resolved.issue.unwrap().describe().contains("closed"));
+        assert!(s.source_frames(&file_location(module)).is_empty());
+        // An id never registered is still a daemon bug.
+        let unknown = s.resolve(&file_location(ModuleId(module.0 + 1)));
+        assert_eq!(unknown.issue, Some(Issue::UnregisteredModule));
     }
 
     #[test]

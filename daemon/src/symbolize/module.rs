@@ -1,25 +1,41 @@
-//! The binaries the daemon has seen, opened once each and parsed at most once each.
+//! The binaries the daemon needs, each held open while something needs it and parsed at most
+//! once while held.
 //!
 //! A binary is registered when a process that maps it is first read; registration opens the
-//! file at once (through `/proc/PID/map_files`, see [`crate::sys::open_mapped_file`]) and keeps
-//! it open. The open file pins the inode, so the binary can be read later even if it was
-//! deleted or replaced, and `(device, inode)` stays a unique key while the daemon holds it.
+//! file at once (through `/proc/PID/map_files`, see [`crate::sys::open_mapped_file`]). The open
+//! file pins the inode, so the binary can be read later even if it was deleted or replaced, and
+//! `(device, inode)` stays a unique key while the daemon holds it.
+//!
+//! A binary is held while a live process the daemon tracks maps it, or while a session that can
+//! still be reported (running, stopping, or stopped and kept) has samples in it. The session
+//! manager sweeps the registry once a second with what those reference
+//! ([`Modules::retain`]): every other binary is closed and forgotten, with its registry entries
+//! and what was loaded from it. A process mapping the same file later registers it again, under
+//! a new [`ModuleId`]: ids are never reused, so a location kept somewhere never names another
+//! file. A profile built from a snapshot taken just before its session was evicted may meet a
+//! closed module; its rows then say so ([`Modules::is_closed`]) instead of naming anything.
 //!
 //! Symbols are parsed lazily, when a profile first needs them, through object's `ReadCache`:
 //! it reads only the headers and tables it needs, and a file truncated under us gives an error
 //! instead of the SIGBUS a memory map would. Parsed tables are shared by build-id, so the same
-//! library in two containers (two inodes) is parsed once. A stripped binary gets the symbols of
-//! its separate debug file (build-id or `.gnu_debuglink`, under the debug directories,
-//! /usr/lib/debug by default) when one exists. Source lines come from the binary's DWARF, or its
-//! debug file's, through the registry's [`LineTables`]. Unwind sections are loaded the same way,
-//! lazily, shared by build id: see [`Module::unwind_sections`].
+//! library in two containers (two inodes) is parsed once; the sharing holds them weakly, so they
+//! live exactly as long as a held module (or a profile being built) uses them, and memory stays
+//! bounded by the binaries held. A stripped binary gets the symbols of its separate debug file
+//! (build-id or `.gnu_debuglink`, under the debug directories, /usr/lib/debug by default) when
+//! one exists. Source lines come from the binary's DWARF, or its debug file's, through the
+//! registry's [`LineTables`] (within their byte budget; dropped with the last module of their
+//! build id). Unwind sections are loaded the same way, lazily, shared by build id: see
+//! [`Module::unwind_sections`].
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs::File,
     io,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, OnceLock, RwLock},
+    sync::{
+        Arc, Mutex, OnceLock, RwLock, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use object::{Object as _, read::ReadCache};
@@ -34,9 +50,10 @@ use crate::{
     unwind::tables::{self, UnwindTables},
 };
 
-/// Index of a registered binary.
+/// Index of a registered binary. Never reused, even after the binary is closed: 64 bits do not
+/// run out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ModuleId(pub u32);
+pub struct ModuleId(pub u64);
 
 /// Largest binary the daemon will parse. Bigger files are refused with a reason rather than
 /// risk reading gigabytes on behalf of a hostile process.
@@ -51,6 +68,8 @@ pub struct Module {
     pub path: PathBuf,
     /// File name, for reports ("libc.so.6").
     pub name: String,
+    /// Its key in the registry while held.
+    file_id: FileId,
     file: Result<File, String>,
     symbols: OnceLock<Result<Arc<ElfSymbols>, String>>,
     unwind: OnceLock<Result<Arc<UnwindTables>, String>>,
@@ -134,16 +153,26 @@ pub struct ModuleCounters {
     pub unwind_build_id_hits: u64,
     /// Binaries whose unwind tables could not be read.
     pub unwind_failures: u64,
+    /// Binaries closed and forgotten because nothing needed them any more: `registered -
+    /// closed` are held now.
+    pub closed: u64,
+    /// Binaries held open now (a gauge): held, minus those that could not be opened. A profile
+    /// being built may keep one it uses open a little longer.
+    pub open_now: u64,
 }
 
-/// The registry of binaries, shared by the session manager (which registers) and profile
-/// builders (which symbolise, on other threads).
+/// The registry of binaries, shared by the session manager (which registers, and closes what
+/// nothing needs) and profile builders (which symbolise, on other threads).
 #[derive(Debug, Default)]
 pub struct Modules {
+    /// Held binaries by file. Locked before `held` where both are.
     by_file: Mutex<HashMap<FileId, ModuleId>>,
-    list: RwLock<Vec<Arc<Module>>>,
-    by_build_id: Mutex<HashMap<Vec<u8>, Arc<ElfSymbols>>>,
-    unwind_by_build_id: Mutex<HashMap<Vec<u8>, Arc<UnwindTables>>>,
+    held: RwLock<HashMap<ModuleId, Arc<Module>>>,
+    /// The next id: every id below it was registered, and is closed unless held.
+    next_id: AtomicU64,
+    /// Tables shared by build id, held weakly: the modules that loaded them own them.
+    by_build_id: Mutex<HashMap<Vec<u8>, Weak<ElfSymbols>>>,
+    unwind_by_build_id: Mutex<HashMap<Vec<u8>, Weak<UnwindTables>>>,
     counters: Mutex<ModuleCounters>,
     lines: LineTables,
 }
@@ -181,44 +210,99 @@ impl Modules {
             return module;
         }
         let file = open().map_err(|e| format!("cannot open the binary: {e}"));
-        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        counters.registered += 1;
-        if file.is_err() {
-            counters.open_failures += 1;
-        }
-        drop(counters);
-        let mut list = self.list.write().unwrap_or_else(|e| e.into_inner());
-        let module = ModuleId(list.len() as u32);
-        list.push(Arc::new(Module {
+        self.count(|c| {
+            c.registered += 1;
+            if file.is_ok() {
+                c.open_now += 1;
+            } else {
+                c.open_failures += 1;
+            }
+        });
+        let module = ModuleId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.to_string_lossy().into_owned());
+        let registered = Arc::new(Module {
             id: module,
             path: path.to_path_buf(),
-            name: path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| path.to_string_lossy().into_owned()),
+            name,
+            file_id: id,
             file,
             symbols: OnceLock::new(),
             unwind: OnceLock::new(),
-        }));
+        });
+        self.held
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(module, registered);
         by_file.insert(id, module);
         module
     }
 
-    /// A registered module.
+    /// A held module; `None` for one closed (see [`Modules::is_closed`]) or never registered.
     pub fn get(&self, id: ModuleId) -> Option<Arc<Module>> {
-        self.list
+        self.held
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(id.0 as usize)
+            .get(&id)
             .cloned()
     }
 
-    /// Number of registered modules.
-    pub fn len(&self) -> usize {
-        self.list.read().unwrap_or_else(|e| e.into_inner()).len()
+    /// Whether `id` was registered and has been closed since: what a profile says of a location
+    /// in it, rather than calling it a daemon bug.
+    pub fn is_closed(&self, id: ModuleId) -> bool {
+        id.0 < self.next_id.load(Ordering::Relaxed) && self.get(id).is_none()
     }
 
-    /// Whether no module is registered.
+    /// Closes and forgets every held binary `keep` does not name, and answers how many.
+    ///
+    /// Its file is closed at once, unless a profile being built still uses the module (then
+    /// when that build ends). What was loaded from it goes with it: its symbol and unwind tables
+    /// unless another held module shares them by build id, its line tables and cached answers.
+    /// The next process that maps the file registers it again, under a new id.
+    pub fn retain(&self, mut keep: impl FnMut(ModuleId) -> bool) -> usize {
+        let (closed, still_held): (Vec<Arc<Module>>, HashSet<ModuleId>) = {
+            let mut by_file = self.by_file.lock().unwrap_or_else(|e| e.into_inner());
+            let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
+            let gone: Vec<ModuleId> = held.keys().copied().filter(|&id| !keep(id)).collect();
+            let closed = gone
+                .iter()
+                .filter_map(|id| held.remove(id))
+                .inspect(|module| {
+                    by_file.remove(&module.file_id);
+                })
+                .collect();
+            (closed, held.keys().copied().collect())
+        };
+        if closed.is_empty() {
+            return 0;
+        }
+        let count = closed.len();
+        let opened = closed.iter().filter(|m| m.file.is_ok()).count() as u64;
+        self.count(|c| {
+            c.closed += count as u64;
+            c.open_now -= opened;
+        });
+        // Dropped first: the tables they alone used are freed, and their shared entries die.
+        drop(closed);
+        prune(&self.unwind_by_build_id);
+        let alive: HashSet<Vec<u8>> = prune(&self.by_build_id);
+        // Every module not held, not only those closed now: a profile that was still building
+        // with a module closed earlier may have loaded its lines since.
+        self.lines.forget(
+            |module| !still_held.contains(&module),
+            |id| alive.contains(id),
+        );
+        count
+    }
+
+    /// Number of held modules.
+    pub fn len(&self) -> usize {
+        self.held.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no module is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -251,18 +335,19 @@ fn open_binary(file: &File) -> Result<ReadCache<File>, String> {
     Ok(ReadCache::new(file))
 }
 
-/// What a table shared by build id already holds for `id`.
-fn shared<T>(by_build_id: &Mutex<HashMap<Vec<u8>, Arc<T>>>, id: &[u8]) -> Option<Arc<T>> {
+/// What a table shared by build id already holds for `id`, if a module still uses it.
+fn shared<T>(by_build_id: &Mutex<HashMap<Vec<u8>, Weak<T>>>, id: &[u8]) -> Option<Arc<T>> {
     by_build_id
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get(id)
-        .cloned()
+        .and_then(Weak::upgrade)
 }
 
-/// Shares `value` under build id `id` (when the binary has one), and returns it.
+/// Shares `value` under build id `id` (when the binary has one), and returns it: the caller
+/// owns it, the table only points at it.
 fn share<T>(
-    by_build_id: &Mutex<HashMap<Vec<u8>, Arc<T>>>,
+    by_build_id: &Mutex<HashMap<Vec<u8>, Weak<T>>>,
     id: Option<Vec<u8>>,
     value: T,
 ) -> Arc<T> {
@@ -271,9 +356,17 @@ fn share<T>(
         by_build_id
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, value.clone());
+            .insert(id, Arc::downgrade(&value));
     }
     value
+}
+
+/// Drops the entries of a table shared by build id that no module uses any more, and returns
+/// the build ids still in use.
+fn prune<T>(by_build_id: &Mutex<HashMap<Vec<u8>, Weak<T>>>) -> HashSet<Vec<u8>> {
+    let mut map = by_build_id.lock().unwrap_or_else(|e| e.into_inner());
+    map.retain(|_, table| table.strong_count() > 0);
+    map.keys().cloned().collect()
 }
 
 /// The first separate debug file of the binary at `path` with build id `build_id` that `parse`
@@ -409,4 +502,126 @@ fn find_debug_file(path: &Path, stripped: &ElfSymbols, modules: &Modules) -> Opt
         };
         (debug.build_id() == Some(build_id)).then_some(debug)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(inode: u64) -> FileId {
+        FileId {
+            dev_major: 8,
+            dev_minor: 1,
+            inode,
+        }
+    }
+
+    /// How many descriptors of this process point at `path`: other tests running at once open
+    /// files of their own, never this test's temporary ones.
+    fn fds_on(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target == path)
+            .count()
+    }
+
+    #[test]
+    fn binaries_not_kept_are_closed_and_registered_again_under_a_new_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, b"not an ELF file").unwrap();
+        std::fs::write(&b, b"not an ELF file either").unwrap();
+        let modules = Modules::new();
+        let first = modules.register(id(1), &a, || File::open(&a));
+        let second = modules.register(id(2), &b, || File::open(&b));
+        let missing = modules.register(id(3), Path::new("/gone"), || {
+            Err(io::Error::from(io::ErrorKind::NotFound))
+        });
+        assert_eq!((fds_on(&a), fds_on(&b)), (1, 1));
+        let counters = modules.counters();
+        assert_eq!((counters.open_now, counters.closed), (2, 0));
+
+        assert_eq!(modules.retain(|m| m == first), 2);
+        assert_eq!((fds_on(&a), fds_on(&b)), (1, 0), "b is closed");
+        assert!(modules.get(first).is_some());
+        assert!(modules.get(second).is_none() && modules.get(missing).is_none());
+        assert!(modules.is_closed(second) && modules.is_closed(missing));
+        assert!(!modules.is_closed(first));
+        assert!(
+            !modules.is_closed(ModuleId(1000)),
+            "never registered is not closed"
+        );
+        let counters = modules.counters();
+        assert_eq!(
+            (counters.registered, counters.open_now, counters.closed),
+            (3, 1, 2)
+        );
+        assert_eq!(modules.len(), 1);
+
+        // A process maps b again: opened again, under an id never seen before.
+        let mut opened = false;
+        let again = modules.register(id(2), &b, || {
+            opened = true;
+            File::open(&b)
+        });
+        assert!(opened);
+        assert!(again > missing && again != second);
+        assert_eq!(fds_on(&b), 1);
+        assert_eq!(modules.retain(|m| m == first || m == again), 0);
+    }
+
+    /// A profile being built holds the module it uses: its file closes when the build ends.
+    #[test]
+    fn a_module_in_use_by_a_profile_closes_when_the_profile_is_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lib");
+        std::fs::write(&path, b"bytes").unwrap();
+        let modules = Modules::new();
+        let module = modules.register(id(1), &path, || File::open(&path));
+        let in_use = modules.get(module).unwrap();
+        assert_eq!(modules.retain(|_| false), 1);
+        assert!(modules.is_closed(module));
+        assert_eq!(fds_on(&path), 1, "still read by the profile");
+        drop(in_use);
+        assert_eq!(fds_on(&path), 0);
+    }
+
+    /// Symbol tables shared by build id live as long as a held module uses them, not longer:
+    /// the cache is bounded by the binaries held.
+    #[test]
+    fn tables_shared_by_build_id_go_with_the_last_module_that_uses_them() {
+        let exe = std::env::current_exe().unwrap();
+        let modules = Modules::new();
+        let one = modules.register(id(1), &exe, || File::open(&exe));
+        let two = modules.register(id(2), &exe, || File::open(&exe));
+        let symbols = modules.get(one).unwrap().symbols(&modules).unwrap();
+        let build_id = symbols.build_id().expect("a build id").to_vec();
+        let shared = modules.get(two).unwrap().symbols(&modules).unwrap();
+        assert!(Arc::ptr_eq(&symbols, &shared));
+        assert_eq!(modules.counters().build_id_hits, 1);
+        drop((symbols, shared));
+
+        modules.retain(|m| m == two);
+        assert!(
+            shared_entry(&modules, &build_id),
+            "two still uses the tables"
+        );
+        modules.retain(|_| false);
+        assert!(!shared_entry(&modules, &build_id), "freed with the last");
+
+        // Registered again, the binary is parsed again.
+        let three = modules.register(id(1), &exe, || File::open(&exe));
+        modules.get(three).unwrap().symbols(&modules).unwrap();
+        assert_eq!(modules.counters().parsed, 2);
+    }
+
+    fn shared_entry(modules: &Modules, build_id: &[u8]) -> bool {
+        modules
+            .by_build_id
+            .lock()
+            .unwrap()
+            .get(build_id)
+            .is_some_and(|w| w.strong_count() > 0)
+    }
 }

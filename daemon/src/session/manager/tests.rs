@@ -24,6 +24,7 @@ const MAX_HZ: u32 = 10_000;
 
 struct Harness {
     manager: ManagerHandle,
+    modules: Arc<Modules>,
     batches: mpsc::Sender<Batch>,
     kernel: Arc<Mutex<FakeKernel>>,
 }
@@ -36,11 +37,12 @@ fn harness_with_config_and_store(config: ManagerConfig, store: Arc<CodeStore>) -
     let sampler = FakeSampler::default();
     let kernel = sampler.kernel.clone();
     let (batches, rx) = mpsc::channel(16);
+    let modules = Arc::new(Modules::new());
     let (manager, _task) = spawn_manager(
         Box::new(sampler),
         rx,
         Arc::new(crate::bpf::ReaderControl::default()),
-        Arc::new(Modules::new()),
+        modules.clone(),
         store,
         config,
         Box::new(|| Ok(MAX_HZ)),
@@ -48,6 +50,7 @@ fn harness_with_config_and_store(config: ManagerConfig, store: Arc<CodeStore>) -
     .unwrap();
     Harness {
         manager,
+        modules,
         batches,
         kernel,
     }
@@ -70,6 +73,7 @@ fn harness_with_store(store: Arc<CodeStore>) -> Harness {
 }
 
 const ROOT: Caller = Caller { uid: 0, pid: None };
+const NOBODY_UID: u32 = 65534;
 
 fn start_request(pids: &[u32], hz: u32) -> pb::StartSessionRequest {
     pb::StartSessionRequest {
@@ -494,6 +498,139 @@ async fn a_second_stop_waits_for_the_first() {
     assert_eq!(second.state(), pb::SessionState::Stopped);
 }
 
+/// An address in the executable code of `pid`'s main binary, once the process is loaded: its
+/// parent resumes from `vfork` before the kernel maps the program, and the C library is mapped
+/// later still, by the loader.
+fn main_binary_code(pid: u32) -> u64 {
+    use vmscope_parse::maps::{MapPath, parse_maps};
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+        let maps = parse_maps(&std::fs::read(format!("/proc/{pid}/maps")).unwrap());
+        let code = |wanted: &dyn Fn(&Path) -> bool| {
+            maps.entries.iter().find(|e| {
+                e.perms.exec && matches!(&e.path, MapPath::File { path, .. } if wanted(path))
+            })
+        };
+        let libc = code(&|p| p.to_string_lossy().contains("libc.so"));
+        if let (Some(main), Some(_)) = (code(&|p| p == exe), libc) {
+            return main.start + 0x10;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} never mapped {} and the C library",
+            exe.display()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits up to 5 s for `done`, polling.
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !done().await {
+        assert!(std::time::Instant::now() < deadline, "still not {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A binary stays open while a live process maps it, while a sample the process took before
+/// it died may still be read, and while a kept session has samples in it; it is closed once
+/// none of these holds.
+#[tokio::test]
+async fn binaries_stay_open_while_a_process_or_a_kept_session_needs_them() {
+    let h = harness_with(ManagerConfig {
+        // Every tick sweeps.
+        sweep_modules: Duration::from_millis(1),
+        max_stopped_per_user: 1,
+        ..ticking()
+    });
+    let mut child = sleeper("30");
+    let pid = child.id();
+    let ip = main_binary_code(pid);
+    // System-wide: no target whose exit would stop the session.
+    let first = h
+        .manager
+        .start(
+            ROOT,
+            pb::StartSessionRequest {
+                system_wide: true,
+                frequency_hz: Some(1000),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    // A sample in the kernel makes the process known (its executable, the C library, the
+    // loader are registered) without putting any of its binaries in the session.
+    let taken = sys::monotonic_ns();
+    let mut in_kernel = sample(pid, 1000, taken);
+    in_kernel.flags = FLAG_KERNEL_MODE;
+    in_kernel.ip = 0xffff_ffff_8100_0000;
+    h.send(vec![in_kernel], taken).await;
+    let registered = h.modules.len();
+    assert!(registered >= 3, "{registered} binaries");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A sweep finds it dead, but samples up to its death have not all been read.
+    let exited = async || h.manager.counters().await.unwrap().values["processes_exited"] > 0;
+    wait_for("found dead", exited).await;
+    assert_eq!(
+        h.modules.len(),
+        registered,
+        "closed before its samples were read"
+    );
+    // A sample it took before dying, read only now: placed in its still open executable.
+    let mut late = sample(pid, 1000, taken + 1);
+    late.ip = ip;
+    h.send(vec![late], taken + 1).await;
+    let snapshot = h.manager.snapshot(ROOT, first.id).await.unwrap();
+    let exe = snapshot
+        .stacks
+        .locations
+        .iter()
+        .find_map(|l| match *l {
+            Location::File {
+                module,
+                main_executable: true,
+                ..
+            } => Some(module),
+            _ => None,
+        })
+        .expect("the late sample, in the executable");
+    assert!(h.modules.get(exe).is_some());
+    // Every sample read: what only the dead process mapped is closed; its executable, where
+    // the session has a sample, stays.
+    h.pass_watermark().await;
+    wait_for("closed", async || h.modules.len() < registered).await;
+    assert!(
+        h.modules.get(exe).is_some(),
+        "closed under a session's sample"
+    );
+    assert_eq!(h.modules.len(), 1);
+    // Stopped, the session is kept: so is the binary. Its final profile is taken, so that it
+    // may be evicted.
+    h.stop(first.id).await.unwrap();
+    h.manager.snapshot(ROOT, first.id).await.unwrap();
+
+    // A second session's stop evicts the first: nothing needs the executable any more.
+    let second = h
+        .manager
+        .start(ROOT, start_request(&[me()], 1000))
+        .await
+        .unwrap();
+    assert!(
+        h.modules.get(exe).is_some(),
+        "closed while its session is kept"
+    );
+    h.stop(second.id).await.unwrap();
+    assert!(h.manager.get(ROOT, first.id).await.is_err(), "evicted");
+    wait_for("closed", async || h.modules.is_closed(exe)).await;
+    let counters = h.manager.counters().await.unwrap().values;
+    assert!(counters["modules_closed"] >= registered as u64);
+    assert!(counters["modules_open_now"] <= h.modules.len() as u64);
+}
+
 #[tokio::test]
 async fn an_exited_target_stops_being_sampled_at_once() {
     let h = harness();
@@ -627,7 +764,7 @@ async fn lost_samples_are_reported_per_cpu_since_start() {
 }
 
 #[tokio::test]
-async fn old_stopped_sessions_are_evicted() {
+async fn stopped_sessions_are_kept_until_their_profile_is_taken() {
     let h = harness_with(ManagerConfig {
         max_stopped_per_user: 2,
         tick: Duration::from_millis(20),
@@ -643,11 +780,61 @@ async fn old_stopped_sessions_are_evicted() {
         h.stop(s.id).await.unwrap();
         ids.push(s.id);
     }
-    assert!(matches!(
-        h.manager.get(ROOT, ids[0]).await,
-        Err(SessionError::NoSuchSession(_))
-    ));
-    assert!(h.manager.get(ROOT, ids[2]).await.is_ok());
+    // One too many, but nobody took their profiles yet: all kept.
+    for &id in &ids {
+        assert!(h.manager.get(ROOT, id).await.is_ok(), "session {id}");
+    }
+    // Taken, the oldest go at the next stop.
+    for &id in &ids {
+        h.manager.snapshot(ROOT, id).await.unwrap();
+    }
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    h.stop(s.id).await.unwrap();
+    for (id, kept) in [
+        (ids[0], false),
+        (ids[1], false),
+        (ids[2], true),
+        (s.id, true),
+    ] {
+        assert_eq!(h.manager.get(ROOT, id).await.is_ok(), kept, "session {id}");
+    }
+
+    // A user other than root with as many untaken profiles as it may keep starts no more.
+    use std::os::unix::process::CommandExt as _;
+    let mut theirs = Command::new("sleep")
+        .arg("30")
+        .uid(NOBODY_UID)
+        .gid(NOBODY_UID)
+        .spawn()
+        .unwrap();
+    let nobody = Caller {
+        uid: NOBODY_UID,
+        pid: None,
+    };
+    for _ in 0..2 {
+        let s = h
+            .manager
+            .start(nobody, start_request(&[theirs.id()], 100))
+            .await
+            .unwrap();
+        h.stop(s.id).await.unwrap();
+    }
+    let refused = h
+        .manager
+        .start(nobody, start_request(&[theirs.id()], 100))
+        .await;
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+    match refused {
+        Err(SessionError::ResourceExhausted(why)) => {
+            assert!(why.contains("profiles nobody took"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -818,6 +1005,7 @@ async fn publish_load_move_load(
         .publish(
             me(),
             Publication::Changes {
+                refused: 0,
                 changes: vec![
                     (
                         t0 + 10,

@@ -1,0 +1,349 @@
+//! One daemon, many users: what another local user does must not take the daemon from root.
+//! Each test reproduces an attack with bounded counts and time and checks the victim's outcome.
+
+use std::{
+    os::unix::{net::UnixStream, process::CommandExt as _},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use vmscope_proto::v1::{GetProfileRequest, GetSessionRequest, SessionState, StartSessionRequest};
+use vmscope_tests::{Daemon, NOBODY, Running, binary, fixtures, json_report};
+
+/// These tests measure the daemon under attack: one at a time, so that they measure that.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Connections the flooding user tries to hold: about the daemon's descriptor limit here
+/// (20,000), which is what the flood reached before per-user shares.
+const FLOOD: usize = 19_000;
+
+/// Open descriptors of a process.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// `vmscope info --json` as root: its answer and how long it took.
+fn info(daemon: &Daemon) -> (serde_json::Value, Duration) {
+    let began = Instant::now();
+    let out = daemon
+        .cli()
+        .args(["info", "--json"])
+        .output()
+        .expect("run vmscope info");
+    let took = began.elapsed();
+    assert!(
+        out.status.success(),
+        "vmscope info failed after {took:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        serde_json::from_slice(&out.stdout).expect("info json"),
+        took,
+    )
+}
+
+/// `vmscope record ARGS --pid TARGET` in the background, once its session started.
+fn recording_started(daemon: &Daemon, args: &[&str], target: &Running) -> std::process::Child {
+    let recording = daemon
+        .cli()
+        .arg("record")
+        .args(args)
+        .arg("--pid")
+        .arg(target.pid().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmscope record");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(daemon).0["counters"]["sessions_started"] == 0 {
+        assert!(Instant::now() < deadline, "the recording never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    recording
+}
+
+/// A user other than root opens [`FLOOD`] connections that never speak and holds them; root's
+/// `info` answers within a second all along, and the daemon's descriptors stay near its share.
+#[test]
+fn another_users_connection_flood_leaves_root_served() {
+    let _serial = serial();
+    let daemon = Daemon::start();
+    let baseline = open_fds(daemon.pid());
+    // Python holds the sockets (nobody's code here); as nobody, with the soft descriptor limit
+    // raised to the hard one it inherits.
+    let script = format!(
+        r#"
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+give_up = time.monotonic() + 20
+while len(held) < {FLOOD} and time.monotonic() < give_up:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect({socket:?})
+    except BlockingIOError:
+        # The listen backlog is full for now: the daemon accepts at its pace.
+        s.close()
+        time.sleep(0.001)
+        continue
+    except OSError as e:
+        print("connect failed:", e, file=sys.stderr)
+        break
+    held.append(s)
+print(len(held), flush=True)
+sys.stdin.read()
+"#,
+        socket = daemon.socket.to_str().unwrap()
+    );
+    let mut flood = Command::new("python3")
+        .args(["-c", &script])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run python3 as nobody");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(flood.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let held: usize = line.trim().parse().unwrap_or(0);
+    assert!(
+        held >= FLOOD / 2,
+        "the flood opened only {held} connections"
+    );
+
+    let mut slowest = Duration::ZERO;
+    let mut last = serde_json::Value::Null;
+    for _ in 0..5 {
+        let (answer, took) = info(&daemon);
+        slowest = slowest.max(took);
+        last = answer;
+    }
+    let during = open_fds(daemon.pid());
+    let counters = &last["counters"];
+    let limit = last["limits"]["connections_per_user"].as_u64().unwrap();
+    drop(flood.stdin.take());
+    let _ = flood.kill();
+    let _ = flood.wait();
+    eprintln!(
+        "flood of {held} connections: root's info at most {slowest:?}; daemon fds {baseline} \
+         before, {during} during; refused per user: {}",
+        counters["connections_refused_per_user"]
+    );
+
+    assert!(
+        slowest < Duration::from_secs(1),
+        "root's info took {slowest:?} during the flood"
+    );
+    assert!(
+        counters["connections_refused_per_user"].as_u64().unwrap() >= (held as u64) - limit,
+        "{counters}"
+    );
+    // The user's share, root's own connection and some slack for files the daemon reads.
+    assert!(
+        during <= baseline + limit as usize + 16,
+        "the daemon held {during} descriptors during the flood (baseline {baseline}, share {limit})"
+    );
+}
+
+/// A connection that never sends the HTTP/2 preface is closed at the handshake deadline.
+#[test]
+fn silent_connections_are_closed_at_the_handshake_deadline() {
+    let _serial = serial();
+    let daemon = Daemon::start_with(&["--handshake-ms", "300"]);
+    let mut silent = UnixStream::connect(&daemon.socket).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let began = Instant::now();
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut silent, &mut rest).expect("closed, not timed out");
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+        "closed after {took:?}"
+    );
+    let (answer, _) = info(&daemon);
+    assert_eq!(answer["counters"]["connections_handshake_timeouts"], 1);
+    assert_eq!(answer["limits"]["handshake_ms"], 300);
+}
+
+/// SIGTERM ends the daemon within 3 s with idle raw connections, a live code map publisher and
+/// a recording client: the recording gets its final profile, and the socket is removed.
+#[test]
+fn sigterm_ends_the_daemon_within_3_s_whatever_clients_do() {
+    let _serial = serial();
+    let mut daemon = Daemon::start();
+    let idle: Vec<UnixStream> = (0..10)
+        .map(|_| UnixStream::connect(&daemon.socket).unwrap())
+        .collect();
+    let publisher = Running::start(
+        Command::new(binary("jitvm"))
+            .args(["loop", "--seconds", "60", "--ready"])
+            .env("VMSCOPE_SOCKET", &daemon.socket),
+    );
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let recording = recording_started(&daemon, &["--format", "json", "--duration", "60"], &target);
+    std::thread::sleep(Duration::from_millis(500));
+
+    let began = Instant::now();
+    let status = daemon.terminate(Duration::from_secs(3));
+    let took = began.elapsed();
+    eprintln!("SIGTERM to exit: {took:?}");
+    let log = daemon.log();
+    let recorded = recording.wait_with_output().unwrap();
+    drop((idle, publisher));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "vmscoped did not exit cleanly within 3 s ({status:?} after {took:?}):\n{log}"
+    );
+    assert!(!daemon.socket.exists(), "the socket was left behind");
+    assert!(
+        recorded.status.success(),
+        "the recording failed: {}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    let report = json_report(&recorded);
+    assert!(
+        report["stop_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("shutting down")),
+        "{}",
+        report["stop_reason"]
+    );
+    assert!(report["total_samples"].as_u64().unwrap() > 0);
+}
+
+/// Another user's session reads its own 50 GB sparse perf map: root's 4 s session meanwhile
+/// stops within 0.5 s of its end and samples at 1400 Hz ± 10% of its target's CPU time.
+#[test]
+fn another_users_sparse_perf_map_does_not_stall_root() {
+    let _serial = serial();
+    let daemon = Daemon::start();
+    let dir = vmscope_tests::shared_tempdir();
+    let jit = Running::start(
+        Command::new(&fixtures().fakejit)
+            .arg("20")
+            .arg(dir.path())
+            .arg("none")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let map = format!("/tmp/perf-{}.map", jit.pid());
+    let file = std::fs::File::create(&map).unwrap();
+    file.set_len(50 << 30).unwrap();
+    std::os::unix::fs::chown(&map, Some(NOBODY), Some(NOBODY)).unwrap();
+    let theirs = daemon
+        .cli()
+        .args(["record", "--format", "json", "--duration", "8", "--pid"])
+        .arg(jit.pid().to_string())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmscope as nobody");
+    // Their samples in generated code make the daemon read the map.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (took, profile) = runtime.block_on(async {
+        let mut client = daemon.client().await;
+        let session = client
+            .start_session(StartSessionRequest {
+                pids: vec![target.pid()],
+                duration: Some(prost_types::Duration {
+                    seconds: 4,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let began = Instant::now();
+        loop {
+            let now = client
+                .get_session(GetSessionRequest {
+                    session_id: session.id,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            if now.state() == SessionState::Stopped {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let took = began.elapsed();
+        let profile = client
+            .get_profile(GetProfileRequest {
+                session_id: session.id,
+                pprof: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        (took, profile)
+    });
+    let theirs = theirs.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&map);
+    let (answer, _) = info(&daemon);
+    assert_eq!(
+        answer["counters"]["code_map_refused_too_large"], 1,
+        "the sparse map was not refused: {}",
+        answer["counters"]
+    );
+    // Per second of the target's CPU time: the machine has two cores, which the attacker's
+    // spinning JIT and builds may share with the target; what the daemon must not do is miss
+    // ticks.
+    let hz = profile.measured_frequency_hz;
+    eprintln!(
+        "during the sparse perf map: root's session stopped {took:?} after its start, {hz:.0} Hz"
+    );
+    assert!(
+        took < Duration::from_millis(4500),
+        "root's 4 s session took {took:?} to stop"
+    );
+    assert!(
+        (1260.0..=1540.0).contains(&hz),
+        "root sampled at {hz:.0} Hz"
+    );
+    assert!(
+        theirs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&theirs.stderr)
+    );
+}
+
+/// The daemon killed mid-recording: vmscope says it went away and what was lost, in words.
+#[test]
+fn the_cli_says_the_daemon_went_away() {
+    let _serial = serial();
+    let daemon = Daemon::start();
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let recording = recording_started(&daemon, &["--duration", "30"], &target);
+    // SAFETY: kill only sends a signal to the test's own child.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
+    let began = Instant::now();
+    let out = recording.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(began.elapsed() < Duration::from_secs(3), "{stderr}");
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("session 1 was lost with the daemon") && stderr.contains("went away"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("(Unknown)"), "{stderr}");
+}
