@@ -203,8 +203,14 @@ impl ReaderControl {
         }
     }
 
+    /// The earliest watermark asked for, 0 when none (for tests).
+    #[cfg(test)]
+    pub(crate) fn pending_flush(&self) -> u64 {
+        self.flush_at_ns.load(Ordering::Relaxed)
+    }
+
     /// Whether a requested flush is due at `watermark_ns`; clears the request if so.
-    fn take_due_flush(&self, watermark_ns: u64) -> bool {
+    pub(crate) fn take_due_flush(&self, watermark_ns: u64) -> bool {
         let at = self.flush_at_ns.load(Ordering::Relaxed);
         at != 0
             && at <= watermark_ns

@@ -840,6 +840,10 @@ impl Manager {
             })
             .collect();
         if ready.is_empty() {
+            // The flush served may have been an earlier one (another stop's, the module
+            // sweep's), which a stop's request gave way to: ask again, or a quiet ring would
+            // hold the stop until its timeout.
+            self.request_stop_flushes();
             return;
         }
         for &(id, finish) in &ready {
@@ -885,14 +889,21 @@ impl Manager {
                 let _ = waiter.send(Ok(reply.clone()));
             }
         }
-        // The reader serves the earliest flush first: ask again for stops still waiting.
+        self.request_stop_flushes();
+        self.reader.set_active(!self.by_period.is_empty());
+        self.evict();
+    }
+
+    /// Asks the reader for a batch past each stopping session's stop time. The reader keeps
+    /// only the earliest request and serves it first, so this is asked again after every batch
+    /// while a stop waits.
+    fn request_stop_flushes(&self) {
+        let slack = self.config.stop_slack.as_nanos() as u64;
         for session in self.sessions.values() {
             if let (State::Stopping, Some(stop)) = (session.state, session.stop_ns) {
                 self.reader.flush_at(stop + slack);
             }
         }
-        self.reader.set_active(!self.by_period.is_empty());
-        self.evict();
     }
 
     /// Attributes a stopping session's samples that still wait for code maps with what is

@@ -27,6 +27,7 @@ struct Harness {
     modules: Arc<Modules>,
     batches: mpsc::Sender<Batch>,
     kernel: Arc<Mutex<FakeKernel>>,
+    reader: Arc<crate::bpf::ReaderControl>,
 }
 
 fn harness_with(config: ManagerConfig) -> Harness {
@@ -37,11 +38,12 @@ fn harness_with_config_and_store(config: ManagerConfig, store: Arc<CodeStore>) -
     let sampler = FakeSampler::default();
     let kernel = sampler.kernel.clone();
     let (batches, rx) = mpsc::channel(16);
+    let reader = Arc::new(crate::bpf::ReaderControl::default());
     let modules = Arc::new(Modules::new());
     let (manager, _task) = spawn_manager(
         Box::new(sampler),
         rx,
-        Arc::new(crate::bpf::ReaderControl::default()),
+        reader.clone(),
         modules.clone(),
         store,
         config,
@@ -53,6 +55,7 @@ fn harness_with_config_and_store(config: ManagerConfig, store: Arc<CodeStore>) -
         modules,
         batches,
         kernel,
+        reader,
     }
 }
 
@@ -629,6 +632,43 @@ async fn binaries_stay_open_while_a_process_or_a_kept_session_needs_them() {
     let counters = h.manager.counters().await.unwrap().values;
     assert!(counters["modules_closed"] >= registered as u64);
     assert!(counters["modules_open_now"] <= h.modules.len() as u64);
+}
+
+#[tokio::test]
+async fn a_stop_asks_again_for_its_flush_after_an_earlier_one_was_served() {
+    let h = harness_with(ManagerConfig {
+        tick: Duration::from_secs(3600),
+        ..ManagerConfig::default()
+    });
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    // An earlier flush is pending (the module sweep's, another stop's): the stop's request
+    // gives way to it, as the reader keeps only the earliest.
+    let earlier = sys::monotonic_ns();
+    h.reader.flush_at(earlier);
+    let manager = h.manager.clone();
+    let stop = tokio::spawn(async move { manager.stop(ROOT, s.id, "").await });
+    while h.manager.get(ROOT, s.id).await.unwrap().state() != pb::SessionState::Stopping {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(h.reader.pending_flush(), earlier);
+    // The reader serves it with a quiet ring: a batch short of the stop.
+    assert!(h.reader.take_due_flush(earlier));
+    h.send(Vec::new(), earlier).await;
+    let stop_ns = sys::monotonic_ns();
+    let pending = h.reader.pending_flush();
+    assert!(
+        pending > earlier && pending <= stop_ns + 2_000_000,
+        "the stop's flush must be asked for again, or the stop waits for its timeout: {pending}"
+    );
+    h.pass_watermark().await;
+    assert_eq!(
+        stop.await.unwrap().unwrap().state(),
+        pb::SessionState::Stopped
+    );
 }
 
 #[tokio::test]
