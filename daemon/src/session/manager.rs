@@ -388,7 +388,12 @@ impl Manager {
         mut batches: mpsc::Receiver<Batch>,
         mut jvm_replies: mpsc::UnboundedReceiver<JvmReply>,
     ) {
-        let mut tick = tokio::time::interval(self.config.tick);
+        // The first tick one period from now, not at once: there is nothing to look after at
+        // start, and a test that sets a long tick then has none at all.
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.config.tick,
+            self.config.tick,
+        );
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batches_open = true;
         loop {

@@ -118,9 +118,10 @@ async fn an_exit_event_ends_the_target_at_its_time() {
         .unwrap();
     assert_eq!(h.kernel().tracked, [short_pid, long_pid].into());
     let before = sys::monotonic_ns();
+    // The exit tracepoint runs before the process can be reaped.
+    let at = sys::monotonic_ns();
     short.kill().unwrap();
     short.wait().unwrap();
-    let at = sys::monotonic_ns();
     h.kernel_exit(short_pid);
     h.send(
         vec![
@@ -134,7 +135,12 @@ async fn an_exit_event_ends_the_target_at_its_time() {
     )
     .await;
     let session = h.manager.get(ROOT, s.id).await.unwrap();
-    assert_eq!(session.samples, 2, "{session:?}");
+    assert_eq!(
+        session.samples,
+        2,
+        "{session:?} {:?}",
+        h.manager.counters().await.unwrap()
+    );
     assert!(session.targets[0].exited && !session.targets[1].exited);
     assert_eq!(session.targets[0].note, "exited");
     let k = h.kernel();
@@ -143,9 +149,9 @@ async fn an_exit_event_ends_the_target_at_its_time() {
     assert_eq!(h.counter("exit_events").await, 1);
 
     // The last target's exit stops the session at the exit's time.
+    let at = sys::monotonic_ns();
     long.kill().unwrap();
     long.wait().unwrap();
-    let at = sys::monotonic_ns();
     h.kernel_exit(long_pid);
     h.send(vec![exit_event(long_pid, long_pid, at)], at + 1)
         .await;
@@ -187,9 +193,9 @@ async fn a_target_whose_leader_exits_first_is_armed_for_any_threads_exit() {
     assert_eq!(h.counter("exits_process_ran_on").await, 1);
 
     // Its last thread ends the process.
+    let at = sys::monotonic_ns();
     child.kill().unwrap();
     child.wait().unwrap();
-    let at = sys::monotonic_ns();
     h.kernel_exit(pid);
     h.send(vec![exit_event(pid, pid + 1, at)], at + 1).await;
     let session = h.manager.get(ROOT, s.id).await.unwrap();
