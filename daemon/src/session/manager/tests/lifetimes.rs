@@ -57,7 +57,8 @@ fn wait_for_zombie(pid: u32) {
 }
 
 /// A program whose main thread leaves by `pthread_exit` on a line of input, while another
-/// thread sleeps on until killed.
+/// thread sleeps on until killed (or for 30 s, like the other sleepers, should a test fail
+/// before it kills it).
 fn leaderless_program() -> &'static PathBuf {
     static PROGRAM: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
     &PROGRAM
@@ -67,7 +68,7 @@ fn leaderless_program() -> &'static PathBuf {
             std::fs::write(
                 &source,
                 "#include <pthread.h>\n#include <stdio.h>\n#include <unistd.h>\n\
-                 static void *sleeper(void *arg) { for (;;) pause(); return arg; }\n\
+                 static void *sleeper(void *arg) { sleep(30); return arg; }\n\
                  int main(void) { pthread_t t; char line[8];\n\
                  if (pthread_create(&t, NULL, sleeper, NULL)) return 2;\n\
                  setvbuf(stdout, NULL, _IONBF, 0); printf(\"ready\\n\");\n\
