@@ -19,7 +19,7 @@ use vmscope_common::{
     RING_BUFFER_BYTES, TargetKey, UserCopyHeader, WANT_STACKS, Wants,
 };
 use vmscoped::{
-    bpf::{Sampler, SamplerControl, period_of},
+    bpf::{Sampler, SamplerControl, Tracking, period_of},
     sys,
 };
 
@@ -126,6 +126,8 @@ impl Drop for Fixture {
 /// its records.
 fn sample(pid: u32, wants: Wants, run: Duration) -> Vec<Record> {
     sample_with(run, |sampler, period_ns| {
+        // A target is sampled while it is tracked (vmscope_exit ends it): as the manager does.
+        sampler.set_tracking(pid, Tracking::Leader);
         sampler.set_target(target(period_ns, pid), wants)
     })
     .into_iter()
@@ -330,6 +332,7 @@ fn a_stack_target_gets_stacks_while_system_wide_mode_does_not() {
     let other = Fixture::start("fp_recursion");
     let records = sample_with(Duration::from_secs(1), |sampler, period_ns| {
         sampler.set_system_wide(period_ns, Wants::default())?;
+        sampler.set_tracking(pid, Tracking::Leader);
         sampler.set_target(target(period_ns, pid), FP)
     });
     let (mine, others): (Vec<&Record>, Vec<&Record>) =
