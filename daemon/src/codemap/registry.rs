@@ -49,7 +49,7 @@ use super::{
     timeline::{Change, PendingSample, Timeline, apply_change},
 };
 use crate::{
-    symbolize::{CodeMapKinds, Location, RefusedEntry, Unexplained},
+    symbolize::{CodeMapKinds, Location, ModuleId, RefusedEntry, Unexplained},
     sys::{self, FileId},
     unwind::StackEnd,
 };
@@ -911,6 +911,28 @@ impl CodeMaps {
             .collect()
     }
 
+    /// Adds to `keep` the binaries of the samples waiting for their code map, not counted in
+    /// any session yet: they stay open until the samples are counted (then their sessions hold
+    /// them).
+    pub fn waiting_modules(&self, keep: &mut impl Extend<ModuleId>) {
+        for process in self.processes.values() {
+            for sample in process.timeline.pending() {
+                let routed = &sample.payload;
+                let fp = routed.fp.iter().flat_map(|(frames, _)| frames);
+                keep.extend(
+                    routed
+                        .frames
+                        .iter()
+                        .chain(fp)
+                        .filter_map(|f| match f.location {
+                            Location::File { module, .. } => Some(module),
+                            _ => None,
+                        }),
+                );
+            }
+        }
+    }
+
     /// Samples counted provisionally and parked for their code map, over all processes.
     pub fn provisional(&self) -> usize {
         self.processes
@@ -1491,6 +1513,44 @@ mod tests {
 
     fn advance(maps: &mut CodeMaps, pid: u32, now: u64, sink: &mut Recorder) {
         maps.advance(pid, now, now, None, &mut |_, _| true, sink);
+    }
+
+    /// A sample waiting for its code map is in no session yet: the registry says which
+    /// binaries it needs, so that they stay open until it is counted.
+    #[test]
+    fn waiting_samples_hold_their_binaries() {
+        let store = Arc::new(CodeStore::new());
+        let mut maps = CodeMaps::new(store);
+        let pid = std::process::id();
+        maps.stream_opened(pid);
+        let mut sample = jit_sample(pid, 2_000, 0x1010);
+        let file = |module, offset| SampleFrame {
+            location: Location::File {
+                module: ModuleId(module),
+                offset,
+                main_executable: false,
+            },
+            address: offset,
+            lookup: offset,
+            code_start: 0,
+        };
+        sample.payload.frames.push(file(7, 0x40));
+        sample.payload.fp = Some((vec![file(8, 0x50)], StackEnd::Complete));
+        maps.push_sample(pid, sample);
+        let mut modules = Vec::new();
+        maps.waiting_modules(&mut modules);
+        modules.sort();
+        assert_eq!(modules, [ModuleId(7), ModuleId(8)]);
+        // Counted, the sample is its sessions' to hold.
+        maps.publish(
+            pid,
+            vec![(1_000, load(0x1000, method(maps.store(), "m")))],
+            3_000,
+        );
+        advance(&mut maps, pid, 3_000, &mut Recorder::default());
+        let mut modules = Vec::new();
+        maps.waiting_modules(&mut modules);
+        assert!(modules.is_empty(), "{modules:?}");
     }
 
     /// A perf map has no timestamps: read after samples that nothing else explained, it names

@@ -150,6 +150,11 @@ impl<T> Timeline<T> {
         self.samples.len()
     }
 
+    /// The waiting samples, in no particular order.
+    pub fn pending(&self) -> impl Iterator<Item = &PendingSample<T>> {
+        self.samples.iter()
+    }
+
     /// Takes the waiting samples for which `which` holds, oldest first.
     pub fn take_samples(
         &mut self,

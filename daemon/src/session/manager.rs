@@ -1364,14 +1364,12 @@ impl Manager {
             count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed);
             return;
         };
-        // Generated code: attributed once the code maps are known up to its time. Its binaries
-        // are the sessions' from now, so that they stay open until it is counted.
+        // Generated code: attributed once the code maps are known up to its time (its binaries
+        // stay open meanwhile: see `CodeMaps::waiting_modules`).
         let ip = first_generated.lookup;
-        for &(id, wanted) in &routed.sessions {
-            if let Some(session) = self.sessions.get_mut(&id) {
+        for (id, _) in &routed.sessions {
+            if let Some(session) = self.sessions.get_mut(id) {
                 session.pending_jit += 1;
-                let (frames, _) = routed.stack_for(wanted);
-                session.stacks.hold(frames.iter().map(|f| f.location));
             }
         }
         self.codemaps.push_sample(
@@ -1716,6 +1714,7 @@ impl Manager {
         for session in self.sessions.values() {
             keep.extend(session.stacks.modules());
         }
+        self.codemaps.waiting_modules(&mut keep);
         let unsettled =
             self.processes
                 .modules_in_use(now_ns, settled_ns, sys::process_exists, &mut keep);

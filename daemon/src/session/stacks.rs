@@ -62,7 +62,7 @@ pub struct StackTable {
     pub counts: HashMap<(u32, StackId), u64, foldhash::fast::RandomState>,
     location_index: HashTable<LocationId>,
     stack_index: HashTable<StackId>,
-    /// The binaries of its locations, and of samples waiting to be counted.
+    /// The binaries of its locations.
     modules: HashSet<ModuleId, foldhash::fast::RandomState>,
     hasher: foldhash::fast::RandomState,
     /// Reused for each sample's location ids, so that counting allocates nothing.
@@ -295,7 +295,7 @@ mod tests {
     }
 
     /// The binaries a session keeps open are those of its locations, noted as they are first
-    /// interned, and those of samples held before they are counted.
+    /// interned.
     #[test]
     fn the_binaries_of_its_locations_are_known_as_they_are_interned() {
         let mut table = StackTable::default();
@@ -306,11 +306,6 @@ mod tests {
         let mut modules: Vec<ModuleId> = table.modules().collect();
         modules.sort();
         assert_eq!(modules, [ModuleId(3), ModuleId(4)]);
-        // A sample waiting for its code map: its binaries are the session's already.
-        table.hold([k(2), file(7, 0x40)]);
-        let mut modules: Vec<ModuleId> = table.modules().collect();
-        modules.sort();
-        assert_eq!(modules, [ModuleId(3), ModuleId(4), ModuleId(7)]);
     }
 
     #[test]
