@@ -101,8 +101,9 @@ impl AsyncRead for FixedAuthority {
             if this.eof {
                 return Poll::Ready(Ok(()));
             }
-            let mut bytes = [0; READ_CHUNK];
-            let mut chunk = ReadBuf::new(&mut bytes);
+            // Not zeroed: the socket writes what is read, and only that is looked at.
+            let mut bytes = [std::mem::MaybeUninit::<u8>::uninit(); READ_CHUNK];
+            let mut chunk = ReadBuf::uninit(&mut bytes);
             ready!(Pin::new(&mut this.inner).poll_read(cx, &mut chunk))?;
             if chunk.filled().is_empty() {
                 this.rewriter.finish(&mut this.out);

@@ -182,18 +182,13 @@ impl Connections {
         })
     }
 
-    /// The limits.
-    pub fn limits(&self) -> ConnectionLimits {
-        self.limits
-    }
-
     /// A slot for a connection of `uid`, held until the slot is dropped; or why not.
     pub fn admit(self: &Arc<Self>, uid: Option<u32>) -> Result<Slot, Refusal> {
         let uid = uid.ok_or(Refusal::NoCredentials)?;
         let share = self.shares.take(uid).map_err(Refusal::Share)?;
         Ok(Slot {
             connections: self.clone(),
-            share: Some(share),
+            share,
         })
     }
 
@@ -223,18 +218,17 @@ impl Connections {
 #[derive(Debug)]
 pub struct Slot {
     connections: Arc<Connections>,
-    share: Option<Share>,
+    share: Share,
 }
 
 impl Slot {
     fn uid(&self) -> u32 {
-        self.share.as_ref().map_or(0, Share::uid)
+        self.share.uid()
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        drop(self.share.take());
         self.connections.counters.closed.fetch_add(1, Relaxed);
     }
 }

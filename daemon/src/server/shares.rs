@@ -81,11 +81,6 @@ impl Shares {
         })
     }
 
-    /// The limits.
-    pub fn limits(&self) -> ShareLimits {
-        self.limits
-    }
-
     /// One more for `uid`, held until the [`Share`] is dropped; or why not.
     pub fn take(self: &Arc<Self>, uid: u32) -> Result<Share, Refusal> {
         let limits = self.limits;
