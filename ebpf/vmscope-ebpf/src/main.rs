@@ -383,28 +383,9 @@ mod prog {
         }
         // The program's name, set from the exec'd file's name before this tracepoint fires.
         let (ip, period_ns) = Event::comm_words(&bpf_get_current_comm().unwrap_or([0; 16]));
-        let event = Event {
-            kind: EVENT_EXEC,
-            // SAFETY: these helpers have no preconditions.
-            cpu: unsafe { bpf_get_smp_processor_id() },
-            tgid,
-            tid: pid_tgid as u32,
-            // SAFETY: as above.
-            timestamp_ns: unsafe { bpf_ktime_get_ns() },
-            ip,
-            period_ns,
-            flags: 0,
-            kernel_frames: 0,
-            user_frames: 0,
-        };
-        if EVENTS
-            .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))
-            .is_err()
-        {
-            // An exec that is not seen leaves stale mappings until the next miss forces a
-            // re-read; count it with the unkeyed losses so that it is not silent.
-            count_unkeyed();
-        }
+        // An exec that is not seen leaves stale mappings until the next miss forces a re-read;
+        // it is counted with the unkeyed losses so that it is not silent.
+        tell_daemon(EVENT_EXEC, pid_tgid, ip, period_ns);
         0
     }
 
@@ -435,16 +416,25 @@ mod prog {
                 return 0;
             }
         }
+        // Lost, the filter is gone all the same; the daemon notices the exit at its next tick.
+        tell_daemon(EVENT_EXIT, pid_tgid, 0, 0);
+        0
+    }
+
+    /// Sends the daemon an event about the current process (no stack), counting it with the
+    /// unkeyed losses when the ring buffer is full.
+    #[inline(always)]
+    fn tell_daemon(kind: u32, pid_tgid: u64, ip: u64, period_ns: u64) {
         let event = Event {
-            kind: EVENT_EXIT,
+            kind,
             // SAFETY: these helpers have no preconditions.
             cpu: unsafe { bpf_get_smp_processor_id() },
-            tgid,
+            tgid: (pid_tgid >> 32) as u32,
             tid: pid_tgid as u32,
             // SAFETY: as above.
             timestamp_ns: unsafe { bpf_ktime_get_ns() },
-            ip: 0,
-            period_ns: 0,
+            ip,
+            period_ns,
             flags: 0,
             kernel_frames: 0,
             user_frames: 0,
@@ -453,10 +443,8 @@ mod prog {
             .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))
             .is_err()
         {
-            // The filter is gone all the same; the daemon notices the exit at its next tick.
             count_unkeyed();
         }
-        0
     }
 
     fn count_lost(key: &TargetKey) {
