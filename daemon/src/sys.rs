@@ -83,24 +83,23 @@ pub fn perf_event_paranoid() -> io::Result<i32> {
 
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns` and of jitdump.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// CLOCK_BOOTTIME now, in nanoseconds: CLOCK_MONOTONIC plus the time suspended, the clock of
 /// a process's start time in /proc/PID/stat.
 pub fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_BOOTTIME exists since 2.6.39.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    // SAFETY: clock_gettime writes into the timespec we own; both clocks exist on every kernel
+    // vmscope runs on (CLOCK_BOOTTIME since 2.6.39).
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

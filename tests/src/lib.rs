@@ -442,6 +442,16 @@ pub async fn record(
     stop_and_profile(client, session.id).await
 }
 
+/// The daemon's counters, by name (`GetDaemonInfo`).
+pub async fn counters(client: &mut Client) -> std::collections::HashMap<String, u64> {
+    client
+        .get_daemon_info(vmscope_proto::v1::GetDaemonInfoRequest {})
+        .await
+        .expect("daemon info")
+        .into_inner()
+        .counters
+}
+
 /// Stops a session (it may have stopped by itself: its targets exited) and returns its final
 /// profile.
 pub async fn stop_and_profile(client: &mut Client, session_id: u64) -> Profile {

@@ -2,7 +2,6 @@
 //! are refused with a counted, logged reason, their samples still count (as unnamed generated
 //! code), and the daemon serves on.
 
-use vmscope_proto::v1::GetDaemonInfoRequest;
 use vmscope_tests::{Daemon, fixtures, json_report, shared_tempdir};
 
 /// Records `fakejit 1 DIR MODE`; returns the generated section's rows as (name, samples).
@@ -46,14 +45,7 @@ fn record(daemon: &Daemon, mode: &str) -> Vec<(String, u64)> {
 }
 
 async fn counter(daemon: &Daemon, name: &str) -> u64 {
-    let info = daemon
-        .client()
-        .await
-        .get_daemon_info(GetDaemonInfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    info.counters[name]
+    vmscope_tests::counters(&mut daemon.client().await).await[name]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use vmscope_proto::v1::{
-    GetDaemonInfoRequest, GetSessionRequest, StartSessionRequest, StopSessionRequest,
-};
+use vmscope_proto::v1::{GetSessionRequest, StartSessionRequest, StopSessionRequest};
 use vmscope_tests::{
     Daemon, Running, distinct_copies, fixtures, open_fd_targets, open_fds, stop_and_profile,
 };
@@ -114,12 +112,7 @@ async fn binaries_of_exited_programs_are_closed_once_no_session_needs_them() {
     let deadline = Instant::now() + Duration::from_secs(5);
     let (now_open, counters) = loop {
         let now_open = open_fds(daemon.pid());
-        let counters = client
-            .get_daemon_info(GetDaemonInfoRequest {})
-            .await
-            .expect("daemon info")
-            .into_inner()
-            .counters;
+        let counters = vmscope_tests::counters(&mut client).await;
         let closed = counters.get("modules_closed").copied().unwrap_or(0);
         let done = now_open <= baseline + SLACK_FDS && closed >= u64::from(PROGRAMS);
         if done || Instant::now() > deadline {

@@ -18,8 +18,7 @@ use std::{
 };
 
 use vmscope_proto::v1::{
-    GetDaemonInfoRequest, GetProfileRequest, GetSessionRequest, Session, SessionState,
-    StartSessionRequest,
+    GetProfileRequest, GetSessionRequest, Session, SessionState, StartSessionRequest,
 };
 use vmscope_tests::{Client, Daemon, Running, dump, gcc_fixture, shared_tempdir, stop_and_profile};
 
@@ -276,12 +275,7 @@ async fn a_target_whose_leader_exits_first_is_sampled_to_its_end() {
         "{spun} samples of {AFTER_LEADER_FUNCTION}, expected about {expected}:\n{}",
         dump(&profile)
     );
-    let counters = client
-        .get_daemon_info(GetDaemonInfoRequest {})
-        .await
-        .expect("daemon info")
-        .into_inner()
-        .counters;
+    let counters = vmscope_tests::counters(&mut client).await;
     assert_eq!(counters["exits_process_ran_on"], 1, "{counters:?}");
     assert!(counters["exit_events"] >= 2, "{counters:?}");
 }
