@@ -1037,7 +1037,8 @@ impl CodeMaps {
             return;
         };
         let final_read = process.exited;
-        // A process whose owner is not known yet reads nothing yet: its files are not trusted.
+        // Files are read on their owner's budget; processes whose owner could not be read (gone
+        // at once) share one.
         let uid = process.uid.unwrap_or(u32::MAX);
         let mut budget = self.budgets.take(uid, now_ns);
         let mut changes = Vec::new();

@@ -1361,7 +1361,7 @@ impl Manager {
             sessions: wanting,
         };
         let Some(first_generated) = routed.frames_mut().find(|f| f.is_generated()).copied() else {
-            count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed);
+            count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed, |_| {});
             return;
         };
         // Generated code: attributed once the code maps are known up to its time (its binaries
@@ -1932,13 +1932,15 @@ impl Manager {
 
 /// Counts a routed sample of `pid`, its frames placed, in each of its sessions: the whole stack
 /// for those that want stacks, the leaf for the others. Kept where a session keeps samples.
+/// `counted` is told where, in each session (samples in native code need not know: they
+/// allocate nothing for it).
 fn count_routed(
     sessions: &mut BTreeMap<u64, Session>,
     pid: u32,
     timestamp_ns: u64,
     sample: &RoutedSample,
-) -> Vec<Counted> {
-    let mut counted = Vec::with_capacity(sample.sessions.len());
+    mut counted: impl FnMut(Counted),
+) {
     for &(id, wanted) in &sample.sessions {
         let Some(session) = sessions.get_mut(&id) else {
             continue;
@@ -1953,14 +1955,13 @@ fn count_routed(
             stack,
             frames: kept_frames(frames),
         });
-        counted.push(Counted {
+        counted(Counted {
             session: id,
             wanted,
             stack: stack.0,
             kept: kept.map(|k| k as u32),
         });
     }
-    counted
 }
 
 fn kept_frames(frames: &[SampleFrame]) -> Box<[KeptFrame]> {
@@ -1996,7 +1997,12 @@ impl Sink for SessionSink<'_> {
                 }
             }
         }
-        count_routed(self.sessions, pid, timestamp_ns, sample)
+        // Where the sample was counted, for the code maps to move it if it is placed again.
+        let mut counted = Vec::with_capacity(sample.sessions.len());
+        count_routed(self.sessions, pid, timestamp_ns, sample, |c| {
+            counted.push(c)
+        });
+        counted
     }
 
     fn recount(
