@@ -70,6 +70,9 @@ pub struct RecordOptions {
 /// How often the CLI checks whether the daemon ended the session by itself.
 const POLL: Duration = Duration::from_millis(200);
 
+/// The stop reason of a recording that ended with its command.
+const COMMAND_EXITED: &str = "the recorded command exited";
+
 /// Records and writes the report to `out`. Returns the exit code vmscope should end with: the
 /// recorded command's, or 0.
 pub async fn record(
@@ -133,7 +136,7 @@ pub async fn record(
         let reason =
             wait_for_end(&mut client, id, exited, forwarder.as_mut(), &mut signals).await?;
         stop(&mut client, id, reason).await?;
-        let profile = client
+        let mut profile = client
             .get_profile(pb::GetProfileRequest {
                 session_id: id,
                 pprof: false,
@@ -142,6 +145,15 @@ pub async fn record(
             .map_err(client::status_error)
             .context("fetching the profile")?
             .into_inner();
+        // The daemon sees the command's exit too (its exit tracepoint), and may stop the
+        // session first; its only target is the command, so that is the same end, said as the
+        // user knows it.
+        if reason == COMMAND_EXITED
+            && let Some(session) = &mut profile.session
+            && session.stop_reason == vmscope_proto::STOPPED_ALL_TARGETS_EXITED
+        {
+            session.stop_reason = COMMAND_EXITED.to_owned();
+        }
         crate::report::render_profile(&profile, &options.report, options.format, &mut &mut *out)?;
         out.flush()?;
         anyhow::Ok(())
@@ -322,7 +334,7 @@ async fn wait_for_end(
             },
             result = async { exited.as_mut().expect("guarded").await }, if exited.is_some() => {
                 result.context("waiting for the command")?.context("waiting for the command")?;
-                return Ok("the recorded command exited");
+                return Ok(COMMAND_EXITED);
             }
             _ = tokio::time::sleep(POLL) => {
                 let session = client

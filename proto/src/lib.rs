@@ -40,6 +40,9 @@ pub const MAX_DWARF_STACK_BYTES: u32 = 65528;
 /// Socket path the daemon listens on and clients connect to unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/vmscope/vmscoped.sock";
 
+/// The stop reason of a session the daemon stopped because every target exited.
+pub const STOPPED_ALL_TARGETS_EXITED: &str = "all targets exited";
+
 /// Environment variable that overrides [`DEFAULT_SOCKET`] for both the daemon and the CLI.
 pub const SOCKET_ENV: &str = "VMSCOPE_SOCKET";
 

@@ -1180,7 +1180,7 @@ impl Manager {
         // Its code maps are read one last time, and change no more.
         self.codemaps.exited(pid);
         if all_exited {
-            self.begin_stop(id, "all targets exited", stop_ns);
+            self.begin_stop(id, vmscope_proto::STOPPED_ALL_TARGETS_EXITED, stop_ns);
         } else {
             self.release_target(id, pid, until_ns, "exited");
         }
@@ -1630,7 +1630,7 @@ impl Manager {
                 self.codemaps.exited(pid);
             }
             if all_exited {
-                self.begin_stop(id, "all targets exited", now);
+                self.begin_stop(id, vmscope_proto::STOPPED_ALL_TARGETS_EXITED, now);
                 continue;
             }
             // An exited target's pid may be reused by anyone: stop sampling it now. (Its exit
