@@ -87,11 +87,10 @@ fn bench(c: &mut Criterion) {
                 let mut timeline = Timeline::<()>::default();
                 for entry in chunk.entries {
                     let code = store
-                        .intern(Code::named(
-                            CodeKind::Unknown,
-                            entry.name,
-                            CodeSource::PerfMap,
-                        ))
+                        .intern(
+                            Code::named(CodeKind::Unknown, entry.name, CodeSource::PerfMap),
+                            0,
+                        )
                         .expect("within the budget");
                     timeline.push_change(
                         0,
@@ -113,11 +112,10 @@ fn bench(c: &mut Criterion) {
     let mut map = LiveMap::default();
     for i in 0..1_000_000u64 {
         let code = store
-            .intern(Code::named(
-                CodeKind::Method,
-                format!("m{i}"),
-                CodeSource::PerfMap,
-            ))
+            .intern(
+                Code::named(CodeKind::Method, format!("m{i}"), CodeSource::PerfMap),
+                0,
+            )
             .expect("within the budget");
         map.load(BASE + i * 0x100, Some(0x80), code).unwrap();
     }
@@ -147,11 +145,10 @@ fn bench(c: &mut Criterion) {
                 let mut timeline = Timeline::<()>::default();
                 for i in 0..1_000u64 {
                     let code = store
-                        .intern(Code::named(
-                            CodeKind::Method,
-                            format!("t{i}"),
-                            CodeSource::PerfMap,
-                        ))
+                        .intern(
+                            Code::named(CodeKind::Method, format!("t{i}"), CodeSource::PerfMap),
+                            0,
+                        )
                         .expect("within the budget");
                     timeline.push_change(
                         i,
@@ -202,11 +199,14 @@ fn bench(c: &mut Criterion) {
                             ..
                         } => {
                             let code = store
-                                .intern(Code::named(
-                                    CodeKind::Unknown,
-                                    name.into_owned(),
-                                    CodeSource::Jitdump,
-                                ))
+                                .intern(
+                                    Code::named(
+                                        CodeKind::Unknown,
+                                        name.into_owned(),
+                                        CodeSource::Jitdump,
+                                    ),
+                                    0,
+                                )
                                 .expect("within the budget");
                             timeline.push_change(
                                 timestamp,

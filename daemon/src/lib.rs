@@ -24,6 +24,7 @@ pub mod process;
 pub mod profile;
 pub mod server;
 pub mod session;
+pub mod shares;
 pub mod symbolize;
 pub mod sys;
 pub mod unwind;
@@ -57,8 +58,9 @@ pub struct DaemonConfig {
     pub ring_buffer_bytes: u32,
     /// Fault injection for tests: delay the first ring drain after sampling starts.
     pub stall_reader: std::time::Duration,
-    /// Budget of the code store (JIT code descriptions from every code map), in bytes.
-    pub code_store_bytes: usize,
+    /// Bytes of the code store (JIT code descriptions from every code map): per user other
+    /// than root, for all of them together, and in all.
+    pub code_store: shares::ShareLimits,
     /// Directories of separate debug files, searched in order.
     pub debug_dirs: Vec<PathBuf>,
     /// Budget of the DWARF line tables, in bytes.
@@ -144,9 +146,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         config.dwarf_cache_bytes,
         config.debug_dirs.clone(),
     )));
-    let codes = Arc::new(codemap::code::CodeStore::with_budget(
-        config.code_store_bytes,
-    ));
+    let codes = Arc::new(codemap::code::CodeStore::with_shares(config.code_store));
     let symbolizer = Symbolizer::new(
         modules.clone(),
         codes.clone(),
@@ -301,7 +301,15 @@ fn daemon_limits(
         ("watches_per_user", server::WATCHES.per_user as u64),
         ("watches_non_root", server::WATCHES.non_root as u64),
         ("watches_total", server::WATCHES.total as u64),
-        ("code_store_bytes", config.code_store_bytes as u64),
+        ("code_store_bytes", config.code_store.total as u64),
+        (
+            "code_store_bytes_per_user",
+            config.code_store.per_user as u64,
+        ),
+        (
+            "code_store_bytes_non_root",
+            config.code_store.non_root as u64,
+        ),
     ]
     .into_iter()
     .collect()

@@ -24,10 +24,19 @@ struct Args {
     #[arg(long, default_value_t = vmscope_common::RING_BUFFER_BYTES / 1024)]
     ring_buffer_kib: u32,
     /// Memory for JIT code descriptions (names, pc maps, source positions) from every code
-    /// map, in MiB. Codes stay for the daemon's life; new ones beyond this are refused
-    /// (counted, logged) and their samples show as unnamed generated code.
+    /// map, in MiB. Codes stay while a live process's map or a session refers to them; new
+    /// ones beyond this are refused (counted, logged) and their samples show as unnamed
+    /// generated code.
     #[arg(long, default_value_t = vmscoped::codemap::code::DEFAULT_BUDGET_BYTES >> 20)]
     code_store_mib: usize,
+    /// The most of the code store one user other than root may hold, in MiB (its processes'
+    /// maps and its publications together). Default: a quarter of --code-store-mib.
+    #[arg(long)]
+    code_store_per_user_mib: Option<usize>,
+    /// The most of the code store users other than root may hold together, in MiB; root keeps
+    /// the rest. Default: three quarters of --code-store-mib.
+    #[arg(long)]
+    code_store_non_root_mib: Option<usize>,
     /// Directory of separate debug files (`.build-id/xx/rest.debug`, and `.gnu_debuglink` files
     /// under the binary's path), for symbols and source lines of stripped binaries; repeat for
     /// several, searched in order. Given, it replaces the default.
@@ -70,7 +79,15 @@ fn main() -> std::process::ExitCode {
     let config = DaemonConfig {
         ring_buffer_bytes: args.ring_buffer_kib.saturating_mul(1024),
         stall_reader: std::time::Duration::from_millis(args.stall_reader_ms),
-        code_store_bytes: args.code_store_mib.saturating_mul(1 << 20),
+        code_store: {
+            let mib = |n: usize| n.saturating_mul(1 << 20);
+            let shares = vmscoped::codemap::code::default_shares(mib(args.code_store_mib));
+            vmscoped::shares::ShareLimits {
+                per_user: args.code_store_per_user_mib.map_or(shares.per_user, mib),
+                non_root: args.code_store_non_root_mib.map_or(shares.non_root, mib),
+                ..shares
+            }
+        },
         debug_dirs: args.debug_dirs,
         dwarf_cache_bytes: args.dwarf_cache_mib.saturating_mul(1 << 20),
         socket: args.socket,

@@ -786,10 +786,10 @@ mod tests {
         };
         let codes = symbolizer.codes();
         let baseline = codes
-            .intern(method(&[(0x10, 0, ""), (0x20, 4, "")]))
+            .intern(method(&[(0x10, 0, ""), (0x20, 4, "")]), 0)
             .unwrap();
         let optimised = codes
-            .intern(method(&[(0x10, 0, ""), (0x20, 4, "Foo>>inlined")]))
+            .intern(method(&[(0x10, 0, ""), (0x20, 4, "Foo>>inlined")]), 0)
             .unwrap();
         let jit = |code, offset| Location::Jit {
             code,
@@ -894,24 +894,30 @@ mod tests {
             inlined: inlined.iter().map(|&(m, pc)| (m.to_owned(), pc)).collect(),
         };
         let optimised = codes
-            .intern(Code {
-                pc_map: vec![
-                    point(0x10, 1, &[]),
-                    point(0x20, 4, &[("Outer>>mid", 2), ("Inner>>leaf", 6)]),
-                    point(0x30, 9, &[]),
-                ],
-                ..Code::named(CodeKind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
-            })
+            .intern(
+                Code {
+                    pc_map: vec![
+                        point(0x10, 1, &[]),
+                        point(0x20, 4, &[("Outer>>mid", 2), ("Inner>>leaf", 6)]),
+                        point(0x30, 9, &[]),
+                    ],
+                    ..Code::named(CodeKind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
+                },
+                0,
+            )
             .unwrap();
         let plain = codes
-            .intern(Code {
-                pc_map: vec![point(0x10, 73, &[]), point(0x40, 77, &[])],
-                ..Code::named(
-                    CodeKind::Method,
-                    "Bar>>benchmark",
-                    CodeSource::Vm("vm".into()),
-                )
-            })
+            .intern(
+                Code {
+                    pc_map: vec![point(0x10, 73, &[]), point(0x40, 77, &[])],
+                    ..Code::named(
+                        CodeKind::Method,
+                        "Bar>>benchmark",
+                        CodeSource::Vm("vm".into()),
+                    )
+                },
+                0,
+            )
             .unwrap();
         let jit = |code, offset| Location::Jit {
             code,

@@ -327,6 +327,99 @@ fn another_users_sparse_perf_map_does_not_stall_root() {
     );
 }
 
+/// Another user's VM publishes more code than the whole store holds, with no session at all:
+/// it is held to its share, the refusals are counted, root's VM recorded meanwhile is named in
+/// full, and once the hog exits its codes are reclaimed.
+#[test]
+fn another_users_code_flood_leaves_roots_code_named() {
+    let _serial = serial();
+    // Shares of 64 MiB: 16 MiB per user other than root, 48 MiB for all of them.
+    let daemon = Daemon::start_with(&["--code-store-mib", "64"]);
+    let (answer, _) = info(&daemon);
+    assert_eq!(answer["limits"]["code_store_bytes_per_user"], 16 << 20);
+    // About 80 MiB of code descriptions: more than the whole store.
+    let mut hog = Running::start(
+        Command::new(binary("jitvm"))
+            .args(["loop", "--seconds", "60", "--zone-kb", "8192"])
+            .args(["--flood-codes", "8000", "--ready"])
+            .env("VMSCOPE_SOCKET", &daemon.socket)
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        let (answer, _) = info(&daemon);
+        let counters = &answer["counters"];
+        let refused = counters["code_store_refused_per_user"]
+            .as_u64()
+            .unwrap_or(0);
+        // Everything published: the rest of the 8000 refused.
+        if refused > 0 && counters["code_store_codes"].as_u64().unwrap_or(0) + refused >= 8000 {
+            break refused;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hog's codes were not refused by its share: {counters}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let held = info(&daemon).0["counters"]["code_store_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(held <= 16 << 20, "the hog holds {held} bytes");
+
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "--"])
+        .arg(binary("jitvm"))
+        .args(["poly", "--seconds", "2"])
+        .output()
+        .expect("run vmscope record");
+    let report = json_report(&out);
+    let rows = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["section"] == "generated")
+        .unwrap_or_else(|| panic!("no generated code: {report}"))["rows"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let samples = |named: bool| -> u64 {
+        rows.iter()
+            .filter(|r| (r["code_map"] == "vm") == named)
+            .map(|r| r["samples"].as_u64().unwrap())
+            .sum()
+    };
+    eprintln!(
+        "the hog had {refused} codes refused; root's jitvm: {} samples named, {} not",
+        samples(true),
+        samples(false)
+    );
+    assert!(
+        samples(true) > 500,
+        "root's VM was hardly sampled: {rows:#?}"
+    );
+    assert_eq!(samples(false), 0, "root's code went unnamed: {rows:#?}");
+
+    let _ = hog.child.kill();
+    let _ = hog.child.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (answer, _) = info(&daemon);
+        let counters = &answer["counters"];
+        let reclaimed = counters["code_store_reclaimed_bytes"].as_u64().unwrap_or(0);
+        if reclaimed >= held * 9 / 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hog's codes were not reclaimed 5 s after it exited: {counters}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The daemon killed mid-recording: vmscope says it went away and what was lost, in words.
 #[test]
 fn the_cli_says_the_daemon_went_away() {

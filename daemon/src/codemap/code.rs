@@ -8,19 +8,21 @@
 //! reports label the ranges between positions is [`super::ranges`]' business.
 
 use std::{
+    fmt,
     hash::{BuildHasher, Hash},
     sync::{Arc, RwLock},
 };
 
-use hashbrown::HashTable;
+use hashbrown::{HashMap, HashTable};
 
 use vmscope_proto::v1::CodeKind;
 
 use super::ranges::MergedRanges;
+use crate::shares::{Held, Refusal, ShareLimits};
 
-/// Index of an interned [`Code`].
+/// Identity of an interned [`Code`]; never reused, even once the code is reclaimed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CodeId(pub u32);
+pub struct CodeId(pub u64);
 
 /// Which code map described the code.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -157,27 +159,94 @@ impl Code {
 /// publisher that never repeats itself cannot exhaust the daemon's memory.
 pub const DEFAULT_BUDGET_BYTES: usize = 1 << 30;
 
-/// A new code did not fit in the store's budget; it is refused (its samples stay unnamed
-/// generated code), and codes already known are still found.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the code store is full ({used_mib} MiB of {budget_mib} MiB; vmscoped --code-store-mib): \
-     new code is not named"
-)]
-pub struct StoreFull {
-    /// MiB in use.
-    pub used_mib: usize,
-    /// The budget in MiB.
-    pub budget_mib: usize,
+/// How the store's bytes are shared by default when its budget is `total`: a quarter per user
+/// other than root, three quarters for all of them together; the last quarter is root's.
+pub fn default_shares(total: usize) -> ShareLimits {
+    ShareLimits {
+        per_user: total / 4,
+        non_root: total / 4 * 3,
+        total,
+    }
 }
 
-/// Interned code descriptions, shared by the session manager (which interns) and profile
-/// builders (which read). Codes stay for the daemon's life (sessions' counts refer to them),
-/// within a budget of bytes.
+/// A new code did not fit in its owner's share of the store; it is refused (its samples stay
+/// unnamed generated code), and codes already known are still found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct StoreFull {
+    /// Which share was full.
+    pub refusal: Refusal,
+    /// MiB in use by everyone.
+    pub used_mib: usize,
+}
+
+impl fmt::Display for StoreFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |bytes: &usize| bytes >> 20;
+        match &self.refusal {
+            Refusal::PerUser { uid, limit } => write!(
+                f,
+                "uid {uid} holds its share of the code store ({} MiB; vmscoped \
+                 --code-store-per-user-mib): new code is not named",
+                mib(limit)
+            ),
+            Refusal::NonRoot { limit } => write!(
+                f,
+                "users other than root hold their share of the code store ({} MiB together; \
+                 vmscoped --code-store-non-root-mib): new code is not named",
+                mib(limit)
+            ),
+            Refusal::Total { limit } => write!(
+                f,
+                "the code store is full ({} MiB of {} MiB; vmscoped --code-store-mib): new code \
+                 is not named",
+                self.used_mib,
+                mib(limit)
+            ),
+        }
+    }
+}
+
+/// What a [`CodeStore`] refused and let go, since the daemon started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreCounters {
+    /// Codes refused because their owner held its share.
+    pub refused_per_user: u64,
+    /// Codes refused because users other than root held theirs together.
+    pub refused_non_root: u64,
+    /// Codes refused because the store was full.
+    pub refused_total: u64,
+    /// Codes reclaimed: nothing referred to them any more.
+    pub reclaimed_codes: u64,
+    /// Bytes of those codes.
+    pub reclaimed_bytes: u64,
+}
+
+/// What one [`CodeStore::sweep`] let go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Codes.
+    pub codes: usize,
+    /// Their bytes.
+    pub bytes: usize,
+}
+
+/// Interned code descriptions, shared by the session manager (which interns and sweeps), the
+/// publication streams (which intern) and profile builders (which read).
+///
+/// Every code belongs to a uid: the user that published it, or the owner of the file that
+/// described it. Owners do not share codes (two users' identical descriptions are two codes),
+/// so what one user publishes can neither be charged to another nor tell it anything; each
+/// owner is held to its share of the store's bytes ([`ShareLimits`]), and what no user other
+/// than root may take is root's.
+///
+/// Codes that nothing refers to any more (no process's map, no session) are reclaimed by
+/// [`CodeStore::sweep`]. Ids are never reused, so a reference the sweep missed finds no code
+/// rather than another one; and a code interned or found since the previous sweep is never
+/// let go, for it may be on its way to the manager in a batch of changes.
 #[derive(Debug)]
 pub struct CodeStore {
     inner: RwLock<Store>,
-    budget_bytes: usize,
+    limits: ShareLimits,
 }
 
 impl Default for CodeStore {
@@ -186,13 +255,26 @@ impl Default for CodeStore {
     }
 }
 
+#[derive(Debug)]
+struct Entry {
+    code: Arc<Code>,
+    owner: u32,
+    bytes: usize,
+    hash: u64,
+    /// The sweep epoch it was last interned, found or kept in.
+    seen: u64,
+}
+
 #[derive(Debug, Default)]
 struct Store {
-    codes: Vec<Arc<Code>>,
-    bytes: usize,
-    /// Ids by the hash of their code; equality is checked against `codes`.
+    entries: HashMap<CodeId, Entry, foldhash::fast::RandomState>,
+    next_id: u64,
+    held: Held,
+    /// Ids by the hash of their owner and code; equality is checked against `entries`.
     ids: HashTable<CodeId>,
     hasher: foldhash::fast::RandomState,
+    epoch: u64,
+    counters: StoreCounters,
 }
 
 impl CodeStore {
@@ -201,70 +283,153 @@ impl CodeStore {
         CodeStore::default()
     }
 
-    /// An empty store that holds at most about `budget_bytes` of codes.
+    /// An empty store that holds at most about `budget_bytes` of codes, shared as
+    /// [`default_shares`] says.
     pub fn with_budget(budget_bytes: usize) -> CodeStore {
+        CodeStore::with_shares(default_shares(budget_bytes))
+    }
+
+    /// An empty store whose bytes are shared by `limits`.
+    pub fn with_shares(limits: ShareLimits) -> CodeStore {
         CodeStore {
             inner: RwLock::default(),
-            budget_bytes,
+            limits,
         }
     }
 
-    /// The id of `code`, interning it on first sight: one hash, no clone. A new code that
-    /// does not fit in the budget is refused.
-    pub fn intern(&self, code: Code) -> Result<CodeId, StoreFull> {
-        let mut store = self.inner.write().unwrap_or_else(|e| e.into_inner());
+    /// How the store's bytes are shared.
+    pub fn limits(&self) -> ShareLimits {
+        self.limits
+    }
+
+    /// The id of `owner`'s `code`, interning it on first sight: one hash, no clone. A new code
+    /// that does not fit in its owner's share is refused, and counted.
+    pub fn intern(&self, code: Code, owner: u32) -> Result<CodeId, StoreFull> {
+        let mut store = self.write();
         let Store {
-            codes,
-            bytes,
+            entries,
+            next_id,
+            held,
             ids,
             hasher,
+            epoch,
+            counters,
         } = &mut *store;
-        let hash = hasher.hash_one(&code);
-        if let Some(&id) = ids.find(hash, |id| *codes[id.0 as usize] == code) {
+        let hash = hasher.hash_one((owner, &code));
+        let found = ids.find(hash, |id| {
+            let entry = &entries[id];
+            entry.owner == owner && *entry.code == code
+        });
+        if let Some(&id) = found {
+            if let Some(entry) = entries.get_mut(&id) {
+                entry.seen = *epoch;
+            }
             return Ok(id);
         }
-        let size = code.approx_bytes();
-        let full = || StoreFull {
-            used_mib: *bytes >> 20,
-            budget_mib: self.budget_bytes >> 20,
-        };
-        if bytes.saturating_add(size) > self.budget_bytes {
-            return Err(full());
+        let bytes = code.approx_bytes();
+        if let Err(refusal) = held.take(&self.limits, owner, bytes) {
+            match refusal {
+                Refusal::PerUser { .. } => counters.refused_per_user += 1,
+                Refusal::NonRoot { .. } => counters.refused_non_root += 1,
+                Refusal::Total { .. } => counters.refused_total += 1,
+            }
+            return Err(StoreFull {
+                refusal,
+                used_mib: held.total() >> 20,
+            });
         }
-        let id = CodeId(u32::try_from(codes.len()).map_err(|_| full())?);
-        *bytes += size;
-        codes.push(Arc::new(code));
-        ids.insert_unique(hash, id, |id| hasher.hash_one(&*codes[id.0 as usize]));
+        let id = CodeId(*next_id);
+        *next_id += 1;
+        entries.insert(
+            id,
+            Entry {
+                code: Arc::new(code),
+                owner,
+                bytes,
+                hash,
+                seen: *epoch,
+            },
+        );
+        ids.insert_unique(hash, id, |id| entries[id].hash);
         Ok(id)
+    }
+
+    /// Lets go of the codes `keep` does not name and that were not interned or found since
+    /// the previous sweep, giving their bytes back to their owners.
+    pub fn sweep(&self, keep: impl Fn(CodeId) -> bool) -> Swept {
+        let mut store = self.write();
+        let Store {
+            entries,
+            held,
+            ids,
+            epoch,
+            counters,
+            ..
+        } = &mut *store;
+        *epoch += 1;
+        let now = *epoch;
+        let mut swept = Swept::default();
+        entries.retain(|&id, entry| {
+            if keep(id) {
+                entry.seen = now;
+                return true;
+            }
+            if entry.seen + 1 >= now {
+                return true;
+            }
+            held.give_back(entry.owner, entry.bytes);
+            if let Ok(found) = ids.find_entry(entry.hash, |x| *x == id) {
+                found.remove();
+            }
+            swept.codes += 1;
+            swept.bytes += entry.bytes;
+            false
+        });
+        counters.reclaimed_codes += swept.codes as u64;
+        counters.reclaimed_bytes += swept.bytes as u64;
+        if swept.codes > 0 && entries.len() < entries.capacity() / 4 {
+            entries.shrink_to_fit();
+            ids.shrink_to_fit(|id| entries[id].hash);
+        }
+        swept
+    }
+
+    /// What was refused and reclaimed so far.
+    pub fn counters(&self) -> StoreCounters {
+        self.read().counters
     }
 
     /// About how many bytes the codes take.
     pub fn bytes(&self) -> usize {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).bytes
+        self.read().held.total()
     }
 
-    /// An interned code.
+    /// About how many bytes `uid`'s codes take.
+    pub fn bytes_of(&self, uid: u32) -> usize {
+        self.read().held.of(uid)
+    }
+
+    /// An interned code; `None` once reclaimed.
     pub fn get(&self, id: CodeId) -> Option<Arc<Code>> {
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .codes
-            .get(id.0 as usize)
-            .cloned()
+        self.read().entries.get(&id).map(|e| e.code.clone())
     }
 
     /// Number of distinct codes.
     pub fn len(&self) -> usize {
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .codes
-            .len()
+        self.read().entries.len()
     }
 
-    /// Whether nothing was interned.
+    /// Whether it holds no code.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Store> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Store> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -305,9 +470,9 @@ mod tests {
     #[test]
     fn the_same_description_is_one_code() {
         let store = CodeStore::new();
-        let a = store.intern(method(&[(0x10, 1)])).unwrap();
-        let b = store.intern(method(&[(0x10, 1)])).unwrap();
-        let c = store.intern(method(&[(0x11, 1)])).unwrap();
+        let a = store.intern(method(&[(0x10, 1)]), 1000).unwrap();
+        let b = store.intern(method(&[(0x10, 1)]), 1000).unwrap();
+        let c = store.intern(method(&[(0x11, 1)]), 1000).unwrap();
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(store.len(), 2);
@@ -315,18 +480,107 @@ mod tests {
     }
 
     #[test]
+    fn owners_do_not_share_codes() {
+        let store = CodeStore::new();
+        let one = method(&[(0x10, 1)]).approx_bytes();
+        let theirs = store.intern(method(&[(0x10, 1)]), 1000).unwrap();
+        let mine = store.intern(method(&[(0x10, 1)]), 0).unwrap();
+        assert_ne!(theirs, mine);
+        assert_eq!((store.bytes_of(1000), store.bytes_of(0)), (one, one));
+    }
+
+    #[test]
     fn a_full_store_refuses_new_codes_and_still_finds_known_ones() {
         let one = method(&[(0x10, 1)]).approx_bytes();
         let store = CodeStore::with_budget(2 * one + one / 2);
-        let a = store.intern(method(&[(0x10, 1)])).unwrap();
-        store.intern(method(&[(0x11, 1)])).unwrap();
-        let err = store.intern(method(&[(0x12, 1)])).unwrap_err();
+        let a = store.intern(method(&[(0x10, 1)]), 0).unwrap();
+        store.intern(method(&[(0x11, 1)]), 0).unwrap();
+        let err = store.intern(method(&[(0x12, 1)]), 0).unwrap_err();
         assert!(err.to_string().contains("code store is full"), "{err}");
         assert_eq!(
-            store.intern(method(&[(0x10, 1)])),
+            store.intern(method(&[(0x10, 1)]), 0),
             Ok(a),
             "known codes are found"
         );
         assert_eq!((store.len(), store.bytes()), (2, 2 * one));
+        assert_eq!(store.counters().refused_total, 1);
+    }
+
+    #[test]
+    fn a_user_is_held_to_its_share_and_root_keeps_its_room() {
+        let one = method(&[(0x10, 1)]).approx_bytes();
+        let store = CodeStore::with_shares(ShareLimits {
+            per_user: 2 * one,
+            non_root: 3 * one,
+            total: 5 * one,
+        });
+        let mut offset = 0x10;
+        let mut next = |owner: u32| {
+            offset += 1;
+            store.intern(method(&[(offset, 1)]), owner)
+        };
+        next(1000).unwrap();
+        next(1000).unwrap();
+        let err = next(1000).unwrap_err();
+        assert!(
+            matches!(err.refusal, Refusal::PerUser { uid: 1000, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("--code-store-per-user-mib"),
+            "{err}"
+        );
+        next(1001).unwrap();
+        let err = next(1002).unwrap_err();
+        assert!(matches!(err.refusal, Refusal::NonRoot { .. }), "{err}");
+        next(0).unwrap();
+        next(0).unwrap();
+        assert!(matches!(
+            next(0).unwrap_err().refusal,
+            Refusal::Total { .. }
+        ));
+        let counters = store.counters();
+        assert_eq!(
+            (
+                counters.refused_per_user,
+                counters.refused_non_root,
+                counters.refused_total
+            ),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn codes_nothing_refers_to_are_reclaimed_after_a_grace_sweep() {
+        let one = method(&[(0x10, 1)]).approx_bytes();
+        let store = CodeStore::with_shares(ShareLimits {
+            per_user: 2 * one,
+            non_root: 2 * one,
+            total: 2 * one,
+        });
+        let kept = store.intern(method(&[(0x10, 1)]), 1000).unwrap();
+        let dropped = store.intern(method(&[(0x11, 1)]), 1000).unwrap();
+        // Interned since the last sweep: it may still be on its way to a map.
+        assert_eq!(store.sweep(|id| id == kept), Swept::default());
+        assert!(store.get(dropped).is_some());
+        assert_eq!(
+            store.sweep(|id| id == kept),
+            Swept {
+                codes: 1,
+                bytes: one
+            }
+        );
+        assert!(store.get(dropped).is_none() && store.get(kept).is_some());
+        assert_eq!(store.bytes_of(1000), one);
+        // Its bytes are the owner's again, and its id is never given to another code.
+        let again = store.intern(method(&[(0x11, 1)]), 1000).unwrap();
+        assert_ne!(again, dropped);
+        assert_eq!(store.counters().reclaimed_codes, 1);
+        // A code found again since the last sweep is not let go either.
+        store.sweep(|_| false);
+        assert_eq!(store.intern(method(&[(0x10, 1)]), 1000), Ok(kept));
+        assert_eq!(store.sweep(|_| false).codes, 1);
+        assert_eq!(store.sweep(|_| false).codes, 1);
+        assert!(store.is_empty() && store.bytes() == 0);
     }
 }

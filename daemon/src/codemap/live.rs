@@ -75,6 +75,11 @@ impl LiveMap {
         self.entries.is_empty()
     }
 
+    /// The codes of its entries (once per entry).
+    pub fn codes(&self) -> impl Iterator<Item = CodeId> + '_ {
+        self.entries.values().map(|e| e.code)
+    }
+
     /// Declares the code zone: `[start, end)`, unused from `free_start` on.
     pub fn set_zone(&mut self, start: u64, free_start: u64, end: u64) {
         self.zone = Some((

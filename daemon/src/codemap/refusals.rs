@@ -23,7 +23,8 @@ pub enum Reason {
     OutsideExecutable,
     /// Debug info for addresses outside the code it describes.
     DebugInfoOutsideCode,
-    /// The code store's budget is spent (`vmscoped --code-store-mib`).
+    /// Its owner's share of the code store, or the store, is spent (`vmscoped
+    /// --code-store-mib`, `--code-store-per-user-mib`, `--code-store-non-root-mib`).
     StoreFull,
     /// The file ends in the middle of a record.
     Truncated,
@@ -72,7 +73,7 @@ impl Reason {
             Reason::NotUtf8 => "with names that are not UTF-8",
             Reason::OutsideExecutable => "outside the process's executable mappings",
             Reason::DebugInfoOutsideCode => "with debug info outside their code",
-            Reason::StoreFull => "past the code store's budget",
+            Reason::StoreFull => "past their owner's share of the code store",
             Reason::Truncated => "cut off at the end of the file",
             Reason::Invalid => "breaking the code map protocol",
             Reason::Unapplicable => "that the map could not apply",
@@ -241,7 +242,7 @@ mod tests {
         let line = r.take_summary(10_000 + SUMMARY_INTERVAL_NS, false).unwrap();
         assert_eq!(
             line,
-            "perf map /tmp/perf-42.map: 1 entry refused: 1 past the code store's budget \
+            "perf map /tmp/perf-42.map: 1 entry refused: 1 past their owner's share of the code store \
              (e.g. the store is full)"
         );
     }

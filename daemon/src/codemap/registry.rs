@@ -519,6 +519,8 @@ struct ProcessCode {
     streams: u32,
     published_until_ns: u64,
     exited: bool,
+    /// When [`CodeMaps::forget_gone`] first found it gone.
+    gone_ns: Option<u64>,
     reported: HashSet<String>,
 }
 
@@ -722,6 +724,7 @@ impl CodeMaps {
                 streams: 0,
                 published_until_ns: 0,
                 exited: false,
+                gone_ns: None,
                 reported: HashSet::new(),
             }
         })
@@ -886,6 +889,43 @@ impl CodeMaps {
         }
     }
 
+    /// Forgets the processes that are gone (exited, or their pid is another process's now),
+    /// that nothing waits on and no publication streams to, once no sample of theirs can still
+    /// be on its way: the reader is past `settled_ns`, and they were found gone before it. Their
+    /// maps' memory goes at once, their codes with the store's next sweep. Answers whether a
+    /// process found gone waits for the reader. The cost is one `/proc/PID/stat` read per
+    /// idle process.
+    pub fn forget_gone(&mut self, now_ns: u64, settled_ns: u64) -> bool {
+        let mut unsettled = false;
+        let mut gone = Vec::new();
+        for (&pid, process) in &mut self.processes {
+            if process.streams > 0 || process.busy() {
+                continue;
+            }
+            let found_ns = match process.gone_ns {
+                Some(found_ns) => found_ns,
+                None => {
+                    let now = read_start_time(pid);
+                    if now.is_some() && now == process.start_time_ticks {
+                        continue;
+                    }
+                    *process.gone_ns.insert(now_ns)
+                }
+            };
+            if found_ns <= settled_ns {
+                gone.push(pid);
+            } else {
+                unsettled = true;
+            }
+        }
+        for pid in gone {
+            if let Some(process) = self.processes.remove(&pid) {
+                process.retire(&mut self.counters);
+            }
+        }
+        unsettled
+    }
+
     /// Applies the changes of processes with no sample waiting (a VM publishing between
     /// sessions), so that they do not pile up, but no further than `samples_until`: samples
     /// stamped before it may still be on their way.
@@ -926,6 +966,31 @@ impl CodeMaps {
                         .chain(fp)
                         .filter_map(|f| match f.location {
                             Location::File { module, .. } => Some(module),
+                            _ => None,
+                        }),
+                );
+            }
+        }
+    }
+
+    /// Adds to `keep` every code a process's maps refer to, now or in changes still to be
+    /// applied, and every code a waiting sample was placed in: what the store must not let go
+    /// ([`CodeStore::sweep`]). Sessions' samples hold theirs.
+    pub fn codes_in_use(&self, keep: &mut impl Extend<CodeId>) {
+        for process in self.processes.values() {
+            process.timeline.codes(keep);
+            process.replay.codes(keep);
+            keep.extend(process.perf_content.codes());
+            for sample in process.timeline.pending() {
+                let routed = &sample.payload;
+                let fp = routed.fp.iter().flat_map(|(frames, _)| frames);
+                keep.extend(
+                    routed
+                        .frames
+                        .iter()
+                        .chain(fp)
+                        .filter_map(|f| match f.location {
+                            Location::Jit { code, .. } => Some(code),
                             _ => None,
                         }),
                 );
@@ -1598,11 +1663,10 @@ mod tests {
         advance(&mut maps, pid, 3_000_000_000, &mut sink);
         // Interning again finds the same code.
         let hot = store
-            .intern(Code::named(
-                CodeKind::Unknown,
-                "JS:*hot app.js:1:1",
-                CodeSource::PerfMap,
-            ))
+            .intern(
+                Code::named(CodeKind::Unknown, "JS:*hot app.js:1:1", CodeSource::PerfMap),
+                crate::sys::effective_uid(),
+            )
             .unwrap();
         assert_eq!(
             sink.told,
@@ -1629,11 +1693,10 @@ mod tests {
 
     fn method(store: &CodeStore, name: &str) -> CodeId {
         store
-            .intern(Code::named(
-                CodeKind::Method,
-                name,
-                CodeSource::Vm("vm".into()),
-            ))
+            .intern(
+                Code::named(CodeKind::Method, name, CodeSource::Vm("vm".into())),
+                0,
+            )
             .unwrap()
     }
 
@@ -1664,6 +1727,42 @@ mod tests {
         let after = maps.counters();
         assert!(maps.waiting().is_empty() && maps.processes.is_empty());
         assert_eq!((after.changes_refused, after.changes), (1, 1), "{after:?}");
+    }
+
+    /// A process gone is forgotten once no sample of it can be on its way, and then its codes
+    /// are no longer in use: the store's sweep reclaims them.
+    #[test]
+    fn the_maps_of_a_process_gone_are_let_go() {
+        let store = Arc::new(CodeStore::new());
+        let code = method(&store, "m");
+        let mut maps = CodeMaps::new(store.clone());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let now = sys::monotonic_ns();
+        maps.stream_opened(pid);
+        maps.publish(pid, vec![(now, load(0x1000, code))], now);
+        maps.settle(now + 1, now + 1);
+        maps.stream_closed(pid);
+        let in_use = |maps: &CodeMaps| {
+            let mut keep = std::collections::BTreeSet::new();
+            maps.codes_in_use(&mut keep);
+            keep.into_iter().collect::<Vec<_>>()
+        };
+        assert!(!maps.forget_gone(now + 2, now + 2), "alive");
+        assert_eq!(in_use(&maps), [code]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Found gone at +3, while the reader has read only up to +2: its samples may come.
+        assert!(maps.forget_gone(now + 3, now + 2));
+        assert_eq!(in_use(&maps), [code]);
+        assert!(!maps.forget_gone(now + 4, now + 3));
+        assert!(in_use(&maps).is_empty() && maps.processes.is_empty());
+        store.sweep(|_| false);
+        store.sweep(|_| false);
+        assert!(store.get(code).is_none() && store.is_empty());
     }
 
     /// A forced advance (a stop at its deadline) attributes every waiting sample, provisionally,

@@ -342,11 +342,10 @@ impl PerfMapSource {
                 });
                 continue;
             }
-            let code = match store.intern(Code::named(
-                perf_map_kind(&entry.name),
-                entry.name,
-                CodeSource::PerfMap,
-            )) {
+            let code = match store.intern(
+                Code::named(perf_map_kind(&entry.name), entry.name, CodeSource::PerfMap),
+                self.uid,
+            ) {
                 Ok(code) => code,
                 Err(full) => {
                     self.refusals
@@ -419,6 +418,8 @@ pub struct JitdumpSource {
     pub refusals: Refusals,
     /// Whether timestamps are usable (CLOCK_MONOTONIC, not TSC).
     clock_ok: bool,
+    /// The file's owner, whose codes these are.
+    uid: u32,
 }
 
 /// Why a file source stopped being read, if it did, and whether the registry has been told:
@@ -473,6 +474,7 @@ impl JitdumpSource {
             broken: Broken::default(),
             refusals: Refusals::new(pid, format!("jitdump {}", path.display())),
             clock_ok: true,
+            uid,
         })
     }
 
@@ -653,10 +655,11 @@ impl JitdumpSource {
                 }
                 lines.sort_by_key(|p| p.offset);
                 lines.dedup_by_key(|p| p.offset);
-                let code = match store.intern(Code {
+                let code = Code {
                     lines,
                     ..Code::named(perf_map_kind(&name), name.into_owned(), CodeSource::Jitdump)
-                }) {
+                };
+                let code = match store.intern(code, self.uid) {
                     Ok(code) => code,
                     Err(full) => return self.refuse(Reason::StoreFull, || full.to_string()),
                 };
@@ -761,7 +764,7 @@ impl CodeMapFileSource {
             name: path.display().to_string(),
             growing: Growing::new(file, MAX_LOG_FILE_BYTES),
             header_read: false,
-            publication: Publication::default(),
+            publication: Publication::owned_by(uid),
             broken: Broken::default(),
             refusals: Refusals::new(pid, format!("code map file {}", path.display())),
         })

@@ -183,6 +183,19 @@ impl<T> Timeline<T> {
         self.counters
     }
 
+    /// Adds to `keep` the codes it refers to: those of its map and of its changes not applied
+    /// yet.
+    pub fn codes(&self, keep: &mut impl Extend<CodeId>) {
+        keep.extend(self.map.codes());
+        for change in self.changes.values() {
+            match change {
+                Change::Load { code, .. } => keep.extend([*code]),
+                Change::FreeCodes(codes) => keep.extend(codes.iter().copied()),
+                _ => {}
+            }
+        }
+    }
+
     /// The map as of the last advance.
     pub fn map(&self) -> &LiveMap {
         &self.map

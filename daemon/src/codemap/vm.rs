@@ -33,12 +33,23 @@ pub struct Publication {
     pub refused: u64,
     /// The first reasons for refusals.
     pub problems: Vec<String>,
+    /// Whose codes it publishes: the publisher's uid for a stream, the file's owner for a
+    /// code map file. Codes are charged to it in the store.
+    pub owner: u32,
 }
 
 /// Most problems kept per publication.
 const MAX_PROBLEMS: usize = 16;
 
 impl Publication {
+    /// A publication of `owner`'s codes.
+    pub fn owned_by(owner: u32) -> Publication {
+        Publication {
+            owner,
+            ..Publication::default()
+        }
+    }
+
     /// Checks one event; returns the change it makes, if any (a Hello or Sync makes none).
     pub fn accept(
         &mut self,
@@ -111,7 +122,7 @@ impl Publication {
                 Change::Load {
                     start: entry.start,
                     size: (entry.size != 0).then_some(entry.size),
-                    code: store.intern(code).map_err(|e| e.to_string())?,
+                    code: store.intern(code, self.owner).map_err(|e| e.to_string())?,
                 }
             }
             Event::Move(m) => Change::Move {

@@ -28,10 +28,8 @@ use tokio::{
 };
 use tokio_stream::{Stream, wrappers::ReceiverStream};
 
-use super::{
-    authority::FixedAuthority,
-    shares::{self, Share, ShareLimits, Shares},
-};
+use super::authority::FixedAuthority;
+use crate::shares::{self, Share, ShareLimits, Shares};
 
 /// What every HTTP/2 client sends first (RFC 9113, 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

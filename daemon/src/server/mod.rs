@@ -10,15 +10,14 @@ pub mod authority;
 pub mod connections;
 mod listen;
 mod publish;
-pub mod shares;
 mod status;
 
 use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
 
+use crate::shares::{ShareLimits, Shares};
 pub use connections::{ConnectionLimits, Connections};
 pub use listen::bind_socket;
 pub use publish::CodeMapService;
-use shares::{ShareLimits, Shares};
 use status::to_status;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::{Stream, wrappers::ReceiverStream};

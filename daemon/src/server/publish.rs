@@ -100,7 +100,7 @@ impl pb::code_map_server::CodeMap for CodeMapService {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("an empty publication: send a Hello first"))?;
-        let mut checked = Checked::default();
+        let mut checked = Checked::owned_by(caller.uid);
         if !matches!(first.event, Some(pb::code_map_event::Event::Hello(_))) {
             return Err(Status::invalid_argument(
                 "the first event of a publication must be a Hello",

@@ -45,7 +45,7 @@ use super::{
 use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
     codemap::{
-        code::CodeStore,
+        code::{CodeId, CodeStore},
         registry::{
             CodeMaps, Counted, FpStack, ParkedFrame, Placement, Recount, RoutedSample, SampleFrame,
             Sink, Wanted,
@@ -60,6 +60,10 @@ use crate::{
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
 };
+
+/// Bytes reclaimed at once from the code store past which the allocator is asked to return
+/// its free memory to the system: a big perf map's process gone shows in the daemon's RSS.
+const RETURN_MEMORY_AFTER: usize = 16 << 20;
 
 /// Where x86-64 kernel addresses begin: a user stack walk that yields one went astray.
 const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
@@ -1669,6 +1673,7 @@ impl Manager {
         if now.saturating_sub(self.last_sweep_ns) >= self.config.sweep_modules.as_nanos() as u64 {
             self.last_sweep_ns = now;
             self.sweep_modules(now);
+            self.sweep_codes();
         }
 
         if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
@@ -1694,7 +1699,8 @@ impl Manager {
     }
 
     /// Closes the binaries nothing needs any more: those no live process maps and no session
-    /// that can still be reported (running, stopping, stopped and kept) has samples in.
+    /// that can still be reported (running, stopping, stopped and kept) has samples in; and
+    /// forgets the code maps of processes gone.
     ///
     /// A process that died keeps its binaries until every sample it took has been read: while
     /// sessions sample, until the reader's watermark passes the time it was found dead (a flush
@@ -1718,12 +1724,45 @@ impl Manager {
         let unsettled =
             self.processes
                 .modules_in_use(now_ns, settled_ns, sys::process_exists, &mut keep);
-        if unsettled && sampling {
+        // The code maps of processes gone go by the same rule (their codes with the next sweep
+        // of the store).
+        let maps_unsettled = self.codemaps.forget_gone(now_ns, settled_ns);
+        if (unsettled || maps_unsettled) && sampling {
             self.reader.flush_at(now_ns + slack);
         }
         let closed = self.modules.retain(|module| keep.contains(&module));
         if closed > 0 {
             tracing::debug!(closed, held = self.modules.len(), "binaries closed");
+        }
+    }
+
+    /// Lets the code store reclaim the codes nothing refers to any more: no process's code
+    /// map (live, or changes still to apply), no waiting sample, and no session that can still
+    /// be reported. A process's codes thus go when it is forgotten and the last session that
+    /// counted its samples is; the cost is a pass over the maps' entries and the sessions'
+    /// distinct locations.
+    fn sweep_codes(&mut self) {
+        let store = self.codemaps.store().clone();
+        if store.is_empty() {
+            return;
+        }
+        let mut keep: std::collections::HashSet<CodeId, foldhash::fast::RandomState> =
+            Default::default();
+        for session in self.sessions.values() {
+            keep.extend(session.stacks.codes());
+        }
+        self.codemaps.codes_in_use(&mut keep);
+        let swept = store.sweep(|code| keep.contains(&code));
+        if swept.codes > 0 {
+            tracing::debug!(
+                codes = swept.codes,
+                bytes = swept.bytes,
+                held = store.len(),
+                "codes reclaimed"
+            );
+        }
+        if swept.bytes >= RETURN_MEMORY_AFTER {
+            sys::return_free_memory();
         }
     }
 
@@ -1838,6 +1877,7 @@ impl Manager {
         let j = self.codemaps.counters();
         let u = self.unwinder.counters();
         let r = self.process_memory.counters();
+        let store = self.codemaps.store().counters();
         let values = [
             ("batches", c.batches),
             ("events", c.events),
@@ -1916,6 +1956,11 @@ impl Manager {
             ("code_map_source_failures", j.source_failures),
             ("code_store_codes", self.codemaps.store().len() as u64),
             ("code_store_bytes", self.codemaps.store().bytes() as u64),
+            ("code_store_refused_per_user", store.refused_per_user),
+            ("code_store_refused_non_root", store.refused_non_root),
+            ("code_store_refused_total", store.refused_total),
+            ("code_store_reclaimed_codes", store.reclaimed_codes),
+            ("code_store_reclaimed_bytes", store.reclaimed_bytes),
         ];
         let refused = crate::codemap::refusals::Reason::ALL.map(|reason| {
             (

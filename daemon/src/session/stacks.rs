@@ -19,6 +19,7 @@ use std::hash::BuildHasher;
 use hashbrown::{HashMap, HashSet, HashTable};
 
 use crate::{
+    codemap::code::CodeId,
     symbolize::{Location, ModuleId},
     unwind::StackEnd,
 };
@@ -123,6 +124,15 @@ impl StackTable {
     /// [`StackTable::hold`].
     pub fn modules(&self) -> impl Iterator<Item = ModuleId> + '_ {
         self.modules.iter().copied()
+    }
+
+    /// The codes of its locations in generated code: those the code store keeps while the
+    /// session can be reported.
+    pub fn codes(&self) -> impl Iterator<Item = CodeId> + '_ {
+        self.locations.iter().filter_map(|l| match l {
+            Location::Jit { code, .. } => Some(*code),
+            _ => None,
+        })
     }
 
     /// Notes the binaries of `locations` as the session's before they are counted: a sample

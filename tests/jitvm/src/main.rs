@@ -52,6 +52,11 @@ struct Args {
     /// Print "ready" once the VM is up, before running (for test harnesses).
     #[arg(long)]
     ready: bool,
+    /// Before running, publish this many made-up methods (about 10 KiB each in the daemon's
+    /// code store, 256 bytes each in the upper half of the code zone): a VM hogging the
+    /// store, for tests of its per-user shares.
+    #[arg(long, default_value_t = 0)]
+    flood_codes: u64,
 }
 
 fn main() -> ExitCode {
@@ -101,6 +106,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         duration: Duration::from_secs_f64(args.seconds.max(0.0)),
         compact_every: every.filter(|&ms| ms > 0).map(Duration::from_millis),
     };
+    let flooded = vm.flood(args.flood_codes);
+    anyhow::ensure!(
+        flooded == args.flood_codes,
+        "the code zone holds only {flooded} flood codes: raise --zone-kb"
+    );
     if args.ready {
         println!("ready");
         std::io::stdout().flush()?;

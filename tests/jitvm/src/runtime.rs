@@ -289,6 +289,36 @@ impl Vm {
         &self.publisher
     }
 
+    /// Publishes `codes` made-up methods, each with a 256-point pc map (about 10 KiB in the
+    /// daemon's code store), packed from the end of the code zone down to half its free
+    /// space, where the VM's own code does not reach: a VM that hogs the daemon's code store,
+    /// for the tests of its per-user shares. Answers how many fitted.
+    pub fn flood(&mut self, codes: u64) -> u64 {
+        const SIZE: u64 = 256;
+        self.publish_zone();
+        let (_, free, end) = self.zone_bounds();
+        let room = (end - free) / 2 / SIZE;
+        let codes = codes.min(room);
+        for i in 0..codes {
+            let start = end - (i + 1) * SIZE;
+            self.publisher.publish(Event::Load(ProtoEntry {
+                kind: CodeKind::Method as i32,
+                name: format!("Flood>>method{i}"),
+                start,
+                size: SIZE,
+                pc_map: (0..SIZE)
+                    .map(|pc| PcMapping {
+                        mcpc: start + pc,
+                        bcpc: pc as u32,
+                        inlined: Vec::new(),
+                    })
+                    .collect(),
+                cases: Vec::new(),
+            }));
+        }
+        codes
+    }
+
     /// The code zone: (start, free start, end).
     pub fn zone_bounds(&self) -> (u64, u64, u64) {
         (self.zone.start(), self.zone.free_start(), self.zone.end())

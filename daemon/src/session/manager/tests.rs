@@ -1013,21 +1013,24 @@ impl Drop for JitPage {
 fn code(store: &CodeStore, name: &str, pcs: &[(u64, u32)]) -> CodeId {
     use crate::codemap::code::{Code, CodeSource, PcPoint};
     store
-        .intern(Code {
-            pc_map: pcs
-                .iter()
-                .map(|&(offset, bcpc)| PcPoint {
-                    offset,
-                    bcpc,
-                    inlined: Vec::new(),
-                })
-                .collect(),
-            ..Code::named(
-                vmscope_proto::v1::CodeKind::Method,
-                name,
-                CodeSource::Vm("test vm".into()),
-            )
-        })
+        .intern(
+            Code {
+                pc_map: pcs
+                    .iter()
+                    .map(|&(offset, bcpc)| PcPoint {
+                        offset,
+                        bcpc,
+                        inlined: Vec::new(),
+                    })
+                    .collect(),
+                ..Code::named(
+                    vmscope_proto::v1::CodeKind::Method,
+                    name,
+                    CodeSource::Vm("test vm".into()),
+                )
+            },
+            0,
+        )
         .expect("within the budget")
 }
 

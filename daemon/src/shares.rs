@@ -1,8 +1,11 @@
-//! Per-user shares of something the daemon holds for its clients (connections, watches).
+//! Per-user shares of something the daemon holds for its clients (connections, watches, bytes
+//! of the code store).
 //!
 //! Every local user may ask, so each user other than root gets a share, all of them together
 //! get a larger one, and the total is bounded: what is left between the non-root share and the
-//! total is root's, which no other user can take.
+//! total is root's, which no other user can take. [`Shares`] hands out things one at a time
+//! behind guards; [`Held`] is the bookkeeping under it, for holders that count amounts (bytes)
+//! under a lock of their own.
 
 use std::{
     collections::HashMap,
@@ -58,11 +61,65 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// What users hold, by amount: the accounting behind [`Shares`], for callers that keep it under
+/// a lock of their own.
 #[derive(Debug, Default)]
-struct Held {
+pub struct Held {
     by_uid: HashMap<u32, usize>,
     non_root: usize,
     total: usize,
+}
+
+impl Held {
+    /// Takes `amount` more for `uid` within `limits`, or says why not (taking nothing).
+    pub fn take(&mut self, limits: &ShareLimits, uid: u32, amount: usize) -> Result<(), Refusal> {
+        if self.total.saturating_add(amount) > limits.total {
+            return Err(Refusal::Total {
+                limit: limits.total,
+            });
+        }
+        if uid != 0 {
+            if self.of(uid).saturating_add(amount) > limits.per_user {
+                return Err(Refusal::PerUser {
+                    uid,
+                    limit: limits.per_user,
+                });
+            }
+            if self.non_root.saturating_add(amount) > limits.non_root {
+                return Err(Refusal::NonRoot {
+                    limit: limits.non_root,
+                });
+            }
+            self.non_root += amount;
+        }
+        self.total += amount;
+        *self.by_uid.entry(uid).or_default() += amount;
+        Ok(())
+    }
+
+    /// Gives back `amount` that `uid` took.
+    pub fn give_back(&mut self, uid: u32, amount: usize) {
+        self.total = self.total.saturating_sub(amount);
+        if uid != 0 {
+            self.non_root = self.non_root.saturating_sub(amount);
+        }
+        if let Some(n) = self.by_uid.get_mut(&uid) {
+            *n = n.saturating_sub(amount);
+            if *n == 0 {
+                self.by_uid.remove(&uid);
+            }
+        }
+    }
+
+    /// How much everyone holds.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// How much `uid` holds.
+    pub fn of(&self, uid: u32) -> usize {
+        self.by_uid.get(&uid).copied().unwrap_or(0)
+    }
 }
 
 /// What users hold now, against [`ShareLimits`].
@@ -83,29 +140,10 @@ impl Shares {
 
     /// One more for `uid`, held until the [`Share`] is dropped; or why not.
     pub fn take(self: &Arc<Self>, uid: u32) -> Result<Share, Refusal> {
-        let limits = self.limits;
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.total >= limits.total {
-            return Err(Refusal::Total {
-                limit: limits.total,
-            });
-        }
-        if uid != 0 {
-            if held.by_uid.get(&uid).copied().unwrap_or(0) >= limits.per_user {
-                return Err(Refusal::PerUser {
-                    uid,
-                    limit: limits.per_user,
-                });
-            }
-            if held.non_root >= limits.non_root {
-                return Err(Refusal::NonRoot {
-                    limit: limits.non_root,
-                });
-            }
-            held.non_root += 1;
-        }
-        held.total += 1;
-        *held.by_uid.entry(uid).or_default() += 1;
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(&self.limits, uid, 1)?;
         Ok(Share {
             shares: self.clone(),
             uid,
@@ -114,27 +152,12 @@ impl Shares {
 
     /// How many everyone holds now.
     pub fn held(&self) -> usize {
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).total
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).total()
     }
 
     /// How many `uid` holds now.
     pub fn held_by(&self, uid: u32) -> usize {
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.by_uid.get(&uid).copied().unwrap_or(0)
-    }
-
-    fn give_back(&self, uid: u32) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.total -= 1;
-        if uid != 0 {
-            held.non_root -= 1;
-        }
-        if let Some(n) = held.by_uid.get_mut(&uid) {
-            *n -= 1;
-            if *n == 0 {
-                held.by_uid.remove(&uid);
-            }
-        }
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).of(uid)
     }
 }
 
@@ -154,7 +177,11 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        self.shares.give_back(self.uid);
+        self.shares
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .give_back(self.uid, 1);
     }
 }
 
