@@ -58,10 +58,10 @@ enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// Show the daemon's limits and counters.
+    /// Show the daemon's limits, what it holds now (gauges) and its counters.
     Info {
         /// Print them as one JSON object (`version`, `online_cpus`, `default_frequency_hz`,
-        /// `max_frequency_hz`, `hardware_events`, `counters`, `limits`).
+        /// `max_frequency_hz`, `hardware_events`, `counters`, `gauges`, `limits`).
         #[arg(long)]
         json: bool,
     },

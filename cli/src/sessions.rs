@@ -88,8 +88,8 @@ pub async fn report(
     Ok(())
 }
 
-/// Prints what the daemon and the kernel can do, the daemon's limits and its counters; as
-/// text, or as one JSON object.
+/// Prints what the daemon and the kernel can do, the daemon's limits, what it holds now (gauges)
+/// and its counters; as text, or as one JSON object.
 pub async fn info(socket: &Path, json: bool, out: &mut impl Write) -> anyhow::Result<()> {
     let mut client = client::connect(socket).await?;
     let info = client
@@ -111,6 +111,7 @@ pub async fn info(socket: &Path, json: bool, out: &mut impl Write) -> anyhow::Re
             "max_frequency_hz": info.max_frequency_hz,
             "hardware_events": info.hardware_events,
             "counters": sorted(&info.counters),
+            "gauges": sorted(&info.gauges),
             "limits": sorted(&info.limits),
         });
         serde_json::to_writer_pretty(&mut *out, &value)?;
@@ -133,7 +134,11 @@ pub async fn info(socket: &Path, json: bool, out: &mut impl Write) -> anyhow::Re
             "no (sampling uses the software cpu-clock, which needs none)"
         }
     )?;
-    for (title, values) in [("limits:", info.limits), ("counters:", info.counters)] {
+    for (title, values) in [
+        ("limits:", info.limits),
+        ("held now:", info.gauges),
+        ("counters:", info.counters),
+    ] {
         writeln!(out, "{title}")?;
         let mut values: Vec<_> = values.into_iter().collect();
         values.sort();

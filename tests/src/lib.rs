@@ -444,12 +444,20 @@ pub async fn record(
 
 /// The daemon's counters, by name (`GetDaemonInfo`).
 pub async fn counters(client: &mut Client) -> std::collections::HashMap<String, u64> {
+    daemon_info(client).await.counters
+}
+
+/// What the daemon holds now (its gauges), by name (`GetDaemonInfo`).
+pub async fn gauges(client: &mut Client) -> std::collections::HashMap<String, u64> {
+    daemon_info(client).await.gauges
+}
+
+async fn daemon_info(client: &mut Client) -> vmscope_proto::v1::DaemonInfo {
     client
         .get_daemon_info(vmscope_proto::v1::GetDaemonInfoRequest {})
         .await
         .expect("daemon info")
         .into_inner()
-        .counters
 }
 
 /// Stops a session (it may have stopped by itself: its targets exited) and returns its final

@@ -180,7 +180,7 @@ async fn code_past_the_store_budget_is_refused() {
             .any(|p| p.contains("code store is full")),
         "{summary:?}"
     );
-    let stored = counter(&daemon, "code_store_bytes").await;
+    let stored = vmscope_tests::gauges(&mut daemon.client().await).await["code_store_bytes"];
     assert!(stored > 0 && stored <= 1 << 20, "code_store_bytes {stored}");
     assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
 }

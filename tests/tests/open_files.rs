@@ -132,7 +132,10 @@ async fn binaries_of_exited_programs_are_closed_once_no_session_needs_them() {
         closed.is_some_and(|n| n >= u64::from(PROGRAMS)),
         "modules_closed {closed:?}, expected at least {PROGRAMS}"
     );
-    let open = counters.get("modules_open_now").copied();
+    let open = vmscope_tests::gauges(&mut client)
+        .await
+        .get("modules_open_now")
+        .copied();
     assert!(
         open.is_some_and(|n| n <= SLACK_FDS as u64),
         "modules_open_now {open:?} with one waiter left"

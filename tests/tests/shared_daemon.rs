@@ -354,7 +354,8 @@ fn another_users_code_flood_leaves_roots_code_named() {
             .as_u64()
             .unwrap_or(0);
         // Everything published: the rest of the 8000 refused.
-        if refused > 0 && counters["code_store_codes"].as_u64().unwrap_or(0) + refused >= 8000 {
+        let codes = answer["gauges"]["code_store_codes"].as_u64().unwrap_or(0);
+        if refused > 0 && codes + refused >= 8000 {
             break refused;
         }
         assert!(
@@ -363,7 +364,7 @@ fn another_users_code_flood_leaves_roots_code_named() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    let held = info(&daemon).0["counters"]["code_store_bytes"]
+    let held = info(&daemon).0["gauges"]["code_store_bytes"]
         .as_u64()
         .unwrap();
     assert!(held <= 16 << 20, "the hog holds {held} bytes");
@@ -402,22 +403,36 @@ fn another_users_code_flood_leaves_roots_code_named() {
     );
     assert_eq!(samples(false), 0, "root's code went unnamed: {rows:#?}");
 
+    let before = info(&daemon).0["counters"].clone();
     let _ = hog.child.kill();
     let _ = hog.child.wait();
     let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let after = loop {
         let (answer, _) = info(&daemon);
-        let counters = &answer["counters"];
-        let reclaimed = counters["code_store_reclaimed_bytes"].as_u64().unwrap_or(0);
+        let reclaimed = answer["counters"]["code_store_reclaimed_bytes"]
+            .as_u64()
+            .unwrap_or(0);
         if reclaimed >= held * 9 / 10 {
-            break;
+            break answer;
         }
         assert!(
             Instant::now() < deadline,
-            "the hog's codes were not reclaimed 5 s after it exited: {counters}"
+            "the hog's codes were not reclaimed 5 s after it exited: {answer}"
         );
         std::thread::sleep(Duration::from_millis(100));
+    };
+    // Both processes are gone and forgotten: what they were counted for stays.
+    for (name, was) in before.as_object().unwrap() {
+        let now = &after["counters"][name];
+        assert!(
+            now.as_u64() >= was.as_u64(),
+            "counter {name} went down from {was} to {now} as the processes went"
+        );
     }
+    assert!(
+        after["gauges"]["code_store_bytes"].as_u64().unwrap() < held / 10,
+        "{after}"
+    );
 }
 
 /// The daemon killed mid-recording: vmscope says it went away and what was lost, in words.

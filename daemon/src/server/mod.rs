@@ -267,7 +267,8 @@ impl pb::profiler_server::Profiler for ProfilerService {
         let max_frequency_hz = sys::perf_event_max_sample_rate().map_err(|e| {
             Status::internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
         })?;
-        let mut counters = self.manager.counters().await.map_err(to_status)?.values;
+        let daemon = self.manager.counters().await.map_err(to_status)?;
+        let mut counters = daemon.values;
         counters.extend(self.connections.counters.values());
         Ok(Response::new(pb::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -283,6 +284,11 @@ impl pb::profiler_server::Profiler for ProfilerService {
                 .limits
                 .iter()
                 .map(|(&k, &v)| (k.to_owned(), v))
+                .collect(),
+            gauges: daemon
+                .gauges
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
                 .collect(),
         }))
     }

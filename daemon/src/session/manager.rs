@@ -127,11 +127,13 @@ impl Default for ManagerConfig {
     }
 }
 
-/// Counters of the whole daemon, for `GetDaemonInfo`.
+/// Counters and gauges of the whole daemon, for `GetDaemonInfo`.
 #[derive(Clone, Debug, Default)]
 pub struct DaemonCounters {
-    /// Name and value of every counter, sorted by name.
+    /// Name and value of every counter (they only go up), sorted by name.
     pub values: BTreeMap<&'static str, u64>,
+    /// Name and value of every gauge (what is held now), sorted by name.
+    pub gauges: BTreeMap<&'static str, u64>,
 }
 
 enum Command {
@@ -1922,14 +1924,12 @@ impl Manager {
             ("modules_build_id_hits", m.build_id_hits),
             ("modules_parse_failures", m.parse_failures),
             ("modules_closed", m.closed),
-            ("modules_open_now", m.open_now),
             ("dwarf_loaded", l.loaded),
             ("dwarf_from_debug_files", l.from_debug_files),
             ("dwarf_evicted", l.evicted),
             ("dwarf_failures", l.failures),
             ("dwarf_missing", l.missing),
             ("dwarf_lookup_failures", l.lookup_failures),
-            ("dwarf_bytes", l.bytes),
             ("jit_samples_attributed", j.attributed),
             ("jit_samples_unexplained", j.unexplained),
             ("code_map_changes", j.changes),
@@ -1940,10 +1940,6 @@ impl Manager {
             ("jit_samples_caught_up", j.caught_up),
             ("jit_samples_provisional_expired", j.expired),
             ("jit_samples_from_later_snapshot", j.later_snapshot),
-            (
-                "jit_samples_awaiting_code_map",
-                self.codemaps.provisional() as u64,
-            ),
             ("jvms", self.jvms.counters.jvms),
             ("jvm_perf_map_requests", self.jvms.counters.requests),
             ("jvm_perf_map_snapshots", self.jvms.counters.snapshots),
@@ -1954,8 +1950,6 @@ impl Manager {
             ("code_map_sources", j.sources),
             ("code_map_reads_deferred", j.reads_deferred),
             ("code_map_source_failures", j.source_failures),
-            ("code_store_codes", self.codemaps.store().len() as u64),
-            ("code_store_bytes", self.codemaps.store().bytes() as u64),
             ("code_store_refused_per_user", store.refused_per_user),
             ("code_store_refused_non_root", store.refused_non_root),
             ("code_store_refused_total", store.refused_total),
@@ -1969,8 +1963,20 @@ impl Manager {
             )
         });
         let unwound = StackEnd::ALL.map(|end| (end.counter(), u.ended(end)));
+        let store = self.codemaps.store();
+        let gauges = [
+            ("modules_open_now", m.open_now),
+            ("dwarf_bytes", l.bytes),
+            (
+                "jit_samples_awaiting_code_map",
+                self.codemaps.provisional() as u64,
+            ),
+            ("code_store_codes", store.len() as u64),
+            ("code_store_bytes", store.bytes() as u64),
+        ];
         DaemonCounters {
             values: values.into_iter().chain(refused).chain(unwound).collect(),
+            gauges: gauges.into_iter().collect(),
         }
     }
 }

@@ -629,9 +629,9 @@ async fn binaries_stay_open_while_a_process_or_a_kept_session_needs_them() {
     h.stop(second.id).await.unwrap();
     assert!(h.manager.get(ROOT, first.id).await.is_err(), "evicted");
     wait_for("closed", async || h.modules.is_closed(exe)).await;
-    let counters = h.manager.counters().await.unwrap().values;
-    assert!(counters["modules_closed"] >= registered as u64);
-    assert!(counters["modules_open_now"] <= h.modules.len() as u64);
+    let counters = h.manager.counters().await.unwrap();
+    assert!(counters.values["modules_closed"] >= registered as u64);
+    assert!(counters.gauges["modules_open_now"] <= h.modules.len() as u64);
 }
 
 #[tokio::test]
