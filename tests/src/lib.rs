@@ -327,6 +327,48 @@ pub async fn channel(socket: &Path) -> anyhow::Result<Channel> {
         .await?)
 }
 
+/// Connects to `socket` as user `uid` would: from a thread that takes `uid` as its effective
+/// user alone (the raw system call: libc's wrapper would change every thread of the test),
+/// connects, and takes root back. The daemon reads the connecting thread's credentials.
+fn connect_as(socket: &Path, uid: u32) -> std::io::Result<std::os::unix::net::UnixStream> {
+    let socket = socket.to_path_buf();
+    std::thread::spawn(move || {
+        let set_euid = |euid: u32| {
+            // SAFETY: setresuid with -1 for the real and saved ids changes only this thread's
+            // effective uid; the saved uid stays root, so root can be taken back.
+            let rc = unsafe { libc::syscall(libc::SYS_setresuid, -1i64, i64::from(euid), -1i64) };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        set_euid(uid)?;
+        let connected = std::os::unix::net::UnixStream::connect(&socket);
+        set_euid(0)?;
+        connected
+    })
+    .join()
+    .expect("the connecting thread")
+}
+
+/// A client of the daemon at `socket` that the daemon sees as user `uid`'s (the test runs as
+/// root).
+pub async fn client_as(socket: &Path, uid: u32) -> anyhow::Result<Client> {
+    let path = socket.to_path_buf();
+    let channel = Endpoint::try_from("http://vmscoped.invalid")?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = connect_as(&path, uid)?;
+                stream.set_nonblocking(true)?;
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::from_std(stream)?))
+            }
+        }))
+        .await?;
+    Ok(ProfilerClient::new(channel))
+}
+
 /// Connects to a daemon socket.
 pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
     Ok(ProfilerClient::new(channel(socket).await?))

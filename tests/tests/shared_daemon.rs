@@ -7,8 +7,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use vmscope_proto::v1::{GetProfileRequest, GetSessionRequest, SessionState, StartSessionRequest};
-use vmscope_tests::{Daemon, NOBODY, Running, binary, fixtures, json_report};
+use tokio_stream::StreamExt as _;
+use tonic::Code;
+use vmscope_proto::v1::{
+    GetProfileRequest, GetSessionRequest, SessionState, StartSessionRequest, StopSessionRequest,
+    WatchSessionRequest,
+};
+use vmscope_tests::{Client, Daemon, NOBODY, Running, binary, client_as, fixtures, json_report};
 
 /// These tests measure the daemon under attack: one at a time, so that they measure that.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -433,6 +438,172 @@ fn another_users_code_flood_leaves_roots_code_named() {
         after["gauges"]["code_store_bytes"].as_u64().unwrap() < held / 10,
         "{after}"
     );
+}
+
+/// A session with no end, on `pid`, for `client`.
+async fn endless_session(client: &mut Client, pid: u32) -> u64 {
+    client
+        .start_session(StartSessionRequest {
+            pids: vec![pid],
+            ..Default::default()
+        })
+        .await
+        .expect("start a session")
+        .into_inner()
+        .id
+}
+
+/// A watch of `session` every 100 ms, once its first snapshot came; or the status refusing it.
+async fn watch(
+    client: &mut Client,
+    session: u64,
+) -> Result<tonic::Streaming<vmscope_proto::v1::Profile>, tonic::Status> {
+    let mut stream = client
+        .watch_session(WatchSessionRequest {
+            session_id: session,
+            interval: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 100_000_000,
+            }),
+        })
+        .await?
+        .into_inner();
+    stream.next().await.expect("a first snapshot")?;
+    Ok(stream)
+}
+
+/// A user other than root opens watches until refused: it gets its share (16) and no more, and
+/// root still watches; a watch closed gives the user its room back.
+#[test]
+fn one_user_takes_its_share_of_watches_and_root_still_watches() {
+    let _serial = serial();
+    let daemon = Daemon::start();
+    let theirs = Running::start(
+        Command::new(&fixtures().hotspots_pie)
+            .arg("30")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let ours = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut nobody = client_as(&daemon.socket, NOBODY).await.expect("connect");
+        let theirs_session = endless_session(&mut nobody, theirs.pid()).await;
+        let mut held = Vec::new();
+        let refusal = loop {
+            match watch(&mut nobody, theirs_session).await {
+                Ok(stream) => held.push(stream),
+                Err(status) => break status,
+            }
+            assert!(held.len() <= 256, "nobody holds {} watches", held.len());
+        };
+        assert_eq!(held.len(), 16, "nobody's share: {refusal:?}");
+        assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
+        assert!(
+            refusal.message().contains("uid 65534 holds 16"),
+            "{refusal:?}"
+        );
+        let mut root = daemon.client().await;
+        let session = endless_session(&mut root, ours.pid()).await;
+        watch(&mut root, session)
+            .await
+            .expect("root watches while nobody holds its share");
+        // One closed: the watch notices at its next snapshot, and the room is nobody's again.
+        held.pop();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match watch(&mut nobody, theirs_session).await {
+                Ok(_) => break,
+                Err(status) => assert!(
+                    Instant::now() < deadline,
+                    "a watch closed 2 s ago is still held: {status:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
+/// 64 clients of one user start, stop and fetch sessions as fast as they may: every final
+/// profile is there for its owner right after the stop (none evicted before it was fetched).
+#[test]
+fn a_busy_users_final_profiles_wait_for_it() {
+    let _serial = serial();
+    const CLIENTS: usize = 64;
+    const ROUNDS: usize = 4;
+    let daemon = Daemon::start();
+    let target = Running::start(
+        Command::new(&fixtures().hotspots_pie)
+            .arg("60")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let pid = target.pid();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (fetched, missing, busy) = runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..CLIENTS {
+            let socket = daemon.socket.clone();
+            tasks.spawn(async move {
+                let mut client = client_as(&socket, NOBODY).await.expect("connect");
+                let (mut fetched, mut missing, mut busy) = (0, Vec::new(), 0);
+                let deadline = Instant::now() + Duration::from_secs(60);
+                for _ in 0..ROUNDS {
+                    let session = loop {
+                        match client
+                            .start_session(StartSessionRequest {
+                                pids: vec![pid],
+                                ..Default::default()
+                            })
+                            .await
+                        {
+                            Ok(session) => break session.into_inner().id,
+                            // Its 8 running sessions, or 32 profiles not taken yet.
+                            Err(status) if status.code() == Code::ResourceExhausted => {
+                                busy += 1;
+                                assert!(Instant::now() < deadline, "{status:?}");
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            Err(status) => panic!("start: {status:?}"),
+                        }
+                    };
+                    client
+                        .stop_session(StopSessionRequest {
+                            session_id: session,
+                            ..Default::default()
+                        })
+                        .await
+                        .expect("stop");
+                    match client
+                        .get_profile(GetProfileRequest {
+                            session_id: session,
+                            pprof: false,
+                        })
+                        .await
+                    {
+                        Ok(_) => fetched += 1,
+                        Err(status) => missing.push(status),
+                    }
+                }
+                (fetched, missing, busy)
+            });
+        }
+        let (mut fetched, mut missing, mut busy) = (0, Vec::new(), 0);
+        while let Some(done) = tasks.join_next().await {
+            let (f, m, b) = done.expect("a client task");
+            fetched += f;
+            missing.extend(m);
+            busy += b;
+        }
+        (fetched, missing, busy)
+    });
+    eprintln!(
+        "{CLIENTS} clients of one user: {fetched} final profiles fetched, {} missing, {busy} \
+         starts told to wait",
+        missing.len()
+    );
+    assert!(missing.is_empty(), "profiles missing: {missing:?}");
+    assert_eq!(fetched, CLIENTS * ROUNDS);
 }
 
 /// The daemon killed mid-recording: vmscope says it went away and what was lost, in words.
