@@ -61,7 +61,7 @@ pub(crate) fn proc_field(pid: u32, file: &str, key: &str) -> Option<u64> {
 /// CPU time of all of the daemon's threads, in nanoseconds: the first field of each thread's
 /// `schedstat` (the scheduler's own accounting, where `stat`'s utime and stime count 10 ms
 /// ticks, too coarse for the 0.1 s a mode costs the daemon here).
-fn daemon_cpu_ns(pid: u32) -> anyhow::Result<u64> {
+pub(crate) fn daemon_cpu_ns(pid: u32) -> anyhow::Result<u64> {
     let mut total = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
         // A thread may end between the listing and the read.

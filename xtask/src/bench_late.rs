@@ -120,8 +120,8 @@ fn measure(built: &Built, mode: &'static str, seconds: u64) -> anyhow::Result<Ro
     })
 }
 
-/// One counter of `vmscope info`.
-fn counter(built: &Built, socket: &Path, name: &str) -> anyhow::Result<u64> {
+/// One counter (or gauge) of `vmscope info`.
+pub(crate) fn counter(built: &Built, socket: &Path, name: &str) -> anyhow::Result<u64> {
     let out = Command::new(&built.cli)
         .arg("--socket")
         .arg(socket)

@@ -7,6 +7,7 @@
 //! run it first.
 
 mod bench;
+mod bench_attacks;
 mod bench_exit;
 mod bench_jvm;
 mod bench_late;
@@ -68,6 +69,11 @@ enum Task {
         /// another process and a system-wide one: what the exit tracepoint costs an exit.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps"])]
         exit_cost: bool,
+        /// Instead, attack the daemon as another local user would (connection flood, sparse
+        /// and huge perf maps, code flood) and print its descriptors, memory and CPU before,
+        /// during and after each.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost"])]
+        attacks: bool,
     },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
     Fuzz {
@@ -96,6 +102,7 @@ fn main() -> ExitCode {
         Task::Bench {
             exit_cost: true, ..
         } => setup::run().and_then(|()| bench_exit::run()),
+        Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
         Task::Bench { soak, .. } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };

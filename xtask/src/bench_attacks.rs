@@ -1,0 +1,271 @@
+//! `cargo xtask bench --attacks`: the daemon's descriptors, memory and CPU before, during and
+//! after each attack of a local user (issue 10), and how long root waits for `vmscope info`
+//! meanwhile.
+//!
+//! Each attack gets a daemon of its own, so that each starts from the same state:
+//!
+//! * **connection flood**: nobody opens 19,000 connections that never speak, and holds them;
+//! * **sparse perf map**: nobody records its own process, whose perf map is a 50 GB sparse file;
+//! * **1,000,000-line perf map**: root records for 6 s a process whose perf map has a million
+//!   entries (about 45 MB), then the process exits;
+//! * **code flood**: nobody's demo VM publishes 30,000 made-up methods (about 300 MB of code
+//!   descriptions) for itself, with no session, then exits.
+//!
+//! "During" is read once the attack is under way; "after", 4 s after it ended (its processes
+//! killed: the daemon forgets a process's code maps once its last samples are read, and the
+//! code store reclaims what nothing refers to within 2 s). CPU is the daemon's share of one
+//! core over each phase, from its threads' `schedstat`.
+
+use std::{
+    io::{BufRead, BufReader, Write as _},
+    os::unix::process::CommandExt as _,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+
+use crate::{
+    bench::{daemon_cpu_ns, proc_field},
+    demo::{self, Built, Daemon},
+};
+
+const NOBODY: u32 = 65534;
+
+/// Runs every attack and prints the table.
+pub fn run() -> anyhow::Result<()> {
+    let built = demo::build()?;
+    let attacks: [(&str, Attack); 4] = [
+        ("connection flood (19,000)", connection_flood),
+        ("sparse 50 GB perf map", sparse_perf_map),
+        ("1,000,000-line perf map", big_perf_map),
+        ("code flood (30,000 codes)", code_flood),
+    ];
+    let mut rows = Vec::new();
+    for (name, attack) in attacks {
+        println!("bench: {name}");
+        rows.push((name, measure(&built, attack)?));
+    }
+    println!();
+    println!("The daemon under attack by another user (fds, RSS in MiB, CPU in % of a core):");
+    println!(
+        "| attack                    | fds before/during/after | RSS before/during/after | CPU before/during/after | root's info, slowest | codes held during |"
+    );
+    println!(
+        "|---------------------------|-------------------------|-------------------------|-------------------------|----------------------|-------------------|"
+    );
+    for (name, m) in &rows {
+        let fds = format!("{} / {} / {}", m.before.fds, m.during.fds, m.after.fds);
+        let rss = format!(
+            "{:.0} / {:.0} / {:.0}",
+            m.before.rss_mib, m.during.rss_mib, m.after.rss_mib
+        );
+        let cpu = format!(
+            "{:.1} / {:.1} / {:.1}",
+            m.before.cpu_percent, m.during.cpu_percent, m.after.cpu_percent
+        );
+        println!(
+            "| {name:25} | {fds:>23} | {rss:>23} | {cpu:>23} | {:>17.0} ms | {:>17} |",
+            m.slowest_info.as_secs_f64() * 1000.0,
+            m.codes
+        );
+    }
+    Ok(())
+}
+
+/// Starts an attack on the daemon at `socket`; answers the processes to kill to end it.
+type Attack = fn(&Built, &Path) -> anyhow::Result<Vec<Child>>;
+
+#[derive(Clone, Copy, Default)]
+struct Phase {
+    fds: usize,
+    rss_mib: f64,
+    cpu_percent: f64,
+}
+
+struct Measured {
+    before: Phase,
+    during: Phase,
+    after: Phase,
+    slowest_info: Duration,
+    /// Codes in the store during the attack.
+    codes: u64,
+}
+
+/// The daemon's state over `seconds` from now.
+fn phase(pid: u32, seconds: f64) -> anyhow::Result<Phase> {
+    let began = Instant::now();
+    let cpu = daemon_cpu_ns(pid)?;
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let used = daemon_cpu_ns(pid)?.saturating_sub(cpu) as f64;
+    Ok(Phase {
+        fds: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count(),
+        rss_mib: proc_field(pid, "status", "VmRSS:").unwrap_or(0) as f64 / 1024.0,
+        cpu_percent: used / began.elapsed().as_nanos() as f64 * 100.0,
+    })
+}
+
+fn measure(built: &Built, attack: Attack) -> anyhow::Result<Measured> {
+    let daemon = Daemon::start_or_reuse(built, false)?;
+    let pid = daemon
+        .pid()
+        .context("the benchmark needs a daemon of its own")?;
+    let before = phase(pid, 2.0)?;
+    let attackers = attack(built, &daemon.socket)?;
+    let mut slowest_info = Duration::ZERO;
+    for _ in 0..3 {
+        let began = Instant::now();
+        let out = Command::new(&built.cli)
+            .arg("--socket")
+            .arg(&daemon.socket)
+            .arg("info")
+            .output()?;
+        if !out.status.success() {
+            bail!("vmscope info: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        slowest_info = slowest_info.max(began.elapsed());
+    }
+    let during = phase(pid, 2.0)?;
+    let codes = crate::bench_late::counter(built, &daemon.socket, "code_store_codes")?;
+    for mut attacker in attackers {
+        let _ = attacker.kill();
+        let _ = attacker.wait();
+        let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", attacker.id()));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    let after = phase(pid, 2.0)?;
+    Ok(Measured {
+        before,
+        during,
+        after,
+        slowest_info,
+        codes,
+    })
+}
+
+/// `python3 -c SCRIPT` as nobody, once it printed its first line (answered with it).
+fn python_as_nobody(script: &str) -> anyhow::Result<(Child, String)> {
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("python3 as nobody")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("piped"))
+        .read_line(&mut line)
+        .context("python3's first line")?;
+    Ok((child, line.trim().to_owned()))
+}
+
+fn connection_flood(_: &Built, socket: &Path) -> anyhow::Result<Vec<Child>> {
+    let script = format!(
+        r#"
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+give_up = time.monotonic() + 20
+while len(held) < 19000 and time.monotonic() < give_up:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect({socket:?})
+    except BlockingIOError:
+        s.close()
+        time.sleep(0.001)
+        continue
+    except OSError:
+        break
+    held.append(s)
+print(len(held), flush=True)
+sys.stdin.read()
+"#,
+        socket = socket.to_str().context("socket path")?
+    );
+    let (child, held) = python_as_nobody(&script)?;
+    println!("bench: nobody holds {held} connections");
+    Ok(vec![child])
+}
+
+/// A process of nobody's with 512 MiB of anonymous executable memory, spinning in a jump to
+/// itself past its first 256 MiB (where the perf maps here name nothing, so that its samples
+/// keep the daemon reading the map); its address, and its perf map's path.
+fn jit_like_process() -> anyhow::Result<(Child, u64, String)> {
+    let (child, address) = python_as_nobody(
+        r#"
+import ctypes, mmap, sys, threading
+m = mmap.mmap(-1, 1 << 29, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+start = ctypes.addressof(ctypes.c_char.from_buffer(m))
+spin = (1 << 28) + 0x1000
+m[spin:spin + 2] = b"\xeb\xfe"
+threading.Thread(target=ctypes.CFUNCTYPE(None)(start + spin), daemon=True).start()
+print(start, flush=True)
+sys.stdin.read()
+"#,
+    )?;
+    let address = address.parse().context("the mapping's address")?;
+    let map = format!("/tmp/perf-{}.map", child.id());
+    Ok((child, address, map))
+}
+
+fn own_by_nobody(path: &str) -> anyhow::Result<()> {
+    std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).with_context(|| path.to_owned())
+}
+
+fn record(built: &Built, socket: &Path, pid: u32, seconds: u32, as_nobody: bool) -> Child {
+    let mut command = Command::new(&built.cli);
+    command
+        .arg("--socket")
+        .arg(socket)
+        .args(["record", "--duration", &seconds.to_string(), "--pid"])
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if as_nobody {
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    command.spawn().expect("run vmscope record")
+}
+
+fn sparse_perf_map(built: &Built, socket: &Path) -> anyhow::Result<Vec<Child>> {
+    let (process, _, map) = jit_like_process()?;
+    std::fs::File::create(&map)?.set_len(50 << 30)?;
+    own_by_nobody(&map)?;
+    let recording = record(built, socket, process.id(), 8, true);
+    std::thread::sleep(Duration::from_secs(1));
+    Ok(vec![recording, process])
+}
+
+fn big_perf_map(built: &Built, socket: &Path) -> anyhow::Result<Vec<Child>> {
+    let (process, address, map) = jit_like_process()?;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&map)?);
+    for i in 0..1_000_000u64 {
+        writeln!(file, "{:x} 100 JS:*f{i} a.js:1:1", address + i * 0x100)?;
+    }
+    file.flush()?;
+    drop(file);
+    own_by_nobody(&map)?;
+    let mut recording = record(built, socket, process.id(), 6, false);
+    recording.wait()?;
+    Ok(vec![process])
+}
+
+fn code_flood(built: &Built, socket: &Path) -> anyhow::Result<Vec<Child>> {
+    let mut vm = Command::new(&built.jitvm)
+        .args(["loop", "--seconds", "60", "--zone-kb", "16384"])
+        .args(["--flood-codes", "30000", "--ready"])
+        .env("VMSCOPE_SOCKET", socket)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("jitvm as nobody")?;
+    let mut line = String::new();
+    BufReader::new(vm.stdout.as_mut().expect("piped")).read_line(&mut line)?;
+    // The publication is sent by the VM's publisher thread: give it time to arrive.
+    std::thread::sleep(Duration::from_secs(3));
+    Ok(vec![vm])
+}
