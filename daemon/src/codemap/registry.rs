@@ -955,22 +955,22 @@ impl CodeMaps {
     /// any session yet: they stay open until the samples are counted (then their sessions hold
     /// them).
     pub fn waiting_modules(&self, keep: &mut impl Extend<ModuleId>) {
-        for process in self.processes.values() {
-            for sample in process.timeline.pending() {
+        keep.extend(self.waiting_locations().filter_map(|l| match l {
+            Location::File { module, .. } => Some(module),
+            _ => None,
+        }));
+    }
+
+    /// The locations of every frame of the samples waiting for their code map.
+    fn waiting_locations(&self) -> impl Iterator<Item = Location> + '_ {
+        self.processes
+            .values()
+            .flat_map(|process| process.timeline.pending())
+            .flat_map(|sample| {
                 let routed = &sample.payload;
                 let fp = routed.fp.iter().flat_map(|(frames, _)| frames);
-                keep.extend(
-                    routed
-                        .frames
-                        .iter()
-                        .chain(fp)
-                        .filter_map(|f| match f.location {
-                            Location::File { module, .. } => Some(module),
-                            _ => None,
-                        }),
-                );
-            }
-        }
+                routed.frames.iter().chain(fp).map(|f| f.location)
+            })
     }
 
     /// Adds to `keep` every code a process's maps refer to, now or in changes still to be
@@ -981,21 +981,11 @@ impl CodeMaps {
             process.timeline.codes(keep);
             process.replay.codes(keep);
             keep.extend(process.perf_content.codes());
-            for sample in process.timeline.pending() {
-                let routed = &sample.payload;
-                let fp = routed.fp.iter().flat_map(|(frames, _)| frames);
-                keep.extend(
-                    routed
-                        .frames
-                        .iter()
-                        .chain(fp)
-                        .filter_map(|f| match f.location {
-                            Location::Jit { code, .. } => Some(code),
-                            _ => None,
-                        }),
-                );
-            }
         }
+        keep.extend(self.waiting_locations().filter_map(|l| match l {
+            Location::Jit { code, .. } => Some(code),
+            _ => None,
+        }));
     }
 
     /// Samples counted provisionally and parked for their code map, over all processes.
