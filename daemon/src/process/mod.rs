@@ -84,6 +84,9 @@ pub struct Process {
     /// When it was known to have ended (CLOCK_MONOTONIC): samples of its pid stamped later are
     /// another process's, or its last threads'.
     pub exited_at_ns: Option<u64>,
+    /// Its pid was found still its own, the process exiting or gone, at this time (a batch's
+    /// watermark): samples stamped up to it are its last threads', with no need to look again.
+    exiting_checked_ns: u64,
     /// The jitdump and code map files it maps (executable mappings, never executed).
     pub code_map_files: Vec<MappedCodeMapFile>,
     mappings: Vec<ExecMapping>,
@@ -215,15 +218,20 @@ impl ProcessTable {
         }
     }
 
-    /// Called for each sample of `pid` stamped `timestamp_ns` before it is placed: when the
-    /// known process had ended before that, the pid is read again, and a process running
-    /// there now replaces it (a zombie or threads on their way out leave it as it was: the last
-    /// samples of the process that exited).
+    /// Called for each sample of `pid` stamped `timestamp_ns` before it is placed, `now_ns`
+    /// being its batch's watermark (no sample of the batch is later): when the known process
+    /// had ended before the sample, the pid is read again, and a process running there now
+    /// replaces it. A zombie or threads on their way out leave it as it was, the last samples
+    /// of the process that exited; and since no successor could hold the pid before that read,
+    /// the rest of the batch is not read for again (a leader that exited before its threads
+    /// would otherwise cost a read per sample).
     pub fn sampled(&mut self, pid: u32, timestamp_ns: u64, now_ns: u64) {
-        let Some(known) = self.processes.get(&pid) else {
+        let Some(known) = self.processes.get_mut(&pid) else {
             return;
         };
-        if known.exited_at_ns.is_none_or(|at| timestamp_ns <= at) {
+        if known.exited_at_ns.is_none_or(|at| timestamp_ns <= at)
+            || timestamp_ns <= known.exiting_checked_ns
+        {
             return;
         }
         let running = sys::read_proc(pid, "stat")
@@ -231,6 +239,7 @@ impl ProcessTable {
             .and_then(|text| stat::parse_stat(&text).ok())
             .is_some_and(|now| !now.is_zombie() && !now.is_exiting());
         if !running {
+            known.exiting_checked_ns = now_ns;
             return;
         }
         // A successor after a known end: found already (an exit event, or counted where the
@@ -453,6 +462,7 @@ impl ProcessTable {
             has_anonymous_code: false,
             gone: false,
             exited_at_ns: None,
+            exiting_checked_ns: 0,
             code_map_files: Vec::new(),
             mappings: Vec::new(),
             maps_generation: NEXT_MAPS_GENERATION.fetch_add(1, Ordering::Relaxed),

@@ -105,6 +105,48 @@ fn an_exit_ends_only_a_process_read_before_it() {
     assert!(!table.get(me()).unwrap().gone);
 }
 
+/// Samples of a process whose leader exited, stamped before a look at the pid found it still
+/// the exiting process's, are its own without another look: a batch of its threads' samples
+/// costs one read of the pid, not one per sample.
+#[test]
+fn an_exiting_process_is_looked_at_once_per_batch() {
+    let mut table = table();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let zombie = || {
+        sys::read_proc(pid, "stat")
+            .ok()
+            .and_then(|t| stat::parse_stat(&t).ok())
+            .is_some_and(|s| s.is_zombie())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !zombie() {
+        assert!(std::time::Instant::now() < deadline, "no zombie");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let now = sys::monotonic_ns();
+    let start_time = table.observe(pid, now).start_time;
+    table.exited(pid, now + 1);
+    // The batch up to now+3: the pid is still the zombie's.
+    table.sampled(pid, now + 2, now + 3);
+    let known = table.get(pid).unwrap();
+    assert_eq!(
+        (known.start_time, known.exiting_checked_ns),
+        (start_time, now + 3)
+    );
+    child.wait().unwrap();
+    // Stamped before that look: not looked at again.
+    table.sampled(pid, now + 3, now + 4);
+    assert_eq!(table.get(pid).unwrap().exiting_checked_ns, now + 3);
+    // A later batch looks again (and finds the pid free).
+    table.sampled(pid, now + 4, now + 5);
+    let known = table.get(pid).unwrap();
+    assert_eq!(
+        (known.start_time, known.exiting_checked_ns),
+        (start_time, now + 5)
+    );
+}
+
 /// A live process keeps the binaries it maps; a dead one keeps them until every sample it
 /// took has been read, then not even if its pid comes back.
 #[test]
