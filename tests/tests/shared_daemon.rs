@@ -80,35 +80,13 @@ fn another_users_connection_flood_leaves_root_served() {
     let _serial = serial();
     let daemon = Daemon::start();
     let baseline = open_fds(daemon.pid());
-    // Python holds the sockets (nobody's code here); as nobody, with the soft descriptor limit
-    // raised to the hard one it inherits.
-    let script = format!(
-        r#"
-import resource, socket, sys, time
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-held = []
-give_up = time.monotonic() + 20
-while len(held) < {FLOOD} and time.monotonic() < give_up:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect({socket:?})
-    except BlockingIOError:
-        # The listen backlog is full for now: the daemon accepts at its pace.
-        s.close()
-        time.sleep(0.001)
-        continue
-    except OSError as e:
-        print("connect failed:", e, file=sys.stderr)
-        break
-    held.append(s)
-print(len(held), flush=True)
-sys.stdin.read()
-"#,
-        socket = daemon.socket.to_str().unwrap()
-    );
+    // Python holds the sockets (nobody's code here), as nobody.
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/hold_connections.py");
     let mut flood = Command::new("python3")
-        .args(["-c", &script])
+        .arg(script)
+        .arg(&daemon.socket)
+        .arg(FLOOD.to_string())
         .uid(NOBODY)
         .gid(NOBODY)
         .stdin(Stdio::piped())

@@ -144,10 +144,10 @@ fn measure(built: &Built, attack: Attack) -> anyhow::Result<Measured> {
     })
 }
 
-/// `python3 -c SCRIPT` as nobody, once it printed its first line (answered with it).
-fn python_as_nobody(script: &str) -> anyhow::Result<(Child, String)> {
+/// `python3 ARGS` as nobody, once it printed its first line (answered with it).
+fn python_as_nobody(args: &[&std::ffi::OsStr]) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new("python3")
-        .args(["-c", script])
+        .args(args)
         .uid(NOBODY)
         .gid(NOBODY)
         .stdin(Stdio::piped())
@@ -162,30 +162,9 @@ fn python_as_nobody(script: &str) -> anyhow::Result<(Child, String)> {
 }
 
 fn connection_flood(_: &Built, socket: &Path) -> anyhow::Result<Vec<Child>> {
-    let script = format!(
-        r#"
-import resource, socket, sys, time
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-held = []
-give_up = time.monotonic() + 20
-while len(held) < 19000 and time.monotonic() < give_up:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect({socket:?})
-    except BlockingIOError:
-        s.close()
-        time.sleep(0.001)
-        continue
-    except OSError:
-        break
-    held.append(s)
-print(len(held), flush=True)
-sys.stdin.read()
-"#,
-        socket = socket.to_str().context("socket path")?
-    );
-    let (child, held) = python_as_nobody(&script)?;
+    let script = crate::root().join("tests/clients/hold_connections.py");
+    let (child, held) =
+        python_as_nobody(&[script.as_os_str(), socket.as_os_str(), "19000".as_ref()])?;
     println!("bench: nobody holds {held} connections");
     Ok(vec![child])
 }
@@ -194,7 +173,8 @@ sys.stdin.read()
 /// itself past its first 256 MiB (where the perf maps here name nothing, so that its samples
 /// keep the daemon reading the map); its address, and its perf map's path.
 fn jit_like_process() -> anyhow::Result<(Child, u64, String)> {
-    let (child, address) = python_as_nobody(
+    let (child, address) = python_as_nobody(&[
+        "-c".as_ref(),
         r#"
 import ctypes, mmap, sys, threading
 m = mmap.mmap(-1, 1 << 29, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
@@ -204,8 +184,9 @@ m[spin:spin + 2] = b"\xeb\xfe"
 threading.Thread(target=ctypes.CFUNCTYPE(None)(start + spin), daemon=True).start()
 print(start, flush=True)
 sys.stdin.read()
-"#,
-    )?;
+"#
+        .as_ref(),
+    ])?;
     let address = address.parse().context("the mapping's address")?;
     let map = format!("/tmp/perf-{}.map", child.id());
     Ok((child, address, map))

@@ -1133,11 +1133,7 @@ impl Manager {
         let Some(session) = self.sessions.get_mut(&id) else {
             return;
         };
-        let Some(target) = session
-            .targets
-            .iter_mut()
-            .find(|t| t.pid == pid && t.until_ns.is_none())
-        else {
+        let Some(target) = session.held_target_mut(pid) else {
             return;
         };
         target.until_ns = Some(until_ns);
@@ -1170,11 +1166,7 @@ impl Manager {
         if session.state != State::Running {
             return;
         }
-        let Some(target) = session
-            .targets
-            .iter_mut()
-            .find(|t| t.pid == pid && t.until_ns.is_none())
-        else {
+        let Some(target) = session.held_target_mut(pid) else {
             return;
         };
         target.exited = true;

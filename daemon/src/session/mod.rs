@@ -246,6 +246,13 @@ impl Session {
             .collect()
     }
 
+    /// The target under `pid` whose kernel filter the session still holds.
+    pub fn held_target_mut(&mut self, pid: u32) -> Option<&mut Target> {
+        self.targets
+            .iter_mut()
+            .find(|t| t.pid == pid && t.until_ns.is_none())
+    }
+
     /// Time sampled so far (or in all, once stopping).
     pub fn elapsed(&self, now_ns: u64) -> Duration {
         Duration::from_nanos(self.stop_ns.unwrap_or(now_ns).saturating_sub(self.start_ns))
