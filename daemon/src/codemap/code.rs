@@ -394,6 +394,12 @@ impl CodeStore {
         swept
     }
 
+    /// How many codes were ever interned: unchanged, no code appeared that a sweep could let
+    /// go of.
+    pub fn interned(&self) -> u64 {
+        self.read().next_id
+    }
+
     /// What was refused and reclaimed so far.
     pub fn counters(&self) -> StoreCounters {
         self.read().counters

@@ -481,6 +481,8 @@ pub struct CodeMapCounters {
     pub source_failures: u64,
     /// Perf maps, jitdump and code map files read.
     pub sources: u64,
+    /// Processes whose code maps were forgotten.
+    pub forgotten: u64,
 }
 
 #[derive(Debug)]
@@ -581,6 +583,7 @@ impl ProcessCode {
     /// Adds what the process counted to the registry's counters as it is forgotten: the
     /// daemon's counters only go up, whatever processes come and go.
     fn retire(mut self, counters: &mut CodeMapCounters) {
+        counters.forgotten += 1;
         self.count_refusals(counters);
         let t = self.timeline.counters();
         counters.changes += t.applied;
@@ -693,6 +696,11 @@ impl CodeMaps {
             .map(|(_, n)| n)
             .sum();
         c
+    }
+
+    /// How many processes' code maps were forgotten so far: unchanged, no map let go of a code.
+    pub fn forgotten(&self) -> u64 {
+        self.counters.forgotten
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessCode {

@@ -61,6 +61,10 @@ use crate::{
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
 };
 
+/// Longest time between two sweeps of the code store while nothing suggests one is needed: codes
+/// a live process's map let go of (a VM freeing code without compiling any) wait at most this.
+const CODE_SWEEP_AT_LEAST_EVERY_NS: u64 = 30_000_000_000;
+
 /// Bytes reclaimed at once from the code store past which the allocator is asked to return
 /// its free memory to the system: a big perf map's process gone shows in the daemon's RSS.
 const RETURN_MEMORY_AFTER: usize = 16 << 20;
@@ -310,6 +314,7 @@ pub fn spawn_manager(
         counters: Counters::default(),
         last_forget_ns: 0,
         last_sweep_ns: 0,
+        code_sweep: CodeSweep::default(),
         user_scratch: Vec::new(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -377,6 +382,8 @@ struct Manager {
     counters: Counters,
     last_forget_ns: u64,
     last_sweep_ns: u64,
+    /// When the code store was last swept, and why.
+    code_sweep: CodeSweep,
     /// Reused for each sample's user stack, so that routing allocates nothing for it.
     user_scratch: Vec<u64>,
     /// Unwinds the user stack copies of `--call-graph dwarf` samples.
@@ -1667,7 +1674,7 @@ impl Manager {
         if now.saturating_sub(self.last_sweep_ns) >= self.config.sweep_modules.as_nanos() as u64 {
             self.last_sweep_ns = now;
             self.sweep_modules(now);
-            self.sweep_codes();
+            self.sweep_codes(now);
         }
 
         if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
@@ -1734,12 +1741,34 @@ impl Manager {
     /// map (live, or changes still to apply), no waiting sample, and no session that can still
     /// be reported. A process's codes thus go when it is forgotten and the last session that
     /// counted its samples is; the cost is a pass over the maps' entries and the sessions'
-    /// distinct locations.
-    fn sweep_codes(&mut self) {
+    /// distinct locations. That pass is skipped while no code was interned, no process's maps
+    /// forgotten and no session evicted since the last one (a process with a million-line perf
+    /// map would otherwise cost a tenth of a core), except every
+    /// [`CODE_SWEEP_AT_LEAST_EVERY_NS`].
+    fn sweep_codes(&mut self, now_ns: u64) {
         let store = self.codemaps.store().clone();
         if store.is_empty() {
             return;
         }
+        let mark = [
+            store.interned(),
+            self.codemaps.forgotten(),
+            self.counters.sessions_evicted,
+        ];
+        let last = self.code_sweep;
+        // A code let go of is reclaimed by the second sweep after (the store's grace): one more
+        // sweep follows a sweep for a change.
+        let due = mark != last.mark
+            || last.changed
+            || now_ns.saturating_sub(last.at_ns) >= CODE_SWEEP_AT_LEAST_EVERY_NS;
+        if !due {
+            return;
+        }
+        self.code_sweep = CodeSweep {
+            at_ns: now_ns,
+            mark,
+            changed: mark != last.mark,
+        };
         let mut keep: std::collections::HashSet<CodeId, foldhash::fast::RandomState> =
             Default::default();
         for session in self.sessions.values() {
@@ -2163,6 +2192,15 @@ fn stop_reason(requested: &str) -> String {
         .filter(|c| !c.is_control())
         .take(MAX_STOP_REASON_CHARS)
         .collect()
+}
+
+/// The last sweep of the code store: when, what had been interned, forgotten and evicted by
+/// then, and whether that had changed since the sweep before.
+#[derive(Clone, Copy, Debug, Default)]
+struct CodeSweep {
+    at_ns: u64,
+    mark: [u64; 3],
+    changed: bool,
 }
 
 /// What a reading of the targets' CPU times found beyond the times.
