@@ -67,6 +67,10 @@ const CODE_DEBUG_INFO: u32 = 2;
 const CODE_CLOSE: u32 = 3;
 const CODE_UNWINDING_INFO: u32 = 4;
 
+/// The file name of a debug entry that has the previous entry's file (V8 writes it after the
+/// first entry of each script; perf reads it so).
+pub const REPEATED_FILE_NAME: &[u8] = b"\xff";
+
 /// Size of the fields of a debug entry before its file name.
 const DEBUG_ENTRY_FIXED: usize = 16;
 
@@ -460,29 +464,11 @@ pub fn next_record<'a>(
             }
         }
         CODE_DEBUG_INFO => {
-            let (code_addr, nr_entry) = (r.u64()?, r.u64()?);
-            // Each entry takes at least its fixed fields and a NUL: the record's own bytes bound
-            // the allocation, whatever nr_entry claims.
-            let room = r.remaining() / (DEBUG_ENTRY_FIXED + 1);
-            let mut entries =
-                Vec::with_capacity(usize::try_from(nr_entry).unwrap_or(usize::MAX).min(room));
-            for n in 0..nr_entry {
-                if r.remaining() < DEBUG_ENTRY_FIXED + 1 {
-                    return Err(r.overrun(format!("entry {n} of the {nr_entry} it claims")));
-                }
-                let (addr, line, discrim) = (r.u64()?, r.u32()?, r.u32()?);
-                let file = r.cbytes(|| format!("file name of debug entry {n}"))?;
-                entries.push(DebugEntry {
-                    addr,
-                    line,
-                    discrim,
-                    file,
-                });
-            }
+            let code_addr = r.u64()?;
             Record::DebugInfo {
                 timestamp,
                 code_addr,
-                entries,
+                entries: r.debug_entries(None)?,
             }
         }
         CODE_CLOSE => Record::Close { timestamp },
@@ -507,6 +493,36 @@ pub fn next_record<'a>(
         _ => Record::Unknown { timestamp, id },
     };
     Ok(Some((parsed, size as usize)))
+}
+
+/// Reads a CODE_DEBUG_INFO `record` (as [`next_record`] found it, header included) again,
+/// knowing that each file name is `file_name_len` bytes or the one-byte [`REPEATED_FILE_NAME`]:
+/// `None` if its entries and padding do not fit that exactly.
+///
+/// V8 writes a name only when the script changes and [`REPEATED_FILE_NAME`] after, but it
+/// writes the name from a buffer it has already freed when the script's name is not a flat
+/// one-byte string: the length is right, the bytes are the allocator's, NULs included. Read up
+/// to the first NUL, such an entry ends early and every entry after it is read from the wrong
+/// place. The caller that knows the name's length (V8 puts the script in the code's name) reads
+/// the record with it instead.
+pub fn reread_debug_info(
+    record: &[u8],
+    endian: Endian,
+    file_name_len: usize,
+) -> Option<Vec<DebugEntry<'_>>> {
+    if read_u32(record, 0, endian) != Some(CODE_DEBUG_INFO) {
+        return None;
+    }
+    let mut r = Reader {
+        bytes: record,
+        pos: RECORD_HEADER_SIZE + 8,
+        endian,
+        size: u32::try_from(record.len()).ok()?,
+        name: record_name(CODE_DEBUG_INFO),
+    };
+    let entries = r.debug_entries(Some(file_name_len)).ok()?;
+    let padding = record.get(r.pos..)?;
+    (padding.len() < 8 && padding.iter().all(|&b| b == 0)).then_some(entries)
 }
 
 /// The specification's name of a record type, for messages.
@@ -580,6 +596,53 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.overrun("its fields".to_owned()))
     }
 
+    /// The `u64 nr_entry` and entries of a CODE_DEBUG_INFO record. Each file name ends at its
+    /// first NUL, or, given `file_name_len`, is that many bytes or [`REPEATED_FILE_NAME`].
+    fn debug_entries(
+        &mut self,
+        file_name_len: Option<usize>,
+    ) -> Result<Vec<DebugEntry<'a>>, JitdumpError> {
+        let nr_entry = self.u64()?;
+        // Each entry takes at least its fixed fields and a NUL: the record's own bytes bound
+        // the allocation, whatever nr_entry claims.
+        let room = self.remaining() / (DEBUG_ENTRY_FIXED + 1);
+        let mut entries =
+            Vec::with_capacity(usize::try_from(nr_entry).unwrap_or(usize::MAX).min(room));
+        for n in 0..nr_entry {
+            if self.remaining() < DEBUG_ENTRY_FIXED + 1 {
+                return Err(self.overrun(format!("entry {n} of the {nr_entry} it claims")));
+            }
+            let (addr, line, discrim) = (self.u64()?, self.u32()?, self.u32()?);
+            let what = || format!("file name of debug entry {n}");
+            let file = match file_name_len {
+                None => self.cbytes(what)?,
+                Some(len) => {
+                    let rest = self.bytes.get(self.pos..).unwrap_or_default();
+                    let len = if rest.starts_with(&[REPEATED_FILE_NAME[0], 0]) {
+                        REPEATED_FILE_NAME.len()
+                    } else {
+                        len
+                    };
+                    if rest.get(len) != Some(&0) {
+                        return Err(JitdumpError::Unterminated {
+                            what: what(),
+                            record: self.name,
+                        });
+                    }
+                    self.pos += len + 1;
+                    &rest[..len]
+                }
+            };
+            entries.push(DebugEntry {
+                addr,
+                line,
+                discrim,
+                file,
+            });
+        }
+        Ok(entries)
+    }
+
     /// A NUL-terminated string's bytes, consuming its NUL.
     fn cbytes(&mut self, what: impl Fn() -> String) -> Result<&'a [u8], JitdumpError> {
         let rest = self.bytes.get(self.pos..).unwrap_or_default();
@@ -630,6 +693,58 @@ mod tests {
         assert_eq!(entries[0].file_str(), None);
         assert_eq!(entries[0].line, 4);
         assert_eq!(entries[1].file_str(), Some("/srv/app.js"));
+    }
+
+    #[test]
+    fn debug_names_written_from_freed_memory_are_reread_by_their_length() {
+        // As Node 20's V8 writes them: the script's name for the first entry, from a freed
+        // buffer (the allocator's pointers over its first bytes, NULs included), then the
+        // repeated-name marker.
+        let script = "/srv/app/hot.js";
+        let mut garbled = script.as_bytes().to_vec();
+        garbled[..8].copy_from_slice(&[0x50, 0x2f, 0x65, 0, 0, 0, 0, 0]);
+        let mut w = Writer::new(Endian::Little);
+        w.record(CODE_DEBUG_INFO, 2, true, |w| {
+            w.u64(0x1000).u64(3);
+            w.u64(0x1040).u32(5).u32(3).bytes(&garbled).bytes(&[0]);
+            w.u64(0x1048).u32(6).u32(26).bytes(b"\xff\0");
+            w.u64(0x1050).u32(7).u32(5).bytes(b"\xff\0");
+        });
+        let record = &w.buf[HEADER_SIZE..];
+        // Read up to the first NUL, the entries after the garbled one come out wrong.
+        let (Record::DebugInfo { entries, .. }, _) =
+            next_record(record, Endian::Little).unwrap().unwrap()
+        else {
+            panic!()
+        };
+        assert_ne!(
+            entries.iter().map(|e| e.line).collect::<Vec<_>>(),
+            [5, 6, 7]
+        );
+        let entries = reread_debug_info(record, Endian::Little, script.len()).unwrap();
+        let read: Vec<_> = entries.iter().map(|e| (e.addr, e.line, e.file)).collect();
+        assert_eq!(
+            read,
+            [
+                (0x1040, 5, &garbled[..]),
+                (0x1048, 6, REPEATED_FILE_NAME),
+                (0x1050, 7, REPEATED_FILE_NAME)
+            ]
+        );
+        // Any other length does not fit the record, nor does another record type.
+        for len in [script.len() - 1, script.len() + 1, 0] {
+            assert_eq!(
+                reread_debug_info(record, Endian::Little, len),
+                None,
+                "{len}"
+            );
+        }
+        let mut w = Writer::new(Endian::Little);
+        w.load(1, 0x1000, "JS:*f /srv/app/hot.js:1:1", &[0x90; 16], 0);
+        assert_eq!(
+            reread_debug_info(&w.buf[HEADER_SIZE..], Endian::Little, 15),
+            None
+        );
     }
 
     /// Writes jitdump streams in either byte order, as a VM would.

@@ -388,8 +388,8 @@ fn perf_map_kind(name: &str) -> CodeKind {
     }
 }
 
-/// One debug info entry of a jitdump file: address, file (if readable), line, column.
-type DebugPoint = (u64, Option<Arc<str>>, u32, u32);
+/// One debug info entry of a jitdump file: address, file, line, column.
+type DebugPoint = (u64, Arc<str>, u32, u32);
 
 /// A jitdump file (Linux perf's format, written by `node --perf-prof`, JVM agents, ...),
 /// found through its executable mapping.
@@ -398,9 +398,11 @@ pub struct JitdumpSource {
     name: String,
     growing: Growing,
     header: Option<jitdump::JitdumpHeader>,
-    /// The debug info waiting for its CODE_LOAD (code address, points): the record comes
-    /// right before the load it describes, so one is kept, not a pile of unclaimed ones.
-    debug_info: Option<(u64, Vec<DebugPoint>)>,
+    /// The debug info record waiting for its CODE_LOAD (code address, the record's bytes):
+    /// the record comes right before the load it describes, so one is kept, not a pile of
+    /// unclaimed ones. Its entries are read with the load, whose name may say how long their
+    /// file names are (see [`JitdumpSource::debug_points`]).
+    debug_info: Option<(u64, Vec<u8>)>,
     /// Source file names, shared by every point that names them.
     file_names: HashSet<Arc<str>>,
     /// Debug entries whose file name was unreadable and was taken from the code's name.
@@ -554,13 +556,69 @@ impl JitdumpSource {
         while let Some((record, used)) =
             jitdump::next_record(&bytes[at..], endian).map_err(|e| format!("{name}: {e}"))?
         {
+            let raw = &bytes[at..at + used];
             at += used;
             self.counters.bytes += used as u64;
             self.last_ns = self.last_ns.max(self.time(record.timestamp(), now_ns));
-            self.apply(record, now_ns, store, check, changes);
+            self.apply(record, raw, now_ns, store, check, changes);
         }
         self.growing.put_back(bytes, at);
         Ok(())
+    }
+
+    /// The entries of debug info record `raw`, each with its file, for a code whose V8 name
+    /// names `script` (if it does).
+    ///
+    /// V8 writes the script of the function for every entry, and sometimes from freed memory
+    /// (see [`jitdump::reread_debug_info`]): its name's length, from the code's name, reads the
+    /// record right, and the code's name is the file. Other writers' names are taken as written,
+    /// [`jitdump::REPEATED_FILE_NAME`] as the previous entry's, and a garbled one as `script`.
+    fn debug_points(&mut self, raw: &[u8], script: Option<&str>) -> Vec<DebugPoint> {
+        let Some(endian) = self.header.as_ref().map(|h| h.endian) else {
+            return Vec::new();
+        };
+        let sized = script.and_then(|s| jitdump::reread_debug_info(raw, endian, s.len()));
+        let written = sized.is_some();
+        let entries = sized.unwrap_or_else(|| match jitdump::next_record(raw, endian) {
+            Ok(Some((jitdump::Record::DebugInfo { entries, .. }, _))) => entries,
+            _ => Vec::new(),
+        });
+        let file_names = &mut self.file_names;
+        let mut shared = |name: &str| -> Arc<str> {
+            if let Some(known) = file_names.get(name) {
+                return known.clone();
+            }
+            let name = Arc::<str>::from(name);
+            if file_names.len() < MAX_SHARED_FILE_NAMES {
+                file_names.insert(name.clone());
+            }
+            name
+        };
+        let script = script.map(&mut shared);
+        let mut previous: Option<Arc<str>> = None;
+        let mut points = Vec::with_capacity(entries.len());
+        for e in entries {
+            let repeated = e.file == jitdump::REPEATED_FILE_NAME;
+            let file = match (&script, e.file_str()) {
+                (Some(script), _) if written => {
+                    if !repeated && e.file != script.as_bytes() {
+                        self.repaired_file_names += 1;
+                    }
+                    script.clone()
+                }
+                _ if repeated && previous.is_some() => previous.clone().expect("checked"),
+                (_, Some(file)) if names_a_file(file) => shared(file),
+                (Some(script), _) => {
+                    self.repaired_file_names += 1;
+                    script.clone()
+                }
+                (None, Some(file)) => shared(file),
+                (None, None) => shared("?"),
+            };
+            previous = Some(file.clone());
+            points.push((e.addr, file, e.line, e.discrim));
+        }
+        points
     }
 
     fn time(&self, record_ns: u64, now_ns: u64) -> u64 {
@@ -571,9 +629,11 @@ impl JitdumpSource {
         self.refusals.refuse(reason, 1, example);
     }
 
+    /// Applies one `record`, whose bytes are `raw`.
     fn apply(
         &mut self,
         record: jitdump::Record<'_>,
+        raw: &[u8],
         now_ns: u64,
         store: &CodeStore,
         check: ExecCheck<'_>,
@@ -581,27 +641,8 @@ impl JitdumpSource {
     ) {
         use jitdump::Record;
         match record {
-            Record::DebugInfo {
-                code_addr, entries, ..
-            } => {
-                let file_names = &mut self.file_names;
-                let points = entries
-                    .iter()
-                    .map(|e| {
-                        let file = e.file_str().map(|name| {
-                            if let Some(known) = file_names.get(name) {
-                                return known.clone();
-                            }
-                            let name = Arc::<str>::from(name);
-                            if file_names.len() < MAX_SHARED_FILE_NAMES {
-                                file_names.insert(name.clone());
-                            }
-                            name
-                        });
-                        (e.addr, file, e.line, e.discrim)
-                    })
-                    .collect();
-                self.debug_info = Some((code_addr, points));
+            Record::DebugInfo { code_addr, .. } => {
+                self.debug_info = Some((code_addr, raw.to_vec()));
             }
             Record::CodeLoad {
                 timestamp,
@@ -612,8 +653,9 @@ impl JitdumpSource {
                 ..
             } => {
                 let end = code_addr.saturating_add(code_size);
+                let script = v8_script_path(&name);
                 let debug = match self.debug_info.take() {
-                    Some((addr, points)) if addr == code_addr => points,
+                    Some((addr, raw)) if addr == code_addr => self.debug_points(&raw, script),
                     _ => Vec::new(),
                 };
                 if !name_is_utf8 {
@@ -627,7 +669,6 @@ impl JitdumpSource {
                     return;
                 }
                 let shift = debug_address_shift(&debug, code_addr, end);
-                let script = v8_script_path(&name);
                 let mut lines = Vec::new();
                 for (addr, file, line, column) in debug {
                     let addr = addr.wrapping_sub(shift);
@@ -637,15 +678,6 @@ impl JitdumpSource {
                         });
                         continue;
                     }
-                    let file = match (file, &script) {
-                        (Some(file), _) if names_a_file(&file) => file,
-                        (_, Some(script)) => {
-                            self.repaired_file_names += 1;
-                            script.clone()
-                        }
-                        (Some(file), None) => file,
-                        (None, None) => Arc::from("?"),
-                    };
                     lines.push(SourcePoint {
                         offset: addr - code_addr,
                         file,
@@ -724,8 +756,6 @@ fn debug_address_shift(entries: &[DebugPoint], start: u64, end: u64) -> u64 {
     }
 }
 
-/// The script of a V8 code name (`JS:*hotLoop /srv/app.js:3:17` -> `/srv/app.js`), to stand in
-/// for debug entries whose file name the writer garbled.
 /// Whether a debug entry's file name can be one: a path, a URL or a file name with an
 /// extension. V8 sometimes writes bytes of freed memory there (`Bc`); the code's own script,
 /// from its name, is then the better guess.
@@ -733,12 +763,14 @@ fn names_a_file(name: &str) -> bool {
     name.contains(['/', '.', ':'])
 }
 
-fn v8_script_path(name: &str) -> Option<Arc<str>> {
+/// The script of a V8 code name (`JS:*hotLoop /srv/app.js:3:17` -> `/srv/app.js`): the file
+/// of every debug entry V8 writes for that code.
+fn v8_script_path(name: &str) -> Option<&str> {
     let location = name.rsplit(' ').next().filter(|l| *l != name)?;
     let mut parts = location.rsplitn(3, ':');
     let (column, line, path) = (parts.next()?, parts.next()?, parts.next()?);
     (column.parse::<u32>().is_ok() && line.parse::<u32>().is_ok() && !path.is_empty())
-        .then(|| Arc::from(path))
+        .then_some(path)
 }
 
 /// A vmscope code map file (`vmscope-PID.codemap`), found through its executable mapping.
@@ -868,15 +900,15 @@ mod tests {
     #[test]
     fn v8_conventions() {
         assert_eq!(
-            v8_script_path("JS:*hotLoop /srv/app.js:3:17").as_deref(),
+            v8_script_path("JS:*hotLoop /srv/app.js:3:17"),
             Some("/srv/app.js")
         );
-        assert_eq!(v8_script_path("Builtin:ArrayPush").as_deref(), None);
+        assert_eq!(v8_script_path("Builtin:ArrayPush"), None);
         assert_eq!(
-            v8_script_path("JS:~ node:internal/x:1:1").as_deref(),
+            v8_script_path("JS:~ node:internal/x:1:1"),
             Some("node:internal/x")
         );
-        let at = |a: u64| (a, None, 1, 1);
+        let at = |a: u64| (a, Arc::<str>::from("f"), 1, 1);
         // V8: first entry at code + 0x40, some past the end.
         assert_eq!(
             debug_address_shift(&[at(0x1040), at(0x1105)], 0x1000, 0x1100),
@@ -887,6 +919,76 @@ mod tests {
             debug_address_shift(&[at(0x1000), at(0x1080)], 0x1000, 0x1100),
             0
         );
+    }
+
+    /// A little-endian jitdump file: header, then `records` as (id, body), 8-byte padded.
+    fn jitdump_file(records: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for v in [jitdump::MAGIC, 1, 40, 62, 0, 4242] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&[0; 16]);
+        for (id, body) in records {
+            let size = (16 + body.len()).next_multiple_of(8);
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&(size as u32).to_le_bytes());
+            out.extend_from_slice(&1_000u64.to_le_bytes());
+            out.extend_from_slice(body);
+            out.resize(out.len() + size - 16 - body.len(), 0);
+        }
+        out
+    }
+
+    /// Seen in CI with Node 20: `hot.js:6:26` labelled `/e:6:26`. V8 wrote the script's name
+    /// from freed memory; read to its first NUL, the name was `/e` and the entries after it
+    /// came from the wrong bytes.
+    #[test]
+    fn v8_debug_names_from_freed_memory_take_the_script_of_the_code() {
+        let script = "/srv/app/hot.js";
+        let mut garbled = script.as_bytes().to_vec();
+        garbled[..8].copy_from_slice(&[0x2f, 0x65, 0, 0x1a, 0x56, 0x55, 0, 0]);
+        let mut debug = Vec::new();
+        debug.extend_from_slice(&0x1000u64.to_le_bytes());
+        debug.extend_from_slice(&3u64.to_le_bytes());
+        for (n, (line, column)) in [(5u32, 3u32), (6, 26), (7, 5)].into_iter().enumerate() {
+            debug.extend_from_slice(&(0x1040 + 8 * n as u64).to_le_bytes());
+            debug.extend_from_slice(&line.to_le_bytes());
+            debug.extend_from_slice(&column.to_le_bytes());
+            debug.extend_from_slice(if n == 0 { &garbled } else { b"\xff" });
+            debug.push(0);
+        }
+        let mut load = Vec::new();
+        for v in [4242u32, 4242] {
+            load.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [0x1000u64, 0x1000, 0x40, 0] {
+            load.extend_from_slice(&v.to_le_bytes());
+        }
+        load.extend_from_slice(format!("JS:*hotLoop {script}:3:17\0").as_bytes());
+        load.extend_from_slice(&[0x90; 0x40]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jit-4242.dump");
+        std::fs::write(&path, jitdump_file(&[(2, debug), (0, load)])).unwrap();
+
+        let mut source =
+            JitdumpSource::new(File::open(&path).unwrap(), &path, 4242, uid()).unwrap();
+        let store = CodeStore::new();
+        let changes = source.read(0, &store, &mut |_, _| true, false, &mut u64::MAX.clone());
+        let [(_, Change::Load { code, .. })] = changes.as_slice() else {
+            panic!("{changes:?}");
+        };
+        let code = store.get(*code).unwrap();
+        let points: Vec<_> = code
+            .lines
+            .iter()
+            .map(|p| (p.offset, &*p.file, p.line, p.column))
+            .collect();
+        assert_eq!(
+            points,
+            [(0, script, 5, 3), (8, script, 6, 26), (16, script, 7, 5)]
+        );
+        assert_eq!(source.repaired_file_names, 1);
+        assert_eq!(source.refusals.count(Reason::DebugInfoOutsideCode), 0);
     }
 
     #[test]
