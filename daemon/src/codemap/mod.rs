@@ -12,6 +12,7 @@
 //! - [`timeline`]: changes and samples merged in time order.
 //! - [`vm`]: events published by a VM, checked and turned into changes.
 //! - [`sources`]: perf maps, jitdump and code map files read as they grow.
+//! - [`reading`]: one read of a process's files, apart from everything else.
 //! - [`budget`]: how many bytes of those files each user's processes may have read.
 //! - [`refusals`]: what was refused, counted by reason and summarised in the log.
 //! - [`registry`]: every process's timeline and sources, driven by the session manager.
@@ -20,6 +21,7 @@ pub mod budget;
 pub mod code;
 pub mod live;
 pub mod ranges;
+pub mod reading;
 pub mod refusals;
 pub mod registry;
 pub mod sources;

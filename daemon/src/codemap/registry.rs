@@ -31,9 +31,8 @@
 //!   sample's sessions still runs or stops ([`Sink::takes_snapshots`]).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap},
     fs::File,
-    os::fd::AsFd,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -44,8 +43,9 @@ use super::{
     budget::ReadBudgets,
     code::{CodeId, CodeStore},
     live::LiveMap,
+    reading::{ReadJob, Sources},
     refusals::{Reason, Refusals},
-    sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
+    sources::{CodeMapFileSource, JitdumpSource},
     timeline::{Change, PendingSample, Timeline, apply_change},
 };
 use crate::{
@@ -505,25 +505,16 @@ struct ProcessCode {
     unexplained_since_snapshot: u64,
     uid: Option<u32>,
     nspid: u32,
-    /// Its root directory, held so that a perf map it writes as it exits can still be read;
-    /// closed after that last look, when nothing opens through it any more.
-    root: Option<std::os::fd::OwnedFd>,
-    /// Whether the perf map was looked for once more after the process exited.
-    looked_after_exit: bool,
-    perf_map: Option<PerfMapSource>,
-    perf_map_checked_ns: u64,
+    /// Its files, and the state of reading them.
+    sources: Sources,
     /// The process's start time (`/proc/PID/stat`): what tells it from a later one at its pid.
     start_time_ticks: Option<u64>,
-    jitdumps: Vec<JitdumpSource>,
-    files: Vec<CodeMapFileSource>,
-    known_files: HashSet<FileId>,
     /// gRPC publications open, and how far they are known.
     streams: u32,
     published_until_ns: u64,
     exited: bool,
     /// When [`CodeMaps::forget_gone`] first found it gone.
     gone_ns: Option<u64>,
-    reported: HashSet<String>,
 }
 
 impl ProcessCode {
@@ -537,13 +528,13 @@ impl ProcessCode {
     /// The kinds of code map it has.
     fn kinds(&self) -> CodeMapKinds {
         let mut kinds = CodeMapKinds::default();
-        if self.perf_map.is_some() {
+        if self.sources.perf_map.is_some() {
             kinds = kinds.with(CodeMapKinds::PERF_MAP);
         }
-        if !self.jitdumps.is_empty() {
+        if !self.sources.jitdumps.is_empty() {
             kinds = kinds.with(CodeMapKinds::JITDUMP);
         }
-        if !self.files.is_empty() {
+        if !self.sources.files.is_empty() {
             kinds = kinds.with(CodeMapKinds::CODE_MAP_FILE);
         }
         if self.streams > 0 || self.published_until_ns > 0 {
@@ -564,11 +555,8 @@ impl ProcessCode {
 
     /// What each of its sources, and its timeline, refused.
     fn refusals(&mut self) -> impl Iterator<Item = &mut Refusals> {
-        self.perf_map
-            .iter_mut()
-            .map(|s| &mut s.refusals)
-            .chain(self.jitdumps.iter_mut().map(|s| &mut s.refusals))
-            .chain(self.files.iter_mut().map(|s| &mut s.refusals))
+        self.sources
+            .refusals()
             .chain(std::iter::once(&mut self.timeline.refusals))
     }
 
@@ -617,10 +605,7 @@ impl ProcessCode {
                 0
             }
         };
-        let no_source_yet = self.perf_map.is_none()
-            && self.jitdumps.is_empty()
-            && self.files.is_empty()
-            && self.streams == 0;
+        let no_source_yet = !self.sources.any() && self.streams == 0;
         // Without any source, nothing is vouched for and nothing waited for but the discovery.
         let mut until = if no_source_yet && bounded {
             now_ns.saturating_sub(DISCOVERY_WAIT_NS)
@@ -631,6 +616,7 @@ impl ProcessCode {
             until = until.min(self.published_until_ns.max(at_least(PUBLICATION_GRACE_NS)));
         }
         if let Some(file) = self
+            .sources
             .files
             .iter()
             .filter(|f| !f.broken.is_broken())
@@ -640,6 +626,7 @@ impl ProcessCode {
             until = until.min(file.max(at_least(PUBLICATION_GRACE_NS)));
         }
         if let Some(jitdump) = self
+            .sources
             .jitdumps
             .iter()
             .filter(|j| !j.broken.is_broken())
@@ -721,28 +708,21 @@ impl CodeMaps {
                 unexplained_since_snapshot: 0,
                 uid: status.as_ref().map(|s| s.uids.effective),
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
-                root: sys::open_process_root(pid).ok(),
-                looked_after_exit: false,
-                perf_map: None,
-                perf_map_checked_ns: 0,
+                sources: Sources::new(sys::open_process_root(pid).ok()),
                 start_time_ticks: read_start_time(pid),
-                jitdumps: Vec::new(),
-                files: Vec::new(),
-                known_files: HashSet::new(),
                 streams: 0,
                 published_until_ns: 0,
                 exited: false,
                 gone_ns: None,
-                reported: HashSet::new(),
             }
         })
     }
 
     /// Whether the process has any code map source.
     pub fn has_sources(&self, pid: u32) -> bool {
-        self.processes.get(&pid).is_some_and(|p| {
-            p.perf_map.is_some() || !p.jitdumps.is_empty() || !p.files.is_empty() || p.streams > 0
-        })
+        self.processes
+            .get(&pid)
+            .is_some_and(|p| p.sources.any() || p.streams > 0)
     }
 
     /// Opens the jitdump and code map files a process maps, if not known yet. `open` opens a
@@ -755,6 +735,7 @@ impl CodeMaps {
     ) {
         let process = self.process(pid);
         let Some(uid) = process.uid else { return };
+        let process = &mut process.sources;
         let (mut opened, mut failed) = (0, 0);
         for mapped in files {
             if process.known_files.contains(&mapped.id) {
@@ -860,13 +841,15 @@ impl CodeMaps {
             process.timeline.push_change(timestamp_ns, Change::Clear);
             process.replay.push_change(timestamp_ns, Change::Clear);
             process.perf_content = LiveMap::default();
-            process.perf_map = None;
-            process.perf_map_checked_ns = 0;
             // The old program's files write no more (it is gone) and must not hold the new
-            // program's samples back; the new program's are found in its own mappings.
-            process.jitdumps.clear();
-            process.files.clear();
-            process.known_files.clear();
+            // program's samples back; the new program's are found in its own mappings. Its
+            // root directory is the new program's too.
+            let sources = &mut process.sources;
+            sources.perf_map = None;
+            sources.perf_map_checked_ns = 0;
+            sources.jitdumps.clear();
+            sources.files.clear();
+            sources.known_files.clear();
             // A setuid program is another user's: its maps must be that user's files.
             process.uid = read_uid(pid);
         }
@@ -1040,9 +1023,9 @@ impl CodeMaps {
     pub fn perf_map_rewritten(&mut self, pid: u32) {
         if let Some(process) = self.processes.get_mut(&pid) {
             process.unexplained_since_snapshot = 0;
-            match &mut process.perf_map {
+            match &mut process.sources.perf_map {
                 Some(source) => source.reread(),
-                None => process.perf_map_checked_ns = 0,
+                None => process.sources.perf_map_checked_ns = 0,
             }
         }
     }
@@ -1051,7 +1034,11 @@ impl CodeMaps {
     /// with what the perf map says now (if it changed after them), and let go.
     pub fn session_final(&mut self, session: u64, sink: &mut dyn Sink) {
         for (&pid, process) in &mut self.processes {
-            let changed = process.perf_map.as_ref().map_or(0, |p| p.changed_ns);
+            let changed = process
+                .sources
+                .perf_map
+                .as_ref()
+                .map_or(0, |p| p.changed_ns);
             let content = &process.perf_content;
             process.snapshot_parked.retain_mut(|parked| {
                 let Some(i) = parked.counted.iter().position(|c| c.session == session) else {
@@ -1104,86 +1091,32 @@ impl CodeMaps {
         // at once) share one.
         let uid = process.uid.unwrap_or(u32::MAX);
         let mut budget = self.budgets.take(uid, now_ns);
-        let mut changes = Vec::new();
-        let mut refused = Vec::new();
-        let mut check = |start: u64, end: u64| {
-            let ok = check(start, end);
-            if !ok {
-                refused.push((start, end));
-            }
-            ok
+        let job = ReadJob {
+            pid,
+            nspid: process.nspid,
+            uid: process.uid,
+            now_ns,
+            exited: process.exited,
         };
-
-        // A JVM writes its map as it exits (-XX:+DumpPerfMapAtExit): looked for once more then.
-        let last_look = process.exited && !std::mem::replace(&mut process.looked_after_exit, true);
-        if process.perf_map.is_none()
-            && let Some(uid) = process.uid
-            && (last_look
-                || (!process.exited
-                    && now_ns.saturating_sub(process.perf_map_checked_ns) >= PERF_MAP_RECHECK_NS))
-        {
-            process.perf_map_checked_ns = now_ns;
-            let root = process.root.as_ref().map(|r| r.as_fd());
-            match PerfMapSource::open(pid, process.nspid, uid, root) {
-                Ok(Some(source)) => {
-                    tracing::info!(pid, "reading perf map");
-                    self.counters.sources += 1;
-                    process.perf_map = Some(source);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    if process.reported.insert(e.clone()) {
-                        self.counters.source_failures += 1;
-                        tracing::warn!(pid, "perf map refused: {e}");
-                    }
-                }
-            }
-        }
-        if process.looked_after_exit {
-            process.root = None;
-        }
-        let mut perf_changed = false;
-        if let Some(perf_map) = &mut process.perf_map {
-            match perf_map.read(now_ns, &store, &mut check, final_read, &mut budget) {
-                Ok(read) => {
-                    for (_, change) in &read {
-                        // Refusals are the timeline's to count: the content only names.
-                        let _ = apply_change(&mut process.perf_content, change);
-                    }
-                    perf_changed = !read.is_empty();
-                    changes.extend(read);
-                }
-                Err(e) => {
-                    self.counters.source_failures += 1;
-                    tracing::warn!(pid, "perf map read no more: {e}");
-                    count_refusals(&mut self.counters, &mut perf_map.refusals);
-                    process.perf_map = None;
-                    process.perf_map_checked_ns = u64::MAX;
-                }
-            }
-        }
-        for jitdump in &mut process.jitdumps {
-            changes.extend(jitdump.read(now_ns, &store, &mut check, final_read, &mut budget));
-        }
-        for file in &mut process.files {
-            changes.extend(file.read(&store, final_read, &mut budget));
-        }
+        let read = process.sources.read(job, &store, check, &mut budget);
         self.budgets.put_back(uid, budget);
-        for range in refused {
+        self.counters.sources += read.opened;
+        self.counters.source_failures += read.failures;
+        for (reason, n) in read.refused {
+            *self.counters.refused.entry(reason).or_default() += n;
+        }
+        for range in read.refused_ranges {
             if process.refused_ranges.len() == MAX_REFUSED_RANGES {
                 process.refused_ranges.pop_front();
             }
             process.refused_ranges.push_back(range);
         }
-        let failures = process
-            .jitdumps
-            .iter_mut()
-            .filter_map(|s| s.take_failure())
-            .chain(process.files.iter_mut().filter_map(|s| s.take_failure()));
-        for failure in failures {
-            self.counters.source_failures += 1;
-            tracing::warn!(pid, "code map read no more: {failure}");
+        for (_, change) in &read.changes[..read.perf_map_changes] {
+            // Refusals are the timeline's to count: the content only names.
+            let _ = apply_change(&mut process.perf_content, change);
         }
+        let perf_changed = read.perf_map_changes > 0;
+        let changes = read.changes;
         process.note_found(now_ns);
         push_changes(process, now_ns, changes);
         let known = process.known_until(now_ns).min(samples_until);
@@ -1305,7 +1238,11 @@ impl CodeMaps {
         }
 
         // Unexplained samples a perf map read after them may name.
-        let changed = process.perf_map.as_ref().map_or(0, |p| p.changed_ns);
+        let changed = process
+            .sources
+            .perf_map
+            .as_ref()
+            .map_or(0, |p| p.changed_ns);
         let content = &process.perf_content;
         let mut settle = |parked: &mut Parked, sink: &mut dyn Sink| -> bool {
             if changed > parked.timestamp_ns {
@@ -1431,6 +1368,7 @@ fn push_changes(process: &mut ProcessCode, now_ns: u64, changes: Vec<(u64, Chang
 mod tests {
     use super::*;
     use crate::codemap::code::{Code, CodeId, CodeSource};
+    use std::collections::HashSet;
     use vmscope_proto::v1::CodeKind;
 
     #[test]
@@ -1465,13 +1403,13 @@ mod tests {
             )
         };
         maps.touch(me);
-        assert!(maps.processes[&me].root.is_some());
+        assert!(maps.processes[&me].sources.root.is_some());
         advance(&mut maps, 1);
-        assert!(maps.processes[&me].root.is_some(), "alive: held");
+        assert!(maps.processes[&me].sources.root.is_some(), "alive: held");
         maps.exited(me);
         advance(&mut maps, 2);
         assert!(
-            maps.processes[&me].root.is_none(),
+            maps.processes[&me].sources.root.is_none(),
             "looked once more, closed"
         );
     }
