@@ -9,14 +9,14 @@
 //! thread that stops sessions.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::HashSet,
     os::fd::{AsFd, OwnedFd},
 };
 
 use super::registry::PERF_MAP_RECHECK_NS;
 use super::{
     code::CodeStore,
-    refusals::{Reason, Refusals},
+    refusals::Refusals,
     sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
     timeline::Change,
 };
@@ -72,8 +72,8 @@ pub struct ReadOutcome {
     pub opened: u64,
     /// Sources that could not be opened, or were read no more.
     pub failures: u64,
-    /// Refusals of sources dropped by this read, by reason: counted now or never.
-    pub refused: BTreeMap<Reason, u64>,
+    /// What the sources this read dropped refused: counted now or never.
+    pub dropped: Vec<Refusals>,
 }
 
 impl Sources {
@@ -163,10 +163,7 @@ impl Sources {
                 Err(e) => {
                     out.failures += 1;
                     tracing::warn!(pid, "perf map read no more: {e}");
-                    for (reason, n) in perf_map.refusals.take_uncounted() {
-                        *out.refused.entry(reason).or_default() += n;
-                    }
-                    self.perf_map = None;
+                    out.dropped.extend(self.perf_map.take().map(|s| s.refusals));
                     self.perf_map_checked_ns = u64::MAX;
                 }
             }

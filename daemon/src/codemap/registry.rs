@@ -1102,8 +1102,8 @@ impl CodeMaps {
         self.budgets.put_back(uid, budget);
         self.counters.sources += read.opened;
         self.counters.source_failures += read.failures;
-        for (reason, n) in read.refused {
-            *self.counters.refused.entry(reason).or_default() += n;
+        for mut refusals in read.dropped {
+            count_refusals(&mut self.counters, &mut refusals);
         }
         for range in read.refused_ranges {
             if process.refused_ranges.len() == MAX_REFUSED_RANGES {

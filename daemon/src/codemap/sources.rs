@@ -577,12 +577,6 @@ impl JitdumpSource {
         let Some(endian) = self.header.as_ref().map(|h| h.endian) else {
             return Vec::new();
         };
-        let sized = script.and_then(|s| jitdump::reread_debug_info(raw, endian, s.len()));
-        let written = sized.is_some();
-        let entries = sized.unwrap_or_else(|| match jitdump::next_record(raw, endian) {
-            Ok(Some((jitdump::Record::DebugInfo { entries, .. }, _))) => entries,
-            _ => Vec::new(),
-        });
         let file_names = &mut self.file_names;
         let mut shared = |name: &str| -> Arc<str> {
             if let Some(known) = file_names.get(name) {
@@ -595,27 +589,36 @@ impl JitdumpSource {
             name
         };
         let script = script.map(&mut shared);
-        let mut previous: Option<Arc<str>> = None;
-        let mut points = Vec::with_capacity(entries.len());
+        if let Some(script) = &script
+            && let Some(entries) = jitdump::reread_debug_info(raw, endian, script.len())
+        {
+            self.repaired_file_names += entries
+                .iter()
+                .filter(|e| e.file != jitdump::REPEATED_FILE_NAME && e.file != script.as_bytes())
+                .count() as u64;
+            return entries
+                .iter()
+                .map(|e| (e.addr, script.clone(), e.line, e.discrim))
+                .collect();
+        }
+        let Ok(Some((jitdump::Record::DebugInfo { entries, .. }, _))) =
+            jitdump::next_record(raw, endian)
+        else {
+            return Vec::new();
+        };
+        let mut points: Vec<DebugPoint> = Vec::with_capacity(entries.len());
         for e in entries {
-            let repeated = e.file == jitdump::REPEATED_FILE_NAME;
-            let file = match (&script, e.file_str()) {
-                (Some(script), _) if written => {
-                    if !repeated && e.file != script.as_bytes() {
-                        self.repaired_file_names += 1;
-                    }
-                    script.clone()
-                }
-                _ if repeated && previous.is_some() => previous.clone().expect("checked"),
-                (_, Some(file)) if names_a_file(file) => shared(file),
-                (Some(script), _) => {
+            let previous = points.last().map(|p| &p.1);
+            let file = match (previous, &script, e.file_str()) {
+                (Some(previous), ..) if e.file == jitdump::REPEATED_FILE_NAME => previous.clone(),
+                (_, _, Some(file)) if names_a_file(file) => shared(file),
+                (_, Some(script), _) => {
                     self.repaired_file_names += 1;
                     script.clone()
                 }
-                (None, Some(file)) => shared(file),
-                (None, None) => shared("?"),
+                (_, None, Some(file)) => shared(file),
+                (_, None, None) => shared("?"),
             };
-            previous = Some(file.clone());
             points.push((e.addr, file, e.line, e.discrim));
         }
         points
