@@ -1277,14 +1277,21 @@ mod tests {
         }
     }
 
-    /// A real file from V8, as node writes it with --perf-prof.
+    /// A real file from V8, as node writes it with --perf-prof, for a script in a file (whose
+    /// name V8 may write from freed memory, see [`reread_debug_info`]).
     #[test]
     fn real_node_jitdump() {
         let dir = tempfile::tempdir().unwrap();
-        let script = "function f(n){let s=0;for(let i=0;i<n;i++)s+=i;return s} \
-                      for(let i=0;i<2000;i++)f(1000)";
+        let script = dir.path().join("f.js");
+        std::fs::write(
+            &script,
+            "function f(n){let s=0;for(let i=0;i<n;i++)s+=i;return s}\n\
+             for(let i=0;i<2000;i++)f(1000)\n",
+        )
+        .unwrap();
+        let script = script.to_str().unwrap();
         let status = std::process::Command::new("/usr/bin/node")
-            .args(["--perf-prof", "--perf-prof-unwinding-info", "-e", script])
+            .args(["--perf-prof", "--perf-prof-unwinding-info", script])
             .current_dir(dir.path())
             .status()
             .unwrap_or_else(|e| {
@@ -1324,46 +1331,62 @@ mod tests {
         assert!(
             loads
                 .iter()
-                .any(|(name, _)| name.starts_with("JS:") && name.contains("f [eval]")),
+                .any(|(name, _)| name.starts_with("JS:") && name.contains(&format!("f {script}:"))),
             "no load of f"
         );
-        let debug = records
+        let debug_records = records
             .iter()
             .filter(|r| matches!(r, Record::DebugInfo { .. }))
             .count();
-        assert!(debug > 0, "no CODE_DEBUG_INFO");
+        assert!(debug_records > 0, "no CODE_DEBUG_INFO");
         assert!(
             records
                 .iter()
                 .any(|r| matches!(r, Record::UnwindingInfo { data, .. } if !data.is_empty())),
             "no CODE_UNWINDING_INFO"
         );
-        // Each debug record describes a load that follows it, and V8 puts its addresses 0x40
-        // past the code (where `perf inject` puts the code, after an ELF header).
-        for (i, record) in records.iter().enumerate() {
-            let Record::DebugInfo {
-                code_addr, entries, ..
-            } = record
-            else {
-                continue;
-            };
-            let size = records[i + 1..]
-                .iter()
-                .find_map(|r| match r {
-                    Record::CodeLoad {
-                        code_addr: a,
-                        code_size,
-                        ..
-                    } if a == code_addr => Some(*code_size),
-                    _ => None,
-                })
-                .unwrap_or_else(|| panic!("debug info for {code_addr:#x} without a later load"));
-            for e in entries {
-                assert!(
-                    (code_addr + 0x40..=code_addr + 0x40 + size).contains(&e.addr),
-                    "{e:?} outside the code {code_addr:#x} of {size} bytes (+0x40)"
-                );
+        // Each debug record describes a load that follows it. Read with the length of the
+        // script named by the load, every record fits, and V8 puts its addresses 0x40 past the
+        // code (where `perf inject` puts the code, after an ELF header).
+        let mut at = header.header_size as usize;
+        let mut debug: Option<(u64, &[u8])> = None;
+        let mut reread = 0;
+        while let Ok(Some((record, used))) = next_record(&bytes[at..], header.endian) {
+            match record {
+                Record::DebugInfo { code_addr, .. } => {
+                    debug = Some((code_addr, &bytes[at..at + used]))
+                }
+                Record::CodeLoad {
+                    code_addr,
+                    code_size,
+                    name,
+                    ..
+                } if debug.is_some_and(|(a, _)| a == code_addr) => {
+                    let (_, raw) = debug.take().unwrap();
+                    let path = name
+                        .rsplit(' ')
+                        .next()
+                        .unwrap()
+                        .rsplitn(3, ':')
+                        .nth(2)
+                        .unwrap();
+                    let entries = reread_debug_info(raw, header.endian, path.len())
+                        .unwrap_or_else(|| panic!("{name}: does not read by its script's length"));
+                    for e in entries {
+                        assert!(
+                            (code_addr + 0x40..=code_addr + 0x40 + code_size).contains(&e.addr),
+                            "{e:?} outside the code {code_addr:#x} of {code_size} bytes (+0x40)"
+                        );
+                    }
+                    reread += 1;
+                }
+                _ => {}
             }
+            at += used;
         }
+        assert_eq!(
+            reread, debug_records,
+            "every debug record precedes its load"
+        );
     }
 }
