@@ -242,7 +242,9 @@ pub struct Swept {
 /// Codes that nothing refers to any more (no process's map, no session) are reclaimed by
 /// [`CodeStore::sweep`]. Ids are never reused, so a reference the sweep missed finds no code
 /// rather than another one; and a code interned or found since the previous sweep is never
-/// let go, for it may be on its way to the manager in a batch of changes.
+/// let go, for it may be on its way to the manager in a batch of changes. A read of code map
+/// files, which may take any time, holds its owner's codes interned since it began
+/// ([`CodeStore::hold`]).
 #[derive(Debug)]
 pub struct CodeStore {
     inner: RwLock<Store>,
@@ -275,6 +277,24 @@ struct Store {
     hasher: foldhash::fast::RandomState,
     epoch: u64,
     counters: StoreCounters,
+    /// Reads under way: (owner, epoch at their start), by hold id.
+    holds: HashMap<u64, (u32, u64)>,
+    next_hold: u64,
+}
+
+/// Codes of one owner interned while it lives are not swept: what a read of code map files
+/// interned is kept until its changes reach their timeline, however long the read took. Only
+/// that owner's codes are held, so a read stuck on one user's file keeps none of another's.
+#[derive(Debug)]
+pub struct Hold {
+    store: Arc<CodeStore>,
+    id: u64,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.store.write().holds.remove(&self.id);
+    }
 }
 
 impl CodeStore {
@@ -297,6 +317,19 @@ impl CodeStore {
         }
     }
 
+    /// Keeps `owner`'s codes interned from now on from the sweeps while the hold lives.
+    pub fn hold(self: &Arc<Self>, owner: u32) -> Hold {
+        let mut store = self.write();
+        let id = store.next_hold;
+        store.next_hold += 1;
+        let epoch = store.epoch;
+        store.holds.insert(id, (owner, epoch));
+        Hold {
+            store: self.clone(),
+            id,
+        }
+    }
+
     /// How the store's bytes are shared.
     pub fn limits(&self) -> ShareLimits {
         self.limits
@@ -314,6 +347,7 @@ impl CodeStore {
             hasher,
             epoch,
             counters,
+            ..
         } = &mut *store;
         let hash = hasher.hash_one((owner, &code));
         let found = ids.find(hash, |id| {
@@ -364,6 +398,7 @@ impl CodeStore {
             ids,
             epoch,
             counters,
+            holds,
             ..
         } = &mut *store;
         *epoch += 1;
@@ -375,6 +410,12 @@ impl CodeStore {
                 return true;
             }
             if entry.seen + 1 >= now {
+                return true;
+            }
+            if holds
+                .values()
+                .any(|&(owner, since)| owner == entry.owner && entry.seen >= since)
+            {
                 return true;
             }
             held.give_back(entry.owner, entry.bytes);
@@ -588,5 +629,24 @@ mod tests {
         assert_eq!(store.sweep(|_| false).codes, 1);
         assert_eq!(store.sweep(|_| false).codes, 1);
         assert!(store.is_empty() && store.bytes() == 0);
+    }
+
+    #[test]
+    fn a_read_under_way_keeps_the_codes_its_owner_interned_since_it_began() {
+        let store = Arc::new(CodeStore::new());
+        let before = store.intern(method(&[(0x10, 1)]), 1000).unwrap();
+        store.sweep(|_| false);
+        let hold = store.hold(1000);
+        let during = store.intern(method(&[(0x11, 1)]), 1000).unwrap();
+        let other = store.intern(method(&[(0x12, 1)]), 2000).unwrap();
+        for _ in 0..3 {
+            store.sweep(|_| false);
+        }
+        // Only what its owner interned since the read began: not older codes, not another's.
+        assert!(store.get(during).is_some());
+        assert!(store.get(before).is_none() && store.get(other).is_none());
+        drop(hold);
+        store.sweep(|_| false);
+        assert!(store.get(during).is_none() && store.is_empty());
     }
 }
