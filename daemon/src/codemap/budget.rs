@@ -1,8 +1,9 @@
 //! How many bytes of code map files each user's processes may have read, per unit of time.
 //!
-//! Code map files are read on the session manager's thread, as samples wait for them: a file
-//! that is huge, sparse or growing without end must not take that thread from other users'
-//! sessions. Each uid has a token bucket: its processes' sources read at most a burst at once
+//! Code map files are read as samples wait for them, on one reader thread per user
+//! ([`super::reader`]): a file that is huge, sparse or growing without end must not keep the
+//! attribution of its own user's samples, nor the reader, busy for long. Each uid has a token
+//! bucket: its processes' sources read at most a burst at once
 //! and a steady rate after, and what one user's files cost never comes out of another's share.
 
 use std::collections::HashMap;

@@ -2,18 +2,21 @@
 //! jitdump and code map files found in its mappings.
 //!
 //! Everything that does I/O for a process's code map is here, apart from the timelines that
-//! the changes read feed ([`super::registry`]): a read takes the sources and a budget, and
-//! gives back changes and what it found, touching nothing else. A read is bounded in bytes by
-//! the budget, but not in time: a file on a slow or hostile filesystem can take as long as it
-//! likes, which is why the sources are kept to themselves, ready to be read away from the
-//! thread that stops sessions.
+//! the changes read feed ([`super::registry`]): a read takes the sources, the files newly
+//! mapped and a budget, and gives back changes and what it found, touching nothing else. A
+//! read is bounded in bytes by the budget, but not in time: a file on a slow or hostile
+//! filesystem can take as long as it likes, which is why reads run on their own threads
+//! ([`super::reader`]), and the manager goes by the [`Status`] of the last read meanwhile.
 
 use std::{
     collections::HashSet,
+    fs::File,
     os::fd::{AsFd, OwnedFd},
 };
 
-use super::registry::PERF_MAP_RECHECK_NS;
+use super::registry::{
+    MAX_FILES_PER_PROCESS, MappedCodeMapFile, MappedFileKind, PERF_MAP_RECHECK_NS,
+};
 use super::{
     code::CodeStore,
     refusals::Refusals,
@@ -59,6 +62,31 @@ pub struct ReadJob {
     pub exited: bool,
 }
 
+/// What the manager knows of a process's sources while they are being read: what the last
+/// read left them saying.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// A perf map was found.
+    pub perf_map: bool,
+    /// Jitdump files are read.
+    pub jitdumps: bool,
+    /// Code map files are read.
+    pub files: bool,
+    /// When the perf map's content last changed (0: never).
+    pub perf_map_changed_ns: u64,
+    /// Up to when the code map files that still read tell the map (the least of them).
+    pub files_known_until: Option<u64>,
+    /// The latest record of the jitdump files that still read (the least of them).
+    pub jitdumps_last_ns: Option<u64>,
+}
+
+impl Status {
+    /// Whether there is any file source.
+    pub fn any(&self) -> bool {
+        self.perf_map || self.jitdumps || self.files
+    }
+}
+
 /// What one read found.
 #[derive(Debug, Default)]
 pub struct ReadOutcome {
@@ -74,6 +102,8 @@ pub struct ReadOutcome {
     pub failures: u64,
     /// What the sources this read dropped refused: counted now or never.
     pub dropped: Vec<Refusals>,
+    /// The read panicked: the sources were lost (a bug, said in the log).
+    pub panicked: bool,
 }
 
 impl Sources {
@@ -85,9 +115,77 @@ impl Sources {
         }
     }
 
-    /// Whether it has any file source.
-    pub fn any(&self) -> bool {
-        self.perf_map.is_some() || !self.jitdumps.is_empty() || !self.files.is_empty()
+    /// What the sources say now.
+    pub fn status(&self) -> Status {
+        Status {
+            perf_map: self.perf_map.is_some(),
+            jitdumps: !self.jitdumps.is_empty(),
+            files: !self.files.is_empty(),
+            perf_map_changed_ns: self.perf_map.as_ref().map_or(0, |p| p.changed_ns),
+            files_known_until: self
+                .files
+                .iter()
+                .filter(|f| !f.broken.is_broken())
+                .map(|f| f.known_until())
+                .min(),
+            jitdumps_last_ns: self
+                .jitdumps
+                .iter()
+                .filter(|j| !j.broken.is_broken())
+                .map(|j| j.last_ns)
+                .min(),
+        }
+    }
+
+    /// Whether the mapped file `id` was opened (or refused) already.
+    pub fn knows(&self, id: &FileId) -> bool {
+        self.known_files.contains(id)
+    }
+
+    /// Opens the jitdump and code map files of `files` not known yet, at most
+    /// [`MAX_FILES_PER_PROCESS`]; `open` opens a mapped file (through /proc/PID/map_files).
+    /// Counts in `out` what was opened and what failed.
+    pub fn open_files(
+        &mut self,
+        job: &ReadJob,
+        files: &[MappedCodeMapFile],
+        open: &dyn Fn(&MappedCodeMapFile) -> std::io::Result<File>,
+        out: &mut ReadOutcome,
+    ) {
+        let pid = job.pid;
+        let Some(uid) = job.uid else { return };
+        for mapped in files {
+            if self.known_files.contains(&mapped.id) {
+                continue;
+            }
+            if self.known_files.len() >= MAX_FILES_PER_PROCESS {
+                let problem = format!("it maps more than {MAX_FILES_PER_PROCESS} code map files");
+                if self.reported.insert(problem.clone()) {
+                    out.failures += 1;
+                    tracing::warn!(pid, "code map {} refused: {problem}", mapped.path.display());
+                }
+                continue;
+            }
+            self.known_files.insert(mapped.id);
+            let source = open(mapped)
+                .map_err(|e| format!("cannot open {}: {e}", mapped.path.display()))
+                .and_then(|file| match mapped.kind {
+                    MappedFileKind::Jitdump => JitdumpSource::new(file, &mapped.path, pid, uid)
+                        .map(|s| self.jitdumps.push(s)),
+                    MappedFileKind::CodeMap => CodeMapFileSource::new(file, &mapped.path, pid, uid)
+                        .map(|s| self.files.push(s)),
+                });
+            match source {
+                Ok(()) => {
+                    out.opened += 1;
+                    tracing::info!(pid, file = %mapped.path.display(), "reading code map");
+                }
+                Err(e) => {
+                    out.failures += 1;
+                    tracing::warn!(pid, "code map refused: {e}");
+                }
+            }
+        }
     }
 
     /// What each source refused.
@@ -100,23 +198,23 @@ impl Sources {
     }
 
     /// Reads what the sources added since the last read, at most `budget` bytes (taken from
-    /// it), looking for the perf map if it is time to. `check` says which address ranges are
-    /// executable in the process.
+    /// it), looking for the perf map if it is time to; adds what it found to `out`. `check`
+    /// says which address ranges are executable in the process.
     pub fn read(
         &mut self,
-        job: ReadJob,
+        job: &ReadJob,
         store: &CodeStore,
         check: &mut dyn FnMut(u64, u64) -> bool,
         budget: &mut u64,
-    ) -> ReadOutcome {
+        out: &mut ReadOutcome,
+    ) {
         let ReadJob {
             pid,
             nspid,
             now_ns,
             exited,
             ..
-        } = job;
-        let mut out = ReadOutcome::default();
+        } = *job;
         let refused = &mut out.refused_ranges;
         let mut check = |start: u64, end: u64| {
             let ok = check(start, end);
@@ -184,6 +282,5 @@ impl Sources {
             out.failures += 1;
             tracing::warn!(pid, "code map read no more: {failure}");
         }
-        out
     }
 }

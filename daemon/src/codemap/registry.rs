@@ -32,7 +32,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fs::File,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -42,10 +41,11 @@ use vmscope_parse::stat;
 use super::{
     budget::ReadBudgets,
     code::{CodeId, CodeStore},
+    executable::Executable,
     live::LiveMap,
-    reading::{ReadJob, Sources},
+    reader::{self, ReadReply, ReadRequest, Readers},
+    reading::{ReadJob, Sources, Status},
     refusals::{Reason, Refusals},
-    sources::{CodeMapFileSource, JitdumpSource},
     timeline::{Change, PendingSample, Timeline, apply_change},
 };
 use crate::{
@@ -73,6 +73,11 @@ pub const JITDUMP_MAX_WAIT_NS: u64 = 5_000_000_000;
 
 /// How long samples of a process without any code map wait for one to appear.
 pub const DISCOVERY_WAIT_NS: u64 = 200_000_000;
+
+/// Longest a sample waits for a read of its process's files that is under way (see
+/// [`super::reader`]): a read that hangs (a user's FUSE file) leaves its samples attributed
+/// provisionally after this, and placed again if it ever returns.
+pub const READ_GRACE_NS: u64 = 1_000_000_000;
 
 /// Longest a sample counted provisionally stays parked for its code map to catch up: a
 /// runtime that buffers its jitdump until exit and runs longer leaves it provisional.
@@ -452,6 +457,16 @@ pub struct CodeMapCounters {
     pub attributed: u64,
     /// Syncs whose reads stopped at their user's byte budget (see [`super::budget`]).
     pub reads_deferred: u64,
+    /// Reads of processes' files sent to reader threads ([`super::reader`]).
+    pub reads: u64,
+    /// Reads under way now (a gauge): one that stays is stuck on its file.
+    pub reads_in_flight: u64,
+    /// Reader threads alive now (a gauge).
+    pub read_threads: u64,
+    /// Reads that came back for a process that exec'd or was forgotten meanwhile.
+    pub reads_stale: u64,
+    /// Reads that panicked (a bug: their sources were looked for afresh).
+    pub reads_panicked: u64,
     /// Samples in generated code no code map explained.
     pub unexplained: u64,
     /// Changes applied.
@@ -505,8 +520,22 @@ struct ProcessCode {
     unexplained_since_snapshot: u64,
     uid: Option<u32>,
     nspid: u32,
-    /// Its files, and the state of reading them.
-    sources: Sources,
+    /// Its files, and the state of reading them; `None` while out to a reader.
+    sources: Option<Sources>,
+    /// What the sources said when they last came back from a read.
+    status: Status,
+    /// The time of the last read taken back (0: none yet): what the sources are known up to.
+    read_ns: u64,
+    /// A read made after the process exited was taken back: its map is complete.
+    read_after_exit: bool,
+    /// The current checkout of the sources: replies of another are stale.
+    generation: u64,
+    /// Files it maps that may be new, to be opened by the next read.
+    new_files: Vec<MappedCodeMapFile>,
+    /// Its perf map was rewritten while its sources were out: read it again, whole.
+    reread_perf_map: bool,
+    /// Its perf map changed since samples waiting for a later snapshot were last settled.
+    perf_map_changed: bool,
     /// The process's start time (`/proc/PID/stat`): what tells it from a later one at its pid.
     start_time_ticks: Option<u64>,
     /// gRPC publications open, and how far they are known.
@@ -528,13 +557,13 @@ impl ProcessCode {
     /// The kinds of code map it has.
     fn kinds(&self) -> CodeMapKinds {
         let mut kinds = CodeMapKinds::default();
-        if self.sources.perf_map.is_some() {
+        if self.status.perf_map {
             kinds = kinds.with(CodeMapKinds::PERF_MAP);
         }
-        if !self.sources.jitdumps.is_empty() {
+        if self.status.jitdumps {
             kinds = kinds.with(CodeMapKinds::JITDUMP);
         }
-        if !self.sources.files.is_empty() {
+        if self.status.files {
             kinds = kinds.with(CodeMapKinds::CODE_MAP_FILE);
         }
         if self.streams > 0 || self.published_until_ns > 0 {
@@ -553,11 +582,17 @@ impl ProcessCode {
         }
     }
 
-    /// What each of its sources, and its timeline, refused.
+    /// What each of its sources (when not out to a reader), and its timeline, refused.
     fn refusals(&mut self) -> impl Iterator<Item = &mut Refusals> {
         self.sources
-            .refusals()
+            .iter_mut()
+            .flat_map(|s| s.refusals())
             .chain(std::iter::once(&mut self.timeline.refusals))
+    }
+
+    /// Whether a read of its files is under way, or due at once (its perf map was rewritten).
+    fn reading(&self) -> bool {
+        self.sources.is_none() || self.reread_perf_map
     }
 
     /// Hands what its sources refused since last time to the daemon's counters: before the
@@ -593,9 +628,10 @@ impl ProcessCode {
 
     /// What the sources vouch for, and with `bounded`, no less than their bounded waits allow:
     /// a process with no source yet is waited for [`DISCOVERY_WAIT_NS`], a silent publication
-    /// [`PUBLICATION_GRACE_NS`], a buffered jitdump [`JITDUMP_MAX_WAIT_NS`].
+    /// [`PUBLICATION_GRACE_NS`], a buffered jitdump [`JITDUMP_MAX_WAIT_NS`], a read under way
+    /// [`READ_GRACE_NS`].
     fn until(&self, now_ns: u64, bounded: bool) -> u64 {
-        if self.exited {
+        if self.exited && self.read_after_exit {
             return u64::MAX;
         }
         let at_least = |wait: u64| {
@@ -605,7 +641,7 @@ impl ProcessCode {
                 0
             }
         };
-        let no_source_yet = !self.sources.any() && self.streams == 0;
+        let no_source_yet = !self.status.any() && self.streams == 0;
         // Without any source, nothing is vouched for and nothing waited for but the discovery.
         let mut until = if no_source_yet && bounded {
             now_ns.saturating_sub(DISCOVERY_WAIT_NS)
@@ -615,25 +651,16 @@ impl ProcessCode {
         if self.streams > 0 {
             until = until.min(self.published_until_ns.max(at_least(PUBLICATION_GRACE_NS)));
         }
-        if let Some(file) = self
-            .sources
-            .files
-            .iter()
-            .filter(|f| !f.broken.is_broken())
-            .map(|f| f.known_until())
-            .min()
-        {
+        if let Some(file) = self.status.files_known_until {
             until = until.min(file.max(at_least(PUBLICATION_GRACE_NS)));
         }
-        if let Some(jitdump) = self
-            .sources
-            .jitdumps
-            .iter()
-            .filter(|j| !j.broken.is_broken())
-            .map(|j| j.last_ns)
-            .min()
-        {
+        if let Some(jitdump) = self.status.jitdumps_last_ns {
             until = until.min(jitdump.max(at_least(JITDUMP_MAX_WAIT_NS)));
+        }
+        // Files are known up to the last read: what a read under way brings is not known yet.
+        // (A process never read, only published for, is known as far as its publications.)
+        if self.read_ns > 0 || self.sources.is_none() {
+            until = until.min(self.read_ns.max(at_least(READ_GRACE_NS)));
         }
         until
     }
@@ -647,16 +674,28 @@ pub struct CodeMaps {
     counters: CodeMapCounters,
     /// Bytes of code map files each user's processes may read.
     budgets: ReadBudgets,
+    /// Where reads of code map files go.
+    readers: Readers,
+    next_generation: u64,
 }
 
 impl CodeMaps {
-    /// No code maps yet; codes are interned into `store`.
+    /// No code maps yet; codes are interned into `store`, and files read on the caller's
+    /// thread (tests of the registry).
     pub fn new(store: Arc<CodeStore>) -> CodeMaps {
+        let readers = Readers::inline(store, Arc::new(reader::open_mapped));
+        CodeMaps::with_readers(readers)
+    }
+
+    /// No code maps yet; files are read by `readers`, and codes interned into their store.
+    pub fn with_readers(readers: Readers) -> CodeMaps {
         CodeMaps {
-            store,
+            store: readers.store().clone(),
             processes: HashMap::new(),
             counters: CodeMapCounters::default(),
             budgets: ReadBudgets::default(),
+            readers,
+            next_generation: 1,
         }
     }
 
@@ -676,6 +715,14 @@ impl CodeMaps {
         }
         c.changes_refused = c.refused.get(&Reason::Unapplicable).copied().unwrap_or(0);
         c.reads_deferred = self.budgets.exhausted;
+        let r = self.readers.counters();
+        c.reads = r.reads;
+        c.reads_in_flight = self
+            .processes
+            .values()
+            .filter(|p| p.sources.is_none())
+            .count() as u64;
+        c.read_threads = self.readers.threads() as u64;
         c.source_refusals = c
             .refused
             .iter()
@@ -708,7 +755,14 @@ impl CodeMaps {
                 unexplained_since_snapshot: 0,
                 uid: status.as_ref().map(|s| s.uids.effective),
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
-                sources: Sources::new(sys::open_process_root(pid).ok()),
+                sources: Some(Sources::new(sys::open_process_root(pid).ok())),
+                status: Status::default(),
+                read_ns: 0,
+                read_after_exit: false,
+                generation: 0,
+                new_files: Vec::new(),
+                reread_perf_map: false,
+                perf_map_changed: false,
                 start_time_ticks: read_start_time(pid),
                 streams: 0,
                 published_until_ns: 0,
@@ -722,55 +776,27 @@ impl CodeMaps {
     pub fn has_sources(&self, pid: u32) -> bool {
         self.processes
             .get(&pid)
-            .is_some_and(|p| p.sources.any() || p.streams > 0)
+            .is_some_and(|p| p.status.any() || p.streams > 0)
     }
 
-    /// Opens the jitdump and code map files a process maps, if not known yet. `open` opens a
-    /// mapped file through /proc/PID/map_files.
-    pub fn observe_files(
-        &mut self,
-        pid: u32,
-        files: &[MappedCodeMapFile],
-        open: impl Fn(&MappedCodeMapFile) -> std::io::Result<File>,
-    ) {
+    /// Notes the jitdump and code map files a process maps: those not known yet are opened by
+    /// its next read.
+    pub fn observe_files(&mut self, pid: u32, files: &[MappedCodeMapFile]) {
         let process = self.process(pid);
-        let Some(uid) = process.uid else { return };
-        let process = &mut process.sources;
-        let (mut opened, mut failed) = (0, 0);
         for mapped in files {
-            if process.known_files.contains(&mapped.id) {
+            let known = process
+                .sources
+                .as_ref()
+                .is_some_and(|s| s.knows(&mapped.id));
+            // One beyond the most a read opens, for it to say so.
+            if known
+                || process.new_files.iter().any(|f| f.id == mapped.id)
+                || process.new_files.len() > MAX_FILES_PER_PROCESS
+            {
                 continue;
             }
-            if process.known_files.len() >= MAX_FILES_PER_PROCESS {
-                let problem = format!("it maps more than {MAX_FILES_PER_PROCESS} code map files");
-                if process.reported.insert(problem.clone()) {
-                    failed += 1;
-                    tracing::warn!(pid, "code map {} refused: {problem}", mapped.path.display());
-                }
-                continue;
-            }
-            process.known_files.insert(mapped.id);
-            let source = open(mapped)
-                .map_err(|e| format!("cannot open {}: {e}", mapped.path.display()))
-                .and_then(|file| match mapped.kind {
-                    MappedFileKind::Jitdump => JitdumpSource::new(file, &mapped.path, pid, uid)
-                        .map(|s| process.jitdumps.push(s)),
-                    MappedFileKind::CodeMap => CodeMapFileSource::new(file, &mapped.path, pid, uid)
-                        .map(|s| process.files.push(s)),
-                });
-            match source {
-                Ok(()) => {
-                    opened += 1;
-                    tracing::info!(pid, file = %mapped.path.display(), "reading code map");
-                }
-                Err(e) => {
-                    failed += 1;
-                    tracing::warn!(pid, "code map refused: {e}");
-                }
-            }
+            process.new_files.push(mapped.clone());
         }
-        self.counters.sources += opened;
-        self.counters.source_failures += failed;
     }
 
     /// A sample in generated code, to attribute once the maps are known up to its time.
@@ -843,13 +869,19 @@ impl CodeMaps {
             process.perf_content = LiveMap::default();
             // The old program's files write no more (it is gone) and must not hold the new
             // program's samples back; the new program's are found in its own mappings. Its
-            // root directory is the new program's too.
-            let sources = &mut process.sources;
-            sources.perf_map = None;
-            sources.perf_map_checked_ns = 0;
-            sources.jitdumps.clear();
-            sources.files.clear();
-            sources.known_files.clear();
+            // root directory is the new program's too. Sources out to a reader come back
+            // stale, and are dropped then.
+            let root = match process.sources.take() {
+                Some(sources) => sources.root,
+                None => sys::open_process_root(pid).ok(),
+            };
+            process.sources = Some(Sources::new(root));
+            process.generation = self.next_generation;
+            self.next_generation += 1;
+            process.status = Status::default();
+            process.read_ns = 0;
+            process.new_files.clear();
+            process.reread_perf_map = false;
             // A setuid program is another user's: its maps must be that user's files.
             process.uid = read_uid(pid);
         }
@@ -1023,22 +1055,30 @@ impl CodeMaps {
     pub fn perf_map_rewritten(&mut self, pid: u32) {
         if let Some(process) = self.processes.get_mut(&pid) {
             process.unexplained_since_snapshot = 0;
-            match &mut process.sources.perf_map {
-                Some(source) => source.reread(),
-                None => process.sources.perf_map_checked_ns = 0,
+            match &mut process.sources {
+                Some(sources) => reread_perf_map(sources),
+                None => process.reread_perf_map = true,
             }
         }
+    }
+
+    /// Whether a read of the process's files is under way or due at once: a session stopping
+    /// waits for it (bounded by its stop timeout), so that a perf map rewritten for its stop
+    /// names its samples.
+    pub fn reading(&self, pid: u32) -> bool {
+        self.processes.get(&pid).is_some_and(|p| p.reading())
+    }
+
+    /// Lets go of reader threads idle for a while.
+    pub fn retire_idle_readers(&mut self, now_ns: u64) {
+        self.readers.retire_idle(now_ns);
     }
 
     /// A session took its last samples: its samples waiting for a later snapshot are settled
     /// with what the perf map says now (if it changed after them), and let go.
     pub fn session_final(&mut self, session: u64, sink: &mut dyn Sink) {
         for (&pid, process) in &mut self.processes {
-            let changed = process
-                .sources
-                .perf_map
-                .as_ref()
-                .map_or(0, |p| p.changed_ns);
+            let changed = process.status.perf_map_changed_ns;
             let content = &process.perf_content;
             process.snapshot_parked.retain_mut(|parked| {
                 let Some(i) = parked.counted.iter().position(|c| c.session == session) else {
@@ -1062,13 +1102,14 @@ impl CodeMaps {
         }
     }
 
-    /// Reads the process's sources and attributes every sample the maps are now known for,
-    /// handing each to `sink` with its frames placed; then places again the samples counted
-    /// provisionally that the sources now vouch for, and those a perf map read after them
-    /// names (see the module's doc).
+    /// Sends the process's sources to be read (unless a read is under way), and attributes
+    /// every sample the maps are known for, handing each to `sink` with its frames placed;
+    /// then places again the samples counted provisionally that the sources now vouch for, and
+    /// those a perf map read after them names (see the module's doc). What the read finds is
+    /// attributed as it comes back ([`CodeMaps::read_done`]); with inline readers, at once.
     ///
-    /// `check` says which address ranges are executable in the process (perf map and jitdump
-    /// entries elsewhere are refused). `samples_until` is how far every sample is known: the
+    /// `executable` gives the process's executable ranges (perf map and jitdump entries
+    /// elsewhere are refused). `samples_until` is how far every sample is known: the
     /// timelines never move beyond it, or a sample still on its way would be looked up in a map
     /// too new. With `force_until`, every waiting sample stamped up to then is attributed with
     /// what is known now (a stop that cannot wait longer), provisionally; later ones keep
@@ -1079,32 +1120,105 @@ impl CodeMaps {
         now_ns: u64,
         samples_until: u64,
         force_until: Option<u64>,
-        check: &mut dyn FnMut(u64, u64) -> bool,
+        executable: &mut dyn FnMut() -> Executable,
         sink: &mut dyn Sink,
     ) {
-        let store = self.store.clone();
+        self.send_read(pid, now_ns, executable);
+        while let Some(reply) = self.readers.take_inline() {
+            self.take_back(reply, now_ns);
+        }
+        self.attribute(pid, now_ns, samples_until, force_until, sink);
+    }
+
+    /// A read came back: what it found is applied, and the samples it lets through are
+    /// attributed. Answers whether the process wants another read at once (it exited, or its
+    /// perf map was rewritten, while this one was under way).
+    pub fn read_done(
+        &mut self,
+        reply: ReadReply,
+        now_ns: u64,
+        samples_until: u64,
+        sink: &mut dyn Sink,
+    ) -> bool {
+        let pid = reply.job.pid;
+        if !self.take_back(reply, now_ns) {
+            return false;
+        }
+        self.attribute(pid, now_ns, samples_until, None, sink);
+        self.processes
+            .get(&pid)
+            .is_some_and(|p| p.reread_perf_map || (p.exited && !p.read_after_exit))
+    }
+
+    /// Checks the process's sources out to a reader, with the files newly mapped and a budget
+    /// on its owner's bytes.
+    fn send_read(&mut self, pid: u32, now_ns: u64, executable: &mut dyn FnMut() -> Executable) {
         let Some(process) = self.processes.get_mut(&pid) else {
             return;
         };
-        let final_read = process.exited;
+        let Some(mut sources) = process.sources.take() else {
+            return;
+        };
+        if std::mem::take(&mut process.reread_perf_map) {
+            reread_perf_map(&mut sources);
+        }
+        process.generation = self.next_generation;
+        self.next_generation += 1;
         // Files are read on their owner's budget; processes whose owner could not be read (gone
         // at once) share one.
         let uid = process.uid.unwrap_or(u32::MAX);
-        let mut budget = self.budgets.take(uid, now_ns);
-        let job = ReadJob {
-            pid,
-            nspid: process.nspid,
-            uid: process.uid,
-            now_ns,
-            exited: process.exited,
+        let request = ReadRequest {
+            generation: process.generation,
+            job: ReadJob {
+                pid,
+                nspid: process.nspid,
+                uid: process.uid,
+                now_ns,
+                exited: process.exited,
+            },
+            sources,
+            files: std::mem::take(&mut process.new_files),
+            executable: executable(),
+            budget: self.budgets.take(uid, now_ns),
+            hold: self.store.hold(uid),
         };
-        let read = process.sources.read(job, &store, check, &mut budget);
-        self.budgets.put_back(uid, budget);
+        self.readers.send(uid, request, now_ns);
+    }
+
+    /// Takes a read's sources back and applies what it found; answers whether they were the
+    /// process's current ones (stale ones are dropped, what they refused counted).
+    fn take_back(&mut self, reply: ReadReply, now_ns: u64) -> bool {
+        self.readers.returned(&reply);
+        let ReadReply {
+            generation,
+            job,
+            mut sources,
+            outcome: read,
+            budget_left,
+            hold,
+            ..
+        } = reply;
+        self.budgets
+            .put_back(job.uid.unwrap_or(u32::MAX), budget_left);
         self.counters.sources += read.opened;
         self.counters.source_failures += read.failures;
+        self.counters.reads_panicked += u64::from(read.panicked);
         for mut refusals in read.dropped {
             count_refusals(&mut self.counters, &mut refusals);
         }
+        let current = self
+            .processes
+            .get_mut(&job.pid)
+            .filter(|p| p.sources.is_none() && p.generation == generation);
+        let Some(process) = current else {
+            // The process exec'd or was forgotten meanwhile: what it read is another
+            // program's, or nobody's.
+            self.counters.reads_stale += 1;
+            for refusals in sources.refusals() {
+                count_refusals(&mut self.counters, refusals);
+            }
+            return false;
+        };
         for range in read.refused_ranges {
             if process.refused_ranges.len() == MAX_REFUSED_RANGES {
                 process.refused_ranges.pop_front();
@@ -1115,10 +1229,33 @@ impl CodeMaps {
             // Refusals are the timeline's to count: the content only names.
             let _ = apply_change(&mut process.perf_content, change);
         }
-        let perf_changed = read.perf_map_changes > 0;
-        let changes = read.changes;
+        process.perf_map_changed |= read.perf_map_changes > 0;
+        process.status = sources.status();
+        process.sources = Some(sources);
+        process.read_ns = process.read_ns.max(job.now_ns);
+        process.read_after_exit |= job.exited;
         process.note_found(now_ns);
-        push_changes(process, now_ns, changes);
+        push_changes(process, now_ns, read.changes);
+        // The changes are in the timeline, which keeps its codes from the sweeps.
+        drop(hold);
+        true
+    }
+
+    /// Attributes the process's samples that the maps are known for (see
+    /// [`CodeMaps::advance`]).
+    fn attribute(
+        &mut self,
+        pid: u32,
+        now_ns: u64,
+        samples_until: u64,
+        force_until: Option<u64>,
+        sink: &mut dyn Sink,
+    ) {
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        let final_read = process.exited && process.read_after_exit;
+        let perf_changed = std::mem::take(&mut process.perf_map_changed);
         let known = process.known_until(now_ns).min(samples_until);
         let vouched = process.vouched_until(now_ns);
         // A forced advance attributes the waiting samples up to its limit, but moves the
@@ -1238,11 +1375,7 @@ impl CodeMaps {
         }
 
         // Unexplained samples a perf map read after them may name.
-        let changed = process
-            .sources
-            .perf_map
-            .as_ref()
-            .map_or(0, |p| p.changed_ns);
+        let changed = process.status.perf_map_changed_ns;
         let content = &process.perf_content;
         let mut settle = |parked: &mut Parked, sink: &mut dyn Sink| -> bool {
             if changed > parked.timestamp_ns {
@@ -1289,6 +1422,14 @@ impl CodeMaps {
     }
 }
 
+/// Reads a perf map again from its start at the next read (or looks for it at once).
+fn reread_perf_map(sources: &mut Sources) {
+    match &mut sources.perf_map {
+        Some(source) => source.reread(),
+        None => sources.perf_map_checked_ns = 0,
+    }
+}
+
 /// Why an address no map explains is unexplained.
 fn why_unexplained(
     timeline: &Timeline<RoutedSample>,
@@ -1327,7 +1468,7 @@ fn read_status(pid: u32) -> Option<stat::ProcStatus> {
 }
 
 /// The start time of a process, if it still runs.
-fn read_start_time(pid: u32) -> Option<u64> {
+pub(crate) fn read_start_time(pid: u32) -> Option<u64> {
     sys::read_proc(pid, "stat")
         .ok()
         .and_then(|t| stat::parse_stat(&t).ok())
@@ -1398,18 +1539,21 @@ mod tests {
                 now,
                 now,
                 None,
-                &mut |_, _| true,
+                &mut Executable::anywhere,
                 &mut Recorder::default(),
             )
         };
         maps.touch(me);
-        assert!(maps.processes[&me].sources.root.is_some());
+        assert!(maps.processes[&me].sources.as_ref().unwrap().root.is_some());
         advance(&mut maps, 1);
-        assert!(maps.processes[&me].sources.root.is_some(), "alive: held");
+        assert!(
+            maps.processes[&me].sources.as_ref().unwrap().root.is_some(),
+            "alive: held"
+        );
         maps.exited(me);
         advance(&mut maps, 2);
         assert!(
-            maps.processes[&me].sources.root.is_none(),
+            maps.processes[&me].sources.as_ref().unwrap().root.is_none(),
             "looked once more, closed"
         );
     }
@@ -1514,7 +1658,7 @@ mod tests {
     }
 
     fn advance(maps: &mut CodeMaps, pid: u32, now: u64, sink: &mut Recorder) {
-        maps.advance(pid, now, now, None, &mut |_, _| true, sink);
+        maps.advance(pid, now, now, None, &mut Executable::anywhere, sink);
     }
 
     /// A sample waiting for its code map is in no session yet: the registry says which
@@ -1721,7 +1865,7 @@ mod tests {
             2_500,
             1_500,
             Some(u64::MAX),
-            &mut |_, _| true,
+            &mut Executable::anywhere,
             &mut sink,
         );
         assert_eq!(sink.told, [("provisional", 2_000, jit(a, 0x10, false))]);
@@ -1778,5 +1922,103 @@ mod tests {
         assert!(maps.waiting().is_empty());
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// A user's file whose open hangs (FUSE, NFS) holds up neither the caller nor another
+    /// user's reads: its process's samples are attributed provisionally after
+    /// [`READ_GRACE_NS`], and placed again once the read comes back.
+    #[test]
+    fn a_read_that_hangs_stalls_neither_the_manager_nor_another_user() {
+        use std::sync::{Mutex, mpsc as std_mpsc};
+        let sleeper = || {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("spawn sleep")
+        };
+        let (a, b) = (sleeper(), sleeper());
+        let (root_pid, user_pid) = (a.id(), b.id());
+        let (release, released) = std_mpsc::channel::<()>();
+        let released = Mutex::new(released);
+        let opened: Arc<Mutex<Vec<u32>>> = Arc::default();
+        let seen = opened.clone();
+        let open: reader::Opener = Arc::new(move |pid, _file| {
+            seen.lock().unwrap().push(pid);
+            // The server of the user's file answers when the test says so.
+            let _ = released
+                .lock()
+                .unwrap()
+                .recv_timeout(std::time::Duration::from_secs(30));
+            Err(std::io::Error::other("the file system did not answer"))
+        });
+        let (replies_tx, mut replies) = tokio::sync::mpsc::unbounded_channel();
+        let readers = Readers::threaded(Arc::new(CodeStore::new()), open, replies_tx);
+        let mut maps = CodeMaps::with_readers(readers);
+        let mut sink = Recorder::default();
+        maps.touch(root_pid);
+        maps.touch(user_pid);
+        maps.processes.get_mut(&root_pid).unwrap().uid = Some(0);
+        maps.processes.get_mut(&user_pid).unwrap().uid = Some(4242);
+        maps.observe_files(
+            user_pid,
+            &[MappedCodeMapFile {
+                path: format!("/fuse/jit-{user_pid}.dump").into(),
+                start: 0x7000,
+                end: 0x8000,
+                id: FileId {
+                    dev_major: 0,
+                    dev_minor: 99,
+                    inode: 7,
+                },
+                kind: MappedFileKind::Jitdump,
+            }],
+        );
+        let s = 1_000_000_000;
+        maps.push_sample(user_pid, jit_sample(user_pid, 2 * s, 0x1010));
+        maps.push_sample(root_pid, jit_sample(root_pid, 2 * s, 0x1010));
+        let t = 2 * s + 300_000_000;
+        let advance = |maps: &mut CodeMaps, pid, now, sink: &mut Recorder| {
+            maps.advance(pid, now, now, None, &mut Executable::anywhere, sink)
+        };
+
+        // The user's read is out and hangs in its open; the call came back all the same.
+        advance(&mut maps, user_pid, t, &mut sink);
+        while opened.lock().unwrap().is_empty() {
+            std::thread::yield_now();
+        }
+        assert!(maps.reading(user_pid));
+        // Root's read goes to its own reader, comes back, and lets its sample through.
+        advance(&mut maps, root_pid, t, &mut sink);
+        let reply = replies.blocking_recv().expect("root's read");
+        assert_eq!(
+            reply.job.pid, root_pid,
+            "only root's read can have come back"
+        );
+        assert!(!maps.read_done(reply, t, t, &mut sink));
+        let none = |pid| anon(pid, Unexplained::NoCodeMap);
+        assert_eq!(sink.told, [("count", 2 * s, none(root_pid))]);
+        assert_eq!(maps.counters().read_threads, 2);
+        sink.told.clear();
+
+        // The user's sample waits for its read, at most READ_GRACE_NS: then provisionally.
+        advance(&mut maps, user_pid, t + READ_GRACE_NS / 2, &mut sink);
+        assert!(sink.told.is_empty(), "{:?}", sink.told);
+        advance(&mut maps, user_pid, 2 * s + READ_GRACE_NS + 1, &mut sink);
+        assert_eq!(sink.told, [("provisional", 2 * s, none(user_pid))]);
+        assert_eq!(maps.counters().reads_in_flight, 1);
+        sink.told.clear();
+
+        // The file system answers at last: the read comes back, vouches for the sample's time.
+        release.send(()).unwrap();
+        let reply = replies.blocking_recv().expect("the user's read");
+        assert_eq!(reply.job.pid, user_pid);
+        maps.read_done(reply, 4 * s, 4 * s, &mut sink);
+        assert_eq!(sink.told, [("caught up", 2 * s, none(user_pid))]);
+        let c = maps.counters();
+        assert_eq!((c.reads_in_flight, c.source_failures), (0, 1), "{c:?}");
+        for mut child in [a, b] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

@@ -35,7 +35,10 @@ use vmscope_parse::{
 };
 
 use crate::{
-    codemap::registry::{MappedCodeMapFile, MappedFileKind},
+    codemap::{
+        executable::Executable,
+        registry::{MappedCodeMapFile, MappedFileKind},
+    },
     symbolize::{Location, ModuleId, Modules, Unexplained, UnmappedReason},
     sys::{self, FileId},
 };
@@ -392,27 +395,15 @@ impl ProcessTable {
         })
     }
 
-    /// Whether `[start, end)` lies inside one executable mapping of the process, re-reading its
-    /// mappings (at most every [`MIN_REFRESH_INTERVAL_NS`]) when it does not: code maps name
-    /// code the daemon may not have sampled yet.
-    pub fn is_executable(&mut self, pid: u32, start: u64, end: u64, now_ns: u64) -> bool {
-        let inside = |p: &Process| p.mapping_at(start).is_some_and(|m| end <= m.end);
-        self.observe(pid, now_ns);
-        let process = &self.processes[&pid];
-        if inside(process) {
-            return true;
-        }
-        if process.gone || now_ns.saturating_sub(process.maps_read_at_ns) < MIN_REFRESH_INTERVAL_NS
-        {
-            return false;
-        }
-        let fresh = self.read_process(pid, now_ns);
-        if fresh.gone {
-            return false;
-        }
-        let answer = inside(&fresh);
-        // Another process's mappings vouch for nothing of the known one's code.
-        self.replace_if_same(pid, fresh, now_ns) && answer
+    /// The executable ranges of the process as known, for a read of its code map files to
+    /// check entries against away from this table: code maps name code the daemon may not
+    /// have sampled yet, so the read may look at the mappings again on a miss (when they are
+    /// older than [`MIN_REFRESH_INTERVAL_NS`]), as this process's only.
+    pub fn executable(&mut self, pid: u32, now_ns: u64) -> Executable {
+        let process = self.observe(pid, now_ns);
+        let ranges = process.mappings.iter().map(|m| (m.start, m.end)).collect();
+        let stale = now_ns.saturating_sub(process.maps_read_at_ns) >= MIN_REFRESH_INTERVAL_NS;
+        Executable::new(pid, process.start_time, ranges, stale && !process.gone)
     }
 
     /// Adds to `keep` the binaries the processes of the table map, but those of processes that

@@ -46,9 +46,10 @@ use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
     codemap::{
         code::{CodeId, CodeStore},
+        reader::{self, ReadReply, Readers},
         registry::{
-            CodeMaps, Counted, FpStack, ParkedFrame, Placement, Recount, RoutedSample, SampleFrame,
-            Sink, Wanted,
+            CodeMaps, Counted, FpStack, ParkedFrame, Placement, READ_GRACE_NS, Recount,
+            RoutedSample, SampleFrame, Sink, Wanted,
         },
         timeline::{Change, PendingSample},
     },
@@ -291,6 +292,8 @@ pub fn spawn_manager(
 ) -> std::io::Result<(ManagerHandle, std::thread::JoinHandle<()>)> {
     let (tx, commands) = mpsc::channel(256);
     let (jvm_tx, jvm_replies) = mpsc::unbounded_channel();
+    let (read_tx, read_replies) = mpsc::unbounded_channel();
+    let readers = Readers::threaded(codes, Arc::new(reader::open_mapped), read_tx);
     let manager = Manager {
         jvms: JvmSnapshots::new(jvm_tx),
         sampler,
@@ -298,11 +301,12 @@ pub fn spawn_manager(
         sessions: BTreeMap::new(),
         by_period: HashMap::new(),
         stop_waiters: HashMap::new(),
+        snapshot_waiters: Vec::new(),
         processes: ProcessTable::new(modules.clone()),
         unwinder: Unwinder::new(modules.clone()),
         process_memory: ProcessMemory::new(),
         modules,
-        codemaps: CodeMaps::new(codes),
+        codemaps: CodeMaps::with_readers(readers),
         reader,
         next_id: 1,
         watermark_ns: 0,
@@ -322,7 +326,9 @@ pub fn spawn_manager(
         .build()?;
     let thread = std::thread::Builder::new()
         .name("vmscope-sessions".into())
-        .spawn(move || runtime.block_on(manager.run(commands, batches, jvm_replies)))?;
+        .spawn(move || {
+            runtime.block_on(manager.run(commands, batches, jvm_replies, read_replies))
+        })?;
     Ok((ManagerHandle { tx }, thread))
 }
 
@@ -360,6 +366,17 @@ struct Counters {
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
 
+/// A profile request waiting for reads of its targets' code map files.
+struct SnapshotWaiter {
+    caller: Caller,
+    id: u64,
+    reply: oneshot::Sender<Result<Snapshot, SessionError>>,
+    /// The targets whose reads it waits for.
+    pids: Vec<u32>,
+    /// When it is answered with what is known, whatever the reads.
+    until_ns: u64,
+}
+
 struct Manager {
     sampler: Box<dyn SamplerControl>,
     routes: Routes,
@@ -367,6 +384,7 @@ struct Manager {
     /// Running and stopping sessions by sampling period: where samples are routed.
     by_period: HashMap<u64, Vec<u64>>,
     stop_waiters: HashMap<u64, Vec<Reply>>,
+    snapshot_waiters: Vec<SnapshotWaiter>,
     processes: ProcessTable,
     modules: Arc<Modules>,
     codemaps: CodeMaps,
@@ -400,6 +418,7 @@ impl Manager {
         mut commands: mpsc::Receiver<Command>,
         mut batches: mpsc::Receiver<Batch>,
         mut jvm_replies: mpsc::UnboundedReceiver<JvmReply>,
+        mut read_replies: mpsc::UnboundedReceiver<ReadReply>,
     ) {
         // The first tick one period from now, not at once: there is nothing to look after at
         // start, and a test that sets a long tick then has none at all.
@@ -431,6 +450,8 @@ impl Manager {
                 _ = sleep_until_ns(deadline), if deadline.is_some() => self.end_elapsed(),
                 // The manager holds a sender: this never ends.
                 Some(reply) = jvm_replies.recv() => self.jvm_answered(reply),
+                // Likewise: the readers hold a sender.
+                Some(reply) = read_replies.recv() => self.read_done(reply),
             }
         }
     }
@@ -492,6 +513,19 @@ impl Manager {
                             && session.state == State::Stopped
                         {
                             session.fetched = true;
+                        }
+                        let now = sys::monotonic_ns();
+                        let pids = self.look_again(id, now);
+                        if pids.iter().any(|&pid| self.codemaps.reading(pid)) {
+                            // Answered as the reads come back, or after a grace.
+                            self.snapshot_waiters.push(SnapshotWaiter {
+                                caller,
+                                id,
+                                reply,
+                                pids,
+                                until_ns: now + READ_GRACE_NS,
+                            });
+                            return;
                         }
                         Ok(self.snapshot(id))
                     }
@@ -838,7 +872,12 @@ impl Manager {
             .filter_map(|s| {
                 let stop = s.stop_ns?;
                 let drained = self.watermark_ns >= stop + slack;
-                let asking_jvm = s.targets.iter().any(|t| self.jvms.in_flight(t.pid));
+                // A target's files being read (its perf map rewritten for the stop, its last
+                // read after exit) are waited for, as long as the stop's timeout allows.
+                let asking_jvm = s
+                    .targets
+                    .iter()
+                    .any(|t| self.jvms.in_flight(t.pid) || self.codemaps.reading(t.pid));
                 if drained && s.pending_jit == 0 && !asking_jvm {
                     Some((s.id, Finish::Whole))
                 } else if drained && s.spec.system_wide && now_ns >= stop + system_wide_wait {
@@ -1017,10 +1056,7 @@ impl Manager {
         self.processes
             .refresh_if_older(pid, CODE_MAP_FILES_RECHECK_NS, now_ns);
         if let Some(process) = self.processes.get(pid) {
-            let files = process.code_map_files.clone();
-            self.codemaps.observe_files(pid, &files, |f| {
-                sys::open_mapped_file(pid, f.start, f.end, &f.path, f.id)
-            });
+            self.codemaps.observe_files(pid, &process.code_map_files);
         }
         let processes = &mut self.processes;
         let sessions = &mut self.sessions;
@@ -1032,9 +1068,28 @@ impl Manager {
             now_ns,
             samples_until,
             force_until,
-            &mut |start, end| processes.is_executable(pid, start, end, now_ns),
+            &mut || processes.executable(pid, now_ns),
             &mut SessionSink { sessions },
         );
+    }
+
+    /// A read of a process's code map files came back: the samples it lets through are
+    /// attributed, and stops that waited for it may end.
+    fn read_done(&mut self, reply: ReadReply) {
+        let now = sys::monotonic_ns();
+        let pid = reply.job.pid;
+        let samples_until = self
+            .watermark_ns
+            .saturating_sub(self.config.stop_slack.as_nanos() as u64);
+        let sessions = &mut self.sessions;
+        let again =
+            self.codemaps
+                .read_done(reply, now, samples_until, &mut SessionSink { sessions });
+        if again {
+            self.advance_code_maps(pid, now);
+        }
+        self.answer_snapshots(now);
+        self.finalize_ready(now);
     }
 
     /// A process replaced its program: its mappings are all new, and it may now belong to
@@ -1669,6 +1724,8 @@ impl Manager {
             now
         };
         self.codemaps.settle(now, samples_until);
+        self.codemaps.retire_idle_readers(now);
+        self.answer_snapshots(now);
         self.end_elapsed();
 
         if now.saturating_sub(self.last_sweep_ns) >= self.config.sweep_modules.as_nanos() as u64 {
@@ -1789,6 +1846,70 @@ impl Manager {
         }
     }
 
+    /// Code maps found only after a session say why its generated code is unexplained: a
+    /// finished session's live targets with code no map explained are looked at again. Answers
+    /// which (their reads may be under way).
+    fn look_again(&mut self, id: u64, now: u64) -> Vec<u32> {
+        let Some(session) = self.sessions.get(&id) else {
+            return Vec::new();
+        };
+        if session.state != State::Stopped {
+            return Vec::new();
+        }
+        let unexplained: Vec<u32> = session
+            .stacks
+            .locations
+            .iter()
+            .filter_map(|l| match l {
+                Location::Anonymous {
+                    pid,
+                    why: Unexplained::NoCodeMap | Unexplained::NotLookedUp,
+                    ..
+                } => Some(*pid),
+                _ => None,
+            })
+            .collect();
+        let look: Vec<(u32, Option<u64>)> = session
+            .targets
+            .iter()
+            .filter(|t| unexplained.contains(&t.pid))
+            .map(|t| (t.pid, t.start_time))
+            .collect();
+        let mut looked = Vec::new();
+        for (pid, start_time) in look {
+            // The target itself, not whoever has its pid now: another process's maps never
+            // name the target's code.
+            if self
+                .processes
+                .get(pid)
+                .is_some_and(|p| !p.gone && p.start_time == start_time)
+            {
+                self.codemaps.touch(pid);
+                self.advance_code_maps(pid, now);
+                looked.push(pid);
+            }
+        }
+        looked
+    }
+
+    /// Answers the profile requests that waited for reads, once they came back or waited
+    /// long enough.
+    fn answer_snapshots(&mut self, now_ns: u64) {
+        let waiters = std::mem::take(&mut self.snapshot_waiters);
+        for waiter in waiters {
+            let reading = waiter.pids.iter().any(|&pid| self.codemaps.reading(pid));
+            if reading && now_ns < waiter.until_ns && !waiter.reply.is_closed() {
+                self.snapshot_waiters.push(waiter);
+                continue;
+            }
+            let result = match self.visible(waiter.caller, waiter.id) {
+                Ok(_) => Ok(self.snapshot(waiter.id)),
+                Err(e) => Err(e),
+            };
+            let _ = waiter.reply.send(result);
+        }
+    }
+
     fn snapshot(&mut self, id: u64) -> Snapshot {
         let now = sys::monotonic_ns();
         let lost = self.sampler.lost().ok();
@@ -1798,41 +1919,6 @@ impl Manager {
             self.counters.pid_reuses += update.reused;
             if let Some(lost) = &lost {
                 refresh_lost(session, lost);
-            }
-        }
-        // Code maps found only after the session say why its generated code is unexplained:
-        // a finished session's live targets with code no map explained are looked at again.
-        if session.state == State::Stopped {
-            let unexplained: Vec<u32> = session
-                .stacks
-                .locations
-                .iter()
-                .filter_map(|l| match l {
-                    Location::Anonymous {
-                        pid,
-                        why: Unexplained::NoCodeMap | Unexplained::NotLookedUp,
-                        ..
-                    } => Some(*pid),
-                    _ => None,
-                })
-                .collect();
-            let look: Vec<(u32, Option<u64>)> = session
-                .targets
-                .iter()
-                .filter(|t| unexplained.contains(&t.pid))
-                .map(|t| (t.pid, t.start_time))
-                .collect();
-            for (pid, start_time) in look {
-                // The target itself, not whoever has its pid now: another process's maps never
-                // name the target's code.
-                if self
-                    .processes
-                    .get(pid)
-                    .is_some_and(|p| !p.gone && p.start_time == start_time)
-                {
-                    self.codemaps.touch(pid);
-                    self.advance_code_maps(pid, now);
-                }
             }
         }
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
@@ -1970,6 +2056,9 @@ impl Manager {
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
             ("code_map_reads_deferred", j.reads_deferred),
+            ("code_map_reads", j.reads),
+            ("code_map_reads_stale", j.reads_stale),
+            ("code_map_reads_panicked", j.reads_panicked),
             ("code_map_source_failures", j.source_failures),
             ("code_store_refused_per_user", store.refused_per_user),
             ("code_store_refused_non_root", store.refused_non_root),
@@ -1992,6 +2081,8 @@ impl Manager {
                 "jit_samples_awaiting_code_map",
                 self.codemaps.provisional() as u64,
             ),
+            ("code_map_reads_in_flight", j.reads_in_flight),
+            ("code_map_read_threads", j.read_threads),
             ("code_store_codes", store.len() as u64),
             ("code_store_bytes", store.bytes() as u64),
         ];
