@@ -19,6 +19,7 @@ use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 use vmscope_proto::v1::{Profile, ProfileRow, Section, profiler_client::ProfilerClient};
 
+pub mod fuse;
 pub mod srclines;
 pub mod stacks;
 
