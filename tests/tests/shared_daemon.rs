@@ -226,16 +226,7 @@ fn another_users_sparse_perf_map_does_not_stall_root() {
     let file = std::fs::File::create(&map).unwrap();
     file.set_len(50 << 30).unwrap();
     std::os::unix::fs::chown(&map, Some(NOBODY), Some(NOBODY)).unwrap();
-    let theirs = daemon
-        .cli()
-        .args(["record", "--format", "json", "--duration", "8", "--pid"])
-        .arg(jit.pid().to_string())
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run vmscope as nobody");
+    let theirs = nobody_records(&daemon, jit.pid(), "8");
     // Their samples in generated code make the daemon read the map.
     std::thread::sleep(Duration::from_millis(500));
 
@@ -257,6 +248,20 @@ fn another_users_sparse_perf_map_does_not_stall_root() {
         "{}",
         String::from_utf8_lossy(&theirs.stderr)
     );
+}
+
+/// `vmscope record --pid PID --duration SECONDS` as nobody, in the background.
+fn nobody_records(daemon: &Daemon, pid: u32, seconds: &str) -> std::process::Child {
+    daemon
+        .cli()
+        .args(["record", "--format", "json", "--duration", seconds, "--pid"])
+        .arg(pid.to_string())
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmscope as nobody")
 }
 
 /// Root records a fixture for 4 s: how long after its start the session stopped, and the
@@ -348,16 +353,7 @@ fn another_users_hanging_code_map_file_does_not_stall_root() {
     );
     fs.hang_opens();
     // Their session makes the daemon open the code map files their process maps.
-    let theirs = daemon
-        .cli()
-        .args(["record", "--format", "json", "--duration", "6", "--pid"])
-        .arg(mapper.pid().to_string())
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run vmscope as nobody");
+    let theirs = nobody_records(&daemon, mapper.pid(), "6");
     let began = Instant::now();
     while fs.held_opens() == 0 {
         assert!(
