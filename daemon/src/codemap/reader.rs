@@ -28,7 +28,7 @@ use super::{
 };
 use crate::sys;
 
-/// Most reader threads at once; beyond, users other than root share the least busy one.
+/// Most reader threads at once (root's aside); beyond, other users share the least busy one.
 pub const MAX_READER_THREADS: usize = 64;
 
 /// How long a reader thread with nothing to read is kept.
@@ -214,11 +214,12 @@ impl Readers {
             }
             return;
         };
-        let key = if threads.contains_key(&uid) || threads.len() < MAX_READER_THREADS {
+        // Root always has a thread of its own, beyond the cap if need be; other users share
+        // the least busy one once the cap is reached.
+        let own = uid == 0 || threads.contains_key(&uid) || threads.len() < MAX_READER_THREADS;
+        let key = if own {
             uid
         } else {
-            // Root always has a thread of its own (it is the first to get one back when
-            // threads are let go); others share the least busy.
             threads
                 .iter()
                 .filter(|&(&k, _)| k != 0)
@@ -353,4 +354,55 @@ fn spawn_reader(
             }
         })?;
     Ok(tx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(store: &Arc<CodeStore>, uid: u32) -> ReadRequest {
+        ReadRequest {
+            generation: 1,
+            job: ReadJob {
+                pid: u32::MAX,
+                nspid: u32::MAX,
+                uid: None,
+                now_ns: 1,
+                exited: false,
+            },
+            sources: Sources::default(),
+            files: Vec::new(),
+            executable: Executable::anywhere(),
+            budget: 0,
+            hold: store.hold(uid),
+        }
+    }
+
+    #[test]
+    fn users_beyond_the_cap_share_threads_and_root_keeps_its_own() {
+        let store = Arc::new(CodeStore::new());
+        let (tx, mut replies) = tokio_mpsc::unbounded_channel();
+        let open: Opener = Arc::new(|_, _| Err(std::io::Error::other("no files here")));
+        let mut readers = Readers::threaded(store.clone(), open, tx);
+        let users = 1000..1000 + MAX_READER_THREADS as u32;
+        for uid in users.clone() {
+            readers.send(uid, request(&store, uid), 1);
+        }
+        assert_eq!(readers.threads(), MAX_READER_THREADS);
+        readers.send(5000, request(&store, 5000), 1);
+        assert_eq!(readers.threads(), MAX_READER_THREADS, "shared");
+        readers.send(0, request(&store, 0), 1);
+        assert_eq!(readers.threads(), MAX_READER_THREADS + 1, "root's own");
+        for _ in 0..MAX_READER_THREADS + 2 {
+            let reply = replies.blocking_recv().expect("every read comes back");
+            readers.returned(&reply);
+        }
+        // Idle long enough, every thread is let go.
+        readers.retire_idle(1 + READER_IDLE_NS);
+        assert_eq!(readers.threads(), 0);
+        assert_eq!(
+            readers.counters().threads_started,
+            MAX_READER_THREADS as u64 + 1
+        );
+    }
 }
