@@ -102,6 +102,23 @@ impl Code {
         }
     }
 
+    /// A VM's method with a pc map of (offset, bytecode pc) points and nothing inlined: the
+    /// code tests build.
+    #[cfg(test)]
+    pub fn method_with_pcs(name: &str, points: &[(u64, u32)]) -> Code {
+        Code {
+            pc_map: points
+                .iter()
+                .map(|&(offset, bcpc)| PcPoint {
+                    offset,
+                    bcpc,
+                    inlined: Vec::new(),
+                })
+                .collect(),
+            ..Code::named(CodeKind::Method, name, CodeSource::Vm("test vm".into()))
+        }
+    }
+
     /// Whether the code carries ranges (bytecode or source) to report under it.
     pub fn has_ranges(&self) -> bool {
         !self.pc_map.is_empty() || !self.lines.is_empty()
@@ -485,21 +502,7 @@ mod tests {
     use super::*;
 
     fn method(points: &[(u64, u32)]) -> Code {
-        Code {
-            pc_map: points
-                .iter()
-                .map(|&(offset, bcpc)| PcPoint {
-                    offset,
-                    bcpc,
-                    inlined: Vec::new(),
-                })
-                .collect(),
-            ..Code::named(
-                CodeKind::Method,
-                "Integer>>benchFib",
-                CodeSource::Vm("t".into()),
-            )
-        }
+        Code::method_with_pcs("Integer>>benchFib", points)
     }
 
     #[test]

@@ -1011,26 +1011,8 @@ impl Drop for JitPage {
 }
 
 fn code(store: &CodeStore, name: &str, pcs: &[(u64, u32)]) -> CodeId {
-    use crate::codemap::code::{Code, CodeSource, PcPoint};
     store
-        .intern(
-            Code {
-                pc_map: pcs
-                    .iter()
-                    .map(|&(offset, bcpc)| PcPoint {
-                        offset,
-                        bcpc,
-                        inlined: Vec::new(),
-                    })
-                    .collect(),
-                ..Code::named(
-                    vmscope_proto::v1::CodeKind::Method,
-                    name,
-                    CodeSource::Vm("test vm".into()),
-                )
-            },
-            0,
-        )
+        .intern(crate::codemap::code::Code::method_with_pcs(name, pcs), 0)
         .expect("within the budget")
 }
 
