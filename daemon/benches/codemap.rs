@@ -6,16 +6,28 @@
 //!   entries (reported per lookup; the daemon does one per sample in generated code).
 //! * `jitdump_100k_loads_and_moves`: parse a jitdump stream of 100,000 CODE_LOAD and 100,000
 //!   CODE_MOVE records and apply them.
+//! * `advance_100k_parked`: one advance of a process with 100,000 samples counted
+//!   provisionally and parked for their map, none due (what every batch of samples costs while
+//!   a VM holds its map back).
 
 use std::{hint::black_box, time::Duration};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use vmscope_parse::{jitdump, perf_map};
 use vmscope_proto::v1::CodeKind;
-use vmscoped::codemap::{
-    code::{Code, CodeSource, CodeStore},
-    live::LiveMap,
-    timeline::{Change, PendingSample, Timeline},
+use vmscoped::{
+    codemap::{
+        code::{Code, CodeSource, CodeStore},
+        executable::Executable,
+        live::LiveMap,
+        registry::{
+            CodeMaps, Counted, PUBLICATION_GRACE_NS, ParkedFrame, Placement, Recount, RoutedSample,
+            SampleFrame, Sink, Wanted,
+        },
+        timeline::{Change, PendingSample, Timeline},
+    },
+    symbolize::{Location, Unexplained},
+    unwind::StackEnd,
 };
 
 const BASE: u64 = 0x7f00_0000_0000;
@@ -239,7 +251,88 @@ fn bench(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
+
+    // A process whose VM holds its map back: its samples are parked, and every batch advances
+    // it again.
+    let pid = std::process::id();
+    let mut maps = CodeMaps::new(std::sync::Arc::new(CodeStore::new()));
+    maps.stream_opened(pid);
+    let parked = 100_000u64;
+    for i in 0..parked {
+        maps.push_sample(pid, generated_sample(pid, 1_000 + i));
+    }
+    let now = 1_000 + parked + PUBLICATION_GRACE_NS;
+    let nowhere = || Executable::new(pid, None, Vec::new(), false);
+    maps.advance(pid, now, now, None, &mut { nowhere }, &mut Counting);
+    assert_eq!(maps.provisional(), parked as usize);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("advance_100k_parked", |b| {
+        b.iter(|| {
+            maps.advance(pid, now, now, None, &mut { nowhere }, &mut Counting);
+            black_box(maps.provisional())
+        })
+    });
+    assert_eq!(maps.provisional(), parked as usize);
     group.finish();
+}
+
+/// A sample in generated code no map names, counted by one session.
+fn generated_sample(pid: u32, timestamp_ns: u64) -> PendingSample<RoutedSample> {
+    let ip = BASE + timestamp_ns % 0x1000;
+    PendingSample {
+        timestamp_ns,
+        ip,
+        payload: RoutedSample {
+            tid: pid,
+            kernel: false,
+            end: StackEnd::Complete,
+            frames: vec![SampleFrame {
+                location: Location::Anonymous {
+                    pid,
+                    start: BASE,
+                    end: BASE + 0x1000,
+                    why: Unexplained::NotLookedUp,
+                },
+                address: ip,
+                lookup: ip,
+                code_start: 0,
+            }],
+            fp: None,
+            sessions: vec![(1, Wanted::Leaf)],
+        },
+    }
+}
+
+/// A sink that counts in one session and moves nothing.
+struct Counting;
+
+impl Sink for Counting {
+    fn count(&mut self, _: u32, _: u64, sample: &RoutedSample, _: bool) -> Vec<Counted> {
+        sample
+            .sessions
+            .iter()
+            .map(|&(session, wanted)| Counted {
+                session,
+                wanted,
+                stack: 0,
+                kept: None,
+            })
+            .collect()
+    }
+
+    fn recount(
+        &mut self,
+        _: u32,
+        _: bool,
+        _: &[(ParkedFrame, Placement)],
+        _: &mut [Counted],
+        _: Recount,
+    ) {
+    }
+
+    fn takes_snapshots(&self, _: u64) -> bool {
+        true
+    }
 }
 
 criterion_group!(benches, bench);

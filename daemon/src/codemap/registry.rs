@@ -1354,14 +1354,21 @@ impl CodeMaps {
                     unexplained.push(parked);
                 }
             }
-            // Too old, or too many: they stay provisional.
+            // Too old, or too many: they stay provisional. Taken only when some are, for the
+            // taking sorts and moves every parked sample, and this runs with every batch.
             let oldest = now_ns.saturating_sub(MAX_PARK_NS);
             let excess = replay.pending_samples().saturating_sub(MAX_PARKED);
+            let due = excess > 0 || replay.oldest_pending_ns().is_some_and(|t| t < oldest);
             let mut n = 0;
-            for expired in replay.take_samples(|s| {
-                n += 1;
-                s.timestamp_ns < oldest || n <= excess
-            }) {
+            let expired = if due {
+                replay.take_samples(|s| {
+                    n += 1;
+                    s.timestamp_ns < oldest || n <= excess
+                })
+            } else {
+                Vec::new()
+            };
+            for expired in expired {
                 let mut parked = expired.payload;
                 self.counters.expired += 1;
                 sink.recount(
@@ -1920,6 +1927,36 @@ mod tests {
         assert_eq!(sink.told, [("caught up", 2 * s, jit(hot, 0x10, false))]);
         assert_eq!(maps.provisional(), 0);
         assert!(maps.waiting().is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// A provisional sample whose map never catches up stays parked until
+    /// [`MAX_PARK_NS`], and is let go then, provisional for good.
+    #[test]
+    fn provisional_samples_parked_too_long_expire() {
+        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let mut sink = Recorder::default();
+        maps.stream_opened(pid);
+        let s = 1_000_000_000;
+        maps.push_sample(pid, jit_sample(pid, 2 * s, 0x1010));
+        advance(&mut maps, pid, 2 * s + PUBLICATION_GRACE_NS + 1, &mut sink);
+        assert_eq!(maps.provisional(), 1);
+        sink.told.clear();
+        advance(&mut maps, pid, 2 * s + MAX_PARK_NS, &mut sink);
+        assert_eq!(
+            (maps.provisional(), maps.counters().expired),
+            (1, 0),
+            "not yet"
+        );
+        advance(&mut maps, pid, 2 * s + MAX_PARK_NS + 1, &mut sink);
+        assert_eq!((maps.provisional(), maps.counters().expired), (0, 1));
+        assert!(sink.told.is_empty(), "nothing placed: {:?}", sink.told);
         let _ = child.kill();
         let _ = child.wait();
     }
