@@ -25,6 +25,7 @@ pub mod profile;
 pub mod server;
 pub mod session;
 pub mod shares;
+pub mod stats;
 pub mod symbolize;
 pub mod sys;
 pub mod unwind;

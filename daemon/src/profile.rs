@@ -497,6 +497,7 @@ pub fn build_profile(
         samples_not_kept: snapshot.not_kept,
         host_steal_percent: snapshot.host_steal_percent,
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
+        kernel_events: snapshot.kernel_events,
         jit_samples_before_code_map: snapshot.jit.provisional,
         jit_samples_awaiting_code_map: snapshot.jit.awaiting,
         jit_samples_caught_up: snapshot.jit.caught_up,
@@ -720,6 +721,7 @@ mod tests {
             jit: Default::default(),
             kept: Vec::new(),
             not_kept: 0,
+            kernel_events: None,
         }
     }
 

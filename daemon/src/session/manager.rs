@@ -57,6 +57,7 @@ use crate::{
         ProcessTable,
         life::{self, AfterExit, Life, StartClock},
     },
+    stats::kernel::{self, SessionCounters},
     symbolize::{CodeMapKinds, Location, ModuleId, Modules, Unexplained},
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
@@ -296,6 +297,7 @@ pub fn spawn_manager(
     let readers = Readers::threaded(codes, Arc::new(reader::open_mapped), read_tx);
     let manager = Manager {
         jvms: JvmSnapshots::new(jvm_tx),
+        kernel_support: kernel::Support::probe(),
         sampler,
         routes: Routes::default(),
         sessions: BTreeMap::new(),
@@ -332,6 +334,10 @@ pub fn spawn_manager(
     Ok((ManagerHandle { tx }, thread))
 }
 
+/// Most descriptors the sessions' kernel counters hold in all (one per counter and thread of
+/// each target): a target beyond is not counted, and its report says why.
+const MAX_KERNEL_COUNTER_FDS: usize = 16_384;
+
 #[derive(Debug, Default)]
 struct Counters {
     batches: u64,
@@ -362,6 +368,9 @@ struct Counters {
     user_copy_bytes: u64,
     /// Copies that stopped at an unreadable page before the size asked for.
     user_copies_faulted: u64,
+    /// Targets whose kernel counters were opened, and those whose could not be.
+    kernel_counters_opened: u64,
+    kernel_counters_failed: u64,
 }
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
@@ -410,6 +419,8 @@ struct Manager {
     process_memory: ProcessMemory,
     /// HotSpot targets asked for their perf map.
     jvms: JvmSnapshots,
+    /// What the kernel can count for the targets here.
+    kernel_support: kernel::Support,
 }
 
 impl Manager {
@@ -671,6 +682,7 @@ impl Manager {
         let id = self.next_id;
         self.next_id += 1;
         let commands = targets.iter().map(|t| (t.pid, t.command.clone())).collect();
+        let kernel = (!spec.system_wide).then(|| self.open_kernel_counters(&targets));
         let session = Session {
             id,
             owner_uid: caller.uid,
@@ -693,6 +705,7 @@ impl Manager {
             fetched: false,
             kept: KeptSamples::new(spec.keep_samples as usize),
             truncated: 0,
+            kernel,
             spec,
         };
         tracing::info!(
@@ -730,6 +743,30 @@ impl Manager {
             }
         }
         Ok(reply)
+    }
+
+    /// Opens the kernel counters of a new session's `targets`, within the daemon's share of
+    /// descriptors for counters.
+    fn open_kernel_counters(&mut self, targets: &[Target]) -> SessionCounters {
+        let fds_left = MAX_KERNEL_COUNTER_FDS.saturating_sub(self.kernel_counter_fds());
+        let opened = SessionCounters::open(
+            targets.iter().map(|t| (t.pid, t.command.as_str())),
+            &self.kernel_support,
+            fds_left,
+        );
+        let failed = opened.failed() as u64;
+        self.counters.kernel_counters_failed += failed;
+        self.counters.kernel_counters_opened += targets.len() as u64 - failed;
+        opened
+    }
+
+    /// Descriptors the sessions' kernel counters hold.
+    fn kernel_counter_fds(&self) -> usize {
+        self.sessions
+            .values()
+            .filter_map(|s| s.kernel.as_ref())
+            .map(SessionCounters::fds)
+            .sum()
     }
 
     /// Whether the session lets its HotSpot targets be asked for their perf map.
@@ -829,6 +866,9 @@ impl Manager {
         // clears the counters of a period nobody samples at any more.
         if let Some(lost) = &lost {
             refresh_lost(session, lost);
+        }
+        if let Some(kernel) = &mut session.kernel {
+            kernel.freeze_all();
         }
         session.state = State::Stopping;
         session.stop_ns = Some(stop_ns);
@@ -1200,6 +1240,9 @@ impl Manager {
         };
         target.until_ns = Some(until_ns);
         target.note = Some(note.to_owned());
+        if let Some(kernel) = &mut session.kernel {
+            kernel.freeze(pid);
+        }
         self.routes
             .release_target(self.sampler.as_mut(), &session.spec, pid);
     }
@@ -1975,6 +2018,7 @@ impl Manager {
             jit: session.jit,
             kept: session.kept.snapshot(),
             not_kept: session.kept.not_kept,
+            kernel_events: session.kernel.as_ref().map(SessionCounters::to_proto),
         }
     }
 
@@ -2009,6 +2053,8 @@ impl Manager {
             ("user_copies", c.user_copies),
             ("user_copy_bytes", c.user_copy_bytes),
             ("user_copies_faulted", c.user_copies_faulted),
+            ("kernel_counters_opened", c.kernel_counters_opened),
+            ("kernel_counters_failed", c.kernel_counters_failed),
             ("unwind_frames", u.frames),
             ("unwind_trampolines", u.trampolines),
             ("unwinders_built", u.unwinders_built),
@@ -2085,6 +2131,7 @@ impl Manager {
             ("code_map_read_threads", j.read_threads),
             ("code_store_codes", store.len() as u64),
             ("code_store_bytes", store.bytes() as u64),
+            ("kernel_counter_fds", self.kernel_counter_fds() as u64),
         ];
         DaemonCounters {
             values: values.into_iter().chain(refused).chain(unwound).collect(),

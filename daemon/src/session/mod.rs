@@ -28,6 +28,7 @@ use vmscope_proto::v1 as pb;
 
 use crate::{
     bpf::SamplerError,
+    stats::kernel::SessionCounters,
     symbolize::{CodeMapKinds, Location},
     unwind::StackEnd,
 };
@@ -172,6 +173,8 @@ pub struct Session {
     pub kept: KeptSamples,
     /// Samples whose stack was cut at the depth limit.
     pub truncated: u64,
+    /// What the kernel counts for its targets (none system-wide).
+    pub kernel: Option<SessionCounters>,
 }
 
 /// A reading of the host's CPU times, and when it was taken.
@@ -376,6 +379,8 @@ pub struct Snapshot {
     pub kept: Vec<std::sync::Arc<[KeptSample]>>,
     /// Samples beyond the keep limit.
     pub not_kept: u64,
+    /// What the kernel counted for the targets.
+    pub kernel_events: Option<pb::KernelEvents>,
 }
 
 #[cfg(test)]
@@ -414,6 +419,7 @@ mod tests {
             fetched: false,
             kept: KeptSamples::new(0),
             truncated: 0,
+            kernel: None,
         }
     }
 

@@ -1,0 +1,9 @@
+//! Statistics of the targets beside their samples: what VMProfiler's report shows after the
+//! code (Memory, GCs, Compiled Code Compactions, Events), so that a reader can tell whether the
+//! time went to the mutator, the collector or the kernel.
+//!
+//! - [`kernel`]: what the kernel counts for every process, whatever its runtime: context
+//!   switches (voluntary and not), CPU migrations, page faults, and hardware counters where
+//!   the machine has a PMU.
+
+pub mod kernel;
