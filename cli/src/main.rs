@@ -7,8 +7,8 @@ use vmscope::{
     output::Destination,
     record::{RecordOptions, Target},
     report::{
-        DEFAULT_FOLD_PERCENT, Format, ReportOptions, TreeOptions, TreeView, check_tree_format,
-        sort_keys::SortKey,
+        DEFAULT_FOLD_PERCENT, Format, ReportOptions, TreeOptions, TreeView, check_stats_format,
+        check_tree_format, sort_keys::SortKey,
     },
     sessions,
 };
@@ -139,6 +139,11 @@ struct OutputArgs {
     /// merged; recursion counts each sample once.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["tree", "callers"])]
     callees: Option<String>,
+    /// Print only the statistics after the code: the events the kernel counted for the
+    /// targets (context switches, voluntary and not, CPU migrations, page faults, and hardware
+    /// counters where the machine has a PMU), with their rates.
+    #[arg(long, conflicts_with_all = ["tree", "callers", "callees"])]
+    stats: bool,
     /// Print names whole in the text report, each last on its line after the numbers (as
     /// perf does), instead of shortening long ones to the name column.
     #[arg(long)]
@@ -263,6 +268,9 @@ impl OutputArgs {
         if tree.is_some() {
             check_tree_format(self.format())?;
         }
+        if self.stats {
+            check_stats_format(self.format())?;
+        }
         Ok(ReportOptions {
             min_percent: self.fold.unwrap_or(defaults.min_percent),
             name_width: if self.wide { 0 } else { defaults.name_width },
@@ -270,6 +278,7 @@ impl OutputArgs {
             runtime_modules: !self.no_runtime_modules,
             sort: self.sort.clone(),
             tree,
+            stats: self.stats,
             ..defaults
         })
     }

@@ -118,6 +118,9 @@ pub struct Fixtures {
     pub lookalikes: PathBuf,
     /// `waiter`: prints "ready" and exits when its standard input closes, using no CPU.
     pub waiter: PathBuf,
+    /// `events`: known counts for the kernel (`sleeps N THREADS`: N nanosleeps; `touch MIB`:
+    /// MIB * 256 fresh pages).
+    pub events: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -179,6 +182,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
     gcc(&["-o", &s(&p("fakejit")), "fakejit.c"])?;
     gcc(&["-o", &s(&p("lookalikes")), "lookalikes.c"])?;
     gcc(&["-o", &s(&p("waiter")), "waiter.c"])?;
+    gcc(&["-pthread", "-o", &s(&p("events")), "events.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -186,6 +190,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         fakejit: p("fakejit"),
         lookalikes: p("lookalikes"),
         waiter: p("waiter"),
+        events: p("events"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

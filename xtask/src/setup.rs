@@ -159,6 +159,12 @@ pub fn run() -> anyhow::Result<()> {
         output(Command::new("gcc").arg("--version")).is_some(),
         || apt_install(&["gcc", "libc6-dev"]),
     )?;
+    // The tests compare vmscope's kernel counts with `perf stat` on the same program.
+    step(
+        "perf (`perf stat`: the kernel counts' reference)",
+        output(Command::new("perf").arg("--version")).is_some(),
+        || apt_install(&["linux-perf"]),
+    )?;
     // Real runtimes the end-to-end tests profile (DESIGN.md "Real clients").
     step(
         "Node.js (a real JIT: perf maps, jitdump)",

@@ -19,6 +19,7 @@
 use serde::Serialize;
 use vmscope_proto::v1 as pb;
 
+use vmscope_report::stats::{EventCount, KernelEventsReport};
 use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionKind,
     SectionReport, rfc3339_seconds, round2,
@@ -38,7 +39,8 @@ use vmscope_report::{
 /// after them, not time-correct; their rows say how many in `later_snapshot_samples`, their
 /// frames `later_snapshot`), `processes` (how many),
 /// `vm_modules` (modules other than the executable counted as the VM: `module`, `runtime` or
-/// null when `--vm-module` named it, `samples`), `sections` and `symbolization_issues`.
+/// null when `--vm-module` named it, `samples`), `sections`, `symbolization_issues` and
+/// `kernel_events` (null system-wide; see [`JsonKernelEvents`]).
 /// Measurements (seconds, hertz, busy CPUs) are not rounded: only percentages are.
 ///
 /// Rows carry `processes` (`pid`, `command`, `samples`, most first) and, when all their
@@ -75,6 +77,7 @@ pub struct JsonReport<'a> {
     vm_modules: Vec<JsonVmModule<'a>>,
     sections: Vec<JsonSection<'a>>,
     symbolization_issues: Vec<JsonIssue<'a>>,
+    kernel_events: Option<JsonKernelEvents<'a>>,
     /// The call stacks, when rendered with the profile ([`render_json_with_stacks`]).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     stack_table: Option<JsonStackTable<'a>>,
@@ -154,6 +157,61 @@ struct JsonStack<'a> {
     samples: u64,
     truncated: bool,
     end: Option<&'static str>,
+}
+
+/// What the kernel counted for the targets: `total` and each of `processes` (`pid`,
+/// `command`, `threads`, `note` or null, `events`) list `events` as `name` (see
+/// [`vmscope_report::stats::EventCount::key`]), `count` and `per_second`; `unavailable` says
+/// which counters were not counted and why.
+#[derive(Debug, Serialize)]
+struct JsonKernelEvents<'a> {
+    total: Vec<JsonEvent>,
+    processes: Vec<JsonProcessEvents<'a>>,
+    unavailable: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+struct JsonProcessEvents<'a> {
+    pid: u32,
+    command: &'a str,
+    threads: u32,
+    note: Option<&'a str>,
+    events: Vec<JsonEvent>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonEvent {
+    name: &'static str,
+    count: u64,
+    per_second: f64,
+}
+
+fn kernel_events(events: &KernelEventsReport) -> JsonKernelEvents<'_> {
+    let lines = |events: &[EventCount]| {
+        events
+            .iter()
+            .map(|e| JsonEvent {
+                name: e.key,
+                count: e.count,
+                per_second: e.per_second,
+            })
+            .collect()
+    };
+    JsonKernelEvents {
+        total: lines(&events.total),
+        processes: events
+            .processes
+            .iter()
+            .map(|p| JsonProcessEvents {
+                pid: p.pid,
+                command: &p.command,
+                threads: p.threads,
+                note: p.note.as_deref(),
+                events: lines(&p.events),
+            })
+            .collect(),
+        unavailable: &events.unavailable,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -284,6 +342,7 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
             .collect(),
         sections: report.sections.iter().map(section).collect(),
         symbolization_issues: report.issues.iter().map(issue).collect(),
+        kernel_events: report.kernel_events.as_ref().map(kernel_events),
         stack_table: None,
     }
 }

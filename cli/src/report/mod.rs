@@ -50,7 +50,7 @@ use vmscope_report::{
 pub use flamegraph::render_flamegraph;
 pub use json::{JsonReport, render_json, render_json_with_stacks};
 pub use names::{elide_middle, shorten, shorten_all};
-pub use text::{render_text, render_tree_text};
+pub use text::{render_stats_text, render_text, render_tree_text};
 pub use vmscope_report::tree::{self, CallTree, DEFAULT_FOLD_PERCENT, TreeOptions, TreeView};
 pub use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
@@ -116,6 +116,11 @@ pub fn render_profile(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    if options.stats {
+        check_stats_format(format)?;
+        render_stats_text(&Report::from_profile(profile, options), out)?;
+        return Ok(());
+    }
     let Some(tree_options) = &options.tree else {
         render(profile, options, format, out)?;
         return Ok(());
@@ -132,6 +137,17 @@ pub fn render_profile(
     let tree = CallTree::from_profile(profile, tree_options)
         .with_context(|| format!("session {}'s call tree", report.session_id))?;
     render_tree_text(&report, &tree, out)?;
+    Ok(())
+}
+
+/// `--stats` is text: refuses it in another format before anything is recorded.
+pub fn check_stats_format(format: Format) -> anyhow::Result<()> {
+    if format != Format::Text {
+        anyhow::bail!(
+            "--stats prints text only; the JSON report has the statistics under \
+             `kernel_events`: drop --stats or --format"
+        );
+    }
     Ok(())
 }
 

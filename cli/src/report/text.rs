@@ -87,6 +87,7 @@ pub fn render_text(
     writeln!(out)?;
     write_summary(report, out)?;
     write_tables(report, options, out)?;
+    write_statistics(report, out)?;
 
     let lost: Vec<String> = report
         .lost_samples_per_cpu
@@ -111,6 +112,81 @@ pub fn render_text(
                 issue.reason,
                 count(issue.samples, "sample")
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the statistics alone (`vmscope report --stats`): the header's first two lines, so
+/// that the numbers say which session and how long, then the statistics sections.
+pub fn render_stats_text(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    let mut header = Vec::new();
+    write_header(report, &mut header)?;
+    let header = String::from_utf8_lossy(&header);
+    for line in header.lines().take(3) {
+        writeln!(out, "{line}")?;
+    }
+    if report.kernel_events.is_none() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "no statistics: the daemon counts events for the targets of a session, not \
+             system-wide, and daemons before 0.1 count none"
+        )?;
+    }
+    write_statistics(report, out)
+}
+
+/// The sections after the code, in VMProfiler's words: "**Events**" (what the kernel counted
+/// for the targets, with rates), then per target when there are several or one is partial.
+fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    let Some(events) = &report.kernel_events else {
+        return Ok(());
+    };
+    writeln!(out)?;
+    writeln!(out, "**Events**")?;
+    for event in &events.total {
+        writeln!(
+            out,
+            "{}{} {} ({:.0} per second)",
+            if event.part { "  " } else { "" },
+            event.label,
+            event.count,
+            event.per_second
+        )?;
+    }
+    for why in &events.unavailable {
+        writeln!(out, "not counted: {why}")?;
+    }
+    let by_process =
+        events.processes.len() > 1 || events.processes.iter().any(|p| p.note.is_some());
+    if by_process {
+        writeln!(out, "by process:")?;
+        for process in &events.processes {
+            let mut line = format!("  pid {} ({}", process.pid, process.command);
+            if process.threads > 0 {
+                line.push_str(&format!(", {}", count(process.threads.into(), "thread")));
+            }
+            line.push(')');
+            let counts: Vec<String> = process
+                .events
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {}",
+                        e.label.split(" (").next().unwrap_or(e.label),
+                        e.count
+                    )
+                })
+                .collect();
+            if !counts.is_empty() {
+                line.push_str(": ");
+                line.push_str(&counts.join(", "));
+            }
+            if let Some(note) = &process.note {
+                line.push_str(&format!(" ({note})"));
+            }
+            writeln!(out, "{line}")?;
         }
     }
     Ok(())
@@ -785,6 +861,59 @@ mod tests {
              --- expected\n{expected}\n--- actual\n{actual}",
             path.display()
         );
+    }
+
+    /// The node profile with the kernel's counts of two targets, one counted in part, on a
+    /// machine without PMU.
+    fn profile_with_events() -> Profile {
+        use vmscope_proto::v1::{KernelCounts, KernelEvents, ProcessKernelCounts};
+        let counts = |switches, voluntary, faults| KernelCounts {
+            context_switches: switches,
+            voluntary_context_switches: Some(voluntary),
+            involuntary_context_switches: Some(switches - voluntary),
+            cpu_migrations: 3,
+            minor_faults: faults,
+            major_faults: 1,
+            ..KernelCounts::default()
+        };
+        let mut profile = node_profile();
+        profile.kernel_events = Some(KernelEvents {
+            total: Some(counts(2110, 2004, 26_002)),
+            processes: vec![
+                ProcessKernelCounts {
+                    pid: 4242,
+                    command: "node".into(),
+                    counts: Some(counts(2100, 2000, 26_000)),
+                    threads: 7,
+                    note: String::new(),
+                },
+                ProcessKernelCounts {
+                    pid: 4243,
+                    command: "worker".into(),
+                    counts: Some(counts(10, 4, 2)),
+                    threads: 1024,
+                    note: "partial: 6 threads beyond the first 1024 were not counted".into(),
+                },
+            ],
+            unavailable: vec![
+                "cycles, instructions, cache misses: this machine exposes no hardware PMU to \
+                 perf (perf_event_open of instructions: No such file or directory)"
+                    .into(),
+            ],
+        });
+        profile
+    }
+
+    /// VMProfiler's "Events" after the code, and `--stats` alone.
+    #[test]
+    fn golden_events_report() {
+        let profile = profile_with_events();
+        check_golden("events.txt", &render(&profile, &OPTIONS));
+        let mut stats = Vec::new();
+        render_stats_text(&Report::from_profile(&profile, &OPTIONS), &mut stats).unwrap();
+        check_golden("stats.txt", &String::from_utf8(stats).unwrap());
+        // A profile without counts keeps its layout to the byte.
+        assert!(!render(&node_profile(), &OPTIONS).contains("**Events**"));
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`model`]: the flat VMProfiler report ([`Report::from_profile`]): sections, rows sorted and
 //!   folded into `...others...`, percentages, code ranges and inlined methods, warnings.
 //! - [`sort_keys`]: rows split by process, command or module (`perf report --sort`).
+//! - [`stats`]: the statistics after the code (VMProfiler's "Events"): what the kernel
+//!   counted for the targets, with rates.
 //! - [`runtimes`]: language runtimes that live in a shared library and count as the VM.
 //! - [`tree`]: call trees over the profile's stacks (top-down, callees and callers of a
 //!   function), with inclusive and self samples, after Pharo's MessageTally.
@@ -18,6 +20,7 @@ pub mod pprof;
 mod processes;
 pub mod runtimes;
 pub mod sort_keys;
+pub mod stats;
 pub mod tree;
 
 pub use model::{

@@ -14,6 +14,7 @@ use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Sessi
 use crate::{
     runtimes::known_runtime,
     sort_keys::{self, SortKey},
+    stats::KernelEventsReport,
     tree::TreeOptions,
 };
 
@@ -54,6 +55,9 @@ pub struct ReportOptions {
     /// `--callers`, `--callees`); `None` for the flat report. [`Report::from_profile`] does
     /// not read it: renderers build the tree with [`crate::tree::CallTree::from_profile`].
     pub tree: Option<TreeOptions>,
+    /// Only the statistics after the code (`--stats`): the events the kernel counted, with
+    /// the header lines that say which session. [`Report::from_profile`] does not read it.
+    pub stats: bool,
 }
 
 impl ReportOptions {
@@ -68,6 +72,7 @@ impl ReportOptions {
         runtime_modules: true,
         sort: Vec::new(),
         tree: None,
+        stats: false,
     };
 }
 
@@ -423,6 +428,9 @@ pub struct Report {
     /// [`INTERPRETED_FRAMES_HINT_PERCENT`] or with the flag given (the trampoline then calls
     /// named per-function copies of itself).
     pub v8_interpreted_frames: Option<f64>,
+    /// What the kernel counted for the targets (VMProfiler's "Events"), when the daemon
+    /// counted: not for system-wide sessions.
+    pub kernel_events: Option<KernelEventsReport>,
 }
 
 /// V8's entry into its bytecode interpreter: every interpreted JavaScript frame is this
@@ -625,6 +633,7 @@ impl Report {
                 .map(|e| (e.end(), e.samples))
                 .collect(),
             v8_interpreted_frames: call_graph.then(|| v8_interpreted_frames(profile)).flatten(),
+            kernel_events: KernelEventsReport::from_profile(profile),
         }
     }
 }

@@ -2018,7 +2018,10 @@ impl Manager {
             jit: session.jit,
             kept: session.kept.snapshot(),
             not_kept: session.kept.not_kept,
-            kernel_events: session.kernel.as_ref().map(SessionCounters::to_proto),
+            kernel_events: session
+                .kernel
+                .as_ref()
+                .map(|kernel| kernel.to_proto(|pid| session.commands.get(&pid).cloned())),
         }
     }
 

@@ -600,8 +600,9 @@ impl SessionCounters {
         self.targets.iter().filter(|t| t.counters.is_err()).count()
     }
 
-    /// The counts so far (running) or final (frozen), as the API carries them.
-    pub fn to_proto(&self) -> pb::KernelEvents {
+    /// The counts so far (running) or final (frozen), as the API carries them; `command_of`
+    /// names a target as it is now (after its exec), else it keeps its name at the start.
+    pub fn to_proto(&self, command_of: impl Fn(u32) -> Option<String>) -> pb::KernelEvents {
         let mut total = Counts::default();
         let processes = self
             .targets
@@ -614,7 +615,7 @@ impl SessionCounters {
                 total.add(&counts);
                 pb::ProcessKernelCounts {
                     pid: target.pid,
-                    command: target.command.clone(),
+                    command: command_of(target.pid).unwrap_or_else(|| target.command.clone()),
                     counts: Some(counts.to_proto()),
                     threads,
                     note: note.unwrap_or_default(),
