@@ -15,6 +15,8 @@
 //! - [`jitdump`]: Linux perf's `jit-PID.dump`, code loads and moves with source lines and unwind
 //!   tables, read as the file grows.
 //! - [`codemap_file`]: vmscope's own code map files, `vmscope-PID.codemap`.
+//! - [`hsperfdata`]: HotSpot's performance data file (`/tmp/hsperfdata_<user>/<pid>`), the GC,
+//!   heap and JIT counters `jstat` reads.
 //! - [`h2_authority`]: the HTTP/2 bytes a gRPC client sends, with the `:authority` values h2
 //!   refuses (C-core's socket path) replaced by ones it accepts.
 #![deny(missing_docs)]
@@ -24,6 +26,7 @@ pub mod demangle;
 pub mod dwarf;
 pub mod elf;
 pub mod h2_authority;
+pub mod hsperfdata;
 pub mod jitdump;
 pub mod jvm_options;
 pub mod kallsyms;
