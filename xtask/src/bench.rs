@@ -16,6 +16,8 @@
 //! * the demo JIT VM's slowdown while it publishes its code map to the daemon (no session):
 //!   `jitvm fib` (a few events at start) and `jitvm compact` (thousands of events a second),
 //!   alternately with `--publish none` and `--publish grpc`, iterations per second.
+//! * the kernel counters' cost to a target (context switches and minor faults are what they
+//!   count): `cargo bench -p vmscoped --bench kernel_counters`.
 //! * code maps: a 1,000,000-line perf map, lookups in 1,000,000 entries, 100,000 jitdump loads
 //!   and moves: `cargo bench -p vmscoped --bench codemap`.
 //!
@@ -273,6 +275,9 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
     run_checked(cargo().args([
         "bench", "-p", "vmscoped", "--bench", "codemap", "--", "--noplot",
     ]))?;
+    println!();
+    println!("bench: the kernel counters' cost to the target:");
+    run_checked(cargo().args(["bench", "-p", "vmscoped", "--bench", "kernel_counters"]))?;
     println!();
     println!("bench: report building from 1,000,000 samples (criterion):");
     run_checked(cargo().args([
