@@ -158,13 +158,21 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let reader = Arc::new(bpf::ReaderControl::default());
     bpf::spawn_reader(ring, batch_tx, reader.clone(), config.stall_reader)
         .context("cannot start the ring-buffer reader thread")?;
+    let manager_config = ManagerConfig {
+        max_kernel_counter_fds: config
+            .manager
+            .max_kernel_counter_fds
+            .min(usize::try_from(max_fds / 4).unwrap_or(usize::MAX)),
+        ..config.manager.clone()
+    };
+    let kernel_counter_fds = manager_config.max_kernel_counter_fds;
     let (manager, _manager_thread) = session::spawn_manager(
         Box::new(sampler) as Box<dyn bpf::SamplerControl>,
         batch_rx,
         reader,
         modules,
         codes.clone(),
-        config.manager.clone(),
+        manager_config,
         Box::new(sys::perf_event_max_sample_rate),
     )
     .context("cannot start the session manager")?;
@@ -189,7 +197,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let (accepting, accepting_rx) = tokio::sync::watch::channel(true);
     let connections = server::Connections::new(connection_limits);
     let held = connections.clone();
-    let limits = daemon_limits(&config, connection_limits);
+    let limits = daemon_limits(&config, connection_limits, kernel_counter_fds);
     let code_maps = server::CodeMapService::new(manager.clone(), codes);
     let service = server::ProfilerService::new(
         manager.clone(),
@@ -285,6 +293,7 @@ async fn stop_sessions(manager: &session::ManagerHandle) {
 fn daemon_limits(
     config: &DaemonConfig,
     connections: server::ConnectionLimits,
+    kernel_counter_fds: usize,
 ) -> std::collections::BTreeMap<&'static str, u64> {
     let m = &config.manager;
     [
@@ -299,6 +308,7 @@ fn daemon_limits(
         ("running_sessions_per_user", m.max_running_per_user as u64),
         ("running_sessions_total", m.max_running_sessions as u64),
         ("stopped_sessions_per_user", m.max_stopped_per_user as u64),
+        ("kernel_counter_fds", kernel_counter_fds as u64),
         ("watches_per_user", server::WATCHES.per_user as u64),
         ("watches_non_root", server::WATCHES.non_root as u64),
         ("watches_total", server::WATCHES.total as u64),

@@ -112,6 +112,10 @@ pub struct ManagerConfig {
     pub sweep_modules: Duration,
     /// Whether HotSpot targets may be asked for their perf map (sessions may still opt out).
     pub jvm_attach: bool,
+    /// Most descriptors the sessions' kernel counters hold in all (one per counter and thread
+    /// of each target): a target beyond is not counted, and its report says why. The daemon
+    /// fits it to a quarter of its descriptor limit, so counters never starve connections.
+    pub max_kernel_counter_fds: usize,
 }
 
 impl Default for ManagerConfig {
@@ -129,6 +133,7 @@ impl Default for ManagerConfig {
             forget_processes_after: Duration::from_secs(30),
             sweep_modules: Duration::from_secs(1),
             jvm_attach: true,
+            max_kernel_counter_fds: 16_384,
         }
     }
 }
@@ -333,10 +338,6 @@ pub fn spawn_manager(
         })?;
     Ok((ManagerHandle { tx }, thread))
 }
-
-/// Most descriptors the sessions' kernel counters hold in all (one per counter and thread of
-/// each target): a target beyond is not counted, and its report says why.
-const MAX_KERNEL_COUNTER_FDS: usize = 16_384;
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -748,7 +749,10 @@ impl Manager {
     /// Opens the kernel counters of a new session's `targets`, within the daemon's share of
     /// descriptors for counters.
     fn open_kernel_counters(&mut self, targets: &[Target]) -> SessionCounters {
-        let fds_left = MAX_KERNEL_COUNTER_FDS.saturating_sub(self.kernel_counter_fds());
+        let fds_left = self
+            .config
+            .max_kernel_counter_fds
+            .saturating_sub(self.kernel_counter_fds());
         let opened = SessionCounters::open(
             targets.iter().map(|t| (t.pid, t.command.as_str())),
             &self.kernel_support,
