@@ -683,6 +683,40 @@ mod tests {
         assert_eq!(total.cycles, None);
     }
 
+    /// A running process is counted in every thread it has when its counters open: here this
+    /// test process, whose sleeper thread waits while they are opened, then sleeps.
+    #[test]
+    fn a_running_process_is_counted_in_every_thread_it_has() {
+        let support = Support::probe();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            wait.recv().unwrap();
+            for _ in 0..40 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        });
+        let counters =
+            ProcessCounters::open(std::process::id(), &support, usize::MAX).expect("open");
+        assert!(counters.threads() >= 2, "{} threads", counters.threads());
+        assert_eq!(
+            counters.fds(),
+            counters.threads() as usize * support.per_thread()
+        );
+        go.send(()).unwrap();
+        sleeper.join().unwrap();
+        let counts = counters.counts();
+        assert!(counts.voluntary_switches.unwrap() >= 40, "{counts:?}");
+        // Too few descriptors left: refused whole, not opened in part.
+        assert!(matches!(
+            ProcessCounters::open(std::process::id(), &support, 1),
+            Err(CounterError::TooMany(1))
+        ));
+        assert!(matches!(
+            ProcessCounters::open(u32::MAX, &support, usize::MAX),
+            Err(CounterError::Gone)
+        ));
+    }
+
     /// Real counters on a thread of this test: they count what it does, the voluntary
     /// switches apart, and keep their counts once frozen. Needs root (CI is root).
     #[test]
