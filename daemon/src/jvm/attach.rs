@@ -914,30 +914,37 @@ mod tests {
     fn a_starting_jvm_is_never_killed() {
         // `vmscope record -- java ...` asks from the first moment: until the JVM installs its
         // SIGQUIT handler the request is refused, then it works, and the JVM lives throughout.
-        let (mut jvm, _stdout) = start_hot(&[]);
-        let started = Instant::now();
-        let mut refusals = 0;
-        let target = loop {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "never answered"
+        // A JVM can install its handler before the first request gets there (about 1 start in
+        // 15 here): the window is then missed, and another JVM is started, 3 at most.
+        for attempt in 1..=3 {
+            let (mut jvm, _stdout) = start_hot(&[]);
+            let started = Instant::now();
+            let mut refusals = 0;
+            let target = loop {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "never answered"
+                );
+                let target = JvmTarget::read(jvm.pid()).unwrap();
+                match request_perf_map(&target, Duration::from_secs(5)) {
+                    Ok(_) => break target,
+                    Err(AttachError::NoSigquitHandler { .. }) => refusals += 1,
+                    Err(e) => panic!("after {refusals} refusals: {e}"),
+                }
+                jvm.assert_alive();
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            eprintln!(
+                "attempt {attempt}: answered {:?} after start, after {refusals} refusals",
+                started.elapsed()
             );
-            let target = JvmTarget::read(jvm.pid()).unwrap();
-            match request_perf_map(&target, Duration::from_secs(5)) {
-                Ok(_) => break target,
-                Err(AttachError::NoSigquitHandler { .. }) => refusals += 1,
-                Err(e) => panic!("after {refusals} refusals: {e}"),
-            }
             jvm.assert_alive();
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        eprintln!(
-            "answered {:?} after start, after {refusals} refusals",
-            started.elapsed()
-        );
-        assert!(refusals > 0, "the first request came before the handler");
-        jvm.assert_alive();
-        let _ = std::fs::remove_file(perf_map(&target));
+            let _ = std::fs::remove_file(perf_map(&target));
+            if refusals > 0 {
+                return;
+            }
+        }
+        panic!("in 3 starts, the first request never came before the JVM's handler");
     }
 
     #[test]
