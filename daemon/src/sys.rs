@@ -148,14 +148,6 @@ pub fn raise_limit(resource: libc::__rlimit_resource_t) -> io::Result<u64> {
     Ok(limit.rlim_cur)
 }
 
-/// Whether the CPU exposes a hardware PMU to perf (cycles, instructions retired). Virtual
-/// machines often do not; sampling then relies on the software cpu-clock, which is what
-/// vmscope uses anyway.
-pub fn has_hardware_pmu() -> bool {
-    Path::new("/sys/bus/event_source/devices/cpu/events/cpu-cycles").exists()
-        || Path::new("/sys/bus/event_source/devices/cpu_core/events/cpu-cycles").exists()
-}
-
 /// Asks the allocator to give the memory it holds free back to the system: glibc keeps freed
 /// memory in its arenas, so without this a big map let go shows in no RSS figure.
 pub fn return_free_memory() {

@@ -109,6 +109,14 @@ fn sleeps_are_voluntary_switches_in_every_thread_and_perf_stat_agrees() {
         !has_pmu,
         "PMU {has_pmu}, unavailable: {unavailable}"
     );
+    // `vmscope info` says the same: one detection serves both.
+    let info = daemon
+        .cli()
+        .args(["info", "--json"])
+        .output()
+        .expect("run vmscope info");
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).expect("info JSON");
+    assert_eq!(info["hardware_events"], has_pmu, "{info}");
 
     // `vmscope report --stats` prints the same numbers alone, in VMProfiler's words.
     let id = report["session_id"].as_u64().unwrap();

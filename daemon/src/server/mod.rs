@@ -275,7 +275,7 @@ impl pb::profiler_server::Profiler for ProfilerService {
             max_frequency_hz,
             default_frequency_hz: DEFAULT_FREQUENCY_HZ,
             online_cpus: self.online_cpus,
-            hardware_events: sys::has_hardware_pmu(),
+            hardware_events: crate::stats::kernel::hardware().is_ok(),
             counters: counters
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v))

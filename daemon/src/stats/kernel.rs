@@ -21,7 +21,7 @@
 use std::{
     fs, io,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    path::Path,
+    sync::OnceLock,
 };
 
 use perf_event_open_sys::{self as perf, bindings};
@@ -36,7 +36,7 @@ const SCHED_SWITCH_ID: [&str; 2] = [
 /// The tracepoint filter that keeps the switches where the thread went to sleep: one of the
 /// task states in the low byte of `prev_state`, not 0 (`R`, runnable) nor `TASK_REPORT_MAX`
 /// (`R+`, preempted).
-const VOLUNTARY_FILTER: &str = "prev_state & 255";
+const VOLUNTARY_FILTER: &[u8; 17] = b"prev_state & 255\0";
 
 /// Most threads of one target that get counters: a process with more is counted partly, and
 /// says so. Every thread costs one descriptor per counter.
@@ -165,30 +165,10 @@ impl Support {
                 .map(|_| id)
                 .map_err(|e| format!("voluntary context switches: {e}"))
         });
-        let hardware = open_counter(Counter::Instructions, 0, 0)
-            .map(drop)
-            .map_err(|e| {
-                if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EOPNOTSUPP)) {
-                    format!(
-                        "cycles, instructions, cache misses: this machine exposes no hardware \
-                         PMU to perf (perf_event_open of instructions: {e})"
-                    )
-                } else {
-                    format!("cycles, instructions, cache misses: perf_event_open refused: {e}")
-                }
-            });
+        let hardware = hardware().clone();
         Support {
             sched_switch,
             hardware,
-        }
-    }
-
-    /// Support for nothing beyond the software counters, for tests.
-    #[cfg(test)]
-    pub fn software_only() -> Support {
-        Support {
-            sched_switch: Err("voluntary context switches: not probed".into()),
-            hardware: Err("cycles, instructions, cache misses: not probed".into()),
         }
     }
 
@@ -220,6 +200,28 @@ impl Support {
     pub fn per_thread(&self) -> usize {
         self.counters().len()
     }
+}
+
+/// Whether perf counts hardware events here (cycles, instructions, cache misses), or why not:
+/// found once, by opening one on the daemon itself, so that `GetDaemonInfo` and the reports
+/// say the same. A machine whose sysfs lists a PMU can still refuse it (a hypervisor, a
+/// container): only an open tells.
+pub fn hardware() -> &'static Result<(), String> {
+    static HARDWARE: OnceLock<Result<(), String>> = OnceLock::new();
+    HARDWARE.get_or_init(|| {
+        open_counter(Counter::Instructions, 0, 0)
+            .map(drop)
+            .map_err(|e| {
+                if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EOPNOTSUPP)) {
+                    format!(
+                        "cycles, instructions, cache misses: this machine exposes no hardware \
+                         PMU to perf (perf_event_open of instructions: {e})"
+                    )
+                } else {
+                    format!("cycles, instructions, cache misses: perf_event_open refused: {e}")
+                }
+            })
+    })
 }
 
 /// The id of `sched:sched_switch`, from tracefs (which the kernel mounts when first looked at).
@@ -274,9 +276,7 @@ fn open_counter(counter: Counter, sched_switch: u64, tid: i32) -> io::Result<Own
     // SAFETY: perf_event_open returned a new descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     if counter == Counter::VoluntarySwitches {
-        let mut filter = std::ffi::CString::new(VOLUNTARY_FILTER)
-            .expect("the filter has no NUL")
-            .into_bytes_with_nul();
+        let mut filter = *VOLUNTARY_FILTER;
         // SAFETY: the filter is a NUL-terminated string that outlives the call.
         let done = unsafe { perf::ioctls::SET_FILTER(fd.as_raw_fd(), filter.as_mut_ptr().cast()) };
         if done < 0 {
@@ -515,7 +515,7 @@ impl ProcessCounters {
 
 /// The thread ids of process `pid`, from `/proc/PID/task`.
 fn threads(pid: u32) -> io::Result<Vec<i32>> {
-    let mut tids: Vec<i32> = fs::read_dir(Path::new("/proc").join(pid.to_string()).join("task"))?
+    let mut tids: Vec<i32> = fs::read_dir(crate::sys::proc_path(pid, "task"))?
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     tids.sort_unstable();
