@@ -120,18 +120,13 @@ pub fn render_text(
 /// Writes the statistics alone (`vmscope report --stats`): the header's first two lines, so
 /// that the numbers say which session and how long, then the statistics sections.
 pub fn render_stats_text(report: &Report, out: &mut impl Write) -> io::Result<()> {
-    let mut header = Vec::new();
-    write_header(report, &mut header)?;
-    let header = String::from_utf8_lossy(&header);
-    for line in header.lines().take(3) {
-        writeln!(out, "{line}")?;
-    }
+    write_title(report, out)?;
     if report.kernel_events.is_none() {
         writeln!(out)?;
         writeln!(
             out,
-            "no statistics: the daemon counts events for the targets of a session, not \
-             system-wide, and daemons before 0.1 count none"
+            "no statistics: system-wide sessions have none, nor profiles from daemons that do \
+             not count"
         )?;
     }
     write_statistics(report, out)
@@ -192,7 +187,9 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
+/// The header's first lines: what was sampled, when, its state, and for how long. The
+/// statistics alone (`--stats`) start with them too.
+fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
     let started = report
         .started_at
         .and_then(rfc3339_seconds)
@@ -212,7 +209,11 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
         report.measured_frequency_hz,
         report.requested_frequency_hz,
         round2(report.busy_cpus)
-    )?;
+    )
+}
+
+fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    write_title(report, out)?;
     writeln!(
         out,
         "{} samples in the VM ({} samples in the entire program) {} of total",
