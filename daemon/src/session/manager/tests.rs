@@ -124,7 +124,6 @@ impl Harness {
         while self.batches_seen().await == before {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        self.settle_reads().await;
     }
 
     /// Sends a batch built by hand (samples with stacks), like [`Harness::send`].
@@ -132,19 +131,6 @@ impl Harness {
         let before = self.batches_seen().await;
         self.batches.send(batch).await.unwrap();
         while self.batches_seen().await == before {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        self.settle_reads().await;
-    }
-
-    /// Waits (up to 5 s) until no code map read is out: a batch's samples in generated code
-    /// wait for the read their advance sent to a reader thread, and a snapshot taken before
-    /// it comes back would find them still waiting, as it may in production.
-    async fn settle_reads(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while self.manager.counters().await.unwrap().gauges["code_map_reads_in_flight"] > 0
-            && tokio::time::Instant::now() < deadline
-        {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
