@@ -1664,6 +1664,48 @@ mod tests {
         }
     }
 
+    /// A live process of this test's own (`sleep 30`), killed and reaped when dropped, even
+    /// when an assertion fails: its pid is one no other test writes maps for.
+    struct Sleeper(std::process::Child);
+
+    impl Sleeper {
+        fn start() -> Sleeper {
+            Sleeper(
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .expect("spawn sleep"),
+            )
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+
+        /// Ends it now.
+        fn end(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            self.end();
+        }
+    }
+
+    /// A sample of `pid` at 2 s in code its open publication does not explain, counted
+    /// provisionally after the grace and parked. Returns its time.
+    fn park_one(maps: &mut CodeMaps, pid: u32, sink: &mut Recorder) -> u64 {
+        let at = 2_000_000_000;
+        maps.stream_opened(pid);
+        maps.push_sample(pid, jit_sample(pid, at, 0x1010));
+        advance(maps, pid, at + PUBLICATION_GRACE_NS + 1, sink);
+        assert_eq!(maps.provisional(), 1);
+        at
+    }
+
     fn advance(maps: &mut CodeMaps, pid: u32, now: u64, sink: &mut Recorder) {
         maps.advance(pid, now, now, None, &mut Executable::anywhere, sink);
     }
@@ -1712,11 +1754,8 @@ mod tests {
     #[test]
     fn a_perf_map_read_later_names_earlier_samples_as_a_later_snapshot() {
         // A live process of ours, whose /tmp/perf-PID.map this test may write.
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("spawn sleep");
-        let pid = child.id();
+        let child = Sleeper::start();
+        let pid = child.pid();
         let path = PathBuf::from(format!("/tmp/perf-{pid}.map"));
         let _ = std::fs::remove_file(&path);
         let store = Arc::new(CodeStore::new());
@@ -1766,8 +1805,6 @@ mod tests {
         assert_eq!(maps.counters().later_snapshot, 1);
 
         let _ = std::fs::remove_file(&path);
-        let _ = child.kill();
-        let _ = child.wait();
     }
 
     fn load(start: u64, code: CodeId) -> Change {
@@ -1823,11 +1860,8 @@ mod tests {
         let store = Arc::new(CodeStore::new());
         let code = method(&store, "m");
         let mut maps = CodeMaps::new(store.clone());
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let pid = child.id();
+        let mut child = Sleeper::start();
+        let pid = child.pid();
         let now = sys::monotonic_ns();
         maps.stream_opened(pid);
         maps.publish(pid, vec![(now, load(0x1000, code))], now);
@@ -1840,8 +1874,7 @@ mod tests {
         };
         assert!(!maps.forget_gone(now + 2, now + 2), "alive");
         assert_eq!(in_use(&maps), [code]);
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.end();
         // Found gone at +3, while the reader has read only up to +2: its samples may come.
         assert!(maps.forget_gone(now + 3, now + 2));
         assert_eq!(in_use(&maps), [code]);
@@ -1903,19 +1936,13 @@ mod tests {
         let decoy = method(&store, "decoy");
         let mut maps = CodeMaps::new(store);
         // A process of its own: another test writes a perf map for this one's pid.
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("spawn sleep");
-        let pid = child.id();
+        let child = Sleeper::start();
+        let pid = child.pid();
         let mut sink = Recorder::default();
-        maps.stream_opened(pid);
         let s = 1_000_000_000;
-        maps.push_sample(pid, jit_sample(pid, 2 * s, 0x1010));
-        advance(&mut maps, pid, 2 * s + PUBLICATION_GRACE_NS + 1, &mut sink);
+        assert_eq!(park_one(&mut maps, pid, &mut sink), 2 * s);
         let published = anon(pid, Unexplained::NoEntry(CodeMapKinds::PUBLICATION));
         assert_eq!(sink.told, [("provisional", 2 * s, published)]);
-        assert_eq!(maps.provisional(), 1);
         sink.told.clear();
         // The VM flushes: hot was there from 1 s, a decoy took its place at 3 s.
         maps.publish(
@@ -1927,8 +1954,6 @@ mod tests {
         assert_eq!(sink.told, [("caught up", 2 * s, jit(hot, 0x10, false))]);
         assert_eq!(maps.provisional(), 0);
         assert!(maps.waiting().is_empty());
-        let _ = child.kill();
-        let _ = child.wait();
     }
 
     /// A provisional sample whose map never catches up stays parked until
@@ -1936,17 +1961,11 @@ mod tests {
     #[test]
     fn provisional_samples_parked_too_long_expire() {
         let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("spawn sleep");
-        let pid = child.id();
+        let child = Sleeper::start();
+        let pid = child.pid();
         let mut sink = Recorder::default();
-        maps.stream_opened(pid);
         let s = 1_000_000_000;
-        maps.push_sample(pid, jit_sample(pid, 2 * s, 0x1010));
-        advance(&mut maps, pid, 2 * s + PUBLICATION_GRACE_NS + 1, &mut sink);
-        assert_eq!(maps.provisional(), 1);
+        assert_eq!(park_one(&mut maps, pid, &mut sink), 2 * s);
         sink.told.clear();
         advance(&mut maps, pid, 2 * s + MAX_PARK_NS, &mut sink);
         assert_eq!(
@@ -1957,8 +1976,6 @@ mod tests {
         advance(&mut maps, pid, 2 * s + MAX_PARK_NS + 1, &mut sink);
         assert_eq!((maps.provisional(), maps.counters().expired), (0, 1));
         assert!(sink.told.is_empty(), "nothing placed: {:?}", sink.told);
-        let _ = child.kill();
-        let _ = child.wait();
     }
 
     /// A user's file whose open hangs (FUSE, NFS) holds up neither the caller nor another
@@ -1967,14 +1984,8 @@ mod tests {
     #[test]
     fn a_read_that_hangs_stalls_neither_the_manager_nor_another_user() {
         use std::sync::{Mutex, mpsc as std_mpsc};
-        let sleeper = || {
-            std::process::Command::new("sleep")
-                .arg("30")
-                .spawn()
-                .expect("spawn sleep")
-        };
-        let (a, b) = (sleeper(), sleeper());
-        let (root_pid, user_pid) = (a.id(), b.id());
+        let (a, b) = (Sleeper::start(), Sleeper::start());
+        let (root_pid, user_pid) = (a.pid(), b.pid());
         let (release, released) = std_mpsc::channel::<()>();
         let released = Mutex::new(released);
         let opened: Arc<Mutex<Vec<u32>>> = Arc::default();
@@ -2053,9 +2064,5 @@ mod tests {
         assert_eq!(sink.told, [("caught up", 2 * s, none(user_pid))]);
         let c = maps.counters();
         assert_eq!((c.reads_in_flight, c.source_failures), (0, 1), "{c:?}");
-        for mut child in [a, b] {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
