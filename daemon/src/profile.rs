@@ -498,6 +498,7 @@ pub fn build_profile(
         host_steal_percent: snapshot.host_steal_percent,
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
         kernel_events: snapshot.kernel_events,
+        vm_statistics: snapshot.vm_statistics,
         jit_samples_before_code_map: snapshot.jit.provisional,
         jit_samples_awaiting_code_map: snapshot.jit.awaiting,
         jit_samples_caught_up: snapshot.jit.caught_up,
@@ -722,6 +723,7 @@ mod tests {
             kept: Vec::new(),
             not_kept: 0,
             kernel_events: None,
+            vm_statistics: Vec::new(),
         }
     }
 

@@ -19,7 +19,7 @@
 use serde::Serialize;
 use vmscope_proto::v1 as pb;
 
-use vmscope_report::stats::{EventCount, KernelEventsReport};
+use vmscope_report::stats::{EventCount, KernelEventsReport, VmStatsReport};
 use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionKind,
     SectionReport, rfc3339_seconds, round2,
@@ -40,7 +40,8 @@ use vmscope_report::{
 /// frames `later_snapshot`), `processes` (how many),
 /// `vm_modules` (modules other than the executable counted as the VM: `module`, `runtime` or
 /// null when `--vm-module` named it, `samples`), `sections`, `symbolization_issues` and
-/// `kernel_events` (null system-wide; see [`JsonKernelEvents`]).
+/// `kernel_events` (null system-wide; see [`JsonKernelEvents`]), `vm_statistics` (what the
+/// VMs published of themselves; see [`JsonVmStatistics`]).
 /// Measurements (seconds, hertz, busy CPUs) are not rounded: only percentages are.
 ///
 /// Rows carry `processes` (`pid`, `command`, `samples`, most first) and, when all their
@@ -78,9 +79,116 @@ pub struct JsonReport<'a> {
     sections: Vec<JsonSection<'a>>,
     symbolization_issues: Vec<JsonIssue<'a>>,
     kernel_events: Option<JsonKernelEvents<'a>>,
+    vm_statistics: Vec<JsonVmStatistics<'a>>,
     /// The call stacks, when rendered with the profile ([`render_json_with_stacks`]).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     stack_table: Option<JsonStackTable<'a>>,
+}
+
+/// One VM's statistics over the session: `pid`, `vm`, `seconds` (the window), `configuration`
+/// (`name`, `value`: a number or a string, `unit`), `gauges` (`name`, `unit`, `delta`,
+/// `last`), `intervals` (`kind`: `scavenge`, `full_gc`, `code_compaction`, `safepoint` or the
+/// VM's name; `named` for the VM's own kinds; `count`, `total_ms`, `percent_of_elapsed`,
+/// `average_ms`, `longest_ms`), `counters` (`name`, `unit`, `count`, `per_second`, `last`).
+#[derive(Debug, Serialize)]
+struct JsonVmStatistics<'a> {
+    pid: u32,
+    vm: &'a str,
+    seconds: f64,
+    configuration: Vec<JsonSetting<'a>>,
+    gauges: Vec<JsonGauge<'a>>,
+    intervals: Vec<JsonIntervals<'a>>,
+    counters: Vec<JsonCounter<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonSetting<'a> {
+    name: &'a str,
+    value: serde_json::Value,
+    unit: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonGauge<'a> {
+    name: &'a str,
+    unit: &'a str,
+    delta: i64,
+    last: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonIntervals<'a> {
+    kind: &'a str,
+    named: bool,
+    count: u64,
+    total_ms: f64,
+    percent_of_elapsed: f64,
+    average_ms: f64,
+    longest_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonCounter<'a> {
+    name: &'a str,
+    unit: &'a str,
+    count: u64,
+    per_second: f64,
+    last: u64,
+}
+
+fn vm_statistics(vm: &VmStatsReport) -> JsonVmStatistics<'_> {
+    JsonVmStatistics {
+        pid: vm.pid,
+        vm: &vm.vm,
+        seconds: vm.seconds,
+        configuration: vm
+            .configuration
+            .iter()
+            .map(|s| JsonSetting {
+                name: &s.name,
+                value: match (&s.number, &s.text) {
+                    (Some(n), _) => (*n).into(),
+                    (None, Some(t)) => t.as_str().into(),
+                    (None, None) => serde_json::Value::Null,
+                },
+                unit: &s.unit,
+            })
+            .collect(),
+        gauges: vm
+            .gauges
+            .iter()
+            .map(|g| JsonGauge {
+                name: &g.name,
+                unit: &g.unit,
+                delta: g.delta,
+                last: g.last,
+            })
+            .collect(),
+        intervals: vm
+            .intervals
+            .iter()
+            .map(|i| JsonIntervals {
+                kind: &i.key,
+                named: i.kind == vmscope_proto::v1::IntervalKind::Named,
+                count: i.count,
+                total_ms: i.total_ms,
+                percent_of_elapsed: round2(i.percent_of_elapsed),
+                average_ms: i.average_ms,
+                longest_ms: i.longest_ms,
+            })
+            .collect(),
+        counters: vm
+            .counters
+            .iter()
+            .map(|c| JsonCounter {
+                name: &c.name,
+                unit: &c.unit,
+                count: c.count,
+                per_second: c.per_second,
+                last: c.last,
+            })
+            .collect(),
+    }
 }
 
 /// The profile's call stacks, after the flat report's fields: `frames`, `stacks`,
@@ -343,6 +451,7 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
         sections: report.sections.iter().map(section).collect(),
         symbolization_issues: report.issues.iter().map(issue).collect(),
         kernel_events: report.kernel_events.as_ref().map(kernel_events),
+        vm_statistics: report.vm_statistics.iter().map(vm_statistics).collect(),
         stack_table: None,
     }
 }

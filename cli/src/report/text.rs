@@ -43,7 +43,8 @@
 
 use std::io::{self, Write};
 
-use vmscope_proto::v1::StackEnd;
+use vmscope_proto::v1::{IntervalKind, StackEnd};
+use vmscope_report::stats::{IntervalStats, VmStatsReport};
 use vmscope_report::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
     round2, stack_end_reason,
@@ -121,7 +122,7 @@ pub fn render_text(
 /// that the numbers say which session and how long, then the statistics sections.
 pub fn render_stats_text(report: &Report, out: &mut impl Write) -> io::Result<()> {
     write_title(report, out)?;
-    if report.kernel_events.is_none() {
+    if report.kernel_events.is_none() && report.vm_statistics.is_empty() {
         writeln!(out)?;
         writeln!(
             out,
@@ -132,14 +133,47 @@ pub fn render_stats_text(report: &Report, out: &mut impl Write) -> io::Result<()
     write_statistics(report, out)
 }
 
-/// The sections after the code, in VMProfiler's words: "**Events**" (what the kernel counted
-/// for the targets, with rates), then per target when there are several or one is partial.
+/// The sections after the code, in VMProfiler's words and order: each VM's **Memory**,
+/// **GCs**, **Compiled Code Compactions** (then its safepoints and the kinds of work it named),
+/// and **Events**: the VMs' counters, then what the kernel counted for the targets, with
+/// rates, per target when there are several or one is partial.
 fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    let several = report.vm_statistics.len() > 1;
+    for vm in &report.vm_statistics {
+        if several {
+            writeln!(out)?;
+            writeln!(out, "{} (pid {})", vm_name(vm), vm.pid)?;
+        }
+        write_vm_sections(vm, out)?;
+    }
+    let vm_counters = report
+        .vm_statistics
+        .iter()
+        .any(|vm| !vm.counters.is_empty());
+    if !vm_counters && report.kernel_events.is_none() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "**Events**")?;
+    for vm in &report.vm_statistics {
+        let whose = if several {
+            format!("pid {}: ", vm.pid)
+        } else {
+            String::new()
+        };
+        for counter in &vm.counters {
+            writeln!(
+                out,
+                "{whose}{} {} ({:.0} per second)",
+                counter.name,
+                grouped(counter.count as i128),
+                counter.per_second
+            )?;
+        }
+    }
     let Some(events) = &report.kernel_events else {
         return Ok(());
     };
-    writeln!(out)?;
-    writeln!(out, "**Events**")?;
     for event in &events.total {
         writeln!(
             out,
@@ -187,6 +221,133 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// A VM's sections before the Events, each only when it published what it shows.
+fn write_vm_sections(vm: &VmStatsReport, out: &mut impl Write) -> io::Result<()> {
+    if !vm.gauges.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "**Memory**")?;
+        for gauge in &vm.gauges {
+            let sign = if gauge.delta < 0 { "-" } else { "+" };
+            let line = format!(
+                "{} {sign}{} {}",
+                gauge.name,
+                grouped(i128::from(gauge.delta).abs()),
+                gauge.unit
+            );
+            writeln!(out, "{}", line.trim_end())?;
+        }
+    }
+    let full = vm.kind(IntervalKind::FullGc);
+    let scavenges = vm.kind(IntervalKind::Scavenge);
+    if full.is_some() || scavenges.is_some() {
+        writeln!(out)?;
+        writeln!(out, "**GCs**")?;
+        writeln!(out, "full {}", intervals_line(full, false))?;
+        writeln!(out, "scavenges {}", intervals_line(scavenges, true))?;
+    }
+    if let Some(compactions) = vm.kind(IntervalKind::CodeCompaction) {
+        writeln!(out)?;
+        writeln!(out, "**Compiled Code Compactions**")?;
+        writeln!(out, "{}", intervals_line(Some(compactions), false))?;
+    }
+    if let Some(safepoints) = vm.kind(IntervalKind::Safepoint) {
+        writeln!(out)?;
+        writeln!(out, "**Safepoints**")?;
+        writeln!(out, "{}", intervals_line(Some(safepoints), true))?;
+    }
+    let named: Vec<&IntervalStats> = vm
+        .intervals
+        .iter()
+        .filter(|i| i.kind == IntervalKind::Named)
+        .collect();
+    if !named.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "**Other intervals**")?;
+        for kind in named {
+            writeln!(out, "{} {}", kind.label, intervals_line(Some(kind), true))?;
+        }
+    }
+    Ok(())
+}
+
+/// "182 totalling 57ms (0.8% elapsed time), avg 0.313ms", as VMProfiler writes a kind of
+/// interval; all zeros for a kind the VM published none of.
+fn intervals_line(stats: Option<&IntervalStats>, average: bool) -> String {
+    let (count, total, percent, avg) = stats.map_or((0, 0.0, 0.0, 0.0), |s| {
+        (s.count, s.total_ms, s.percent_of_elapsed, s.average_ms)
+    });
+    // Small shares keep two decimals: a GC at 0.05% of the time is not none.
+    let decimals = if percent < 1.0 && percent > 0.0 { 2 } else { 1 };
+    let mut line = format!(
+        "{} totalling {}ms ({percent:.decimals$}% elapsed time)",
+        grouped(count.into()),
+        milliseconds(total),
+    );
+    if average && count > 0 {
+        line.push_str(&format!(", avg {avg:.3}ms"));
+    }
+    line
+}
+
+/// Whole milliseconds as VMProfiler prints them ("57ms", "0ms"), with a decimal under 10.
+fn milliseconds(ms: f64) -> String {
+    if ms >= 10.0 || ms == 0.0 {
+        grouped(ms.round() as i128)
+    } else {
+        format!("{ms:.1}")
+    }
+}
+
+/// The VM's name, or a placeholder for one that gave none.
+fn vm_name(vm: &VmStatsReport) -> &str {
+    if vm.vm.is_empty() { "a VM" } else { &vm.vm }
+}
+
+/// `n` with its thousands separated by commas ("3,801,936"), as VMProfiler's settings and
+/// memory read.
+fn grouped(n: i128) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A VM's settings on one line, as VMProfiler's header has them ("eden size: 3,801,936 stack
+/// pages: 50"): after the VM's name and pid.
+fn settings_line(vm: &VmStatsReport) -> Option<String> {
+    if vm.configuration.is_empty() {
+        return None;
+    }
+    let settings: Vec<String> = vm
+        .configuration
+        .iter()
+        .map(|s| {
+            let value = match (&s.number, &s.text) {
+                (Some(n), _) => grouped((*n).into()),
+                (None, Some(t)) => t.clone(),
+                (None, None) => String::new(),
+            };
+            format!("{}: {value} {}", s.name, s.unit)
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    Some(format!(
+        "{} (pid {}): {}",
+        vm_name(vm),
+        vm.pid,
+        settings.join("  ")
+    ))
+}
+
 /// The header's first lines: what was sampled, when, its state, and for how long. The
 /// statistics alone (`--stats`) start with them too.
 fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -209,7 +370,11 @@ fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
         report.measured_frequency_hz,
         report.requested_frequency_hz,
         round2(report.busy_cpus)
-    )
+    )?;
+    for line in report.vm_statistics.iter().filter_map(settings_line) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -903,6 +1068,78 @@ mod tests {
             ],
         });
         profile
+    }
+
+    /// VMProfiler's Figure 7 after the code: a VM's settings in the header, then Memory, GCs,
+    /// Compiled Code Compactions, its other intervals, and its counters before the kernel's.
+    #[test]
+    fn golden_vm_statistics() {
+        use vmscope_proto::v1::{
+            Configuration, CounterDelta, GaugeDelta, IntervalTotals, VmStatistics, configuration,
+        };
+        let mut profile = profile_with_events();
+        let setting = |name: &str, n, unit: &str| Configuration {
+            name: name.into(),
+            value: Some(configuration::Value::Number(n)),
+            unit: unit.into(),
+        };
+        let intervals =
+            |kind: IntervalKind, name: &str, count, total_ns, longest_ns| IntervalTotals {
+                kind: kind as i32,
+                name: name.into(),
+                count,
+                total_ns,
+                longest_ns,
+            };
+        let counter = |name: &str, delta| CounterDelta {
+            name: name.into(),
+            unit: String::new(),
+            delta,
+            last: delta + 1000,
+        };
+        let gauge = |name: &str, delta| GaugeDelta {
+            name: name.into(),
+            unit: "bytes".into(),
+            delta,
+            last: 1 << 22,
+        };
+        profile.vm_statistics = vec![VmStatistics {
+            pid: 4242,
+            vm: "Cog 5.0".into(),
+            configuration: vec![
+                setting("eden size", 3_801_936, "bytes"),
+                setting("stack pages", 50, ""),
+                Configuration {
+                    name: "collector".into(),
+                    value: Some(configuration::Value::Text("generation scavenger".into())),
+                    unit: String::new(),
+                },
+            ],
+            counters: vec![
+                counter("Process switches", 38),
+                counter("Stack overflows", 209),
+            ],
+            gauges: vec![
+                gauge("old", 157_616),
+                gauge("free", 0),
+                gauge("young", -2_048),
+            ],
+            intervals: vec![
+                intervals(IntervalKind::Scavenge, "", 182, 57_000_000, 1_200_000),
+                intervals(IntervalKind::CodeCompaction, "", 3, 2_400_000, 900_000),
+                intervals(
+                    IntervalKind::Named,
+                    "JIT compile",
+                    12,
+                    30_500_000,
+                    4_000_000,
+                ),
+            ],
+            window_ns: 5_002_000_000,
+        }];
+        let mut stats = Vec::new();
+        render_stats_text(&Report::from_profile(&profile, &OPTIONS), &mut stats).unwrap();
+        check_golden("vm_stats.txt", &String::from_utf8(stats).unwrap());
     }
 
     /// VMProfiler's "Events" after the code, and `--stats` alone.

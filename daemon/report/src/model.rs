@@ -14,7 +14,7 @@ use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Sessi
 use crate::{
     runtimes::known_runtime,
     sort_keys::{self, SortKey},
-    stats::KernelEventsReport,
+    stats::{KernelEventsReport, VmStatsReport},
     tree::TreeOptions,
 };
 
@@ -431,6 +431,8 @@ pub struct Report {
     /// What the kernel counted for the targets (VMProfiler's "Events"), when the daemon
     /// counted: not for system-wide sessions.
     pub kernel_events: Option<KernelEventsReport>,
+    /// What the VMs among the targets published of their own statistics, by pid.
+    pub vm_statistics: Vec<VmStatsReport>,
 }
 
 /// V8's entry into its bytecode interpreter: every interpreted JavaScript frame is this
@@ -634,6 +636,7 @@ impl Report {
                 .collect(),
             v8_interpreted_frames: call_graph.then(|| v8_interpreted_frames(profile)).flatten(),
             kernel_events: KernelEventsReport::from_profile(profile),
+            vm_statistics: VmStatsReport::from_profile(profile),
         }
     }
 }

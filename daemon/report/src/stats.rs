@@ -1,8 +1,198 @@
 //! The statistics after the code sections, VMProfiler's "Memory", "GCs", "Compiled Code
-//! Compactions" and "Events": for now the events the kernel counted for the targets
-//! ([`KernelEventsReport`]), each with its rate over the session.
+//! Compactions" and "Events": what each VM published of itself ([`VmStatsReport`]: its
+//! settings, gauges, intervals and counters) and what the kernel counted for the targets
+//! ([`KernelEventsReport`]), each count with its rate over the session.
 
-use vmscope_proto::v1::{KernelCounts, KernelEvents, Profile};
+use vmscope_proto::v1::{
+    IntervalKind, KernelCounts, KernelEvents, Profile, VmStatistics, configuration,
+};
+
+/// One VM's statistics over the session, in VMProfiler's terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmStatsReport {
+    /// The VM's process.
+    pub pid: u32,
+    /// The VM's name ("jitvm 0.1").
+    pub vm: String,
+    /// Its settings, as the header prints them.
+    pub configuration: Vec<Setting>,
+    /// Its gauges' changes (VMProfiler's "Memory").
+    pub gauges: Vec<GaugeChange>,
+    /// Its intervals per kind: scavenges, full GCs, code compactions, safepoints, then the
+    /// kinds it named.
+    pub intervals: Vec<IntervalStats>,
+    /// Its counters' growth, with rates (VMProfiler's "Events").
+    pub counters: Vec<CounterGrowth>,
+    /// The window the percentages and rates are of, in seconds.
+    pub seconds: f64,
+}
+
+/// A VM's setting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setting {
+    /// Its name ("eden size").
+    pub name: String,
+    /// A number, if it is one.
+    pub number: Option<i64>,
+    /// Its text, if not a number.
+    pub text: Option<String>,
+    /// A number's unit.
+    pub unit: String,
+}
+
+/// How a gauge changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaugeChange {
+    /// Its name ("old").
+    pub name: String,
+    /// Its unit ("bytes").
+    pub unit: String,
+    /// Change over the session.
+    pub delta: i64,
+    /// Its last value.
+    pub last: i64,
+}
+
+/// Intervals of one kind over the session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntervalStats {
+    /// Stable key for scripts: `scavenge`, `full_gc`, `code_compaction`, `safepoint`, or the
+    /// VM's own name of the kind.
+    pub key: String,
+    /// What it is ("scavenges", or the VM's name).
+    pub label: String,
+    /// The proto's kind.
+    pub kind: IntervalKind,
+    /// Intervals begun in the session.
+    pub count: u64,
+    /// Their time in the session, in ms.
+    pub total_ms: f64,
+    /// `total_ms` as a percentage of the session's time.
+    pub percent_of_elapsed: f64,
+    /// `total_ms` over `count` (0 with none).
+    pub average_ms: f64,
+    /// The longest, in ms.
+    pub longest_ms: f64,
+}
+
+/// How a counter grew.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterGrowth {
+    /// Its name ("Stack overflows").
+    pub name: String,
+    /// What one is.
+    pub unit: String,
+    /// Growth over the session.
+    pub count: u64,
+    /// `count` per second of the session.
+    pub per_second: f64,
+    /// Its last value.
+    pub last: u64,
+}
+
+impl VmStatsReport {
+    /// The VMs' statistics of `profile`, by pid.
+    pub fn from_profile(profile: &Profile) -> Vec<VmStatsReport> {
+        profile
+            .vm_statistics
+            .iter()
+            .map(VmStatsReport::from_proto)
+            .collect()
+    }
+
+    fn from_proto(stats: &VmStatistics) -> VmStatsReport {
+        let seconds = stats.window_ns as f64 / 1e9;
+        VmStatsReport {
+            pid: stats.pid,
+            vm: stats.vm.clone(),
+            configuration: stats
+                .configuration
+                .iter()
+                .map(|c| Setting {
+                    name: c.name.clone(),
+                    number: match &c.value {
+                        Some(configuration::Value::Number(n)) => Some(*n),
+                        _ => None,
+                    },
+                    text: match &c.value {
+                        Some(configuration::Value::Text(t)) => Some(t.clone()),
+                        _ => None,
+                    },
+                    unit: c.unit.clone(),
+                })
+                .collect(),
+            gauges: stats
+                .gauges
+                .iter()
+                .map(|g| GaugeChange {
+                    name: g.name.clone(),
+                    unit: g.unit.clone(),
+                    delta: g.delta,
+                    last: g.last,
+                })
+                .collect(),
+            intervals: stats
+                .intervals
+                .iter()
+                .map(|i| {
+                    let kind = IntervalKind::try_from(i.kind).unwrap_or(IntervalKind::Named);
+                    let (key, label) = match kind {
+                        IntervalKind::Scavenge => ("scavenge".into(), "scavenges".into()),
+                        IntervalKind::FullGc => ("full_gc".into(), "full".into()),
+                        IntervalKind::CodeCompaction => {
+                            ("code_compaction".into(), "compactions".into())
+                        }
+                        IntervalKind::Safepoint => ("safepoint".into(), "safepoints".into()),
+                        IntervalKind::Named | IntervalKind::Unspecified => {
+                            (i.name.clone(), i.name.clone())
+                        }
+                    };
+                    let total_ms = i.total_ns as f64 / 1e6;
+                    IntervalStats {
+                        key,
+                        label,
+                        kind,
+                        count: i.count,
+                        total_ms,
+                        percent_of_elapsed: per(total_ms / 10.0, seconds),
+                        average_ms: if i.count == 0 {
+                            0.0
+                        } else {
+                            total_ms / i.count as f64
+                        },
+                        longest_ms: i.longest_ns as f64 / 1e6,
+                    }
+                })
+                .collect(),
+            counters: stats
+                .counters
+                .iter()
+                .map(|c| CounterGrowth {
+                    name: c.name.clone(),
+                    unit: c.unit.clone(),
+                    count: c.delta,
+                    per_second: per(c.delta as f64, seconds),
+                    last: c.last,
+                })
+                .collect(),
+            seconds,
+        }
+    }
+
+    /// The intervals of `kind` (a kind the proto names), if the VM published any.
+    pub fn kind(&self, kind: IntervalKind) -> Option<&IntervalStats> {
+        self.intervals.iter().find(|i| i.kind == kind)
+    }
+}
+
+/// `amount` per second of `seconds` (0 for a window of no time).
+fn per(amount: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 && seconds.is_finite() {
+        amount / seconds
+    } else {
+        0.0
+    }
+}
 
 /// One count and its rate, as VMProfiler's "Events" lines read ("Process switches 38 (5 per
 /// second)").
@@ -126,11 +316,7 @@ fn event_counts(counts: &KernelCounts, seconds: f64) -> Vec<EventCount> {
                 key,
                 label,
                 count,
-                per_second: if seconds > 0.0 && seconds.is_finite() {
-                    count as f64 / seconds
-                } else {
-                    0.0
-                },
+                per_second: per(count as f64, seconds),
                 part,
             })
         })
@@ -139,9 +325,64 @@ fn event_counts(counts: &KernelCounts, seconds: f64) -> Vec<EventCount> {
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::ProcessKernelCounts;
+    use vmscope_proto::v1::{
+        Configuration, CounterDelta, GaugeDelta, IntervalTotals, ProcessKernelCounts,
+    };
 
     use super::*;
+
+    #[test]
+    fn vm_statistics_become_vmprofilers_figures() {
+        let profile = Profile {
+            vm_statistics: vec![VmStatistics {
+                pid: 42,
+                vm: "jitvm 0.1".into(),
+                configuration: vec![Configuration {
+                    name: "eden size".into(),
+                    value: Some(configuration::Value::Number(3_801_936)),
+                    unit: "bytes".into(),
+                }],
+                counters: vec![CounterDelta {
+                    name: "Stack overflows".into(),
+                    unit: String::new(),
+                    delta: 209,
+                    last: 1000,
+                }],
+                gauges: vec![GaugeDelta {
+                    name: "old".into(),
+                    unit: "bytes".into(),
+                    delta: 157_616,
+                    last: 1 << 20,
+                }],
+                intervals: vec![IntervalTotals {
+                    kind: IntervalKind::Scavenge as i32,
+                    name: String::new(),
+                    count: 182,
+                    total_ns: 57_000_000,
+                    longest_ns: 1_000_000,
+                }],
+                window_ns: 7_126_000_000,
+            }],
+            ..Profile::default()
+        };
+        let [vm] = VmStatsReport::from_profile(&profile).try_into().unwrap();
+        assert_eq!(vm.configuration[0].number, Some(3_801_936));
+        let gcs = vm.kind(IntervalKind::Scavenge).unwrap();
+        assert_eq!(
+            (gcs.key.as_str(), gcs.label.as_str()),
+            ("scavenge", "scavenges")
+        );
+        assert_eq!(gcs.total_ms, 57.0);
+        // Figure 7: 57 ms of 7.126 s is 0.8%, 0.313 ms each.
+        assert!(
+            (gcs.percent_of_elapsed - 0.7999).abs() < 1e-3,
+            "{}",
+            gcs.percent_of_elapsed
+        );
+        assert!((gcs.average_ms - 0.313).abs() < 1e-3);
+        assert_eq!(vm.counters[0].per_second.round(), 29.0);
+        assert_eq!(vm.gauges[0].delta, 157_616);
+    }
 
     #[test]
     fn events_have_rates_and_uncounted_ones_no_line() {

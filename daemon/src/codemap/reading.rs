@@ -23,7 +23,7 @@ use super::{
     sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
     timeline::Change,
 };
-use crate::sys::FileId;
+use crate::{stats::vm::StatEvent, sys::FileId};
 
 /// The code map files of one process, and the state of reading them.
 #[derive(Debug, Default)]
@@ -94,6 +94,8 @@ pub struct ReadOutcome {
     pub changes: Vec<(u64, Change)>,
     /// How many of `changes` are the perf map's (they also make its content).
     pub perf_map_changes: usize,
+    /// The VMs' statistics read from code map files.
+    pub stats: Vec<(u64, StatEvent)>,
     /// Address ranges of entries refused for lying outside executable mappings.
     pub refused_ranges: Vec<(u64, u64)>,
     /// Sources opened.
@@ -272,6 +274,7 @@ impl Sources {
         }
         for file in &mut self.files {
             out.changes.extend(file.read(store, exited, budget));
+            out.stats.extend(file.take_stats());
         }
         let failures = self
             .jitdumps

@@ -35,11 +35,19 @@ pub enum Reason {
     Unapplicable,
     /// A code map file over its size limit: read no more.
     TooLarge,
+    /// An event a VM published stamped before one it published already.
+    TimeBackwards,
+    /// A VM's interval of a kind the daemon does not know.
+    UnknownKind,
+    /// A VM's interval end without its begin, or begin of one already open.
+    Unmatched,
+    /// A VM's statistics past a publication's bounds (names, named kinds, open intervals).
+    TooMany,
 }
 
 impl Reason {
     /// Every reason, in report order.
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 13] = [
         Reason::Malformed,
         Reason::NotUtf8,
         Reason::OutsideExecutable,
@@ -49,6 +57,10 @@ impl Reason {
         Reason::Invalid,
         Reason::Unapplicable,
         Reason::TooLarge,
+        Reason::TimeBackwards,
+        Reason::UnknownKind,
+        Reason::Unmatched,
+        Reason::TooMany,
     ];
 
     /// The daemon counter of this reason's refusals (`vmscope info`).
@@ -63,6 +75,10 @@ impl Reason {
             Reason::Invalid => "code_map_refused_invalid",
             Reason::Unapplicable => "code_map_refused_unapplicable",
             Reason::TooLarge => "code_map_refused_too_large",
+            Reason::TimeBackwards => "code_map_refused_time_backwards",
+            Reason::UnknownKind => "code_map_refused_unknown_kind",
+            Reason::Unmatched => "code_map_refused_unmatched_interval",
+            Reason::TooMany => "code_map_refused_too_many_statistics",
         }
     }
 
@@ -78,6 +94,10 @@ impl Reason {
             Reason::Invalid => "breaking the code map protocol",
             Reason::Unapplicable => "that the map could not apply",
             Reason::TooLarge => "in a file over its size limit",
+            Reason::TimeBackwards => "stamped before an earlier event",
+            Reason::UnknownKind => "of an unknown interval kind",
+            Reason::Unmatched => "ending an interval that never began, or beginning one open",
+            Reason::TooMany => "past a publication's bounds on statistics",
         }
     }
 

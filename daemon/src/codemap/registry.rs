@@ -49,6 +49,7 @@ use super::{
     timeline::{Change, PendingSample, Timeline, apply_change},
 };
 use crate::{
+    stats::vm::StatEvent,
     symbolize::{CodeMapKinds, Location, ModuleId, RefusedEntry, Unexplained},
     sys::{self, FileId},
     unwind::StackEnd,
@@ -677,6 +678,9 @@ pub struct CodeMaps {
     /// Where reads of code map files go.
     readers: Readers,
     next_generation: u64,
+    /// The VMs' statistics that reads of code map files brought, by pid, for the manager to
+    /// take ([`CodeMaps::take_stats`]).
+    stats: Vec<(u32, Vec<(u64, StatEvent)>)>,
 }
 
 impl CodeMaps {
@@ -696,7 +700,22 @@ impl CodeMaps {
             budgets: ReadBudgets::default(),
             readers,
             next_generation: 1,
+            stats: Vec::new(),
         }
+    }
+
+    /// The VMs' statistics read from code map files since last time, by pid, each process's in
+    /// its files' order.
+    pub fn take_stats(&mut self) -> Vec<(u32, Vec<(u64, StatEvent)>)> {
+        std::mem::take(&mut self.stats)
+    }
+
+    /// Up to when a gRPC publication for `pid` still open has published: `None` when none is.
+    pub fn publishing_until(&self, pid: u32) -> Option<u64> {
+        self.processes
+            .get(&pid)
+            .filter(|p| p.streams > 0)
+            .map(|p| p.published_until_ns)
     }
 
     /// The interned codes.
@@ -772,6 +791,11 @@ impl CodeMaps {
         })
     }
 
+    /// Whether the process is known (sampled, read or published for, and not forgotten).
+    pub fn knows(&self, pid: u32) -> bool {
+        self.processes.contains_key(&pid)
+    }
+
     /// Whether the process has any code map source.
     pub fn has_sources(&self, pid: u32) -> bool {
         self.processes
@@ -826,10 +850,10 @@ impl CodeMaps {
     }
 
     /// Counts events a publication stream refused before they became changes (see
-    /// [`super::vm`]), with the other events that break the protocol.
-    pub fn count_stream_refusals(&mut self, events: u64) {
-        if events > 0 {
-            *self.counters.refused.entry(Reason::Invalid).or_default() += events;
+    /// [`super::vm`]), with the other events that break the protocol, by reason.
+    pub fn count_stream_refusals(&mut self, reasons: &[Reason]) {
+        for &reason in reasons {
+            *self.counters.refused.entry(reason).or_default() += 1;
         }
     }
 
@@ -1235,6 +1259,9 @@ impl CodeMaps {
         process.read_ns = process.read_ns.max(job.now_ns);
         process.read_after_exit |= job.exited;
         process.note_found(now_ns);
+        if !read.stats.is_empty() {
+            self.stats.push((job.pid, read.stats));
+        }
         push_changes(process, now_ns, read.changes);
         // The changes are in the timeline, which keeps its codes from the sweeps.
         drop(hold);

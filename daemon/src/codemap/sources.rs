@@ -27,9 +27,9 @@ use super::{
     code::{Code, CodeId, CodeSource, CodeStore, SourcePoint},
     refusals::{Reason, Refusals},
     timeline::Change,
-    vm::Publication,
+    vm::{Accepted, Publication},
 };
-use crate::sys;
+use crate::{stats::vm::StatEvent, sys};
 
 /// Largest perf map read: about 750,000 entries (a JVM with 10,000 compiled methods writes
 /// half a MiB). A bigger one is refused, with its reason counted, rather than read for seconds
@@ -788,6 +788,8 @@ pub struct CodeMapFileSource {
     pub broken: Broken,
     /// What it refused, by reason.
     pub refusals: Refusals,
+    /// The VM's statistics read since [`CodeMapFileSource::take_stats`].
+    stats: Vec<(u64, StatEvent)>,
 }
 
 impl CodeMapFileSource {
@@ -802,7 +804,13 @@ impl CodeMapFileSource {
             publication: Publication::owned_by(uid),
             broken: Broken::default(),
             refusals: Refusals::new(pid, format!("code map file {}", path.display())),
+            stats: Vec::new(),
         })
+    }
+
+    /// The VM's statistics read since last time, in the file's order.
+    pub fn take_stats(&mut self) -> Vec<(u64, StatEvent)> {
+        std::mem::take(&mut self.stats)
     }
 
     /// Reads new events, at most `budget` bytes (taken from it). On the `final_read` (the
@@ -868,9 +876,10 @@ impl CodeMapFileSource {
         {
             at += used;
             match self.publication.accept(&event, store) {
-                Ok(Some(change)) => changes.push(change),
-                Ok(None) => {}
-                Err(problem) => self.refusals.refuse(Reason::Invalid, 1, || problem),
+                Ok(Accepted::Change(ts, change)) => changes.push((ts, change)),
+                Ok(Accepted::Stat(ts, stat)) => self.stats.push((ts, stat)),
+                Ok(Accepted::Nothing) => {}
+                Err(refused) => self.refusals.refuse(refused.reason, 1, || refused.problem),
             }
         }
         self.growing.put_back(bytes, at);

@@ -2,14 +2,53 @@
 //! changes. The same code serves the gRPC stream and the code map file.
 //!
 //! A VM is trusted with its own map only: an event that breaks the protocol's rules is refused
-//! on its own, with a reason the VM's developer can act on, and the rest goes on.
+//! on its own, with a reason the VM's developer can act on, and the rest goes on. The VM's
+//! statistics (settings, counters, gauges, intervals) come on the same publication, under the
+//! same order in time, and are checked here too ([`crate::stats::vm::Rules`]).
 
 use vmscope_proto::v1::{CodeKind, CodeMapEvent, code_map_event::Event};
 
 use super::{
     code::{Code, CodeSource, CodeStore, PcPoint},
+    refusals::Reason,
     timeline::Change,
 };
+use crate::stats::vm::{Broken, Rules, StatEvent};
+
+/// What an accepted event makes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Accepted {
+    /// Nothing to pass on (a Sync).
+    Nothing,
+    /// A change of the code map, at its time.
+    Change(u64, Change),
+    /// A statistic of the VM's, at its time.
+    Stat(u64, StatEvent),
+}
+
+/// An event refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Why, as the daemon counts it.
+    pub reason: Reason,
+    /// Why, for the VM's developer.
+    pub problem: String,
+}
+
+impl Refused {
+    fn invalid(problem: impl Into<String>) -> Refused {
+        Refused {
+            reason: Reason::Invalid,
+            problem: problem.into(),
+        }
+    }
+}
+
+impl From<String> for Refused {
+    fn from(problem: String) -> Refused {
+        Refused::invalid(problem)
+    }
+}
 
 /// Longest name a VM may give a piece of code.
 pub const MAX_NAME_BYTES: usize = 4096;
@@ -36,6 +75,8 @@ pub struct Publication {
     /// Whose codes it publishes: the publisher's uid for a stream, the file's owner for a
     /// code map file. Codes are charged to it in the store.
     pub owner: u32,
+    /// What its statistics must keep to.
+    rules: Rules,
 }
 
 /// Most problems kept per publication.
@@ -50,66 +91,82 @@ impl Publication {
         }
     }
 
-    /// Checks one event; returns the change it makes, if any (a Hello or Sync makes none).
-    pub fn accept(
-        &mut self,
-        event: &CodeMapEvent,
-        store: &CodeStore,
-    ) -> Result<Option<(u64, Change)>, String> {
+    /// Checks one event; returns what it makes.
+    pub fn accept(&mut self, event: &CodeMapEvent, store: &CodeStore) -> Result<Accepted, Refused> {
         let result = self.check(event, store);
         match &result {
             Ok(_) => {
                 self.accepted += 1;
                 self.until_ns = self.until_ns.max(event.timestamp_ns);
             }
-            Err(reason) => {
+            Err(refused) => {
                 self.refused += 1;
                 if self.problems.len() < MAX_PROBLEMS {
-                    self.problems.push(reason.clone());
+                    self.problems.push(refused.problem.clone());
                 }
             }
         }
         result
     }
 
-    fn check(
-        &mut self,
-        event: &CodeMapEvent,
-        store: &CodeStore,
-    ) -> Result<Option<(u64, Change)>, String> {
+    fn check(&mut self, event: &CodeMapEvent, store: &CodeStore) -> Result<Accepted, Refused> {
         let ts = event.timestamp_ns;
         let Some(body) = &event.event else {
-            return Err("an event with no content".into());
+            return Err(Refused::invalid("an event with no content"));
         };
         if let Event::Hello(hello) = body {
             self.vm = truncate(&hello.vm, 128);
             self.hello_pid = (hello.pid != 0).then_some(hello.pid);
-            return Ok(None);
+            return Ok(Accepted::Stat(ts, StatEvent::Vm(self.vm.clone())));
         }
         if self.accepted == 0 {
-            return Err("the first event must be a Hello".into());
+            return Err(Refused::invalid("the first event must be a Hello"));
         }
         if ts == 0 {
-            return Err("an event without a timestamp (timestamp_ns is 0)".into());
+            return Err(Refused::invalid(
+                "an event without a timestamp (timestamp_ns is 0)",
+            ));
         }
         if ts < self.until_ns {
-            return Err(format!(
-                "timestamps went backwards: {ts} ns after {} ns",
-                self.until_ns
-            ));
+            return Err(Refused {
+                reason: Reason::TimeBackwards,
+                problem: format!(
+                    "timestamps went backwards: {ts} ns after {} ns",
+                    self.until_ns
+                ),
+            });
         }
         let change = match body {
             Event::Hello(_) => unreachable!("handled above"),
-            Event::Sync(_) => return Ok(None),
+            Event::Sync(_) => return Ok(Accepted::Nothing),
+            Event::Configuration(_)
+            | Event::Counter(_)
+            | Event::Gauge(_)
+            | Event::Begin(_)
+            | Event::End(_) => {
+                let stat = self
+                    .rules
+                    .check(body)
+                    .map_err(|(broken, problem)| Refused {
+                        reason: match broken {
+                            Broken::UnknownKind => Reason::UnknownKind,
+                            Broken::Unmatched => Reason::Unmatched,
+                            Broken::TooMany => Reason::TooMany,
+                            Broken::Invalid => Reason::Invalid,
+                        },
+                        problem,
+                    })?;
+                return Ok(Accepted::Stat(ts, stat));
+            }
             Event::Zone(zone) => {
                 if zone.end < zone.start
                     || zone.free_start < zone.start
                     || zone.free_start > zone.end
                 {
-                    return Err(format!(
+                    return Err(Refused::invalid(format!(
                         "a code zone out of order: start {:#x}, free start {:#x}, end {:#x}",
                         zone.start, zone.free_start, zone.end
-                    ));
+                    )));
                 }
                 Change::Zone {
                     start: zone.start,
@@ -131,7 +188,7 @@ impl Publication {
             },
             Event::Free(f) => Change::Free { start: f.start },
         };
-        Ok(Some((ts, change)))
+        Ok(Accepted::Change(ts, change))
     }
 
     fn code(&self, entry: &vmscope_proto::v1::CodeEntry) -> Result<Code, String> {
@@ -261,9 +318,12 @@ mod tests {
     fn events_become_changes_with_relative_pc_maps() {
         let store = CodeStore::new();
         let mut p = Publication::default();
-        assert_eq!(p.accept(&hello(), &store), Ok(None));
+        assert_eq!(
+            p.accept(&hello(), &store),
+            Ok(Accepted::Stat(1, StatEvent::Vm("jitvm 0.1".into())))
+        );
         assert_eq!((p.vm.as_str(), p.hello_pid), ("jitvm 0.1", Some(42)));
-        let Ok(Some((10, Change::Load { start, size, code }))) =
+        let Ok(Accepted::Change(10, Change::Load { start, size, code })) =
             p.accept(&load(10, 0x1000, 0x80, &[(0x1040, 7), (0x1010, 3)]), &store)
         else {
             panic!("a load");
@@ -274,7 +334,7 @@ mod tests {
         assert_eq!(offsets, [(0x10, 3), (0x40, 7)], "sorted, relative");
         assert_eq!(code.source, CodeSource::Vm("jitvm 0.1".into()));
         // The same method loaded elsewhere is the same code.
-        let Ok(Some((_, Change::Load { code: again, .. }))) =
+        let Ok(Accepted::Change(_, Change::Load { code: again, .. })) =
             p.accept(&load(11, 0x5000, 0x80, &[(0x5010, 3), (0x5040, 7)]), &store)
         else {
             panic!("a load");
@@ -282,13 +342,16 @@ mod tests {
         assert_eq!(store.get(again), Some(code));
         assert_eq!(
             p.accept(&event(12, Event::Move(CodeMove { from: 1, to: 2 })), &store),
-            Ok(Some((12, Change::Move { from: 1, to: 2 })))
+            Ok(Accepted::Change(12, Change::Move { from: 1, to: 2 }))
         );
         assert_eq!(
             p.accept(&event(13, Event::Free(CodeFree { start: 2 })), &store),
-            Ok(Some((13, Change::Free { start: 2 })))
+            Ok(Accepted::Change(13, Change::Free { start: 2 }))
         );
-        assert_eq!(p.accept(&event(14, Event::Sync(Sync {})), &store), Ok(None));
+        assert_eq!(
+            p.accept(&event(14, Event::Sync(Sync {})), &store),
+            Ok(Accepted::Nothing)
+        );
         assert_eq!(p.until_ns, 14);
         assert_eq!((p.accepted, p.refused), (6, 0));
     }
@@ -297,7 +360,8 @@ mod tests {
     fn rule_breakers_are_refused_one_by_one() {
         let store = CodeStore::new();
         let mut p = Publication::default();
-        let refused = |p: &mut Publication, e: CodeMapEvent| p.accept(&e, &store).unwrap_err();
+        let refused =
+            |p: &mut Publication, e: CodeMapEvent| p.accept(&e, &store).unwrap_err().problem;
         assert!(
             refused(&mut p, load(5, 0x1000, 0x10, &[])).contains("first event must be a Hello")
         );
@@ -332,10 +396,60 @@ mod tests {
         assert_eq!(p.refused, 7);
         assert_eq!(p.problems.len(), 7);
         // And the publication goes on.
-        assert!(
-            p.accept(&load(104, 0x1000, 0x10, &[]), &store)
-                .unwrap()
-                .is_some()
+        assert!(matches!(
+            p.accept(&load(104, 0x1000, 0x10, &[]), &store),
+            Ok(Accepted::Change(..))
+        ));
+    }
+
+    #[test]
+    fn statistics_share_the_order_in_time_and_are_refused_with_their_reason() {
+        use vmscope_proto::v1::{CounterValue, IntervalBegin, IntervalEnd, IntervalKind};
+        let store = CodeStore::new();
+        let mut p = Publication::default();
+        p.accept(&hello(), &store).unwrap();
+        let counter = |ts, value| {
+            event(
+                ts,
+                Event::Counter(CounterValue {
+                    name: "sends".into(),
+                    unit: String::new(),
+                    value,
+                }),
+            )
+        };
+        assert_eq!(
+            p.accept(&counter(10, 5), &store),
+            Ok(Accepted::Stat(
+                10,
+                StatEvent::Counter {
+                    name: "sends".into(),
+                    unit: String::new(),
+                    value: 5
+                }
+            ))
         );
+        let reason = |p: &mut Publication, e| p.accept(&e, &store).unwrap_err().reason;
+        assert_eq!(reason(&mut p, counter(9, 6)), Reason::TimeBackwards);
+        assert_eq!(reason(&mut p, counter(11, 4)), Reason::Invalid);
+        let end = event(
+            12,
+            Event::End(IntervalEnd {
+                kind: IntervalKind::Scavenge as i32,
+                name: String::new(),
+                id: 3,
+            }),
+        );
+        assert_eq!(reason(&mut p, end), Reason::Unmatched);
+        let unknown = event(
+            12,
+            Event::Begin(IntervalBegin {
+                kind: 42,
+                name: String::new(),
+                id: 3,
+            }),
+        );
+        assert_eq!(reason(&mut p, unknown), Reason::UnknownKind);
+        assert_eq!((p.accepted, p.refused), (2, 4));
     }
 }

@@ -13,7 +13,11 @@ use vmscope_proto::v1::{self as pb, CodeMapEvent, PublishSummary};
 
 use super::{caller, status::to_status};
 use crate::{
-    codemap::{code::CodeStore, vm::Publication as Checked},
+    codemap::{
+        code::CodeStore,
+        refusals::Reason,
+        vm::{Accepted, Publication as Checked, Refused},
+    },
     session::{ManagerHandle, Publication},
     sys,
 };
@@ -106,9 +110,12 @@ impl pb::code_map_server::CodeMap for CodeMapService {
                 "the first event of a publication must be a Hello",
             ));
         }
-        checked
-            .accept(&first, &self.codes)
-            .map_err(Status::invalid_argument)?;
+        // The VM's name, for its statistics: passed on with the first changes.
+        let hello = match checked.accept(&first, &self.codes) {
+            Ok(Accepted::Stat(ts, stat)) => Some((ts, stat)),
+            Ok(_) => None,
+            Err(refused) => return Err(Status::invalid_argument(refused.problem)),
+        };
         let peer = caller
             .pid
             .and_then(|p| u32::try_from(p).ok())
@@ -146,6 +153,7 @@ impl pb::code_map_server::CodeMap for CodeMapService {
         let batches = stream.chunks_timeout(BATCH, BATCH_WAIT);
         tokio::pin!(batches);
         let mut checked_at = std::time::Instant::now();
+        let mut hello = hello;
         while let Some(events) = batches.next().await {
             if checked_at.elapsed() >= IDENTITY_RECHECK {
                 checked_at = std::time::Instant::now();
@@ -161,15 +169,17 @@ impl pb::code_map_server::CodeMap for CodeMapService {
                 }
             }
             let mut changes = Vec::with_capacity(events.len());
+            let mut stats: Vec<_> = hello.take().into_iter().collect();
             let mut ended = false;
-            let mut refused = 0;
+            let mut refused = Vec::new();
             for event in events {
                 match event {
                     Ok(event) => match checked.accept(&event, &self.codes) {
-                        Ok(Some(change)) => changes.push(change),
-                        Ok(None) => {}
-                        Err(problem) => {
-                            refused += 1;
+                        Ok(Accepted::Change(ts, change)) => changes.push((ts, change)),
+                        Ok(Accepted::Stat(ts, stat)) => stats.push((ts, stat)),
+                        Ok(Accepted::Nothing) => {}
+                        Err(Refused { reason, problem }) => {
+                            refused.push(reason);
                             tracing::debug!(pid, "code map event refused: {problem}")
                         }
                     },
@@ -179,7 +189,7 @@ impl pb::code_map_server::CodeMap for CodeMapService {
                         if status.code() != tonic::Code::Cancelled
                             && status.code() != tonic::Code::Unknown
                         {
-                            refused += 1;
+                            refused.push(Reason::Invalid);
                             checked.refused += 1;
                             checked.problems.push(status.message().to_owned());
                         }
@@ -194,6 +204,7 @@ impl pb::code_map_server::CodeMap for CodeMapService {
                     pid,
                     Publication::Changes {
                         changes,
+                        stats,
                         until_ns: checked.until_ns,
                         refused,
                     },

@@ -47,6 +47,7 @@ use crate::{
     codemap::{
         code::{CodeId, CodeStore},
         reader::{self, ReadReply, Readers},
+        refusals::Reason,
         registry::{
             CodeMaps, Counted, FpStack, ParkedFrame, Placement, READ_GRACE_NS, Recount,
             RoutedSample, SampleFrame, Sink, Wanted,
@@ -57,7 +58,10 @@ use crate::{
         ProcessTable,
         life::{self, AfterExit, Life, StartClock},
     },
-    stats::kernel::{self, SessionCounters},
+    stats::{
+        kernel::{self, SessionCounters},
+        vm::{StatEvent, VmState},
+    },
     symbolize::{CodeMapKinds, Location, ModuleId, Modules, Unexplained},
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
@@ -191,11 +195,13 @@ pub enum Publication {
     Changes {
         /// Timestamped changes.
         changes: Vec<(u64, Change)>,
+        /// The VM's statistics, timestamped.
+        stats: Vec<(u64, StatEvent)>,
         /// The map is known up to here.
         until_ns: u64,
-        /// Events the stream refused since the last changes (broken rules, a message over the
-        /// size limit): counted with the daemon's code map refusals.
-        refused: u64,
+        /// Why each event the stream refused since the last changes was (broken rules, a
+        /// message over the size limit): counted with the daemon's code map refusals.
+        refused: Vec<Reason>,
     },
     /// The stream ended.
     Closed,
@@ -303,6 +309,7 @@ pub fn spawn_manager(
     let manager = Manager {
         jvms: JvmSnapshots::new(jvm_tx),
         kernel_support: kernel::Support::probe(),
+        vm_states: HashMap::new(),
         sampler,
         routes: Routes::default(),
         sessions: BTreeMap::new(),
@@ -372,6 +379,9 @@ struct Counters {
     /// Targets whose kernel counters were opened, and those whose could not be.
     kernel_counters_opened: u64,
     kernel_counters_failed: u64,
+    /// Statistics events of VMs taken, and dropped for want of room (MAX_VM_STATES).
+    vm_stats: u64,
+    vm_stats_dropped: u64,
 }
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
@@ -422,7 +432,14 @@ struct Manager {
     jvms: JvmSnapshots,
     /// What the kernel can count for the targets here.
     kernel_support: kernel::Support,
+    /// What each VM published of its statistics so far, by pid: what a session starting now
+    /// takes over. Let go with the process's code map.
+    vm_states: HashMap<u32, VmState>,
 }
+
+/// Most processes whose statistics the daemon follows at once: statistics of more are dropped
+/// (and counted) until some exit.
+const MAX_VM_STATES: usize = 4096;
 
 impl Manager {
     async fn run(
@@ -552,11 +569,13 @@ impl Manager {
                 Publication::Opened => self.codemaps.stream_opened(pid),
                 Publication::Changes {
                     changes,
+                    stats,
                     until_ns,
                     refused,
                 } => {
                     self.codemaps.publish(pid, changes, until_ns);
-                    self.codemaps.count_stream_refusals(refused);
+                    self.codemaps.count_stream_refusals(&refused);
+                    self.vm_stats(pid, stats);
                 }
                 Publication::Closed => self.codemaps.stream_closed(pid),
             },
@@ -707,8 +726,17 @@ impl Manager {
             kept: KeptSamples::new(spec.keep_samples as usize),
             truncated: 0,
             kernel,
+            vm: Default::default(),
             spec,
         };
+        let mut session = session;
+        // VMs publishing already: the session takes over their state (baselines, intervals
+        // open now).
+        for (&pid, state) in &self.vm_states {
+            if session.watches(pid, session.start_ns) {
+                session.vm.insert(pid, state.window(session.start_ns));
+            }
+        }
         tracing::info!(
             id,
             uid = caller.uid,
@@ -918,10 +946,20 @@ impl Manager {
                 let drained = self.watermark_ns >= stop + slack;
                 // A target's files being read (its perf map rewritten for the stop, its last
                 // read after exit) are waited for, as long as the stop's timeout allows.
-                let asking_jvm = s
-                    .targets
-                    .iter()
-                    .any(|t| self.jvms.in_flight(t.pid) || self.codemaps.reading(t.pid));
+                // So is a VM's publication of its statistics still open and behind the stop (the
+                // last GC's end may be on its way).
+                let asking_jvm = s.targets.iter().any(|t| {
+                    self.jvms.in_flight(t.pid)
+                        || self.codemaps.reading(t.pid)
+                        || (self
+                            .vm_states
+                            .get(&t.pid)
+                            .is_some_and(VmState::has_statistics)
+                            && self
+                                .codemaps
+                                .publishing_until(t.pid)
+                                .is_some_and(|until| until < stop))
+                });
                 if drained && s.pending_jit == 0 && !asking_jvm {
                     Some((s.id, Finish::Whole))
                 } else if drained && s.spec.system_wide && now_ns >= stop + system_wide_wait {
@@ -1115,6 +1153,42 @@ impl Manager {
             &mut || processes.executable(pid, now_ns),
             &mut SessionSink { sessions },
         );
+        self.take_file_stats();
+    }
+
+    /// Passes on the VMs' statistics that reads of code map files brought.
+    fn take_file_stats(&mut self) {
+        for (pid, stats) in self.codemaps.take_stats() {
+            self.vm_stats(pid, stats);
+        }
+    }
+
+    /// A VM's statistics, in its publication's order: kept as its latest state, and added to
+    /// the windows of the sessions that watch it at their time.
+    fn vm_stats(&mut self, pid: u32, stats: Vec<(u64, StatEvent)>) {
+        if stats.is_empty() {
+            return;
+        }
+        if !self.vm_states.contains_key(&pid) && self.vm_states.len() >= MAX_VM_STATES {
+            self.counters.vm_stats_dropped += stats.len() as u64;
+            return;
+        }
+        let state = self.vm_states.entry(pid).or_default();
+        for (ts, event) in &stats {
+            for session in self.sessions.values_mut() {
+                if session.state == State::Stopped || !session.watches(pid, *ts) {
+                    continue;
+                }
+                let start = session.start_ns;
+                session
+                    .vm
+                    .entry(pid)
+                    .or_insert_with(|| state.window(start))
+                    .apply(*ts, event, session.stop_ns);
+            }
+            state.apply(*ts, event);
+        }
+        self.counters.vm_stats += stats.len() as u64;
     }
 
     /// A read of a process's code map files came back: the samples it lets through are
@@ -1129,6 +1203,7 @@ impl Manager {
         let again =
             self.codemaps
                 .read_done(reply, now, samples_until, &mut SessionSink { sessions });
+        self.take_file_stats();
         if again {
             self.advance_code_maps(pid, now);
         }
@@ -1832,6 +1907,9 @@ impl Manager {
         // The code maps of processes gone go by the same rule (their codes with the next sweep
         // of the store).
         let maps_unsettled = self.codemaps.forget_gone(now_ns, settled_ns);
+        // A VM's statistics go with its code map: sessions keep their own windows.
+        let codemaps = &self.codemaps;
+        self.vm_states.retain(|&pid, _| codemaps.knows(pid));
         if (unsettled || maps_unsettled) && sampling {
             self.reader.flush_at(now_ns + slack);
         }
@@ -2026,6 +2104,12 @@ impl Manager {
                 .kernel
                 .as_ref()
                 .map(|kernel| kernel.to_proto(|pid| session.commands.get(&pid).cloned())),
+            vm_statistics: session
+                .vm
+                .iter()
+                .filter(|(_, window)| window.has_statistics())
+                .map(|(&pid, window)| window.to_proto(pid, session.stop_ns.unwrap_or(now)))
+                .collect(),
         }
     }
 
@@ -2062,6 +2146,8 @@ impl Manager {
             ("user_copies_faulted", c.user_copies_faulted),
             ("kernel_counters_opened", c.kernel_counters_opened),
             ("kernel_counters_failed", c.kernel_counters_failed),
+            ("vm_stats", c.vm_stats),
+            ("vm_stats_dropped", c.vm_stats_dropped),
             ("unwind_frames", u.frames),
             ("unwind_trampolines", u.trampolines),
             ("unwinders_built", u.unwinders_built),

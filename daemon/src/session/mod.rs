@@ -15,7 +15,7 @@ mod routes;
 pub mod stacks;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     time::{Duration, SystemTime},
 };
 
@@ -28,7 +28,7 @@ use vmscope_proto::v1 as pb;
 
 use crate::{
     bpf::SamplerError,
-    stats::kernel::SessionCounters,
+    stats::{kernel::SessionCounters, vm::Window},
     symbolize::{CodeMapKinds, Location},
     unwind::StackEnd,
 };
@@ -175,6 +175,8 @@ pub struct Session {
     pub truncated: u64,
     /// What the kernel counts for its targets (none system-wide).
     pub kernel: Option<SessionCounters>,
+    /// What the VMs it watches published of their statistics, over its window, by pid.
+    pub vm: BTreeMap<u32, Window>,
 }
 
 /// A reading of the host's CPU times, and when it was taken.
@@ -196,6 +198,16 @@ impl Session {
                     .targets
                     .iter()
                     .any(|t| t.pid == tgid && t.until_ns.is_none_or(|until| timestamp_ns < until)))
+    }
+
+    /// Whether the session watches process `pid` at `timestamp_ns`, before its start
+    /// included: a target (until it exited), or anyone for a system-wide session.
+    pub fn watches(&self, pid: u32, timestamp_ns: u64) -> bool {
+        self.spec.system_wide
+            || self
+                .targets
+                .iter()
+                .any(|t| t.pid == pid && t.until_ns.is_none_or(|until| timestamp_ns < until))
     }
 
     /// Counts one sample of `pid` whose stack is `locations` (leaf first), and keeps it while
@@ -381,6 +393,8 @@ pub struct Snapshot {
     pub not_kept: u64,
     /// What the kernel counted for the targets.
     pub kernel_events: Option<pb::KernelEvents>,
+    /// What the VMs published of their statistics over the window.
+    pub vm_statistics: Vec<pb::VmStatistics>,
 }
 
 #[cfg(test)]
@@ -420,6 +434,7 @@ mod tests {
             kept: KeptSamples::new(0),
             truncated: 0,
             kernel: None,
+            vm: Default::default(),
         }
     }
 

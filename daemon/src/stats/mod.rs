@@ -5,5 +5,8 @@
 //! - [`kernel`]: what the kernel counts for every process, whatever its runtime: context
 //!   switches (voluntary and not), CPU migrations, page faults, and hardware counters where
 //!   the machine has a PMU.
+//! - [`vm`]: what a VM publishes of itself beside its code map (settings, counters, gauges,
+//!   GCs and other intervals), over each session's window.
 
 pub mod kernel;
+pub mod vm;

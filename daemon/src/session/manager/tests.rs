@@ -1030,7 +1030,8 @@ async fn publish_load_move_load(
         .publish(
             me(),
             Publication::Changes {
-                refused: 0,
+                refused: Vec::new(),
+                stats: Vec::new(),
                 changes: vec![
                     (
                         t0 + 10,
@@ -1450,3 +1451,84 @@ async fn samples_with_a_user_copy_get_the_user_ip_under_the_kernel_frames() {
 }
 
 mod lifetimes;
+
+/// A VM's statistics published for this process, as a stream would pass them on.
+async fn publish_stats(h: &Harness, stats: Vec<(u64, StatEvent)>) {
+    h.manager
+        .publish(
+            me(),
+            Publication::Changes {
+                changes: Vec::new(),
+                stats,
+                until_ns: 0,
+                refused: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn vm_statistics_are_taken_over_the_session_window() {
+    use crate::stats::vm::IntervalKind::Scavenge;
+    let h = harness();
+    let counter = |value| StatEvent::Counter {
+        name: "sends".into(),
+        unit: String::new(),
+        value,
+    };
+    let begin = |id| StatEvent::Begin { kind: Scavenge, id };
+    let end = |id| StatEvent::End { kind: Scavenge, id };
+    let t0 = sys::monotonic_ns();
+    // Before the session: the counter's baseline, and a scavenge still running at its start.
+    publish_stats(
+        &h,
+        vec![
+            (t0, StatEvent::Vm("jitvm 0.1".into())),
+            (t0 + 1, counter(100)),
+            (t0 + 2, begin(1)),
+        ],
+    )
+    .await;
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let t1 = sys::monotonic_ns();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let t2 = sys::monotonic_ns();
+    publish_stats(
+        &h,
+        vec![
+            (t1, end(1)),
+            (t1 + 10, counter(150)),
+            (t1 + 20, begin(2)),
+            (t2, end(2)),
+        ],
+    )
+    .await;
+    h.stop(s.id).await.unwrap();
+    // After the stop: not the session's.
+    let t3 = sys::monotonic_ns();
+    publish_stats(&h, vec![(t3, counter(1_000)), (t3 + 1, begin(3))]).await;
+    let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    let [vm] = snapshot.vm_statistics.as_slice() else {
+        panic!("one VM: {:?}", snapshot.vm_statistics);
+    };
+    assert_eq!((vm.pid, vm.vm.as_str()), (me(), "jitvm 0.1"));
+    assert_eq!((vm.counters[0].delta, vm.counters[0].last), (50, 150));
+    let [gc] = vm.intervals.as_slice() else {
+        panic!("one kind: {:?}", vm.intervals);
+    };
+    // The second scavenge counts whole; the first, from the session's start only (which came
+    // after t0 and 2 ms before t1), and not as one of the window's.
+    assert_eq!(gc.count, 1);
+    assert_eq!(gc.longest_ns, t2 - t1 - 20);
+    let first = gc.total_ns - gc.longest_ns;
+    assert!((2_000_000..t1 - t0).contains(&first), "{first} ns");
+    assert_eq!(vm.window_ns, snapshot.duration.as_nanos() as u64);
+    let counters = h.manager.counters().await.unwrap();
+    assert_eq!(counters.values.get("vm_stats"), Some(&9));
+}

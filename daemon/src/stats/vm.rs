@@ -1,0 +1,790 @@
+//! What a VM publishes of its own statistics beside its code map (`codemap.proto`'s
+//! Configuration, CounterValue, GaugeValue, IntervalBegin and IntervalEnd), and what a
+//! session makes of them over its window: VMProfiler's header, Memory, GCs, Compiled Code
+//! Compactions and the VM's Events.
+//!
+//! Counters and gauges are levels sampled by the VM when it sees fit, so a window keeps two
+//! readings of each: the last one before its start (the baseline) and the last one inside it.
+//! Intervals are begin/end pairs; a window adds up the part of each inside it. A window is
+//! fed events as they are published, in each publication's time order, and never holds more
+//! than one entry per name, kind and open interval: a session of hours costs what one of
+//! seconds does.
+//!
+//! A session that starts while a VM publishes takes over its state ([`VmState::window`]):
+//! every counter's last value becomes the baseline and the intervals open then stay open.
+
+use std::collections::{HashMap, HashSet};
+
+use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
+
+/// Most distinct names (configuration, counters and gauges together) one publication may
+/// use: a VM reports tens; a publisher inventing names is refused past this.
+pub const MAX_NAMES: usize = 256;
+/// Most kinds of interval a VM may name itself (`INTERVAL_KIND_NAMED`).
+pub const MAX_NAMED_KINDS: usize = 16;
+/// Most intervals open at once in one publication.
+pub const MAX_OPEN_INTERVALS: usize = 1024;
+/// Longest name of a statistic or a kind, and longest unit or text value.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// What an interval is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IntervalKind {
+    /// A young-generation collection.
+    Scavenge,
+    /// A collection of the whole heap.
+    FullGc,
+    /// A compaction of the code zone.
+    CodeCompaction,
+    /// Threads stopped for the VM's own work.
+    Safepoint,
+    /// A kind the VM named.
+    Named(String),
+}
+
+impl IntervalKind {
+    /// The kind of a published interval, or why there is none.
+    pub fn from_proto(kind: i32, name: &str) -> Result<IntervalKind, String> {
+        match PbKind::try_from(kind) {
+            Ok(PbKind::Scavenge) => Ok(IntervalKind::Scavenge),
+            Ok(PbKind::FullGc) => Ok(IntervalKind::FullGc),
+            Ok(PbKind::CodeCompaction) => Ok(IntervalKind::CodeCompaction),
+            Ok(PbKind::Safepoint) => Ok(IntervalKind::Safepoint),
+            Ok(PbKind::Named) if name.is_empty() => {
+                Err("an interval of INTERVAL_KIND_NAMED without a name".into())
+            }
+            Ok(PbKind::Named) => Ok(IntervalKind::Named(checked_name(name, "interval kind")?)),
+            Ok(PbKind::Unspecified) => Err("an interval without a kind".into()),
+            Err(_) => Err(format!("an interval of unknown kind {kind}")),
+        }
+    }
+
+    /// The proto's kind and name.
+    pub fn to_proto(&self) -> (PbKind, String) {
+        match self {
+            IntervalKind::Scavenge => (PbKind::Scavenge, String::new()),
+            IntervalKind::FullGc => (PbKind::FullGc, String::new()),
+            IntervalKind::CodeCompaction => (PbKind::CodeCompaction, String::new()),
+            IntervalKind::Safepoint => (PbKind::Safepoint, String::new()),
+            IntervalKind::Named(name) => (PbKind::Named, name.clone()),
+        }
+    }
+}
+
+/// A setting's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigValue {
+    /// A number ("eden size: 3,801,936").
+    Number(i64),
+    /// Anything else.
+    Text(String),
+}
+
+/// One statistics event, checked ([`super::super::codemap::vm::Publication`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatEvent {
+    /// The VM's name, from its Hello.
+    Vm(String),
+    /// A setting.
+    Configuration {
+        /// Its name.
+        name: String,
+        /// Its value.
+        value: ConfigValue,
+        /// Unit of a number.
+        unit: String,
+    },
+    /// A monotonic count.
+    Counter {
+        /// Its name.
+        name: String,
+        /// What one is.
+        unit: String,
+        /// The count.
+        value: u64,
+    },
+    /// A level.
+    Gauge {
+        /// Its name.
+        name: String,
+        /// Its unit.
+        unit: String,
+        /// The level.
+        value: i64,
+    },
+    /// Work of a kind began.
+    Begin {
+        /// The kind.
+        kind: IntervalKind,
+        /// Tells apart intervals of the kind open at once.
+        id: u64,
+    },
+    /// Work begun ended.
+    End {
+        /// The kind.
+        kind: IntervalKind,
+        /// As its begin's.
+        id: u64,
+    },
+}
+
+/// A name or unit the protocol accepts: at most [`MAX_NAME_BYTES`].
+pub fn checked_name(name: &str, what: &str) -> Result<String, String> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "a {what} of {} bytes (at most {MAX_NAME_BYTES})",
+            name.len()
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+/// Why a statistics event breaks the protocol, beyond its shape: the daemon counts these
+/// apart (`code_map_refused_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broken {
+    /// An interval kind the daemon does not know.
+    UnknownKind,
+    /// An end without its begin, or a begin of an interval already open.
+    Unmatched,
+    /// Past the publication's bounds on names, named kinds or open intervals.
+    TooMany,
+    /// Anything else: an empty or over-long name, a counter going down.
+    Invalid,
+}
+
+/// The rules one publication's statistics keep: checked as they come, so that what reaches
+/// the sessions is well-formed (every end has its begin, counters never go down).
+#[derive(Debug, Default)]
+pub struct Rules {
+    /// Names used so far (configuration, counters, gauges), with a counter's last value.
+    names: HashMap<String, Option<u64>>,
+    named_kinds: Vec<String>,
+    open: HashSet<(IntervalKind, u64)>,
+}
+
+impl Rules {
+    /// Checks a statistics event of the proto; returns it in the daemon's terms.
+    pub fn check(
+        &mut self,
+        event: &pb::code_map_event::Event,
+    ) -> Result<StatEvent, (Broken, String)> {
+        use pb::code_map_event::Event;
+        let invalid = |e: String| (Broken::Invalid, e);
+        match event {
+            Event::Configuration(c) => {
+                self.name(&c.name, None)?;
+                let value = match &c.value {
+                    Some(pb::configuration::Value::Number(n)) => ConfigValue::Number(*n),
+                    Some(pb::configuration::Value::Text(t)) => {
+                        ConfigValue::Text(checked_name(t, "configuration text").map_err(invalid)?)
+                    }
+                    None => {
+                        return Err(invalid(format!(
+                            "configuration {:?} without a value",
+                            c.name
+                        )));
+                    }
+                };
+                Ok(StatEvent::Configuration {
+                    name: c.name.clone(),
+                    value,
+                    unit: checked_name(&c.unit, "unit").map_err(invalid)?,
+                })
+            }
+            Event::Counter(c) => {
+                self.name(&c.name, Some(c.value))?;
+                Ok(StatEvent::Counter {
+                    name: c.name.clone(),
+                    unit: checked_name(&c.unit, "unit").map_err(invalid)?,
+                    value: c.value,
+                })
+            }
+            Event::Gauge(g) => {
+                self.name(&g.name, None)?;
+                Ok(StatEvent::Gauge {
+                    name: g.name.clone(),
+                    unit: checked_name(&g.unit, "unit").map_err(invalid)?,
+                    value: g.value,
+                })
+            }
+            Event::Begin(b) => {
+                let kind = self.kind(b.kind, &b.name)?;
+                if self.open.len() >= MAX_OPEN_INTERVALS {
+                    return Err((
+                        Broken::TooMany,
+                        format!("more than {MAX_OPEN_INTERVALS} intervals open at once"),
+                    ));
+                }
+                if !self.open.insert((kind.clone(), b.id)) {
+                    return Err((
+                        Broken::Unmatched,
+                        format!("a begin of {kind:?} {} while it is open already", b.id),
+                    ));
+                }
+                Ok(StatEvent::Begin { kind, id: b.id })
+            }
+            Event::End(e) => {
+                let kind = self.kind(e.kind, &e.name)?;
+                if !self.open.remove(&(kind.clone(), e.id)) {
+                    return Err((
+                        Broken::Unmatched,
+                        format!("an end of {kind:?} {} that never began", e.id),
+                    ));
+                }
+                Ok(StatEvent::End { kind, id: e.id })
+            }
+            _ => Err(invalid("not a statistics event".into())),
+        }
+    }
+
+    /// Checks a statistic's name (and a counter's new value against its last).
+    fn name(&mut self, name: &str, counter: Option<u64>) -> Result<(), (Broken, String)> {
+        if name.is_empty() {
+            return Err((Broken::Invalid, "a statistic without a name".into()));
+        }
+        checked_name(name, "statistic's name").map_err(|e| (Broken::Invalid, e))?;
+        let room = self.names.len() < MAX_NAMES;
+        match self.names.get_mut(name) {
+            Some(last) => {
+                if let (Some(before), Some(now)) = (*last, counter)
+                    && now < before
+                {
+                    return Err((
+                        Broken::Invalid,
+                        format!("counter {name:?} went down from {before} to {now}"),
+                    ));
+                }
+                if counter.is_some() {
+                    *last = counter;
+                }
+                Ok(())
+            }
+            None if !room => Err((
+                Broken::TooMany,
+                format!("a statistic {name:?} past the {MAX_NAMES} names a publication may use"),
+            )),
+            None => {
+                self.names.insert(name.to_owned(), counter);
+                Ok(())
+            }
+        }
+    }
+
+    fn kind(&mut self, kind: i32, name: &str) -> Result<IntervalKind, (Broken, String)> {
+        let kind = IntervalKind::from_proto(kind, name).map_err(|e| {
+            let broken = if PbKind::try_from(kind).is_err() {
+                Broken::UnknownKind
+            } else {
+                Broken::Invalid
+            };
+            (broken, e)
+        })?;
+        if let IntervalKind::Named(name) = &kind
+            && !self.named_kinds.contains(name)
+        {
+            if self.named_kinds.len() >= MAX_NAMED_KINDS {
+                return Err((
+                    Broken::TooMany,
+                    format!("an interval kind {name:?} past the {MAX_NAMED_KINDS} a VM may name"),
+                ));
+            }
+            self.named_kinds.push(name.clone());
+        }
+        Ok(kind)
+    }
+}
+
+/// Two readings of a counter or gauge: the last before the window, the last inside it.
+#[derive(Clone, Debug)]
+struct Level<V> {
+    name: String,
+    unit: String,
+    /// The last value stamped before the window's start; for a level first published inside
+    /// the window, its first value there.
+    baseline: Option<(u64, V)>,
+    /// The last value stamped inside the window.
+    last: Option<(u64, V)>,
+}
+
+impl<V: Copy> Level<V> {
+    fn observe(&mut self, start_ns: u64, ts: u64, value: V) {
+        if ts < start_ns {
+            if self.baseline.is_none_or(|(at, _)| at <= ts) {
+                self.baseline = Some((ts, value));
+            }
+            return;
+        }
+        if self.baseline.is_none() {
+            self.baseline = Some((ts, value));
+        }
+        if self.last.is_none_or(|(at, _)| at <= ts) {
+            self.last = Some((ts, value));
+        }
+    }
+
+    /// The window's state taken over by a later window: the last value is its baseline.
+    fn carried(&self) -> Level<V> {
+        Level {
+            name: self.name.clone(),
+            unit: self.unit.clone(),
+            baseline: self.last.or(self.baseline),
+            last: None,
+        }
+    }
+
+    /// Baseline and last values (the baseline again when nothing came in the window).
+    fn ends(&self) -> Option<(V, V)> {
+        let (_, first) = self.baseline?;
+        Some((first, self.last.map_or(first, |(_, v)| v)))
+    }
+}
+
+/// Totals of one kind of interval over a window.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KindTotals {
+    /// Intervals begun in the window.
+    pub count: u64,
+    /// Their time inside the window, summed.
+    pub total_ns: u64,
+    /// The longest one begun in the window.
+    pub longest_ns: u64,
+}
+
+/// One VM's statistics over a window that starts at `start_ns` and ends where the caller says.
+#[derive(Clone, Debug, Default)]
+pub struct Window {
+    start_ns: u64,
+    /// The VM's name.
+    pub vm: String,
+    config: Vec<(String, ConfigValue, String)>,
+    counters: Vec<Level<u64>>,
+    gauges: Vec<Level<i64>>,
+    kinds: Vec<(IntervalKind, KindTotals)>,
+    open: HashMap<(IntervalKind, u64), u64>,
+}
+
+impl Window {
+    /// A window from `start_ns`, knowing nothing yet.
+    pub fn starting(start_ns: u64) -> Window {
+        Window {
+            start_ns,
+            ..Window::default()
+        }
+    }
+
+    /// Takes an event stamped `ts`, unless it is at or after `end_ns` (a window that ended).
+    pub fn apply(&mut self, ts: u64, event: &StatEvent, end_ns: Option<u64>) {
+        if end_ns.is_some_and(|end| ts >= end) {
+            return;
+        }
+        match event {
+            StatEvent::Vm(vm) => {
+                if !vm.is_empty() {
+                    self.vm.clone_from(vm);
+                }
+            }
+            StatEvent::Configuration { name, value, unit } => {
+                let room = self.config.len() < MAX_NAMES;
+                match self.config.iter_mut().find(|(n, ..)| n == name) {
+                    Some(entry) => *entry = (name.clone(), value.clone(), unit.clone()),
+                    None if room => self
+                        .config
+                        .push((name.clone(), value.clone(), unit.clone())),
+                    None => {}
+                }
+            }
+            StatEvent::Counter { name, unit, value } => {
+                if let Some(level) = level(&mut self.counters, name, unit) {
+                    level.observe(self.start_ns, ts, *value);
+                }
+            }
+            StatEvent::Gauge { name, unit, value } => {
+                if let Some(level) = level(&mut self.gauges, name, unit) {
+                    level.observe(self.start_ns, ts, *value);
+                }
+            }
+            StatEvent::Begin { kind, id } => {
+                if self.open.len() >= MAX_OPEN_INTERVALS {
+                    return;
+                }
+                self.open.insert((kind.clone(), *id), ts);
+                let start = self.start_ns;
+                if let Some(totals) = self.totals(kind)
+                    && ts >= start
+                {
+                    totals.count += 1;
+                }
+            }
+            StatEvent::End { kind, id } => {
+                if let Some(begin) = self.open.remove(&(kind.clone(), *id)) {
+                    let start = self.start_ns;
+                    if let Some(totals) = self.totals(kind) {
+                        add(totals, start, begin, ts);
+                    }
+                }
+            }
+        }
+    }
+
+    fn totals(&mut self, kind: &IntervalKind) -> Option<&mut KindTotals> {
+        let at = match self.kinds.iter().position(|(k, _)| k == kind) {
+            Some(at) => at,
+            None if self.kinds.len() < 4 + MAX_NAMED_KINDS => {
+                self.kinds.push((kind.clone(), KindTotals::default()));
+                self.kinds.len() - 1
+            }
+            None => return None,
+        };
+        Some(&mut self.kinds[at].1)
+    }
+
+    /// What a window starting at `start_ns` inherits from this one, its time before that:
+    /// settings, the last value of each level as baseline, and the intervals still open.
+    pub fn carried(&self, start_ns: u64) -> Window {
+        Window {
+            start_ns,
+            vm: self.vm.clone(),
+            config: self.config.clone(),
+            counters: self.counters.iter().map(Level::carried).collect(),
+            gauges: self.gauges.iter().map(Level::carried).collect(),
+            kinds: Vec::new(),
+            open: self.open.clone(),
+        }
+    }
+
+    /// The intervals of each kind up to `end_ns`, those still open counted up to it, in the
+    /// order: scavenges, full GCs, code compactions, safepoints, then named kinds as first
+    /// seen.
+    pub fn kinds(&self, end_ns: u64) -> Vec<(IntervalKind, KindTotals)> {
+        let mut kinds = self.kinds.clone();
+        for ((kind, _), &begin) in &self.open {
+            let at = match kinds.iter().position(|(k, _)| k == kind) {
+                Some(at) => at,
+                None => {
+                    kinds.push((kind.clone(), KindTotals::default()));
+                    kinds.len() - 1
+                }
+            };
+            add(&mut kinds[at].1, self.start_ns, begin, end_ns);
+        }
+        kinds.sort_by_key(|(kind, _)| match kind {
+            IntervalKind::Named(_) => 4,
+            IntervalKind::Scavenge => 0,
+            IntervalKind::FullGc => 1,
+            IntervalKind::CodeCompaction => 2,
+            IntervalKind::Safepoint => 3,
+        });
+        kinds
+    }
+
+    /// Whether anything but the VM's name was published into it (or carried over).
+    pub fn has_statistics(&self) -> bool {
+        !(self.config.is_empty()
+            && self.counters.is_empty()
+            && self.gauges.is_empty()
+            && self.kinds.is_empty()
+            && self.open.is_empty())
+    }
+
+    /// The window up to `end_ns`, for a profile.
+    pub fn to_proto(&self, pid: u32, end_ns: u64) -> pb::VmStatistics {
+        pb::VmStatistics {
+            pid,
+            vm: self.vm.clone(),
+            configuration: self
+                .config
+                .iter()
+                .map(|(name, value, unit)| pb::Configuration {
+                    name: name.clone(),
+                    value: Some(match value {
+                        ConfigValue::Number(n) => pb::configuration::Value::Number(*n),
+                        ConfigValue::Text(t) => pb::configuration::Value::Text(t.clone()),
+                    }),
+                    unit: unit.clone(),
+                })
+                .collect(),
+            counters: self
+                .counters
+                .iter()
+                .filter_map(|l| {
+                    let (first, last) = l.ends()?;
+                    Some(pb::CounterDelta {
+                        name: l.name.clone(),
+                        unit: l.unit.clone(),
+                        delta: last.saturating_sub(first),
+                        last,
+                    })
+                })
+                .collect(),
+            gauges: self
+                .gauges
+                .iter()
+                .filter_map(|l| {
+                    let (first, last) = l.ends()?;
+                    Some(pb::GaugeDelta {
+                        name: l.name.clone(),
+                        unit: l.unit.clone(),
+                        delta: last.saturating_sub(first),
+                        last,
+                    })
+                })
+                .collect(),
+            intervals: self
+                .kinds(end_ns)
+                .into_iter()
+                .map(|(kind, t)| {
+                    let (kind, name) = kind.to_proto();
+                    pb::IntervalTotals {
+                        kind: kind as i32,
+                        name,
+                        count: t.count,
+                        total_ns: t.total_ns,
+                        longest_ns: t.longest_ns,
+                    }
+                })
+                .collect(),
+            window_ns: end_ns.saturating_sub(self.start_ns),
+        }
+    }
+}
+
+/// The level named `name`, made if new and there is room.
+fn level<'a, V>(levels: &'a mut Vec<Level<V>>, name: &str, unit: &str) -> Option<&'a mut Level<V>> {
+    let at = match levels.iter().position(|l| l.name == name) {
+        Some(at) => at,
+        None if levels.len() < MAX_NAMES => {
+            levels.push(Level {
+                name: name.to_owned(),
+                unit: unit.to_owned(),
+                baseline: None,
+                last: None,
+            });
+            levels.len() - 1
+        }
+        None => return None,
+    };
+    Some(&mut levels[at])
+}
+
+/// Adds an interval [begin, end) to `totals`, clipped to a window starting at `start_ns`.
+fn add(totals: &mut KindTotals, start_ns: u64, begin: u64, end: u64) {
+    totals.total_ns += end.saturating_sub(begin.max(start_ns));
+    if begin >= start_ns {
+        totals.longest_ns = totals.longest_ns.max(end.saturating_sub(begin));
+    }
+}
+
+/// What a process published so far: a window since the beginning of time, which each new
+/// session's window takes over ([`Window::carried`]).
+#[derive(Debug, Default)]
+pub struct VmState {
+    since_ever: Window,
+}
+
+impl VmState {
+    /// Takes one event of the VM's.
+    pub fn apply(&mut self, ts: u64, event: &StatEvent) {
+        self.since_ever.apply(ts, event, None);
+    }
+
+    /// Whether the VM published any statistic (beyond its name).
+    pub fn has_statistics(&self) -> bool {
+        self.since_ever.has_statistics()
+    }
+
+    /// A window from `start_ns`, knowing what the VM published before.
+    pub fn window(&self, start_ns: u64) -> Window {
+        self.since_ever.carried(start_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counter(name: &str, value: u64) -> StatEvent {
+        StatEvent::Counter {
+            name: name.into(),
+            unit: String::new(),
+            value,
+        }
+    }
+
+    fn gauge(name: &str, value: i64) -> StatEvent {
+        StatEvent::Gauge {
+            name: name.into(),
+            unit: "bytes".into(),
+            value,
+        }
+    }
+
+    fn begin(kind: IntervalKind, id: u64) -> StatEvent {
+        StatEvent::Begin { kind, id }
+    }
+
+    fn end(kind: IntervalKind, id: u64) -> StatEvent {
+        StatEvent::End { kind, id }
+    }
+
+    #[test]
+    fn levels_are_measured_from_the_last_reading_before_the_window() {
+        let mut w = Window::starting(100);
+        w.apply(10, &counter("sends", 5), None);
+        w.apply(90, &counter("sends", 40), None);
+        w.apply(150, &counter("sends", 100), None);
+        w.apply(180, &counter("sends", 130), Some(200));
+        // After the window's end: not its.
+        w.apply(250, &counter("sends", 900), Some(200));
+        w.apply(120, &gauge("old", 1000), None);
+        w.apply(190, &gauge("old", 600), None);
+        let p = w.to_proto(7, 200);
+        assert_eq!(
+            (p.counters[0].delta, p.counters[0].last),
+            (90, 130),
+            "130 - 40"
+        );
+        // First published inside the window: measured from its first value.
+        assert_eq!((p.gauges[0].delta, p.gauges[0].last), (-400, 600));
+        assert_eq!(p.window_ns, 100);
+    }
+
+    #[test]
+    fn intervals_are_clipped_to_the_window_and_counted_where_they_begin() {
+        let mut w = Window::starting(1_000);
+        let scavenge = IntervalKind::Scavenge;
+        // Begun before the window: its time inside counts, not itself.
+        w.apply(900, &begin(scavenge.clone(), 1), None);
+        w.apply(1_100, &end(scavenge.clone(), 1), None);
+        w.apply(1_200, &begin(scavenge.clone(), 2), None);
+        w.apply(1_500, &end(scavenge.clone(), 2), None);
+        // Still open at the end: counted up to it.
+        w.apply(1_900, &begin(IntervalKind::FullGc, 0), None);
+        let named = IntervalKind::Named("JIT compile".into());
+        w.apply(1_950, &begin(named.clone(), 0), None);
+        w.apply(1_960, &end(named.clone(), 0), None);
+        let kinds = w.kinds(2_000);
+        assert_eq!(
+            kinds,
+            [
+                (
+                    scavenge,
+                    KindTotals {
+                        count: 1,
+                        total_ns: 100 + 300,
+                        longest_ns: 300
+                    }
+                ),
+                (
+                    IntervalKind::FullGc,
+                    KindTotals {
+                        count: 1,
+                        total_ns: 100,
+                        longest_ns: 100
+                    }
+                ),
+                (
+                    named,
+                    KindTotals {
+                        count: 1,
+                        total_ns: 10,
+                        longest_ns: 10
+                    }
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_later_window_takes_over_levels_and_open_intervals() {
+        let mut state = VmState::default();
+        state.apply(1, &StatEvent::Vm("jitvm 0.1".into()));
+        state.apply(10, &counter("sends", 7));
+        state.apply(20, &begin(IntervalKind::CodeCompaction, 0));
+        let mut w = state.window(50);
+        w.apply(60, &end(IntervalKind::CodeCompaction, 0), None);
+        w.apply(70, &counter("sends", 10), None);
+        let p = w.to_proto(1, 100);
+        assert_eq!(p.vm, "jitvm 0.1");
+        assert_eq!(p.counters[0].delta, 3);
+        assert_eq!((p.intervals[0].count, p.intervals[0].total_ns), (0, 10));
+    }
+
+    fn proto_begin(kind: i32, name: &str, id: u64) -> pb::code_map_event::Event {
+        pb::code_map_event::Event::Begin(pb::IntervalBegin {
+            kind,
+            name: name.into(),
+            id,
+        })
+    }
+
+    fn proto_end(kind: i32, id: u64) -> pb::code_map_event::Event {
+        pb::code_map_event::Event::End(pb::IntervalEnd {
+            kind,
+            name: String::new(),
+            id,
+        })
+    }
+
+    fn proto_counter(name: &str, value: u64) -> pb::code_map_event::Event {
+        pb::code_map_event::Event::Counter(pb::CounterValue {
+            name: name.into(),
+            unit: String::new(),
+            value,
+        })
+    }
+
+    #[test]
+    fn rule_breakers_are_refused_with_their_reason() {
+        let mut rules = Rules::default();
+        let broken = |rules: &mut Rules, e| rules.check(&e).unwrap_err().0;
+        let gc = PbKind::Scavenge as i32;
+        assert_eq!(
+            broken(&mut rules, proto_begin(99, "", 0)),
+            Broken::UnknownKind
+        );
+        assert_eq!(broken(&mut rules, proto_begin(0, "", 0)), Broken::Invalid);
+        assert_eq!(
+            broken(&mut rules, proto_begin(PbKind::Named as i32, "", 0)),
+            Broken::Invalid
+        );
+        assert_eq!(broken(&mut rules, proto_end(gc, 1)), Broken::Unmatched);
+        rules.check(&proto_begin(gc, "", 1)).unwrap();
+        assert_eq!(
+            broken(&mut rules, proto_begin(gc, "", 1)),
+            Broken::Unmatched
+        );
+        rules.check(&proto_end(gc, 1)).unwrap();
+        assert_eq!(broken(&mut rules, proto_end(gc, 1)), Broken::Unmatched);
+        rules.check(&proto_counter("sends", 10)).unwrap();
+        assert_eq!(
+            broken(&mut rules, proto_counter("sends", 9)),
+            Broken::Invalid,
+            "a counter going down"
+        );
+        assert_eq!(broken(&mut rules, proto_counter("", 1)), Broken::Invalid);
+        for n in 1..MAX_NAMES {
+            rules.check(&proto_counter(&format!("c{n}"), 0)).unwrap();
+        }
+        assert_eq!(
+            broken(&mut rules, proto_counter("one too many", 0)),
+            Broken::TooMany
+        );
+        // Names already in use go on.
+        rules.check(&proto_counter("sends", 11)).unwrap();
+        for n in 0..MAX_NAMED_KINDS {
+            let name = format!("kind {n}");
+            rules
+                .check(&proto_begin(PbKind::Named as i32, &name, 0))
+                .unwrap();
+        }
+        assert_eq!(
+            broken(&mut rules, proto_begin(PbKind::Named as i32, "one more", 0)),
+            Broken::TooMany
+        );
+        for id in 0..MAX_OPEN_INTERVALS as u64 - MAX_NAMED_KINDS as u64 {
+            rules.check(&proto_begin(gc, "", 100 + id)).unwrap();
+        }
+        assert_eq!(broken(&mut rules, proto_begin(gc, "", 7)), Broken::TooMany);
+    }
+}
