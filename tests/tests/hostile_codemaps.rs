@@ -240,5 +240,113 @@ async fn stream_refusals_are_counted() {
     .await;
     assert!(huge.is_err() || huge.unwrap().into_inner().refused == 1);
     let invalid = counter(&daemon, "code_map_refused_invalid").await;
-    assert_eq!(invalid, 3, "two refused events and the oversized message");
+    assert_eq!(invalid, 2, "the wrapping code and the oversized message");
+    let backwards = counter(&daemon, "code_map_refused_time_backwards").await;
+    assert_eq!(backwards, 1);
+}
+
+/// A VM's statistics that break the protocol: intervals of unknown kinds, ends before their
+/// begins, a million counters, time going back. Each is refused with its reason, counted, and
+/// the daemon serves on; the publication's good statistics still reach a session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_statistics_are_refused_with_their_reasons() {
+    use vmscope_proto::v1::{
+        CodeMapEvent, CounterValue, Hello, IntervalBegin, IntervalEnd, IntervalKind,
+        StartSessionRequest, code_map_client::CodeMapClient, code_map_event::Event,
+    };
+    const COUNTERS: u64 = 1_000_000;
+    let mut daemon = Daemon::start();
+    let mut client = daemon.client().await;
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![std::process::id()],
+            frequency_hz: Some(99),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let now = jitvm::publish::monotonic_ns();
+    let at = |ts: u64, event: Event| CodeMapEvent {
+        timestamp_ns: ts,
+        event: Some(event),
+    };
+    let count = |name: String, value: u64| {
+        Event::Counter(CounterValue {
+            name,
+            unit: String::new(),
+            value,
+        })
+    };
+    let interval = |kind: i32, id: u64, begin: bool| {
+        if begin {
+            Event::Begin(IntervalBegin {
+                kind,
+                name: String::new(),
+                id,
+            })
+        } else {
+            Event::End(IntervalEnd {
+                kind,
+                name: String::new(),
+                id,
+            })
+        }
+    };
+    let scavenge = IntervalKind::Scavenge as i32;
+    let head = vec![
+        at(
+            now,
+            Event::Hello(Hello {
+                pid: std::process::id(),
+                vm: "hostile".into(),
+            }),
+        ),
+        at(now + 1, count("sends".into(), 10)),
+        at(now + 2, interval(42, 0, true)),
+        at(now + 3, interval(scavenge, 7, false)),
+        at(now + 4, interval(scavenge, 1, true)),
+        at(now + 5, interval(scavenge, 1, false)),
+        at(now + 4, count("sends".into(), 20)),
+        at(now + 6, count("sends".into(), 5)),
+        at(now + 7, count("sends".into(), 30)),
+    ];
+    let flood = (0..COUNTERS).map(move |i| at(now + 10 + i, count(format!("c{i}"), i)));
+    let events = head.into_iter().chain(flood);
+    let summary = CodeMapClient::new(
+        vmscope_tests::channel(&daemon.socket)
+            .await
+            .expect("connect"),
+    )
+    .publish(tokio_stream::iter(events))
+    .await
+    .expect("answered")
+    .into_inner();
+    // Accepted: the Hello, sends at 10 and 30, the scavenge's begin and end, and the first 255
+    // of the flood (256 names in all with "sends").
+    assert_eq!(summary.accepted, 5 + 255, "{summary:?}");
+    assert_eq!(summary.refused, 4 + COUNTERS - 255, "{summary:?}");
+    for (reason, expected) in [
+        ("code_map_refused_unknown_kind", 1),
+        ("code_map_refused_unmatched_interval", 1),
+        ("code_map_refused_time_backwards", 1),
+        ("code_map_refused_invalid", 1),
+        ("code_map_refused_too_many_statistics", COUNTERS - 255),
+    ] {
+        assert_eq!(counter(&daemon, reason).await, expected, "{reason}");
+    }
+    assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
+    let profile = vmscope_tests::stop_and_profile(&mut client, session.id).await;
+    let [vm] = profile.vm_statistics.as_slice() else {
+        panic!("one VM's statistics: {:?}", profile.vm_statistics.len());
+    };
+    let sends = vm
+        .counters
+        .iter()
+        .find(|c| c.name == "sends")
+        .expect("sends");
+    assert_eq!((sends.delta, sends.last), (20, 30));
+    assert_eq!(vm.counters.len(), 256);
+    assert_eq!(vm.intervals.len(), 1, "{:?}", vm.intervals);
+    assert_eq!((vm.intervals[0].count, vm.intervals[0].total_ns), (1, 1));
 }

@@ -233,7 +233,13 @@ pub fn replay(events: &[CodeMapEvent]) -> Result<History, String> {
                 h.placements[p].until = ts;
                 h.frees += 1;
             }
-            Event::Sync(_) => {}
+            // The VM's statistics: no part of its code map.
+            Event::Sync(_)
+            | Event::Configuration(_)
+            | Event::Counter(_)
+            | Event::Gauge(_)
+            | Event::Begin(_)
+            | Event::End(_) => {}
         }
     }
     Ok(h)

@@ -9,7 +9,9 @@
 //! those are all unlinked (they call the send-miss trampoline, which does not move, by
 //! absolute address). The decoys of the compaction workload are compiled right after a
 //! compaction at the old start addresses of methods, so that code that never runs sits where
-//! hot code was.
+//! hot code was. Each compaction is published as an `INTERVAL_KIND_CODE_COMPACTION` interval.
+
+use vmscope_proto::v1::IntervalKind;
 
 use crate::codezone::{ALIGN, EntryId, EntryKind};
 use crate::jit::x64::InlinePlan;
@@ -30,7 +32,16 @@ impl Vm {
         self.compact_with(true);
     }
 
+    /// A compaction, published as an interval of its own.
     fn compact_with(&mut self, everything: bool) {
+        let id = self.stats.compactions;
+        let ns = self.interval(IntervalKind::CodeCompaction, id, |vm| {
+            vm.compact_now(everything);
+        });
+        self.stats.compaction_ns += ns;
+    }
+
+    fn compact_now(&mut self, everything: bool) {
         self.compaction_wanted = false;
         let old_method_starts: Vec<u64> = self
             .entries

@@ -1,4 +1,4 @@
-//! The object heap: a bump allocator over one anonymous mapping, no GC.
+//! The object heap: a bump allocator over one anonymous mapping.
 //!
 //! Object layout, in 64-bit words: `[class id, number of slots, slot 1, slot 2, ...]`; an
 //! object value is the address of its first word. Generated code reads and writes objects at
@@ -7,6 +7,10 @@
 //! allocated part of the heap. Objects made before [`Heap::set_mark`] (nil, true, false, the
 //! workloads' receivers) live for good; [`Heap::reset`] drops everything after the mark, which
 //! the driver does between two calls into generated code, when no JIT frame holds a reference.
+//! In the GC-heavy mode ([`crate::gc`]) the objects after the mark are the young generation
+//! instead, left to pile up to the eden's size and then collected: [`Heap::trace`] reads
+//! every slot of a range of objects, as a collector's trace does, and [`Heap::clear_young`]
+//! wipes the young objects and frees them.
 
 use std::io;
 use std::ptr::NonNull;
@@ -135,6 +139,50 @@ impl Heap {
         self.top * 8
     }
 
+    /// Bytes of the objects made after the mark (the young generation).
+    pub fn young_bytes(&self) -> usize {
+        (self.top - self.mark) * 8
+    }
+
+    /// Bytes of the objects made before the mark (live for good: the old generation).
+    pub fn old_bytes(&self) -> usize {
+        self.mark * 8
+    }
+
+    /// Bytes never allocated.
+    pub fn free_bytes(&self) -> usize {
+        (self.words - self.top) * 8
+    }
+
+    /// Reads every slot of every object, young ones only unless `all`, as a collector's trace
+    /// does; answers how many slots refer to an object of the heap.
+    pub fn trace(&self, all: bool) -> u64 {
+        let base = self.base.as_ptr() as u64;
+        let end = base + 8 * self.top as u64;
+        let mut at = if all { 0 } else { self.mark };
+        let mut references = 0;
+        while at + 2 <= self.top {
+            let slots = usize::try_from(self.load_word(at + 1)).unwrap_or(usize::MAX);
+            let last = at.saturating_add(2).saturating_add(slots).min(self.top);
+            for i in at + 2..last {
+                let v = Value(self.load_word(i));
+                references += u64::from(!v.is_int() && v.0 >= base && v.0 < end);
+            }
+            at = last;
+        }
+        references
+    }
+
+    /// Wipes the young objects (every word to 0, as a scavenger's eden is cleared for its
+    /// next use) and frees them.
+    pub fn clear_young(&mut self) {
+        let young = self.top - self.mark;
+        // SAFETY: words [mark, top) are inside the mapping (top <= words), readable and
+        // writable, and no live value refers to them (the caller's contract, as for reset).
+        unsafe { self.base.as_ptr().add(self.mark).write_bytes(0, young) };
+        self.top = self.mark;
+    }
+
     /// Word index of an object, if `v` is the address of an allocated object header.
     fn index_of(&self, v: Value) -> Option<usize> {
         let base = self.base.as_ptr() as u64;
@@ -216,6 +264,16 @@ mod tests {
         assert!(h.load(Value::small(1), 1).is_none());
         h.reset();
         assert!(h.size_of(a).is_none(), "reset frees objects after the mark");
+        let b = h.new_array(4).unwrap();
+        h.store(b, 2, h.true_()).unwrap();
+        h.store(b, 3, Value::small(5)).unwrap();
+        assert_eq!(h.young_bytes(), 6 * 8);
+        // Three nils and true refer to heap objects; the SmallInteger does not.
+        assert_eq!(h.trace(false), 4);
+        assert_eq!(h.trace(true), 4, "nil, true and false have no slots");
+        h.clear_young();
+        assert_eq!(h.young_bytes(), 0);
+        assert!(h.size_of(b).is_none());
         assert!(
             h.new_array(1 << 20).is_none(),
             "allocation beyond capacity fails"

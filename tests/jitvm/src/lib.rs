@@ -9,13 +9,14 @@
 //! attribute samples to methods and bytecode ranges as the code map was at each sample's time.
 //!
 //! Modules by concept:
-//! - [`value`], [`heap`]: tagged values and the bump heap; [`program`], [`bytecode`]: classes,
+//! - [`value`], [`heap`], [`gc`]: tagged values, the bump heap and its collector; [`program`], [`bytecode`]: classes,
 //!   methods, bytecodes, the builder and verifier; [`interp`]: the reference interpreter.
 //! - [`codezone`]: the executable mapping and its entries; [`jit`]: code generation
 //!   (templates, PICs, trampolines); [`runtime`]: the VM, send misses and linking, calls into
 //!   generated code; [`pic`]: relinking sites to PICs; [`compaction`]; [`tier`]: the
 //!   optimising tier.
-//! - [`publish`], [`codemap_file`]: publication of the code map; [`codelog`]: replaying and
+//! - [`publish`], [`codemap_file`]: publication of the code map; [`statistics`]: the VM's
+//!   settings, counters, heap gauges and intervals, published with it; [`codelog`]: replaying and
 //!   checking a code log (what tests hold the daemon against); [`benchmarks`], [`driver`]:
 //!   the workloads and the loop that runs them.
 #![deny(missing_docs)]
@@ -31,6 +32,7 @@ pub mod codezone;
 pub mod compaction;
 pub mod driver;
 pub mod error;
+pub mod gc;
 pub mod heap;
 pub mod interp;
 pub mod jit;
@@ -38,6 +40,7 @@ pub mod pic;
 pub mod program;
 pub mod publish;
 pub mod runtime;
+pub mod statistics;
 pub mod tier;
 pub mod value;
 

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use jitvm::benchmarks::{self, Workload};
 use jitvm::driver::{self, RunConfig};
+use jitvm::gc::GcConfig;
 use jitvm::heap::Heap;
 use jitvm::publish::{self, Mode};
 use jitvm::runtime::{Config, Vm};
@@ -43,6 +44,14 @@ struct Args {
     /// Calls after which a method is recompiled by the optimising tier (0: never).
     #[arg(long, default_value_t = 1000)]
     hot_calls: u64,
+    /// GC-heavy mode: young objects pile up to this many KiB, then a collection (published
+    /// as an interval, like compactions) traces and clears them. Without it, they are freed
+    /// at every safepoint, at no cost.
+    #[arg(long)]
+    eden_kb: Option<usize>,
+    /// In the GC-heavy mode, every N-th collection is a full one (0: never).
+    #[arg(long, default_value_t = 8)]
+    full_gc_every: u64,
     /// Size of the code zone in KiB.
     #[arg(long, default_value_t = 1024)]
     zone_kb: usize,
@@ -94,6 +103,10 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             code_log: args.code_log,
             socket: None,
         },
+        gc: args.eden_kb.map(|kb| GcConfig {
+            eden_bytes: kb * 1024,
+            full_every: args.full_gc_every,
+        }),
         ..Config::default()
     };
     let mut heap = Heap::new(config.heap_size).context("object heap")?;
@@ -117,6 +130,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let summary = driver::run(&mut vm, &calls, &cfg);
     let st = vm.stats;
+    let sends = vm.sends();
     let (start, free, end) = vm.zone_bounds();
     vm.finish();
     let s = summary.context("running the workload")?;
@@ -124,7 +138,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!(
         "jitvm {:?}: iterations={} iter_per_sec={:.1} result={} checksum={} mismatches={} \
          compactions={} compiled={} optimised={} decoys={} closed_pics={} open_pics={} moves={} \
-         frees={} interpreted={} zone_used={} zone_size={} seconds={:.3}",
+         frees={} interpreted={} zone_used={} zone_size={} scavenges={} full_gcs={} gc_ms={:.3} \
+         compaction_ms={:.3} sends={} stack_overflows={} seconds={:.3}",
         args.workload,
         s.iterations,
         s.iterations as f64 / secs,
@@ -142,6 +157,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         st.interpreted,
         free - start,
         end - start,
+        st.scavenges,
+        st.full_gcs,
+        st.gc_ns as f64 / 1e6,
+        st.compaction_ns as f64 / 1e6,
+        sends,
+        st.stack_overflows,
         secs,
     );
     Ok(if s.mismatches == 0 {

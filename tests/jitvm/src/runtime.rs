@@ -22,6 +22,7 @@ use vmscope_proto::v1::{
 use crate::bytecode::SelId;
 use crate::codezone::{CodeZone, Entries, Entry, EntryId, EntryKind, Link, Site};
 use crate::error::VmError;
+use crate::gc::GcConfig;
 use crate::heap::Heap;
 use crate::interp::{self, Interpreter};
 use crate::jit::Addrs;
@@ -50,6 +51,9 @@ pub struct Config {
     pub jit_stack_bytes: u64,
     /// Where the code map goes.
     pub publish: publish::Config,
+    /// The GC-heavy mode: young objects collected when they fill an eden, not at every
+    /// safepoint.
+    pub gc: Option<GcConfig>,
 }
 
 impl Default for Config {
@@ -62,6 +66,7 @@ impl Default for Config {
             decoys: false,
             jit_stack_bytes: 1 << 20,
             publish: publish::Config::none(),
+            gc: None,
         }
     }
 }
@@ -89,6 +94,16 @@ pub struct Stats {
     pub send_misses: u64,
     /// Sends the interpreter ran because the zone had no room.
     pub interpreted: u64,
+    /// Stack overflows of generated code (each ends the call that overflowed).
+    pub stack_overflows: u64,
+    /// Young collections (GC-heavy mode).
+    pub scavenges: u64,
+    /// Full collections (GC-heavy mode).
+    pub full_gcs: u64,
+    /// Time in collections, in ns, as published.
+    pub gc_ns: u64,
+    /// Time in code compactions, in ns, as published.
+    pub compaction_ns: u64,
 }
 
 /// Runtime state of a method.
@@ -134,6 +149,8 @@ pub struct Vm {
     pub(crate) next_decoy: usize,
     /// What happened.
     pub stats: Stats,
+    /// When the counters were last published.
+    pub(crate) levels_published: Option<std::time::Instant>,
 }
 
 thread_local! {
@@ -186,6 +203,7 @@ extern "C" fn ce_primitive_failed(ret: u64) {
 
 extern "C" fn ce_stack_overflow(ret: u64) {
     with_vm(|vm| {
+        vm.stats.stack_overflows += 1;
         let method = vm.method_name_at(ret);
         let bytes = vm.config.jit_stack_bytes;
         vm.fail(VmError::StackOverflow { method, bytes });
@@ -257,7 +275,18 @@ impl Vm {
             in_jit: false,
             next_decoy: 0,
             stats: Stats::default(),
+            levels_published: None,
         };
+        if let Some(gc) = vm.config.gc {
+            anyhow::ensure!(
+                gc.eden_bytes > 0 && gc.eden_bytes <= vm.config.heap_size / 2,
+                "an eden of {} bytes in a heap of {}: at most half of it",
+                gc.eden_bytes,
+                vm.config.heap_size
+            );
+        }
+        vm.publish_configuration();
+        vm.publish_levels();
         vm.publish_zone();
         for p in &glue.pieces {
             let kind = match p.kind {
@@ -279,9 +308,18 @@ impl Vm {
         Ok(vm)
     }
 
-    /// Ends publication (see [`Publisher::finish`]).
-    pub fn finish(self) {
+    /// Publishes the counters a last time and ends publication (see [`Publisher::finish`]).
+    pub fn finish(mut self) {
+        self.publish_levels();
         self.publisher.finish();
+    }
+
+    /// Calls of compiled methods so far, as their prologues count them.
+    pub fn sends(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The code map publisher.
@@ -712,16 +750,18 @@ impl Vm {
         }
     }
 
-    /// Between two calls into generated code: drops the heap's temporary objects, recompiles
-    /// hot methods with the optimising tier, and compacts if the zone asked for it or has
-    /// less than a quarter free.
+    /// Between two calls into generated code: drops the heap's temporary objects (or collects
+    /// them, in the GC-heavy mode), recompiles hot methods with the optimising tier, compacts
+    /// if the zone asked for it or has less than a quarter free, and publishes the counters
+    /// when due.
     pub fn safepoint(&mut self) {
         debug_assert!(!self.in_jit);
-        self.heap.reset();
+        self.collect_if_due();
         self.tier_up();
         if self.compaction_wanted || self.zone.free_bytes() < self.zone.size() / 4 {
             self.compact();
         }
+        self.publish_levels_if_due();
     }
 
     /// The class id for a value (for tests and the driver).

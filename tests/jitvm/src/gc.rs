@@ -1,0 +1,52 @@
+//! The collector of the GC-heavy mode (`--eden-kb`): at a safepoint whose young objects have
+//! reached the eden's size, a scavenge traces them and clears the eden; every
+//! [`GcConfig::full_every`]-th collection is a full one, which traces the whole heap. Without
+//! the mode, a safepoint frees the young objects at no cost and publishes nothing.
+//!
+//! Each collection is published as an interval (`INTERVAL_KIND_SCAVENGE` or
+//! `INTERVAL_KIND_FULL_GC`), and its time, as published, is added to the VM's own totals.
+
+use vmscope_proto::v1::IntervalKind;
+
+use crate::runtime::Vm;
+
+/// Settings of the GC-heavy mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcConfig {
+    /// Bytes of young objects that make a collection due.
+    pub eden_bytes: usize,
+    /// Every this many collections, one is full (0: never).
+    pub full_every: u64,
+}
+
+impl Vm {
+    /// At a safepoint: frees the young objects, by a collection when the GC-heavy mode is on
+    /// and the eden is full.
+    pub(crate) fn collect_if_due(&mut self) {
+        let Some(gc) = self.config.gc else {
+            self.heap.reset();
+            return;
+        };
+        if self.heap.young_bytes() < gc.eden_bytes {
+            return;
+        }
+        let collections = self.stats.scavenges + self.stats.full_gcs;
+        let full = gc.full_every > 0 && (collections + 1).is_multiple_of(gc.full_every);
+        let kind = if full {
+            IntervalKind::FullGc
+        } else {
+            IntervalKind::Scavenge
+        };
+        let ns = self.interval(kind, collections, |vm| {
+            std::hint::black_box(vm.heap.trace(full));
+            vm.heap.clear_young();
+        });
+        self.stats.gc_ns += ns;
+        if full {
+            self.stats.full_gcs += 1;
+        } else {
+            self.stats.scavenges += 1;
+        }
+        self.publish_levels();
+    }
+}

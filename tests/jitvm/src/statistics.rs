@@ -1,0 +1,110 @@
+//! What the VM publishes of itself beside its code map, on the same publication: its settings
+//! once at start ([`Vm::publish_configuration`]); its counters and heap gauges at start, at
+//! most every [`LEVELS_PERIOD`] at safepoints, after each collection and at the end
+//! ([`Vm::publish_levels`]); and its collections ([`crate::gc`]) and code compactions
+//! ([`crate::compaction`]) as intervals ([`Vm::interval`]), whose timestamps are the ones the
+//! VM's own totals add up: the end-of-run line and the profile measure the same thing.
+
+use std::time::{Duration, Instant};
+
+use vmscope_proto::v1::code_map_event::Event;
+use vmscope_proto::v1::{
+    Configuration, CounterValue, GaugeValue, IntervalBegin, IntervalEnd, IntervalKind,
+    configuration,
+};
+
+use crate::runtime::Vm;
+
+/// Longest the VM's counters go unpublished while it runs.
+pub const LEVELS_PERIOD: Duration = Duration::from_millis(20);
+
+impl Vm {
+    /// Publishes the VM's settings (VMProfiler's header: "eden size: ... code size: ...").
+    pub(crate) fn publish_configuration(&self) {
+        let number = |name: &str, n: usize, unit: &str| {
+            Event::Configuration(Configuration {
+                name: name.into(),
+                value: Some(configuration::Value::Number(
+                    i64::try_from(n).unwrap_or(i64::MAX),
+                )),
+                unit: unit.into(),
+            })
+        };
+        let p = self.publisher();
+        p.publish(number("code size", self.config.zone_size, "bytes"));
+        p.publish(number("heap size", self.config.heap_size, "bytes"));
+        if let Some(gc) = self.config.gc {
+            p.publish(number("eden size", gc.eden_bytes, "bytes"));
+        }
+        let hot = if self.config.hot_calls == u64::MAX {
+            "never".to_owned()
+        } else {
+            format!("after {} calls", self.config.hot_calls)
+        };
+        p.publish(Event::Configuration(Configuration {
+            name: "optimising tier".into(),
+            value: Some(configuration::Value::Text(hot)),
+            unit: String::new(),
+        }));
+    }
+
+    /// Publishes every counter and heap gauge now.
+    pub(crate) fn publish_levels(&mut self) {
+        self.levels_published = Some(Instant::now());
+        let sends = self.sends();
+        let p = self.publisher();
+        let counter = |name: &str, value: u64| {
+            Event::Counter(CounterValue {
+                name: name.into(),
+                unit: String::new(),
+                value,
+            })
+        };
+        p.publish(counter("Sends", sends));
+        p.publish(counter("Send misses", self.stats.send_misses));
+        p.publish(counter("Methods compiled", self.stats.compiled));
+        p.publish(counter("Stack overflows", self.stats.stack_overflows));
+        let gauge = |name: &str, bytes: usize| {
+            Event::Gauge(GaugeValue {
+                name: name.into(),
+                unit: "bytes".into(),
+                value: i64::try_from(bytes).unwrap_or(i64::MAX),
+            })
+        };
+        p.publish(gauge("old", self.heap.old_bytes()));
+        p.publish(gauge("young", self.heap.young_bytes()));
+        p.publish(gauge("free", self.heap.free_bytes()));
+    }
+
+    /// [`Vm::publish_levels`] if they were last published [`LEVELS_PERIOD`] ago or more.
+    pub(crate) fn publish_levels_if_due(&mut self) {
+        if self
+            .levels_published
+            .is_none_or(|at| at.elapsed() >= LEVELS_PERIOD)
+        {
+            self.publish_levels();
+        }
+    }
+
+    /// Runs `work` as an interval of `kind`, published with its begin and end; answers the
+    /// interval's length in ns as published (the end's timestamp minus the begin's).
+    pub(crate) fn interval(
+        &mut self,
+        kind: IntervalKind,
+        id: u64,
+        work: impl FnOnce(&mut Vm),
+    ) -> u64 {
+        let begin = self.publisher().publish(Event::Begin(IntervalBegin {
+            kind: kind as i32,
+            name: String::new(),
+            id,
+        }));
+        work(self);
+        let end = self.publisher().publish(Event::End(IntervalEnd {
+            kind: kind as i32,
+            name: String::new(),
+            id,
+        }));
+        end.saturating_sub(begin)
+    }
+}

@@ -1,0 +1,148 @@
+//! A VM's own statistics beside the samples: the demo JIT VM in its GC-heavy mode, compacting
+//! its code zone every 50 ms, publishes its settings, counters, heap gauges, collections and
+//! compactions with its code map. The profile's GCs and compactions must be the VM's own
+//! figures, which it prints at exit: counts equal, times within 5%.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use vmscope_tests::{Daemon, binary, shared_tempdir};
+
+/// `vmscope record --format json -o FILE -- jitvm sieve` in the GC-heavy mode for 3 s,
+/// publishing as `publish` says: the session covers the VM's whole life. Answers the report's
+/// statistics of the VM and the VM's own end-of-run figures.
+fn record_gc_heavy_vm(daemon: &Daemon, publish: &str) -> (Value, HashMap<String, f64>) {
+    let dir = shared_tempdir();
+    let report = dir.path().join("report.json");
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "-o"])
+        .arg(&report)
+        .arg("--")
+        .arg(binary("jitvm"))
+        .args([
+            "sieve",
+            "--eden-kb",
+            "1024",
+            "--compact-every-ms",
+            "50",
+            "--seconds",
+            "3",
+            "--publish",
+            publish,
+        ])
+        .output()
+        .expect("run vmscope");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{publish}: {said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let figures = said
+        .split_whitespace()
+        .filter_map(|word| {
+            let (key, value) = word.split_once('=')?;
+            Some((key.to_owned(), value.parse().ok()?))
+        })
+        .collect();
+    (report, figures)
+}
+
+/// Count and total ms of the intervals of `kind` (`scavenge`...).
+fn kind(vm: &Value, kind: &str) -> (u64, f64) {
+    vm["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == kind)
+        .map_or((0, 0.0), |i| {
+            (
+                i["count"].as_u64().unwrap(),
+                i["total_ms"].as_f64().unwrap(),
+            )
+        })
+}
+
+/// Checks the report's statistics of the VM against its own end-of-run figures.
+fn check(publish: &str, report: &Value, figures: &HashMap<String, f64>) {
+    let stats = report["vm_statistics"].as_array().unwrap();
+    let [vm] = stats.as_slice() else {
+        panic!("{publish}: one VM's statistics: {stats:#?}");
+    };
+    let figure = |key: &str| figures[key];
+    eprintln!("{publish}: the VM said {figures:?}; the report has {vm:#}");
+    assert_eq!(vm["vm"], "jitvm 0.1");
+    let eden = vm["configuration"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "eden size")
+        .map(|c| c["value"].clone());
+    assert_eq!(eden, Some(Value::from(1 << 20)));
+    let (scavenges, scavenge_ms) = kind(vm, "scavenge");
+    let (full, full_ms) = kind(vm, "full_gc");
+    let (compactions, compaction_ms) = kind(vm, "code_compaction");
+    assert!(figure("scavenges") > 100.0, "a GC-heavy run: {figures:?}");
+    // The session starts before the VM and ends after its exit: every event is inside (one
+    // at an edge is allowed for).
+    for (what, ours, theirs) in [
+        ("scavenges", scavenges, figure("scavenges")),
+        ("full GCs", full, figure("full_gcs")),
+        ("compactions", compactions, figure("compactions")),
+    ] {
+        assert!(
+            (ours as f64 - theirs).abs() <= 1.0,
+            "{publish}: {what}: {ours} in the report, {theirs} by the VM"
+        );
+    }
+    let gc_ms = scavenge_ms + full_ms;
+    assert!(
+        (gc_ms - figure("gc_ms")).abs() <= 0.05 * figure("gc_ms"),
+        "{publish}: {gc_ms:.3} ms of GC in the report, {} by the VM",
+        figure("gc_ms")
+    );
+    assert!(
+        (compaction_ms - figure("compaction_ms")).abs() <= 0.05 * figure("compaction_ms"),
+        "{publish}: {compaction_ms:.3} ms of compaction in the report, {} by the VM",
+        figure("compaction_ms")
+    );
+    // Counters: published at start, every 20 ms and at exit.
+    let counter = |name: &str| {
+        vm["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))["count"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(counter("Sends"), figure("sends"), "{publish}");
+    assert_eq!(counter("Methods compiled"), figure("compiled"), "{publish}");
+    assert!(
+        vm["gauges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "young"),
+        "{publish}: {vm:#}"
+    );
+    let window = vm["seconds"].as_f64().unwrap();
+    let duration = report["duration_seconds"].as_f64().unwrap();
+    assert!(
+        (window - duration).abs() < 1e-6,
+        "the window is the session's: {window} s, {duration} s"
+    );
+}
+
+#[test]
+fn gcs_and_compactions_are_the_vms_own_figures() {
+    let mut daemon = Daemon::start();
+    for publish in ["grpc", "file"] {
+        let (report, figures) = record_gc_heavy_vm(&daemon, publish);
+        check(publish, &report, &figures);
+    }
+    assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
+}
