@@ -139,9 +139,10 @@ struct OutputArgs {
     /// merged; recursion counts each sample once.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["tree", "callers"])]
     callees: Option<String>,
-    /// Print only the statistics after the code: the events the kernel counted for the
-    /// targets (context switches, voluntary and not, CPU migrations, page faults, and hardware
-    /// counters where the machine has a PMU), with their rates.
+    /// Print only the statistics after the code: what the VMs published of themselves (their
+    /// settings, Memory, GCs, Compiled Code Compactions, counters) and the events the kernel
+    /// counted for the targets (context switches, voluntary and not, CPU migrations, page
+    /// faults, and hardware counters where the machine has a PMU), with their rates.
     #[arg(long, conflicts_with_all = ["tree", "callers", "callees"])]
     stats: bool,
     /// Print names whole in the text report, each last on its line after the numbers (as

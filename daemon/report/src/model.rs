@@ -55,8 +55,8 @@ pub struct ReportOptions {
     /// `--callers`, `--callees`); `None` for the flat report. [`Report::from_profile`] does
     /// not read it: renderers build the tree with [`crate::tree::CallTree::from_profile`].
     pub tree: Option<TreeOptions>,
-    /// Only the statistics after the code (`--stats`): the events the kernel counted, with
-    /// the header lines that say which session. [`Report::from_profile`] does not read it.
+    /// Only the statistics after the code (`--stats`): the VMs' own and the events the
+    /// kernel counted, with the header lines that say which session. [`Report::from_profile`] does not read it.
     pub stats: bool,
 }
 
