@@ -146,3 +146,63 @@ fn gcs_and_compactions_are_the_vms_own_figures() {
     }
     assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
 }
+
+/// HotSpot with no flags: its performance data file gives the young collections; they must be
+/// what the program's own `GarbageCollectorMXBean` says at exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jvm_with_no_flags_gives_its_collections() {
+    let mut daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let report = dir.path().join("report.json");
+    let program =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/java/Allocates.java");
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "-o"])
+        .arg(&report)
+        .args(["--", "java"])
+        .arg(&program)
+        .arg("3")
+        .output()
+        .expect("run vmscope");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "gc G1_Young_Generation 15 39": the first bean is the young collector's.
+    let beans: Vec<(String, u64, f64)> = said
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("gc ")?.split(' ');
+            Some((
+                words.next()?.to_owned(),
+                words.next()?.parse().ok()?,
+                words.next()?.parse().ok()?,
+            ))
+        })
+        .collect();
+    let (name, count, ms) = beans.first().cloned().expect("the program's collectors");
+    let report: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let stats = report["vm_statistics"].as_array().unwrap();
+    let [jvm] = stats.as_slice() else {
+        panic!("one JVM's statistics: {report:#}\n{}", daemon.log());
+    };
+    eprintln!("the program said {beans:?}; the report has {jvm:#}");
+    assert!(jvm["vm"].as_str().unwrap().contains("OpenJDK"), "{jvm:#}");
+    let (young, young_ms) = kind(jvm, "scavenge");
+    assert!(count >= 5, "{name}: a run that collects: {count}");
+    assert!(
+        young.abs_diff(count) <= 1,
+        "{name}: {count} collections by the program, {young} in the report"
+    );
+    // The bean counts whole milliseconds; the file, ticks.
+    assert!(
+        (young_ms - ms).abs() <= 0.05 * ms + 1.0,
+        "{name}: {ms} ms by the program, {young_ms:.3} in the report"
+    );
+    let counters = vmscope_tests::counters(&mut daemon.client().await).await;
+    assert_eq!(counters["hotspot_perf_data_read"], 1);
+    assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
+}

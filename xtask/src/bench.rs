@@ -18,6 +18,8 @@
 //!   alternately with `--publish none` and `--publish grpc`, iterations per second.
 //! * the kernel counters' cost to a target (context switches and minor faults are what they
 //!   count): `cargo bench -p vmscoped --bench kernel_counters`.
+//! * reading a JVM's performance data (hsperfdata), as sessions do at their start and stop:
+//!   `cargo bench -p vmscoped --bench hsperfdata`.
 //! * code maps: a 1,000,000-line perf map, lookups in 1,000,000 entries, 100,000 jitdump loads
 //!   and moves: `cargo bench -p vmscoped --bench codemap`.
 //!
@@ -278,6 +280,7 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
     println!();
     println!("bench: the kernel counters' cost to the target:");
     run_checked(cargo().args(["bench", "-p", "vmscoped", "--bench", "kernel_counters"]))?;
+    run_checked(cargo().args(["bench", "-p", "vmscoped", "--bench", "hsperfdata"]))?;
     println!();
     println!("bench: report building from 1,000,000 samples (criterion):");
     run_checked(cargo().args([

@@ -59,6 +59,7 @@ use crate::{
         life::{self, AfterExit, Life, StartClock},
     },
     stats::{
+        hotspot::{self, SessionPerfData},
         kernel::{self, SessionCounters},
         vm::{StatEvent, VmState},
     },
@@ -379,6 +380,10 @@ struct Counters {
     /// Targets whose kernel counters were opened, and those whose could not be.
     kernel_counters_opened: u64,
     kernel_counters_failed: u64,
+    /// Targets whose HotSpot performance data was read at the start, and those whose could
+    /// not be.
+    hotspot_perf_data_read: u64,
+    hotspot_perf_data_failed: u64,
     /// Statistics events of VMs taken, and dropped for want of room (MAX_VM_STATES).
     vm_stats: u64,
     vm_stats_dropped: u64,
@@ -435,6 +440,28 @@ struct Manager {
     /// What each VM published of its statistics so far, by pid: what a session starting now
     /// takes over. Let go with the process's code map.
     vm_states: HashMap<u32, VmState>,
+}
+
+/// The statistics of the VMs a session watches: what they published, then what HotSpot's
+/// performance data says of the JVMs that published none, by pid.
+fn vm_statistics(session: &Session, now_ns: u64) -> Vec<pb::VmStatistics> {
+    let end_ns = session.stop_ns.unwrap_or(now_ns);
+    let mut all: Vec<pb::VmStatistics> = session
+        .vm
+        .iter()
+        .filter(|(_, window)| window.has_statistics())
+        .map(|(&pid, window)| window.to_proto(pid, end_ns))
+        .collect();
+    if let Some(hotspot) = &session.hotspot {
+        let window_ns = end_ns.saturating_sub(session.start_ns);
+        for jvm in hotspot.to_proto(window_ns) {
+            if !all.iter().any(|s| s.pid == jvm.pid) {
+                all.push(jvm);
+            }
+        }
+    }
+    all.sort_by_key(|s| s.pid);
+    all
 }
 
 /// Most processes whose statistics the daemon follows at once: statistics of more are dropped
@@ -703,6 +730,14 @@ impl Manager {
         self.next_id += 1;
         let commands = targets.iter().map(|t| (t.pid, t.command.clone())).collect();
         let kernel = (!spec.system_wide).then(|| self.open_kernel_counters(&targets));
+        let hotspot = (!spec.system_wide).then(|| {
+            let started_ms = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            let mut perf_data = SessionPerfData::new(targets.iter().map(|t| t.pid), started_ms);
+            self.look_for_perf_data(&mut perf_data);
+            perf_data
+        });
         let session = Session {
             id,
             owner_uid: caller.uid,
@@ -726,6 +761,7 @@ impl Manager {
             kept: KeptSamples::new(spec.keep_samples as usize),
             truncated: 0,
             kernel,
+            hotspot,
             vm: Default::default(),
             spec,
         };
@@ -790,6 +826,14 @@ impl Manager {
         self.counters.kernel_counters_failed += failed;
         self.counters.kernel_counters_opened += targets.len() as u64 - failed;
         opened
+    }
+
+    /// Looks for the performance data files of JVM targets not found yet, counting what was
+    /// read and what could not be.
+    fn look_for_perf_data(&mut self, perf_data: &mut SessionPerfData) {
+        let (found, failed) = perf_data.look_again();
+        self.counters.hotspot_perf_data_read += found;
+        self.counters.hotspot_perf_data_failed += failed;
     }
 
     /// Descriptors the sessions' kernel counters hold.
@@ -901,6 +945,9 @@ impl Manager {
         }
         if let Some(kernel) = &mut session.kernel {
             kernel.freeze_all();
+        }
+        if let Some(hotspot) = &mut session.hotspot {
+            hotspot.freeze_all();
         }
         session.state = State::Stopping;
         session.stop_ns = Some(stop_ns);
@@ -1321,6 +1368,9 @@ impl Manager {
         target.note = Some(note.to_owned());
         if let Some(kernel) = &mut session.kernel {
             kernel.freeze(pid);
+        }
+        if let Some(hotspot) = &mut session.hotspot {
+            hotspot.freeze(pid);
         }
         self.routes
             .release_target(self.sampler.as_mut(), &session.spec, pid);
@@ -1780,6 +1830,18 @@ impl Manager {
         };
         let mut leaderless = Vec::new();
         for id in running {
+            // JVM targets still starting: their performance data file comes within a second.
+            if let Some(session) = self.sessions.get_mut(&id)
+                && now.saturating_sub(session.start_ns) < hotspot::LOOK_FOR_NS
+                && let Some(mut perf_data) = session.hotspot.take()
+            {
+                if perf_data.missing() {
+                    self.look_for_perf_data(&mut perf_data);
+                }
+                if let Some(session) = self.sessions.get_mut(&id) {
+                    session.hotspot = Some(perf_data);
+                }
+            }
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };
@@ -2104,12 +2166,7 @@ impl Manager {
                 .kernel
                 .as_ref()
                 .map(|kernel| kernel.to_proto(|pid| session.commands.get(&pid).cloned())),
-            vm_statistics: session
-                .vm
-                .iter()
-                .filter(|(_, window)| window.has_statistics())
-                .map(|(&pid, window)| window.to_proto(pid, session.stop_ns.unwrap_or(now)))
-                .collect(),
+            vm_statistics: vm_statistics(session, now),
         }
     }
 
@@ -2146,6 +2203,8 @@ impl Manager {
             ("user_copies_faulted", c.user_copies_faulted),
             ("kernel_counters_opened", c.kernel_counters_opened),
             ("kernel_counters_failed", c.kernel_counters_failed),
+            ("hotspot_perf_data_read", c.hotspot_perf_data_read),
+            ("hotspot_perf_data_failed", c.hotspot_perf_data_failed),
             ("vm_stats", c.vm_stats),
             ("vm_stats_dropped", c.vm_stats_dropped),
             ("unwind_frames", u.frames),

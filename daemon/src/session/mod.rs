@@ -28,7 +28,7 @@ use vmscope_proto::v1 as pb;
 
 use crate::{
     bpf::SamplerError,
-    stats::{kernel::SessionCounters, vm::Window},
+    stats::{hotspot::SessionPerfData, kernel::SessionCounters, vm::Window},
     symbolize::{CodeMapKinds, Location},
     unwind::StackEnd,
 };
@@ -177,6 +177,8 @@ pub struct Session {
     pub kernel: Option<SessionCounters>,
     /// What the VMs it watches published of their statistics, over its window, by pid.
     pub vm: BTreeMap<u32, Window>,
+    /// The performance data files of its JVM targets (none system-wide).
+    pub hotspot: Option<SessionPerfData>,
 }
 
 /// A reading of the host's CPU times, and when it was taken.
@@ -434,6 +436,7 @@ mod tests {
             kept: KeptSamples::new(0),
             truncated: 0,
             kernel: None,
+            hotspot: None,
             vm: Default::default(),
         }
     }

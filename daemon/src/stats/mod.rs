@@ -5,8 +5,11 @@
 //! - [`kernel`]: what the kernel counts for every process, whatever its runtime: context
 //!   switches (voluntary and not), CPU migrations, page faults, and hardware counters where
 //!   the machine has a PMU.
+//! - [`hotspot`]: what HotSpot keeps of itself in its performance data file (hsperfdata),
+//!   read with no JVM flags at the start and the stop.
 //! - [`vm`]: what a VM publishes of itself beside its code map (settings, counters, gauges,
 //!   GCs and other intervals), over each session's window.
 
+pub mod hotspot;
 pub mod kernel;
 pub mod vm;

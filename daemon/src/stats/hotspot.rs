@@ -1,0 +1,489 @@
+//! HotSpot's own statistics with no JVM flags: its performance data file
+//! (`/tmp/hsperfdata_<user>/<pid>`, what `jstat` reads), read at a session's start and when the
+//! session stops sampling the JVM, and turned into the same [`pb::VmStatistics`] a VM that
+//! publishes its statistics gets: collections (`sun.gc.collector.0` young, `.1` full, others by
+//! their name), safepoints, JIT compilations, heap generations in use.
+//!
+//! The JVM maps the file shared and writes its counters in place, so the daemon finds it
+//! among the JVM's mappings and opens it through `/proc/PID/map_files`: the very file the JVM
+//! maps, inside a container too, with no user name to guess. The JVM unlinks the file as it
+//! exits; the descriptor held from the first read keeps its last values readable after that.
+//! The file must belong to the JVM's user, and is read whole (at most [`MAX_FILE_BYTES`]) with
+//! `pread`, never mapped by the daemon.
+
+use std::{fs::File, os::unix::fs::FileExt as _, os::unix::fs::MetadataExt as _, path::Path};
+
+use vmscope_parse::{
+    hsperfdata::{PerfData, parse_hsperfdata},
+    maps::{MapPath, parse_maps},
+    stat,
+};
+use vmscope_proto::v1::{self as pb, IntervalKind};
+
+use crate::sys;
+
+/// Largest performance data file read: HotSpot's default is 64 KiB (`-XX:PerfDataMemorySize`).
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Why a JVM's performance data could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HotspotError {
+    /// The process is gone.
+    #[error("the process exited")]
+    Gone,
+    /// Reading it failed.
+    #[error("{0}")]
+    Io(String),
+    /// The file is not the JVM's user's, or not a plain file of a sane size.
+    #[error("{0}")]
+    Untrusted(String),
+    /// It does not parse.
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// A JVM's performance data file, held open.
+#[derive(Debug)]
+pub struct PerfDataFile {
+    file: File,
+    /// The path the JVM mapped, for messages.
+    pub path: String,
+}
+
+impl PerfDataFile {
+    /// The performance data file process `pid` maps, if it maps one (a HotSpot JVM without
+    /// `-XX:-UsePerfData`).
+    pub fn find(pid: u32) -> Result<Option<PerfDataFile>, HotspotError> {
+        let gone = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => HotspotError::Gone,
+            _ => HotspotError::Io(format!("/proc/{pid}: {e}")),
+        };
+        let maps = parse_maps(&sys::read_proc(pid, "maps").map_err(gone)?);
+        let Some(entry) = maps.entries.iter().find(|e| match &e.path {
+            MapPath::File { path, .. } => is_perf_data_path(path),
+            _ => false,
+        }) else {
+            return Ok(None);
+        };
+        let MapPath::File { path, .. } = &entry.path else {
+            unreachable!("found above")
+        };
+        let path = path.display().to_string();
+        let map_file = sys::proc_path(pid, &format!("map_files/{:x}-{:x}", entry.start, entry.end));
+        let file = File::open(&map_file).map_err(|e| HotspotError::Io(format!("{path}: {e}")))?;
+        let status = sys::read_proc(pid, "status").map_err(gone)?;
+        let uid = stat::parse_status(&status)
+            .map_err(|e| HotspotError::Io(format!("/proc/{pid}/status: {e}")))?
+            .uids
+            .effective;
+        let meta = file
+            .metadata()
+            .map_err(|e| HotspotError::Io(format!("{path}: {e}")))?;
+        if meta.uid() != uid {
+            return Err(HotspotError::Untrusted(format!(
+                "{path} belongs to uid {}, not to the JVM's uid {uid}: not read",
+                meta.uid()
+            )));
+        }
+        if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+            return Err(HotspotError::Untrusted(format!(
+                "{path}: not a file of at most {MAX_FILE_BYTES} bytes"
+            )));
+        }
+        Ok(Some(PerfDataFile { file, path }))
+    }
+
+    /// Reads and parses the file as it is now.
+    pub fn read(&self) -> Result<PerfData, HotspotError> {
+        let len = self
+            .file
+            .metadata()
+            .map_err(|e| HotspotError::Io(format!("{}: {e}", self.path)))?
+            .len()
+            .min(MAX_FILE_BYTES);
+        let mut bytes = vec![0; len as usize];
+        let mut at = 0;
+        while at < bytes.len() {
+            match self.file.read_at(&mut bytes[at..], at as u64) {
+                Ok(0) => break,
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(HotspotError::Io(format!("{}: {e}", self.path))),
+            }
+        }
+        bytes.truncate(at);
+        parse_hsperfdata(&bytes).map_err(|e| HotspotError::Malformed(format!("{}: {e}", self.path)))
+    }
+}
+
+/// Whether a mapped file is a performance data file: `.../hsperfdata_<user>/<pid>`.
+fn is_perf_data_path(path: &Path) -> bool {
+    let named = |p: Option<&std::ffi::OsStr>, test: &dyn Fn(&str) -> bool| {
+        p.and_then(|n| n.to_str()).is_some_and(test)
+    };
+    named(path.file_name(), &|n| {
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    }) && named(path.parent().and_then(Path::file_name), &|d| {
+        d.starts_with("hsperfdata_")
+    })
+}
+
+/// What changed in a JVM between two readings of its performance data, `window_ns` apart:
+/// the statistics of a session that started at the first and stopped at the second.
+pub fn statistics(pid: u32, first: &PerfData, last: &PerfData, window_ns: u64) -> pb::VmStatistics {
+    let long = |data: &PerfData, name: &str| data.long(name).unwrap_or(0);
+    let grown = |name: &str| long(last, name).saturating_sub(long(first, name)).max(0) as u64;
+    // Times are in ticks of the high-resolution timer.
+    let frequency = long(last, "sun.os.hrt.frequency").max(1) as u128;
+    let ns = |ticks: u64| (u128::from(ticks) * 1_000_000_000 / frequency) as u64;
+    let text = |name: &str| last.string(name).unwrap_or_default().to_owned();
+    let mut configuration = Vec::new();
+    let mut setting = |name: &str, value: String| {
+        if !value.is_empty() {
+            configuration.push(pb::Configuration {
+                name: name.into(),
+                value: Some(pb::configuration::Value::Text(value)),
+                unit: String::new(),
+            });
+        }
+    };
+    setting("GC", text("sun.gc.policy.name"));
+    let mut intervals = Vec::new();
+    for n in 0.. {
+        let prefix = format!("sun.gc.collector.{n}");
+        let Some(name) = last.string(&format!("{prefix}.name")) else {
+            break;
+        };
+        let (kind, named) = match n {
+            0 => (IntervalKind::Scavenge, String::new()),
+            1 => (IntervalKind::FullGc, String::new()),
+            _ => (IntervalKind::Named, name.to_owned()),
+        };
+        match n {
+            0 => setting("young collector", name.to_owned()),
+            1 => setting("full collector", name.to_owned()),
+            _ => {}
+        }
+        intervals.push(pb::IntervalTotals {
+            kind: kind as i32,
+            name: named,
+            count: grown(&format!("{prefix}.invocations")),
+            total_ns: ns(grown(&format!("{prefix}.time"))),
+            longest_ns: 0,
+        });
+    }
+    if last.long("sun.rt.safepoints").is_some() {
+        intervals.push(pb::IntervalTotals {
+            kind: IntervalKind::Safepoint as i32,
+            name: String::new(),
+            count: grown("sun.rt.safepoints"),
+            total_ns: ns(grown("sun.rt.safepointTime")),
+            longest_ns: 0,
+        });
+    }
+    if last.long("sun.ci.totalCompiles").is_some() {
+        intervals.push(pb::IntervalTotals {
+            kind: IntervalKind::Named as i32,
+            name: "JIT compilations".into(),
+            count: grown("sun.ci.totalCompiles"),
+            total_ns: ns(grown("java.ci.totalTime")),
+            longest_ns: 0,
+        });
+    }
+    let mut gauges = Vec::new();
+    for n in 0.. {
+        let prefix = format!("sun.gc.generation.{n}");
+        let Some(name) = last.string(&format!("{prefix}.name")) else {
+            break;
+        };
+        let used = |data: &PerfData| {
+            (0..long(data, &format!("{prefix}.spaces")))
+                .map(|s| long(data, &format!("{prefix}.space.{s}.used")))
+                .sum::<i64>()
+        };
+        for (what, before, after) in [
+            ("used", used(first), used(last)),
+            (
+                "capacity",
+                long(first, &format!("{prefix}.capacity")),
+                long(last, &format!("{prefix}.capacity")),
+            ),
+        ] {
+            gauges.push(pb::GaugeDelta {
+                name: format!("{name} {what}"),
+                unit: "bytes".into(),
+                delta: after - before,
+                last: after,
+            });
+        }
+    }
+    let counters = [
+        ("Classes loaded", "java.cls.loadedClasses"),
+        ("Threads started", "java.threads.started"),
+    ]
+    .into_iter()
+    .filter(|(_, name)| last.long(name).is_some())
+    .map(|(label, name)| pb::CounterDelta {
+        name: label.into(),
+        unit: String::new(),
+        delta: grown(name),
+        last: long(last, name).max(0) as u64,
+    })
+    .collect();
+    let vm = [
+        text("java.property.java.vm.name"),
+        text("java.property.java.vm.version"),
+    ]
+    .join(" ")
+    .trim()
+    .to_owned();
+    pb::VmStatistics {
+        pid,
+        vm,
+        configuration,
+        counters,
+        gauges,
+        intervals,
+        window_ns,
+    }
+}
+
+/// A target's performance data over a session.
+#[derive(Debug)]
+struct Target {
+    pid: u32,
+    file: PerfDataFile,
+    first: PerfData,
+    /// The reading when the session stopped sampling it.
+    last: Option<PerfData>,
+}
+
+/// How long after a session's start its targets that map no performance data file yet are
+/// looked at again: a JVM started by `vmscope record` maps it during its first second.
+pub const LOOK_FOR_NS: u64 = 30_000_000_000;
+
+/// The performance data of a session's JVM targets.
+#[derive(Debug, Default)]
+pub struct SessionPerfData {
+    /// The session's wall-clock start, in ms since the epoch (HotSpot's clock for
+    /// `sun.rt.createVmBeginTime`).
+    started_ms: i64,
+    targets: Vec<Target>,
+    /// Targets with no performance data file yet.
+    missing: Vec<u32>,
+    /// Targets whose file could not be read, and why.
+    pub failed: Vec<(u32, String)>,
+}
+
+impl SessionPerfData {
+    /// The performance data of targets `pids`, for a session that started at `started_ms`
+    /// (wall clock, ms since the epoch): none read until [`SessionPerfData::look_again`].
+    pub fn new(pids: impl IntoIterator<Item = u32>, started_ms: i64) -> SessionPerfData {
+        SessionPerfData {
+            started_ms,
+            missing: pids.into_iter().collect(),
+            ..SessionPerfData::default()
+        }
+    }
+
+    /// Looks for the files of the targets that have none yet (a JVM still starting); answers
+    /// how many were found and how many failed. A JVM created after the session started is
+    /// measured from zero, the rest from their first reading.
+    pub fn look_again(&mut self) -> (u64, u64) {
+        let (mut found, mut failed) = (0, 0);
+        let started_ms = self.started_ms;
+        let mut still = Vec::new();
+        for pid in std::mem::take(&mut self.missing) {
+            let read = PerfDataFile::find(pid).and_then(|file| match file {
+                Some(file) => file.read().map(|now| Some((file, now))),
+                None => Ok(None),
+            });
+            match read {
+                Ok(Some((file, now))) => {
+                    let created_ms = now.long("sun.rt.createVmBeginTime").unwrap_or(0);
+                    let first = if created_ms >= started_ms {
+                        PerfData {
+                            version: now.version,
+                            accessible: true,
+                            entries: Vec::new(),
+                        }
+                    } else {
+                        now
+                    };
+                    found += 1;
+                    self.targets.push(Target {
+                        pid,
+                        file,
+                        first,
+                        last: None,
+                    });
+                }
+                Ok(None) => still.push(pid),
+                Err(HotspotError::Gone) => {}
+                Err(e) => {
+                    tracing::info!(pid, "HotSpot performance data not read: {e}");
+                    failed += 1;
+                    self.failed.push((pid, e.to_string()));
+                }
+            }
+        }
+        self.missing = still;
+        (found, failed)
+    }
+
+    /// Whether some targets have no file yet.
+    pub fn missing(&self) -> bool {
+        !self.missing.is_empty()
+    }
+
+    /// Stops looking for `pid`'s file: the session no longer samples it.
+    pub fn forget_missing(&mut self, pid: u32) {
+        self.missing.retain(|&p| p != pid);
+    }
+
+    /// Reads `pid`'s file a last time: the session stops sampling it.
+    pub fn freeze(&mut self, pid: u32) {
+        self.forget_missing(pid);
+        for target in self.targets.iter_mut().filter(|t| t.pid == pid) {
+            freeze(target);
+        }
+    }
+
+    /// Reads every file a last time: the session stops.
+    pub fn freeze_all(&mut self) {
+        self.missing.clear();
+        for target in &mut self.targets {
+            freeze(target);
+        }
+    }
+
+    /// The statistics of each JVM from the session's start to its last reading, or to now
+    /// while it is still sampled; `window_ns` is the session's time sampled.
+    pub fn to_proto(&self, window_ns: u64) -> Vec<pb::VmStatistics> {
+        self.targets
+            .iter()
+            .filter_map(|t| {
+                let now;
+                let last = match &t.last {
+                    Some(last) => last,
+                    None => {
+                        now = t.file.read().ok()?;
+                        &now
+                    }
+                };
+                Some(statistics(t.pid, &t.first, last, window_ns))
+            })
+            .collect()
+    }
+}
+
+fn freeze(target: &mut Target) {
+    if target.last.is_some() {
+        return;
+    }
+    match target.file.read() {
+        Ok(last) => target.last = Some(last),
+        Err(e) => tracing::info!(pid = target.pid, "HotSpot performance data: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vmscope_parse::hsperfdata::{Entry, Units, Value, Variability};
+
+    use super::*;
+
+    fn data(entries: &[(&str, Value)]) -> PerfData {
+        PerfData {
+            version: (2, 0),
+            accessible: true,
+            entries: entries
+                .iter()
+                .map(|(name, value)| Entry {
+                    name: (*name).into(),
+                    units: Units::None,
+                    variability: Variability::Monotonic,
+                    value: value.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn perf_data_files_are_told_by_their_path() {
+        assert!(is_perf_data_path(Path::new("/tmp/hsperfdata_root/4242")));
+        assert!(is_perf_data_path(Path::new("/tmp/hsperfdata_app user/7")));
+        assert!(!is_perf_data_path(Path::new("/tmp/hsperfdata_root/x42")));
+        assert!(!is_perf_data_path(Path::new("/tmp/perf-42.map")));
+        assert!(!is_perf_data_path(Path::new("/42")));
+    }
+
+    #[test]
+    fn collections_safepoints_and_compilations_are_the_counters_growth() {
+        let text = |s: &str| Value::String(s.into());
+        let reading = |young: i64, young_ticks: i64, used: i64| {
+            data(&[
+                ("sun.os.hrt.frequency", Value::Long(1_000_000)),
+                ("sun.gc.policy.name", text("GarbageFirst")),
+                (
+                    "sun.gc.collector.0.name",
+                    text("G1 young collection pauses"),
+                ),
+                ("sun.gc.collector.0.invocations", Value::Long(young)),
+                ("sun.gc.collector.0.time", Value::Long(young_ticks)),
+                ("sun.gc.collector.1.name", text("G1 full collection pauses")),
+                ("sun.gc.collector.1.invocations", Value::Long(0)),
+                ("sun.gc.collector.1.time", Value::Long(0)),
+                (
+                    "sun.gc.collector.2.name",
+                    text("G1 concurrent cycle pauses"),
+                ),
+                ("sun.gc.collector.2.invocations", Value::Long(1)),
+                ("sun.gc.collector.2.time", Value::Long(10)),
+                ("sun.rt.safepoints", Value::Long(young + 2)),
+                ("sun.rt.safepointTime", Value::Long(young_ticks * 2)),
+                ("sun.ci.totalCompiles", Value::Long(100 + young)),
+                ("java.ci.totalTime", Value::Long(5_000)),
+                ("sun.gc.generation.0.name", text("young")),
+                ("sun.gc.generation.0.spaces", Value::Long(2)),
+                ("sun.gc.generation.0.capacity", Value::Long(1 << 20)),
+                ("sun.gc.generation.0.space.0.used", Value::Long(used)),
+                ("sun.gc.generation.0.space.1.used", Value::Long(1000)),
+                (
+                    "java.property.java.vm.name",
+                    text("OpenJDK 64-Bit Server VM"),
+                ),
+                ("java.property.java.vm.version", text("17.0.15")),
+            ])
+        };
+        let stats = statistics(7, &reading(3, 2_000, 5_000), &reading(10, 9_000, 2_000), 1);
+        assert_eq!(stats.vm, "OpenJDK 64-Bit Server VM 17.0.15");
+        let kinds: Vec<(i32, &str, u64, u64)> = stats
+            .intervals
+            .iter()
+            .map(|i| (i.kind, i.name.as_str(), i.count, i.total_ns))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (IntervalKind::Scavenge as i32, "", 7, 7_000_000),
+                (IntervalKind::FullGc as i32, "", 0, 0),
+                (
+                    IntervalKind::Named as i32,
+                    "G1 concurrent cycle pauses",
+                    0,
+                    0
+                ),
+                (IntervalKind::Safepoint as i32, "", 7, 14_000_000),
+                (IntervalKind::Named as i32, "JIT compilations", 7, 0),
+            ]
+        );
+        let used = &stats.gauges[0];
+        assert_eq!(
+            (used.name.as_str(), used.delta, used.last),
+            ("young used", -3_000, 3_000)
+        );
+        assert_eq!(stats.configuration[0].name, "GC");
+        assert_eq!(stats.configuration[1].name, "young collector");
+    }
+}
