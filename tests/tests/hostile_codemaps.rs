@@ -44,6 +44,19 @@ fn record(daemon: &Daemon, mode: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Publishes `events` for this process on one `CodeMap.Publish` stream.
+async fn publish(
+    daemon: &Daemon,
+    events: impl IntoIterator<Item = vmscope_proto::v1::CodeMapEvent, IntoIter: Send + 'static>,
+) -> Result<tonic::Response<vmscope_proto::v1::PublishSummary>, tonic::Status> {
+    let channel = vmscope_tests::channel(&daemon.socket)
+        .await
+        .expect("connect");
+    vmscope_proto::v1::code_map_client::CodeMapClient::new(channel)
+        .publish(tokio_stream::iter(events))
+        .await
+}
+
 async fn counter(daemon: &Daemon, name: &str) -> u64 {
     vmscope_tests::counters(&mut daemon.client().await).await[name]
 }
@@ -126,8 +139,7 @@ async fn good_maps_name_the_code_and_broken_ones_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_past_the_store_budget_is_refused() {
     use vmscope_proto::v1::{
-        CodeEntry, CodeKind, CodeMapEvent, Hello, PcMapping, code_map_client::CodeMapClient,
-        code_map_event::Event,
+        CodeEntry, CodeKind, CodeMapEvent, Hello, PcMapping, code_map_event::Event,
     };
     let mut daemon = Daemon::start_with(&["--code-store-mib", "1"]);
     const LOADS: u64 = 2000;
@@ -160,15 +172,10 @@ async fn code_past_the_store_budget_is_refused() {
         timestamp_ns: now + i as u64,
         event: Some(event),
     });
-    let summary = CodeMapClient::new(
-        vmscope_tests::channel(&daemon.socket)
-            .await
-            .expect("connect"),
-    )
-    .publish(tokio_stream::iter(events))
-    .await
-    .expect("the publication is answered")
-    .into_inner();
+    let summary = publish(&daemon, events)
+        .await
+        .expect("the publication is answered")
+        .into_inner();
     assert!(
         summary.refused > LOADS / 2 && summary.accepted > 100,
         "{summary:?}"
@@ -190,10 +197,7 @@ async fn code_past_the_store_budget_is_refused() {
 /// counts stay after the stream and the process are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_refusals_are_counted() {
-    use vmscope_proto::v1::{
-        CodeEntry, CodeKind, CodeMapEvent, Hello, code_map_client::CodeMapClient,
-        code_map_event::Event,
-    };
+    use vmscope_proto::v1::{CodeEntry, CodeKind, CodeMapEvent, Hello, code_map_event::Event};
     let daemon = Daemon::start();
     let now = jitvm::publish::monotonic_ns();
     let load = |ts: u64, start: u64, name: String| CodeMapEvent {
@@ -214,29 +218,24 @@ async fn stream_refusals_are_counted() {
             vm: "hostile".into(),
         })),
     };
-    let publish = |events: Vec<CodeMapEvent>| {
-        let socket = daemon.socket.clone();
-        async move {
-            CodeMapClient::new(vmscope_tests::channel(&socket).await.expect("connect"))
-                .publish(tokio_stream::iter(events))
-                .await
-        }
-    };
-    let summary = publish(vec![
-        hello.clone(),
-        load(now + 10, 0x7f00_0000_0000, "good".into()),
-        load(now + 5, 0x7f00_0000_1000, "backwards".into()),
-        load(now + 20, u64::MAX - 0x10, "wraps".into()),
-    ])
+    let summary = publish(
+        &daemon,
+        vec![
+            hello.clone(),
+            load(now + 10, 0x7f00_0000_0000, "good".into()),
+            load(now + 5, 0x7f00_0000_1000, "backwards".into()),
+            load(now + 20, u64::MAX - 0x10, "wraps".into()),
+        ],
+    )
     .await
     .expect("answered")
     .into_inner();
     assert_eq!((summary.accepted, summary.refused), (2, 2), "{summary:?}");
     // A name of 5 MiB: the message is over the decoding limit (4 MiB), and ends the stream.
-    let huge = publish(vec![
-        hello,
-        load(now + 30, 0x7f00_0000_2000, "x".repeat(5 << 20)),
-    ])
+    let huge = publish(
+        &daemon,
+        vec![hello, load(now + 30, 0x7f00_0000_2000, "x".repeat(5 << 20))],
+    )
     .await;
     assert!(huge.is_err() || huge.unwrap().into_inner().refused == 1);
     let invalid = counter(&daemon, "code_map_refused_invalid").await;
@@ -252,7 +251,7 @@ async fn stream_refusals_are_counted() {
 async fn hostile_statistics_are_refused_with_their_reasons() {
     use vmscope_proto::v1::{
         CodeMapEvent, CounterValue, Hello, IntervalBegin, IntervalEnd, IntervalKind,
-        StartSessionRequest, code_map_client::CodeMapClient, code_map_event::Event,
+        StartSessionRequest, code_map_event::Event,
     };
     const COUNTERS: u64 = 1_000_000;
     let mut daemon = Daemon::start();
@@ -313,15 +312,10 @@ async fn hostile_statistics_are_refused_with_their_reasons() {
     ];
     let flood = (0..COUNTERS).map(move |i| at(now + 10 + i, count(format!("c{i}"), i)));
     let events = head.into_iter().chain(flood);
-    let summary = CodeMapClient::new(
-        vmscope_tests::channel(&daemon.socket)
-            .await
-            .expect("connect"),
-    )
-    .publish(tokio_stream::iter(events))
-    .await
-    .expect("answered")
-    .into_inner();
+    let summary = publish(&daemon, events)
+        .await
+        .expect("answered")
+        .into_inner();
     // Accepted: the Hello, sends at 10 and 30, the scavenge's begin and end, and the first 255
     // of the flood (256 names in all with "sends").
     assert_eq!(summary.accepted, 5 + 255, "{summary:?}");
