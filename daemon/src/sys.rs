@@ -48,6 +48,14 @@ pub fn read_proc(pid: u32, name: &str) -> io::Result<Vec<u8>> {
     read_bounded(&proc_path(pid, name), MAX_PROC_FILE_BYTES)
 }
 
+/// `/proc/PID/status`, parsed: who the process runs as, its thread group, its pid in its own
+/// namespace.
+pub fn read_status(pid: u32) -> io::Result<vmscope_parse::stat::ProcStatus> {
+    let text = read_proc(pid, "status")?;
+    vmscope_parse::stat::parse_status(&text)
+        .map_err(|e| io::Error::other(format!("/proc/{pid}/status: {e}")))
+}
+
 /// The kernel's current sampling-rate limit, in Hz.
 pub fn perf_event_max_sample_rate() -> io::Result<u32> {
     let text = read_bounded(Path::new(MAX_SAMPLE_RATE_SYSCTL), 64)?;

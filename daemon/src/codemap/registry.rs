@@ -758,7 +758,7 @@ impl CodeMaps {
 
     fn process(&mut self, pid: u32) -> &mut ProcessCode {
         self.processes.entry(pid).or_insert_with(|| {
-            let status = read_status(pid);
+            let status = sys::read_status(pid).ok();
             let mut timeline = Timeline::default();
             timeline.refusals = Refusals::new(pid, "code map changes");
             let mut replay = Timeline::default();
@@ -1495,12 +1495,6 @@ fn name_from_snapshot(parked: &Parked, content: &LiveMap) -> Vec<(ParkedFrame, P
         .collect()
 }
 
-fn read_status(pid: u32) -> Option<stat::ProcStatus> {
-    sys::read_proc(pid, "status")
-        .ok()
-        .and_then(|t| stat::parse_status(&t).ok())
-}
-
 /// The start time of a process, if it still runs.
 pub(crate) fn read_start_time(pid: u32) -> Option<u64> {
     sys::read_proc(pid, "stat")
@@ -1511,7 +1505,7 @@ pub(crate) fn read_start_time(pid: u32) -> Option<u64> {
 
 /// The effective uid of a process, if it still runs.
 fn read_uid(pid: u32) -> Option<u32> {
-    read_status(pid).map(|s| s.uids.effective)
+    sys::read_status(pid).ok().map(|s| s.uids.effective)
 }
 
 /// Adds what `refusals` refused since it was last counted to the daemon's counters.

@@ -67,9 +67,8 @@ impl Identity {
             return true;
         };
         let theirs = owner.is_none_or(|uid| {
-            sys::read_proc(pid, "status")
+            sys::read_status(pid)
                 .ok()
-                .and_then(|t| vmscope_parse::stat::parse_status(&t).ok())
                 .is_none_or(|s| s.uids.effective == uid)
         });
         now.start_time_ticks == self.start_time_ticks && theirs

@@ -464,6 +464,12 @@ fn vm_statistics(session: &Session, now_ns: u64) -> Vec<pb::VmStatistics> {
     all
 }
 
+/// Counts what a look for JVMs' performance data files found, and what it could not read.
+fn count_perf_data(counters: &mut Counters, (found, failed): (u64, u64)) {
+    counters.hotspot_perf_data_read += found;
+    counters.hotspot_perf_data_failed += failed;
+}
+
 /// Most processes whose statistics the daemon follows at once: statistics of more are dropped
 /// (and counted) until some exit.
 const MAX_VM_STATES: usize = 4096;
@@ -735,10 +741,10 @@ impl Manager {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
             let mut perf_data = SessionPerfData::new(targets.iter().map(|t| t.pid), started_ms);
-            self.look_for_perf_data(&mut perf_data);
+            count_perf_data(&mut self.counters, perf_data.look_again());
             perf_data
         });
-        let session = Session {
+        let mut session = Session {
             id,
             owner_uid: caller.uid,
             period_ns,
@@ -765,7 +771,6 @@ impl Manager {
             vm: Default::default(),
             spec,
         };
-        let mut session = session;
         // VMs publishing already: the session takes over their state (baselines, intervals
         // open now).
         for (&pid, state) in &self.vm_states {
@@ -826,14 +831,6 @@ impl Manager {
         self.counters.kernel_counters_failed += failed;
         self.counters.kernel_counters_opened += targets.len() as u64 - failed;
         opened
-    }
-
-    /// Looks for the performance data files of JVM targets not found yet, counting what was
-    /// read and what could not be.
-    fn look_for_perf_data(&mut self, perf_data: &mut SessionPerfData) {
-        let (found, failed) = perf_data.look_again();
-        self.counters.hotspot_perf_data_read += found;
-        self.counters.hotspot_perf_data_failed += failed;
     }
 
     /// Descriptors the sessions' kernel counters hold.
@@ -1830,21 +1827,16 @@ impl Manager {
         };
         let mut leaderless = Vec::new();
         for id in running {
-            // JVM targets still starting: their performance data file comes within a second.
-            if let Some(session) = self.sessions.get_mut(&id)
-                && now.saturating_sub(session.start_ns) < hotspot::LOOK_FOR_NS
-                && let Some(mut perf_data) = session.hotspot.take()
-            {
-                if perf_data.missing() {
-                    self.look_for_perf_data(&mut perf_data);
-                }
-                if let Some(session) = self.sessions.get_mut(&id) {
-                    session.hotspot = Some(perf_data);
-                }
-            }
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };
+            // JVM targets still starting: their performance data file comes within a second.
+            if now.saturating_sub(session.start_ns) < hotspot::LOOK_FOR_NS
+                && let Some(perf_data) = &mut session.hotspot
+                && perf_data.missing()
+            {
+                count_perf_data(&mut self.counters, perf_data.look_again());
+            }
             let update = update_cpu(session, host);
             self.counters.pid_reuses += update.reused;
             leaderless.extend(update.leaderless);

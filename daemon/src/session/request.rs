@@ -287,9 +287,8 @@ pub fn owner_may_profile(owner: u32, pid: u32) -> bool {
     if owner == 0 {
         return true;
     }
-    sys::read_proc(pid, "status")
+    sys::read_status(pid)
         .ok()
-        .and_then(|text| stat::parse_status(&text).ok())
         .is_some_and(|s| s.uids.real == owner && s.uids.effective == owner && s.uids.saved == owner)
 }
 

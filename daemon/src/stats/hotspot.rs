@@ -16,7 +16,6 @@ use std::{fs::File, os::unix::fs::FileExt as _, os::unix::fs::MetadataExt as _, 
 use vmscope_parse::{
     hsperfdata::{PerfData, parse_hsperfdata},
     maps::{MapPath, parse_maps},
-    stat,
 };
 use vmscope_proto::v1::{self as pb, IntervalKind};
 
@@ -71,11 +70,7 @@ impl PerfDataFile {
         let path = path.display().to_string();
         let map_file = sys::proc_path(pid, &format!("map_files/{:x}-{:x}", entry.start, entry.end));
         let file = File::open(&map_file).map_err(|e| HotspotError::Io(format!("{path}: {e}")))?;
-        let status = sys::read_proc(pid, "status").map_err(gone)?;
-        let uid = stat::parse_status(&status)
-            .map_err(|e| HotspotError::Io(format!("/proc/{pid}/status: {e}")))?
-            .uids
-            .effective;
+        let uid = sys::read_status(pid).map_err(gone)?.uids.effective;
         let meta = file
             .metadata()
             .map_err(|e| HotspotError::Io(format!("{path}: {e}")))?;
@@ -271,8 +266,6 @@ pub struct SessionPerfData {
     targets: Vec<Target>,
     /// Targets with no performance data file yet.
     missing: Vec<u32>,
-    /// Targets whose file could not be read, and why.
-    pub failed: Vec<(u32, String)>,
 }
 
 impl SessionPerfData {
@@ -323,7 +316,6 @@ impl SessionPerfData {
                 Err(e) => {
                     tracing::info!(pid, "HotSpot performance data not read: {e}");
                     failed += 1;
-                    self.failed.push((pid, e.to_string()));
                 }
             }
         }

@@ -44,18 +44,24 @@ pub enum IntervalKind {
 
 impl IntervalKind {
     /// The kind of a published interval, or why there is none.
-    pub fn from_proto(kind: i32, name: &str) -> Result<IntervalKind, String> {
+    pub fn from_proto(kind: i32, name: &str) -> Result<IntervalKind, (Broken, String)> {
+        let invalid = |e: String| (Broken::Invalid, e);
         match PbKind::try_from(kind) {
             Ok(PbKind::Scavenge) => Ok(IntervalKind::Scavenge),
             Ok(PbKind::FullGc) => Ok(IntervalKind::FullGc),
             Ok(PbKind::CodeCompaction) => Ok(IntervalKind::CodeCompaction),
             Ok(PbKind::Safepoint) => Ok(IntervalKind::Safepoint),
-            Ok(PbKind::Named) if name.is_empty() => {
-                Err("an interval of INTERVAL_KIND_NAMED without a name".into())
-            }
-            Ok(PbKind::Named) => Ok(IntervalKind::Named(checked_name(name, "interval kind")?)),
-            Ok(PbKind::Unspecified) => Err("an interval without a kind".into()),
-            Err(_) => Err(format!("an interval of unknown kind {kind}")),
+            Ok(PbKind::Named) if name.is_empty() => Err(invalid(
+                "an interval of INTERVAL_KIND_NAMED without a name".into(),
+            )),
+            Ok(PbKind::Named) => Ok(IntervalKind::Named(
+                checked_name(name, "interval kind").map_err(invalid)?,
+            )),
+            Ok(PbKind::Unspecified) => Err(invalid("an interval without a kind".into())),
+            Err(_) => Err((
+                Broken::UnknownKind,
+                format!("an interval of unknown kind {kind}"),
+            )),
         }
     }
 
@@ -272,14 +278,7 @@ impl Rules {
     }
 
     fn kind(&mut self, kind: i32, name: &str) -> Result<IntervalKind, (Broken, String)> {
-        let kind = IntervalKind::from_proto(kind, name).map_err(|e| {
-            let broken = if PbKind::try_from(kind).is_err() {
-                Broken::UnknownKind
-            } else {
-                Broken::Invalid
-            };
-            (broken, e)
-        })?;
+        let kind = IntervalKind::from_proto(kind, name)?;
         if let IntervalKind::Named(name) = &kind
             && !self.named_kinds.contains(name)
         {
