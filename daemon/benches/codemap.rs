@@ -333,6 +333,8 @@ impl Sink for Counting {
     fn takes_snapshots(&self, _: u64) -> bool {
         true
     }
+
+    fn statistics(&mut self, _: u32, _: Vec<(u64, vmscoped::stats::vm::StatEvent)>) {}
 }
 
 criterion_group!(benches, bench);

@@ -23,7 +23,8 @@ use vmscope_proto::v1::{
 
 use crate::{
     codemap::code::Code,
-    session::{LocationId, Snapshot},
+    session::{DuringId, LocationId, Snapshot, StackSnapshot},
+    stats::vm::IntervalKind,
     symbolize::{Issue, KERNEL_MODULE, Location, Resolved, SourceFrame, Symbolizer},
     unwind::StackEnd,
 };
@@ -305,26 +306,31 @@ pub fn build_profile(
 
     // Stacks of frames, merged where distinct locations name the same frames.
     let hidden_kernel = options.hide_kernel.is_some();
-    let mut by_frames: HashMap<(u32, Vec<u32>, pb::StackEnd), u64> = HashMap::new();
+    let (vm_interval_kinds, during) = interval_kinds(stacks);
+    let mut by_frames: HashMap<(u32, Vec<u32>, pb::StackEnd, DuringId), u64> = HashMap::new();
     let mut ends: BTreeMap<pb::StackEnd, u64> = BTreeMap::new();
     for &(pid, stack, samples) in &stacks.counts {
         let ids = stacks.ids_of(stack);
         let frame_ids = stack_frames(ids, &placed, hidden_kernel);
         let outermost = ids.last().map(|id| &placed[id.0 as usize]);
-        let end = stack_end(stacks.stacks[stack.0 as usize].end, outermost);
+        let span = &stacks.stacks[stack.0 as usize];
+        let end = stack_end(span.end, outermost);
         if end != pb::StackEnd::Unspecified {
             *ends.entry(end).or_insert(0) += samples;
         }
-        *by_frames.entry((pid, frame_ids, end)).or_insert(0) += samples;
+        *by_frames
+            .entry((pid, frame_ids, end, span.during))
+            .or_insert(0) += samples;
     }
     let mut profile_stacks: Vec<Stack> = by_frames
         .into_iter()
-        .map(|((pid, frames, end), samples)| Stack {
+        .map(|((pid, frames, end, during_id), samples)| Stack {
             frames,
             pid,
             samples,
             truncated: end == pb::StackEnd::DepthLimit,
             end: end as i32,
+            during: during[during_id.0 as usize].clone(),
         })
         .collect();
     let mut stack_ends: Vec<StackEndSamples> = ends
@@ -341,6 +347,7 @@ pub fn build_profile(
             .then_with(|| a.pid.cmp(&b.pid))
             .then_with(|| a.frames.cmp(&b.frames))
             .then_with(|| a.end.cmp(&b.end))
+            .then_with(|| a.during.cmp(&b.during))
     });
 
     let mut rows: Vec<ProfileRow> = rows
@@ -464,6 +471,7 @@ pub fn build_profile(
                 code_start: kept.frames.first().map_or(0, |f| f.code_start),
                 stack,
                 truncated: stacks.stacks[kept.stack.0 as usize].truncated(),
+                during: during[stacks.stacks[kept.stack.0 as usize].during.0 as usize].clone(),
             }
         })
         .collect();
@@ -499,6 +507,7 @@ pub fn build_profile(
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
         kernel_events: snapshot.kernel_events,
         vm_statistics: snapshot.vm_statistics,
+        vm_interval_kinds,
         jit_samples_before_code_map: snapshot.jit.provisional,
         jit_samples_awaiting_code_map: snapshot.jit.awaiting,
         jit_samples_caught_up: snapshot.jit.caught_up,
@@ -510,6 +519,45 @@ pub fn build_profile(
         stack_ends,
         pprof: Vec::new(),
     }
+}
+
+/// The kinds of interval the stacks were taken during, each once (in the order reports list
+/// them: scavenges, full GCs, compactions, safepoints, then the VMs' own by name), and each of
+/// the snapshot's sets of kinds as indices into them.
+fn interval_kinds(stacks: &StackSnapshot) -> (Vec<pb::VmIntervalKind>, Vec<Vec<u32>>) {
+    let mut kinds: Vec<&IntervalKind> = stacks.during.iter().flatten().collect();
+    kinds.sort_by_key(|kind| (kind.rank(), *kind));
+    kinds.dedup();
+    let sets = stacks
+        .during
+        .iter()
+        .map(|set| {
+            let mut indices: Vec<u32> = set
+                .iter()
+                .filter_map(|kind| kinds.iter().position(|k| *k == kind))
+                .map(|i| i as u32)
+                .collect();
+            indices.sort_unstable();
+            indices
+        })
+        .collect::<Vec<_>>();
+    let table = kinds
+        .into_iter()
+        .map(|kind| {
+            let (kind, name) = kind.to_proto();
+            pb::VmIntervalKind {
+                kind: kind as i32,
+                name,
+            }
+        })
+        .collect();
+    // A snapshot with no interval has no sets at all: every stack is in none.
+    let sets = if sets.is_empty() {
+        vec![Vec::new()]
+    } else {
+        sets
+    };
+    (table, sets)
 }
 
 /// Adds `samples` to `key`'s count, cloning the key only the first time it is seen.
@@ -697,7 +745,7 @@ mod tests {
                 } else {
                     StackEnd::Complete
                 };
-                table.count(pid, locations.iter().copied(), Some(end));
+                table.count(pid, locations.iter().copied(), Some(end), DuringId(0));
             }
         }
         table.snapshot()
@@ -725,6 +773,63 @@ mod tests {
             kernel_events: None,
             vm_statistics: Vec::new(),
         }
+    }
+
+    /// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
+    /// the profile's table; the same frames outside any interval stay one stack.
+    #[test]
+    fn stacks_say_which_intervals_their_samples_were_taken_during() {
+        use crate::stats::intervals::IntervalLog;
+        let kernel = Location::Kernel {
+            ip: 0xffff_ffff_8100_0101,
+        };
+        let mut log = IntervalLog::default();
+        let jit = IntervalKind::Named("JIT".into());
+        log.begin(100, &jit, 0);
+        log.begin(200, &IntervalKind::Safepoint, 0);
+        log.begin(300, &IntervalKind::Scavenge, 0);
+        let mut table = StackTable::default();
+        for (ts, n) in [(50, 4), (150, 3), (250, 2), (350, 1), (60, 5)] {
+            let during = table.during(Some(log.during(ts)).filter(|d| !d.set.is_empty()));
+            for _ in 0..n {
+                table.count(7, [kernel], None, during);
+            }
+        }
+        let mut snap = snapshot(Vec::new());
+        snap.stacks = table.snapshot();
+        let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+        let kinds: Vec<(i32, &str)> = profile
+            .vm_interval_kinds
+            .iter()
+            .map(|k| (k.kind, k.name.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (pb::IntervalKind::Scavenge as i32, ""),
+                (pb::IntervalKind::Safepoint as i32, ""),
+                (pb::IntervalKind::Named as i32, "JIT"),
+            ],
+            "in the reports' order, whatever the order first seen"
+        );
+        let stacks: Vec<(u64, &[u32])> = profile
+            .stacks
+            .iter()
+            .map(|s| (s.samples, s.during.as_slice()))
+            .collect();
+        assert_eq!(
+            stacks,
+            [
+                (9, &[][..]),
+                (3, &[2][..]),
+                (2, &[1, 2][..]),
+                (1, &[0, 1, 2][..])
+            ]
+        );
+        assert_eq!(
+            profile.rows[0].samples, 15,
+            "rows are the frames', whatever the time"
+        );
     }
 
     #[test]

@@ -159,6 +159,10 @@ pub trait Sink {
     /// Whether the session may still take names from a perf map read later (it has not
     /// finished stopping).
     fn takes_snapshots(&self, session: u64) -> bool;
+
+    /// Statistics a VM published in its code map files, in their order: handed over before
+    /// any sample they may concern is counted (a sample in a GC is tagged with it).
+    fn statistics(&mut self, pid: u32, stats: Vec<(u64, StatEvent)>);
 }
 
 /// Which of a sample's stacks a frame is in.
@@ -678,8 +682,8 @@ pub struct CodeMaps {
     /// Where reads of code map files go.
     readers: Readers,
     next_generation: u64,
-    /// The VMs' statistics that reads of code map files brought, by pid, for the manager to
-    /// take ([`CodeMaps::take_stats`]).
+    /// The VMs' statistics that reads of code map files brought, by pid, for the sink to take
+    /// before the samples they concern.
     stats: Vec<(u32, Vec<(u64, StatEvent)>)>,
 }
 
@@ -702,12 +706,6 @@ impl CodeMaps {
             next_generation: 1,
             stats: Vec::new(),
         }
-    }
-
-    /// The VMs' statistics read from code map files since last time, by pid, each process's in
-    /// its files' order.
-    pub fn take_stats(&mut self) -> Vec<(u32, Vec<(u64, StatEvent)>)> {
-        std::mem::take(&mut self.stats)
     }
 
     /// Up to when a gRPC publication for `pid` still open has published: `None` when none is.
@@ -1278,6 +1276,9 @@ impl CodeMaps {
         force_until: Option<u64>,
         sink: &mut dyn Sink,
     ) {
+        for (pid, stats) in self.stats.drain(..) {
+            sink.statistics(pid, stats);
+        }
         let Some(process) = self.processes.get_mut(&pid) else {
             return;
         };
@@ -1309,11 +1310,6 @@ impl CodeMaps {
             };
             let mut attributed = Vec::new();
             timeline.advance(until, |sample, found, map| {
-                if found.is_some() {
-                    counters.attributed += 1;
-                } else {
-                    counters.unexplained += 1;
-                }
                 let mut placed = sample.payload;
                 // Kept as normalised, to be placed again if counted provisionally.
                 let generated = Parked::of(
@@ -1322,14 +1318,28 @@ impl CodeMaps {
                     Vec::new(),
                     SampleFrame::is_generated,
                 );
+                if generated.frames.is_empty() {
+                    // Native code of a VM that publishes: it waited for its time only.
+                    attributed.push((sample.ip, generated, placed));
+                    return;
+                }
+                if found.is_some() {
+                    counters.attributed += 1;
+                } else {
+                    counters.unexplained += 1;
+                }
                 for frame in placed.frames_mut() {
                     frame.place(map);
                 }
                 attributed.push((sample.ip, generated, placed));
             });
             for (ip, mut generated, mut placed) in attributed {
-                placed.frames_mut().for_each(|f| why(timeline, f));
                 let timestamp_ns = generated.timestamp_ns;
+                if generated.frames.is_empty() {
+                    sink.count(pid, timestamp_ns, &placed, false);
+                    continue;
+                }
+                placed.frames_mut().for_each(|f| why(timeline, f));
                 let provisional = timestamp_ns > vouched;
                 let counted = sink.count(pid, timestamp_ns, &placed, provisional);
                 if provisional {
@@ -1646,6 +1656,8 @@ mod tests {
         fn takes_snapshots(&self, session: u64) -> bool {
             !self.stopped.contains(&session)
         }
+
+        fn statistics(&mut self, _pid: u32, _stats: Vec<(u64, StatEvent)>) {}
     }
 
     fn jit(code: CodeId, offset: u64, later_snapshot: bool) -> Location {

@@ -41,6 +41,7 @@ use super::{
     jvm::{JvmReply, JvmSnapshots},
     request::{self, Caller},
     routes::Routes,
+    vms::Vms,
 };
 use crate::{
     bpf::{Batch, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
@@ -60,8 +61,9 @@ use crate::{
     },
     stats::{
         hotspot::{self, SessionPerfData},
+        intervals::During,
         kernel::{self, SessionCounters},
-        vm::{StatEvent, VmState},
+        vm::{IntervalKind, StatEvent, VmState},
     },
     symbolize::{CodeMapKinds, Location, ModuleId, Modules, Unexplained},
     sys,
@@ -310,7 +312,7 @@ pub fn spawn_manager(
     let manager = Manager {
         jvms: JvmSnapshots::new(jvm_tx),
         kernel_support: kernel::Support::probe(),
-        vm_states: HashMap::new(),
+        vms: Vms::default(),
         sampler,
         routes: Routes::default(),
         sessions: BTreeMap::new(),
@@ -384,9 +386,6 @@ struct Counters {
     /// not be.
     hotspot_perf_data_read: u64,
     hotspot_perf_data_failed: u64,
-    /// Statistics events of VMs taken, and dropped for want of room (MAX_VM_STATES).
-    vm_stats: u64,
-    vm_stats_dropped: u64,
 }
 
 type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
@@ -438,19 +437,35 @@ struct Manager {
     /// What the kernel can count for the targets here.
     kernel_support: kernel::Support,
     /// What each VM published of its statistics so far, by pid: what a session starting now
-    /// takes over. Let go with the process's code map.
-    vm_states: HashMap<u32, VmState>,
+    /// takes over, and the intervals its samples are tagged with. Let go with the process's
+    /// code map.
+    vms: Vms,
 }
 
 /// The statistics of the VMs a session watches: what they published, then what HotSpot's
 /// performance data says of the JVMs that published none, by pid.
+///
+/// Published intervals have times, so each kind's total says beside it how many of the
+/// process's samples were taken during it; HotSpot's counters have none.
 fn vm_statistics(session: &Session, now_ns: u64) -> Vec<pb::VmStatistics> {
     let end_ns = session.stop_ns.unwrap_or(now_ns);
+    let samples = session.stacks.samples_during();
     let mut all: Vec<pb::VmStatistics> = session
         .vm
         .iter()
         .filter(|(_, window)| window.has_statistics())
-        .map(|(&pid, window)| window.to_proto(pid, end_ns))
+        .map(|(&pid, window)| {
+            let mut stats = window.to_proto(pid, end_ns);
+            if let Some(samples) = samples.get(&pid) {
+                stats.samples = samples.total;
+                for totals in &mut stats.intervals {
+                    if let Ok(kind) = IntervalKind::from_proto(totals.kind, &totals.name) {
+                        totals.sampled = samples.during.get(&kind).copied().unwrap_or(0);
+                    }
+                }
+            }
+            stats
+        })
         .collect();
     if let Some(hotspot) = &session.hotspot {
         let window_ns = end_ns.saturating_sub(session.start_ns);
@@ -469,10 +484,6 @@ fn count_perf_data(counters: &mut Counters, (found, failed): (u64, u64)) {
     counters.hotspot_perf_data_read += found;
     counters.hotspot_perf_data_failed += failed;
 }
-
-/// Most processes whose statistics the daemon follows at once: statistics of more are dropped
-/// (and counted) until some exit.
-const MAX_VM_STATES: usize = 4096;
 
 impl Manager {
     async fn run(
@@ -606,9 +617,10 @@ impl Manager {
                     until_ns,
                     refused,
                 } => {
+                    // Before the changes can let samples through: those in a GC must see it.
+                    self.vms.apply(pid, stats, &mut self.sessions);
                     self.codemaps.publish(pid, changes, until_ns);
                     self.codemaps.count_stream_refusals(&refused);
-                    self.vm_stats(pid, stats);
                 }
                 Publication::Closed => self.codemaps.stream_closed(pid),
             },
@@ -760,7 +772,7 @@ impl Manager {
             host_cpu: (host, host),
             lost: vec![0; lost_baseline.len()],
             lost_baseline,
-            pending_jit: 0,
+            waiting: 0,
             jit: Default::default(),
             incomplete: None,
             fetched: false,
@@ -773,7 +785,7 @@ impl Manager {
         };
         // VMs publishing already: the session takes over their state (baselines, intervals
         // open now).
-        for (&pid, state) in &self.vm_states {
+        for (pid, state) in self.vms.iter() {
             if session.watches(pid, session.start_ns) {
                 session.vm.insert(pid, state.window(session.start_ns));
             }
@@ -995,16 +1007,13 @@ impl Manager {
                 let asking_jvm = s.targets.iter().any(|t| {
                     self.jvms.in_flight(t.pid)
                         || self.codemaps.reading(t.pid)
-                        || (self
-                            .vm_states
-                            .get(&t.pid)
-                            .is_some_and(VmState::has_statistics)
+                        || (self.vms.get(t.pid).is_some_and(VmState::has_statistics)
                             && self
                                 .codemaps
                                 .publishing_until(t.pid)
                                 .is_some_and(|until| until < stop))
                 });
-                if drained && s.pending_jit == 0 && !asking_jvm {
+                if drained && s.waiting == 0 && !asking_jvm {
                     Some((s.id, Finish::Whole))
                 } else if drained && s.spec.system_wide && now_ns >= stop + system_wide_wait {
                     Some((s.id, Finish::WithoutCodeMaps))
@@ -1055,6 +1064,7 @@ impl Manager {
                 id,
                 &mut SessionSink {
                     sessions: &mut self.sessions,
+                    vms: &mut self.vms,
                 },
             );
             let Some(session) = self.sessions.get_mut(&id) else {
@@ -1195,44 +1205,11 @@ impl Manager {
             samples_until,
             force_until,
             &mut || processes.executable(pid, now_ns),
-            &mut SessionSink { sessions },
+            &mut SessionSink {
+                sessions,
+                vms: &mut self.vms,
+            },
         );
-        self.take_file_stats();
-    }
-
-    /// Passes on the VMs' statistics that reads of code map files brought.
-    fn take_file_stats(&mut self) {
-        for (pid, stats) in self.codemaps.take_stats() {
-            self.vm_stats(pid, stats);
-        }
-    }
-
-    /// A VM's statistics, in its publication's order: kept as its latest state, and added to
-    /// the windows of the sessions that watch it at their time.
-    fn vm_stats(&mut self, pid: u32, stats: Vec<(u64, StatEvent)>) {
-        if stats.is_empty() {
-            return;
-        }
-        if !self.vm_states.contains_key(&pid) && self.vm_states.len() >= MAX_VM_STATES {
-            self.counters.vm_stats_dropped += stats.len() as u64;
-            return;
-        }
-        let state = self.vm_states.entry(pid).or_default();
-        for (ts, event) in &stats {
-            for session in self.sessions.values_mut() {
-                if session.state == State::Stopped || !session.watches(pid, *ts) {
-                    continue;
-                }
-                let start = session.start_ns;
-                session
-                    .vm
-                    .entry(pid)
-                    .or_insert_with(|| state.window(start))
-                    .apply(*ts, event, session.stop_ns);
-            }
-            state.apply(*ts, event);
-        }
-        self.counters.vm_stats += stats.len() as u64;
     }
 
     /// A read of a process's code map files came back: the samples it lets through are
@@ -1243,11 +1220,13 @@ impl Manager {
         let samples_until = self
             .watermark_ns
             .saturating_sub(self.config.stop_slack.as_nanos() as u64);
-        let sessions = &mut self.sessions;
-        let again =
-            self.codemaps
-                .read_done(reply, now, samples_until, &mut SessionSink { sessions });
-        self.take_file_stats();
+        let mut sink = SessionSink {
+            sessions: &mut self.sessions,
+            vms: &mut self.vms,
+        };
+        let again = self
+            .codemaps
+            .read_done(reply, now, samples_until, &mut sink);
         if again {
             self.advance_code_maps(pid, now);
         }
@@ -1589,16 +1568,25 @@ impl Manager {
             fp,
             sessions: wanting,
         };
-        let Some(first_generated) = routed.frames_mut().find(|f| f.is_generated()).copied() else {
-            count_routed(&mut self.sessions, pid, event.timestamp_ns, &routed, |_| {});
+        let first_generated = routed.frames_mut().find(|f| f.is_generated()).copied();
+        if first_generated.is_none() && !self.vms.holds(pid) {
+            count_routed(
+                &mut self.sessions,
+                pid,
+                event.timestamp_ns,
+                &routed,
+                None,
+                |_| {},
+            );
             return;
-        };
-        // Generated code: attributed once the code maps are known up to its time (its binaries
-        // stay open meanwhile: see `CodeMaps::waiting_modules`).
-        let ip = first_generated.lookup;
+        }
+        // Generated code is attributed once the code maps are known up to its time (its
+        // binaries stay open meanwhile: see `CodeMaps::waiting_modules`); any sample of a VM
+        // that publishes, once its intervals are.
+        let ip = first_generated.map_or(0, |f| f.lookup);
         for (id, _) in &routed.sessions {
             if let Some(session) = self.sessions.get_mut(id) {
-                session.pending_jit += 1;
+                session.waiting += 1;
             }
         }
         self.codemaps.push_sample(
@@ -1963,7 +1951,7 @@ impl Manager {
         let maps_unsettled = self.codemaps.forget_gone(now_ns, settled_ns);
         // A VM's statistics go with its code map: sessions keep their own windows.
         let codemaps = &self.codemaps;
-        self.vm_states.retain(|&pid, _| codemaps.knows(pid));
+        self.vms.retain(|pid| codemaps.knows(pid));
         if (unsettled || maps_unsettled) && sampling {
             self.reader.flush_at(now_ns + slack);
         }
@@ -2197,8 +2185,9 @@ impl Manager {
             ("kernel_counters_failed", c.kernel_counters_failed),
             ("hotspot_perf_data_read", c.hotspot_perf_data_read),
             ("hotspot_perf_data_failed", c.hotspot_perf_data_failed),
-            ("vm_stats", c.vm_stats),
-            ("vm_stats_dropped", c.vm_stats_dropped),
+            ("vm_stats", self.vms.taken),
+            ("vm_stats_dropped", self.vms.dropped),
+            ("vm_intervals_forgotten", self.vms.intervals_forgotten()),
             ("unwind_frames", u.frames),
             ("unwind_trampolines", u.trampolines),
             ("unwinders_built", u.unwinders_built),
@@ -2293,6 +2282,7 @@ fn count_routed(
     pid: u32,
     timestamp_ns: u64,
     sample: &RoutedSample,
+    during: Option<During<'_>>,
     mut counted: impl FnMut(Counted),
 ) {
     for &(id, wanted) in &sample.sessions {
@@ -2301,7 +2291,7 @@ fn count_routed(
         };
         let (frames, end) = sample.stack_for(wanted);
         let locations = frames.iter().map(|f| f.location);
-        let (stack, kept) = session.count(pid, locations, end, |stack| KeptSample {
+        let (stack, kept) = session.count(pid, locations, end, during, |stack| KeptSample {
             timestamp_ns,
             pid,
             tid: sample.tid,
@@ -2329,9 +2319,11 @@ fn kept_frames(frames: &[SampleFrame]) -> Box<[KeptFrame]> {
 }
 
 /// The sessions, as the code maps see them: where samples in generated code are counted once
-/// placed, and moved when their attribution changes.
+/// placed, and moved when their attribution changes; and the VMs' statistics, which files
+/// bring beside code maps.
 struct SessionSink<'a> {
     sessions: &'a mut BTreeMap<u64, Session>,
+    vms: &'a mut Vms,
 }
 
 impl Sink for SessionSink<'_> {
@@ -2344,7 +2336,7 @@ impl Sink for SessionSink<'_> {
     ) -> Vec<Counted> {
         for (id, _) in &sample.sessions {
             if let Some(session) = self.sessions.get_mut(id) {
-                session.pending_jit = session.pending_jit.saturating_sub(1);
+                session.waiting = session.waiting.saturating_sub(1);
                 if provisional {
                     session.jit.provisional += 1;
                     session.jit.awaiting += 1;
@@ -2353,10 +2345,15 @@ impl Sink for SessionSink<'_> {
         }
         // Where the sample was counted, for the code maps to move it if it is placed again.
         let mut counted = Vec::with_capacity(sample.sessions.len());
-        count_routed(self.sessions, pid, timestamp_ns, sample, |c| {
+        let during = self.vms.during(pid, timestamp_ns);
+        count_routed(self.sessions, pid, timestamp_ns, sample, during, |c| {
             counted.push(c)
         });
         counted
+    }
+
+    fn statistics(&mut self, pid: u32, stats: Vec<(u64, StatEvent)>) {
+        self.vms.apply(pid, stats, self.sessions);
     }
 
     fn recount(
@@ -2385,7 +2382,7 @@ impl Sink for SessionSink<'_> {
             }
             // The stack as counted, its frames in generated code placed anew.
             let from = StackId(c.stack);
-            let (mut locations, end) = session.stacks.stack_of(from);
+            let mut locations = session.stacks.locations_of(from);
             let mut moved: Vec<(usize, u64)> = Vec::new();
             for (frame, placement) in placed {
                 if let Some(index) = c.counts(frame, has_fp)
@@ -2402,7 +2399,7 @@ impl Sink for SessionSink<'_> {
                 continue;
             }
             let kept = c.kept.map(|k| k as usize);
-            let to = session.recount(pid, from, locations, end, kept, |sample| {
+            let to = session.recount(pid, from, locations, kept, |sample| {
                 for &(index, code_start) in &moved {
                     if let Some(kept) = sample.frames.get_mut(index) {
                         kept.code_start = code_start;

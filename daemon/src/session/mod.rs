@@ -13,6 +13,7 @@ mod manager;
 pub mod request;
 mod routes;
 pub mod stacks;
+mod vms;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -22,13 +23,13 @@ use std::{
 pub use kept::{KeptFrame, KeptSample, KeptSamples};
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
 pub use request::{CallGraph, Caller, SessionSpec};
-pub use stacks::{LocationId, StackId, StackSnapshot, StackTable};
+pub use stacks::{DuringId, LocationId, StackId, StackSnapshot, StackTable};
 use vmscope_parse::stat::CpuTimes;
 use vmscope_proto::v1 as pb;
 
 use crate::{
     bpf::SamplerError,
-    stats::{hotspot::SessionPerfData, kernel::SessionCounters, vm::Window},
+    stats::{hotspot::SessionPerfData, intervals::During, kernel::SessionCounters, vm::Window},
     symbolize::{CodeMapKinds, Location},
     unwind::StackEnd,
 };
@@ -160,8 +161,10 @@ pub struct Session {
     pub lost_baseline: Vec<u64>,
     /// Lost samples per CPU since start; frozen when stopped.
     pub lost: Vec<u64>,
-    /// Samples in generated code counted in `total` but waiting for their code maps.
-    pub pending_jit: u64,
+    /// Samples counted in `total` but waiting in their process's timeline: for its code maps
+    /// (samples in generated code), or for its VM's publication (to be tagged with the
+    /// intervals under way).
+    pub waiting: u64,
     /// How its samples in generated code were attributed, where not simply on time.
     pub jit: JitAttribution,
     /// Why the profile is not whole, when its stop could not wait for every sample.
@@ -212,16 +215,19 @@ impl Session {
                 .any(|t| t.pid == pid && t.until_ns.is_none_or(|until| timestamp_ns < until))
     }
 
-    /// Counts one sample of `pid` whose stack is `locations` (leaf first), and keeps it while
-    /// there is room: `kept` is called only then, for its addresses.
+    /// Counts one sample of `pid` whose stack is `locations` (leaf first), taken `during`
+    /// those intervals of its VM, and keeps it while there is room: `kept` is called only
+    /// then, for its addresses.
     pub fn count(
         &mut self,
         pid: u32,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
+        during: Option<During<'_>>,
         kept: impl FnOnce(StackId) -> KeptSample,
     ) -> (StackId, Option<usize>) {
-        let stack = self.stacks.count(pid, locations, end);
+        let during = self.stacks.during(during);
+        let stack = self.stacks.count(pid, locations, end, during);
         if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
         }
@@ -229,18 +235,17 @@ impl Session {
     }
 
     /// Moves one sample of `pid` counted in stack `from` to the stack `locations` (its
-    /// attribution changed), and its kept copy at `kept` with it (`update` fixes its frames).
-    /// Returns the new stack.
+    /// attribution changed; how its walk ended and when it was taken did not), and its kept
+    /// copy at `kept` with it (`update` fixes its frames). Returns the new stack.
     pub fn recount(
         &mut self,
         pid: u32,
         from: StackId,
         locations: impl IntoIterator<Item = Location>,
-        end: Option<StackEnd>,
         kept: Option<usize>,
         update: impl FnOnce(&mut KeptSample),
     ) -> StackId {
-        let to = self.stacks.intern(locations, end);
+        let to = self.stacks.restack(from, locations);
         if to != from {
             self.stacks.uncount(pid, from);
             *self.stacks.counts.entry((pid, to)).or_insert(0) += 1;
@@ -429,7 +434,7 @@ mod tests {
             host_cpu: (first, last),
             lost_baseline: Vec::new(),
             lost: Vec::new(),
-            pending_jit: 0,
+            waiting: 0,
             jit: JitAttribution::default(),
             incomplete: None,
             fetched: false,
@@ -494,9 +499,20 @@ mod tests {
             stack,
             frames: Box::new([]),
         };
-        let (first, index) = s.count(7, [anon], None, kept);
-        let (other, _) = s.count(7, [anon], None, kept);
+        let (first, index) = s.count(7, [anon], None, None, kept);
+        let (other, _) = s.count(7, [anon], None, None, kept);
         assert_eq!(first, other);
+        // Taken during a scavenge: a stack of its own, which it keeps when placed again.
+        let mut log = crate::stats::intervals::IntervalLog::default();
+        log.begin(0, &crate::stats::vm::IntervalKind::Scavenge, 1);
+        let (in_gc, _) = s.count(7, [anon], None, Some(log.during(1)), kept);
+        assert_ne!(in_gc, first);
+        let in_gc_named = s.recount(7, in_gc, [named], None, |_| {});
+        let snapshot = s.stacks.snapshot();
+        assert_eq!(
+            snapshot.during_of(in_gc_named),
+            [crate::stats::vm::IntervalKind::Scavenge]
+        );
         let before = s.kept.snapshot();
         let frames = |sample: &mut KeptSample| {
             sample.frames = Box::new([KeptFrame {
@@ -504,7 +520,9 @@ mod tests {
                 code_start: 0x1000,
             }])
         };
-        let to = s.recount(7, first, [named], None, index, frames);
+        let to = s.recount(7, first, [named], index, frames);
+        assert_ne!(to, in_gc_named);
+        assert!(s.stacks.snapshot().during_of(to).is_empty());
         assert_ne!(to, first);
         assert_eq!(s.stacks.counts.get(&(7, first)), Some(&1));
         assert_eq!(s.stacks.counts.get(&(7, to)), Some(&1));
@@ -513,7 +531,7 @@ mod tests {
         assert_eq!(after[0][0].frames[0].code_start, 0x1000);
         assert_eq!(before[0][0].stack, first, "a snapshot never changes");
         // Moved to where it already is: nothing changes.
-        assert_eq!(s.recount(7, to, [named], None, index, frames), to);
+        assert_eq!(s.recount(7, to, [named], index, frames), to);
         assert_eq!(s.stacks.counts.get(&(7, to)), Some(&1));
     }
 }

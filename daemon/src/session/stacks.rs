@@ -13,6 +13,10 @@
 //! The table also knows which binaries its locations are in, noted as each location is first
 //! interned: the binaries the session keeps open while it can be reported (see
 //! [`crate::symbolize::Modules::retain`]), found without rescanning its locations.
+//!
+//! A stack is also told apart by the intervals its VM had under way when the sample was taken
+//! (a scavenge, a safepoint...: [`DuringId`]), so that a profile can say where the time went
+//! during each kind, and cut a flame graph to it, from the same counts.
 
 use std::hash::BuildHasher;
 
@@ -20,9 +24,14 @@ use hashbrown::{HashMap, HashSet, HashTable};
 
 use crate::{
     codemap::code::CodeId,
+    stats::{intervals::During, vm::IntervalKind},
     symbolize::{Location, ModuleId},
     unwind::StackEnd,
 };
+
+/// Most distinct sets of interval kinds one session tells apart; samples under way in more
+/// are counted as in none.
+pub const MAX_DURING_SETS: usize = 4096;
 
 /// A location's index in its session's [`StackTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,6 +40,12 @@ pub struct LocationId(pub u32);
 /// A stack's index in its session's [`StackTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StackId(pub u32);
+
+/// A set of interval kinds a VM had under way, as an index into its session's
+/// [`StackTable::during`]: 0 is none (most samples, and every sample of a process that
+/// publishes no intervals).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DuringId(pub u16);
 
 /// Where a stack's locations are in [`StackTable::frames`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +56,8 @@ pub struct StackSpan {
     pub len: u32,
     /// How the walk ended; `None` for a leaf alone (no call graph).
     pub end: Option<StackEnd>,
+    /// The intervals under way when its samples were taken.
+    pub during: DuringId,
 }
 
 impl StackSpan {
@@ -61,6 +78,11 @@ pub struct StackTable {
     pub stacks: Vec<StackSpan>,
     /// Samples per process and stack.
     pub counts: HashMap<(u32, StackId), u64, foldhash::fast::RandomState>,
+    /// Distinct sets of interval kinds, by [`DuringId`] (0, the empty set, included).
+    pub during: Vec<Box<[IntervalKind]>>,
+    during_index: HashMap<Box<[IntervalKind]>, DuringId, foldhash::fast::RandomState>,
+    /// What a set of a process's interval log is here, by (log, set).
+    during_of_log: HashMap<(u64, u32), DuringId, foldhash::fast::RandomState>,
     location_index: HashTable<LocationId>,
     stack_index: HashTable<StackId>,
     /// The binaries of its locations.
@@ -71,14 +93,16 @@ pub struct StackTable {
 }
 
 impl StackTable {
-    /// Counts one sample of `pid` whose stack is `locations` (leaf first), returning its stack.
+    /// Counts one sample of `pid` whose stack is `locations` (leaf first), taken `during`
+    /// those intervals, returning its stack.
     pub fn count(
         &mut self,
         pid: u32,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
+        during: DuringId,
     ) -> StackId {
-        let stack = self.intern(locations, end);
+        let stack = self.intern(locations, end, during);
         *self.counts.entry((pid, stack)).or_insert(0) += 1;
         stack
     }
@@ -88,26 +112,67 @@ impl StackTable {
         &mut self,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
+        during: DuringId,
     ) -> StackId {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         ids.extend(locations.into_iter().map(|l| self.location(l)));
-        let stack = self.stack(&ids, end);
+        let stack = self.stack(&ids, end, during);
         self.scratch = ids;
         stack
     }
 
-    /// The locations of a stack (leaf first) and how it ended.
-    pub fn stack_of(&self, stack: StackId) -> (Vec<Location>, Option<StackEnd>) {
+    /// The id of a set of interval kinds under way, interning it on first sight. A process's
+    /// set is looked up by its log and bits: a sample in a GC costs one hash lookup.
+    pub fn during(&mut self, during: Option<During<'_>>) -> DuringId {
+        let Some(during) = during else {
+            return DuringId(0);
+        };
+        if let Some(&id) = self.during_of_log.get(&(during.log, during.set.0)) {
+            return id;
+        }
+        if self.during.is_empty() {
+            self.during.push(Box::new([]));
+        }
+        let set: Box<[IntervalKind]> = during.kinds().cloned().collect();
+        let id = match self.during_index.get(&set) {
+            Some(&id) => id,
+            None if self.during.len() < MAX_DURING_SETS => {
+                let id = DuringId(self.during.len() as u16);
+                self.during.push(set.clone());
+                self.during_index.insert(set, id);
+                id
+            }
+            None => DuringId(0),
+        };
+        self.during_of_log.insert((during.log, during.set.0), id);
+        id
+    }
+
+    /// The locations of a stack, leaf first.
+    pub fn locations_of(&self, stack: StackId) -> Vec<Location> {
         let Some(span) = self.stacks.get(stack.0 as usize) else {
-            return (Vec::new(), None);
+            return Vec::new();
         };
         let start = span.start as usize;
-        let locations = self.frames[start..start + span.len as usize]
+        self.frames[start..start + span.len as usize]
             .iter()
             .map(|id| self.locations[id.0 as usize])
-            .collect();
-        (locations, span.end)
+            .collect()
+    }
+
+    /// The stack `locations` ended and taken as `like` was: where a sample of `like` goes when
+    /// its frames are placed again.
+    pub fn restack(
+        &mut self,
+        like: StackId,
+        locations: impl IntoIterator<Item = Location>,
+    ) -> StackId {
+        let (end, during) = self
+            .stacks
+            .get(like.0 as usize)
+            .map_or((None, DuringId(0)), |span| (span.end, span.during));
+        self.intern(locations, end, during)
     }
 
     /// Takes back one sample of `pid` counted in `stack` (it is counted elsewhere now).
@@ -168,8 +233,13 @@ impl StackTable {
     }
 
     /// The id of a stack, interning it on first sight.
-    pub fn stack(&mut self, ids: &[LocationId], end: Option<StackEnd>) -> StackId {
-        let hash = self.hasher.hash_one((ids, end));
+    pub fn stack(
+        &mut self,
+        ids: &[LocationId],
+        end: Option<StackEnd>,
+        during: DuringId,
+    ) -> StackId {
+        let hash = self.hasher.hash_one((ids, end, during));
         let (frames, stacks) = (&mut self.frames, &mut self.stacks);
         let ids_of = |span: &StackSpan| -> &[LocationId] {
             let start = span.start as usize;
@@ -181,11 +251,11 @@ impl StackTable {
                 hash,
                 |id| {
                     let span = &stacks[id.0 as usize];
-                    span.end == end && ids_of(span) == ids
+                    span.end == end && span.during == during && ids_of(span) == ids
                 },
                 |id| {
                     let span = &stacks[id.0 as usize];
-                    self.hasher.hash_one((ids_of(span), span.end))
+                    self.hasher.hash_one((ids_of(span), span.end, span.during))
                 },
             )
             .or_insert_with(|| {
@@ -195,10 +265,26 @@ impl StackTable {
                     start,
                     len: ids.len() as u32,
                     end,
+                    during,
                 });
                 StackId(stacks.len() as u32 - 1)
             })
             .get()
+    }
+
+    /// Per process, its samples and those taken during each kind of interval: what a VM's
+    /// statistics compare their own time in each kind with.
+    pub fn samples_during(&self) -> std::collections::HashMap<u32, SamplesDuring> {
+        let mut by_pid: std::collections::HashMap<u32, SamplesDuring> = Default::default();
+        for (&(pid, stack), &n) in &self.counts {
+            let of_pid = by_pid.entry(pid).or_default();
+            of_pid.total += n;
+            let during = self.stacks[stack.0 as usize].during.0 as usize;
+            for kind in self.during.get(during).into_iter().flatten() {
+                *of_pid.during.entry(kind.clone()).or_insert(0) += n;
+            }
+        }
+        by_pid
     }
 
     /// A copy for a profile: the tables without their indexes.
@@ -212,8 +298,18 @@ impl StackTable {
                 .iter()
                 .map(|(&(pid, stack), &n)| (pid, stack, n))
                 .collect(),
+            during: self.during.clone(),
         }
     }
+}
+
+/// A process's samples in a session, and those taken during each kind of its VM's intervals.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SamplesDuring {
+    /// All its samples.
+    pub total: u64,
+    /// Those taken while an interval of the kind was under way.
+    pub during: std::collections::HashMap<IntervalKind, u64>,
 }
 
 /// A session's stacks as a profile is built from them.
@@ -227,9 +323,17 @@ pub struct StackSnapshot {
     pub stacks: Vec<StackSpan>,
     /// Samples per process and stack.
     pub counts: Vec<(u32, StackId, u64)>,
+    /// Sets of interval kinds, by [`DuringId`] (empty when no sample was in one).
+    pub during: Vec<Box<[IntervalKind]>>,
 }
 
 impl StackSnapshot {
+    /// The interval kinds under way when a stack's samples were taken.
+    pub fn during_of(&self, stack: StackId) -> &[IntervalKind] {
+        let id = self.stacks[stack.0 as usize].during.0 as usize;
+        self.during.get(id).map_or(&[], |set| set)
+    }
+
     /// The location ids of a stack, leaf first.
     pub fn ids_of(&self, stack: StackId) -> &[LocationId] {
         let span = &self.stacks[stack.0 as usize];
@@ -260,6 +364,7 @@ mod tests {
     use super::*;
 
     const DONE: Option<StackEnd> = Some(StackEnd::Complete);
+    const NONE: DuringId = DuringId(0);
 
     fn k(ip: u64) -> Location {
         Location::Kernel { ip }
@@ -268,14 +373,14 @@ mod tests {
     #[test]
     fn stacks_and_locations_are_stored_once() {
         let mut table = StackTable::default();
-        let a = table.count(1, [k(1), k(2), k(3)], DONE);
-        let b = table.count(1, [k(1), k(2), k(3)], DONE);
-        let c = table.count(2, [k(1), k(2), k(3)], DONE);
+        let a = table.count(1, [k(1), k(2), k(3)], DONE, NONE);
+        let b = table.count(1, [k(1), k(2), k(3)], DONE, NONE);
+        let c = table.count(2, [k(1), k(2), k(3)], DONE, NONE);
         assert_eq!(a, b);
         assert_eq!(a, c, "one stack for both processes");
-        let truncated = table.count(1, [k(1), k(2), k(3)], Some(StackEnd::FrameLimit));
+        let truncated = table.count(1, [k(1), k(2), k(3)], Some(StackEnd::FrameLimit), NONE);
         assert_ne!(a, truncated, "a cut stack is not the whole one");
-        let other = table.count(1, [k(2), k(3)], DONE);
+        let other = table.count(1, [k(2), k(3)], DONE, NONE);
         assert_ne!(a, other);
         assert_eq!(table.locations.len(), 3);
         assert_eq!(table.stacks.len(), 3);
@@ -291,7 +396,7 @@ mod tests {
         assert_eq!(other_locations, [k(2), k(3)]);
         // Growth follows distinct stacks: a million more samples of known stacks add nothing.
         for _ in 0..1000 {
-            table.count(1, [k(1), k(2), k(3)], DONE);
+            table.count(1, [k(1), k(2), k(3)], DONE, NONE);
         }
         assert_eq!((table.stacks.len(), table.frames.len()), (3, 8));
     }
@@ -310,9 +415,9 @@ mod tests {
     fn the_binaries_of_its_locations_are_known_as_they_are_interned() {
         let mut table = StackTable::default();
         assert_eq!(table.modules().count(), 0);
-        table.count(1, [file(3, 0x10), k(1), file(4, 0x20)], DONE);
-        table.count(1, [file(3, 0x30)], DONE);
-        table.count(2, [file(3, 0x10), k(1), file(4, 0x20)], DONE);
+        table.count(1, [file(3, 0x10), k(1), file(4, 0x20)], DONE, NONE);
+        table.count(1, [file(3, 0x30)], DONE, NONE);
+        table.count(2, [file(3, 0x10), k(1), file(4, 0x20)], DONE, NONE);
         let mut modules: Vec<ModuleId> = table.modules().collect();
         modules.sort();
         assert_eq!(modules, [ModuleId(3), ModuleId(4)]);
@@ -321,9 +426,9 @@ mod tests {
     #[test]
     fn snapshots_give_the_flat_profile_by_leaf() {
         let mut table = StackTable::default();
-        table.count(1, [k(1), k(2)], DONE);
-        table.count(1, [k(1), k(3)], DONE);
-        table.count(1, [k(2)], DONE);
+        table.count(1, [k(1), k(2)], DONE, NONE);
+        table.count(1, [k(1), k(3)], DONE, NONE);
+        table.count(1, [k(2)], DONE, NONE);
         let snapshot = table.snapshot();
         let mut leaves = snapshot.leaf_counts();
         leaves.sort();

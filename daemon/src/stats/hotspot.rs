@@ -165,6 +165,7 @@ pub fn statistics(pid: u32, first: &PerfData, last: &PerfData, window_ns: u64) -
             count: grown(&format!("{prefix}.invocations")),
             total_ns: ns(grown(&format!("{prefix}.time"))),
             longest_ns: 0,
+            sampled: 0,
         });
     }
     if last.long("sun.rt.safepoints").is_some() {
@@ -174,6 +175,7 @@ pub fn statistics(pid: u32, first: &PerfData, last: &PerfData, window_ns: u64) -
             count: grown("sun.rt.safepoints"),
             total_ns: ns(grown("sun.rt.safepointTime")),
             longest_ns: 0,
+            sampled: 0,
         });
     }
     if last.long("sun.ci.totalCompiles").is_some() {
@@ -183,6 +185,7 @@ pub fn statistics(pid: u32, first: &PerfData, last: &PerfData, window_ns: u64) -
             count: grown("sun.ci.totalCompiles"),
             total_ns: ns(grown("java.ci.totalTime")),
             longest_ns: 0,
+            sampled: 0,
         });
     }
     let mut gauges = Vec::new();
@@ -240,6 +243,8 @@ pub fn statistics(pid: u32, first: &PerfData, last: &PerfData, window_ns: u64) -
         gauges,
         intervals,
         window_ns,
+        // Its collections have no times: no sample is known to be in one.
+        samples: 0,
     }
 }
 

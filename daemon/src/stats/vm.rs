@@ -17,6 +17,8 @@ use std::collections::{HashMap, HashSet};
 
 use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
 
+use super::intervals::{During, IntervalLog};
+
 /// Most distinct names (configuration, counters and gauges together) one publication may
 /// use: a VM reports tens; a publisher inventing names is refused past this.
 pub const MAX_NAMES: usize = 256;
@@ -62,6 +64,18 @@ impl IntervalKind {
                 Broken::UnknownKind,
                 format!("an interval of unknown kind {kind}"),
             )),
+        }
+    }
+
+    /// Where reports list it: scavenges, full GCs, code compactions, safepoints, then the VM's
+    /// own kinds.
+    pub fn rank(&self) -> u8 {
+        match self {
+            IntervalKind::Scavenge => 0,
+            IntervalKind::FullGc => 1,
+            IntervalKind::CodeCompaction => 2,
+            IntervalKind::Safepoint => 3,
+            IntervalKind::Named(_) => 4,
         }
     }
 
@@ -467,13 +481,7 @@ impl Window {
             };
             add(&mut kinds[at].1, self.start_ns, begin, end_ns);
         }
-        kinds.sort_by_key(|(kind, _)| match kind {
-            IntervalKind::Named(_) => 4,
-            IntervalKind::Scavenge => 0,
-            IntervalKind::FullGc => 1,
-            IntervalKind::CodeCompaction => 2,
-            IntervalKind::Safepoint => 3,
-        });
+        kinds.sort_by_key(|(kind, _)| kind.rank());
         kinds
     }
 
@@ -540,10 +548,12 @@ impl Window {
                         count: t.count,
                         total_ns: t.total_ns,
                         longest_ns: t.longest_ns,
+                        sampled: 0,
                     }
                 })
                 .collect(),
             window_ns: end_ns.saturating_sub(self.start_ns),
+            samples: 0,
         }
     }
 }
@@ -575,16 +585,34 @@ fn add(totals: &mut KindTotals, start_ns: u64, begin: u64, end: u64) {
 }
 
 /// What a process published so far: a window since the beginning of time, which each new
-/// session's window takes over ([`Window::carried`]).
+/// session's window takes over ([`Window::carried`]), and its intervals through time, which
+/// its samples are tagged with ([`VmState::during`]).
 #[derive(Debug, Default)]
 pub struct VmState {
     since_ever: Window,
+    intervals: IntervalLog,
 }
 
 impl VmState {
     /// Takes one event of the VM's.
     pub fn apply(&mut self, ts: u64, event: &StatEvent) {
         self.since_ever.apply(ts, event, None);
+        match event {
+            StatEvent::Begin { kind, id } => self.intervals.begin(ts, kind, *id),
+            StatEvent::End { kind, id } => self.intervals.end(ts, kind, *id),
+            _ => {}
+        }
+    }
+
+    /// The kinds of interval under way at `ts`: to be asked only once every event up to `ts`
+    /// was applied.
+    pub fn during(&self, ts: u64) -> During<'_> {
+        self.intervals.during(ts)
+    }
+
+    /// Intervals forgotten before no sample could need them (see [`IntervalLog::forgotten`]).
+    pub fn intervals_forgotten(&self) -> u64 {
+        self.intervals.forgotten()
     }
 
     /// Whether the VM published any statistic (beyond its name).

@@ -1532,3 +1532,108 @@ async fn vm_statistics_are_taken_over_the_session_window() {
     let counters = h.manager.counters().await.unwrap();
     assert_eq!(counters.values.get("vm_stats"), Some(&9));
 }
+
+/// A VM that publishes has its samples wait for its publication, native code included, and
+/// each is tagged with the intervals under way at its time: a sample read from the kernel
+/// before the scavenge's begin reached the daemon is still counted in it.
+#[tokio::test]
+async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time() {
+    use crate::stats::vm::IntervalKind::Scavenge;
+    let h = harness();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let t0 = sys::monotonic_ns();
+    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    let publish = |stats: Vec<(u64, StatEvent)>, until_ns| {
+        h.manager.publish(
+            me(),
+            Publication::Changes {
+                changes: Vec::new(),
+                stats,
+                until_ns,
+                refused: Vec::new(),
+            },
+        )
+    };
+    publish(vec![(t0, StatEvent::Vm("jitvm 0.1".into()))], t0)
+        .await
+        .unwrap();
+    h.manager.counters().await.unwrap();
+    let ms = 1_000_000;
+    let samples = [t0 + 10 * ms, t0 + 25 * ms, t0 + 40 * ms, t0 + 45 * ms];
+    h.send(
+        samples.iter().map(|&ts| sample(me(), 100, ts)).collect(),
+        t0 + 100 * ms,
+    )
+    .await;
+    let waiting = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    assert_eq!(waiting.total_samples, 4);
+    assert!(
+        waiting.stacks.counts.is_empty(),
+        "the publication is known up to t0 only: every sample waits"
+    );
+    // The scavenge, published after its samples were read; a safepoint still open.
+    publish(
+        vec![
+            (
+                t0 + 20 * ms,
+                StatEvent::Begin {
+                    kind: Scavenge,
+                    id: 1,
+                },
+            ),
+            (
+                t0 + 30 * ms,
+                StatEvent::End {
+                    kind: Scavenge,
+                    id: 1,
+                },
+            ),
+            (
+                t0 + 44 * ms,
+                StatEvent::Begin {
+                    kind: IntervalKind::Safepoint,
+                    id: 2,
+                },
+            ),
+        ],
+        t0 + 50 * ms,
+    )
+    .await
+    .unwrap();
+    h.manager.counters().await.unwrap();
+    h.send(Vec::new(), t0 + 110 * ms).await;
+    h.manager.publish(me(), Publication::Closed).await.unwrap();
+    h.stop(s.id).await.unwrap();
+    let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    let mut during: Vec<(Vec<IntervalKind>, u64)> = done
+        .stacks
+        .counts
+        .iter()
+        .map(|&(_, stack, n)| (done.stacks.during_of(stack).to_vec(), n))
+        .collect();
+    during.sort();
+    assert_eq!(
+        during,
+        [
+            (vec![], 2),
+            (vec![Scavenge], 1),
+            (vec![IntervalKind::Safepoint], 1)
+        ]
+    );
+    let [vm] = done.vm_statistics.as_slice() else {
+        panic!("one VM: {:?}", done.vm_statistics);
+    };
+    assert_eq!(vm.samples, 4);
+    let sampled: Vec<(i32, u64)> = vm.intervals.iter().map(|i| (i.kind, i.sampled)).collect();
+    assert_eq!(
+        sampled,
+        [
+            (pb::IntervalKind::Scavenge as i32, 1),
+            (pb::IntervalKind::Safepoint as i32, 1)
+        ]
+    );
+}

@@ -1,0 +1,115 @@
+//! What the VMs publish of their own statistics, as the session manager keeps it: each
+//! process's state so far (what a session starting now takes over), fed to the windows of the
+//! sessions that watch it, and its intervals through time, which its samples are tagged with.
+//!
+//! A process that publishes as a VM (its Hello, on a stream or in a code map file) has *all*
+//! its samples wait for its publication to be known up to their time, not only those in
+//! generated code: a sample taken in the collector must see the collection's begin, which
+//! may still be on its way when the sample is read from the kernel.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{Session, State};
+use crate::stats::{
+    intervals::During,
+    vm::{StatEvent, VmState},
+};
+
+/// Most processes whose statistics the daemon follows at once: statistics of more are dropped
+/// (and counted) until some exit.
+pub const MAX_VM_STATES: usize = 4096;
+
+/// The VMs' states by pid.
+#[derive(Debug, Default)]
+pub struct Vms {
+    states: HashMap<u32, VmState>,
+    /// Statistics events taken.
+    pub taken: u64,
+    /// Statistics events dropped for want of room ([`MAX_VM_STATES`]).
+    pub dropped: u64,
+    /// Intervals of processes let go, forgotten before their time (see
+    /// [`VmState::intervals_forgotten`]).
+    forgotten_before: u64,
+}
+
+impl Vms {
+    /// A VM's statistics, in its publication's order: kept as its latest state, and added to
+    /// the windows of the sessions that watch it at their time.
+    pub fn apply(
+        &mut self,
+        pid: u32,
+        stats: Vec<(u64, StatEvent)>,
+        sessions: &mut BTreeMap<u64, Session>,
+    ) {
+        if stats.is_empty() {
+            return;
+        }
+        if !self.states.contains_key(&pid) && self.states.len() >= MAX_VM_STATES {
+            self.dropped += stats.len() as u64;
+            return;
+        }
+        let state = self.states.entry(pid).or_default();
+        for (ts, event) in &stats {
+            for session in sessions.values_mut() {
+                if session.state == State::Stopped || !session.watches(pid, *ts) {
+                    continue;
+                }
+                let start = session.start_ns;
+                session
+                    .vm
+                    .entry(pid)
+                    .or_insert_with(|| state.window(start))
+                    .apply(*ts, event, session.stop_ns);
+            }
+            state.apply(*ts, event);
+        }
+        self.taken += stats.len() as u64;
+    }
+
+    /// Whether `pid` publishes as a VM: its samples wait for its publication, to be tagged
+    /// with the intervals under way at their time.
+    pub fn holds(&self, pid: u32) -> bool {
+        self.states.contains_key(&pid)
+    }
+
+    /// The intervals of `pid` under way at `ts`; none for a process that publishes none.
+    pub fn during(&self, pid: u32, ts: u64) -> Option<During<'_>> {
+        if self.states.is_empty() {
+            return None;
+        }
+        let during = self.states.get(&pid)?.during(ts);
+        (!during.set.is_empty()).then_some(during)
+    }
+
+    /// The state of `pid`, if it published.
+    pub fn get(&self, pid: u32) -> Option<&VmState> {
+        self.states.get(&pid)
+    }
+
+    /// Every state, by pid.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &VmState)> {
+        self.states.iter().map(|(&pid, state)| (pid, state))
+    }
+
+    /// Keeps the states of the processes `keep` says.
+    pub fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        let forgotten = &mut self.forgotten_before;
+        self.states.retain(|&pid, state| {
+            let kept = keep(pid);
+            if !kept {
+                *forgotten += state.intervals_forgotten();
+            }
+            kept
+        });
+    }
+
+    /// Intervals forgotten before no sample could need them, of every process so far.
+    pub fn intervals_forgotten(&self) -> u64 {
+        self.forgotten_before
+            + self
+                .states
+                .values()
+                .map(VmState::intervals_forgotten)
+                .sum::<u64>()
+    }
+}
