@@ -16,10 +16,12 @@
 //! [`render_json_with_stacks`] (what `--format json` writes) adds the profile's stack table
 //! after the flat report: `frames`, `stacks` and `truncated_stacks` (see [`JsonStackTable`]).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use vmscope_proto::v1 as pb;
 
-use vmscope_report::stats::{EventCount, KernelEventsReport, VmStatsReport};
+use vmscope_report::stats::{EventCount, KernelEventsReport, VmStatsReport, interval_key};
 use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionKind,
     SectionReport, rfc3339_seconds, round2,
@@ -89,7 +91,12 @@ pub struct JsonReport<'a> {
 /// (`name`, `value`: a number or a string, `unit`), `gauges` (`name`, `unit`, `delta`,
 /// `last`), `intervals` (`kind`: `scavenge`, `full_gc`, `code_compaction`, `safepoint` or the
 /// VM's name; `named` for the VM's own kinds; `count`, `total_ms`, `percent_of_elapsed`,
-/// `average_ms`, `longest_ms`), `counters` (`name`, `unit`, `count`, `per_second`, `last`).
+/// `average_ms`, `longest_ms`; `sampled`, null where samples are not tagged (HotSpot), else
+/// `samples` taken during the kind, their `percent` of the process's samples,
+/// `disagreement_points` (that percent minus `percent_of_elapsed` where they differ by more
+/// than 3 points, else null) and `top`, the functions those samples were in: `name`,
+/// `module`, `samples`, `percent` of the kind's samples), `counters` (`name`, `unit`,
+/// `count`, `per_second`, `last`).
 #[derive(Debug, Serialize)]
 struct JsonVmStatistics<'a> {
     pid: u32,
@@ -125,6 +132,25 @@ struct JsonIntervals<'a> {
     percent_of_elapsed: f64,
     average_ms: f64,
     longest_ms: f64,
+    sampled: Option<JsonSampled<'a>>,
+}
+
+/// What the samples saw of a kind of interval (null where they are not tagged).
+#[derive(Debug, Serialize)]
+struct JsonSampled<'a> {
+    samples: u64,
+    percent: f64,
+    /// The sampled share minus the VM's own, where they differ by more than 3 points.
+    disagreement_points: Option<f64>,
+    top: Vec<JsonFunctionShare<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonFunctionShare<'a> {
+    name: &'a str,
+    module: &'a str,
+    samples: u64,
+    percent: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -175,6 +201,21 @@ fn vm_statistics(vm: &VmStatsReport) -> JsonVmStatistics<'_> {
                 percent_of_elapsed: round2(i.percent_of_elapsed),
                 average_ms: i.average_ms,
                 longest_ms: i.longest_ms,
+                sampled: i.sampled.as_ref().map(|s| JsonSampled {
+                    samples: s.samples,
+                    percent: round2(s.percent),
+                    disagreement_points: s.disagreement.map(round2),
+                    top: s
+                        .top
+                        .iter()
+                        .map(|f| JsonFunctionShare {
+                            name: &f.name,
+                            module: &f.module,
+                            samples: f.samples,
+                            percent: round2(f.percent),
+                        })
+                        .collect(),
+                }),
             })
             .collect(),
         counters: vm
@@ -207,7 +248,10 @@ fn vm_statistics(vm: &VmStatsReport) -> JsonVmStatistics<'_> {
 ///   `frames`, **leaf first**: kernel frames, then user frames, outermost caller last), `pid`,
 ///   `samples`, `truncated` (cut at the depth limit: outermost callers missing), `end` (how the
 ///   walk ended: `complete`, `depth_limit`, `no_frame_pointer`, `unmapped_return`,
-///   `copy_too_small`, `copy_faulted`, `unwind_failed`; null without call graph).
+///   `copy_too_small`, `copy_faulted`, `unwind_failed`; null without call graph), `during`
+///   (the kinds of interval its VM had under way when its samples were taken, as
+///   `vm_statistics` names them: `scavenge`, `full_gc`, `code_compaction`, `safepoint`, or the
+///   VM's own name; empty for most stacks).
 /// - `truncated_stacks`: samples whose stack was truncated.
 /// - `stack_ends`: samples per way their stacks ended (`end`, `samples`), most first.
 #[derive(Debug, Serialize)]
@@ -265,6 +309,7 @@ struct JsonStack<'a> {
     samples: u64,
     truncated: bool,
     end: Option<&'static str>,
+    during: Vec<Cow<'a, str>>,
 }
 
 /// What the kernel counted for the targets: `total` and each of `processes` (`pid`,
@@ -498,6 +543,12 @@ fn stack_table(profile: &pb::Profile) -> JsonStackTable<'_> {
                 samples: s.samples,
                 truncated: s.truncated,
                 end: stack_end_name(s.end),
+                during: s
+                    .during
+                    .iter()
+                    .filter_map(|&i| profile.vm_interval_kinds.get(i as usize))
+                    .map(|k| interval_key(k.kind, &k.name))
+                    .collect(),
             })
             .collect(),
         truncated_stacks: profile.truncated_stacks,
@@ -882,6 +933,7 @@ mod tests {
                 samples: 9000,
                 truncated: false,
                 end: pb::StackEnd::Complete as i32,
+                during: Vec::new(),
             },
             pb::Stack {
                 frames: vec![2, 0],
@@ -889,8 +941,13 @@ mod tests {
                 samples: 1000,
                 truncated: true,
                 end: pb::StackEnd::DepthLimit as i32,
+                during: vec![0],
             },
         ];
+        profile.vm_interval_kinds = vec![pb::VmIntervalKind {
+            kind: pb::IntervalKind::Scavenge as i32,
+            name: String::new(),
+        }];
         profile.truncated_stacks = 1000;
         let report = Report::from_profile(&profile, &OPTIONS);
         let json =
@@ -916,9 +973,9 @@ mod tests {
             json["stacks"],
             serde_json::json!([
                 {"frames": [1, 0], "pid": 42, "samples": 9000, "truncated": false,
-                 "end": "complete"},
+                 "end": "complete", "during": []},
                 {"frames": [2, 0], "pid": 42, "samples": 1000, "truncated": true,
-                 "end": "depth_limit"},
+                 "end": "depth_limit", "during": ["scavenge"]},
             ])
         );
         assert_eq!(json["truncated_stacks"], 1000);

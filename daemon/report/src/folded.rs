@@ -167,6 +167,7 @@ mod tests {
             samples: 1,
             truncated: false,
             end: vmscope_proto::v1::StackEnd::Complete as i32,
+            during: Vec::new(),
         });
         let folded = fold(&profile, FoldedOptions { by_process: true });
         assert_eq!(

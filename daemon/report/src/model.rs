@@ -1517,6 +1517,7 @@ pub mod fixtures {
                 } else {
                     vmscope_proto::v1::StackEnd::Complete
                 } as i32,
+                during: Vec::new(),
             })
             .collect();
         profile.frames = frames;
@@ -2580,6 +2581,7 @@ mod tests {
             samples: extra,
             truncated: false,
             end: vmscope_proto::v1::StackEnd::Complete as i32,
+            during: Vec::new(),
         });
         profile.total_samples += extra;
         let expected = percent(extra, profile.total_samples);

@@ -9,7 +9,10 @@
 //! - One pprof `Sample` per [`pb::Stack`], its locations leaf first as both formats want, with
 //!   the labels `pid` (number), `comm` (the process's name, when known), `truncated` = `true`
 //!   for stacks cut at the depth limit, and `attribution` = `later_snapshot` for stacks with
-//!   generated code named from a perf map read after the sample (not time-correct).
+//!   generated code named from a perf map read after the sample (not time-correct), and one
+//!   `vm_interval` label per kind of interval its VM had under way when the samples were
+//!   taken (`scavenge`, `full_gc`, `code_compaction`, `safepoint`, or the VM's own name of
+//!   the kind), so that `-tagfocus vm_interval=scavenge` cuts a flame graph to the GC's time.
 //! - One `Mapping` per module (and build id): file name (the target's executable path for the
 //!   main executable, else the module's name as reports show it) and build id. The profile
 //!   aggregates by frame, not by address, so mappings have no address range and locations
@@ -174,6 +177,12 @@ impl<'a> Builder<'a> {
         );
         let (attribution_key, later_snapshot_value) =
             (self.string("attribution"), self.string("later_snapshot"));
+        let interval_key = self.string("vm_interval");
+        let interval_values: Vec<i64> = profile
+            .vm_interval_kinds
+            .iter()
+            .map(|k| self.string(&crate::stats::interval_key(k.kind, &k.name)))
+            .collect();
 
         // pprof takes the first mapping for the main binary ("File:" in its reports): the VM
         // executable's, when it has frames.
@@ -221,6 +230,15 @@ impl<'a> Builder<'a> {
                     str: later_snapshot_value,
                     ..Default::default()
                 });
+            }
+            for &during in &stack.during {
+                if let Some(&value) = interval_values.get(during as usize) {
+                    label.push(pp::Label {
+                        key: interval_key,
+                        str: value,
+                        ..Default::default()
+                    });
+                }
             }
             samples.push(pp::Sample {
                 location_id,
@@ -664,6 +682,41 @@ mod tests {
             }
         }
         assert!(p.sample.iter().any(|s| label(&p, s, "truncated").is_some()));
+        assert!(
+            p.sample
+                .iter()
+                .all(|s| label(&p, s, "vm_interval").is_none())
+        );
+    }
+
+    /// A stack taken during a VM's intervals has one `vm_interval` label per kind.
+    #[test]
+    fn stacks_taken_during_intervals_are_labelled_with_their_kinds() {
+        let mut profile = fixture::profile();
+        profile.vm_interval_kinds = vec![
+            pb::VmIntervalKind {
+                kind: pb::IntervalKind::Safepoint as i32,
+                name: String::new(),
+            },
+            pb::VmIntervalKind {
+                kind: pb::IntervalKind::Named as i32,
+                name: "JIT compile".into(),
+            },
+        ];
+        profile.stacks[0].during = vec![0, 1];
+        profile.stacks[1].during = vec![1];
+        let p = to_pprof(&profile);
+        let kinds = |sample: &pp::Sample| -> Vec<&str> {
+            sample
+                .label
+                .iter()
+                .filter(|l| string(&p, l.key) == "vm_interval")
+                .map(|l| string(&p, l.str))
+                .collect()
+        };
+        assert_eq!(kinds(&p.sample[0]), ["safepoint", "JIT compile"]);
+        assert_eq!(kinds(&p.sample[1]), ["JIT compile"]);
+        assert!(kinds(&p.sample[2]).is_empty());
     }
 
     #[test]

@@ -73,6 +73,7 @@ fn stack(frames: &[u32], pid: u32, samples: u64, truncated: bool) -> Stack {
         } else {
             StackEnd::Complete
         } as i32,
+        during: Vec::new(),
     }
 }
 

@@ -2,10 +2,26 @@
 //! Compactions" and "Events": what each VM published of itself ([`VmStatsReport`]: its
 //! settings, gauges, intervals and counters) and what the kernel counted for the targets
 //! ([`KernelEventsReport`]), each count with its rate over the session.
+//!
+//! Where the VM's intervals have times (it publishes them), each kind also says what the
+//! samples saw of it ([`Sampled`]): the share of the process's samples taken during it, beside
+//! the VM's own share of the elapsed time, the functions those samples were in, and whether
+//! the two shares disagree. The VM's clock and the sampler's are independent witnesses: a
+//! collector that blocks (its time is not CPU time), a VM that is not on a CPU all the time,
+//! or intervals published late, show as a disagreement.
+
+use std::{borrow::Cow, collections::HashMap};
 
 use vmscope_proto::v1::{
     IntervalKind, KernelCounts, KernelEvents, Profile, VmStatistics, configuration,
 };
+
+/// Points of percentage by which the sampled share of a kind may differ from the VM's own
+/// before the report flags it: the sampling error of a few hundred samples in a kind, and
+/// what the ground-truth tests hold the profiler to.
+pub const DISAGREEMENT_POINTS: f64 = 3.0;
+/// Functions listed per kind of interval.
+pub const TOP_DURING: usize = 5;
 
 /// One VM's statistics over the session, in VMProfiler's terms.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +89,36 @@ pub struct IntervalStats {
     pub average_ms: f64,
     /// The longest, in ms.
     pub longest_ms: f64,
+    /// What the samples saw of it; `None` where samples are not tagged (HotSpot's counters
+    /// have no times), or the process has none.
+    pub sampled: Option<Sampled>,
+}
+
+/// What the samples saw of one kind of interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    /// The process's samples taken during the kind.
+    pub samples: u64,
+    /// Their share of the process's samples, in percent.
+    pub percent: f64,
+    /// `percent` minus the VM's own share of the elapsed time, when the two differ by more
+    /// than [`DISAGREEMENT_POINTS`].
+    pub disagreement: Option<f64>,
+    /// The functions its samples were in (their leaves), most first, at most [`TOP_DURING`].
+    pub top: Vec<FunctionShare>,
+}
+
+/// A function's part of the samples taken during a kind of interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionShare {
+    /// Its name.
+    pub name: String,
+    /// Its binary, or the code map of generated code.
+    pub module: String,
+    /// Samples during the kind in it.
+    pub samples: u64,
+    /// Their share of the kind's samples, in percent.
+    pub percent: f64,
 }
 
 /// How a counter grew.
@@ -96,8 +142,62 @@ impl VmStatsReport {
         profile
             .vm_statistics
             .iter()
-            .map(VmStatsReport::from_proto)
+            .map(|stats| {
+                let mut report = VmStatsReport::from_proto(stats);
+                if stats.samples > 0 {
+                    report.add_sampled(profile, stats);
+                }
+                report
+            })
             .collect()
+    }
+
+    /// What the samples saw of each kind: its share of the process's samples, and the leaves
+    /// of the stacks taken during it.
+    fn add_sampled(&mut self, profile: &Profile, stats: &VmStatistics) {
+        for (interval, totals) in self.intervals.iter_mut().zip(&stats.intervals) {
+            let index = profile
+                .vm_interval_kinds
+                .iter()
+                .position(|k| k.kind == totals.kind && k.name == totals.name)
+                .map(|i| i as u32);
+            let mut leaves: HashMap<(&str, &str), u64> = HashMap::new();
+            for stack in &profile.stacks {
+                if stack.pid != stats.pid || !index.is_some_and(|i| stack.during.contains(&i)) {
+                    continue;
+                }
+                let leaf = stack
+                    .frames
+                    .first()
+                    .and_then(|&f| profile.frames.get(f as usize));
+                let key = leaf.map_or(("[unknown]", ""), |f| (&f.name, &f.module));
+                *leaves.entry(key).or_insert(0) += stack.samples;
+            }
+            let mut top: Vec<FunctionShare> = leaves
+                .into_iter()
+                .map(|((name, module), samples)| FunctionShare {
+                    name: name.to_owned(),
+                    module: module.to_owned(),
+                    samples,
+                    percent: percent(samples, totals.sampled),
+                })
+                .collect();
+            top.sort_by(|a, b| {
+                b.samples
+                    .cmp(&a.samples)
+                    .then_with(|| a.name.cmp(&b.name))
+                    .then_with(|| a.module.cmp(&b.module))
+            });
+            top.truncate(TOP_DURING);
+            let share = percent(totals.sampled, stats.samples);
+            let difference = share - interval.percent_of_elapsed;
+            interval.sampled = Some(Sampled {
+                samples: totals.sampled,
+                percent: share,
+                disagreement: (difference.abs() > DISAGREEMENT_POINTS).then_some(difference),
+                top,
+            });
+        }
     }
 
     fn from_proto(stats: &VmStatistics) -> VmStatsReport {
@@ -136,16 +236,13 @@ impl VmStatsReport {
                 .iter()
                 .map(|i| {
                     let kind = IntervalKind::try_from(i.kind).unwrap_or(IntervalKind::Named);
-                    let (key, label) = match kind {
-                        IntervalKind::Scavenge => ("scavenge".into(), "scavenges".into()),
-                        IntervalKind::FullGc => ("full_gc".into(), "full".into()),
-                        IntervalKind::CodeCompaction => {
-                            ("code_compaction".into(), "compactions".into())
-                        }
-                        IntervalKind::Safepoint => ("safepoint".into(), "safepoints".into()),
-                        IntervalKind::Named | IntervalKind::Unspecified => {
-                            (i.name.clone(), i.name.clone())
-                        }
+                    let key = interval_key(i.kind, &i.name).into_owned();
+                    let label = match kind {
+                        IntervalKind::Scavenge => "scavenges".into(),
+                        IntervalKind::FullGc => "full".into(),
+                        IntervalKind::CodeCompaction => "compactions".into(),
+                        IntervalKind::Safepoint => "safepoints".into(),
+                        IntervalKind::Named | IntervalKind::Unspecified => i.name.clone(),
                     };
                     let total_ms = i.total_ns as f64 / 1e6;
                     IntervalStats {
@@ -161,6 +258,7 @@ impl VmStatsReport {
                             total_ms / i.count as f64
                         },
                         longest_ms: i.longest_ns as f64 / 1e6,
+                        sampled: None,
                     }
                 })
                 .collect(),
@@ -182,6 +280,27 @@ impl VmStatsReport {
     /// The intervals of `kind` (a kind the proto names), if the VM published any.
     pub fn kind(&self, kind: IntervalKind) -> Option<&IntervalStats> {
         self.intervals.iter().find(|i| i.kind == kind)
+    }
+}
+
+/// The stable name of a kind of interval (proto kind and name) for scripts, JSON and pprof
+/// labels: `scavenge`, `full_gc`, `code_compaction`, `safepoint`, or the VM's own name of it.
+pub fn interval_key(kind: i32, name: &str) -> Cow<'_, str> {
+    match IntervalKind::try_from(kind) {
+        Ok(IntervalKind::Scavenge) => "scavenge".into(),
+        Ok(IntervalKind::FullGc) => "full_gc".into(),
+        Ok(IntervalKind::CodeCompaction) => "code_compaction".into(),
+        Ok(IntervalKind::Safepoint) => "safepoint".into(),
+        _ => name.into(),
+    }
+}
+
+/// `part` of `whole` in percent (0 of nothing).
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
     }
 }
 
@@ -360,8 +479,10 @@ mod tests {
                     count: 182,
                     total_ns: 57_000_000,
                     longest_ns: 1_000_000,
+                    sampled: 0,
                 }],
                 window_ns: 7_126_000_000,
+                samples: 0,
             }],
             ..Profile::default()
         };
@@ -382,6 +503,101 @@ mod tests {
         assert!((gcs.average_ms - 0.313).abs() < 1e-3);
         assert_eq!(vm.counters[0].per_second.round(), 29.0);
         assert_eq!(vm.gauges[0].delta, 157_616);
+        assert_eq!(gcs.sampled, None, "no samples were tagged");
+    }
+
+    /// Each kind says what the samples saw of it: the share of the process's samples taken
+    /// during it (not another process's), the functions they were in, and whether that
+    /// disagrees with the VM's own share of the time.
+    #[test]
+    fn samples_during_each_kind_are_set_beside_the_vms_own_time() {
+        use vmscope_proto::v1::{Frame, Stack, VmIntervalKind};
+        let frame = |name: &str, module: &str| Frame {
+            name: name.into(),
+            module: module.into(),
+            ..Frame::default()
+        };
+        let stack = |pid, frame, samples, during: &[u32]| Stack {
+            frames: vec![frame],
+            pid,
+            samples,
+            during: during.to_vec(),
+            ..Stack::default()
+        };
+        let totals = |kind: IntervalKind, total_ns, sampled| IntervalTotals {
+            kind: kind as i32,
+            name: String::new(),
+            count: 10,
+            total_ns,
+            longest_ns: 0,
+            sampled,
+        };
+        let profile = Profile {
+            frames: vec![
+                frame("gc_trace", "jitvm"),
+                frame("main", "jitvm"),
+                frame("memset", "libc.so.6"),
+            ],
+            vm_interval_kinds: vec![
+                VmIntervalKind {
+                    kind: IntervalKind::Scavenge as i32,
+                    name: String::new(),
+                },
+                VmIntervalKind {
+                    kind: IntervalKind::FullGc as i32,
+                    name: String::new(),
+                },
+            ],
+            stacks: vec![
+                stack(42, 0, 60, &[0]),
+                stack(42, 2, 20, &[0]),
+                stack(42, 1, 920, &[]),
+                stack(43, 0, 500, &[0, 1]),
+            ],
+            vm_statistics: vec![VmStatistics {
+                pid: 42,
+                intervals: vec![
+                    totals(IntervalKind::Scavenge, 75_000_000, 80),
+                    totals(IntervalKind::FullGc, 50_000_000, 0),
+                ],
+                window_ns: 1_000_000_000,
+                samples: 1000,
+                ..VmStatistics::default()
+            }],
+            ..Profile::default()
+        };
+        let [vm] = VmStatsReport::from_profile(&profile).try_into().unwrap();
+        let scavenges = vm.kind(IntervalKind::Scavenge).unwrap();
+        let sampled = scavenges.sampled.as_ref().unwrap();
+        assert_eq!((sampled.samples, sampled.percent), (80, 8.0));
+        assert_eq!(
+            sampled.disagreement, None,
+            "8% sampled beside 7.5% is agreement"
+        );
+        let top: Vec<(&str, &str, u64, f64)> = sampled
+            .top
+            .iter()
+            .map(|f| (f.name.as_str(), f.module.as_str(), f.samples, f.percent))
+            .collect();
+        assert_eq!(
+            top,
+            [
+                ("gc_trace", "jitvm", 60, 75.0),
+                ("memset", "libc.so.6", 20, 25.0)
+            ]
+        );
+        let full = vm
+            .kind(IntervalKind::FullGc)
+            .unwrap()
+            .sampled
+            .as_ref()
+            .unwrap();
+        assert_eq!((full.samples, full.top.len()), (0, 0));
+        assert_eq!(
+            full.disagreement,
+            Some(-5.0),
+            "5% of the time, no sample saw it"
+        );
     }
 
     #[test]

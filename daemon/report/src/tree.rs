@@ -726,6 +726,7 @@ mod tests {
                 } else {
                     vmscope_proto::v1::StackEnd::Complete
                 } as i32,
+                during: Vec::new(),
             })
             .collect();
         Profile {
@@ -873,6 +874,7 @@ mod tests {
             samples: 5,
             truncated: false,
             end: vmscope_proto::v1::StackEnd::Complete as i32,
+            during: Vec::new(),
         });
         profile.total_samples += 5;
         let tree = build(&profile, TreeView::Callees("caller_a".to_owned()), 0.0);
