@@ -284,3 +284,49 @@ async fn get_profile_returns_pprof_bytes_on_request() {
     );
     drop(target);
 }
+
+/// Stacks taken during a VM's intervals carry `vm_interval` labels that pprof itself can cut
+/// by: `-tagfocus vm_interval=scavenge` keeps exactly the samples taken during scavenges (the
+/// flame graph "during GC"), `-tagignore` the others.
+#[test]
+fn go_tool_pprof_cuts_a_profile_to_a_vms_intervals() {
+    let mut profile = profile();
+    profile.vm_interval_kinds = vec![
+        vmscope_proto::v1::VmIntervalKind {
+            kind: vmscope_proto::v1::IntervalKind::Scavenge as i32,
+            name: String::new(),
+        },
+        vmscope_proto::v1::VmIntervalKind {
+            kind: vmscope_proto::v1::IntervalKind::Safepoint as i32,
+            name: String::new(),
+        },
+    ];
+    // The write to the kernel (50) during a scavenge inside a safepoint; benchFib of the
+    // second process (40) during a safepoint alone.
+    profile.stacks[2].during = vec![0, 1];
+    profile.stacks[3].during = vec![1];
+    let (_dir, file) = pprof_file(&profile);
+    // "Showing nodes accounting for 50, 5.00% of 1000 total": the samples kept.
+    let kept = |args: &[&str]| -> u64 {
+        let mut all = vec!["-top", "-sample_index=samples", "-nodefraction=0"];
+        all.extend_from_slice(args);
+        let output = go_pprof(&all, &file);
+        output
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Showing nodes accounting for ")?
+                    .split(',')
+                    .next()
+            })
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total in:\n{output}"))
+    };
+    assert_eq!(kept(&["-tagfocus=vm_interval=scavenge"]), 50);
+    assert_eq!(kept(&["-tagfocus=vm_interval=safepoint"]), 90);
+    assert_eq!(kept(&["-tagignore=vm_interval=safepoint"]), 910);
+    let tags = go_pprof(&["-tags"], &file);
+    assert!(
+        tags.contains("vm_interval") && tags.contains("scavenge"),
+        "{tags}"
+    );
+}

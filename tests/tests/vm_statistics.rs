@@ -16,7 +16,7 @@ fn record_gc_heavy_vm(daemon: &Daemon, publish: &str) -> (Value, HashMap<String,
     let report = dir.path().join("report.json");
     let out = daemon
         .cli()
-        .args(["record", "--format", "json", "-o"])
+        .args(["record", "--call-graph", "dwarf", "--format", "json", "-o"])
         .arg(&report)
         .arg("--")
         .arg(binary("jitvm"))
@@ -134,6 +134,102 @@ fn check(publish: &str, report: &Value, figures: &HashMap<String, f64>) {
     assert!(
         (window - duration).abs() < 1e-6,
         "the window is the session's: {window} s, {duration} s"
+    );
+    check_sampled_gc(
+        publish,
+        report,
+        vm,
+        figure("gc_ms") / (window * 1e3) * 100.0,
+    );
+}
+
+/// The samples taken during collections: their share of the VM's samples within 3 points of
+/// the VM's own share of the time (`own_percent`, from its end-of-run line), and their stacks
+/// in the collector (`Vm::collect_if_due`), not in the mutator.
+fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64) {
+    let sampled = |kind: &str| {
+        vm["intervals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["kind"] == kind)
+            .map(|i| i["sampled"].clone())
+            .unwrap_or_else(|| panic!("{publish}: no {kind} in {vm:#}"))
+    };
+    let (scavenges, full) = (sampled("scavenge"), sampled("full_gc"));
+    let percent = scavenges["percent"].as_f64().unwrap() + full["percent"].as_f64().unwrap();
+    let samples = scavenges["samples"].as_u64().unwrap() + full["samples"].as_u64().unwrap();
+    eprintln!(
+        "{publish}: {samples} samples in GC, {percent:.2}% of the VM's; the VM's own share \
+         {own_percent:.2}%; during scavenges: {:#}",
+        scavenges["top"]
+    );
+    assert!(
+        samples > 100,
+        "{publish}: a GC-heavy run is sampled in its GCs: {samples}"
+    );
+    assert!(
+        (percent - own_percent).abs() <= 3.0,
+        "{publish}: {percent:.2}% of the samples in GC, {own_percent:.2}% of the time by the VM"
+    );
+    assert!(
+        scavenges["disagreement_points"].is_null(),
+        "{publish}: {scavenges:#}"
+    );
+    let frames = report["frames"].as_array().unwrap();
+    let under = |stack: &Value, functions: &[&str]| {
+        stack["frames"].as_array().unwrap().iter().any(|f| {
+            let name = frames[f.as_u64().unwrap() as usize]["name"]
+                .as_str()
+                .unwrap();
+            functions.iter().any(|function| name.contains(function))
+        })
+    };
+    // The tag is the process's: the publisher's thread (grpc) runs beside a collection too,
+    // its stacks deeper than their copies (so known by the crates they are in).
+    let publishing = [
+        "grpc_thread",
+        "tokio::",
+        "h2::",
+        "hyper",
+        "tonic",
+        "prost::",
+    ];
+    let (mut during_gc, mut collector, mut publisher, mut mutator_in_collector) = (0, 0, 0, 0);
+    for stack in report["stacks"].as_array().unwrap() {
+        let n = stack["samples"].as_u64().unwrap();
+        let in_gc = stack["during"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k == "scavenge" || k == "full_gc");
+        let in_collector = under(stack, &["collect_if_due"]);
+        match (in_gc, in_collector) {
+            (true, true) => collector += n,
+            (true, false) if under(stack, &publishing) => publisher += n,
+            (false, true) => mutator_in_collector += n,
+            _ => {}
+        }
+        if in_gc {
+            during_gc += n;
+        }
+    }
+    eprintln!(
+        "{publish}: of {during_gc} samples during GCs, {collector} under collect_if_due, \
+         {publisher} in the publisher's thread; {mutator_in_collector} under collect_if_due \
+         outside GCs"
+    );
+    assert_eq!(during_gc, samples, "{publish}: the stacks are the samples");
+    // A stack walk may fail (a sample in the kernel's entry code): most, not all.
+    assert!(
+        (collector + publisher) as f64 >= 0.97 * during_gc as f64,
+        "{publish}: {collector} of {during_gc} samples during GCs in the collector, \
+         {publisher} in the publisher"
+    );
+    assert!(
+        (mutator_in_collector as f64) <= 0.05 * collector as f64,
+        "{publish}: {mutator_in_collector} samples in the collector outside GCs, \
+         {collector} inside"
     );
 }
 
