@@ -20,6 +20,9 @@
 //!   count): `cargo bench -p vmscoped --bench kernel_counters`.
 //! * reading a JVM's performance data (hsperfdata), as sessions do at their start and stop:
 //!   `cargo bench -p vmscoped --bench hsperfdata`.
+//! * tagging samples with the VM's intervals under way at their time: 1,000,000 samples
+//!   against 10,000 intervals, the lookup alone and counted in a session with and without it:
+//!   `cargo bench -p vmscoped --bench intervals`.
 //! * code maps: a 1,000,000-line perf map, lookups in 1,000,000 entries, 100,000 jitdump loads
 //!   and moves: `cargo bench -p vmscoped --bench codemap`.
 //!
@@ -281,6 +284,17 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
     println!("bench: the kernel counters' cost to the target:");
     run_checked(cargo().args(["bench", "-p", "vmscoped", "--bench", "kernel_counters"]))?;
     run_checked(cargo().args(["bench", "-p", "vmscoped", "--bench", "hsperfdata"]))?;
+    println!();
+    println!("bench: tagging 1,000,000 samples with 10,000 VM intervals (criterion):");
+    run_checked(cargo().args([
+        "bench",
+        "-p",
+        "vmscoped",
+        "--bench",
+        "intervals",
+        "--",
+        "--noplot",
+    ]))?;
     println!();
     println!("bench: report building from 1,000,000 samples (criterion):");
     run_checked(cargo().args([
