@@ -16,6 +16,8 @@ use vmscope_proto::v1::{
     IntervalKind, KernelCounts, KernelEvents, Profile, VmStatistics, configuration,
 };
 
+use crate::model::percent;
+
 /// Points of percentage by which the sampled share of a kind may differ from the VM's own
 /// before the report flags it: the sampling error of a few hundred samples in a kind, and
 /// what the ground-truth tests hold the profiler to.
@@ -292,15 +294,6 @@ pub fn interval_key(kind: i32, name: &str) -> Cow<'_, str> {
         Ok(IntervalKind::CodeCompaction) => "code_compaction".into(),
         Ok(IntervalKind::Safepoint) => "safepoint".into(),
         _ => name.into(),
-    }
-}
-
-/// `part` of `whole` in percent (0 of nothing).
-fn percent(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 * 100.0 / whole as f64
     }
 }
 
