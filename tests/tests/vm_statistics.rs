@@ -168,14 +168,6 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
         samples > 100,
         "{publish}: a GC-heavy run is sampled in its GCs: {samples}"
     );
-    assert!(
-        (percent - own_percent).abs() <= 3.0,
-        "{publish}: {percent:.2}% of the samples in GC, {own_percent:.2}% of the time by the VM"
-    );
-    assert!(
-        scavenges["disagreement_points"].is_null(),
-        "{publish}: {scavenges:#}"
-    );
     let frames = report["frames"].as_array().unwrap();
     let under = |stack: &Value, functions: &[&str]| {
         stack["frames"].as_array().unwrap().iter().any(|f| {
@@ -195,9 +187,14 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
         "tonic",
         "prost::",
     ];
-    let (mut during_gc, mut collector, mut publisher, mut mutator_in_collector) = (0, 0, 0, 0);
+    let (mut during_gc, mut collector, mut publisher, mut work_outside) = (0, 0, 0, 0);
+    let (mut all, mut publisher_all) = (0, 0);
     for stack in report["stacks"].as_array().unwrap() {
         let n = stack["samples"].as_u64().unwrap();
+        all += n;
+        if under(stack, &publishing) && !under(stack, &["collect_if_due"]) {
+            publisher_all += n;
+        }
         let in_gc = stack["during"]
             .as_array()
             .unwrap()
@@ -207,7 +204,11 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
         match (in_gc, in_collector) {
             (true, true) => collector += n,
             (true, false) if under(stack, &publishing) => publisher += n,
-            (false, true) => mutator_in_collector += n,
+            // Outside the intervals, the collector still checks the eden and publishes its
+            // levels: only its work inside them (tracing, wiping the eden) must not be here.
+            (false, true) if under(stack, &["Heap::trace", "Heap::clear_young"]) => {
+                work_outside += n
+            }
             _ => {}
         }
         if in_gc {
@@ -216,7 +217,7 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
     }
     eprintln!(
         "{publish}: of {during_gc} samples during GCs, {collector} under collect_if_due, \
-         {publisher} in the publisher's thread; {mutator_in_collector} under collect_if_due \
+         {publisher} in the publisher's thread; {work_outside} in its tracing or wiping \
          outside GCs"
     );
     assert_eq!(during_gc, samples, "{publish}: the stacks are the samples");
@@ -227,10 +228,35 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
          {publisher} in the publisher"
     );
     assert!(
-        (mutator_in_collector as f64) <= 0.05 * collector as f64,
-        "{publish}: {mutator_in_collector} samples in the collector outside GCs, \
+        (work_outside as f64) <= 0.02 * collector as f64,
+        "{publish}: {work_outside} samples in the collection's work outside GCs, \
          {collector} inside"
     );
+    // The VM's thread alone: its samples in GC, of its samples.
+    let thread_percent =
+        (during_gc - publisher) as f64 * 100.0 / all.saturating_sub(publisher_all).max(1) as f64;
+    eprintln!(
+        "{publish}: the VM's thread: {thread_percent:.2}% of its samples in GC; the process: \
+         {percent:.2}%; the VM's own share: {own_percent:.2}%"
+    );
+    assert!(
+        (thread_percent - own_percent).abs() <= 3.0,
+        "{publish}: {thread_percent:.2}% of the VM thread's samples in GC, {own_percent:.2}% \
+         of the time by the VM"
+    );
+    // The report's share is the process's: a publisher thread busier during collections
+    // (over gRPC, each one is two events and a round of levels) adds to it.
+    let allowed = if publisher > 0 { 5.0 } else { 3.0 };
+    assert!(
+        (percent - own_percent).abs() <= allowed,
+        "{publish}: {percent:.2}% of the samples in GC, {own_percent:.2}% of the time by the VM"
+    );
+    if publisher == 0 {
+        assert!(
+            scavenges["disagreement_points"].is_null(),
+            "{publish}: {scavenges:#}"
+        );
+    }
 }
 
 #[test]
