@@ -165,6 +165,28 @@ pub fn run() -> anyhow::Result<()> {
         output(Command::new("perf").arg("--version")).is_some(),
         || apt_install(&["linux-perf"]),
     )?;
+    // The daemon splits context switches into voluntary and not with the sched_switch
+    // tracepoint, whose id tracefs gives; some machines boot without it mounted.
+    let tracefs = std::path::Path::new("/sys/kernel/tracing");
+    if is_root() {
+        step(
+            "tracefs at /sys/kernel/tracing (voluntary context switches in the report's Events)",
+            tracefs.join("events").exists(),
+            || {
+                run_checked(Command::new("mount").args([
+                    "-t",
+                    "tracefs",
+                    "nodev",
+                    "/sys/kernel/tracing",
+                ]))
+            },
+        )?;
+    } else if !tracefs.join("events").exists() {
+        println!(
+            "setup: tracefs is not mounted and only root can mount it: reports will not split \
+             context switches into voluntary and involuntary ones"
+        );
+    }
     // Real runtimes the end-to-end tests profile (DESIGN.md "Real clients").
     step(
         "Node.js (a real JIT: perf maps, jitdump)",
