@@ -1,7 +1,8 @@
 //! What reading a JVM's performance data costs the daemon: a JVM started with no flags
 //! (`tests/fixtures/java/Allocates.java`, collecting all the while), its file found among its
 //! mappings as a session finds it, then read many times over: the `pread` alone, the read and
-//! parse, and both plus the statistics a profile gets. Prints a table of the time per read;
+//! parse, both plus the heap's levels (what a running session does every 100 ms), and both plus
+//! the statistics a profile gets. Prints a table of the time per read;
 //! each row's ratio is to the `pread` alone, measured in the same run. Needs root and a JDK:
 //! `cargo bench -p vmscoped --bench hsperfdata`.
 
@@ -11,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use vmscoped::stats::hotspot::{PerfDataFile, statistics};
+use vmscoped::stats::hotspot::{LevelRanges, PerfDataFile, statistics};
 
 const READS: u32 = 2_000;
 const ROUNDS: usize = 5;
@@ -71,17 +72,27 @@ fn main() {
         }
         start.elapsed()
     });
+    let mut ranges = LevelRanges::default();
+    let levels = median(|| {
+        let start = Instant::now();
+        for _ in 0..READS {
+            ranges.widen(&file.read().unwrap());
+        }
+        start.elapsed()
+    });
+    std::hint::black_box(&ranges);
     let with_statistics = median(|| {
         let start = Instant::now();
         for _ in 0..READS {
             let last = file.read().unwrap();
-            std::hint::black_box(statistics(pid, &first, &last, 1));
+            std::hint::black_box(statistics(pid, &first, &last, &ranges, 1));
         }
         start.elapsed()
     });
     for (what, time) in [
         (format!("pread of {bytes} bytes"), pread),
         ("read and parse".to_owned(), parsed),
+        ("read, parse and heap levels".to_owned(), levels),
         ("read, parse and statistics".to_owned(), with_statistics),
     ] {
         println!(

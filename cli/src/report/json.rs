@@ -89,7 +89,7 @@ pub struct JsonReport<'a> {
 
 /// One VM's statistics over the session: `pid`, `vm`, `seconds` (the window), `configuration`
 /// (`name`, `value`: a number or a string, `unit`), `gauges` (`name`, `unit`, `delta`,
-/// `last`), `intervals` (`kind`: `scavenge`, `full_gc`, `code_compaction`, `safepoint` or the
+/// `last`, `low` and `high`: its lowest and highest values over the session), `intervals` (`kind`: `scavenge`, `full_gc`, `code_compaction`, `safepoint` or the
 /// VM's name; `named` for the VM's own kinds; `count`, `total_ms`, `percent_of_elapsed`,
 /// `average_ms`, `longest_ms`; `sampled`, null where samples are not tagged (HotSpot), else
 /// `samples` taken during the kind, their `percent` of the process's samples,
@@ -121,6 +121,8 @@ struct JsonGauge<'a> {
     unit: &'a str,
     delta: i64,
     last: i64,
+    low: i64,
+    high: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -188,6 +190,8 @@ fn vm_statistics(vm: &VmStatsReport) -> JsonVmStatistics<'_> {
                 unit: &g.unit,
                 delta: g.delta,
                 last: g.last,
+                low: g.low,
+                high: g.high,
             })
             .collect(),
         intervals: vm

@@ -228,12 +228,21 @@ fn write_vm_sections(vm: &VmStatsReport, out: &mut impl Write) -> io::Result<()>
         writeln!(out, "**Memory**")?;
         for gauge in &vm.gauges {
             let sign = if gauge.delta < 0 { "-" } else { "+" };
-            let line = format!(
+            let mut line = format!(
                 "{} {sign}{} {}",
                 gauge.name,
                 grouped(i128::from(gauge.delta).abs()),
                 gauge.unit
             );
+            // The ends alone hide a heap that filled and emptied between them.
+            if gauge.low < gauge.high {
+                line = format!(
+                    "{} (low {}, high {})",
+                    line.trim_end(),
+                    grouped(i128::from(gauge.low)),
+                    grouped(i128::from(gauge.high))
+                );
+            }
             writeln!(out, "{}", line.trim_end())?;
         }
     }
@@ -1183,11 +1192,13 @@ mod tests {
             delta,
             last: delta + 1000,
         };
-        let gauge = |name: &str, delta| GaugeDelta {
+        let gauge = |name: &str, delta, low, high| GaugeDelta {
             name: name.into(),
             unit: "bytes".into(),
             delta,
             last: 1 << 22,
+            low,
+            high,
         };
         profile.vm_statistics = vec![VmStatistics {
             pid: 4242,
@@ -1206,9 +1217,9 @@ mod tests {
                 counter("Stack overflows", 209),
             ],
             gauges: vec![
-                gauge("old", 157_616),
-                gauge("free", 0),
-                gauge("young", -2_048),
+                gauge("old", 157_616, 4_036_688, 4_500_000),
+                gauge("free", 0, 1 << 22, 1 << 22),
+                gauge("young", -2_048, 1 << 22, (1 << 22) + 2_048),
             ],
             intervals: vec![
                 sampled(

@@ -69,6 +69,10 @@ pub struct GaugeChange {
     pub delta: i64,
     /// Its last value.
     pub last: i64,
+    /// Its lowest value over the session, its level at the start included.
+    pub low: i64,
+    /// Its highest value over the session: a heap's high-water mark.
+    pub high: i64,
 }
 
 /// Intervals of one kind over the session.
@@ -231,6 +235,8 @@ impl VmStatsReport {
                     unit: g.unit.clone(),
                     delta: g.delta,
                     last: g.last,
+                    low: g.low,
+                    high: g.high,
                 })
                 .collect(),
             intervals: stats
@@ -465,6 +471,8 @@ mod tests {
                     unit: "bytes".into(),
                     delta: 157_616,
                     last: 1 << 20,
+                    low: 1 << 19,
+                    high: 1 << 21,
                 }],
                 intervals: vec![IntervalTotals {
                     kind: IntervalKind::Scavenge as i32,

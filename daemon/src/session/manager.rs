@@ -1825,6 +1825,9 @@ impl Manager {
             {
                 count_perf_data(&mut self.counters, perf_data.look_again());
             }
+            if let Some(perf_data) = &mut session.hotspot {
+                self.counters.hotspot_perf_data_failed += perf_data.read_levels(now);
+            }
             let update = update_cpu(session, host);
             self.counters.pid_reuses += update.reused;
             leaderless.extend(update.leaderless);

@@ -2,7 +2,9 @@
 //! (`/tmp/hsperfdata_<user>/<pid>`, what `jstat` reads), read at a session's start and when the
 //! session stops sampling the JVM, and turned into the same [`pb::VmStatistics`] a VM that
 //! publishes its statistics gets: collections (`sun.gc.collector.0` young, `.1` full, others by
-//! their name), safepoints, JIT compilations, heap generations in use.
+//! their name), safepoints, JIT compilations, heap generations in use. In between, it is read
+//! every [`GAUGE_PERIOD_NS`] for the heap's levels alone: their lowest and highest values, which
+//! the two ends miss when a generation fills and empties between them.
 //!
 //! The JVM maps the file shared and writes its counters in place, so the daemon finds it
 //! among the JVM's mappings and opens it through `/proc/PID/map_files`: the very file the JVM
@@ -23,6 +25,12 @@ use crate::sys;
 
 /// Largest performance data file read: HotSpot's default is 64 KiB (`-XX:PerfDataMemorySize`).
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// How often a running session reads its JVMs' files for the heap's levels: HotSpot updates
+/// the generations' sizes every 50 ms (`-XX:PerfDataSamplingInterval`) and after each
+/// collection; a read and parse costs some 17 µs (`cargo bench --bench hsperfdata`), so 10 a
+/// second cost a JVM target 0.02% of the daemon's core.
+pub const GAUGE_PERIOD_NS: u64 = 100_000_000;
 
 /// Why a JVM's performance data could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -123,9 +131,64 @@ fn is_perf_data_path(path: &Path) -> bool {
     })
 }
 
+/// The heap's levels in a reading: each generation's bytes in use and its capacity, named
+/// "young used", "young capacity"...
+fn heap_levels(data: &PerfData) -> Vec<(String, i64)> {
+    let long = |name: &str| data.long(name).unwrap_or(0);
+    let mut levels = Vec::new();
+    for n in 0.. {
+        let prefix = format!("sun.gc.generation.{n}");
+        let Some(name) = data.string(&format!("{prefix}.name")) else {
+            break;
+        };
+        let used = (0..long(&format!("{prefix}.spaces")))
+            .map(|s| long(&format!("{prefix}.space.{s}.used")))
+            .sum::<i64>();
+        levels.push((format!("{name} used"), used));
+        levels.push((
+            format!("{name} capacity"),
+            long(&format!("{prefix}.capacity")),
+        ));
+    }
+    levels
+}
+
+/// The lowest and highest value of each heap level over the readings of a JVM's file.
+#[derive(Clone, Debug, Default)]
+pub struct LevelRanges(Vec<(String, i64, i64)>);
+
+impl LevelRanges {
+    /// Takes the levels of one more reading.
+    pub fn widen(&mut self, data: &PerfData) {
+        for (name, value) in heap_levels(data) {
+            match self.0.iter_mut().find(|(n, ..)| *n == name) {
+                Some((_, low, high)) => {
+                    *low = (*low).min(value);
+                    *high = (*high).max(value);
+                }
+                None => self.0.push((name, value, value)),
+            }
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<(i64, i64)> {
+        self.0
+            .iter()
+            .find(|(n, ..)| n == name)
+            .map(|&(_, low, high)| (low, high))
+    }
+}
+
 /// What changed in a JVM between two readings of its performance data, `window_ns` apart:
-/// the statistics of a session that started at the first and stopped at the second.
-pub fn statistics(pid: u32, first: &PerfData, last: &PerfData, window_ns: u64) -> pb::VmStatistics {
+/// the statistics of a session that started at the first and stopped at the second; `ranges`
+/// are the heap's levels over every reading in between (the two ends included).
+pub fn statistics(
+    pid: u32,
+    first: &PerfData,
+    last: &PerfData,
+    ranges: &LevelRanges,
+    window_ns: u64,
+) -> pb::VmStatistics {
     let long = |data: &PerfData, name: &str| data.long(name).unwrap_or(0);
     let grown = |name: &str| long(last, name).saturating_sub(long(first, name)).max(0) as u64;
     // Times are in ticks of the high-resolution timer.
@@ -188,33 +251,22 @@ pub fn statistics(pid: u32, first: &PerfData, last: &PerfData, window_ns: u64) -
             sampled: 0,
         });
     }
-    let mut gauges = Vec::new();
-    for n in 0.. {
-        let prefix = format!("sun.gc.generation.{n}");
-        let Some(name) = last.string(&format!("{prefix}.name")) else {
-            break;
-        };
-        let used = |data: &PerfData| {
-            (0..long(data, &format!("{prefix}.spaces")))
-                .map(|s| long(data, &format!("{prefix}.space.{s}.used")))
-                .sum::<i64>()
-        };
-        for (what, before, after) in [
-            ("used", used(first), used(last)),
-            (
-                "capacity",
-                long(first, &format!("{prefix}.capacity")),
-                long(last, &format!("{prefix}.capacity")),
-            ),
-        ] {
-            gauges.push(pb::GaugeDelta {
-                name: format!("{name} {what}"),
-                unit: "bytes".into(),
-                delta: after - before,
+    let before = heap_levels(first);
+    let gauges = heap_levels(last)
+        .into_iter()
+        .map(|(name, after)| {
+            let start = before.iter().find(|(n, _)| *n == name).map(|&(_, v)| v);
+            let (low, high) = ranges.get(&name).unwrap_or((after, after));
+            pb::GaugeDelta {
+                delta: after - start.unwrap_or(0),
                 last: after,
-            });
-        }
-    }
+                low: low.min(after),
+                high: high.max(after),
+                name,
+                unit: "bytes".into(),
+            }
+        })
+        .collect();
     let counters = [
         ("Classes loaded", "java.cls.loadedClasses"),
         ("Threads started", "java.threads.started"),
@@ -256,6 +308,8 @@ struct Target {
     first: PerfData,
     /// The reading when the session stopped sampling it.
     last: Option<PerfData>,
+    /// The heap's levels over every reading.
+    ranges: LevelRanges,
 }
 
 /// How long after a session's start its targets that map no performance data file yet are
@@ -271,6 +325,8 @@ pub struct SessionPerfData {
     targets: Vec<Target>,
     /// Targets with no performance data file yet.
     missing: Vec<u32>,
+    /// When the heap's levels were last read (CLOCK_MONOTONIC).
+    levels_read_ns: u64,
 }
 
 impl SessionPerfData {
@@ -298,6 +354,8 @@ impl SessionPerfData {
             });
             match read {
                 Ok(Some((file, now))) => {
+                    let mut ranges = LevelRanges::default();
+                    ranges.widen(&now);
                     let created_ms = now.long("sun.rt.createVmBeginTime").unwrap_or(0);
                     let first = if created_ms >= started_ms {
                         PerfData {
@@ -314,6 +372,7 @@ impl SessionPerfData {
                         file,
                         first,
                         last: None,
+                        ranges,
                     });
                 }
                 Ok(None) => still.push(pid),
@@ -346,6 +405,27 @@ impl SessionPerfData {
         }
     }
 
+    /// Reads the files of the JVMs still sampled for their heap's levels, if
+    /// [`GAUGE_PERIOD_NS`] went by since the last time (`now_ns` is CLOCK_MONOTONIC); answers
+    /// how many reads failed.
+    pub fn read_levels(&mut self, now_ns: u64) -> u64 {
+        if now_ns.saturating_sub(self.levels_read_ns) < GAUGE_PERIOD_NS {
+            return 0;
+        }
+        self.levels_read_ns = now_ns;
+        let mut failed = 0;
+        for target in self.targets.iter_mut().filter(|t| t.last.is_none()) {
+            match target.file.read() {
+                Ok(now) => target.ranges.widen(&now),
+                Err(e) => {
+                    tracing::debug!(pid = target.pid, "HotSpot performance data: {e}");
+                    failed += 1;
+                }
+            }
+        }
+        failed
+    }
+
     /// Reads every file a last time: the session stops.
     pub fn freeze_all(&mut self) {
         self.missing.clear();
@@ -360,7 +440,7 @@ impl SessionPerfData {
         self.targets
             .iter()
             .filter_map(|t| {
-                let now;
+                let (now, mut ranges);
                 let last = match &t.last {
                     Some(last) => last,
                     None => {
@@ -368,7 +448,14 @@ impl SessionPerfData {
                         &now
                     }
                 };
-                Some(statistics(t.pid, &t.first, last, window_ns))
+                let ranges = if t.last.is_some() {
+                    &t.ranges
+                } else {
+                    ranges = t.ranges.clone();
+                    ranges.widen(last);
+                    &ranges
+                };
+                Some(statistics(t.pid, &t.first, last, ranges, window_ns))
             })
             .collect()
     }
@@ -379,7 +466,10 @@ fn freeze(target: &mut Target) {
         return;
     }
     match target.file.read() {
-        Ok(last) => target.last = Some(last),
+        Ok(last) => {
+            target.ranges.widen(&last);
+            target.last = Some(last);
+        }
         Err(e) => tracing::info!(pid = target.pid, "HotSpot performance data: {e}"),
     }
 }
@@ -453,7 +543,13 @@ mod tests {
                 ("java.property.java.vm.version", text("17.0.15")),
             ])
         };
-        let stats = statistics(7, &reading(3, 2_000, 5_000), &reading(10, 9_000, 2_000), 1);
+        let (first, last) = (reading(3, 2_000, 5_000), reading(10, 9_000, 2_000));
+        let mut ranges = LevelRanges::default();
+        // Read between the ends: the young generation filled up to 60,000 bytes in use.
+        for reading in [&first, &reading(5, 4_000, 60_000), &last] {
+            ranges.widen(reading);
+        }
+        let stats = statistics(7, &first, &last, &ranges, 1);
         assert_eq!(stats.vm, "OpenJDK 64-Bit Server VM 17.0.15");
         let kinds: Vec<(i32, &str, u64, u64)> = stats
             .intervals
@@ -479,6 +575,17 @@ mod tests {
         assert_eq!(
             (used.name.as_str(), used.delta, used.last),
             ("young used", -3_000, 3_000)
+        );
+        assert_eq!((used.low, used.high), (3_000, 61_000));
+        let capacity = &stats.gauges[1];
+        assert_eq!(
+            (
+                capacity.name.as_str(),
+                capacity.delta,
+                capacity.low,
+                capacity.high
+            ),
+            ("young capacity", 0, 1 << 20, 1 << 20)
         );
         assert_eq!(stats.configuration[0].name, "GC");
         assert_eq!(stats.configuration[1].name, "young collector");

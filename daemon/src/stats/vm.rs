@@ -318,9 +318,11 @@ struct Level<V> {
     baseline: Option<(u64, V)>,
     /// The last value stamped inside the window.
     last: Option<(u64, V)>,
+    /// The lowest and highest values stamped inside the window.
+    inside: Option<(V, V)>,
 }
 
-impl<V: Copy> Level<V> {
+impl<V: Copy + Ord> Level<V> {
     fn observe(&mut self, start_ns: u64, ts: u64, value: V) {
         if ts < start_ns {
             if self.baseline.is_none_or(|(at, _)| at <= ts) {
@@ -334,6 +336,9 @@ impl<V: Copy> Level<V> {
         if self.last.is_none_or(|(at, _)| at <= ts) {
             self.last = Some((ts, value));
         }
+        self.inside = Some(self.inside.map_or((value, value), |(low, high)| {
+            (low.min(value), high.max(value))
+        }));
     }
 
     /// The window's state taken over by a later window: the last value is its baseline.
@@ -343,7 +348,17 @@ impl<V: Copy> Level<V> {
             unit: self.unit.clone(),
             baseline: self.last.or(self.baseline),
             last: None,
+            inside: None,
         }
+    }
+
+    /// The lowest and highest values over the window: those stamped inside it, and the level
+    /// it started at.
+    fn range(&self) -> Option<(V, V)> {
+        let (_, start) = self.baseline?;
+        Some(self.inside.map_or((start, start), |(low, high)| {
+            (low.min(start), high.max(start))
+        }))
     }
 
     /// Baseline and last values (the baseline again when nothing came in the window).
@@ -529,11 +544,14 @@ impl Window {
                 .iter()
                 .filter_map(|l| {
                     let (first, last) = l.ends()?;
+                    let (low, high) = l.range()?;
                     Some(pb::GaugeDelta {
                         name: l.name.clone(),
                         unit: l.unit.clone(),
                         delta: last.saturating_sub(first),
                         last,
+                        low,
+                        high,
                     })
                 })
                 .collect(),
@@ -568,6 +586,7 @@ fn level<'a, V>(levels: &'a mut Vec<Level<V>>, name: &str, unit: &str) -> Option
                 unit: unit.to_owned(),
                 baseline: None,
                 last: None,
+                inside: None,
             });
             levels.len() - 1
         }
@@ -674,6 +693,26 @@ mod tests {
         // First published inside the window: measured from its first value.
         assert_eq!((p.gauges[0].delta, p.gauges[0].last), (-400, 600));
         assert_eq!(p.window_ns, 100);
+    }
+
+    /// A heap that fills and empties between the window's ends: its range says how high it
+    /// went, the level it started at included, and nothing stamped outside the window.
+    #[test]
+    fn gauges_keep_their_lowest_and_highest_values_in_the_window() {
+        let mut w = Window::starting(100);
+        w.apply(10, &gauge("young", 9_000), None);
+        w.apply(90, &gauge("young", 500), None);
+        w.apply(120, &gauge("young", 4_000), None);
+        w.apply(130, &gauge("young", 800), None);
+        w.apply(150, &gauge("young", 700), Some(200));
+        w.apply(250, &gauge("young", 99_999), Some(200));
+        let young = &w.to_proto(7, 200).gauges[0];
+        assert_eq!((young.delta, young.last), (200, 700), "700 - 500");
+        assert_eq!((young.low, young.high), (500, 4_000));
+        // The next window starts at the last level: nothing published yet, its range is that.
+        let next = w.carried(200);
+        let young = &next.to_proto(7, 300).gauges[0];
+        assert_eq!((young.delta, young.low, young.high), (0, 700, 700));
     }
 
     #[test]
