@@ -121,13 +121,23 @@ fn check(publish: &str, report: &Value, figures: &HashMap<String, f64>) {
     };
     assert_eq!(counter("Sends"), figure("sends"), "{publish}");
     assert_eq!(counter("Methods compiled"), figure("compiled"), "{publish}");
+    // The eden fills and is emptied by each scavenge, some 200 times a second: the range of
+    // its level is the lowest and highest the VM published, the session covering its life.
+    let young = vm["gauges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "young")
+        .unwrap_or_else(|| panic!("{publish}: no young gauge: {vm:#}"));
+    let level = |key: &str| young[key].as_f64().unwrap();
+    assert_eq!(
+        (level("low"), level("high")),
+        (figure("young_low"), figure("young_high")),
+        "{publish}: {young:#}"
+    );
     assert!(
-        vm["gauges"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|g| g["name"] == "young"),
-        "{publish}: {vm:#}"
+        level("high") >= 1024.0 * 1024.0,
+        "{publish}: published as each collection begins, a full 1 MiB eden: {young:#}"
     );
     let window = vm["seconds"].as_f64().unwrap();
     let duration = report["duration_seconds"].as_f64().unwrap();
@@ -324,7 +334,25 @@ async fn a_jvm_with_no_flags_gives_its_collections() {
         (young_ms - ms).abs() <= 0.05 * ms + 1.0,
         "{name}: {ms} ms by the program, {young_ms:.3} in the report"
     );
+    // Read every 100 ms as well as at the ends: each level's range holds both ends, and the
+    // young generation, filled and emptied by each collection, has one.
+    for gauge in jvm["gauges"].as_array().unwrap() {
+        let level = |key: &str| gauge[key].as_i64().unwrap();
+        let start = level("last") - level("delta");
+        assert!(
+            level("low") <= start.min(level("last")) && level("high") >= start.max(level("last")),
+            "{gauge:#}"
+        );
+    }
+    let young = jvm["gauges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "young used")
+        .unwrap_or_else(|| panic!("no young generation: {jvm:#}"));
+    assert!(young["low"].as_i64() < young["high"].as_i64(), "{young:#}");
     let counters = vmscope_tests::counters(&mut daemon.client().await).await;
     assert_eq!(counters["hotspot_perf_data_read"], 1);
+    assert_eq!(counters["hotspot_perf_data_failed"], 0);
     assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
 }

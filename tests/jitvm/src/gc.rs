@@ -37,6 +37,7 @@ impl Vm {
         } else {
             IntervalKind::Scavenge
         };
+        self.publish_young();
         let ns = self.interval(kind, collections, |vm| {
             std::hint::black_box(vm.heap.trace(full));
             vm.heap.clear_young();

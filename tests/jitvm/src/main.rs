@@ -129,17 +129,19 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::io::stdout().flush()?;
     }
     let summary = driver::run(&mut vm, &calls, &cfg);
-    let st = vm.stats;
     let sends = vm.sends();
     let (start, free, end) = vm.zone_bounds();
-    vm.finish();
+    // Its last levels are published as it finishes.
+    let st = vm.finish();
     let s = summary.context("running the workload")?;
     let secs = s.elapsed.as_secs_f64().max(1e-9);
+    let (young_low, young_high) = st.young_published.unwrap_or_default();
     println!(
         "jitvm {:?}: iterations={} iter_per_sec={:.1} result={} checksum={} mismatches={} \
          compactions={} compiled={} optimised={} decoys={} closed_pics={} open_pics={} moves={} \
          frees={} interpreted={} zone_used={} zone_size={} scavenges={} full_gcs={} gc_ms={:.3} \
-         compaction_ms={:.3} sends={} stack_overflows={} seconds={:.3}",
+         compaction_ms={:.3} sends={} stack_overflows={} young_low={} young_high={} \
+         seconds={:.3}",
         args.workload,
         s.iterations,
         s.iterations as f64 / secs,
@@ -163,6 +165,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         st.compaction_ns as f64 / 1e6,
         sends,
         st.stack_overflows,
+        young_low,
+        young_high,
         secs,
     );
     Ok(if s.mismatches == 0 {

@@ -104,6 +104,8 @@ pub struct Stats {
     pub gc_ns: u64,
     /// Time in code compactions, in ns, as published.
     pub compaction_ns: u64,
+    /// The lowest and highest young generation sizes published, in bytes.
+    pub young_published: Option<(usize, usize)>,
 }
 
 /// Runtime state of a method.
@@ -308,10 +310,12 @@ impl Vm {
         Ok(vm)
     }
 
-    /// Publishes the counters a last time and ends publication (see [`Publisher::finish`]).
-    pub fn finish(mut self) {
+    /// Publishes the counters a last time and ends publication (see [`Publisher::finish`]);
+    /// answers what the VM did, those last levels included.
+    pub fn finish(mut self) -> Stats {
         self.publish_levels();
         self.publisher.finish();
+        self.stats
     }
 
     /// Calls of compiled methods so far, as their prologues count them.

@@ -1,7 +1,7 @@
 //! What the VM publishes of itself beside its code map, on the same publication: its settings
 //! once at start ([`Vm::publish_configuration`]); its counters and heap gauges at start, at
 //! most every [`LEVELS_PERIOD`] at safepoints, after each collection and at the end
-//! ([`Vm::publish_levels`]); and its collections ([`crate::gc`]) and code compactions
+//! ([`Vm::publish_levels`]), and the young generation's as each collection begins; and its collections ([`crate::gc`]) and code compactions
 //! ([`crate::compaction`]) as intervals ([`Vm::interval`]), whose timestamps are the ones the
 //! VM's own totals add up: the end-of-run line and the profile measure the same thing.
 
@@ -14,6 +14,14 @@ use vmscope_proto::v1::{
 };
 
 use crate::runtime::Vm;
+
+fn gauge(name: &str, bytes: usize) -> Event {
+    Event::Gauge(GaugeValue {
+        name: name.into(),
+        unit: "bytes".into(),
+        value: i64::try_from(bytes).unwrap_or(i64::MAX),
+    })
+}
 
 /// Longest the VM's counters go unpublished while it runs.
 pub const LEVELS_PERIOD: Duration = Duration::from_millis(20);
@@ -64,16 +72,23 @@ impl Vm {
         p.publish(counter("Send misses", self.stats.send_misses));
         p.publish(counter("Methods compiled", self.stats.compiled));
         p.publish(counter("Stack overflows", self.stats.stack_overflows));
-        let gauge = |name: &str, bytes: usize| {
-            Event::Gauge(GaugeValue {
-                name: name.into(),
-                unit: "bytes".into(),
-                value: i64::try_from(bytes).unwrap_or(i64::MAX),
-            })
-        };
         p.publish(gauge("old", self.heap.old_bytes()));
-        p.publish(gauge("young", self.heap.young_bytes()));
         p.publish(gauge("free", self.heap.free_bytes()));
+        self.publish_young();
+    }
+
+    /// Publishes the young generation's size: with the other levels, and as a collection
+    /// begins, when the eden is at its fullest (which the levels after it never see).
+    pub(crate) fn publish_young(&mut self) {
+        let young = self.heap.young_bytes();
+        self.publisher().publish(gauge("young", young));
+        self.stats.young_published = Some(
+            self.stats
+                .young_published
+                .map_or((young, young), |(low, high)| {
+                    (low.min(young), high.max(young))
+                }),
+        );
     }
 
     /// [`Vm::publish_levels`] if they were last published [`LEVELS_PERIOD`] ago or more.
