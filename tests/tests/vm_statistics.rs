@@ -254,19 +254,16 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
         "{publish}: {thread_percent:.2}% of the VM thread's samples in GC, {own_percent:.2}% \
          of the time by the VM"
     );
-    // The report's share is the process's: a publisher thread busier during collections
-    // (over gRPC, each one is two events and a round of levels) adds to it.
-    let allowed = if publisher > 0 { 5.0 } else { 3.0 };
+    // The report's share is the process's: the publisher's thread, which runs beside the
+    // collections over gRPC, is in it too, and still within the 3 points.
     assert!(
-        (percent - own_percent).abs() <= allowed,
+        (percent - own_percent).abs() <= 3.0,
         "{publish}: {percent:.2}% of the samples in GC, {own_percent:.2}% of the time by the VM"
     );
-    if publisher == 0 {
-        assert!(
-            scavenges["disagreement_points"].is_null(),
-            "{publish}: {scavenges:#}"
-        );
-    }
+    assert!(
+        scavenges["disagreement_points"].is_null(),
+        "{publish}: {scavenges:#}"
+    );
 }
 
 #[test]
