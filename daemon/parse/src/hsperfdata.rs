@@ -16,7 +16,11 @@
 //!
 //! The JVM writes the file as it runs, and another user's JVM can write anything in it: every
 //! offset and length is checked against the bytes, the entries are walked by their lengths at
-//! most `entries` times, and a broken entry ends the walk with an error naming it. Longs in
+//! most `entries` times, and a broken entry ends the walk with an error naming it. The JVM
+//! counts an entry (`used`, `entries`) when it allocates it, before it writes it into the
+//! zeroed file, so a read may catch its last entries unwritten (a zero length) or half written
+//! (a zero name or data offset): those end the walk without error, as jvmstat's reader does,
+//! and [`PerfData::unwritten`] says how many were left out. Longs in
 //! the file's byte order are read; other data types are kept as [`Value::Other`].
 
 use std::fmt;
@@ -148,6 +152,8 @@ pub struct PerfData {
     pub accessible: bool,
     /// The entries, in file order.
     pub entries: Vec<Entry>,
+    /// Entries the JVM had counted but not yet written when the file was read: left out.
+    pub unwritten: usize,
 }
 
 impl PerfData {
@@ -254,6 +260,15 @@ pub fn parse_hsperfdata(bytes: &[u8]) -> Result<PerfData, HsperfdataError> {
         let length = order
             .offset(header, 0)
             .ok_or_else(|| bad("negative length"))?;
+        let unwritten = |header: &[u8], at: usize| order.i32(header, at) == Some(0);
+        if length == 0 || unwritten(header, 4) || unwritten(header, 16) {
+            return Ok(PerfData {
+                version,
+                accessible,
+                entries,
+                unwritten: count - index,
+            });
+        }
         if length < ENTRY_BYTES {
             return Err(bad("shorter than an entry header"));
         }
@@ -310,6 +325,7 @@ pub fn parse_hsperfdata(bytes: &[u8]) -> Result<PerfData, HsperfdataError> {
         version,
         accessible,
         entries,
+        unwritten: 0,
     })
 }
 
@@ -448,7 +464,7 @@ mod tests {
         ));
         // A length too short to hold a header would loop for ever if trusted.
         let mut bad = good.clone();
-        bad[second..second + 4].copy_from_slice(&0i32.to_le_bytes());
+        bad[second..second + 4].copy_from_slice(&8i32.to_le_bytes());
         assert!(matches!(
             parse_hsperfdata(&bad),
             Err(HsperfdataError::BadEntry { index: 1, why, .. }) if why.contains("shorter")
@@ -457,6 +473,46 @@ mod tests {
         let mut bad = good.clone();
         bad[36..40].copy_from_slice(&4000i32.to_le_bytes());
         assert!(parse_hsperfdata(&bad).is_err());
+    }
+
+    /// The JVM counts an entry before it writes it: a read between the two finds it zeroed,
+    /// or with its header half written. What was written before it is the reading.
+    #[test]
+    fn entries_counted_but_not_yet_written_are_left_out() {
+        let good = sample(true);
+        let offsets: Vec<usize> = parse_offsets(&good);
+        let last = offsets[3];
+        // Allocated, nothing written yet.
+        let mut file = good.clone();
+        file[last..].fill(0);
+        let data = parse_hsperfdata(&file).expect("a reading of the entries written");
+        assert_eq!((data.entries.len(), data.unwritten), (3, 1));
+        assert_eq!(data.long("sun.gc.collector.0.invocations"), Some(182));
+        assert_eq!(data.long("sun.os.hrt.frequency"), None);
+        // Its length and name offset written, its data offset not yet: its value would be
+        // read from its header.
+        let mut file = good.clone();
+        file[last + 16..last + 20].fill(0);
+        let data = parse_hsperfdata(&file).expect("a reading of the entries written");
+        assert_eq!((data.entries.len(), data.unwritten), (3, 1));
+        // Two threads each allocated one, and the second wrote its entry first: the walk
+        // cannot step over the first, whose length is not written.
+        let mut file = good.clone();
+        file[offsets[2]..offsets[2] + 4].fill(0);
+        let data = parse_hsperfdata(&file).expect("a reading of the entries written");
+        assert_eq!((data.entries.len(), data.unwritten), (2, 2));
+        assert_eq!(parse_hsperfdata(&good).unwrap().unwritten, 0);
+    }
+
+    /// Where each entry of a little-endian file starts.
+    fn parse_offsets(file: &[u8]) -> Vec<usize> {
+        let mut at = PROLOGUE_BYTES;
+        let mut offsets = Vec::new();
+        while at < file.len() {
+            offsets.push(at);
+            at += i32::from_le_bytes(file[at..at + 4].try_into().unwrap()) as usize;
+        }
+        offsets
     }
 
     #[test]
