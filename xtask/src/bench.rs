@@ -18,7 +18,8 @@
 //!   alternately with `--publish none` and `--publish grpc`, iterations per second.
 //! * the kernel counters' cost to a target (context switches and minor faults are what they
 //!   count): `cargo bench -p vmscoped --bench kernel_counters`.
-//! * reading a JVM's performance data (hsperfdata), as sessions do at their start and stop:
+//! * reading a JVM's performance data (hsperfdata), as sessions do at their start and stop
+//!   (and every 100 ms for the heap's levels):
 //!   `cargo bench -p vmscoped --bench hsperfdata`.
 //! * tagging samples with the VM's intervals under way at their time: 1,000,000 samples
 //!   against 10,000 intervals, the lookup alone and counted in a session with and without it:

@@ -153,35 +153,38 @@ fn heap_levels(data: &PerfData) -> Vec<(String, i64)> {
     levels
 }
 
-/// The lowest and highest value of each heap level over the readings of a JVM's file.
+/// The first, lowest and highest value of each heap level over the readings of a JVM's file.
 #[derive(Clone, Debug, Default)]
-pub struct LevelRanges(Vec<(String, i64, i64)>);
+pub struct LevelRanges(Vec<(String, i64, i64, i64)>);
 
 impl LevelRanges {
     /// Takes the levels of one more reading.
     pub fn widen(&mut self, data: &PerfData) {
         for (name, value) in heap_levels(data) {
             match self.0.iter_mut().find(|(n, ..)| *n == name) {
-                Some((_, low, high)) => {
+                Some((_, _, low, high)) => {
                     *low = (*low).min(value);
                     *high = (*high).max(value);
                 }
-                None => self.0.push((name, value, value)),
+                None => self.0.push((name, value, value, value)),
             }
         }
     }
 
-    fn get(&self, name: &str) -> Option<(i64, i64)> {
+    /// First, lowest and highest values.
+    fn get(&self, name: &str) -> Option<(i64, i64, i64)> {
         self.0
             .iter()
             .find(|(n, ..)| n == name)
-            .map(|&(_, low, high)| (low, high))
+            .map(|&(_, first, low, high)| (first, low, high))
     }
 }
 
 /// What changed in a JVM between two readings of its performance data, `window_ns` apart:
 /// the statistics of a session that started at the first and stopped at the second; `ranges`
-/// are the heap's levels over every reading in between (the two ends included).
+/// are the heap's levels over every reading in between (the two ends included). Counters
+/// missing from `first` count from zero (a JVM created during the session: all of it is
+/// inside); levels missing from it, from their first reading, as a VM's published gauges do.
 pub fn statistics(
     pid: u32,
     first: &PerfData,
@@ -255,10 +258,13 @@ pub fn statistics(
     let gauges = heap_levels(last)
         .into_iter()
         .map(|(name, after)| {
-            let start = before.iter().find(|(n, _)| *n == name).map(|&(_, v)| v);
-            let (low, high) = ranges.get(&name).unwrap_or((after, after));
+            let (first, low, high) = ranges.get(&name).unwrap_or((after, after, after));
+            let start = before
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(first, |&(_, v)| v);
             pb::GaugeDelta {
-                delta: after - start.unwrap_or(0),
+                delta: after - start,
                 last: after,
                 low: low.min(after),
                 high: high.max(after),
@@ -341,8 +347,9 @@ impl SessionPerfData {
     }
 
     /// Looks for the files of the targets that have none yet (a JVM still starting); answers
-    /// how many were found and how many failed. A JVM created after the session started is
-    /// measured from zero, the rest from their first reading.
+    /// how many were found and how many failed. A JVM created after the session started has
+    /// its counters measured from zero, the rest from their first reading; a file the JVM is
+    /// still setting up (not yet `accessible`) is looked at again.
     pub fn look_again(&mut self) -> (u64, u64) {
         let (mut found, mut failed) = (0, 0);
         let started_ms = self.started_ms;
@@ -353,6 +360,8 @@ impl SessionPerfData {
                 None => Ok(None),
             });
             match read {
+                // Still setting its counters up (jvmstat waits for this too): look again.
+                Ok(Some((_, now))) if !now.accessible => still.push(pid),
                 Ok(Some((file, now))) => {
                     let mut ranges = LevelRanges::default();
                     ranges.widen(&now);
@@ -362,6 +371,7 @@ impl SessionPerfData {
                             version: now.version,
                             accessible: true,
                             entries: Vec::new(),
+                            unwritten: 0,
                         }
                     } else {
                         now
@@ -493,6 +503,7 @@ mod tests {
                     value: value.clone(),
                 })
                 .collect(),
+            unwritten: 0,
         }
     }
 
@@ -587,6 +598,15 @@ mod tests {
             ),
             ("young capacity", 0, 1 << 20, 1 << 20)
         );
+        // A JVM created during the session: its collections all count, its heap's levels
+        // from its first reading.
+        let empty = data(&[]);
+        let stats = statistics(7, &empty, &last, &ranges, 1);
+        assert_eq!(stats.intervals[0].count, 10);
+        let used = &stats.gauges[0];
+        assert_eq!((used.delta, used.low, used.high), (-3_000, 3_000, 61_000));
+        let capacity = &stats.gauges[1];
+        assert_eq!(capacity.delta, 0);
         assert_eq!(stats.configuration[0].name, "GC");
         assert_eq!(stats.configuration[1].name, "young collector");
     }
