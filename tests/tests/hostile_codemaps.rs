@@ -245,8 +245,10 @@ async fn stream_refusals_are_counted() {
 }
 
 /// A VM's statistics that break the protocol: intervals of unknown kinds, ends before their
-/// begins, a million counters, time going back. Each is refused with its reason, counted, and
-/// the daemon serves on; the publication's good statistics still reach a session.
+/// begins, a kind of its own under a key of the protocol's, a million counters, time going
+/// back, a statistic from the future, a collection still open when the stream ends. Each is
+/// refused with its reason, counted, and the daemon serves on; the publication's good
+/// statistics still reach a session, and the open collection ends with the stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_statistics_are_refused_with_their_reasons() {
     use vmscope_proto::v1::{
@@ -281,7 +283,11 @@ async fn hostile_statistics_are_refused_with_their_reasons() {
         if begin {
             Event::Begin(IntervalBegin {
                 kind,
-                name: String::new(),
+                name: if kind == IntervalKind::Named as i32 {
+                    "scavenge".into()
+                } else {
+                    String::new()
+                },
                 id,
             })
         } else {
@@ -309,6 +315,9 @@ async fn hostile_statistics_are_refused_with_their_reasons() {
         at(now + 4, count("sends".into(), 20)),
         at(now + 6, count("sends".into(), 5)),
         at(now + 7, count("sends".into(), 30)),
+        at(now + 7, interval(IntervalKind::Named as i32, 0, true)),
+        at(now + 60_000_000_000, count("sends".into(), 40)),
+        at(now + 8, interval(IntervalKind::FullGc as i32, 3, true)),
     ];
     let flood = (0..COUNTERS).map(move |i| at(now + 10 + i, count(format!("c{i}"), i)));
     let events = head.into_iter().chain(flood);
@@ -316,15 +325,17 @@ async fn hostile_statistics_are_refused_with_their_reasons() {
         .await
         .expect("answered")
         .into_inner();
-    // Accepted: the Hello, sends at 10 and 30, the scavenge's begin and end, and the first 255
-    // of the flood (256 names in all with "sends").
-    assert_eq!(summary.accepted, 5 + 255, "{summary:?}");
-    assert_eq!(summary.refused, 4 + COUNTERS - 255, "{summary:?}");
+    // Accepted: the Hello, sends at 10 and 30, the scavenge's begin and end, the full GC's
+    // begin, and the first 255 of the flood (256 names in all with "sends").
+    assert_eq!(summary.accepted, 6 + 255, "{summary:?}");
+    // Refused: the 6 broken ones, the flood's rest, and the full GC left open.
+    assert_eq!(summary.refused, 6 + COUNTERS - 255 + 1, "{summary:?}");
     for (reason, expected) in [
         ("code_map_refused_unknown_kind", 1),
-        ("code_map_refused_unmatched_interval", 1),
+        ("code_map_refused_unmatched_interval", 2),
         ("code_map_refused_time_backwards", 1),
-        ("code_map_refused_invalid", 1),
+        ("code_map_refused_invalid", 2),
+        ("code_map_refused_unapplicable", 1),
         ("code_map_refused_too_many_statistics", COUNTERS - 255),
     ] {
         assert_eq!(counter(&daemon, reason).await, expected, "{reason}");
@@ -341,6 +352,11 @@ async fn hostile_statistics_are_refused_with_their_reasons() {
         .expect("sends");
     assert_eq!((sends.delta, sends.last), (20, 30));
     assert_eq!(vm.counters.len(), 256);
-    assert_eq!(vm.intervals.len(), 1, "{:?}", vm.intervals);
+    assert_eq!(vm.intervals.len(), 2, "{:?}", vm.intervals);
     assert_eq!((vm.intervals[0].count, vm.intervals[0].total_ns), (1, 1));
+    // Ended where the stream was known up to, its last accepted event (the flood's 255th),
+    // not at the session's stop.
+    let full = &vm.intervals[1];
+    assert_eq!(full.kind, IntervalKind::FullGc as i32);
+    assert_eq!((full.count, full.total_ns), (1, (10 + 254) - 8));
 }

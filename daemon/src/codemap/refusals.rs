@@ -39,7 +39,8 @@ pub enum Reason {
     TimeBackwards,
     /// A VM's interval of a kind the daemon does not know.
     UnknownKind,
-    /// A VM's interval end without its begin, or begin of one already open.
+    /// A VM's interval end without its begin, begin of one already open, or interval still
+    /// open when its publication closed (ended then).
     Unmatched,
     /// A VM's statistics past a publication's bounds (names, named kinds, open intervals).
     TooMany,
@@ -96,7 +97,9 @@ impl Reason {
             Reason::TooLarge => "in a file over its size limit",
             Reason::TimeBackwards => "stamped before an earlier event",
             Reason::UnknownKind => "of an unknown interval kind",
-            Reason::Unmatched => "ending an interval that never began, or beginning one open",
+            Reason::Unmatched => {
+                "ending an interval that never began, beginning one open, or leaving one open"
+            }
             Reason::TooMany => "past a publication's bounds on statistics",
         }
     }

@@ -827,16 +827,33 @@ impl CodeMapFileSource {
         }
         if let Err(e) = self.read_events(store, &mut changes, budget) {
             self.broken.set(e);
+            self.close();
             return changes;
         }
         let left = self.growing.pending.len();
-        if final_read && self.growing.at_end && left > 0 {
-            self.broken.set(format!(
-                "{}: the file ends in the middle of a record ({left} bytes left over)",
-                self.name
-            ));
+        if final_read && self.growing.at_end {
+            if left > 0 {
+                self.broken.set(format!(
+                    "{}: the file ends in the middle of a record ({left} bytes left over)",
+                    self.name
+                ));
+            }
+            self.close();
         }
         changes
+    }
+
+    /// The publication is over (the process exited, or the file broke): the intervals it left
+    /// open end at the time it was known up to, counted as refused.
+    fn close(&mut self) {
+        let ends = self.publication.close();
+        if !ends.is_empty() {
+            let n = ends.len();
+            self.refusals.refuse(Reason::Unmatched, n as u64, || {
+                format!("{n} intervals still open when the file ended: ended then")
+            });
+            self.stats.extend(ends);
+        }
     }
 
     /// Why the file stopped being read, reported once.
@@ -1050,6 +1067,59 @@ mod tests {
             "{failure}"
         );
         assert_eq!(source.refusals.count(Reason::TooLarge), 1);
+    }
+
+    /// A VM whose file ends mid-collection (it exited): the final read ends the interval at
+    /// the last time the file told, and counts it as left open.
+    #[test]
+    fn a_code_map_file_that_ends_ends_its_open_intervals() {
+        use vmscope_proto::v1::{
+            CodeMapEvent, Hello, IntervalBegin, IntervalKind as Kind, Sync, code_map_event::Event,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vmscope-1.codemap");
+        let mut bytes = codemap_file::header().to_vec();
+        for (ts, event) in [
+            (
+                1,
+                Event::Hello(Hello {
+                    pid: 1,
+                    vm: "jitvm".into(),
+                }),
+            ),
+            (
+                10,
+                Event::Begin(IntervalBegin {
+                    kind: Kind::Scavenge as i32,
+                    name: String::new(),
+                    id: 5,
+                }),
+            ),
+            (25, Event::Sync(Sync {})),
+        ] {
+            bytes.extend(codemap_file::encode_event(&CodeMapEvent {
+                timestamp_ns: ts,
+                event: Some(event),
+            }));
+        }
+        std::fs::write(&path, bytes).unwrap();
+        let mut source =
+            CodeMapFileSource::new(File::open(&path).unwrap(), &path, 1, uid()).unwrap();
+        let store = CodeStore::new();
+        source.read(&store, false, &mut { u64::MAX });
+        assert_eq!(source.take_stats().len(), 2, "the Hello and the begin");
+        source.read(&store, true, &mut { u64::MAX });
+        assert_eq!(
+            source.take_stats(),
+            [(
+                25,
+                StatEvent::End {
+                    kind: crate::stats::vm::IntervalKind::Scavenge,
+                    id: 5
+                }
+            )]
+        );
+        assert_eq!(source.refusals.count(Reason::Unmatched), 1);
     }
 
     /// One test for the real /tmp/perf-PID.map of this process (tests share the pid).

@@ -11,9 +11,13 @@ use vmscope_proto::v1::{CodeKind, CodeMapEvent, code_map_event::Event};
 use super::{
     code::{Code, CodeSource, CodeStore, PcPoint},
     refusals::Reason,
+    registry::MAX_FUTURE_NS,
     timeline::Change,
 };
-use crate::stats::vm::{Broken, Rules, StatEvent};
+use crate::{
+    stats::vm::{Broken, Rules, StatEvent},
+    sys,
+};
 
 /// What an accepted event makes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,6 +113,23 @@ impl Publication {
         result
     }
 
+    /// The publication closes: ends the intervals it left open, stamped at the time it was
+    /// known up to, each also counted as refused ([`Reason::Unmatched`]: a begin without its
+    /// end).
+    pub fn close(&mut self) -> Vec<(u64, StatEvent)> {
+        let ends = self.rules.close();
+        if !ends.is_empty() {
+            self.refused += ends.len() as u64;
+            if self.problems.len() < MAX_PROBLEMS {
+                self.problems.push(format!(
+                    "{} intervals still open when the publication closed: ended then",
+                    ends.len()
+                ));
+            }
+        }
+        ends.into_iter().map(|end| (self.until_ns, end)).collect()
+    }
+
     fn check(&mut self, event: &CodeMapEvent, store: &CodeStore) -> Result<Accepted, Refused> {
         let ts = event.timestamp_ns;
         let Some(body) = &event.event else {
@@ -144,6 +165,18 @@ impl Publication {
             | Event::Gauge(_)
             | Event::Begin(_)
             | Event::End(_) => {
+                // Held in no timeline, so refused here: a statistic stamped ahead would keep
+                // the VM's intervals from being tagged (they are kept back from its newest).
+                let now = sys::monotonic_ns();
+                if ts > now.saturating_add(MAX_FUTURE_NS) {
+                    return Err(Refused {
+                        reason: Reason::Unapplicable,
+                        problem: format!(
+                            "a statistic stamped {:.1} s in the future",
+                            (ts - now) as f64 / 1e9
+                        ),
+                    });
+                }
                 let stat = self
                     .rules
                     .check(body)
@@ -450,6 +483,68 @@ mod tests {
             }),
         );
         assert_eq!(reason(&mut p, unknown), Reason::UnknownKind);
-        assert_eq!((p.accepted, p.refused), (2, 4));
+        let future = counter(sys::monotonic_ns() + 60_000_000_000, 7);
+        assert_eq!(reason(&mut p, future), Reason::Unapplicable);
+        assert_eq!((p.accepted, p.refused), (2, 5));
+    }
+
+    /// A VM that breaks off mid-collection: the publication's close ends what it left open,
+    /// at the time it was known up to, and counts each as a begin without its end.
+    #[test]
+    fn a_closing_publication_ends_the_intervals_it_left_open() {
+        use crate::stats::vm::IntervalKind;
+        use vmscope_proto::v1::{IntervalBegin, IntervalEnd, IntervalKind as Kind};
+        let store = CodeStore::new();
+        let mut p = Publication::default();
+        p.accept(&hello(), &store).unwrap();
+        let begin = |ts, kind: Kind, name: &str, id| {
+            event(
+                ts,
+                Event::Begin(IntervalBegin {
+                    kind: kind as i32,
+                    name: name.into(),
+                    id,
+                }),
+            )
+        };
+        for e in [
+            begin(10, Kind::Named, "JIT compile", 1),
+            begin(20, Kind::Scavenge, "", 4),
+            begin(30, Kind::Safepoint, "", 2),
+        ] {
+            assert!(matches!(p.accept(&e, &store), Ok(Accepted::Stat(..))));
+        }
+        let end = event(
+            40,
+            Event::End(IntervalEnd {
+                kind: Kind::Safepoint as i32,
+                name: String::new(),
+                id: 2,
+            }),
+        );
+        assert!(matches!(p.accept(&end, &store), Ok(Accepted::Stat(..))));
+        p.accept(&event(55, Event::Sync(Sync {})), &store).unwrap();
+        let ends = p.close();
+        assert_eq!(
+            ends,
+            [
+                (
+                    55,
+                    StatEvent::End {
+                        kind: IntervalKind::Scavenge,
+                        id: 4
+                    }
+                ),
+                (
+                    55,
+                    StatEvent::End {
+                        kind: IntervalKind::Named("JIT compile".into()),
+                        id: 1
+                    }
+                ),
+            ]
+        );
+        assert_eq!(p.refused, 2);
+        assert!(p.close().is_empty(), "closed once");
     }
 }

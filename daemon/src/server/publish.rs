@@ -42,6 +42,32 @@ impl CodeMapService {
     pub fn new(manager: ManagerHandle, codes: Arc<CodeStore>) -> CodeMapService {
         CodeMapService { manager, codes }
     }
+
+    /// Ends the intervals a closing publication left open, and counts each as refused.
+    async fn close(&self, pid: u32, checked: &mut Checked) -> Result<(), Status> {
+        let stats = checked.close();
+        if stats.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            pid,
+            open = stats.len(),
+            "code map publication closed with intervals open"
+        );
+        let refused = vec![Reason::Unmatched; stats.len()];
+        self.manager
+            .publish(
+                pid,
+                Publication::Changes {
+                    changes: Vec::new(),
+                    stats,
+                    until_ns: checked.until_ns,
+                    refused,
+                },
+            )
+            .await
+            .map_err(to_status)
+    }
 }
 
 /// Which process a publication is for: a pid is only the same process while its start time
@@ -161,6 +187,7 @@ impl pb::code_map_server::CodeMap for CodeMapService {
                         pid,
                         "code map publication ended: the process exited or changed user"
                     );
+                    self.close(pid, &mut checked).await?;
                     return Err(Status::failed_precondition(format!(
                         "process {pid} exited or runs another user's program now: its code map is \
                          no longer yours to publish"
@@ -214,6 +241,7 @@ impl pb::code_map_server::CodeMap for CodeMapService {
                 break;
             }
         }
+        self.close(pid, &mut checked).await?;
         if checked.refused > 0 {
             tracing::warn!(
                 pid,

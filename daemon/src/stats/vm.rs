@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 
 use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
+use vmscope_report::stats::interval_key;
 
 use super::intervals::{During, IntervalLog};
 
@@ -56,6 +57,23 @@ impl IntervalKind {
             Ok(PbKind::Named) if name.is_empty() => Err(invalid(
                 "an interval of INTERVAL_KIND_NAMED without a name".into(),
             )),
+            // Reports and pprof labels name kinds by these keys: a kind of the VM's own
+            // under one of them could not be told from the protocol's.
+            Ok(PbKind::Named)
+                if [
+                    PbKind::Scavenge,
+                    PbKind::FullGc,
+                    PbKind::CodeCompaction,
+                    PbKind::Safepoint,
+                ]
+                .iter()
+                .any(|&k| interval_key(k as i32, "") == name) =>
+            {
+                Err(invalid(format!(
+                    "an interval of INTERVAL_KIND_NAMED named {name:?}, the key of a kind the \
+                     protocol has: publish it as that kind"
+                )))
+            }
             Ok(PbKind::Named) => Ok(IntervalKind::Named(
                 checked_name(name, "interval kind").map_err(invalid)?,
             )),
@@ -256,6 +274,16 @@ impl Rules {
             }
             _ => Err(invalid("not a statistics event".into())),
         }
+    }
+
+    /// Ends the intervals the publication left open as it closes: a VM that exits or breaks
+    /// off mid-collection says no more, and its samples after must not count in it.
+    pub fn close(&mut self) -> Vec<StatEvent> {
+        let mut open: Vec<(IntervalKind, u64)> = self.open.drain().collect();
+        open.sort_by_key(|(kind, id)| (kind.rank(), kind.to_proto().1, *id));
+        open.into_iter()
+            .map(|(kind, id)| StatEvent::End { kind, id })
+            .collect()
     }
 
     /// Checks a statistic's name (and a counter's new value against its last).
@@ -812,6 +840,11 @@ mod tests {
         assert_eq!(broken(&mut rules, proto_begin(0, "", 0)), Broken::Invalid);
         assert_eq!(
             broken(&mut rules, proto_begin(PbKind::Named as i32, "", 0)),
+            Broken::Invalid
+        );
+        // A kind of the VM's own may not take the key of one of the protocol's.
+        assert_eq!(
+            broken(&mut rules, proto_begin(PbKind::Named as i32, "scavenge", 0)),
             Broken::Invalid
         );
         assert_eq!(broken(&mut rules, proto_end(gc, 1)), Broken::Unmatched);
