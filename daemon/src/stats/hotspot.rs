@@ -26,6 +26,10 @@ use crate::sys;
 /// Largest performance data file read: HotSpot's default is 64 KiB (`-XX:PerfDataMemorySize`).
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
+/// Most generations, spaces of a generation, and collectors looked for: HotSpot has at most
+/// 3, 5 and 4; the JVM's user writes the file, and each is a look-up among its entries.
+const MAX_NUMBERED: usize = 16;
+
 /// How often a running session reads its JVMs' files for the heap's levels: HotSpot updates
 /// the generations' sizes every 50 ms (`-XX:PerfDataSamplingInterval`) and after each
 /// collection; a read and parse costs some 17 µs (`cargo bench --bench hsperfdata`), so 10 a
@@ -136,14 +140,14 @@ fn is_perf_data_path(path: &Path) -> bool {
 fn heap_levels(data: &PerfData) -> Vec<(String, i64)> {
     let long = |name: &str| data.long(name).unwrap_or(0);
     let mut levels = Vec::new();
-    for n in 0.. {
+    for n in 0..MAX_NUMBERED {
         let prefix = format!("sun.gc.generation.{n}");
         let Some(name) = data.string(&format!("{prefix}.name")) else {
             break;
         };
-        let used = (0..long(&format!("{prefix}.spaces")))
+        let used = (0..long(&format!("{prefix}.spaces")).min(MAX_NUMBERED as i64))
             .map(|s| long(&format!("{prefix}.space.{s}.used")))
-            .sum::<i64>();
+            .fold(0i64, i64::saturating_add);
         levels.push((format!("{name} used"), used));
         levels.push((
             format!("{name} capacity"),
@@ -210,7 +214,7 @@ pub fn statistics(
     };
     setting("GC", text("sun.gc.policy.name"));
     let mut intervals = Vec::new();
-    for n in 0.. {
+    for n in 0..MAX_NUMBERED {
         let prefix = format!("sun.gc.collector.{n}");
         let Some(name) = last.string(&format!("{prefix}.name")) else {
             break;
@@ -264,7 +268,7 @@ pub fn statistics(
                 .find(|(n, _)| *n == name)
                 .map_or(first, |&(_, v)| v);
             pb::GaugeDelta {
-                delta: after - start,
+                delta: after.saturating_sub(start),
                 last: after,
                 low: low.min(after),
                 high: high.max(after),
@@ -312,10 +316,22 @@ struct Target {
     pid: u32,
     file: PerfDataFile,
     first: PerfData,
-    /// The reading when the session stopped sampling it.
-    last: Option<PerfData>,
+    /// The latest reading that succeeded.
+    latest: PerfData,
+    /// Read a last time: the session stopped sampling it.
+    frozen: bool,
     /// The heap's levels over every reading.
     ranges: LevelRanges,
+}
+
+impl Target {
+    /// Reads the file now; a reading that fails leaves the latest good one in place.
+    fn read(&mut self) -> Result<(), HotspotError> {
+        let now = self.file.read()?;
+        self.ranges.widen(&now);
+        self.latest = now;
+        Ok(())
+    }
 }
 
 /// How long after a session's start its targets that map no performance data file yet are
@@ -374,14 +390,15 @@ impl SessionPerfData {
                             unwritten: 0,
                         }
                     } else {
-                        now
+                        now.clone()
                     };
                     found += 1;
                     self.targets.push(Target {
                         pid,
                         file,
                         first,
-                        last: None,
+                        latest: now,
+                        frozen: false,
                         ranges,
                     });
                 }
@@ -424,9 +441,9 @@ impl SessionPerfData {
         }
         self.levels_read_ns = now_ns;
         let mut failed = 0;
-        for target in self.targets.iter_mut().filter(|t| t.last.is_none()) {
-            match target.file.read() {
-                Ok(now) => target.ranges.widen(&now),
+        for target in self.targets.iter_mut().filter(|t| !t.frozen) {
+            match target.read() {
+                Ok(()) => {}
                 Err(e) => {
                     tracing::debug!(pid = target.pid, "HotSpot performance data: {e}");
                     failed += 1;
@@ -449,38 +466,33 @@ impl SessionPerfData {
     pub fn to_proto(&self, window_ns: u64) -> Vec<pb::VmStatistics> {
         self.targets
             .iter()
-            .filter_map(|t| {
-                let (now, mut ranges);
-                let last = match &t.last {
-                    Some(last) => last,
-                    None => {
-                        now = t.file.read().ok()?;
-                        &now
+            .map(|t| {
+                let now = (!t.frozen).then(|| t.file.read().ok()).flatten();
+                match &now {
+                    Some(now) => {
+                        let mut ranges = t.ranges.clone();
+                        ranges.widen(now);
+                        statistics(t.pid, &t.first, now, &ranges, window_ns)
                     }
-                };
-                let ranges = if t.last.is_some() {
-                    &t.ranges
-                } else {
-                    ranges = t.ranges.clone();
-                    ranges.widen(last);
-                    &ranges
-                };
-                Some(statistics(t.pid, &t.first, last, ranges, window_ns))
+                    None => statistics(t.pid, &t.first, &t.latest, &t.ranges, window_ns),
+                }
             })
             .collect()
     }
 }
 
+/// Reads a target's file a last time, once: a reading that fails leaves the statistics at
+/// the latest that succeeded.
 fn freeze(target: &mut Target) {
-    if target.last.is_some() {
+    if target.frozen {
         return;
     }
-    match target.file.read() {
-        Ok(last) => {
-            target.ranges.widen(&last);
-            target.last = Some(last);
-        }
-        Err(e) => tracing::info!(pid = target.pid, "HotSpot performance data: {e}"),
+    target.frozen = true;
+    if let Err(e) = target.read() {
+        tracing::info!(
+            pid = target.pid,
+            "HotSpot performance data, its last reading: {e}"
+        );
     }
 }
 
@@ -505,6 +517,44 @@ mod tests {
                 .collect(),
             unwritten: 0,
         }
+    }
+
+    /// The JVM's user writes the file: counts of spaces and sizes are not trusted to bound
+    /// a loop or to add up without overflow.
+    #[test]
+    fn hostile_levels_neither_hang_nor_overflow() {
+        let text = |s: &str| Value::String(s.into());
+        let mut entries = vec![
+            ("sun.gc.generation.0.name", text("young")),
+            ("sun.gc.generation.0.spaces", Value::Long(i64::MAX)),
+            ("sun.gc.generation.0.capacity", Value::Long(i64::MIN)),
+        ];
+        let names: Vec<String> = (0..3)
+            .map(|s| format!("sun.gc.generation.0.space.{s}.used"))
+            .collect();
+        entries.extend(names.iter().map(|n| (n.as_str(), Value::Long(i64::MAX))));
+        let hostile = data(&entries);
+        assert_eq!(
+            heap_levels(&hostile),
+            [
+                ("young used".to_owned(), i64::MAX),
+                ("young capacity".to_owned(), i64::MIN)
+            ]
+        );
+        let mut ranges = LevelRanges::default();
+        ranges.widen(&hostile);
+        let stats = statistics(7, &data(&[]), &hostile, &ranges, 1);
+        assert_eq!(stats.gauges[0].delta, 0, "from its first reading");
+        let before = data(&[
+            ("sun.gc.generation.0.name", text("young")),
+            ("sun.gc.generation.0.capacity", Value::Long(i64::MAX)),
+        ]);
+        let stats = statistics(7, &before, &hostile, &ranges, 1);
+        assert_eq!(
+            stats.gauges[1].delta,
+            i64::MIN,
+            "i64::MIN - i64::MAX, saturated"
+        );
     }
 
     #[test]
