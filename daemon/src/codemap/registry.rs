@@ -864,16 +864,20 @@ impl CodeMaps {
 
     /// Makes sure a process is known, so that its sources are looked for at the next advance
     /// (a session's targets are, from its start).
-    /// A process that exited and left its pid to another is forgotten then, with its map.
-    pub fn touch(&mut self, pid: u32) {
+    /// A process that exited and left its pid to another is forgotten then, with its map:
+    /// answers whether it was.
+    pub fn touch(&mut self, pid: u32) -> bool {
+        let mut replaced = false;
         if let Some(known) = self.processes.get(&pid)
             && !known.busy()
             && known.start_time_ticks != read_start_time(pid)
             && let Some(gone) = self.processes.remove(&pid)
         {
             gone.retire(&mut self.counters);
+            replaced = true;
         }
         self.process(pid);
+        replaced
     }
 
     /// The process replaced its program at `timestamp_ns`: its map is empty from then on.

@@ -813,7 +813,7 @@ impl Manager {
         // Read the targets' code maps now: entries present at the start count from the start.
         let now = sys::monotonic_ns();
         for &pid in &pids {
-            self.codemaps.touch(pid);
+            self.touch_code_maps(pid);
             self.advance_code_maps(pid, now);
         }
         // HotSpot targets write their perf map when asked: the code compiled so far, named
@@ -917,12 +917,20 @@ impl Manager {
         }
     }
 
+    /// Makes sure the code maps know `pid`; a process that left its pid to another takes its
+    /// VM's statistics with its map.
+    fn touch_code_maps(&mut self, pid: u32) {
+        if self.codemaps.touch(pid) {
+            self.vms.retain(|known| known != pid);
+        }
+    }
+
     /// A JVM answered a perf map request: the map is read now, as a new snapshot, and samples
     /// it explains are named from it.
     fn jvm_answered(&mut self, reply: JvmReply) {
         let now = sys::monotonic_ns();
         if self.jvms.answered(&reply) {
-            self.codemaps.touch(reply.pid);
+            self.touch_code_maps(reply.pid);
             self.codemaps.perf_map_rewritten(reply.pid);
             self.advance_code_maps(reply.pid, now);
         }
@@ -2054,7 +2062,7 @@ impl Manager {
                 .get(pid)
                 .is_some_and(|p| !p.gone && p.start_time == start_time)
             {
-                self.codemaps.touch(pid);
+                self.touch_code_maps(pid);
                 self.advance_code_maps(pid, now);
                 looked.push(pid);
             }

@@ -145,7 +145,10 @@ impl StackTable {
             }
             None => DuringId(0),
         };
-        self.during_of_log.insert((during.log, during.set.0), id);
+        // Bounded as the sets are: past it, a log's set is looked up anew each time.
+        if self.during_of_log.len() < 4 * MAX_DURING_SETS {
+            self.during_of_log.insert((during.log, during.set.0), id);
+        }
         id
     }
 

@@ -8,8 +8,8 @@
 //!
 //! Samples are tagged once their process's publication is known up to their time (the
 //! session manager holds them until then), so the log only has to reach back as far as the
-//! oldest sample still waiting: ranges older than [`KEEP_NS`] before the newest event, or past
-//! [`MAX_KEPT`] per kind, are forgotten (and counted).
+//! oldest sample still waiting: ranges older than [`KEEP_NS`] before the newest event, or the
+//! oldest past [`MAX_KEPT`] in all its kinds, are forgotten (and counted).
 
 use std::{
     collections::VecDeque,
@@ -21,8 +21,10 @@ use super::vm::IntervalKind;
 /// How far back before its newest event the log keeps closed intervals: a sample waits for
 /// its publication a second or two (five for a buffered jitdump), far less than this.
 pub const KEEP_NS: u64 = 60_000_000_000;
-/// Most closed ranges kept per kind: a VM collecting 1,000 times a second for a minute.
-pub const MAX_KEPT: usize = 65_536;
+/// Most closed ranges one process's log keeps, all its kinds together (16 bytes each, so
+/// 256 KiB): a VM in a safepoint and a collection 1,000 times a second each keeps 8 s of them,
+/// more than any sample waits for its publication.
+pub const MAX_KEPT: usize = 16_384;
 /// Most kinds one process's log tells apart: the four the protocol names, and the VM's own
 /// ([`super::vm::MAX_NAMED_KINDS`] per publication, a process may have two).
 pub const MAX_KINDS: usize = 32;
@@ -191,17 +193,26 @@ impl IntervalLog {
         self.prune();
     }
 
-    /// Forgets what no waiting sample can need.
+    /// Forgets what no waiting sample can need, and the oldest past the bound.
     fn prune(&mut self) {
         let horizon = self.newest_ns.saturating_sub(KEEP_NS);
+        let mut kept = 0;
         for log in &mut self.logs {
             while log.closed.front().is_some_and(|&(_, end)| end <= horizon) {
                 log.closed.pop_front();
             }
-            while log.closed.len() > MAX_KEPT {
-                log.closed.pop_front();
-                self.forgotten += 1;
-            }
+            kept += log.closed.len();
+        }
+        while kept > MAX_KEPT {
+            let oldest = self
+                .logs
+                .iter_mut()
+                .filter(|log| !log.closed.is_empty())
+                .min_by_key(|log| log.closed[0].0)
+                .expect("ranges are kept");
+            oldest.closed.pop_front();
+            kept -= 1;
+            self.forgotten += 1;
         }
     }
 
@@ -302,13 +313,21 @@ mod tests {
         log.end(KEEP_NS + 200, &GC, 1);
         assert_eq!(log.logs[0].closed, [(KEEP_NS + 100, KEEP_NS + 200)]);
         assert_eq!(log.forgotten(), 0, "forgotten by age is not early");
+        // Two kinds share the bound: the oldest ranges go first, whichever kind they are of.
+        let jit = IntervalKind::Named("JIT compile".into());
+        log.begin(KEEP_NS + 500, &jit, 0);
+        log.end(KEEP_NS + 600, &jit, 0);
         for id in 0..MAX_KEPT as u64 + 10 {
             let at = KEEP_NS + 1_000 + 10 * id;
             log.begin(at, &GC, id + 2);
             log.end(at + 5, &GC, id + 2);
         }
         assert_eq!(log.logs[0].closed.len(), MAX_KEPT);
-        assert_eq!(log.forgotten(), 11);
+        assert!(
+            log.logs[1].closed.is_empty(),
+            "the oldest range, of another kind"
+        );
+        assert_eq!(log.forgotten(), 12);
     }
 
     #[test]
