@@ -78,7 +78,10 @@ fn run(events: &Path, args: &[&str], support: Option<&Support>) -> f64 {
         // Read, so that the counters did count: the sleeps switch, the touches fault (and,
         // alone on a CPU, may never be switched out).
         let counts = counters.counts();
-        assert!(counts.context_switches + counts.minor_faults > 0, "{counts:?}");
+        assert!(
+            counts.context_switches + counts.minor_faults > 0,
+            "{counts:?}"
+        );
     }
     elapsed
 }
