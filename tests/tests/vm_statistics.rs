@@ -65,6 +65,16 @@ fn kind(vm: &Value, kind: &str) -> (u64, f64) {
         })
 }
 
+/// The gauge named `name` of a VM's statistics.
+fn gauge<'a>(vm: &'a Value, name: &str) -> &'a Value {
+    vm["gauges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == name)
+        .unwrap_or_else(|| panic!("no gauge {name:?}: {vm:#}"))
+}
+
 /// Checks the report's statistics of the VM against its own end-of-run figures.
 fn check(publish: &str, report: &Value, figures: &HashMap<String, f64>) {
     let stats = report["vm_statistics"].as_array().unwrap();
@@ -123,12 +133,7 @@ fn check(publish: &str, report: &Value, figures: &HashMap<String, f64>) {
     assert_eq!(counter("Methods compiled"), figure("compiled"), "{publish}");
     // The eden fills and is emptied by each scavenge, some 200 times a second: the range of
     // its level is the lowest and highest the VM published, the session covering its life.
-    let young = vm["gauges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"] == "young")
-        .unwrap_or_else(|| panic!("{publish}: no young gauge: {vm:#}"));
+    let young = gauge(vm, "young");
     let level = |key: &str| young[key].as_f64().unwrap();
     assert_eq!(
         (level("low"), level("high")),
@@ -341,12 +346,7 @@ async fn a_jvm_with_no_flags_gives_its_collections() {
             "{gauge:#}"
         );
     }
-    let young = jvm["gauges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["name"] == "young used")
-        .unwrap_or_else(|| panic!("no young generation: {jvm:#}"));
+    let young = gauge(jvm, "young used");
     assert!(young["low"].as_i64() < young["high"].as_i64(), "{young:#}");
     let counters = vmscope_tests::counters(&mut daemon.client().await).await;
     assert_eq!(counters["hotspot_perf_data_read"], 1);
