@@ -90,8 +90,9 @@ pub struct JsonReport<'a> {
 /// One VM's statistics over the session: `pid`, `vm`, `seconds` (the window), `configuration`
 /// (`name`, `value`: a number or a string, `unit`), `gauges` (`name`, `unit`, `delta`,
 /// `last`, `low` and `high`: its lowest and highest values over the session), `intervals`
-/// (`kind`: `scavenge`, `full_gc`, `code_compaction`, `safepoint` or the VM's name; `named` for the VM's own kinds; `count`, `total_ms`, `percent_of_elapsed`,
-/// `average_ms`, `longest_ms`; `sampled`, null where samples are not tagged (HotSpot) or the
+/// (`kind`: `scavenge`, `full_gc`, `code_compaction`, `safepoint` or the VM's name; `named`
+/// for the VM's own kinds; `count`, `total_ms`, `percent_of_elapsed`, `average_ms`,
+/// `longest_ms`; `sampled`, null where samples are not tagged (HotSpot) or the
 /// process has none, else `samples` taken during the kind, their `percent` of the process's
 /// samples, `disagreement_points` (that percent minus `percent_of_elapsed` where they differ
 /// by more than 3 points, else null) and `top`, the functions those samples were in: `name`,

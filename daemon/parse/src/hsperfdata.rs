@@ -20,8 +20,8 @@
 //! counts an entry (`used`, `entries`) when it allocates it, before it writes it into the
 //! zeroed file, so a read may catch its last entries unwritten (a zero length) or half written
 //! (a zero name or data offset): those end the walk without error, as jvmstat's reader does,
-//! and [`PerfData::unwritten`] says how many were left out. Longs in
-//! the file's byte order are read; other data types are kept as [`Value::Other`].
+//! and [`PerfData::unwritten`] says how many were left out. Longs in the file's byte order are
+//! read; other data types are kept as [`Value::Other`].
 
 use std::fmt;
 
@@ -249,6 +249,8 @@ pub fn parse_hsperfdata(bytes: &[u8]) -> Result<PerfData, HsperfdataError> {
     let first = order.offset(bytes, 24).unwrap_or(usize::MAX);
     let count = order.offset(bytes, 28).unwrap_or(0);
 
+    // A field of an entry's header still zero: the JVM has not written it yet.
+    let unwritten = |header: &[u8], at: usize| order.i32(header, at) == Some(0);
     let mut entries = Vec::with_capacity(count.min(bytes.len() / ENTRY_BYTES));
     let mut offset = first;
     for index in 0..count {
@@ -260,7 +262,6 @@ pub fn parse_hsperfdata(bytes: &[u8]) -> Result<PerfData, HsperfdataError> {
         let length = order
             .offset(header, 0)
             .ok_or_else(|| bad("negative length"))?;
-        let unwritten = |header: &[u8], at: usize| order.i32(header, at) == Some(0);
         if length == 0 || unwritten(header, 4) || unwritten(header, 16) {
             return Ok(PerfData {
                 version,

@@ -157,6 +157,18 @@ impl Publication {
                 ),
             });
         }
+        // Before it becomes the time the publication is known up to, which every later event
+        // would then go back from (the registry refuses other sources' future changes).
+        let now = sys::monotonic_ns();
+        if ts > now.saturating_add(MAX_FUTURE_NS) {
+            return Err(Refused {
+                reason: Reason::Unapplicable,
+                problem: format!(
+                    "an event stamped {:.1} s in the future",
+                    (ts - now) as f64 / 1e9
+                ),
+            });
+        }
         let change = match body {
             Event::Hello(_) => unreachable!("handled above"),
             Event::Sync(_) => return Ok(Accepted::Nothing),
@@ -165,18 +177,6 @@ impl Publication {
             | Event::Gauge(_)
             | Event::Begin(_)
             | Event::End(_) => {
-                // Held in no timeline, so refused here: a statistic stamped ahead would keep
-                // the VM's intervals from being tagged (they are kept back from its newest).
-                let now = sys::monotonic_ns();
-                if ts > now.saturating_add(MAX_FUTURE_NS) {
-                    return Err(Refused {
-                        reason: Reason::Unapplicable,
-                        problem: format!(
-                            "a statistic stamped {:.1} s in the future",
-                            (ts - now) as f64 / 1e9
-                        ),
-                    });
-                }
                 let stat = self
                     .rules
                     .check(body)
@@ -485,7 +485,10 @@ mod tests {
         assert_eq!(reason(&mut p, unknown), Reason::UnknownKind);
         let future = counter(sys::monotonic_ns() + 60_000_000_000, 7);
         assert_eq!(reason(&mut p, future), Reason::Unapplicable);
-        assert_eq!((p.accepted, p.refused), (2, 5));
+        let future = load(sys::monotonic_ns() + 60_000_000_000, 0x1000, 0x10, &[]);
+        assert_eq!(reason(&mut p, future), Reason::Unapplicable);
+        assert_eq!(p.until_ns, 10, "refused, it moved no time on");
+        assert_eq!((p.accepted, p.refused), (2, 6));
     }
 
     /// A VM that breaks off mid-collection: the publication's close ends what it left open,

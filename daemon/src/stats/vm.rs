@@ -280,7 +280,7 @@ impl Rules {
     /// off mid-collection says no more, and its samples after must not count in it.
     pub fn close(&mut self) -> Vec<StatEvent> {
         let mut open: Vec<(IntervalKind, u64)> = self.open.drain().collect();
-        open.sort_by_key(|(kind, id)| (kind.rank(), kind.to_proto().1, *id));
+        open.sort_by_cached_key(|(kind, id)| (kind.rank(), kind.to_proto().1, *id));
         open.into_iter()
             .map(|(kind, id)| StatEvent::End { kind, id })
             .collect()

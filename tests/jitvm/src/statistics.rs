@@ -1,7 +1,8 @@
 //! What the VM publishes of itself beside its code map, on the same publication: its settings
 //! once at start ([`Vm::publish_configuration`]); its counters and heap gauges at start, at
 //! most every [`LEVELS_PERIOD`] at safepoints, after each collection and at the end
-//! ([`Vm::publish_levels`]), and the young generation's as each collection begins; and its collections ([`crate::gc`]) and code compactions
+//! ([`Vm::publish_levels`]), and the young generation's as each collection begins
+//! ([`Vm::publish_young`]); and its collections ([`crate::gc`]) and code compactions
 //! ([`crate::compaction`]) as intervals ([`Vm::interval`]), whose timestamps are the ones the
 //! VM's own totals add up: the end-of-run line and the profile measure the same thing.
 
