@@ -94,6 +94,32 @@ fn a_running_jvm_without_flags_gets_its_java_methods_named() {
     assert!(later * 10 <= hot, "{later} of {hot} from a later snapshot");
 }
 
+/// The daemon's log lines on JVMs and their perf maps, for a failure to show when each was
+/// asked.
+fn jvm_lines(daemon: &Daemon) -> String {
+    daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains("JVM") || l.contains("perf map") || l.contains("session"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Samples in generated code: (all, in code no map named).
+fn generated(report: &serde_json::Value) -> (u64, u64) {
+    let rows = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["section"] == "generated")
+        .flat_map(|s| s["rows"].as_array().unwrap());
+    rows.fold((0, 0), |(all, unnamed), r| {
+        let samples = n(r, "samples");
+        let named = r["symbolized"].as_bool().unwrap();
+        (all + samples, unnamed + if named { 0 } else { samples })
+    })
+}
+
 #[test]
 fn a_jvm_recorded_from_its_start_without_flags_gets_its_java_methods_named() {
     let daemon = Daemon::start();
@@ -101,11 +127,22 @@ fn a_jvm_recorded_from_its_start_without_flags_gets_its_java_methods_named() {
     if let Some(pid) = report["targets"][0]["pid"].as_u64() {
         clean(pid as u32);
     }
-    let total = n(&report, "total_samples");
+    // The JVM's start (the source launcher compiling Hot.java, the JIT warming up) takes a
+    // share of its CPU that grows on a busy machine: counted among the generated code only.
+    let (jit, unnamed) = generated(&report);
     let (hot, _) = hot_row(&report);
+    eprintln!("generated code: {jit} samples, Hot.hot {hot}, unnamed {unnamed}");
     assert!(
-        hot * 2 >= total,
-        "Hot.hot holds {hot} of {total} samples: {report}"
+        hot * 2 >= jit,
+        "Hot.hot holds {hot} of {jit} samples in generated code: {report}"
+    );
+    // The JVM exits by itself: the last snapshot it wrote when asked must hold Hot.hot as it
+    // ran at the end. Asked too seldom, the code C2 compiled after it stays unnamed.
+    assert!(
+        unnamed * 10 <= hot,
+        "{unnamed} samples in unnamed generated code against {hot} in Hot.hot: {report}\n\
+         the daemon's requests:\n{}",
+        jvm_lines(&daemon)
     );
 }
 
@@ -127,11 +164,12 @@ fn a_perf_map_written_at_exit_names_the_samples_marked_as_a_later_snapshot() {
     if let Some(pid) = report["targets"][0]["pid"].as_u64() {
         clean(pid as u32);
     }
-    let total = n(&report, "total_samples");
+    // As recorded from its start: the start's share depends on the machine's load.
+    let (jit, _) = generated(&report);
     let (hot, later) = hot_row(&report);
     assert!(
-        hot * 2 >= total,
-        "Hot.hot holds {hot} of {total} samples: {report}"
+        hot * 2 >= jit,
+        "Hot.hot holds {hot} of {jit} samples in generated code: {report}"
     );
     assert_eq!(later, hot, "all named from the map written at exit");
     assert!(n(&report, "jit_samples_from_later_snapshot") >= later);

@@ -523,6 +523,9 @@ struct ProcessCode {
     /// Samples left unexplained by the map of their time since the perf map was last
     /// rewritten by request: what makes asking a JVM again worth it.
     unexplained_since_snapshot: u64,
+    /// Samples a perf map read after their time named: whether asking a JVM again is worth
+    /// it.
+    named_by_snapshots: u64,
     uid: Option<u32>,
     nspid: u32,
     /// Its files, and the state of reading them; `None` while out to a reader.
@@ -770,6 +773,7 @@ impl CodeMaps {
                 refused_ranges: std::collections::VecDeque::new(),
                 found_ns: [0; 4],
                 unexplained_since_snapshot: 0,
+                named_by_snapshots: 0,
                 uid: status.as_ref().map(|s| s.uids.effective),
                 nspid: status.as_ref().and_then(|s| s.nspid).unwrap_or(pid),
                 sources: Some(Sources::new(sys::open_process_root(pid).ok())),
@@ -1062,6 +1066,11 @@ impl CodeMaps {
         self.processes
             .get(&pid)
             .map_or(0, |p| p.unexplained_since_snapshot)
+    }
+
+    /// Samples of `pid` that a perf map read after their time named, so far.
+    pub fn named_by_snapshots(&self, pid: u32) -> u64 {
+        self.processes.get(&pid).map_or(0, |p| p.named_by_snapshots)
     }
 
     /// The kinds of code map a process has had, with when each was first found.
@@ -1425,11 +1434,13 @@ impl CodeMaps {
         // Unexplained samples a perf map read after them may name.
         let changed = process.status.perf_map_changed_ns;
         let content = &process.perf_content;
+        let named_by_snapshots = &mut process.named_by_snapshots;
         let mut settle = |parked: &mut Parked, sink: &mut dyn Sink| -> bool {
             if changed > parked.timestamp_ns {
                 let named = name_from_snapshot(parked, content);
                 if !named.is_empty() {
                     self.counters.later_snapshot += 1;
+                    *named_by_snapshots += 1;
                     sink.recount(
                         pid,
                         parked.has_fp,
@@ -1806,6 +1817,7 @@ mod tests {
         maps.push_sample(pid, late);
         // No map yet: after the discovery wait, unexplained, for want of any map.
         advance(&mut maps, pid, 2_000_000_000, &mut sink);
+        assert_eq!(maps.unexplained_since_snapshot(pid), 2);
         let none = anon(pid, Unexplained::NoCodeMap);
         assert_eq!(
             sink.told,
@@ -1840,6 +1852,9 @@ mod tests {
         advance(&mut maps, pid, 4_000_000_000, &mut sink);
         assert_eq!(sink.told, [("count", 3_500_000_000, jit(hot, 0x10, false))]);
         assert_eq!(maps.counters().later_snapshot, 1);
+        // What tells a JVM's snapshot was worth asking for.
+        assert_eq!(maps.named_by_snapshots(pid), 1);
+        assert_eq!(maps.unexplained_since_snapshot(pid), 0);
 
         let _ = std::fs::remove_file(&path);
     }

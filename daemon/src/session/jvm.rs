@@ -2,11 +2,20 @@
 //!
 //! HotSpot writes `/tmp/perf-<nspid>.map` only when asked ([`crate::jvm`] asks the way jcmd
 //! does). A snapshot holds the code compiled so far, so the manager asks at a session's start,
-//! again when samples in code no map explains pile up (backing off: 1 s, then twice as long
-//! each time, up to [`MAX_INTERVAL_NS`]), and at the stop, whose end waits for the answer.
-//! Samples taken before a snapshot are named from it as a later snapshot (see
+//! again when samples in code no map explains pile up, and at the stop, whose end waits for the
+//! answer. Samples taken before a snapshot are named from it as a later snapshot (see
 //! [`crate::codemap::registry`]). Each request runs on a thread of its own: it may wait seconds
 //! for a JVM to open its socket, and the manager must go on routing samples meanwhile.
+//!
+//! How often to ask again: a snapshot names only the code alive when it is written, a JVM
+//! warming up replaces its code fast (a method's profiled C1 code runs for a fraction of a
+//! second before C2's replaces it and it is freed), and a JVM that exits by itself is never
+//! asked at its end. So once unexplained samples pile up, the next snapshot is asked for
+//! [`SOON_NS`] after the last. A snapshot late for short-lived code names nothing, so the wait
+//! grows only after [`FRUITLESS_BEFORE_WAITING`] snapshots in a row named nothing (the samples
+//! are in code no perf map names): from 1 s, twice as long each time, up to
+//! [`MAX_INTERVAL_NS`]. Either way the JVM spends at most 1/[`COST_FACTOR`] of the wall time
+//! answering.
 //!
 //! A JVM is asked only for sessions that name it as a target (not system-wide ones) and that
 //! did not opt out, and never when asking could harm it (see [`AttachError::is_refusal`]):
@@ -21,11 +30,23 @@ use crate::jvm::{self, AttachError, JvmOptions, JvmTarget, Snapshot};
 /// Longest one request may take, socket wait included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// First wait between two requests caused by unexplained samples.
+/// Shortest wait between two requests caused by unexplained samples.
+pub const SOON_NS: u64 = 250_000_000;
+
+/// Snapshots in a row that named nothing after which the wait grows.
+pub const FRUITLESS_BEFORE_WAITING: u32 = 3;
+
+/// Wait after [`FRUITLESS_BEFORE_WAITING`] fruitless snapshots in a row; doubles with each
+/// further one.
 const FIRST_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Longest wait between two requests caused by unexplained samples.
 pub const MAX_INTERVAL_NS: u64 = 16_000_000_000;
+
+/// The wait between two requests caused by unexplained samples is at least this many times as
+/// long as the JVM took to answer the last one: a JVM that writes its map in 10 ms is asked at
+/// most every 250 ms, one with a code cache so large that it takes 100 ms at most every 2 s.
+pub const COST_FACTOR: u64 = 20;
 
 /// Samples in unexplained generated code since the last snapshot that make it worth another.
 pub const UNEXPLAINED_BEFORE_ASKING: u64 = 20;
@@ -61,10 +82,71 @@ pub struct JvmCounters {
 struct Jvm {
     options: JvmOptions,
     in_flight: bool,
+    /// When it was last asked (0: never).
     last_request_ns: u64,
-    interval_ns: u64,
+    /// How many snapshots in a row, ending with the one before the last, named nothing.
+    fruitless_before: u32,
+    /// Samples its snapshots had named (the code maps' count) when it was last asked: more
+    /// now means the last snapshot named some.
+    named_at_request: u64,
+    /// How long it took to answer the last request that it answered (ns).
+    answer_ns: u64,
     /// Asking could harm it: never again.
     refused: bool,
+}
+
+impl Jvm {
+    fn new(options: JvmOptions) -> Jvm {
+        Jvm {
+            options,
+            in_flight: false,
+            last_request_ns: 0,
+            fruitless_before: 0,
+            named_at_request: 0,
+            answer_ns: 0,
+            refused: false,
+        }
+    }
+
+    /// How many snapshots in a row, ending with the last, named nothing, `named` being the
+    /// count of samples its snapshots have named so far (a request that failed counts as one
+    /// that named nothing).
+    fn fruitless(&self, named: u64) -> u32 {
+        if self.last_request_ns == 0 || named > self.named_at_request {
+            0
+        } else {
+            self.fruitless_before.saturating_add(1)
+        }
+    }
+
+    /// How long after the last request the next one caused by unexplained samples may go.
+    fn wait_ns(&self, named: u64) -> u64 {
+        let wait = match self.fruitless(named).checked_sub(FRUITLESS_BEFORE_WAITING) {
+            None => SOON_NS,
+            Some(beyond) => FIRST_INTERVAL_NS
+                .saturating_mul(1 << beyond.min(8))
+                .min(MAX_INTERVAL_NS),
+        };
+        wait.max(self.answer_ns.saturating_mul(COST_FACTOR))
+    }
+
+    /// Whether it may be asked now: nothing in flight, never refused, and unless `urgent`, the
+    /// wait since the last request has passed.
+    fn may_ask(&self, now_ns: u64, urgent: bool, named: u64) -> bool {
+        !self.in_flight
+            && !self.refused
+            && (urgent
+                || self.last_request_ns == 0
+                || now_ns.saturating_sub(self.last_request_ns) >= self.wait_ns(named))
+    }
+
+    /// It is asked now.
+    fn asked(&mut self, now_ns: u64, named: u64) {
+        self.fruitless_before = self.fruitless(named);
+        self.in_flight = true;
+        self.last_request_ns = now_ns;
+        self.named_at_request = named;
+    }
 }
 
 /// The JVMs the manager knows, and the requests in flight.
@@ -98,16 +180,7 @@ impl JvmSnapshots {
             preserve_frame_pointer = options.preserve_frame_pointer,
             "HotSpot JVM"
         );
-        self.jvms.insert(
-            pid,
-            Jvm {
-                options,
-                in_flight: false,
-                last_request_ns: 0,
-                interval_ns: FIRST_INTERVAL_NS,
-                refused: false,
-            },
-        );
+        self.jvms.insert(pid, Jvm::new(options));
     }
 
     /// Whether `pid` is a known JVM.
@@ -129,22 +202,17 @@ impl JvmSnapshots {
     }
 
     /// Asks `pid` for its perf map if it is a JVM that may be asked, nothing is in flight, and
-    /// (unless `now`) the back-off since the last request has passed. Whether it asked.
-    pub fn request(&mut self, pid: u32, now_ns: u64, urgent: bool) -> bool {
+    /// (unless `urgent`) the wait since the last request has passed. `named` is how many of its
+    /// samples snapshots have named so far ([`crate::codemap::registry::CodeMaps::named_by_snapshots`]):
+    /// what tells whether the last one was worth it. Whether it asked.
+    pub fn request(&mut self, pid: u32, now_ns: u64, urgent: bool, named: u64) -> bool {
         let Some(jvm) = self.jvms.get_mut(&pid) else {
             return false;
         };
-        if jvm.in_flight
-            || jvm.refused
-            || (!urgent && now_ns.saturating_sub(jvm.last_request_ns) < jvm.interval_ns)
-        {
+        if !jvm.may_ask(now_ns, urgent, named) {
             return false;
         }
-        if !urgent && jvm.last_request_ns > 0 {
-            jvm.interval_ns = (jvm.interval_ns * 2).min(MAX_INTERVAL_NS);
-        }
-        jvm.in_flight = true;
-        jvm.last_request_ns = now_ns;
+        jvm.asked(now_ns, named);
         self.counters.requests += 1;
         let replies = self.replies.clone();
         let spawned = std::thread::Builder::new()
@@ -172,9 +240,10 @@ impl JvmSnapshots {
         jvm.in_flight = false;
         match &reply.result {
             Ok(snapshot) => {
+                jvm.answer_ns = u64::try_from(snapshot.elapsed.as_nanos()).unwrap_or(u64::MAX);
                 self.counters.snapshots += 1;
                 self.counters.request_ms += snapshot.elapsed.as_millis() as u64;
-                tracing::debug!(
+                tracing::info!(
                     pid = reply.pid,
                     ms = snapshot.elapsed.as_millis() as u64,
                     "JVM wrote its perf map"
@@ -203,5 +272,77 @@ impl JvmSnapshots {
     /// Forgets the JVMs `keep` does not name (and has nothing in flight for).
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
         self.jvms.retain(|&pid, jvm| jvm.in_flight || keep(pid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A JVM asked at 1 s (when a session started), its answer taking `answer_ms`.
+    fn asked_at_start(answer_ms: u64) -> Jvm {
+        let mut jvm = Jvm::new(JvmOptions::default());
+        assert!(jvm.may_ask(S, true, 0));
+        jvm.asked(S, 0);
+        assert!(!jvm.may_ask(S + 1, true, 0), "one request at a time");
+        jvm.in_flight = false;
+        jvm.answer_ns = answer_ms * 1_000_000;
+        jvm
+    }
+
+    /// Asks `jvm` again each time as soon as it may be, its snapshots naming `named` samples
+    /// in all: the waits, in ms.
+    fn waits(jvm: &mut Jvm, named: &[u64]) -> Vec<u64> {
+        named
+            .iter()
+            .map(|&named| {
+                let at = jvm.last_request_ns;
+                let wait = jvm.wait_ns(named);
+                assert!(!jvm.may_ask(at + wait - 1, false, named));
+                assert!(jvm.may_ask(at + wait, false, named));
+                jvm.asked(at + wait, named);
+                jvm.in_flight = false;
+                wait / 1_000_000
+            })
+            .collect()
+    }
+
+    #[test]
+    fn snapshots_that_name_samples_keep_the_next_due_soon() {
+        let mut jvm = asked_at_start(10);
+        assert_eq!(waits(&mut jvm, &[50, 100, 150, 200]), [250; 4]);
+    }
+
+    #[test]
+    fn the_wait_grows_only_after_snapshots_in_a_row_name_nothing() {
+        let mut jvm = asked_at_start(10);
+        // The start's and the next that named nothing (late for code already freed) change
+        // nothing; from the third, the wait doubles up to its most.
+        let named = [0; 9];
+        assert_eq!(
+            waits(&mut jvm, &named),
+            [250, 250, 1000, 2000, 4000, 8000, 16000, 16000, 16000]
+        );
+        // One that names samples again makes the next due soon, and starts the count again.
+        assert_eq!(waits(&mut jvm, &[1, 1, 1, 1]), [250, 250, 250, 1000]);
+    }
+
+    #[test]
+    fn a_slow_answer_spaces_the_requests_by_its_cost() {
+        // 400 ms to write the map: at most one request every 8 s, useful or not.
+        let mut jvm = asked_at_start(400);
+        assert_eq!(waits(&mut jvm, &[100, 200]), [8000, 8000]);
+        // The start and the stop ask anyway.
+        assert!(jvm.may_ask(S + 1, true, 200));
+    }
+
+    #[test]
+    fn a_refused_jvm_is_never_asked() {
+        let mut jvm = asked_at_start(10);
+        jvm.refused = true;
+        assert!(!jvm.may_ask(100 * S, true, 100));
+        assert!(!jvm.may_ask(100 * S, false, 100));
     }
 }

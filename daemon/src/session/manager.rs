@@ -821,7 +821,8 @@ impl Manager {
         self.observe_jvms(id);
         if self.jvm_attach(id) {
             for pid in self.sessions[&id].held_pids() {
-                self.jvms.request(pid, now, true);
+                let named = self.codemaps.named_by_snapshots(pid);
+                self.jvms.request(pid, now, true, named);
             }
         }
         Ok(reply)
@@ -911,7 +912,8 @@ impl Manager {
                     && self.codemaps.unexplained_since_snapshot(pid)
                         >= super::jvm::UNEXPLAINED_BEFORE_ASKING
                 {
-                    self.jvms.request(pid, now_ns, false);
+                    let named = self.codemaps.named_by_snapshots(pid);
+                    self.jvms.request(pid, now_ns, false, named);
                 }
             }
         }
@@ -992,7 +994,8 @@ impl Manager {
                 .filter(|pid| !exited.contains(pid) && self.jvms.is_jvm(*pid))
                 .collect();
             for pid in live {
-                self.jvms.request(pid, now, true);
+                let named = self.codemaps.named_by_snapshots(pid);
+                self.jvms.request(pid, now, true, named);
             }
         }
     }
