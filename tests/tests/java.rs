@@ -60,15 +60,19 @@ fn record(daemon: &Daemon, args: &[&str]) -> serde_json::Value {
     json_report(&out)
 }
 
-/// The generated row naming `Hot.hot`: (samples, of them from a later snapshot).
-fn hot_row(report: &serde_json::Value) -> (u64, u64) {
-    let rows = report["sections"]
+/// The report's rows of generated code.
+fn generated_rows(report: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    report["sections"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|s| s["section"] == "generated")
         .flat_map(|s| s["rows"].as_array().unwrap())
-        .filter(|r| r["name"].as_str().unwrap().contains("Hot.hot("));
+}
+
+/// The generated row naming `Hot.hot`: (samples, of them from a later snapshot).
+fn hot_row(report: &serde_json::Value) -> (u64, u64) {
+    let rows = generated_rows(report).filter(|r| r["name"].as_str().unwrap().contains("Hot.hot("));
     rows.fold((0, 0), |(all, later), r| {
         (
             all + n(r, "samples"),
@@ -107,13 +111,7 @@ fn jvm_lines(daemon: &Daemon) -> String {
 
 /// Samples in generated code: (all, in code no map named).
 fn generated(report: &serde_json::Value) -> (u64, u64) {
-    let rows = report["sections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["section"] == "generated")
-        .flat_map(|s| s["rows"].as_array().unwrap());
-    rows.fold((0, 0), |(all, unnamed), r| {
+    generated_rows(report).fold((0, 0), |(all, unnamed), r| {
         let samples = n(r, "samples");
         let named = r["symbolized"].as_bool().unwrap();
         (all + samples, unnamed + if named { 0 } else { samples })
