@@ -821,8 +821,7 @@ impl Manager {
         self.observe_jvms(id);
         if self.jvm_attach(id) {
             for pid in self.sessions[&id].held_pids() {
-                let named = self.codemaps.named_by_snapshots(pid);
-                self.jvms.request(pid, now, true, named);
+                self.ask_jvm(pid, now, true);
             }
         }
         Ok(reply)
@@ -912,11 +911,18 @@ impl Manager {
                     && self.codemaps.unexplained_since_snapshot(pid)
                         >= super::jvm::UNEXPLAINED_BEFORE_ASKING
                 {
-                    let named = self.codemaps.named_by_snapshots(pid);
-                    self.jvms.request(pid, now_ns, false, named);
+                    self.ask_jvm(pid, now_ns, false);
                 }
             }
         }
+    }
+
+    /// Asks `pid` for its perf map if it is a JVM that may be asked: at once when `urgent`,
+    /// else once the wait its last snapshots call for has passed (the code maps count what
+    /// they named).
+    fn ask_jvm(&mut self, pid: u32, now_ns: u64, urgent: bool) {
+        let named = self.codemaps.named_by_snapshots(pid);
+        self.jvms.request(pid, now_ns, urgent, named);
     }
 
     /// Makes sure the code maps know `pid`; a process that left its pid to another takes its
@@ -994,8 +1000,7 @@ impl Manager {
                 .filter(|pid| !exited.contains(pid) && self.jvms.is_jvm(*pid))
                 .collect();
             for pid in live {
-                let named = self.codemaps.named_by_snapshots(pid);
-                self.jvms.request(pid, now, true, named);
+                self.ask_jvm(pid, now, true);
             }
         }
     }
