@@ -1,15 +1,37 @@
 //! Which address ranges of a process hold executable mappings, as a read of its code map
 //! files checks entries against them away from the process table.
 //!
-//! A perf map or jitdump entry outside every executable mapping is refused: it names no code
-//! that can run. The session manager hands each read a copy of the mappings it knows; an
-//! entry outside them may be code mapped since (a new JIT code zone), so the read looks at
-//! `/proc/PID/maps` again, once, and believes it only if the pid is still the same process.
+//! A perf map or jitdump entry outside every executable mapping names no code that can run,
+//! yet. The session manager hands each read a copy of the mappings it knows; an entry outside
+//! them may be code mapped since (a new JIT code zone), so the read looks at `/proc/PID/maps`
+//! again, once, and believes it only if the pid is still the same process. What is still
+//! outside is held for later reads ([`super::outside`]), which check it against the ranges
+//! they are handed, reading nothing more.
 
 use vmscope_parse::maps::{self, MapPath};
 
 use super::registry::{MappedFileKind, read_start_time};
 use crate::sys;
+
+/// Which address ranges a read of code map files takes for executable code.
+pub trait ExecRanges {
+    /// Whether `[start, end)` lies inside one executable mapping; may look at the process's
+    /// mappings again to find out.
+    fn contains(&mut self, start: u64, end: u64) -> bool;
+
+    /// Whether it does by the ranges known already, reading nothing: the check of entries held
+    /// from earlier reads, made at every read.
+    fn known_to_contain(&mut self, start: u64, end: u64) -> bool {
+        self.contains(start, end)
+    }
+}
+
+/// A plain predicate, for tests and for reads whose ranges never change.
+impl<F: FnMut(u64, u64) -> bool> ExecRanges for F {
+    fn contains(&mut self, start: u64, end: u64) -> bool {
+        self(start, end)
+    }
+}
 
 /// The executable ranges of one process at one time, read again at most once on a miss.
 #[derive(Clone, Debug)]
@@ -51,23 +73,6 @@ impl Executable {
         }
     }
 
-    /// Whether `[start, end)` lies inside one executable mapping.
-    pub fn contains(&mut self, start: u64, end: u64) -> bool {
-        if self.inside(start, end) {
-            return true;
-        }
-        if !std::mem::replace(&mut self.may_reread, false) {
-            return false;
-        }
-        match self.read_again() {
-            Some(ranges) => {
-                self.ranges = Some(ranges);
-                self.inside(start, end)
-            }
-            None => false,
-        }
-    }
-
     fn inside(&self, start: u64, end: u64) -> bool {
         let Some(ranges) = &self.ranges else {
             return true;
@@ -85,6 +90,30 @@ impl Executable {
             return None;
         }
         Some(executable_ranges(&text))
+    }
+}
+
+impl ExecRanges for Executable {
+    /// Whether `[start, end)` lies inside one executable mapping, reading the mappings again
+    /// on the first miss if they may be stale.
+    fn contains(&mut self, start: u64, end: u64) -> bool {
+        if self.inside(start, end) {
+            return true;
+        }
+        if !std::mem::replace(&mut self.may_reread, false) {
+            return false;
+        }
+        match self.read_again() {
+            Some(ranges) => {
+                self.ranges = Some(ranges);
+                self.inside(start, end)
+            }
+            None => false,
+        }
+    }
+
+    fn known_to_contain(&mut self, start: u64, end: u64) -> bool {
+        self.inside(start, end)
     }
 }
 

@@ -15,6 +15,7 @@
 //! - [`reading`]: one read of a process's files, apart from everything else.
 //! - [`reader`]: reads on their own threads, one per user, so that none stalls the manager.
 //! - [`executable`]: the executable ranges a read checks entries against.
+//! - [`outside`]: entries outside those ranges, held for the reads that follow.
 //! - [`budget`]: how many bytes of those files each user's processes may have read.
 //! - [`refusals`]: what was refused, counted by reason and summarised in the log.
 //! - [`registry`]: every process's timeline and sources, driven by the session manager.
@@ -23,6 +24,7 @@ pub mod budget;
 pub mod code;
 pub mod executable;
 pub mod live;
+pub mod outside;
 pub mod ranges;
 pub mod reader;
 pub mod reading;

@@ -94,13 +94,7 @@ fn serve(request: ReadRequest, store: &CodeStore, open: &Opener, reader: u32) ->
     } = request;
     let mut outcome = ReadOutcome::default();
     sources.open_files(&job, &files, &|f| open(job.pid, f), &mut outcome);
-    sources.read(
-        &job,
-        store,
-        &mut |start, end| executable.contains(start, end),
-        &mut budget,
-        &mut outcome,
-    );
+    sources.read(&job, store, &mut executable, &mut budget, &mut outcome);
     ReadReply {
         generation,
         job,

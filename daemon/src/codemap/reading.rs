@@ -19,8 +19,9 @@ use super::registry::{
 };
 use super::{
     code::CodeStore,
+    executable::ExecRanges,
     refusals::Refusals,
-    sources::{CodeMapFileSource, JitdumpSource, PerfMapSource},
+    sources::{CodeMapFileSource, ExecCheck, JitdumpSource, PerfMapSource},
     timeline::Change,
 };
 use crate::{stats::vm::StatEvent, sys::FileId};
@@ -96,8 +97,10 @@ pub struct ReadOutcome {
     pub perf_map_changes: usize,
     /// The VMs' statistics read from code map files.
     pub stats: Vec<(u64, StatEvent)>,
-    /// Address ranges of entries refused for lying outside executable mappings.
+    /// Address ranges of entries found outside executable mappings (held or refused).
     pub refused_ranges: Vec<(u64, u64)>,
+    /// Entries held outside the executable mappings by earlier reads that this one accepted.
+    pub mapped_late: u64,
     /// Sources opened.
     pub opened: u64,
     /// Sources that could not be opened, or were read no more.
@@ -190,6 +193,23 @@ impl Sources {
         }
     }
 
+    /// Refuses what the sources hold outside the executable mappings: they are let go (the
+    /// process replaced its program, or is forgotten), and nothing will read it again.
+    pub fn give_up_held(&mut self) {
+        if let Some(perf_map) = &mut self.perf_map {
+            perf_map.give_up_held();
+        }
+        for jitdump in &mut self.jitdumps {
+            jitdump.give_up_held();
+        }
+    }
+
+    /// Entries held outside the executable mappings, waiting for a later read.
+    pub fn held(&self) -> usize {
+        self.perf_map.as_ref().map_or(0, |p| p.held())
+            + self.jitdumps.iter().map(|j| j.held()).sum::<usize>()
+    }
+
     /// What each source refused.
     pub fn refusals(&mut self) -> impl Iterator<Item = &mut Refusals> {
         self.perf_map
@@ -206,7 +226,7 @@ impl Sources {
         &mut self,
         job: &ReadJob,
         store: &CodeStore,
-        check: &mut dyn FnMut(u64, u64) -> bool,
+        check: ExecCheck<'_>,
         budget: &mut u64,
         out: &mut ReadOutcome,
     ) {
@@ -217,13 +237,10 @@ impl Sources {
             exited,
             ..
         } = *job;
-        let refused = &mut out.refused_ranges;
-        let mut check = |start: u64, end: u64| {
-            let ok = check(start, end);
-            if !ok {
-                refused.push((start, end));
-            }
-            ok
+        let mapped_late_before = self.mapped_late();
+        let mut check = Recording {
+            check,
+            outside: &mut out.refused_ranges,
         };
 
         // A JVM writes its map as it exits (-XX:+DumpPerfMapAtExit): looked for once more then.
@@ -263,7 +280,10 @@ impl Sources {
                 Err(e) => {
                     out.failures += 1;
                     tracing::warn!(pid, "perf map read no more: {e}");
-                    out.dropped.extend(self.perf_map.take().map(|s| s.refusals));
+                    out.dropped.extend(self.perf_map.take().map(|mut s| {
+                        s.give_up_held();
+                        s.refusals
+                    }));
                     self.perf_map_checked_ns = u64::MAX;
                 }
             }
@@ -285,5 +305,36 @@ impl Sources {
             out.failures += 1;
             tracing::warn!(pid, "code map read no more: {failure}");
         }
+        out.mapped_late += self.mapped_late().saturating_sub(mapped_late_before);
+    }
+
+    fn mapped_late(&self) -> u64 {
+        self.perf_map.as_ref().map_or(0, |p| p.counters.mapped_late)
+            + self
+                .jitdumps
+                .iter()
+                .map(|j| j.counters.mapped_late)
+                .sum::<u64>()
+    }
+}
+
+/// An [`ExecRanges`] that notes the ranges it finds outside, for the registry to say why a
+/// sample there is unexplained.
+struct Recording<'a, 'b> {
+    check: ExecCheck<'a>,
+    outside: &'b mut Vec<(u64, u64)>,
+}
+
+impl ExecRanges for Recording<'_, '_> {
+    fn contains(&mut self, start: u64, end: u64) -> bool {
+        let inside = self.check.contains(start, end);
+        if !inside {
+            self.outside.push((start, end));
+        }
+        inside
+    }
+
+    fn known_to_contain(&mut self, start: u64, end: u64) -> bool {
+        self.check.known_to_contain(start, end)
     }
 }

@@ -495,6 +495,9 @@ pub struct CodeMapCounters {
     pub samples_late: u64,
     /// Lines or records refused by file sources, since the daemon started.
     pub source_refusals: u64,
+    /// Entries outside the executable mappings known when first read, accepted by a later
+    /// read once their code was mapped (see [`super::outside`]).
+    pub mapped_late: u64,
     /// Every refusal by reason, since the daemon started.
     pub refused: BTreeMap<Reason, u64>,
     /// Sources that could not be opened or read (wrong owner, symlink, malformed header...).
@@ -615,6 +618,9 @@ impl ProcessCode {
     /// daemon's counters only go up, whatever processes come and go.
     fn retire(mut self, counters: &mut CodeMapCounters) {
         counters.forgotten += 1;
+        if let Some(sources) = &mut self.sources {
+            sources.give_up_held();
+        }
         self.count_refusals(counters);
         let t = self.timeline.counters();
         counters.changes += t.applied;
@@ -893,6 +899,9 @@ impl CodeMaps {
     /// again from its start, as a snapshot read after the new program's first samples.
     pub fn exec(&mut self, pid: u32, timestamp_ns: u64) {
         if let Some(process) = self.processes.get_mut(&pid) {
+            if let Some(sources) = &mut process.sources {
+                sources.give_up_held();
+            }
             process.count_refusals(&mut self.counters);
             process.timeline.push_change(timestamp_ns, Change::Clear);
             process.replay.push_change(timestamp_ns, Change::Clear);
@@ -1237,6 +1246,7 @@ impl CodeMaps {
             .put_back(job.uid.unwrap_or(u32::MAX), budget_left);
         self.counters.sources += read.opened;
         self.counters.source_failures += read.failures;
+        self.counters.mapped_late += read.mapped_late;
         self.counters.reads_panicked += u64::from(read.panicked);
         for mut refusals in read.dropped {
             count_refusals(&mut self.counters, &mut refusals);
@@ -1249,6 +1259,7 @@ impl CodeMaps {
             // The process exec'd or was forgotten meanwhile: what it read is another
             // program's, or nobody's.
             self.counters.reads_stale += 1;
+            sources.give_up_held();
             for refusals in sources.refusals() {
                 count_refusals(&mut self.counters, refusals);
             }

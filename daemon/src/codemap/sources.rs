@@ -20,11 +20,16 @@ use std::{
     sync::Arc,
 };
 
-use vmscope_parse::{codemap_file, jitdump, perf_map};
+use vmscope_parse::{
+    codemap_file, jitdump,
+    perf_map::{self, PerfMapEntry},
+};
 use vmscope_proto::v1::CodeKind;
 
 use super::{
     code::{Code, CodeId, CodeSource, CodeStore, SourcePoint},
+    executable::ExecRanges,
+    outside::Outside,
     refusals::{Reason, Refusals},
     timeline::Change,
     vm::{Accepted, Publication},
@@ -40,15 +45,17 @@ pub const MAX_PERF_MAP_BYTES: u64 = 64 << 20;
 /// with debug info and pc maps included. Beyond it the file is read no more (counted).
 pub const MAX_LOG_FILE_BYTES: u64 = 1 << 30;
 
-/// Whether `[start, end)` lies inside an executable mapping of the process (it may re-read the
-/// process's mappings to find out).
-pub type ExecCheck<'a> = &'a mut dyn FnMut(u64, u64) -> bool;
+/// Which address ranges are executable in the process (see [`ExecRanges`]).
+pub type ExecCheck<'a> = &'a mut dyn ExecRanges;
 
 /// Counters of one source; what it refused is in its [`Refusals`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SourceCounters {
     /// Entries or records turned into changes.
     pub accepted: u64,
+    /// Of them, entries held outside the executable mappings at first, accepted at a later
+    /// read once their code was mapped.
+    pub mapped_late: u64,
     /// Bytes read.
     pub bytes: u64,
 }
@@ -197,6 +204,9 @@ pub struct PerfMapSource {
     reread: bool,
     /// When a read last changed the entries (0: never).
     pub changed_ns: u64,
+    /// Entries outside the executable mappings known when they were read, checked again at
+    /// each read.
+    outside: Outside<PerfMapEntry>,
     /// Counters.
     pub counters: SourceCounters,
     /// What it refused, by reason.
@@ -240,6 +250,7 @@ impl PerfMapSource {
             tail: Vec::new(),
             reread: false,
             changed_ns: 0,
+            outside: Outside::default(),
             counters: SourceCounters::default(),
             refusals: Refusals::new(pid, format!("perf map {}", path.display())),
             path,
@@ -283,7 +294,9 @@ impl PerfMapSource {
     }
 
     /// Reads new entries, at most `budget` bytes (taken from it); `now_ns` is their time.
-    /// `check` says which addresses are executable.
+    /// `check` says which addresses are executable. Entries outside them are held and checked
+    /// again at each read (see [`super::outside`]), until the `final_read` at the process's
+    /// exit refuses what still does not fit.
     pub fn read(
         &mut self,
         now_ns: u64,
@@ -309,7 +322,16 @@ impl PerfMapSource {
             self.reader = perf_map::PerfMapReader::new();
             self.first_line.clear();
             self.tail.clear();
+            self.outside.give_up(&mut self.refusals);
             changes.push((now_ns, Change::FreeCodes(std::mem::take(&mut self.codes))));
+        }
+        // Held entries first: the file's newer lines, read below, win over them.
+        for (when, entry) in self
+            .outside
+            .release(|start, end| check.known_to_contain(start, end))
+        {
+            self.counters.mapped_late += 1;
+            self.load(when, entry, store, &mut changes);
         }
         let name = self.path.display().to_string();
         let (bytes, at_eof) = take_more(&mut self.growing, budget, &name, &mut self.refusals)?;
@@ -325,7 +347,6 @@ impl PerfMapSource {
             self.tail.clear();
             self.tail.extend_from_slice(&bytes[read_end - keep..]);
         }
-        let when = now_ns;
         let chunk = self.reader.parse(&bytes, at_eof && final_read);
         let consumed = chunk.consumed;
         self.counters.bytes += chunk.consumed as u64;
@@ -335,40 +356,68 @@ impl PerfMapSource {
                 first_error.to_owned()
             });
         for entry in chunk.entries {
-            let end = entry.start.saturating_add(entry.size);
-            if !check(entry.start, end) {
-                self.refusals.refuse(Reason::OutsideExecutable, 1, || {
-                    format!("{} at {:#x}", entry.name, entry.start)
-                });
+            let end = entry.end();
+            if !check.contains(entry.start, end) {
+                let example = format!("{} at {:#x}", entry.name, entry.start);
+                let start = entry.start;
+                self.outside
+                    .hold(now_ns, start, end, entry, || example, &mut self.refusals);
                 continue;
             }
-            let code = match store.intern(
-                Code::named(perf_map_kind(&entry.name), entry.name, CodeSource::PerfMap),
-                self.uid,
-            ) {
-                Ok(code) => code,
-                Err(full) => {
-                    self.refusals
-                        .refuse(Reason::StoreFull, 1, || full.to_string());
-                    continue;
-                }
-            };
-            self.codes.push(code);
-            self.counters.accepted += 1;
-            changes.push((
-                when,
-                Change::Load {
-                    start: entry.start,
-                    size: Some(entry.size),
-                    code,
-                },
-            ));
+            self.outside.supersede(entry.start, end);
+            self.load(now_ns, entry, store, &mut changes);
         }
         self.growing.put_back(bytes, consumed);
+        if final_read && at_eof {
+            // The process is gone: nothing will map what is still outside.
+            self.outside.give_up(&mut self.refusals);
+        }
         if !changes.is_empty() {
             self.changed_ns = now_ns;
         }
         Ok(changes)
+    }
+
+    /// Entries held outside the executable mappings, waiting for a later read.
+    pub fn held(&self) -> usize {
+        self.outside.len()
+    }
+
+    /// Gives up on the held entries, refused: the source is let go.
+    pub fn give_up_held(&mut self) {
+        self.outside.give_up(&mut self.refusals);
+    }
+
+    /// Interns `entry` and loads it at `when`.
+    fn load(
+        &mut self,
+        when: u64,
+        entry: PerfMapEntry,
+        store: &CodeStore,
+        changes: &mut Vec<(u64, Change)>,
+    ) {
+        let PerfMapEntry { start, size, name } = entry;
+        let code = match store.intern(
+            Code::named(perf_map_kind(&name), name, CodeSource::PerfMap),
+            self.uid,
+        ) {
+            Ok(code) => code,
+            Err(full) => {
+                self.refusals
+                    .refuse(Reason::StoreFull, 1, || full.to_string());
+                return;
+            }
+        };
+        self.codes.push(code);
+        self.counters.accepted += 1;
+        changes.push((
+            when,
+            Change::Load {
+                start,
+                size: Some(size),
+                code,
+            },
+        ));
     }
 }
 
@@ -412,6 +461,9 @@ pub struct JitdumpSource {
     /// Timestamp of the latest record read: the file is known up to here. Writers buffer
     /// (V8 through a 2 MB stdio buffer), so a read does not make it known up to the read.
     pub last_ns: u64,
+    /// Loads and moves of code outside the executable mappings known when they were read,
+    /// checked again at each read.
+    outside: Outside<HeldRecord>,
     /// Counters.
     pub counters: SourceCounters,
     /// Set when the file turned out to be broken: it is read no more.
@@ -472,6 +524,7 @@ impl JitdumpSource {
             repaired_file_names: 0,
             unwinding_records: 0,
             last_ns: 0,
+            outside: Outside::default(),
             counters: SourceCounters::default(),
             broken: Broken::default(),
             refusals: Refusals::new(pid, format!("jitdump {}", path.display())),
@@ -495,9 +548,20 @@ impl JitdumpSource {
         if self.broken.is_broken() {
             return changes;
         }
+        for (when, held) in self
+            .outside
+            .release(|start, end| check.known_to_contain(start, end))
+        {
+            self.counters.mapped_late += 1;
+            self.accept(when, held, store, &mut changes);
+        }
         if let Err(e) = self.read_records(now_ns, store, check, &mut changes, budget) {
             self.broken.set(e);
             return changes;
+        }
+        if final_read && self.growing.at_end {
+            // The process is gone: nothing will map what is still outside.
+            self.outside.give_up(&mut self.refusals);
         }
         let left = self.growing.pending.len();
         if final_read && self.growing.at_end && left > 0 {
@@ -519,6 +583,64 @@ impl JitdumpSource {
     /// Why the file stopped being read, reported once.
     pub fn take_failure(&mut self) -> Option<String> {
         self.broken.take_news()
+    }
+
+    /// Records held outside the executable mappings, waiting for a later read.
+    pub fn held(&self) -> usize {
+        self.outside.len()
+    }
+
+    /// Gives up on the held records, refused: the source is let go.
+    pub fn give_up_held(&mut self) {
+        self.outside.give_up(&mut self.refusals);
+    }
+
+    /// Turns a load or move whose code is inside an executable mapping into a change at `when`.
+    fn accept(
+        &mut self,
+        when: u64,
+        record: HeldRecord,
+        store: &CodeStore,
+        changes: &mut Vec<(u64, Change)>,
+    ) {
+        let change = match record {
+            HeldRecord::Load { start, size, code } => match store.intern(code, self.uid) {
+                Ok(code) => Change::Load {
+                    start,
+                    size: Some(size),
+                    code,
+                },
+                Err(full) => return self.refuse(Reason::StoreFull, || full.to_string()),
+            },
+            HeldRecord::Move { from, to } => Change::Move { from, to },
+        };
+        self.counters.accepted += 1;
+        changes.push((when, change));
+    }
+
+    /// Accepts `record` for code at `range` if it is inside an executable mapping, else holds
+    /// it for the next reads.
+    fn check_and_accept(
+        &mut self,
+        when: u64,
+        (start, end): (u64, u64),
+        record: HeldRecord,
+        store: &CodeStore,
+        check: ExecCheck<'_>,
+        changes: &mut Vec<(u64, Change)>,
+    ) {
+        if check.contains(start, end) {
+            self.accept(when, record, store, changes);
+            return;
+        }
+        let example = match &record {
+            HeldRecord::Load { code, size, .. } => {
+                format!("{} at {start:#x}, {size} bytes", code.name)
+            }
+            HeldRecord::Move { .. } => format!("code moved to {start:#x}"),
+        };
+        self.outside
+            .hold(when, start, end, record, || example, &mut self.refusals);
     }
 
     fn read_records(
@@ -665,7 +787,7 @@ impl JitdumpSource {
                     self.refuse(Reason::NotUtf8, || format!("{name:?} at {code_addr:#x}"));
                     return;
                 }
-                if code_size == 0 || !check(code_addr, end) {
+                if code_size == 0 {
                     self.refuse(Reason::OutsideExecutable, || {
                         format!("{name} at {code_addr:#x}, {code_size} bytes")
                     });
@@ -694,19 +816,19 @@ impl JitdumpSource {
                     lines,
                     ..Code::named(perf_map_kind(&name), name.into_owned(), CodeSource::Jitdump)
                 };
-                let code = match store.intern(code, self.uid) {
-                    Ok(code) => code,
-                    Err(full) => return self.refuse(Reason::StoreFull, || full.to_string()),
+                let held = HeldRecord::Load {
+                    start: code_addr,
+                    size: code_size,
+                    code,
                 };
-                self.counters.accepted += 1;
-                changes.push((
+                self.check_and_accept(
                     self.time(timestamp, now_ns),
-                    Change::Load {
-                        start: code_addr,
-                        size: Some(code_size),
-                        code,
-                    },
-                ));
+                    (code_addr, end),
+                    held,
+                    store,
+                    check,
+                    changes,
+                );
             }
             Record::CodeMove {
                 timestamp,
@@ -715,25 +837,33 @@ impl JitdumpSource {
                 code_size,
                 ..
             } => {
-                if !check(new_code_addr, new_code_addr.saturating_add(code_size)) {
-                    self.refuse(Reason::OutsideExecutable, || {
-                        format!("code moved to {new_code_addr:#x}")
-                    });
-                    return;
-                }
-                self.counters.accepted += 1;
-                changes.push((
+                let held = HeldRecord::Move {
+                    from: old_code_addr,
+                    to: new_code_addr,
+                };
+                let range = (new_code_addr, new_code_addr.saturating_add(code_size));
+                self.check_and_accept(
                     self.time(timestamp, now_ns),
-                    Change::Move {
-                        from: old_code_addr,
-                        to: new_code_addr,
-                    },
-                ));
+                    range,
+                    held,
+                    store,
+                    check,
+                    changes,
+                );
             }
             Record::UnwindingInfo { .. } => self.unwinding_records += 1,
             Record::Close { .. } | Record::Unknown { .. } => {}
         }
     }
+}
+
+/// A jitdump load or move, held while its code is outside the executable mappings known.
+#[derive(Debug)]
+enum HeldRecord {
+    /// Code loaded at `start` (interned once it fits).
+    Load { start: u64, size: u64, code: Code },
+    /// Code moved from `from` to `to`.
+    Move { from: u64, to: u64 },
 }
 
 /// How far past the code a writer put its debug addresses: V8 and LLVM add 0x40 (the ELF header
@@ -1161,11 +1291,11 @@ mod tests {
             loads(&next, &store),
             [(600, 0x2000, "JS:~partial done".into())]
         );
-        assert_eq!(source.refusals.count(Reason::OutsideExecutable), 1);
-        let summary = source.refusals.take_summary(600, true).unwrap();
-        assert!(summary.contains("1 outside"), "{summary}");
+        // Outside the mappings: held for the next reads, not refused yet.
+        assert_eq!((source.held(), source.refusals.total()), (1, 0));
 
-        // Rewritten as a snapshot (HotSpot's Compiler.perfmap): the old entries go.
+        // Rewritten as a snapshot (HotSpot's Compiler.perfmap): the old entries go, and the
+        // entry held from the old one is refused.
         let bar = "0x0000000000004000 0x0000000000000040 void Foo.bar()";
         let mut file = File::create(&path).unwrap();
         writeln!(file, "{bar}").unwrap();
@@ -1174,6 +1304,10 @@ mod tests {
         let snapshot = source
             .read(700, &store, &mut everything, false, &mut { u64::MAX })
             .unwrap();
+        assert_eq!(source.held(), 0);
+        assert_eq!(source.refusals.count(Reason::OutsideExecutable), 1);
+        let summary = source.refusals.take_summary(700, true).unwrap();
+        assert!(summary.contains("1 outside"), "{summary}");
         assert!(
             matches!(&snapshot[0], (700, Change::FreeCodes(codes)) if codes.len() == 2),
             "{snapshot:?}"
@@ -1224,6 +1358,78 @@ mod tests {
             .unwrap();
         assert!(matches!(&told[0], (900, Change::FreeCodes(_))), "{told:?}");
         assert_eq!(loads(&told, &store).len(), 3);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// CPython 3.12 `-X perf` lists trampolines it mapped after the daemon last read its
+    /// mappings: the entries wait for a read that finds them mapped, stamped as first read, and
+    /// the later line for the same code wins over a held one.
+    #[test]
+    fn entries_outside_the_known_mappings_are_taken_once_mapped() {
+        let me = std::process::id();
+        // A namespace pid no process has (beyond the largest pid_max): this test's own file.
+        let nspid = (1 << 22) + me;
+        let path = PathBuf::from(format!("/tmp/perf-{nspid}.map"));
+        let mut file = File::create(&path).unwrap();
+        writeln!(file, "7f0000001000 b py::a:callers.py").unwrap();
+        writeln!(file, "7f0000001010 b py::b:callers.py").unwrap();
+        writeln!(file, "7f0000003000 b py::old:callers.py").unwrap();
+        writeln!(file, "1000 10 native").unwrap();
+        file.flush().unwrap();
+        let store = CodeStore::new();
+        let mut source = PerfMapSource::open(me, nspid, uid(), None)
+            .unwrap()
+            .unwrap();
+        let mut low = |start: u64, _: u64| start < 0x7f00_0000_0000;
+        let first = source
+            .read(100, &store, &mut low, false, &mut { u64::MAX })
+            .unwrap();
+        assert_eq!(loads(&first, &store), [(100, 0x1000, "native".into())]);
+        assert_eq!(source.held(), 3);
+
+        // The old trampoline's code is used again, named anew, before anything is mapped.
+        writeln!(file, "7f0000003000 b py::new:callers.py").unwrap();
+        file.flush().unwrap();
+        let mut arena = |start: u64, _: u64| start < 0x7f00_0000_2000;
+        let mut everything = |_: u64, _: u64| true;
+        let second = source
+            .read(200, &store, &mut arena, false, &mut { u64::MAX })
+            .unwrap();
+        // Released in file order, with the time they were first read.
+        assert_eq!(
+            loads(&second, &store),
+            [
+                (100, 0x7f00_0000_1000, "py::a:callers.py".into()),
+                (100, 0x7f00_0000_1010, "py::b:callers.py".into()),
+            ]
+        );
+        assert_eq!(
+            source.held(),
+            2,
+            "the old and the new entry at 0x7f0000003000"
+        );
+        assert_eq!(source.counters.mapped_late, 2);
+        let third = source
+            .read(300, &store, &mut everything, false, &mut { u64::MAX })
+            .unwrap();
+        // The later line wins: applied after the earlier one.
+        assert_eq!(
+            loads(&third, &store),
+            [
+                (100, 0x7f00_0000_3000, "py::old:callers.py".into()),
+                (200, 0x7f00_0000_3000, "py::new:callers.py".into()),
+            ]
+        );
+
+        // What the exited process never mapped is refused at its last read.
+        writeln!(file, "7f0000009000 b py::never:callers.py").unwrap();
+        file.flush().unwrap();
+        let last = source
+            .read(400, &store, &mut low, true, &mut { u64::MAX })
+            .unwrap();
+        assert!(last.is_empty(), "{last:?}");
+        assert_eq!(source.held(), 0);
+        assert_eq!(source.refusals.count(Reason::OutsideExecutable), 1);
         std::fs::remove_file(&path).unwrap();
     }
 
