@@ -693,6 +693,23 @@ pub fn pyenv_python_version(version: &str) -> PathBuf {
         })
 }
 
+/// `python{version}` as a pyenv user runs it: pyenv's shim (a bash script that execs pyenv,
+/// which execs the interpreter), with `PYENV_VERSION` set to the shared build
+/// [`pyenv_python_version`] finds. The program a recorded command starts is then bash, and
+/// Python maps its code only after two more execs.
+pub fn pyenv_shim(version: &str) -> Command {
+    let python = pyenv_python_version(version);
+    let build = python
+        .ancestors()
+        .nth(2)
+        .and_then(|b| Some((b.parent()?.parent()?, b.file_name()?)))
+        .unwrap_or_else(|| panic!("{} is not in a pyenv build", python.display()));
+    let (root, name) = build;
+    let mut command = Command::new(root.join(format!("shims/python{version}")));
+    command.env("PYENV_VERSION", name);
+    command
+}
+
 /// Runs `go tool pprof ARGS FILE` (the real pprof, nobody's code here) and returns its
 /// standard output; panics with pprof's words when it fails.
 pub fn go_pprof(args: &[&str], file: &Path) -> String {

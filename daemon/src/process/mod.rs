@@ -4,7 +4,11 @@
 //! Mappings are read from `/proc/PID/maps` when a process is first seen (at session start for
 //! named targets, so that even a process that exits quickly is known), again after `execve`
 //! (reported by the BPF exec tracepoint), and again when a sample falls outside every known
-//! mapping (`dlopen`, a new JIT code zone), at most once per [`MIN_REFRESH_INTERVAL_NS`].
+//! mapping (`dlopen`, a new JIT code zone), at most once per [`MIN_REFRESH_INTERVAL_NS`]. A
+//! caller's return address outside them reads them again too (new code is not always seen
+//! as a leaf first: CPython's perf trampolines run for a few instructions per call, and show
+//! up as callers), backing off to [`MAX_CALLER_REFRESH_INTERVAL_NS`] while such reads find
+//! nothing, since a frame-pointer walk through code without frame pointers yields garbage.
 //! Only executable mappings are kept: a sampled instruction pointer cannot be anywhere else.
 //!
 //! The binaries behind file mappings are registered with [`Modules`] at once, which opens them,
@@ -47,6 +51,10 @@ pub mod life;
 
 /// Shortest time between two reads of one process's maps caused by samples that fit no mapping.
 pub const MIN_REFRESH_INTERVAL_NS: u64 = 10_000_000;
+
+/// Longest time between two reads of one process's maps caused by callers that fit no mapping,
+/// once such reads keep finding nothing new.
+pub const MAX_CALLER_REFRESH_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Source of [`Process::maps_generation`]: global, so that a generation never repeats, even for
 /// a reused pid or in another table.
@@ -95,6 +103,9 @@ pub struct Process {
     mappings: Vec<ExecMapping>,
     maps_generation: u64,
     maps_read_at_ns: u64,
+    /// How long after the last read a caller outside every mapping may read the maps again:
+    /// doubled by each such read that did not find it, back to the minimum when one does.
+    caller_refresh_ns: u64,
     last_sample_ns: u64,
     /// When [`ProcessTable::modules_in_use`] first found it dead.
     dead_since_ns: Option<u64>,
@@ -145,6 +156,8 @@ pub struct ProcessCounters {
     pub maps_reads: u64,
     /// Reads of /proc/PID/maps that failed (process gone, permission).
     pub maps_read_failures: u64,
+    /// Of the reads, those made for a caller's return address outside every known mapping.
+    pub caller_refreshes: u64,
     /// Lines of /proc/PID/maps that could not be parsed.
     pub maps_bad_lines: u64,
     /// `execve` events handled.
@@ -268,7 +281,9 @@ impl ProcessTable {
             known.exited_at_ns.get_or_insert(now_ns);
             return false;
         }
+        let caller_refresh_ns = known.caller_refresh_ns;
         *known = fresh;
+        known.caller_refresh_ns = caller_refresh_ns;
         true
     }
 
@@ -356,13 +371,16 @@ impl ProcessTable {
             .unwrap_or(Location::Unmapped(UnmappedReason::NoMapping))
     }
 
-    /// Normalises a caller's return address of `pid` (minus one) with the mappings known now.
-    /// Unlike [`ProcessTable::normalize`], a miss does not re-read the mappings: past code
-    /// built without frame pointers a stack walk yields garbage addresses, and re-reading on
-    /// each would cost a read of /proc/PID/maps per sample. New code shows in leaves first.
+    /// Normalises a caller's return address of `pid` (minus one). A miss reads the mappings
+    /// again when [`ProcessTable::refresh_for_caller`] allows.
     pub fn normalize_caller(&mut self, pid: u32, address: u64, now_ns: u64) -> Location {
         self.observe(pid, now_ns);
         if let Some(location) = self.lookup(pid, address, now_ns) {
+            return location;
+        }
+        if self.refresh_for_caller(pid, address, now_ns)
+            && let Some(location) = self.lookup(pid, address, now_ns)
+        {
             return location;
         }
         if self.processes[&pid].gone {
@@ -370,6 +388,53 @@ impl ProcessTable {
         } else {
             Location::Unmapped(UnmappedReason::NoMapping)
         }
+    }
+
+    /// Whether `address` lies in an executable mapping of `pid` as known.
+    pub fn maps_address(&self, pid: u32, address: u64) -> bool {
+        self.processes
+            .get(&pid)
+            .is_some_and(|p| p.mapping_at(address).is_some())
+    }
+
+    /// Reads the mappings of `pid` again for a caller at `address` outside every known one,
+    /// unless they were read less than the process's caller interval ago; answers whether
+    /// `address` is mapped now.
+    ///
+    /// Past code without frame pointers, a walk reads garbage that no read will ever map: each
+    /// read that does not find the address doubles the interval, up to
+    /// [`MAX_CALLER_REFRESH_INTERVAL_NS`], so such a process costs at most a read a second. A
+    /// read that finds it (new code: a JIT's new code zone, `dlopen`) brings the interval back
+    /// to [`MIN_REFRESH_INTERVAL_NS`].
+    pub fn refresh_for_caller(&mut self, pid: u32, address: u64, now_ns: u64) -> bool {
+        let Some(known) = self.processes.get(&pid) else {
+            return false;
+        };
+        if known.mapping_at(address).is_some() {
+            return true;
+        }
+        if known.gone || now_ns.saturating_sub(known.maps_read_at_ns) < known.caller_refresh_ns {
+            return false;
+        }
+        let interval = known.caller_refresh_ns;
+        self.counters.caller_refreshes += 1;
+        let fresh = self.read_process(pid, now_ns);
+        if fresh.gone {
+            let known = self.processes.get_mut(&pid).expect("known above");
+            known.maps_read_at_ns = now_ns;
+            return false;
+        }
+        let found = fresh.mapping_at(address).is_some();
+        if !self.replace_if_same(pid, fresh, now_ns) {
+            return false;
+        }
+        let process = self.processes.get_mut(&pid).expect("kept above");
+        process.caller_refresh_ns = if found {
+            MIN_REFRESH_INTERVAL_NS
+        } else {
+            (interval * 2).min(MAX_CALLER_REFRESH_INTERVAL_NS)
+        };
+        found
     }
 
     fn lookup(&mut self, pid: u32, ip: u64, now_ns: u64) -> Option<Location> {
@@ -458,6 +523,7 @@ impl ProcessTable {
             mappings: Vec::new(),
             maps_generation: NEXT_MAPS_GENERATION.fetch_add(1, Ordering::Relaxed),
             maps_read_at_ns: now_ns,
+            caller_refresh_ns: MIN_REFRESH_INTERVAL_NS,
             last_sample_ns: now_ns,
             dead_since_ns: None,
         };

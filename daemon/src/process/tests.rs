@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use super::*;
+use crate::codemap::executable::ExecRanges;
 
 fn table() -> ProcessTable {
     ProcessTable::new(Arc::new(Modules::new()))
@@ -171,4 +172,54 @@ fn a_dead_process_holds_its_binaries_until_its_samples_are_read() {
     table.forget(me);
     table.observe(me, 5_000);
     assert_eq!(in_use(&mut table, 5_000, 4_000, true), (mine, false));
+}
+
+/// New code can show first as a caller (CPython's trampolines run a few instructions per
+/// call): a caller outside every known mapping reads the mappings again. Garbage that no read
+/// maps backs the reads off, up to one a second; a read that finds new code resets them.
+#[test]
+fn callers_outside_every_mapping_read_the_mappings_again_with_back_off() {
+    let mut table = table();
+    let t0 = sys::monotonic_ns();
+    let code = me as fn() -> u32 as usize as u64;
+    table.observe(me(), t0);
+    // As if the code had been mapped after the table read the process.
+    table.processes.get_mut(&me()).unwrap().mappings.clear();
+    let reads = |table: &ProcessTable| table.counters().caller_refreshes;
+    assert_eq!(
+        table.normalize_caller(me(), code, t0 + 1),
+        Location::Unmapped(UnmappedReason::NoMapping),
+        "too soon after the last read"
+    );
+    assert_eq!(reads(&table), 0);
+    let t1 = t0 + MIN_REFRESH_INTERVAL_NS;
+    assert!(matches!(
+        table.normalize_caller(me(), code, t1),
+        Location::File { .. }
+    ));
+    assert_eq!(reads(&table), 1);
+
+    // An address no mapping holds: each read that misses it doubles the wait for the next.
+    let garbage = 0x10;
+    let mut at = t1;
+    let mut interval = MIN_REFRESH_INTERVAL_NS;
+    for expected_reads in 2..=9 {
+        assert!(!table.refresh_for_caller(me(), garbage, at + interval - 1));
+        assert!(!table.refresh_for_caller(me(), garbage, at + interval));
+        assert_eq!(reads(&table), expected_reads);
+        at += interval;
+        interval = (interval * 2).min(MAX_CALLER_REFRESH_INTERVAL_NS);
+    }
+    assert_eq!(interval, MAX_CALLER_REFRESH_INTERVAL_NS);
+    assert_eq!(
+        table.get(me()).unwrap().caller_refresh_ns,
+        MAX_CALLER_REFRESH_INTERVAL_NS
+    );
+    // New code found by such a read: back to the shortest wait.
+    table.processes.get_mut(&me()).unwrap().mappings.clear();
+    assert!(table.refresh_for_caller(me(), code, at + interval));
+    assert_eq!(
+        table.get(me()).unwrap().caller_refresh_ns,
+        MIN_REFRESH_INTERVAL_NS
+    );
 }

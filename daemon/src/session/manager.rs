@@ -1690,11 +1690,30 @@ impl Manager {
             }
             (fp_frames, fp_end)
         });
-        if let Some(dwarf_end) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound) {
+        if let Some(mut dwarf_end) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound)
+        {
+            // A return address the unwinder could not place may be new code (CPython maps its
+            // trampolines as it goes): with the mappings read again, the unwind is done again,
+            // since how a frame is stepped depends on what holds its address.
+            let stray = unwound
+                .iter()
+                .skip(1)
+                .find(|&&a| a != 0 && a < KERNEL_SPACE && !self.processes.maps_address(pid, a - 1));
+            if let Some(&stray) = stray
+                && self.processes.refresh_for_caller(pid, stray - 1, now_ns)
+                && let Some(again) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound)
+            {
+                dwarf_end = again;
+            }
             end = dwarf_end;
         }
         if self.push_user_frames(pid, event, &unwound, &mut frames, now_ns) {
             end = StackEnd::Unmapped;
+        }
+        if unwound_from_copy {
+            // Counted as the profile says it ended: a walk framehop ended otherwise may show
+            // an address outside every mapping last.
+            self.unwinder.count_end(end);
         }
         self.user_scratch = unwound;
         (frames, end, fp)
@@ -2221,6 +2240,7 @@ impl Manager {
             ("process_memory_failures", r.failures),
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
+            ("maps_reads_for_callers", p.caller_refreshes),
             ("maps_bad_lines", p.maps_bad_lines),
             ("processes_exited", p.exits_noticed),
             ("modules_registered", m.registered),
@@ -2252,6 +2272,7 @@ impl Manager {
             ("jvm_perf_map_refused", self.jvms.counters.refused),
             ("jvm_perf_map_request_ms", self.jvms.counters.request_ms),
             ("code_map_entries_refused", j.source_refusals),
+            ("code_map_entries_mapped_late", j.mapped_late),
             ("code_map_sources", j.sources),
             ("code_map_reads_deferred", j.reads_deferred),
             ("code_map_reads", j.reads),

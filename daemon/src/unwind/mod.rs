@@ -278,9 +278,15 @@ impl Unwinder {
             out,
             &mut self.counters,
         );
-        self.counters.stacks[end.index()] += 1;
         self.counters.frames += out.len() as u64;
         end
+    }
+
+    /// Counts a stack unwound from a copy as ending for `end`: the end the profile gives it,
+    /// which may be another than the walk's (a return address outside every mapping found as
+    /// its frames are placed). Once per stack, however often it was unwound.
+    pub fn count_end(&mut self, end: StackEnd) {
+        self.counters.stacks[end.index()] += 1;
     }
 
     /// Drops what is kept about a process (it exited or exec'd).

@@ -67,6 +67,8 @@ fn unwind_captured(
         &mut ProcessMemory::new(),
         &mut out,
     );
+    // As the manager does, with the walk's own end.
+    unwinder.count_end(end);
     (out, end)
 }
 
