@@ -3,11 +3,11 @@
 //! and real runtimes (CPython 3.12 `-X perf`, 3.13 `-X perf_jit`, node `--perf-prof`). Only the
 //! API's contract is read (Profile.frames, Profile.stacks leaf first, Stack.end).
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{collections::HashMap, path::PathBuf, process::Command, time::Duration};
 
 use vmscope_proto::v1::{CallGraph, Frame, Profile, StackEnd};
 use vmscope_tests::{
-    Daemon, Running, dump, pyenv_python_version, pyenv_shim, stacks::*, stop_and_profile,
+    Daemon, Running, counters, dump, pyenv_python_version, pyenv_shim, stacks::*, stop_and_profile,
 };
 
 /// Frames whose name starts with `prefix` (perf map names such as `py::hot:/path/x.py`).
@@ -256,9 +256,14 @@ fn hot_reaching_a_python_caller(report: &serde_json::Value) -> (u64, u64) {
 /// outside every mapping the daemon knew. Every Python frame was lost in most such runs
 /// (99.5% of stacks ended at `[unknown]` above `_PyEval_EvalFrameDefault`). 3.13 `-X
 /// perf_jit` (jitdump, found through the process's mappings) lost them the same way.
-#[test]
-fn recorded_pyenv_pythons_keep_their_python_frames_run_after_run() {
+///
+/// The daemon's `unwind_ended_*` counters then count exactly what the profiles say of their
+/// stacks' ends (they once counted framehop's end, `frame_pointer_backwards`, of stacks the
+/// report said ended outside every mapping).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_pyenv_pythons_keep_their_python_frames_run_after_run() {
     let daemon = Daemon::start();
+    let mut ends: HashMap<String, u64> = HashMap::new();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/callers.py");
     let work = tempfile::tempdir().expect("a temporary directory");
     for (version, flag, runs, least) in [("3.12", "perf", 3, 0.95), ("3.13", "perf_jit", 1, 0.99)] {
@@ -298,7 +303,35 @@ fn recorded_pyenv_pythons_keep_their_python_frames_run_after_run() {
             assert!(hot as f64 >= 0.8 * total as f64, "{summary}");
             assert!(reaching as f64 >= least * hot as f64, "{summary}");
             eprintln!("{}", summary.lines().next().unwrap_or_default());
+            for end in report["stack_ends"].as_array().expect("stack_ends") {
+                *ends
+                    .entry(end["end"].as_str().unwrap().to_owned())
+                    .or_default() += end["samples"].as_u64().unwrap();
+            }
         }
+    }
+    let daemon_counts = counters(&mut daemon.client().await).await;
+    let counted = |names: &[&str]| -> u64 { names.iter().map(|n| daemon_counts[*n]).sum() };
+    for (end, names) in [
+        ("complete", &["unwind_ended_complete"][..]),
+        ("unmapped_return", &["unwind_ended_unmapped"]),
+        ("copy_too_small", &["unwind_ended_copy_too_small"]),
+        ("copy_faulted", &["unwind_ended_copy_faulted"]),
+        (
+            "unwind_failed",
+            &[
+                "unwind_ended_no_progress",
+                "unwind_ended_null_return_address",
+                "unwind_ended_frame_pointer_backwards",
+                "unwind_ended_bad_address",
+            ],
+        ),
+    ] {
+        assert_eq!(
+            ends.get(end).copied().unwrap_or(0),
+            counted(names),
+            "{end}: the profiles' stack ends {ends:?}, the daemon's counters {daemon_counts:?}"
+        );
     }
 }
 

@@ -43,11 +43,11 @@
 
 use std::io::{self, Write};
 
-use vmscope_proto::v1::{IntervalKind, StackEnd};
+use vmscope_proto::v1::IntervalKind;
 use vmscope_report::stats::{DISAGREEMENT_POINTS, IntervalStats, VmStatsReport};
 use vmscope_report::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
-    round2, stack_end_reason,
+    round2,
 };
 mod tree;
 mod wide;
@@ -506,19 +506,13 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
             count(report.truncated_stacks, "sample")
         )?;
     }
-    if report.call_graph {
-        for &(end, samples) in &report.early_stack_ends {
-            if end == StackEnd::DepthLimit {
-                continue;
-            }
-            writeln!(
-                out,
-                "note: {} ({}) have stacks that {}",
-                count(samples, "sample"),
-                percent(100.0 * samples as f64 / report.total_samples.max(1) as f64),
-                stack_end_reason(end)
-            )?;
-        }
+    for (samples, reason) in report.stack_end_notes() {
+        writeln!(
+            out,
+            "note: {} ({}) have stacks that {reason}",
+            count(samples, "sample"),
+            percent(100.0 * samples as f64 / report.total_samples.max(1) as f64),
+        )?;
     }
     if let Some(note) = steal_note(report) {
         writeln!(out, "{note}")?;

@@ -641,13 +641,26 @@ impl Report {
     }
 }
 
-/// Why stacks that ended `end` miss callers, and what to do about it, for a report's notes.
-pub fn stack_end_reason(end: StackEnd) -> &'static str {
+/// Share of all samples (percent) below which stacks that ended early for one reason get no
+/// note of their own: a reason that rare changes no share a reader would act on (JSON and the
+/// API keep every count). The rarer reasons together get one note when they reach it.
+pub const STACK_END_NOTE_PERCENT: f64 = 1.0;
+
+/// Why stacks that ended `end` miss callers, and what to do about it, for a report's notes,
+/// with the advice that fits the call graph mode (`dwarf` stacks were unwound from copies).
+pub fn stack_end_reason(end: StackEnd, dwarf: bool) -> &'static str {
     match end {
         StackEnd::Unspecified | StackEnd::Complete => "whole",
         StackEnd::DepthLimit => "cut at the depth limit (kernel.perf_event_max_stack)",
+        StackEnd::NoFramePointer if dwarf => {
+            "stopped at a caller with neither unwind information nor a frame pointer"
+        }
         StackEnd::NoFramePointer => {
             "stopped at a caller built without frame pointers (--call-graph dwarf unwinds it)"
+        }
+        StackEnd::UnmappedReturn if dwarf => {
+            "stopped at a return address outside every mapping (unwound through code with \
+             neither unwind information nor frame pointers, or code unmapped since)"
         }
         StackEnd::UnmappedReturn => {
             "stopped at a return address outside every mapping (code without frame pointers: \
@@ -664,6 +677,41 @@ pub fn stack_end_reason(end: StackEnd) -> &'static str {
             "stopped at Java code compiled without frame pointers (run the JVM with \
              -XX:+PreserveFramePointer for whole Java stacks)"
         }
+    }
+}
+
+impl Report {
+    /// The report's notes on stacks that ended before their thread's entry point, other than
+    /// at the depth limit (said on its own): samples, and why in words. One per reason that
+    /// holds at least [`STACK_END_NOTE_PERCENT`] of all samples, most first; the rarer ones
+    /// together in one more when they reach it too.
+    pub fn stack_end_notes(&self) -> Vec<(u64, String)> {
+        if !self.call_graph {
+            return Vec::new();
+        }
+        let dwarf = self.call_graph_mode == "dwarf";
+        let worth = |samples: u64| percent(samples, self.total_samples) >= STACK_END_NOTE_PERCENT;
+        let mut notes = Vec::new();
+        let mut rare = 0;
+        for &(end, samples) in &self.early_stack_ends {
+            if end == StackEnd::DepthLimit {
+                continue;
+            }
+            if worth(samples) {
+                notes.push((samples, stack_end_reason(end, dwarf).to_owned()));
+            } else {
+                rare += samples;
+            }
+        }
+        if worth(rare) {
+            notes.push((
+                rare,
+                "ended early for rarer reasons (each under 1% of samples; JSON's stack_ends \
+                 counts them)"
+                    .to_owned(),
+            ));
+        }
+        notes
     }
 }
 
@@ -2091,6 +2139,60 @@ mod tests {
         assert_eq!(
             find(&report, "Integer>>benchmark").inclusive_samples,
             Some(1904)
+        );
+    }
+
+    /// The demo once said "5656 samples (99.67%) have stacks that stopped at a caller built
+    /// without frame pointers", and a dwarf session told its reader to use dwarf: notes speak
+    /// of what matters, in the words of the mode the stacks were taken in.
+    #[test]
+    fn stack_end_notes_fold_rare_reasons_and_fit_the_call_graph_mode() {
+        let mut profile = stacks_profile();
+        profile.total_samples = 10_000;
+        let ends = |list: &[(StackEnd, u64)]| {
+            list.iter()
+                .map(|&(end, samples)| vmscope_proto::v1::StackEndSamples {
+                    end: end as i32,
+                    samples,
+                })
+                .collect()
+        };
+        profile.stack_ends = ends(&[
+            (StackEnd::Complete, 9_000),
+            (StackEnd::UnmappedReturn, 800),
+            (StackEnd::DepthLimit, 150),
+            (StackEnd::CopyTooSmall, 30),
+            (StackEnd::UnwindFailed, 20),
+        ]);
+        let fp = Report::from_profile(&profile, &OPTIONS);
+        let notes = fp.stack_end_notes();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes[0].0, 800);
+        assert!(
+            notes[0].1.contains("--call-graph dwarf unwinds it"),
+            "{notes:?}"
+        );
+        if let Some(session) = profile.session.as_mut() {
+            session.call_graph = CallGraph::Dwarf as i32;
+        }
+        let dwarf = Report::from_profile(&profile, &OPTIONS);
+        let notes = dwarf.stack_end_notes();
+        assert!(!notes[0].1.contains("--call-graph dwarf"), "{notes:?}");
+        // Rare reasons fold into one note once they reach the threshold together.
+        profile.stack_ends = ends(&[
+            (StackEnd::Complete, 9_900),
+            (StackEnd::CopyTooSmall, 60),
+            (StackEnd::UnwindFailed, 40),
+        ]);
+        let notes = Report::from_profile(&profile, &OPTIONS).stack_end_notes();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes[0].0, 100);
+        assert!(notes[0].1.contains("rarer reasons"), "{notes:?}");
+        profile.stack_ends = ends(&[(StackEnd::Complete, 9_990), (StackEnd::CopyTooSmall, 10)]);
+        assert!(
+            Report::from_profile(&profile, &OPTIONS)
+                .stack_end_notes()
+                .is_empty()
         );
     }
 
