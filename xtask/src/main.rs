@@ -12,6 +12,7 @@ mod bench_exit;
 mod bench_jvm;
 mod bench_late;
 mod bench_lines;
+mod bench_memory;
 mod demo;
 mod setup;
 
@@ -74,6 +75,15 @@ enum Task {
         /// during and after each.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost"])]
         attacks: bool,
+        /// Instead, record ten varied sessions (the demo VM, CPython, node, a JVM, the whole
+        /// system, C fixtures; fp and dwarf stacks) on a fresh daemon, then leave it idle for
+        /// 60 s: its RSS after each, idle, and its peak.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks"])]
+        memory: bool,
+        /// With --memory, run the same sequence first against this `vmscoped` binary (an
+        /// earlier build) and print both, measured in one run.
+        #[arg(long, value_name = "VMSCOPED", requires = "memory")]
+        baseline: Option<PathBuf>,
     },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
     Fuzz {
@@ -103,6 +113,11 @@ fn main() -> ExitCode {
             exit_cost: true, ..
         } => setup::run().and_then(|()| bench_exit::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
+        Task::Bench {
+            memory: true,
+            baseline,
+            ..
+        } => setup::run().and_then(|()| bench_memory::run(baseline)),
         Task::Bench { soak, .. } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };
