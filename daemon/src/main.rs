@@ -43,8 +43,10 @@ struct Args {
     #[arg(long = "debug-dir", value_name = "DIR", default_value = vmscope_parse::elf::GLOBAL_DEBUG_DIR)]
     debug_dirs: Vec<PathBuf>,
     /// Memory for DWARF line tables (source lines and inlined functions of native code), in
-    /// MiB. Tables are loaded per binary on first use; the least recently used are dropped
-    /// beyond this, and a binary whose tables alone need more gets no lines.
+    /// MiB. Tables are loaded per binary on first use and read lazily (the sections stay in
+    /// the file, and only the compilation units asked about are parsed); the least recently
+    /// used are dropped beyond this, a binary whose compressed sections alone need more gets
+    /// no lines, and every table goes once no session runs.
     #[arg(long, default_value_t = vmscoped::symbolize::lines::DEFAULT_DWARF_CACHE_BYTES >> 20)]
     dwarf_cache_mib: u64,
     /// Never ask HotSpot JVMs for their perf map (no trigger file in their /tmp, no SIGQUIT),

@@ -9,11 +9,15 @@
 
 use std::{
     io::{BufRead as _, BufWriter, Write as _},
+    sync::Arc,
     time::Instant,
 };
 
 use object::read::ReadCache;
-use vmscope_parse::{dwarf::SourceLines, elf::ElfSymbols};
+use vmscope_parse::{
+    dwarf::{SourceLines, paged::PositionedFile},
+    elf::ElfSymbols,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -61,8 +65,9 @@ fn resolve(binary: &str) -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     let start = Instant::now();
     let file = std::fs::File::open(binary)?;
+    let pages = Arc::new(PositionedFile(file.try_clone()?));
     let cache = ReadCache::new(file);
-    let lines = SourceLines::parse(&cache, u64::MAX, None)?;
+    let lines = SourceLines::parse(&cache, pages, u64::MAX, None)?;
     drop(cache);
     let loaded = start.elapsed();
     let out = std::io::stdout();
@@ -89,10 +94,11 @@ fn resolve(binary: &str) -> Result<(), Box<dyn std::error::Error>> {
     out.flush()?;
     let resolved = lookups.elapsed();
     eprintln!(
-        "load_ms={:.1} resolve_ms={:.1} section_bytes={} frames={frames_found}",
+        "load_ms={:.1} resolve_ms={:.1} held_bytes={} read_bytes={} frames={frames_found}",
         loaded.as_secs_f64() * 1e3,
         resolved.as_secs_f64() * 1e3,
-        lines.section_bytes()
+        lines.owned_bytes(),
+        lines.pages().1
     );
     Ok(())
 }

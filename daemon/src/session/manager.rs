@@ -78,6 +78,10 @@ const CODE_SWEEP_AT_LEAST_EVERY_NS: u64 = 30_000_000_000;
 /// its free memory to the system: a big perf map's process gone shows in the daemon's RSS.
 const RETURN_MEMORY_AFTER: usize = 16 << 20;
 
+/// How long the DWARF line tables stay unused, with no session running, before they go: a
+/// report being built keeps them (see [`Manager::give_memory_back`]).
+const LINES_IDLE: Duration = Duration::from_secs(2);
+
 /// Where x86-64 kernel addresses begin: a user stack walk that yields one went astray.
 const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
 
@@ -335,6 +339,7 @@ pub fn spawn_manager(
         counters: Counters::default(),
         last_forget_ns: 0,
         last_sweep_ns: 0,
+        memory_given_back: false,
         code_sweep: CodeSweep::default(),
         user_scratch: Vec::new(),
     };
@@ -424,6 +429,8 @@ struct Manager {
     counters: Counters,
     last_forget_ns: u64,
     last_sweep_ns: u64,
+    /// Whether the memory was given back since the daemon last fell idle.
+    memory_given_back: bool,
     /// When the code store was last swept, and why.
     code_sweep: CodeSweep,
     /// Reused for each sample's user stack, so that routing allocates nothing for it.
@@ -1934,6 +1941,7 @@ impl Manager {
             self.last_sweep_ns = now;
             self.sweep_modules(now);
             self.sweep_codes(now);
+            self.give_memory_back(sampling);
         }
 
         if now.saturating_sub(self.last_forget_ns) > 5_000_000_000 {
@@ -1996,6 +2004,23 @@ impl Manager {
         let closed = self.modules.retain(|module| keep.contains(&module));
         if closed > 0 {
             tracing::debug!(closed, held = self.modules.len(), "binaries closed");
+        }
+    }
+
+    /// With no session running or stopping, nothing asks for source lines but a report of a
+    /// kept session: every DWARF table goes once none was used for [`LINES_IDLE`], and the
+    /// allocator gives its free memory back to the kernel, once each time the daemon falls idle
+    /// (a daemon that had run ten sessions held 373 MiB, idle).
+    fn give_memory_back(&mut self, sampling: bool) {
+        if sampling {
+            self.memory_given_back = false;
+            return;
+        }
+        let lines = self.modules.lines().release_if_unused_for(LINES_IDLE);
+        if lines > 0 || !self.memory_given_back {
+            self.memory_given_back = true;
+            sys::return_free_memory();
+            tracing::debug!(lines, "idle: line tables let go, free memory given back");
         }
     }
 
@@ -2255,6 +2280,7 @@ impl Manager {
             ("dwarf_failures", l.failures),
             ("dwarf_missing", l.missing),
             ("dwarf_lookup_failures", l.lookup_failures),
+            ("dwarf_releases", l.releases),
             ("jit_samples_attributed", j.attributed),
             ("jit_samples_unexplained", j.unexplained),
             ("code_map_changes", j.changes),

@@ -4,12 +4,15 @@
 //! A binary's line tables come from its own `.debug_*` sections or, for a stripped binary, from
 //! its separate debug file (under the debug directories, `--debug-dir`; build id checked). They
 //! are loaded the first time a profile needs a line in the binary, once per build id (the same
-//! library in two containers is loaded once), and parsed lazily by
-//! [`vmscope_parse::dwarf::SourceLines`]. Tables of large binaries are big (tens of MiB for
-//! libjvm), so the loaded ones are kept in a least-recently-used cache under a budget
-//! (`--dwarf-cache-mib`): the least recently used tables are dropped when a load would pass it.
-//! A binary without DWARF, or whose tables failed to load, is remembered as such (no retry per
-//! profile). Loads, evictions, failures and binaries without DWARF are counted.
+//! library in two containers is loaded once), and read and parsed lazily by
+//! [`vmscope_parse::dwarf::SourceLines`]: sections stay in the file, read a page at a time, and
+//! only the compilation units lookups fall in are parsed. What each binary's tables cost (what
+//! they hold, and about what lookups parsed: [`SourceLines::weight`]) is kept under a budget
+//! (`--dwarf-cache-mib`), least recently used first out, after each load and lookup. A
+//! binary without DWARF, or whose tables failed to load, is remembered as such (no retry per
+//! profile). Loads, evictions, failures and binaries without DWARF are counted. Once no
+//! session can ask for lines, the daemon lets every table go ([`LineTables::release`]):
+//! the next profile loads what it needs again.
 
 use std::{
     collections::HashMap,
@@ -20,23 +23,24 @@ use std::{
 
 use object::read::ReadCache;
 use vmscope_parse::{
-    dwarf::{DwarfError, SourceFrame, SourceLines},
+    dwarf::{
+        DwarfError, SourceFrame, SourceLines,
+        paged::{PositionedFile, ReadAt},
+    },
     elf::{GLOBAL_DEBUG_DIR, debug_file_candidates_in},
 };
 
 use super::module::{MAX_BINARY_BYTES, ModuleId};
 use crate::sys;
 
-/// Default budget of loaded line tables: room for libjvm's and a few dozen libraries'.
-pub const DEFAULT_DWARF_CACHE_BYTES: u64 = 512 << 20;
+/// Default budget of line tables: what an always-on daemon can live with. Tables weigh what
+/// their lookups read and parsed, not their binaries' debug sections (see the module's doc).
+pub const DEFAULT_DWARF_CACHE_BYTES: u64 = 64 << 20;
 
-/// What a binary's tables cost in memory per byte of debug section: the sections themselves,
-/// plus the line rows, function trees and inlined-call trees addr2line builds as units are
-/// looked up. `cargo xtask bench --lines` measured a process's peak RSS at 2.4 times the
-/// sections for libpython 3.13 (20 MB of sections, 10,000 lookups over all its functions) and
-/// 2.1 times for vmscoped's debug build (101 MB); the peak includes the read buffers of the
-/// load, which are freed after it.
-const WEIGHT_PER_SECTION_BYTE: u64 = 2;
+/// What the tables of a binary cost per byte of what [`SourceLines::weight`] says: the bytes
+/// held and looked at, plus the line rows, function trees and inlined-call trees addr2line
+/// builds from them.
+const WEIGHT_PER_BYTE: u64 = 2;
 
 /// Line tables shared by the threads that build profiles.
 pub type SharedLines = Arc<Mutex<SourceLines>>;
@@ -73,6 +77,8 @@ pub struct LineCounters {
     pub lookup_failures: u64,
     /// Estimated bytes of the tables held now.
     pub bytes: u64,
+    /// Times every table was let go, no session needing lines any more.
+    pub releases: u64,
 }
 
 /// Most answers [`LineTables::frames`] keeps: the same locations are asked about at every
@@ -88,6 +94,8 @@ struct State {
     clock: u64,
     bytes: u64,
     counters: LineCounters,
+    /// When tables were last asked for (loaded or looked up in).
+    last_used: Option<std::time::Instant>,
 }
 
 /// The cache of loaded line tables.
@@ -197,13 +205,16 @@ impl LineTables {
     }
 
     fn look_up(&self, binary: Binary<'_>, svma: u64) -> Vec<SourceFrame> {
-        let Some(lines) = self.tables(binary) else {
+        let Some((key, lines)) = self.tables(binary) else {
             return Vec::new();
         };
-        let lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = lines.lock().unwrap_or_else(|e| e.into_inner());
         // gimli and addr2line are written not to panic on malformed input; a daemon that
         // reads any binary on the host does not bet on it.
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lines.lookup(svma)));
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| guard.lookup(svma)));
+        let weight = guard.weight().saturating_mul(WEIGHT_PER_BYTE);
+        drop(guard);
+        self.lock().reweigh(&key, weight, self.budget);
         match found {
             Ok(Ok(frames)) => frames,
             Ok(Err(e)) => {
@@ -219,8 +230,8 @@ impl LineTables {
         }
     }
 
-    /// The binary's tables, loaded on first use.
-    fn tables(&self, binary: Binary<'_>) -> Option<SharedLines> {
+    /// The binary's tables, loaded on first use, with their key.
+    fn tables(&self, binary: Binary<'_>) -> Option<(Key, SharedLines)> {
         let key = match binary.build_id {
             Some(id) => Key::BuildId(id.to_vec()),
             None => Key::Module(binary.module),
@@ -228,10 +239,11 @@ impl LineTables {
         {
             let mut state = self.lock();
             state.clock += 1;
+            state.last_used = Some(std::time::Instant::now());
             let now = state.clock;
             if let Some(entry) = state.entries.get_mut(&key) {
                 entry.last_used = now;
-                return entry.lines.clone();
+                return Some((key, entry.lines.clone()?));
             }
         }
         // Loaded outside the lock: other binaries' lookups go on meanwhile. Two threads may
@@ -239,7 +251,7 @@ impl LineTables {
         let loaded = self.load(binary);
         let mut state = self.lock();
         if let Some(entry) = state.entries.get(&key) {
-            return entry.lines.clone();
+            return Some((key, entry.lines.clone()?));
         }
         let (lines, weight) = match loaded {
             Ok((lines, from_debug_file)) => {
@@ -247,9 +259,7 @@ impl LineTables {
                 if from_debug_file {
                     state.counters.from_debug_files += 1;
                 }
-                let weight = lines
-                    .section_bytes()
-                    .saturating_mul(WEIGHT_PER_SECTION_BYTE);
+                let weight = lines.weight().saturating_mul(WEIGHT_PER_BYTE);
                 (Some(Arc::new(Mutex::new(lines))), weight)
             }
             Err(Missing) => {
@@ -262,25 +272,54 @@ impl LineTables {
                 (None, 0)
             }
         };
-        state.make_room(weight, self.budget);
+        state.make_room(weight, self.budget, None);
         state.clock += 1;
         let last_used = state.clock;
         state.bytes += weight;
         state.entries.insert(
-            key,
+            key.clone(),
             Entry {
                 lines: lines.clone(),
                 weight,
                 last_used,
             },
         );
-        lines
+        Some((key, lines?))
+    }
+
+    #[cfg(test)]
+    fn answers_cleared_for_test(&self) {
+        self.lock().answers.clear();
+    }
+
+    /// [`LineTables::release`], if no table was asked for in the last `idle`: a profile being
+    /// built keeps them.
+    pub fn release_if_unused_for(&self, idle: std::time::Duration) -> u64 {
+        let used = self.lock().last_used;
+        if used.is_some_and(|at| at.elapsed() < idle) {
+            return 0;
+        }
+        self.release()
+    }
+
+    /// Lets every loaded table go (binaries without DWARF stay remembered as such): no session
+    /// needs lines now, and the next profile loads what it needs again. Answers how many
+    /// bytes of tables went.
+    pub fn release(&self) -> u64 {
+        let mut state = self.lock();
+        let before = state.bytes;
+        state.entries.retain(|_, entry| entry.lines.is_none());
+        state.bytes = 0;
+        if before > 0 {
+            state.counters.releases += 1;
+        }
+        before
     }
 
     /// Loads the binary's own DWARF, or its debug file's. `Ok(true)`: from a debug file.
     fn load(&self, binary: Binary<'_>) -> Result<(SourceLines, bool), LoadError> {
-        // One binary's tables may take the whole budget, not more.
-        let limit = self.budget / WEIGHT_PER_SECTION_BYTE;
+        // What one binary's tables hold from the start may take the whole budget, not more.
+        let limit = self.budget / WEIGHT_PER_BYTE;
         match parse_file(binary.file, limit, None) {
             Ok(lines) => return Ok((lines, false)),
             Err(LoadError::Missing) => {}
@@ -316,13 +355,14 @@ impl LineTables {
 }
 
 impl State {
-    /// Drops the least recently used tables until `weight` more bytes fit in `budget`.
-    fn make_room(&mut self, weight: u64, budget: u64) {
+    /// Drops the least recently used tables until `weight` more bytes fit in `budget`, but
+    /// those under `keep` (the tables that grew: a lookup in them is under way).
+    fn make_room(&mut self, weight: u64, budget: u64, keep: Option<&Key>) {
         while self.bytes + weight > budget {
             let oldest = self
                 .entries
                 .iter()
-                .filter(|(_, entry)| entry.weight > 0)
+                .filter(|(key, entry)| entry.weight > 0 && Some(*key) != keep)
                 .min_by_key(|(_, entry)| entry.last_used)
                 .map(|(key, _)| key.clone());
             let Some(oldest) = oldest else { break };
@@ -330,6 +370,19 @@ impl State {
             self.bytes -= entry.weight;
             self.counters.evicted += 1;
         }
+    }
+
+    /// The tables under `key` weigh `weight` now (lookups parsed more of them): the others make
+    /// room for what they grew by.
+    fn reweigh(&mut self, key: &Key, weight: u64, budget: u64) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            // Released or evicted meanwhile.
+            return;
+        };
+        let old = std::mem::replace(&mut entry.weight, weight);
+        self.bytes -= old;
+        self.make_room(weight, budget, Some(key));
+        self.bytes += weight;
     }
 }
 
@@ -350,12 +403,14 @@ fn parse_file(file: &File, limit: u64, build_id: Option<&[u8]>) -> Result<Source
     if len > MAX_BINARY_BYTES {
         return Err(Failed(format!("{len} bytes, too large to read")));
     }
-    let file = file
-        .try_clone()
-        .map_err(|e| Failed(format!("cannot reopen: {e}")))?;
-    let cache = ReadCache::new(file);
+    let reopen = || {
+        file.try_clone()
+            .map_err(|e| Failed(format!("cannot reopen: {e}")))
+    };
+    let cache = ReadCache::new(reopen()?);
+    let pages: Arc<dyn ReadAt> = Arc::new(PositionedFile(reopen()?));
     let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        SourceLines::parse(&cache, limit, build_id)
+        SourceLines::parse(&cache, pages, limit, build_id)
     }));
     match parsed {
         Ok(Ok(lines)) => Ok(lines),
@@ -399,9 +454,9 @@ mod tests {
     fn tables_load_once_per_build_id_and_are_evicted_least_recently_used_first() {
         let (exe, id) = this_exe();
         let one = LineTables::new(u64::MAX / 4, Vec::new());
-        let a = one.tables(binary(&exe, 1, Some(&id))).expect("tables");
+        let (_, a) = one.tables(binary(&exe, 1, Some(&id))).expect("tables");
         // Another module with the same build id: the same tables.
-        let b = one.tables(binary(&exe, 2, Some(&id))).expect("tables");
+        let (_, b) = one.tables(binary(&exe, 2, Some(&id))).expect("tables");
         assert!(Arc::ptr_eq(&a, &b));
         let counters = one.counters();
         assert_eq!((counters.loaded, counters.evicted), (1, 0));
@@ -424,6 +479,66 @@ mod tests {
         assert!(state.entries.contains_key(&Key::BuildId(k1.to_vec())));
         assert!(!state.entries.contains_key(&Key::BuildId(k2.to_vec())));
         assert!(state.entries.contains_key(&Key::BuildId(k3.to_vec())));
+    }
+
+    /// Tables weigh what lookups made them read and parse: they grow as lookups reach new
+    /// units, the others make room, and all of them go once nothing needs lines.
+    #[test]
+    fn lookups_weigh_what_they_parse_and_release_lets_every_table_go() {
+        let (exe, id) = this_exe();
+        let symbols = vmscope_parse::elf::ElfSymbols::parse(
+            &std::fs::read(std::env::current_exe().unwrap()).unwrap()[..],
+        )
+        .unwrap();
+        let starts: Vec<u64> = symbols
+            .symbols()
+            .map(|s| s.start)
+            .filter(|&a| a > 0)
+            .collect();
+        let tables = LineTables::new(u64::MAX / 4, Vec::new());
+        tables.tables(binary(&exe, 1, Some(&id))).expect("tables");
+        let loaded = tables.counters().bytes;
+        // Addresses all over the binary: units parsed, pages read.
+        for &svma in starts.iter().step_by((starts.len() / 200).max(1)) {
+            tables.frames(binary(&exe, 1, Some(&id)), svma);
+        }
+        let grown = tables.counters().bytes;
+        assert!(
+            grown > loaded,
+            "{loaded} bytes before the lookups, {grown} after"
+        );
+        // Lazily: far less than the binary's debug sections, twice, as it weighed before.
+        let exe_bytes = std::fs::metadata(std::env::current_exe().unwrap())
+            .unwrap()
+            .len();
+        assert!(grown < exe_bytes, "{grown} of a {exe_bytes}-byte binary");
+
+        // Another binary's tables (keyed apart) grown past the budget: the first goes.
+        let budget = grown + grown / 2;
+        let two = LineTables::new(budget, Vec::new());
+        for &svma in starts.iter().step_by((starts.len() / 200).max(1)) {
+            two.frames(binary(&exe, 1, Some(b"first")), svma);
+        }
+        two.answers_cleared_for_test();
+        for &svma in starts.iter().step_by((starts.len() / 200).max(1)) {
+            two.frames(binary(&exe, 2, Some(b"second")), svma);
+        }
+        let counters = two.counters();
+        assert_eq!(counters.evicted, 1, "{counters:?}");
+        assert!(counters.bytes <= budget, "{counters:?}");
+
+        assert_eq!(tables.release(), grown);
+        let counters = tables.counters();
+        assert_eq!((counters.bytes, counters.releases), (0, 1));
+        assert!(tables.lock().entries.is_empty());
+        // Loaded again when asked.
+        assert!(
+            !tables
+                .frames(binary(&exe, 1, Some(&id)), starts[starts.len() / 2])
+                .is_empty()
+                || tables.counters().loaded == 2
+        );
+        assert_eq!(tables.counters().loaded, 2);
     }
 
     /// An address asked about again (every profile of a session asks) is answered from the
@@ -488,15 +603,29 @@ mod tests {
         assert_eq!(state.bytes, 0);
     }
 
+    /// Sections held in memory (compressed ones, inflated) count against the budget; the
+    /// binary whose tables would hold more than it allows gets no lines.
     #[test]
     fn binaries_over_the_budget_or_without_dwarf_are_remembered_and_counted() {
-        let (exe, _) = this_exe();
-        let small = LineTables::new(1000, Vec::new());
-        assert!(small.tables(binary(&exe, 1, None)).is_none());
-        assert!(small.tables(binary(&exe, 1, None)).is_none());
-        assert_eq!(small.counters().failures, 1, "tried once");
-
         let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tiny.c"), "int main(void) { return 0; }\n").unwrap();
+        let built = std::process::Command::new("gcc")
+            .args(["-g", "-gz=zlib", "-o", "tiny", "tiny.c"])
+            .current_dir(dir.path())
+            .status()
+            .expect("gcc builds a program with compressed debug sections");
+        assert!(built.success());
+        let tiny = File::open(dir.path().join("tiny")).unwrap();
+        let small = LineTables::new(100, Vec::new());
+        assert!(small.tables(binary(&tiny, 1, None)).is_none());
+        assert!(small.tables(binary(&tiny, 1, None)).is_none());
+        assert_eq!(small.counters().failures, 1, "tried once");
+        assert!(
+            LineTables::new(1 << 20, Vec::new())
+                .tables(binary(&tiny, 1, None))
+                .is_some()
+        );
+
         let not_elf = dir.path().join("script");
         std::fs::write(&not_elf, b"#!/bin/sh\n").unwrap();
         let tables = LineTables::default();
@@ -551,12 +680,12 @@ mod tests {
         // The right one: found, and it gives this function's file.
         install(&id);
         let tables = LineTables::new(u64::MAX / 4, debug_dirs);
-        let lines = tables
+        let (_, lines) = tables
             .tables(binary(&stripped, 1, Some(&id)))
             .expect("tables");
         assert_eq!(tables.counters().from_debug_files, 1);
         drop(exe);
         let lines = lines.lock().unwrap();
-        assert!(lines.section_bytes() > 0);
+        assert!(lines.weight() > 0);
     }
 }

@@ -6,14 +6,16 @@
 //! (the innermost) or the line of the call that inlined the next one (the outer ones), as
 //! `addr2line -f -i` and `perf report --inline` show them.
 //!
-//! [`SourceLines::parse`] reads only the debug sections (`.debug_info`, `.debug_line`,
-//! `.debug_abbrev`, the string, address and range tables) through [`object::ReadRef`], normally
-//! a `&ReadCache<File>`: the code and everything else stay on disk, and a file truncated while
-//! it is read gives an error rather than the SIGBUS a memory map would. zlib-compressed
-//! sections (`SHF_COMPRESSED`, what `objcopy --compress-debug-sections` and distributions'
-//! debug packages write) are inflated, within a bound. The parsing of the DWARF itself is lazy
-//! and done by the `addr2line` crate (built on `gimli`): a compilation unit's line program and
-//! function tree are parsed the first time an address in it is looked up, then kept.
+//! [`SourceLines::parse`] reads the ELF headers through [`object::ReadRef`], normally a
+//! `&ReadCache<File>`, and the debug sections (`.debug_info`, `.debug_line`, `.debug_abbrev`,
+//! the string, address and range tables) through [`paged::ReadAt`], a page at a time as the
+//! lookups need them ([`paged`]): the code and everything else stay on disk, the sections too
+//! but for the pages read lately, and a file truncated while it is read gives an error rather
+//! than the SIGBUS a memory map would. zlib-compressed sections (`SHF_COMPRESSED`, what
+//! `objcopy --compress-debug-sections` and distributions' debug packages write) are inflated
+//! whole, within a bound, and small sections read whole. The parsing of the DWARF itself is
+//! lazy and done by the `addr2line` crate (built on `gimli`): a compilation unit's line program
+//! and function tree are parsed the first time an address in it is looked up, then kept.
 //!
 //! DWARF 2 to 5 are read; split DWARF (`.dwo` files) and supplementary files (dwz's
 //! `.gnu_debugaltlink`) are not: their units give no lines, not an error.
@@ -22,16 +24,19 @@
 //! caller's byte budget before anything is allocated, and malformed DWARF is an error of the
 //! lookup it concerns, never a panic of ours.
 
+pub mod paged;
+
 use std::{borrow::Cow, io::Read as _, sync::Arc};
 
 use addr2line::Context;
-use gimli::{EndianArcSlice, RunTimeEndian, SectionId};
+use gimli::{RunTimeEndian, SectionId};
 use object::{
     ReadRef,
     elf::{self, FileHeader32, FileHeader64},
     endian::{Endian as _, Endianness},
     read::elf::{CompressionHeader as _, FileHeader, SectionHeader as _},
 };
+use paged::{Bytes, PageCache, PagedReader, ReadAt};
 
 use crate::demangle::demangle;
 
@@ -64,8 +69,9 @@ pub enum DwarfError {
     /// The file has no `.debug_info` (or no `.debug_line`): nothing to give lines with.
     #[error("no DWARF line information (.debug_info and .debug_line)")]
     NoDebugInfo,
-    /// The debug sections together are bigger than the caller allows.
-    #[error("debug sections need {needed} bytes, more than the {limit} allowed")]
+    /// The debug sections held in memory (inflated, or small) together are bigger than the
+    /// caller allows.
+    #[error("debug sections need {needed} bytes in memory, more than the {limit} allowed")]
     TooLarge {
         /// Bytes the sections need, uncompressed.
         needed: u64,
@@ -105,34 +111,45 @@ pub struct SourceFrame {
     pub inlined: bool,
 }
 
-type Reader = EndianArcSlice<RunTimeEndian>;
+/// Sections up to this size are read whole when the tables are loaded: a page cache entry
+/// each would cost more than they do.
+pub const SMALL_SECTION_BYTES: u64 = 64 << 10;
+
+/// The most bytes of pages one file's tables keep read (see [`paged::PageCache`]).
+pub const PAGE_CACHE_BYTES: u64 = 1 << 20;
 
 /// The line tables and inlined function trees of one ELF file, ready for lookups.
 ///
-/// Owns its section data; holds no file. Not `Sync` (addr2line parses units lazily behind
-/// cells): share it behind a mutex.
+/// Holds its compressed and small sections, and reads the others from the file as lookups
+/// need them. Not `Sync` (addr2line parses units lazily behind cells): share it behind a
+/// mutex.
 pub struct SourceLines {
-    context: Context<Reader>,
-    section_bytes: u64,
+    context: Context<PagedReader>,
+    owned_bytes: u64,
+    pages: Arc<PageCache>,
 }
 
 impl std::fmt::Debug for SourceLines {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SourceLines")
-            .field("section_bytes", &self.section_bytes)
+            .field("owned_bytes", &self.owned_bytes)
+            .field("pages", &self.pages)
             .finish_non_exhaustive()
     }
 }
 
 impl SourceLines {
-    /// Loads the debug sections of an ELF file (32 or 64 bit, either endianness) from any
-    /// `object` reader, refusing files whose sections need more than `max_bytes` in memory.
+    /// Loads the debug sections of an ELF file (32 or 64 bit, either endianness): its headers
+    /// from any `object` reader, `data`, and the sections' bytes from `file` (the same file),
+    /// as lookups need them. Refuses files whose compressed and small sections, held in
+    /// memory, need more than `max_bytes`.
     ///
     /// With `build_id`, the file must carry that GNU build id (a separate debug file found for a
     /// binary): it is checked before any section is read, since a debug file of another build
     /// would give wrong lines, which is worse than none.
     pub fn parse<'data, R: ReadRef<'data>>(
         data: R,
+        file: Arc<dyn ReadAt>,
         max_bytes: u64,
         build_id: Option<&[u8]>,
     ) -> Result<SourceLines, DwarfError> {
@@ -144,16 +161,32 @@ impl SourceLines {
         }
         // EI_CLASS.
         match ident[4] {
-            elf::ELFCLASS32 => load::<FileHeader32<Endianness>, R>(data, max_bytes, build_id),
-            elf::ELFCLASS64 => load::<FileHeader64<Endianness>, R>(data, max_bytes, build_id),
+            elf::ELFCLASS32 => load::<FileHeader32<Endianness>, R>(data, file, max_bytes, build_id),
+            elf::ELFCLASS64 => load::<FileHeader64<Endianness>, R>(data, file, max_bytes, build_id),
             _ => Err(DwarfError::NotElf("unknown ELF class")),
         }
     }
 
-    /// Bytes of section data held (uncompressed): the bulk of what the tables cost before
-    /// lookups parse units.
-    pub fn section_bytes(&self) -> u64 {
-        self.section_bytes
+    /// Bytes of section data held for the tables' whole life (inflated and small sections).
+    pub fn owned_bytes(&self) -> u64 {
+        self.owned_bytes
+    }
+
+    /// Bytes of the file's pages read so far, distinct: how much of the sections lookups have
+    /// looked at, hence about what they keep parsed (lines, functions and inlined calls of the
+    /// units asked for).
+    pub fn touched_bytes(&self) -> u64 {
+        self.pages.touched()
+    }
+
+    /// What the tables cost in memory, about: what they hold, and what lookups parsed.
+    pub fn weight(&self) -> u64 {
+        self.owned_bytes + self.touched_bytes()
+    }
+
+    /// Bytes of pages kept read now, and in all read from the file.
+    pub fn pages(&self) -> (u64, u64) {
+        (self.pages.bytes(), self.pages.reads().0)
     }
 
     /// The frames at an ELF virtual address (svma), innermost first: the functions inlined
@@ -193,6 +226,7 @@ fn elf_error(what: &str) -> impl FnOnce(object::read::Error) -> DwarfError + '_ 
 
 fn load<'data, Elf, R>(
     data: R,
+    file: Arc<dyn ReadAt>,
     max_bytes: u64,
     build_id: Option<&[u8]>,
 ) -> Result<SourceLines, DwarfError>
@@ -217,7 +251,7 @@ where
         }
     }
 
-    // Sizes first, so that nothing is read of a file that would not fit.
+    // Sizes first, so that nothing is read of a file whose sections would not fit.
     let wanted = LOADED.iter().chain([&STR_OFFSETS]);
     let mut found = Vec::new();
     let mut needed: u64 = 0;
@@ -231,11 +265,13 @@ where
         let compression = section
             .compression(endian, data)
             .map_err(elf_error(id.name()))?;
-        let size = match compression {
+        let size: u64 = match compression {
             Some((header, _, _)) => header.ch_size(endian).into(),
             None => section.sh_size(endian).into(),
         };
-        needed = needed.saturating_add(size);
+        if compression.is_some() || size <= SMALL_SECTION_BYTES {
+            needed = needed.saturating_add(size);
+        }
         found.push((id, section, compression));
     }
     let has = |id| found.iter().any(|(found, _, _)| *found == id);
@@ -249,24 +285,35 @@ where
         });
     }
 
-    let mut loaded: Vec<(SectionId, Arc<[u8]>)> = Vec::with_capacity(found.len());
+    let pages = PageCache::new(file, PAGE_CACHE_BYTES);
+    let mut loaded: Vec<(SectionId, Bytes)> = Vec::with_capacity(found.len());
     for (id, section, compression) in found {
-        let bytes: Arc<[u8]> = match compression {
-            None => section
-                .data(endian, data)
-                .map_err(elf_error(id.name()))?
-                .into(),
+        let size: u64 = section.sh_size(endian).into();
+        let bytes = match compression {
+            None if size > SMALL_SECTION_BYTES => Bytes::Paged {
+                cache: pages.clone(),
+                start: section.sh_offset(endian).into(),
+                len: size,
+            },
+            None => Bytes::Owned(
+                section
+                    .data(endian, data)
+                    .map_err(elf_error(id.name()))?
+                    .into(),
+            ),
             Some((header, offset, size)) => {
                 let compressed = data
                     .read_bytes_at(offset, size)
                     .map_err(|()| DwarfError::Elf(format!("{}: cannot read", id.name())))?;
-                inflate(
-                    id.name(),
-                    header.ch_type(endian),
-                    compressed,
-                    header.ch_size(endian).into(),
-                )?
-                .into()
+                Bytes::Owned(
+                    inflate(
+                        id.name(),
+                        header.ch_type(endian),
+                        compressed,
+                        header.ch_size(endian).into(),
+                    )?
+                    .into(),
+                )
             }
         };
         loaded.push((id, bytes));
@@ -276,17 +323,18 @@ where
     } else {
         RunTimeEndian::Big
     };
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
-        let bytes = loaded
-            .iter()
-            .find(|(found, _)| *found == id)
-            .map_or_else(|| Arc::from(&[][..]), |(_, bytes)| bytes.clone());
-        Ok(EndianArcSlice::new(bytes, endian))
+    let dwarf = gimli::Dwarf::load(|id| -> Result<PagedReader, gimli::Error> {
+        let bytes = loaded.iter().find(|(found, _)| *found == id).map_or_else(
+            || Bytes::Owned(Arc::from(&[][..])),
+            |(_, bytes)| bytes.clone(),
+        );
+        Ok(PagedReader::new(bytes, endian))
     })?;
     let context = Context::from_dwarf(dwarf)?;
     Ok(SourceLines {
         context,
-        section_bytes: needed,
+        owned_bytes: needed,
+        pages,
     })
 }
 
@@ -356,25 +404,47 @@ mod tests {
 
     #[test]
     fn non_elf_and_truncated_input_are_errors() {
-        let err = SourceLines::parse(&b"not an ELF file at all"[..], u64::MAX, None).unwrap_err();
+        let parse = |bytes: &[u8]| {
+            SourceLines::parse(bytes, Arc::new(bytes.to_vec()), u64::MAX, None).unwrap_err()
+        };
+        let err = parse(&b"not an ELF file at all"[..]);
         assert!(matches!(err, DwarfError::NotElf(_)), "{err}");
-        let err = SourceLines::parse(&b"\x7fELF"[..], u64::MAX, None).unwrap_err();
+        let err = parse(&b"\x7fELF"[..]);
         assert!(matches!(err, DwarfError::NotElf(_)), "{err}");
         // A real ELF header whose section table lies past the end.
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-        let err = SourceLines::parse(&exe[..64], u64::MAX, None).unwrap_err();
+        let err = parse(&exe[..64]);
         assert!(matches!(err, DwarfError::Elf(_)), "{err}");
     }
 
+    /// Only what is held in memory counts against the budget: compressed sections, inflated
+    /// whole. Uncompressed ones are read a page at a time, and cost the budget nothing.
     #[test]
-    fn the_budget_is_checked_before_reading() {
+    fn the_budget_is_checked_before_reading_what_must_be_held() {
         // Test binaries are built with debug info.
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-        let err = SourceLines::parse(&exe[..], 1000, None).unwrap_err();
+        let lines = SourceLines::parse(&exe[..], Arc::new(exe.clone()), 0, None).unwrap();
+        assert_eq!(lines.owned_bytes(), 0);
+        let dir = std::env::temp_dir().join(format!("vmscope-dwarf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tiny.c"), "int main(void) { return 0; }\n").unwrap();
+        let status = std::process::Command::new("gcc")
+            .args(["-g", "-gz=zlib", "-o", "tiny", "tiny.c"])
+            .current_dir(&dir)
+            .status()
+            .expect("gcc builds a program with compressed debug sections");
+        assert!(status.success());
+        let bytes = std::fs::read(dir.join("tiny")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let err = SourceLines::parse(&bytes[..], Arc::new(bytes.clone()), 10, None).unwrap_err();
         assert!(
-            matches!(err, DwarfError::TooLarge { limit: 1000, .. }),
+            matches!(err, DwarfError::TooLarge { limit: 10, .. }),
             "{err}"
         );
+        let lines = SourceLines::parse(&bytes[..], Arc::new(bytes.clone()), u64::MAX, None)
+            .expect("inflated within the budget");
+        // .debug_info inflated, and the small sections read whole.
+        assert!(lines.owned_bytes() > 0x4c, "{lines:?}");
     }
 
     #[test]
@@ -384,10 +454,14 @@ mod tests {
         let build_id = symbols
             .build_id()
             .expect("rustc's linker writes a build id");
-        let wrong = SourceLines::parse(&exe[..], u64::MAX, Some(&[1, 2, 3])).unwrap_err();
+        let file = Arc::new(exe.clone());
+        let wrong =
+            SourceLines::parse(&exe[..], file.clone(), u64::MAX, Some(&[1, 2, 3])).unwrap_err();
         assert!(matches!(wrong, DwarfError::WrongBuildId { .. }), "{wrong}");
-        let lines = SourceLines::parse(&exe[..], u64::MAX, Some(build_id)).unwrap();
-        assert!(lines.section_bytes() > 0);
+        let lines = SourceLines::parse(&exe[..], file, u64::MAX, Some(build_id)).unwrap();
+        // Read a page at a time: what was read is far less than the sections.
+        let (cached, read) = lines.pages();
+        assert!(cached <= PAGE_CACHE_BYTES && read > 0, "{lines:?}");
         let me = symbols
             .symbols()
             .find(|s| {
@@ -398,7 +472,7 @@ mod tests {
         let frames = lines.lookup(me.start).unwrap();
         let last = frames.last().expect("a frame");
         assert!(
-            last.file.as_deref().unwrap().ends_with("dwarf.rs"),
+            last.file.as_deref().unwrap().ends_with("dwarf/mod.rs"),
             "{frames:?}"
         );
         assert!(last.line > 0 && !last.inlined, "{frames:?}");
