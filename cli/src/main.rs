@@ -424,7 +424,7 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("vmscope: {e:#}");
+            eprintln!("vmscope: {}", vmscope::error_text::chain_text(&e));
             ExitCode::FAILURE
         }
     }

@@ -314,3 +314,64 @@ fn long_names_are_told_apart_and_printed_whole_with_wide() {
         .unwrap_or_else(|| panic!("no line ends with short_one:\n{wide}"));
     assert!(short.chars().count() < 80, "{short:?}\n{wide}");
 }
+
+/// `-o` takes any file that can be written: `/dev/null`, a FIFO (each used to fail with
+/// "Invalid argument (os error 22)", from emptying a file that has no length, after the
+/// recording had succeeded). A file that cannot take the report is named, and the OS's reason
+/// said once; so is the reason a daemon cannot be reached.
+#[test]
+fn reports_go_to_devices_and_fifos_and_errors_say_their_cause_once() {
+    let daemon = Daemon::start();
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    let null = daemon
+        .cli()
+        .args(["record", "-o", "/dev/null", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(null.status.success(), "{}", stderr(&null));
+
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("report");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the FIFO.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let piped = daemon
+        .cli()
+        .args(["record", "-o"])
+        .arg(&fifo)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let text = reader.join().unwrap();
+    assert!(text.contains("samples in the entire program"), "{text}");
+
+    let full = daemon
+        .cli()
+        .args(["record", "-o", "/dev/full", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!full.status.success());
+    let said = stderr(&full);
+    assert!(
+        said.contains("cannot write the report to /dev/full: No space left on device"),
+        "{said}"
+    );
+    assert_eq!(said.matches("(os error 28)").count(), 1, "{said}");
+
+    let nowhere = daemon
+        .cli()
+        .args(["--socket"])
+        .arg(dir.path().join("no.sock"))
+        .arg("sessions")
+        .output()
+        .unwrap();
+    let said = stderr(&nowhere);
+    assert!(said.contains("cannot reach vmscoped at"), "{said}");
+    assert_eq!(said.matches("(os error 2)").count(), 1, "{said}");
+}
