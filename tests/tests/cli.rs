@@ -375,3 +375,45 @@ fn reports_go_to_devices_and_fifos_and_errors_say_their_cause_once() {
     assert!(said.contains("cannot reach vmscoped at"), "{said}");
     assert_eq!(said.matches("(os error 2)").count(), 1, "{said}");
 }
+
+/// A frequency the host cannot bear is refused by the daemon before anything runs, and the
+/// CLI says why: `record -F 100000` (what kernel.perf_event_max_sample_rate allows by default)
+/// used to be accepted, and made 0.66 s of work take 28 s.
+#[test]
+fn a_frequency_above_the_ceiling_is_refused_and_the_command_never_runs() {
+    let daemon = Daemon::start();
+    let kernel: u32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let daemon_ceiling = 10_000;
+    let (asked, words) = if kernel > daemon_ceiling {
+        (kernel, "above this daemon's ceiling of 10000 Hz")
+    } else {
+        (kernel + 1, "above the kernel's limit")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let out = daemon
+        .cli()
+        .args(["record", "-F", &asked.to_string(), "--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    for expected in [
+        words,
+        &format!("kernel.perf_event_max_sample_rate is {kernel}"),
+        "InvalidArgument",
+    ] {
+        assert!(said.contains(expected), "{expected:?} not in {said}");
+    }
+    assert!(!marker.exists(), "the command ran although refused");
+
+    let info = daemon.cli().args(["info", "--json"]).output().unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["max_frequency_hz"], kernel.min(daemon_ceiling));
+    assert_eq!(info["limits"]["max_frequency_hz"], daemon_ceiling);
+}

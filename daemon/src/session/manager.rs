@@ -119,6 +119,9 @@ pub struct ManagerConfig {
     pub sweep_modules: Duration,
     /// Whether HotSpot targets may be asked for their perf map (sessions may still opt out).
     pub jvm_attach: bool,
+    /// Highest frequency a session may ask for, unless the kernel's limit is lower (see
+    /// [`request::DEFAULT_MAX_FREQUENCY_HZ`]).
+    pub max_frequency_hz: u32,
     /// Most descriptors the sessions' kernel counters hold in all (one per counter and thread
     /// of each target): a target beyond is not counted, and its report says why. The daemon
     /// fits it to a quarter of its descriptor limit, so counters never starve connections.
@@ -140,6 +143,7 @@ impl Default for ManagerConfig {
             forget_processes_after: Duration::from_secs(30),
             sweep_modules: Duration::from_secs(1),
             jvm_attach: true,
+            max_frequency_hz: request::DEFAULT_MAX_FREQUENCY_HZ,
             max_kernel_counter_fds: 16_384,
         }
     }
@@ -643,10 +647,14 @@ impl Manager {
         caller: Caller,
         request: &pb::StartSessionRequest,
     ) -> Result<pb::Session, SessionError> {
-        let max_frequency = (self.max_frequency_hz)().map_err(|e| {
+        let kernel_hz = (self.max_frequency_hz)().map_err(|e| {
             SessionError::Internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
         })?;
-        let spec = request::validate(request, max_frequency)?;
+        let limits = request::FrequencyLimits {
+            kernel_hz,
+            daemon_hz: self.config.max_frequency_hz,
+        };
+        let spec = request::validate(request, limits)?;
         let running = self.running().count();
         if running >= self.config.max_running_sessions {
             return Err(SessionError::ResourceExhausted(format!(
