@@ -1,6 +1,6 @@
 //! `vmscoped`: the vmscope daemon. See the library documentation for how it works.
 
-use std::path::PathBuf;
+use std::{io::IsTerminal as _, path::PathBuf};
 
 use clap::Parser;
 use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV};
@@ -79,9 +79,11 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    // Colours only for a person at a terminal: a log file or journald gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let config = DaemonConfig {
         ring_buffer_bytes: args.ring_buffer_kib.saturating_mul(1024),

@@ -417,3 +417,20 @@ fn a_frequency_above_the_ceiling_is_refused_and_the_command_never_runs() {
     assert_eq!(info["max_frequency_hz"], kernel.min(daemon_ceiling));
     assert_eq!(info["limits"]["max_frequency_hz"], daemon_ceiling);
 }
+
+/// The daemon's log, sent to a file (as the harness does, as journald or `2> log` do), is
+/// plain text: no terminal colour codes around its fields.
+#[test]
+fn the_daemon_logs_plain_text_to_a_file() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "-o", "/dev/null", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let log = daemon.log();
+    assert!(log.contains("serving vmscope.v1"), "{log}");
+    assert!(log.contains("session stopping"), "{log}");
+    assert!(!log.contains('\x1b'), "colour codes in the log:\n{log:?}");
+}
