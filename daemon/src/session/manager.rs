@@ -943,9 +943,9 @@ impl Manager {
 
     /// A JVM answered a perf map request: the map is read now, as a new snapshot, and samples
     /// it explains are named from it.
-    fn jvm_answered(&mut self, reply: JvmReply) {
+    fn jvm_answered(&mut self, mut reply: JvmReply) {
         let now = sys::monotonic_ns();
-        if self.jvms.answered(&reply) {
+        if self.jvms.answered(&mut reply) {
             self.touch_code_maps(reply.pid);
             self.codemaps.perf_map_rewritten(reply.pid);
             self.advance_code_maps(reply.pid, now);
@@ -1944,6 +1944,8 @@ impl Manager {
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
             self.jvms
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
+            // The perf maps the daemon made JVMs write go once no running session needs them.
+            self.jvms.remove_perf_maps(|pid| keep.contains(&pid));
         }
     }
 
@@ -2259,6 +2261,10 @@ impl Manager {
             ("jvm_perf_map_failures", self.jvms.counters.failures),
             ("jvm_perf_map_refused", self.jvms.counters.refused),
             ("jvm_perf_map_request_ms", self.jvms.counters.request_ms),
+            (
+                "jvm_perf_maps_removed",
+                self.jvms.counters.perf_maps_removed,
+            ),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_sources", j.sources),
             ("code_map_reads_deferred", j.reads_deferred),
