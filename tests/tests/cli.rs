@@ -434,3 +434,24 @@ fn the_daemon_logs_plain_text_to_a_file() {
     assert!(log.contains("session stopping"), "{log}");
     assert!(!log.contains('\x1b'), "colour codes in the log:\n{log:?}");
 }
+
+/// A run too short for the kernel's CPU time (counted in 10 ms ticks) has samples but no
+/// measurable rate: the header says so, instead of "0 hz per busy CPU (0.00 busy CPUs)".
+#[test]
+fn a_short_run_says_its_rate_was_not_measured() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "-o", "-", "--", "sleep", "0.2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("0 hz per busy CPU"), "{text}");
+    assert!(!text.contains("0.00 busy CPUs"), "{text}");
+    assert!(text.contains("hz requested (not measured"), "{text}");
+}
