@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod client;
+pub mod error_text;
 pub mod output;
 pub mod record;
 pub mod report;

@@ -75,7 +75,9 @@ struct RecordArgs {
     /// Record every process on the machine (root only).
     #[arg(short = 'a', long)]
     system: bool,
-    /// Samples per second per busy CPU [default: 1400, the daemon's].
+    /// Samples per second per busy CPU [default: 1400, the daemon's]. At most the daemon's
+    /// ceiling (10000 Hz unless `vmscoped --max-frequency` says otherwise, and never above
+    /// kernel.perf_event_max_sample_rate; `vmscope info` shows it): the daemon refuses more.
     #[arg(short = 'F', long = "freq")]
     frequency: Option<u32>,
     /// Stop after this many seconds (fractions allowed).
@@ -424,7 +426,7 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("vmscope: {e:#}");
+            eprintln!("vmscope: {}", vmscope::error_text::chain_text(&e));
             ExitCode::FAILURE
         }
     }

@@ -58,22 +58,27 @@ impl Destination {
 
     /// Opens the destination. A file is opened (created if need be) now, before any
     /// recording, so that a path that cannot be written fails at once rather than after the
-    /// work is done; it is emptied only when the report is written, so that a run that fails
-    /// (no such command, no such session) leaves an earlier report there as it was.
+    /// work is done; a regular file is emptied only when the report is written, so that a run
+    /// that fails (no such command, no such session) leaves an earlier report there as it was.
+    /// Anything else that can be opened for writing (`/dev/null`, a FIFO, a terminal's device)
+    /// is written as it is: it has no length to cut. Errors name the path.
     pub fn open(&self) -> anyhow::Result<Box<dyn Write>> {
         Ok(match self {
             Destination::Stdout => Box::new(io::stdout().lock()),
             Destination::Stderr => Box::new(io::stderr().lock()),
             Destination::File(path) => {
+                let cannot = || format!("cannot write the report to {}", path.display());
                 let file = OpenOptions::new()
                     .write(true)
                     .create(true)
                     .truncate(false)
                     .open(path)
-                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
-                Box::new(BufWriter::new(TruncatedOnFirstWrite {
+                    .with_context(cannot)?;
+                let regular = file.metadata().with_context(cannot)?.is_file();
+                Box::new(BufWriter::new(ReportFile {
                     file,
-                    truncated: false,
+                    path: path.clone(),
+                    truncate: regular,
                 }))
             }
         })
@@ -89,23 +94,47 @@ fn binary_on_terminal(format: Format, terminal: bool) -> Option<String> {
     })
 }
 
-/// A file emptied by its first write.
-struct TruncatedOnFirstWrite {
+/// The file `-o` names: a regular file is emptied by the first write; errors name the path.
+struct ReportFile {
     file: File,
-    truncated: bool,
+    path: PathBuf,
+    /// Whether the next write must first empty the file (a regular file not yet written).
+    truncate: bool,
 }
 
-impl Write for TruncatedOnFirstWrite {
+impl ReportFile {
+    /// `error`, saying which file it concerns. Its kind stays (a closed FIFO is still a
+    /// broken pipe), and the OS's words stay its source, printed once after the path.
+    fn named(&self, error: io::Error) -> io::Error {
+        io::Error::new(
+            error.kind(),
+            WriteError {
+                path: self.path.clone(),
+                source: error,
+            },
+        )
+    }
+}
+
+/// A write to the report file failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the report to {}", path.display())]
+struct WriteError {
+    path: PathBuf,
+    source: io::Error,
+}
+
+impl Write for ReportFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if !self.truncated {
-            self.file.set_len(0)?;
-            self.truncated = true;
+        if self.truncate {
+            self.file.set_len(0).map_err(|e| self.named(e))?;
+            self.truncate = false;
         }
-        self.file.write(buf)
+        self.file.write(buf).map_err(|e| self.named(e))
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
+        self.file.flush().map_err(|e| self.named(e))
     }
 }
 
@@ -151,6 +180,29 @@ mod tests {
         drop(out);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn devices_are_written_as_they_are() {
+        // /dev/null has no length to cut: emptying it first failed with EINVAL.
+        let mut out = Destination::File("/dev/null".into()).open().unwrap();
+        out.write_all(b"a report\n").unwrap();
+        out.flush().unwrap();
+    }
+
+    #[test]
+    fn write_errors_name_the_file_and_say_the_cause_once() {
+        let mut out = Destination::File("/dev/full".into()).open().unwrap();
+        let err = out
+            .write_all(&[b'x'; 64 << 10])
+            .and_then(|()| out.flush())
+            .expect_err("/dev/full takes nothing");
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        let err = anyhow::Error::new(err);
+        assert_eq!(
+            format!("{err:#}"),
+            "cannot write the report to /dev/full: No space left on device (os error 28)"
+        );
     }
 
     #[test]

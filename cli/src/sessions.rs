@@ -122,7 +122,8 @@ pub async fn info(socket: &Path, json: bool, out: &mut impl Write) -> anyhow::Re
     writeln!(out, "online CPUs:          {}", info.online_cpus)?;
     writeln!(
         out,
-        "frequency:            {} Hz by default, at most {} Hz (kernel.perf_event_max_sample_rate)",
+        "frequency:            {} Hz by default, at most {} Hz (the lower of vmscoped \
+         --max-frequency and kernel.perf_event_max_sample_rate)",
         info.default_frequency_hz, info.max_frequency_hz
     )?;
     writeln!(

@@ -289,6 +289,9 @@ async fn stop_sessions(manager: &session::ManagerHandle) {
     }
 }
 
+/// The name of the daemon's own frequency ceiling among the limits `GetDaemonInfo` shows.
+pub const MAX_FREQUENCY_LIMIT: &str = "max_frequency_hz";
+
 /// The limits `GetDaemonInfo` shows, by name.
 fn daemon_limits(
     config: &DaemonConfig,
@@ -308,6 +311,7 @@ fn daemon_limits(
         ("running_sessions_per_user", m.max_running_per_user as u64),
         ("running_sessions_total", m.max_running_sessions as u64),
         ("stopped_sessions_per_user", m.max_stopped_per_user as u64),
+        (MAX_FREQUENCY_LIMIT, u64::from(m.max_frequency_hz)),
         ("kernel_counter_fds", kernel_counter_fds as u64),
         ("watches_per_user", server::WATCHES.per_user as u64),
         ("watches_non_root", server::WATCHES.non_root as u64),

@@ -1,6 +1,6 @@
 //! `vmscoped`: the vmscope daemon. See the library documentation for how it works.
 
-use std::path::PathBuf;
+use std::{io::IsTerminal as _, path::PathBuf};
 
 use clap::Parser;
 use vmscope_proto::{DEFAULT_SOCKET, SOCKET_ENV};
@@ -49,6 +49,13 @@ struct Args {
     /// no lines, and every table goes once no session runs.
     #[arg(long, default_value_t = vmscoped::symbolize::lines::DEFAULT_DWARF_CACHE_BYTES >> 20)]
     dwarf_cache_mib: u64,
+    /// Highest sampling frequency a session may ask for, in Hz (the kernel's
+    /// kernel.perf_event_max_sample_rate still applies when it is lower). Every online CPU takes
+    /// a timer interrupt at a session's rate, whatever runs on it: past about 10,000 Hz that
+    /// slows the targets and the host many times over.
+    #[arg(long, value_name = "HZ", default_value_t = ManagerConfig::default().max_frequency_hz,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_frequency: u32,
     /// Never ask HotSpot JVMs for their perf map (no trigger file in their /tmp, no SIGQUIT),
     /// whatever sessions ask: Java code is then named only by perf maps the JVMs write on
     /// their own (`jcmd PID Compiler.perfmap`, `-XX:+DumpPerfMapAtExit`).
@@ -74,9 +81,11 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    // Colours only for a person at a terminal: a log file or journald gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let config = DaemonConfig {
         ring_buffer_bytes: args.ring_buffer_kib.saturating_mul(1024),
@@ -103,6 +112,7 @@ fn main() -> std::process::ExitCode {
         manager: ManagerConfig {
             max_stopped_per_user: args.keep_sessions,
             jvm_attach: !args.no_jvm_attach,
+            max_frequency_hz: args.max_frequency,
             ..ManagerConfig::default()
         },
     };

@@ -314,3 +314,144 @@ fn long_names_are_told_apart_and_printed_whole_with_wide() {
         .unwrap_or_else(|| panic!("no line ends with short_one:\n{wide}"));
     assert!(short.chars().count() < 80, "{short:?}\n{wide}");
 }
+
+/// `-o` takes any file that can be written: `/dev/null`, a FIFO (each used to fail with
+/// "Invalid argument (os error 22)", from emptying a file that has no length, after the
+/// recording had succeeded). A file that cannot take the report is named, and the OS's reason
+/// said once; so is the reason a daemon cannot be reached.
+#[test]
+fn reports_go_to_devices_and_fifos_and_errors_say_their_cause_once() {
+    let daemon = Daemon::start();
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    let null = daemon
+        .cli()
+        .args(["record", "-o", "/dev/null", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(null.status.success(), "{}", stderr(&null));
+
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("report");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the FIFO.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let piped = daemon
+        .cli()
+        .args(["record", "-o"])
+        .arg(&fifo)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let text = reader.join().unwrap();
+    assert!(text.contains("samples in the entire program"), "{text}");
+
+    let full = daemon
+        .cli()
+        .args(["record", "-o", "/dev/full", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!full.status.success());
+    let said = stderr(&full);
+    assert!(
+        said.contains("cannot write the report to /dev/full: No space left on device"),
+        "{said}"
+    );
+    assert_eq!(said.matches("(os error 28)").count(), 1, "{said}");
+
+    let nowhere = daemon
+        .cli()
+        .args(["--socket"])
+        .arg(dir.path().join("no.sock"))
+        .arg("sessions")
+        .output()
+        .unwrap();
+    let said = stderr(&nowhere);
+    assert!(said.contains("cannot reach vmscoped at"), "{said}");
+    assert_eq!(said.matches("(os error 2)").count(), 1, "{said}");
+}
+
+/// A frequency the host cannot bear is refused by the daemon before anything runs, and the
+/// CLI says why: `record -F 100000` (what kernel.perf_event_max_sample_rate allows by default)
+/// used to be accepted, and made 0.66 s of work take 28 s.
+#[test]
+fn a_frequency_above_the_ceiling_is_refused_and_the_command_never_runs() {
+    let daemon = Daemon::start();
+    let kernel: u32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let daemon_ceiling = 10_000;
+    let (asked, words) = if kernel > daemon_ceiling {
+        (kernel, "above this daemon's ceiling of 10000 Hz")
+    } else {
+        (kernel + 1, "above the kernel's limit")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let out = daemon
+        .cli()
+        .args(["record", "-F", &asked.to_string(), "--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    for expected in [
+        words,
+        &format!("kernel.perf_event_max_sample_rate is {kernel}"),
+        "InvalidArgument",
+    ] {
+        assert!(said.contains(expected), "{expected:?} not in {said}");
+    }
+    assert!(!marker.exists(), "the command ran although refused");
+
+    let info = daemon.cli().args(["info", "--json"]).output().unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["max_frequency_hz"], kernel.min(daemon_ceiling));
+    assert_eq!(info["limits"]["max_frequency_hz"], daemon_ceiling);
+}
+
+/// The daemon's log, sent to a file (as the harness does, as journald or `2> log` do), is
+/// plain text: no terminal colour codes around its fields.
+#[test]
+fn the_daemon_logs_plain_text_to_a_file() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "-o", "/dev/null", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let log = daemon.log();
+    assert!(log.contains("serving vmscope.v1"), "{log}");
+    assert!(log.contains("session stopping"), "{log}");
+    assert!(!log.contains('\x1b'), "colour codes in the log:\n{log:?}");
+}
+
+/// A run too short for the kernel's CPU time (counted in 10 ms ticks) has samples but no
+/// measurable rate: the header says so, instead of "0 hz per busy CPU (0.00 busy CPUs)".
+#[test]
+fn a_short_run_says_its_rate_was_not_measured() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "-o", "-", "--", "sleep", "0.2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("0 hz per busy CPU"), "{text}");
+    assert!(!text.contains("0.00 busy CPUs"), "{text}");
+    assert!(text.contains("hz requested (not measured"), "{text}");
+}

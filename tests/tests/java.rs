@@ -273,3 +273,51 @@ async fn java_stacks_are_whole_with_preserve_frame_pointer_and_said_to_end_witho
         "{cut} of {hot} Hot.hot stacks said to end at Java code without frame pointers"
     );
 }
+
+/// The perf map that the daemon's requests made a JVM write goes once no session needs it
+/// (it used to stay in /tmp for good); one that was there before the daemon asked (here from
+/// `jcmd`) is the user's and stays.
+#[test]
+fn the_daemon_removes_the_perf_maps_it_caused_and_keeps_the_users() {
+    let daemon = Daemon::start();
+    let users = start_java(&[], "8");
+    let users_pid = users.pid();
+    let users_map = PathBuf::from(format!("/tmp/perf-{users_pid}.map"));
+    let jcmd = Command::new("jcmd")
+        .args([&users_pid.to_string(), "Compiler.perfmap"])
+        .output()
+        .expect("run jcmd");
+    assert!(jcmd.status.success(), "{jcmd:?}");
+    assert!(users_map.exists());
+    record(
+        &daemon,
+        &["--pid", &users_pid.to_string(), "--duration", "1"],
+    );
+
+    let report = record(&daemon, &["--", "java", hot_java().to_str().unwrap(), "2"]);
+    let pid = report["targets"][0]["pid"].as_u64().expect("the JVM's pid");
+    let caused = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let named = generated_rows(&report).any(|r| r["name"].as_str().unwrap().contains("Hot.hot("));
+    // The daemon looks every 5 s for maps no session needs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while caused.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let left = caused.exists();
+    let users_kept = users_map.exists();
+    clean(pid as u32);
+    clean(users_pid);
+    assert!(named, "the daemon's requests named Hot.hot: {report}");
+    assert!(
+        !left,
+        "{} is still there:\n{}",
+        caused.display(),
+        jvm_lines(&daemon)
+    );
+    // The pass that removed the other had this one's session stopped too.
+    assert!(
+        users_kept,
+        "the map jcmd wrote was removed:\n{}",
+        jvm_lines(&daemon)
+    );
+}

@@ -405,3 +405,53 @@ async fn attribution_is_right_at_every_sample_while_code_moves() {
         "the stop-time snapshot should misattribute: {share:.1}%"
     );
 }
+
+/// The demo's text report says only what happened: the VM's heap did not move, so no Memory
+/// section of "+0 bytes" lines; its counters' rates are grouped like the counts ("Sends
+/// 1,171,199,656 (233,982,503 per second)").
+#[test]
+fn the_demos_report_has_no_empty_sections_and_one_number_format() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .env_remove("VMSCOPE_SOCKET")
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["record", "-o", "-", "--"])
+        .arg(binary("jitvm"))
+        .args(["tiny", "--seconds", "2"])
+        .output()
+        .expect("run vmscope");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = text
+        .split("**Events**\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Events section:\n{text}"));
+    let sends = events
+        .lines()
+        .find(|l| l.starts_with("Sends "))
+        .unwrap_or_else(|| panic!("no Sends line:\n{text}"));
+    let rate = sends
+        .split('(')
+        .nth(1)
+        .and_then(|r| r.strip_suffix(" per second)"))
+        .unwrap_or_else(|| panic!("no rate in {sends:?}"));
+    assert!(rate.len() > 3 && rate.contains(','), "{sends:?}");
+    // A Memory section, if the heap moved at all, lists only what moved.
+    if let Some(memory) = text.split("**Memory**\n").nth(1) {
+        let lines: Vec<&str> = memory.lines().take_while(|l| !l.is_empty()).collect();
+        assert!(!lines.is_empty(), "{text}");
+        for line in lines {
+            assert!(
+                !line.contains(" +0 ") || line.contains("(low"),
+                "a gauge that did not move: {line:?}\n{text}"
+            );
+        }
+    }
+    assert!(!text.contains("0 hz per busy CPU"), "{text}");
+}

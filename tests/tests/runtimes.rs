@@ -163,3 +163,35 @@ fn sqlite_dominated_by_libsqlite3_gets_a_hint() {
         "only {share}% of the samples in the VM: {report}"
     );
 }
+
+/// CPython with its perf trampolines (`-X perf`) has JIT code that samples hardly land in: an
+/// empty "generated vm code (no samples)" section said nothing and is left out.
+#[test]
+fn cpython_with_perf_trampolines_gets_no_empty_generated_section() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "-o", "-", "--"])
+        .arg(pyenv_python())
+        .args(["-X", "perf", "-c", "sum(range(20_000_000))"])
+        .output()
+        .expect("run vmscope");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // CPython leaves its perf map behind: the header's "pid N (python3.12)" names it.
+    if let Some(pid) = text
+        .strip_prefix("pid ")
+        .and_then(|rest| rest.split(' ').next())
+    {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Some(generated) = text.split("% of generated vm code").nth(1) {
+        let first = generated.lines().nth(1).unwrap_or_default();
+        assert!(!first.contains("(no samples)"), "{text}");
+    }
+    assert!(!text.contains("0 samples in generated vm code"), "{text}");
+}

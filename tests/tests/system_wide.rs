@@ -138,5 +138,47 @@ fn system_wide_under_load_is_bounded_prompt_and_split_by_process() {
         assert_eq!(row["command"], "hotspots-pie");
         assert!(row["samples"].as_u64().unwrap() > 200, "{row}");
     }
+
+    // Each process has its total, largest first, in the JSON and in the text; the header's
+    // "% in the VM", meaningless when every process is a target, is not there.
+    let totals = report["process_totals"].as_array().unwrap();
+    for copy in [&a, &b] {
+        let total = totals
+            .iter()
+            .find(|p| p["pid"] == copy.pid())
+            .unwrap_or_else(|| panic!("no total for {}: {totals:?}", copy.pid()));
+        assert_eq!(total["command"], "hotspots-pie");
+        assert!(total["samples"].as_u64().unwrap() > 200, "{total}");
+    }
+    let samples: Vec<u64> = totals
+        .iter()
+        .map(|p| p["samples"].as_u64().unwrap())
+        .collect();
+    assert!(samples.windows(2).all(|w| w[0] >= w[1]), "{samples:?}");
+    assert_eq!(
+        samples.iter().sum::<u64>(),
+        report["total_samples"].as_u64().unwrap()
+    );
+    let text = daemon
+        .cli()
+        .args(["report", &id.to_string()])
+        .output()
+        .expect("run vmscope");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(!text.contains("in the VM"), "{text}");
+    assert!(
+        text.contains(&format!("samples in {} processes\n", totals.len())),
+        "{text}"
+    );
+    let listed = text
+        .split("samples by process\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no processes listed:\n{text}"));
+    for copy in [&a, &b] {
+        assert!(
+            listed.contains(&format!("pid {} (hotspots-pie)", copy.pid())),
+            "{text}"
+        );
+    }
     drop(node);
 }

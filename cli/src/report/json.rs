@@ -30,8 +30,10 @@ use vmscope_report::{
 /// The report as JSON, borrowed from a [`Report`]; serialise it with `serde_json`.
 ///
 /// Fields: `session_id`, `targets`, `system_wide`, `vm_executable`, `started_at` (RFC 3339 UTC
-/// or null), `duration_seconds`, `requested_frequency_hz`, `measured_frequency_hz`,
-/// `cpu_seconds`, `host_steal_percent`, `busy_cpus`, `total_samples`, `vm_samples`, `vm_percent_of_total`,
+/// or null), `duration_seconds`, `requested_frequency_hz`, `measured_frequency_hz` and
+/// `busy_cpus` (null when the targets used under 0.1 s of CPU, too little to measure a rate
+/// against), `cpu_seconds`, `host_steal_percent`, `total_samples`, `vm_samples`,
+/// `vm_percent_of_total`,
 /// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `call_graph` (`none`, `fp`, `dwarf`
 /// or `unknown`), `dwarf_stack_bytes` (with `dwarf`, else null), `complete`, `stop_reason` (or null),
 /// `incomplete_reason` (or null), `jit_samples_before_code_map` (provisional: attributed before
@@ -39,7 +41,8 @@ use vmscope_report::{
 /// still be named: the profile may change), `jit_samples_caught_up` (placed again, on time,
 /// once their map caught up), `jit_samples_from_later_snapshot` (named from a perf map read
 /// after them, not time-correct; their rows say how many in `later_snapshot_samples`, their
-/// frames `later_snapshot`), `processes` (how many),
+/// frames `later_snapshot`), `processes` (how many), `process_totals` (every process with
+/// samples, most first: `pid`, `command`, `samples`, `percent_of_total`),
 /// `vm_modules` (modules other than the executable counted as the VM: `module`, `runtime` or
 /// null when `--vm-module` named it, `samples`), `sections`, `symbolization_issues` and
 /// `kernel_events` (null system-wide; see [`JsonKernelEvents`]), `vm_statistics` (what the
@@ -58,10 +61,10 @@ pub struct JsonReport<'a> {
     started_at: Option<String>,
     duration_seconds: f64,
     requested_frequency_hz: u32,
-    measured_frequency_hz: f64,
+    measured_frequency_hz: Option<f64>,
     cpu_seconds: f64,
     host_steal_percent: f64,
-    busy_cpus: f64,
+    busy_cpus: Option<f64>,
     total_samples: u64,
     vm_samples: u64,
     vm_percent_of_total: f64,
@@ -77,6 +80,7 @@ pub struct JsonReport<'a> {
     jit_samples_caught_up: u64,
     jit_samples_from_later_snapshot: u64,
     processes: u32,
+    process_totals: Vec<JsonProcessTotal<'a>>,
     vm_modules: Vec<JsonVmModule<'a>>,
     sections: Vec<JsonSection<'a>>,
     symbolization_issues: Vec<JsonIssue<'a>>,
@@ -454,6 +458,14 @@ struct JsonInlined<'a> {
 }
 
 #[derive(Debug, Serialize)]
+struct JsonProcessTotal<'a> {
+    pid: u32,
+    command: &'a str,
+    samples: u64,
+    percent_of_total: f64,
+}
+
+#[derive(Debug, Serialize)]
 struct JsonIssue<'a> {
     module: &'a str,
     reason: &'a str,
@@ -489,6 +501,16 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
         jit_samples_caught_up: report.jit_samples_caught_up,
         jit_samples_from_later_snapshot: report.jit_samples_from_later_snapshot,
         processes: report.processes,
+        process_totals: report
+            .process_totals
+            .iter()
+            .map(|p| JsonProcessTotal {
+                pid: p.pid,
+                command: &p.command,
+                samples: p.samples,
+                percent_of_total: round2(p.percent_of_total),
+            })
+            .collect(),
         vm_modules: report
             .vm_modules
             .iter()
@@ -690,11 +712,11 @@ mod tests {
         assert_eq!(f64_at(&json, "duration_seconds"), 5.002);
         assert_eq!(json["requested_frequency_hz"], 1400);
         assert_eq!(
-            f64_at(&json, "measured_frequency_hz"),
+            Some(f64_at(&json, "measured_frequency_hz")),
             report.measured_frequency_hz
         );
         assert_eq!(f64_at(&json, "cpu_seconds"), 10.012);
-        assert_eq!(f64_at(&json, "busy_cpus"), report.busy_cpus);
+        assert_eq!(Some(f64_at(&json, "busy_cpus")), report.busy_cpus);
         assert_eq!(json["total_samples"], 14_000);
         assert_eq!(json["vm_samples"], 13_000);
         assert_eq!(f64_at(&json, "vm_percent_of_total"), 92.86);
@@ -892,7 +914,8 @@ mod tests {
         let json = parsed(&report);
         assert!(json["started_at"].is_null());
         assert!(json["stop_reason"].is_null());
-        assert_eq!(f64_at(&json, "busy_cpus"), 0.0);
+        assert!(json["busy_cpus"].is_null(), "nothing measured");
+        assert!(json["measured_frequency_hz"].is_null());
         assert_eq!(json["sections"][0]["rows"], serde_json::json!([]));
         assert_eq!(f64_at(&json["sections"][1], "percent_of_total"), 0.0);
     }

@@ -87,6 +87,7 @@ pub fn render_text(
     write_header(report, out)?;
     writeln!(out)?;
     write_summary(report, out)?;
+    write_processes(report, out)?;
     write_tables(report, options, out)?;
     write_statistics(report, out)?;
 
@@ -164,10 +165,10 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
         for counter in &vm.counters {
             writeln!(
                 out,
-                "{whose}{} {} ({:.0} per second)",
+                "{whose}{} {} ({} per second)",
                 counter.name,
                 grouped(counter.count as i128),
-                counter.per_second
+                per_second(counter.per_second)
             )?;
         }
     }
@@ -177,11 +178,11 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
     for event in &events.total {
         writeln!(
             out,
-            "{}{} {} ({:.0} per second)",
+            "{}{} {} ({} per second)",
             if event.part { "  " } else { "" },
             event.label,
-            event.count,
-            event.per_second
+            grouped(event.count.into()),
+            per_second(event.per_second)
         )?;
     }
     for why in &events.unavailable {
@@ -204,7 +205,7 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
                     format!(
                         "{} {}",
                         e.label.split(" (").next().unwrap_or(e.label),
-                        e.count
+                        grouped(e.count.into())
                     )
                 })
                 .collect();
@@ -223,10 +224,14 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
 
 /// A VM's sections before the Events, each only when it published what it shows.
 fn write_vm_sections(vm: &VmStatsReport, out: &mut impl Write) -> io::Result<()> {
-    if !vm.gauges.is_empty() {
+    // A gauge that stayed at one level changed by nothing ("young +0 bytes"): the JSON keeps
+    // its level; the Memory section, a list of changes, leaves it out, and is left out when
+    // nothing moved.
+    let moved: Vec<_> = vm.gauges.iter().filter(|g| g.moved()).collect();
+    if !moved.is_empty() {
         writeln!(out)?;
         writeln!(out, "**Memory**")?;
-        for gauge in &vm.gauges {
+        for gauge in moved {
             let sign = if gauge.delta < 0 { "-" } else { "+" };
             let mut line = format!(
                 "{} {sign}{} {}",
@@ -351,6 +356,15 @@ fn intervals_line(stats: Option<&IntervalStats>, average: bool) -> String {
     line
 }
 
+/// A rate, whole and grouped like the counts beside it ("68,695,007").
+fn per_second(rate: f64) -> String {
+    if rate.is_finite() {
+        grouped(rate.round() as i128)
+    } else {
+        "0".to_owned()
+    }
+}
+
 /// Whole milliseconds as VMProfiler prints them ("57ms", "0ms"), with a decimal under 10.
 fn milliseconds(ms: f64) -> String {
     if ms >= 10.0 || ms == 0.0 {
@@ -425,14 +439,23 @@ fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
         report.session_id
     )?;
     writeln!(out, "{}", state_line(report))?;
-    writeln!(
-        out,
-        "{:.3} seconds; sampling frequency {:.0} hz per busy CPU ({} hz requested; {:.2} busy CPUs)",
-        report.duration_seconds,
-        report.measured_frequency_hz,
-        report.requested_frequency_hz,
-        round2(report.busy_cpus)
-    )?;
+    match (report.measured_frequency_hz, report.busy_cpus) {
+        (Some(measured), Some(busy)) => writeln!(
+            out,
+            "{:.3} seconds; sampling frequency {measured:.0} hz per busy CPU ({} hz requested; \
+             {:.2} busy CPUs)",
+            report.duration_seconds,
+            report.requested_frequency_hz,
+            round2(busy)
+        )?,
+        // The kernel's CPU time, in 10 ms ticks, is too coarse to divide the samples by.
+        _ => writeln!(
+            out,
+            "{:.3} seconds; sampling frequency {} hz requested (not measured: the targets \
+             used {:.2} s of CPU time as the kernel counts it, too little to measure against)",
+            report.duration_seconds, report.requested_frequency_hz, report.cpu_seconds
+        )?,
+    }
     for line in report.vm_statistics.iter().filter_map(settings_line) {
         writeln!(out, "{line}")?;
     }
@@ -441,13 +464,28 @@ fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
 
 fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
     write_title(report, out)?;
-    writeln!(
-        out,
-        "{} samples in the VM ({} samples in the entire program) {} of total",
-        report.vm_samples,
-        report.total_samples,
-        percent(report.vm_percent_of_total)
-    )?;
+    if report.system_wide {
+        // Every process is a target: "in the VM" would only mean "in a main executable or
+        // JIT code", which the sections say; the processes' shares follow the summary.
+        let processes = match report.process_totals.len() {
+            0 => report.processes as usize,
+            n => n,
+        };
+        writeln!(
+            out,
+            "{} in {}",
+            count(report.total_samples, "sample"),
+            count(processes as u64, "process")
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{} samples in the VM ({} samples in the entire program) {} of total",
+            report.vm_samples,
+            report.total_samples,
+            percent(report.vm_percent_of_total)
+        )?;
+    }
     writeln!(out, "{} samples lost", report.lost_samples)?;
     writeln!(out, "call graph: {}", report.call_graph_label())?;
     if !report.vm_modules.is_empty() {
@@ -636,6 +674,56 @@ fn state_line(report: &Report) -> String {
         (true, Some(reason)) => format!("stopped: {reason}"),
         (true, None) => "stopped".to_owned(),
     }
+}
+
+/// Processes listed by [`write_processes`] before the rest fold into one line.
+const PROCESS_ROWS: usize = 10;
+
+/// Each process's share of all samples, most first, when there are several (a system-wide
+/// profile splits a process's samples over its sections): "  45.00%  (6300)  pid 4242 (node)",
+/// then `...others...` for the processes beyond [`PROCESS_ROWS`].
+fn write_processes(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    let totals = &report.process_totals;
+    if totals.len() < 2 {
+        return Ok(());
+    }
+    let shown = if totals.len() > PROCESS_ROWS {
+        PROCESS_ROWS - 1
+    } else {
+        totals.len()
+    };
+    let mut lines: Vec<(String, String, String)> = totals[..shown]
+        .iter()
+        .map(|p| {
+            let who = if p.command.is_empty() {
+                format!("pid {}", p.pid)
+            } else {
+                format!("pid {} ({})", p.pid, p.command)
+            };
+            (percent(p.percent_of_total), format!("({})", p.samples), who)
+        })
+        .collect();
+    let rest = &totals[shown..];
+    if !rest.is_empty() {
+        let samples: u64 = rest.iter().map(|p| p.samples).sum();
+        let share: f64 = rest.iter().map(|p| p.percent_of_total).sum();
+        lines.push((
+            percent(share),
+            format!("({samples})"),
+            format!("{OTHERS_NAME} ({})", count(rest.len() as u64, "process")),
+        ));
+    }
+    let share_width = lines.iter().map(|l| l.0.len()).max().unwrap_or(0);
+    let samples_width = lines.iter().map(|l| l.1.len()).max().unwrap_or(0);
+    writeln!(out)?;
+    writeln!(out, "samples by process")?;
+    for (share, samples, who) in lines {
+        writeln!(
+            out,
+            "{share:>share_width$}  {samples:>samples_width$}  {who}"
+        )?;
+    }
+    Ok(())
 }
 
 fn write_summary(report: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -1031,9 +1119,12 @@ fn percent(value: f64) -> String {
     format!("{:.2}%", round2(value))
 }
 
+/// "1 sample", "3 samples", "57 processes".
 fn count(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
+    } else if noun.ends_with('s') {
+        format!("{n} {noun}es")
     } else {
         format!("{n} {noun}s")
     }
@@ -1738,7 +1829,7 @@ mod tests {
         let expected = "\
 unknown target  start time unknown  session 0
 session running; numbers are a snapshot
-0.000 seconds; sampling frequency 0 hz per busy CPU (0 hz requested; 0.00 busy CPUs)
+0.000 seconds; sampling frequency 0 hz requested (not measured: the targets used 0.00 s of CPU time as the kernel counts it, too little to measure against)
 0 samples in the VM (0 samples in the entire program) 0.00% of total
 0 samples lost
 call graph: unknown
@@ -1793,6 +1884,104 @@ call graph: unknown
             "{text}"
         );
         assert!(!text.contains("main [python3.12]"), "{text}");
+    }
+
+    #[test]
+    fn system_wide_reports_give_each_process_its_total() {
+        let mut profile = profile_with(vec![row(Section::Vanilla, "main", "python3.12", 100)]);
+        profile.total_samples = 100;
+        // 12 processes: pid 1000 with 34 samples, then 11 with 6 each.
+        profile.stacks = (0..12)
+            .map(|i| vmscope_proto::v1::Stack {
+                pid: 1000 + i,
+                samples: if i == 0 { 34 } else { 6 },
+                ..Default::default()
+            })
+            .collect();
+        let session = profile.session.as_mut().expect("fixture has a session");
+        session.system_wide = true;
+        session.targets.clear();
+        profile.processes = 12;
+        profile.rows[0].processes = vec![vmscope_proto::v1::ProcessSamples {
+            pid: 1000,
+            command: "python3.12".into(),
+            samples: 34,
+        }];
+        let text = render(&profile, &OPTIONS);
+        assert!(text.starts_with("system-wide (12 processes)  "), "{text}");
+        assert!(text.contains("\n100 samples in 12 processes\n"), "{text}");
+        assert!(!text.contains("in the VM"), "{text}");
+        let listed: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "samples by process")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(listed.len(), 10, "{text}");
+        assert_eq!(listed[0], "34.00%  (34)  pid 1000 (python3.12)");
+        assert_eq!(listed[1], " 6.00%   (6)  pid 1001");
+        assert_eq!(listed[9], "18.00%  (18)  ...others... (3 processes)");
+
+        // One process: no list, and the header is the VM's.
+        profile.stacks.truncate(1);
+        profile.stacks[0].samples = 100;
+        let session = profile.session.as_mut().expect("fixture has a session");
+        session.system_wide = false;
+        let text = render(&profile, &OPTIONS);
+        assert!(!text.contains("samples by process"), "{text}");
+        assert!(text.contains("samples in the VM"), "{text}");
+    }
+
+    #[test]
+    fn a_short_run_says_its_rate_was_not_measured() {
+        let mut profile = profile_with(vec![row(Section::Vanilla, "main", "sleep", 2)]);
+        profile.total_samples = 2;
+        profile.cpu_seconds = 0.0;
+        profile.measured_frequency_hz = 0.0;
+        let text = render(&profile, &OPTIONS);
+        assert!(!text.contains("0 hz per busy CPU"), "{text}");
+        assert!(!text.contains("0.00 busy CPUs"), "{text}");
+        assert!(
+            text.contains("sampling frequency 1400 hz requested (not measured: the targets used 0.00 s of CPU time"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unchanged_gauges_and_rates_read_like_their_counts() {
+        let mut profile = profile_with(vec![row(Section::Vanilla, "main", "jitvm", 10)]);
+        let gauge = |name: &str, level: i64| vmscope_proto::v1::GaugeDelta {
+            name: name.into(),
+            unit: "bytes".into(),
+            delta: 0,
+            last: level,
+            low: level,
+            high: level,
+        };
+        profile.vm_statistics = vec![vmscope_proto::v1::VmStatistics {
+            pid: 4242,
+            vm: "jitvm 0.1".into(),
+            window_ns: 4_000_000_000,
+            gauges: vec![
+                gauge("old", 2448),
+                gauge("free", 67_106_416),
+                gauge("young", 0),
+            ],
+            counters: vec![vmscope_proto::v1::CounterDelta {
+                name: "Sends".into(),
+                delta: 274_780_028,
+                last: 274_780_028,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        let text = render(&profile, &OPTIONS);
+        assert!(!text.contains("**Memory**"), "nothing moved:\n{text}");
+        assert!(!text.contains("+0 bytes"), "{text}");
+        assert!(
+            text.contains("Sends 274,780,028 (68,695,007 per second)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -50,13 +50,13 @@ pub enum CodeMapFileError {
     #[error("record of {0} bytes is larger than the 16 MiB limit")]
     TooLarge(u64),
     /// The record's bytes are not a `CodeMapEvent`.
-    #[error("record of {len} bytes is not a CodeMapEvent: {source}")]
+    #[error("record of {len} bytes is not a CodeMapEvent: {reason}")]
     Decode {
         /// The record's length.
         len: usize,
-        /// prost's reason.
-        #[source]
-        source: prost::DecodeError,
+        /// prost's reason: in the message, so not a `source` (a chain printer would say it
+        /// twice).
+        reason: prost::DecodeError,
     },
 }
 
@@ -96,7 +96,7 @@ pub fn next_event(bytes: &[u8]) -> Result<Option<(CodeMapEvent, usize)>, CodeMap
         return Ok(None);
     };
     let event =
-        CodeMapEvent::decode(record).map_err(|source| CodeMapFileError::Decode { len, source })?;
+        CodeMapEvent::decode(record).map_err(|reason| CodeMapFileError::Decode { len, reason })?;
     Ok(Some((event, end)))
 }
 

@@ -23,6 +23,8 @@ pub mod sort_keys;
 pub mod stats;
 pub mod tree;
 
+pub use processes::ProcessTotal;
+
 pub use model::{
     CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
     ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Session, StackEnd};
 
 use crate::{
+    processes::{ProcessTotal, process_totals},
     runtimes::known_runtime,
     sort_keys::{self, SortKey},
     stats::{KernelEventsReport, VmStatsReport},
@@ -360,16 +361,17 @@ pub struct Report {
     pub duration_seconds: f64,
     /// Samples per second per busy CPU that the session asked for.
     pub requested_frequency_hz: u32,
-    /// Samples per second per busy CPU actually taken.
-    pub measured_frequency_hz: f64,
+    /// Samples per second per busy CPU actually taken; `None` when the targets' CPU time is
+    /// too short to measure a rate against (under [`MIN_MEASURED_CPU_SECONDS`]).
+    pub measured_frequency_hz: Option<f64>,
     /// CPU time used by what was sampled.
     pub cpu_seconds: f64,
     /// Share of the host's CPU time a hypervisor stole meanwhile, in percent: a high figure
     /// explains a measured rate away from the requested one.
     pub host_steal_percent: f64,
-    /// `cpu_seconds / duration_seconds`, 0 when nothing was timed: how many CPUs were busy on
-    /// average, which explains why the sample count exceeds duration x frequency.
-    pub busy_cpus: f64,
+    /// `cpu_seconds / duration_seconds`: how many CPUs were busy on average, which explains why
+    /// the sample count exceeds duration x frequency; `None` with the measured frequency.
+    pub busy_cpus: Option<f64>,
     /// Every sample of the targets ("samples in the entire program"), the grand total.
     pub total_samples: u64,
     /// Samples in generated and vanilla code ("samples in the VM").
@@ -396,6 +398,9 @@ pub struct Report {
     pub jit_samples_from_later_snapshot: u64,
     /// Processes with samples in the profile (0 from a daemon that does not say).
     pub processes: u32,
+    /// Every process with samples, most first: what each process's share of the whole is,
+    /// which a system-wide profile's sections split up. Empty for a profile without stacks.
+    pub process_totals: Vec<ProcessTotal>,
     /// Modules other than the main executable counted as vanilla vm code, most samples first.
     pub vm_modules: Vec<VmModule>,
     /// A module of other code big enough that it may well be part of the VM, for a hint to
@@ -434,6 +439,12 @@ pub struct Report {
     /// What the VMs among the targets published of their own statistics, by pid.
     pub vm_statistics: Vec<VmStatsReport>,
 }
+
+/// Least CPU time of the targets for the report to give a measured sampling rate. The kernel
+/// counts CPU time in clock ticks (10 ms), each target's rounded down: below this, a rate from
+/// it is off by 10% or more, and a run shorter than one tick counts none at all (it read "0 hz
+/// per busy CPU (0.00 busy CPUs)" beside its samples).
+pub const MIN_MEASURED_CPU_SECONDS: f64 = 0.1;
 
 /// V8's entry into its bytecode interpreter: every interpreted JavaScript frame is this
 /// builtin's frame unless node runs with `--interpreted-frames-native-stack`.
@@ -546,8 +557,9 @@ impl Report {
         } else {
             "vanilla vm code"
         };
-        let show_generated =
-            profile.has_generated_code || !by_section[SectionKind::Generated.index()].is_empty();
+        // A section of generated code with nothing in it says nothing (CPython's perf
+        // trampolines are JIT code that no sample may land in).
+        let show_generated = section_samples(SectionKind::Generated) > 0;
         let mut sections = Vec::with_capacity(3);
         for (kind, title) in [
             (SectionKind::Generated, "generated vm code"),
@@ -570,11 +582,8 @@ impl Report {
 
         let duration_seconds = finite_or_zero(profile.duration_seconds);
         let cpu_seconds = finite_or_zero(profile.cpu_seconds);
-        let busy_cpus = if duration_seconds == 0.0 {
-            0.0
-        } else {
-            finite_or_zero(cpu_seconds / duration_seconds)
-        };
+        let measured = cpu_seconds >= MIN_MEASURED_CPU_SECONDS && duration_seconds > 0.0;
+        let busy_cpus = measured.then(|| finite_or_zero(cpu_seconds / duration_seconds));
 
         Report {
             session_id: session.id,
@@ -602,7 +611,7 @@ impl Report {
                 .filter(|t| is_formattable(*t)),
             duration_seconds,
             requested_frequency_hz: session.frequency_hz,
-            measured_frequency_hz: finite_or_zero(profile.measured_frequency_hz),
+            measured_frequency_hz: measured.then(|| finite_or_zero(profile.measured_frequency_hz)),
             cpu_seconds,
             host_steal_percent: finite_or_zero(profile.host_steal_percent).clamp(0.0, 100.0),
             busy_cpus,
@@ -620,6 +629,7 @@ impl Report {
             jit_samples_caught_up: profile.jit_samples_caught_up,
             jit_samples_from_later_snapshot: profile.jit_samples_from_later_snapshot,
             processes: profile.processes,
+            process_totals: process_totals(profile),
             vm_modules,
             vm_module_hint,
             sections,
@@ -1782,6 +1792,57 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_is_measured_only_against_enough_cpu_time() {
+        // A short run: samples, but the kernel counted less CPU time than a tick.
+        let mut short = profile_with(vec![row(V, "main", "vm", 3)]);
+        short.cpu_seconds = 0.0;
+        short.measured_frequency_hz = 0.0;
+        let report = Report::from_profile(&short, &OPTIONS);
+        assert_eq!(report.measured_frequency_hz, None);
+        assert_eq!(report.busy_cpus, None);
+        short.cpu_seconds = 0.03;
+        short.measured_frequency_hz = 100.0;
+        assert_eq!(
+            Report::from_profile(&short, &OPTIONS).measured_frequency_hz,
+            None,
+            "3 ticks are too coarse"
+        );
+        short.cpu_seconds = 0.5;
+        let report = Report::from_profile(&short, &OPTIONS);
+        assert_eq!(report.measured_frequency_hz, Some(100.0));
+        assert!(report.busy_cpus.is_some_and(|b| b > 0.0));
+    }
+
+    #[test]
+    fn every_process_gets_its_total_most_first() {
+        let mut profile = profile_with(vec![row(V, "main", "vm", 10)]);
+        let stack = |pid, samples| vmscope_proto::v1::Stack {
+            pid,
+            samples,
+            ..Default::default()
+        };
+        profile.total_samples = 10;
+        profile.stacks = vec![
+            stack(7, 2),
+            stack(9, 5),
+            stack(7, 1),
+            stack(8, 2),
+            stack(6, 0),
+        ];
+        if let Some(session) = profile.session.as_mut() {
+            session.targets[0].pid = 9;
+            session.targets[0].command = "node".into();
+        }
+        let totals = Report::from_profile(&profile, &OPTIONS).process_totals;
+        let got: Vec<(u32, &str, u64)> = totals
+            .iter()
+            .map(|p| (p.pid, p.command.as_str(), p.samples))
+            .collect();
+        assert_eq!(got, [(9, "node", 5), (7, "", 3), (8, "", 2)]);
+        assert_close(totals[0].percent_of_total, 50.0);
+    }
+
+    #[test]
     fn zero_total_samples_gives_zeros_not_nan() {
         let mut profile = profile_with(vec![row(V, "never_ran", "vm", 0)]);
         profile.duration_seconds = 0.0;
@@ -1789,8 +1850,8 @@ mod tests {
         profile.measured_frequency_hz = f64::NAN;
         let report = Report::from_profile(&profile, &OPTIONS);
         assert_eq!(report.total_samples, 0);
-        assert_eq!(report.busy_cpus, 0.0);
-        assert_eq!(report.measured_frequency_hz, 0.0);
+        assert_eq!(report.busy_cpus, None);
+        assert_eq!(report.measured_frequency_hz, None);
         assert_eq!(report.vm_percent_of_total, 0.0);
         for section in &report.sections {
             assert_eq!(section.percent_of_total, 0.0);
@@ -1903,7 +1964,7 @@ mod tests {
     }
 
     #[test]
-    fn generated_section_only_when_the_targets_have_jit_code_or_rows() {
+    fn generated_section_only_when_samples_landed_in_generated_code() {
         let plain = profile_with(vec![row(V, "main", "vm", 10)]);
         let report = Report::from_profile(&plain, &OPTIONS);
         assert!(
@@ -1913,12 +1974,18 @@ mod tests {
                 .all(|s| s.section != SectionKind::Generated)
         );
 
+        // JIT code that no sample landed in (CPython's perf trampolines): no empty section.
         let mut jit_idle = plain.clone();
         jit_idle.has_generated_code = true;
         let report = Report::from_profile(&jit_idle, &OPTIONS);
-        let generated = section(&report, SectionKind::Generated);
-        assert!(generated.rows.is_empty());
-        assert_eq!(report.sections[0].section, SectionKind::Generated);
+        assert!(
+            report
+                .sections
+                .iter()
+                .all(|s| s.section != SectionKind::Generated),
+            "{:?}",
+            report.sections
+        );
 
         let jit_rows = profile_with(vec![row(G, "jit", "[anon]", 10)]);
         let report = Report::from_profile(&jit_rows, &OPTIONS);
@@ -2001,7 +2068,7 @@ mod tests {
         assert_eq!(report.session_id, 7);
         assert_eq!(report.total_samples, 14_000);
         assert_eq!(report.vm_samples, 13_000);
-        assert_close(report.busy_cpus, 10.012 / 5.002);
+        assert_close(report.busy_cpus.unwrap(), 10.012 / 5.002);
         assert_eq!(report.requested_frequency_hz, 1400);
         assert_eq!(report.stop_reason.as_deref(), Some("all targets exited"));
         assert_eq!(

@@ -75,6 +75,14 @@ pub struct GaugeChange {
     pub high: i64,
 }
 
+impl GaugeChange {
+    /// Whether the gauge moved during the session: a gauge that stayed at one level has no
+    /// change to report ("young +0 bytes"), only its level.
+    pub fn moved(&self) -> bool {
+        self.delta != 0 || self.low != self.high
+    }
+}
+
 /// Intervals of one kind over the session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IntervalStats {

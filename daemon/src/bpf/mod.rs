@@ -45,36 +45,35 @@ pub fn period_of(frequency_hz: u32) -> u64 {
     NSEC_PER_SEC / u64::from(frequency_hz.max(1))
 }
 
-/// Failure to load, attach or drive the BPF side.
+/// Failure to load, attach or drive the BPF side. Each message includes the underlying error's,
+/// which is therefore no `source`: a chain printer (`{:#}`) would print it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum SamplerError {
     /// The object could not be loaded into the kernel (verifier, BTF, permissions).
     #[error("cannot load the BPF sampler: {0}")]
-    Load(#[source] Box<EbpfError>),
+    Load(Box<EbpfError>),
     /// A program could not be loaded or attached.
-    #[error("cannot {what}: {source}")]
+    #[error("cannot {what}: {error}")]
     Program {
         /// What was being done.
         what: String,
         /// The underlying error.
-        #[source]
-        source: Box<ProgramError>,
+        error: Box<ProgramError>,
     },
     /// A map operation failed.
-    #[error("BPF map {map}: {source}")]
+    #[error("BPF map {map}: {error}")]
     Map {
         /// The map's name.
         map: &'static str,
         /// The underlying error.
-        #[source]
-        source: Box<MapError>,
+        error: Box<MapError>,
     },
     /// The object lacks a map or program the daemon expects (a build mismatch).
     #[error("the BPF object has no {0}")]
     Missing(&'static str),
     /// The list of online or possible CPUs could not be read.
     #[error("cannot list the online or possible CPUs: {0}")]
-    Cpus(#[source] std::io::Error),
+    Cpus(std::io::Error),
 }
 
 impl SamplerError {
@@ -83,17 +82,17 @@ impl SamplerError {
     pub fn is_map_full(&self) -> bool {
         matches!(
             self,
-            SamplerError::Map { source, .. }
-                if matches!(&**source, MapError::SyscallError(e)
+            SamplerError::Map { error, .. }
+                if matches!(&**error, MapError::SyscallError(e)
                     if e.io_error.raw_os_error() == Some(libc::E2BIG))
         )
     }
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> SamplerError {
-    move |source| SamplerError::Map {
+    move |error| SamplerError::Map {
         map,
-        source: Box::new(source),
+        error: Box::new(error),
     }
 }
 
@@ -215,9 +214,9 @@ impl Sampler {
 
         let program_err = |what: &str| {
             let what = what.to_owned();
-            move |source| SamplerError::Program {
+            move |error| SamplerError::Program {
                 what,
-                source: Box::new(source),
+                error: Box::new(error),
             }
         };
         let sample: &mut PerfEvent = ebpf
@@ -301,13 +300,13 @@ impl SamplerControl for Sampler {
             );
             match attached {
                 Ok(link) => links.push(link),
-                Err(source) => {
+                Err(error) => {
                     for link in links {
                         let _ = self.program().detach(link);
                     }
                     return Err(SamplerError::Program {
                         what: format!("open a cpu-clock perf event on CPU {cpu}"),
-                        source: Box::new(source),
+                        error: Box::new(error),
                     });
                 }
             }
@@ -401,6 +400,32 @@ impl SamplerControl for Sampler {
             .collect();
         for key in keys {
             let _ = self.lost.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_printer_says_the_cause_once() {
+        let errors = [
+            (
+                SamplerError::Cpus(std::io::Error::from_raw_os_error(libc::ENOENT)),
+                std::io::Error::from_raw_os_error(libc::ENOENT).to_string(),
+            ),
+            (
+                SamplerError::Program {
+                    what: "attach".to_owned(),
+                    error: Box::new(ProgramError::NotLoaded),
+                },
+                ProgramError::NotLoaded.to_string(),
+            ),
+        ];
+        for (error, cause) in errors {
+            let text = format!("{:#}", anyhow::Error::new(error));
+            assert_eq!(text.matches(&cause).count(), 1, "{text}");
         }
     }
 }

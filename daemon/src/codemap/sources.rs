@@ -78,7 +78,7 @@ struct Growing {
 /// Why a growing file could not be read.
 #[derive(Debug, thiserror::Error)]
 enum GrowingError {
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     #[error("the file is {len} bytes, over the {limit}-byte limit")]
     TooLarge { len: u64, limit: u64 },

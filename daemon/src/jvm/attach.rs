@@ -194,15 +194,14 @@ pub enum AttachError {
         why: String,
     },
     /// A system call failed.
-    #[error("{what} for process {pid}: {source}")]
+    #[error("{what} for process {pid}: {error}")]
     Io {
         /// The target.
         pid: u32,
         /// What was being done.
         what: String,
-        /// The error.
-        #[source]
-        source: io::Error,
+        /// The error: in the message, so not a `source` (a chain printer would say it twice).
+        error: io::Error,
     },
 }
 
@@ -285,9 +284,9 @@ impl Attach<'_> {
 
     fn io(&self, what: impl Into<String>) -> impl FnOnce(io::Error) -> AttachError {
         let (pid, what) = (self.target.pid, what.into());
-        move |source| match source.raw_os_error() {
+        move |error| match error.raw_os_error() {
             Some(libc::ESRCH) => AttachError::Gone { pid },
-            _ => AttachError::Io { pid, what, source },
+            _ => AttachError::Io { pid, what, error },
         }
     }
 
@@ -414,7 +413,7 @@ impl Attach<'_> {
                 return Err(AttachError::Io {
                     pid,
                     what: "reading /proc/PID/status".to_owned(),
-                    source: io::Error::other("no SigCgt line"),
+                    error: io::Error::other("no SigCgt line"),
                 });
             }
         }

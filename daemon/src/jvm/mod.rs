@@ -7,7 +7,8 @@
 //!
 //! The caller decides whether a process is a HotSpot JVM (it maps `libjvm.so`), when to ask
 //! (a snapshot holds the code compiled so far), and reads the perf map itself, as the target's
-//! user's file, with the code-map machinery.
+//! user's file, with the code-map machinery. [`perf_map_file`] tells whether a perf map was
+//! there before the daemon asked, and removes one that was not when the caller is done.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -24,6 +25,8 @@
 
 pub mod attach;
 pub mod options;
+pub mod perf_map_file;
 
 pub use attach::{AttachError, JvmTarget, Snapshot, request_perf_map};
 pub use options::JvmOptions;
+pub use perf_map_file::PerfMapFile;

@@ -26,7 +26,7 @@ use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
 
 use crate::{
     profile::{ProfileOptions, build_profile},
-    session::{Caller, ManagerHandle},
+    session::{Caller, ManagerHandle, request::FrequencyLimits},
     symbolize::Symbolizer,
     sys,
 };
@@ -264,9 +264,15 @@ impl pb::profiler_server::Profiler for ProfilerService {
         &self,
         _request: Request<pb::GetDaemonInfoRequest>,
     ) -> Result<Response<pb::DaemonInfo>, Status> {
-        let max_frequency_hz = sys::perf_event_max_sample_rate().map_err(|e| {
-            Status::internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
-        })?;
+        let daemon_hz = self
+            .limits
+            .get(crate::MAX_FREQUENCY_LIMIT)
+            .map_or(u32::MAX, |&hz| u32::try_from(hz).unwrap_or(u32::MAX));
+        let max_frequency_hz = FrequencyLimits::read(daemon_hz)
+            .map_err(|e| {
+                Status::internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
+            })?
+            .ceiling();
         let daemon = self.manager.counters().await.map_err(to_status)?;
         let mut counters = daemon.values;
         counters.extend(self.connections.counters.values());

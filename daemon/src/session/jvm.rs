@@ -20,12 +20,18 @@
 //! A JVM is asked only for sessions that name it as a target (not system-wide ones) and that
 //! did not opt out, and never when asking could harm it (see [`AttachError::is_refusal`]):
 //! such a refusal is final for that process.
+//!
+//! What the requests leave: before its first request to a JVM, the daemon looks whether its
+//! perf map is there. If it is not, and the JVM does not write one at exit by itself
+//! (`-XX:+DumpPerfMapAtExit`), the file the requests make it write is the daemon's doing, and
+//! [`JvmSnapshots::remove_perf_maps`] removes it once no session needs it (see
+//! [`crate::jvm::perf_map_file`]); a file that was there before is the user's, left alone.
 
 use std::{collections::HashMap, time::Duration};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::jvm::{self, AttachError, JvmOptions, JvmTarget, Snapshot};
+use crate::jvm::{self, AttachError, JvmOptions, JvmTarget, PerfMapFile, Snapshot};
 
 /// Longest one request may take, socket wait included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -58,6 +64,9 @@ pub struct JvmReply {
     pub pid: u32,
     /// The perf map written, or why not.
     pub result: Result<Snapshot, AttachError>,
+    /// The perf map's file, and whether it was there before the request (`None` when the JVM's
+    /// /tmp could not be looked at).
+    pub perf_map: Option<(PerfMapFile, bool)>,
 }
 
 /// Counters of perf map requests.
@@ -76,6 +85,20 @@ pub struct JvmCounters {
     pub refused: u64,
     /// Time from request to answer, in all (ms).
     pub request_ms: u64,
+    /// Perf maps the requests made JVMs write, removed once no session needed them.
+    pub perf_maps_removed: u64,
+}
+
+/// Whose a JVM's perf map is.
+#[derive(Debug)]
+enum PerfMapOwner {
+    /// Not looked at yet.
+    Unknown,
+    /// There before the daemon first asked, or written at exit by the JVM itself: left alone.
+    User,
+    /// Written because the daemon asked: removed once no session needs it; the file, once a
+    /// request succeeded (and until it is removed).
+    Daemon(Option<PerfMapFile>),
 }
 
 #[derive(Debug)]
@@ -93,6 +116,8 @@ struct Jvm {
     answer_ns: u64,
     /// Asking could harm it: never again.
     refused: bool,
+    /// Whose its perf map is.
+    perf_map: PerfMapOwner,
 }
 
 impl Jvm {
@@ -105,6 +130,7 @@ impl Jvm {
             named_at_request: 0,
             answer_ns: 0,
             refused: false,
+            perf_map: PerfMapOwner::Unknown,
         }
     }
 
@@ -218,10 +244,19 @@ impl JvmSnapshots {
         let spawned = std::thread::Builder::new()
             .name(format!("jvm-attach-{pid}"))
             .spawn(move || {
-                let result = JvmTarget::read(pid)
-                    .map_err(|_| AttachError::Gone { pid })
-                    .and_then(|target| jvm::request_perf_map(&target, REQUEST_TIMEOUT));
-                let _ = replies.send(JvmReply { pid, result });
+                let (result, perf_map) = match JvmTarget::read(pid) {
+                    Ok(target) => {
+                        // Before the request: afterwards the file is there either way.
+                        let perf_map = PerfMapFile::look(&target).ok();
+                        (jvm::request_perf_map(&target, REQUEST_TIMEOUT), perf_map)
+                    }
+                    Err(_) => (Err(AttachError::Gone { pid }), None),
+                };
+                let _ = replies.send(JvmReply {
+                    pid,
+                    result,
+                    perf_map,
+                });
             });
         if let Err(e) = spawned {
             tracing::warn!(pid, "no thread to ask the JVM for its perf map: {e}");
@@ -233,11 +268,25 @@ impl JvmSnapshots {
     }
 
     /// An answer came: whether the JVM wrote its perf map.
-    pub fn answered(&mut self, reply: &JvmReply) -> bool {
+    pub fn answered(&mut self, reply: &mut JvmReply) -> bool {
         let Some(jvm) = self.jvms.get_mut(&reply.pid) else {
             return false;
         };
         jvm.in_flight = false;
+        if let Some((file, there)) = reply.perf_map.take() {
+            if matches!(jvm.perf_map, PerfMapOwner::Unknown) {
+                jvm.perf_map = if there || jvm.options.dump_perf_map_at_exit {
+                    PerfMapOwner::User
+                } else {
+                    PerfMapOwner::Daemon(None)
+                };
+            }
+            if let PerfMapOwner::Daemon(held) = &mut jvm.perf_map
+                && reply.result.is_ok()
+            {
+                *held = Some(file);
+            }
+        }
         match &reply.result {
             Ok(snapshot) => {
                 jvm.answer_ns = u64::try_from(snapshot.elapsed.as_nanos()).unwrap_or(u64::MAX);
@@ -269,9 +318,83 @@ impl JvmSnapshots {
         }
     }
 
-    /// Forgets the JVMs `keep` does not name (and has nothing in flight for).
+    /// Forgets the JVMs `keep` does not name (and has nothing in flight for), removing the
+    /// perf maps the daemon made them write.
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.remove_perf_maps(&keep);
         self.jvms.retain(|&pid, jvm| jvm.in_flight || keep(pid));
+    }
+
+    /// Removes the perf maps the daemon's requests made JVMs write, of the JVMs that `needed`
+    /// does not name and that have no request in flight: on a thread each, since the JVM's
+    /// /tmp may never answer. A later request writes the file again, and it is removed again.
+    pub fn remove_perf_maps(&mut self, needed: impl Fn(u32) -> bool) {
+        for (&pid, jvm) in &mut self.jvms {
+            if jvm.in_flight || needed(pid) {
+                continue;
+            }
+            let PerfMapOwner::Daemon(held) = &mut jvm.perf_map else {
+                continue;
+            };
+            let Some(file) = held.take() else {
+                continue;
+            };
+            self.counters.perf_maps_removed += 1;
+            let spawned = std::thread::Builder::new()
+                .name(format!("jvm-perf-map-{pid}"))
+                .spawn(move || remove_perf_map(pid, &file));
+            if let Err(e) = spawned {
+                tracing::warn!(
+                    pid,
+                    "no thread to remove the perf map the daemon caused: {e}"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for JvmSnapshots {
+    /// The daemon stops: the perf maps it caused go with it, as far as a second allows.
+    fn drop(&mut self) {
+        let (done, finished) = std::sync::mpsc::channel();
+        let mut removing = 0;
+        for (&pid, jvm) in &mut self.jvms {
+            if let PerfMapOwner::Daemon(held) = &mut jvm.perf_map
+                && let Some(file) = held.take()
+            {
+                let done = done.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("jvm-perf-map-{pid}"))
+                    .spawn(move || {
+                        remove_perf_map(pid, &file);
+                        let _ = done.send(());
+                    });
+                removing += usize::from(spawned.is_ok());
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        for _ in 0..removing {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if finished.recv_timeout(left).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// Removes `file`, the perf map of JVM `pid` that the daemon caused, and says so.
+fn remove_perf_map(pid: u32, file: &PerfMapFile) {
+    let name = file.name().display();
+    match file.remove() {
+        Ok(true) => tracing::info!(
+            pid,
+            "removed /tmp/{name}: the daemon's requests had made the JVM write it"
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(
+            pid,
+            "cannot remove /tmp/{name}, which the daemon caused: {e}"
+        ),
     }
 }
 

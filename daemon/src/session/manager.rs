@@ -123,6 +123,9 @@ pub struct ManagerConfig {
     pub sweep_modules: Duration,
     /// Whether HotSpot targets may be asked for their perf map (sessions may still opt out).
     pub jvm_attach: bool,
+    /// Highest frequency a session may ask for, unless the kernel's limit is lower (see
+    /// [`request::DEFAULT_MAX_FREQUENCY_HZ`]).
+    pub max_frequency_hz: u32,
     /// Most descriptors the sessions' kernel counters hold in all (one per counter and thread
     /// of each target): a target beyond is not counted, and its report says why. The daemon
     /// fits it to a quarter of its descriptor limit, so counters never starve connections.
@@ -144,6 +147,7 @@ impl Default for ManagerConfig {
             forget_processes_after: Duration::from_secs(30),
             sweep_modules: Duration::from_secs(1),
             jvm_attach: true,
+            max_frequency_hz: request::DEFAULT_MAX_FREQUENCY_HZ,
             max_kernel_counter_fds: 16_384,
         }
     }
@@ -650,10 +654,14 @@ impl Manager {
         caller: Caller,
         request: &pb::StartSessionRequest,
     ) -> Result<pb::Session, SessionError> {
-        let max_frequency = (self.max_frequency_hz)().map_err(|e| {
+        let kernel_hz = (self.max_frequency_hz)().map_err(|e| {
             SessionError::Internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
         })?;
-        let spec = request::validate(request, max_frequency)?;
+        let limits = request::FrequencyLimits {
+            kernel_hz,
+            daemon_hz: self.config.max_frequency_hz,
+        };
+        let spec = request::validate(request, limits)?;
         let running = self.running().count();
         if running >= self.config.max_running_sessions {
             return Err(SessionError::ResourceExhausted(format!(
@@ -942,9 +950,9 @@ impl Manager {
 
     /// A JVM answered a perf map request: the map is read now, as a new snapshot, and samples
     /// it explains are named from it.
-    fn jvm_answered(&mut self, reply: JvmReply) {
+    fn jvm_answered(&mut self, mut reply: JvmReply) {
         let now = sys::monotonic_ns();
-        if self.jvms.answered(&reply) {
+        if self.jvms.answered(&mut reply) {
             self.touch_code_maps(reply.pid);
             self.codemaps.perf_map_rewritten(reply.pid);
             self.advance_code_maps(reply.pid, now);
@@ -1963,6 +1971,8 @@ impl Manager {
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
             self.jvms
                 .retain(|pid| keep.contains(&pid) || processes.get(pid).is_some());
+            // The perf maps the daemon made JVMs write go once no running session needs them.
+            self.jvms.remove_perf_maps(|pid| keep.contains(&pid));
         }
     }
 
@@ -2297,6 +2307,10 @@ impl Manager {
             ("jvm_perf_map_failures", self.jvms.counters.failures),
             ("jvm_perf_map_refused", self.jvms.counters.refused),
             ("jvm_perf_map_request_ms", self.jvms.counters.request_ms),
+            (
+                "jvm_perf_maps_removed",
+                self.jvms.counters.perf_maps_removed,
+            ),
             ("code_map_entries_refused", j.source_refusals),
             ("code_map_entries_mapped_late", j.mapped_late),
             ("code_map_sources", j.sources),

@@ -58,9 +58,10 @@ pub enum SessionError {
     /// Too many sessions run at once.
     #[error("{0}")]
     ResourceExhausted(String),
-    /// The kernel side refused.
+    /// The kernel side refused. The message holds the sampler's: it is no `source`, which a
+    /// chain printer would print a second time.
     #[error("the kernel refused: {0}")]
-    Kernel(#[from] SamplerError),
+    Kernel(SamplerError),
     /// Something that should not happen; the message says what.
     #[error("{0}")]
     Internal(String),

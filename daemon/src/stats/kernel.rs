@@ -135,12 +135,13 @@ pub enum CounterError {
     #[error("cannot list its threads: {0}")]
     Threads(io::Error),
     /// The kernel refused a counter.
-    #[error("perf_event_open of {counter} refused: {source}")]
+    #[error("perf_event_open of {counter} refused: {error}")]
     Open {
         /// The counter refused.
         counter: &'static str,
-        /// What the kernel said.
-        source: io::Error,
+        /// What the kernel said: in the message already, so not a `source` (a chain printer
+        /// would say it twice).
+        error: io::Error,
     },
     /// The daemon's share of descriptors for counters is spent.
     #[error("not counted: the daemon already holds {0} counters, the most it opens")]
@@ -444,10 +445,10 @@ impl ProcessCounters {
                         opened.clear();
                         break;
                     }
-                    Err(source) => {
+                    Err(error) => {
                         return Err(CounterError::Open {
                             counter: counter.name(),
-                            source,
+                            error,
                         });
                     }
                 }

@@ -79,12 +79,12 @@ pub struct Method {
 #[derive(Debug, Error)]
 pub enum ProgramError {
     /// Its bytecode is invalid.
-    #[error("{method}: {source}")]
+    #[error("{method}: {reason}")]
     Bytecode {
         /// The method.
         method: String,
-        /// Why.
-        source: BytecodeError,
+        /// Why: in the message, so not a `source` (a chain printer would say it twice).
+        reason: BytecodeError,
     },
 }
 
@@ -182,9 +182,9 @@ impl Program {
         let name = format!("{}>>{}", self.class(class).name, selector);
         let mut b = Builder::new(&mut self.selectors);
         build(&mut b);
-        let err = |source| ProgramError::Bytecode {
+        let err = |reason| ProgramError::Bytecode {
             method: name.clone(),
-            source,
+            reason,
         };
         let code = b.finish().map_err(err)?;
         let shape = Shape {

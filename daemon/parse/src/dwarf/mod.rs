@@ -92,9 +92,16 @@ pub enum DwarfError {
         /// The file's build id in hex, or "none".
         found: String,
     },
-    /// The DWARF itself is malformed.
+    /// The DWARF itself is malformed. gimli's words are in the message, so not a `source`
+    /// (a chain printer would say them twice).
     #[error("malformed DWARF: {0}")]
-    Dwarf(#[from] gimli::Error),
+    Dwarf(gimli::Error),
+}
+
+impl From<gimli::Error> for DwarfError {
+    fn from(error: gimli::Error) -> DwarfError {
+        DwarfError::Dwarf(error)
+    }
 }
 
 /// One frame of the answer for an address: a function, innermost first, with its source

@@ -83,9 +83,16 @@ pub enum Fallback {
     /// A header block larger than [`MAX_HEADER_BLOCK`].
     #[error("a header block is larger than {MAX_HEADER_BLOCK} bytes")]
     BlockTooLarge,
-    /// A header block the HPACK reader could not read.
+    /// A header block the HPACK reader could not read. Its reason is in the message, so not a
+    /// `source` (a chain printer would say it twice).
     #[error("cannot read a header block: {0}")]
-    Hpack(#[from] HpackError),
+    Hpack(HpackError),
+}
+
+impl From<HpackError> for Fallback {
+    fn from(error: HpackError) -> Fallback {
+        Fallback::Hpack(error)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
