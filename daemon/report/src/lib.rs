@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod folded;
+mod functions;
 pub mod model;
 pub mod pprof;
 mod processes;

@@ -43,9 +43,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use vmscope_proto::v1::{Frame, Profile, Stack};
+use vmscope_proto::v1::{Profile, Stack};
 
-use crate::model::{CodeKindLabel, OTHERS_NAME, SectionKind, percent};
+use crate::{
+    functions::Functions,
+    model::{CodeKindLabel, OTHERS_NAME, SectionKind, percent},
+};
 
 /// Name of the pseudo-node under which the top-down view puts stacks cut at the depth limit,
 /// and which ends their chains in the callers view.
@@ -116,7 +119,7 @@ fn close_names_suffix(close: &[String]) -> String {
 /// A function as a node of the tree shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeFunction {
-    /// The function's name, as [`Frame::name`].
+    /// The function's name, as [`Frame::name`](vmscope_proto::v1::Frame::name).
     pub name: String,
     /// File name of its module.
     pub module: String,
@@ -168,7 +171,8 @@ impl NodeLabel {
 /// Samples of one call site: a range of a generated code caller's frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallSite {
-    /// The range as [`Frame::range`] labels it (`74->78`, `app.js:12:5`).
+    /// The range as [`Frame::range`](vmscope_proto::v1::Frame::range) labels it (`74->78`,
+    /// `app.js:12:5`).
     pub range: String,
     /// Samples that went through it.
     pub samples: u64,
@@ -402,82 +406,23 @@ fn valid_frames(stack: &Stack, frames: usize) -> Vec<usize> {
         .collect()
 }
 
-/// The functions of a profile's frames: one id per (section, module, name, optimised,
-/// inlined), and each frame's id.
-struct Functions<'a> {
-    /// Function id of each frame.
-    of_frame: Vec<u32>,
-    /// Frame index of each function's first frame, which describes it.
-    first_frame: Vec<usize>,
-    frames: &'a [Frame],
-}
-
-impl<'a> Functions<'a> {
-    fn new(frames: &'a [Frame]) -> Self {
-        type FunctionKey<'k> = (SectionKind, &'k str, &'k str, bool, bool);
-        let mut ids: HashMap<FunctionKey<'a>, u32> = HashMap::new();
-        let mut first_frame = Vec::new();
-        let of_frame = frames
-            .iter()
-            .enumerate()
-            .map(|(index, frame)| {
-                let key = (
-                    SectionKind::from_proto(frame.section()),
-                    frame.module.as_str(),
-                    frame.name.as_str(),
-                    frame.optimised,
-                    frame.inlined,
-                );
-                *ids.entry(key).or_insert_with(|| {
-                    first_frame.push(index);
-                    (first_frame.len() - 1) as u32
-                })
-            })
-            .collect();
-        Functions {
-            of_frame,
-            first_frame,
-            frames,
-        }
-    }
-
-    /// Ids of the functions named exactly `name`.
-    fn named(&self, name: &str) -> HashSet<u32> {
-        (0..self.first_frame.len() as u32)
-            .filter(|&id| self.frame(id).name == name)
-            .collect()
-    }
-
-    /// Every distinct function name.
-    fn names(&self) -> impl Iterator<Item = &'a str> + '_ {
-        let mut seen = HashSet::new();
-        self.first_frame
-            .iter()
-            .map(|&f| self.frames[f].name.as_str())
-            .filter(move |name| seen.insert(*name))
-    }
-
-    fn frame(&self, id: u32) -> &'a Frame {
-        &self.frames[self.first_frame[id as usize]]
-    }
-
-    fn describe(&self, id: u32) -> TreeFunction {
-        let frame = self.frame(id);
-        let section = SectionKind::from_proto(frame.section());
-        TreeFunction {
-            name: frame.name.clone(),
-            module: frame.module.clone(),
-            section,
-            symbolized: frame.symbolized,
-            kind: if section == SectionKind::Generated {
-                CodeKindLabel::from_proto(frame.kind)
-            } else {
-                None
-            },
-            optimised: frame.optimised,
-            inlined: frame.inlined,
-            kernel: frame.kernel,
-        }
+/// A node's function as the tree shows it: the first of its frames describes it.
+fn describe(functions: &Functions<'_>, id: u32) -> TreeFunction {
+    let frame = functions.frame(id);
+    let section = SectionKind::from_proto(frame.section());
+    TreeFunction {
+        name: frame.name.clone(),
+        module: frame.module.clone(),
+        section,
+        symbolized: frame.symbolized,
+        kind: if section == SectionKind::Generated {
+            CodeKindLabel::from_proto(frame.kind)
+        } else {
+            None
+        },
+        optimised: frame.optimised,
+        inlined: frame.inlined,
+        kernel: frame.kernel,
     }
 }
 
@@ -565,7 +510,7 @@ impl Arena {
                 let index = nodes.len();
                 nodes.push(TreeNode {
                     label: match node.key {
-                        Some(Key::Function(id)) => NodeLabel::Function(functions.describe(id)),
+                        Some(Key::Function(id)) => NodeLabel::Function(describe(functions, id)),
                         _ => NodeLabel::Truncated,
                     },
                     inclusive_samples: node.inclusive,
@@ -682,7 +627,7 @@ fn edit_distance(a: &str, b: &str, budget: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::{CodeKind, Section};
+    use vmscope_proto::v1::{CodeKind, Frame, Section};
 
     use super::*;
 
