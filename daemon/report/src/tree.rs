@@ -33,6 +33,10 @@
 //!
 //! Processes are merged: a function is one node whatever process ran it.
 //!
+//! A tree shows the stacks it is given: clients give it the stacks as they show them
+//! ([`crate::stack_view::ShownStacks`]: the language view by default, recursion collapsed on
+//! request), so that the tree and the stack formats agree.
+//!
 //! Nodes with less than [`TreeOptions::fold_percent`] of the profile's samples fold into one
 //! `...others...` node per parent (children of one node are disjoint, so the fold's inclusive
 //! samples are exactly their sum), as the flat report folds its rows; the `[truncated stacks]`
@@ -630,6 +634,7 @@ mod tests {
     use vmscope_proto::v1::{CodeKind, Frame, Section};
 
     use super::*;
+    use crate::stack_view::{FrameView, ShownStacks, StackOptions};
 
     /// A native frame of the `fixture` executable.
     fn native(name: &str) -> Frame {
@@ -868,6 +873,84 @@ mod tests {
         let tree = build(&recursive_profile(), TreeView::Callers("f".to_owned()), 0.0);
         // f is the leaf of 13 of them (its own time), g's 5 are its callees'.
         assert_eq!(lines(&tree), ["f 18/13", "  main 18/13"]);
+    }
+
+    /// The tree of `profile`'s stacks as `stacks` shows them.
+    fn build_shown(profile: &Profile, stacks: StackOptions, view: TreeView) -> CallTree {
+        let options = crate::ReportOptions {
+            stacks,
+            ..crate::ReportOptions::default()
+        };
+        build(&ShownStacks::new(profile, &options).profile, view, 0.0)
+    }
+
+    #[test]
+    fn collapsed_recursion_is_one_node_with_its_inclusive_time() {
+        let collapsed = StackOptions {
+            frames: FrameView::Native,
+            collapse_recursion: true,
+        };
+        let tree = build_shown(&recursive_profile(), collapsed, TreeView::TopDown);
+        assert_eq!(lines(&tree), ["main 18/0", "  f 18/13", "    g 5/5"]);
+        // The callers and callees views agree with the uncollapsed ones, which count each
+        // stack once from its outermost f.
+        let tree = build_shown(
+            &recursive_profile(),
+            collapsed,
+            TreeView::Callees("f".to_owned()),
+        );
+        assert_eq!(lines(&tree), ["f 18/13", "  g 5/5"]);
+        let tree = build_shown(
+            &recursive_profile(),
+            collapsed,
+            TreeView::Callers("f".to_owned()),
+        );
+        assert_eq!(lines(&tree), ["f 18/13", "  main 18/13"]);
+    }
+
+    #[test]
+    fn the_language_view_puts_jit_callees_under_their_jit_callers() {
+        let mut pic = jit("at:put:", "");
+        pic.kind = CodeKind::ClosedPic as i32;
+        let frames = vec![
+            native("main"),
+            native("interpret"),
+            jit("benchmark", "74->78"),
+            pic,
+            jit("Array>>at:put:", "1->5"),
+            native("primitiveFileWrite"),
+        ];
+        let profile = profile(
+            frames,
+            &[
+                (&[4, 3, 2, 1, 0], 7, false),
+                (&[5, 2, 1, 0], 3, false),
+                (&[5, 1, 0], 2, false),
+            ],
+        );
+        let language = StackOptions::DEFAULT;
+        let tree = build_shown(&profile, language, TreeView::TopDown);
+        assert_eq!(
+            lines(&tree),
+            [
+                "benchmark 10/0",
+                "  Array>>at:put: 7/7 [74->78:7]",
+                "  primitiveFileWrite 3/3 [74->78:3]",
+                // The VM's own time, with no JIT frame, stays whole.
+                "main 2/0",
+                "  interpret 2/0",
+                "    primitiveFileWrite 2/2",
+            ]
+        );
+        let tree = build_shown(
+            &profile,
+            language,
+            TreeView::Callers("Array>>at:put:".to_owned()),
+        );
+        assert_eq!(
+            lines(&tree),
+            ["Array>>at:put: 7/7", "  benchmark 7/7 [74->78:7]"]
+        );
     }
 
     #[test]
