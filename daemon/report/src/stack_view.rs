@@ -133,16 +133,38 @@ impl<'a> ShownStacks<'a> {
             }
         };
         let (mut language_samples, mut hidden_samples, mut collapsed_samples) = (0u64, 0u64, 0u64);
+        let holds_language = |stack: &Stack| {
+            stack
+                .frames
+                .iter()
+                .any(|&f| roles.get(f as usize) == Some(&Role::Language))
+        };
+        if stack_options
+            == (StackOptions {
+                frames: FrameView::Native,
+                collapse_recursion: false,
+            })
+        {
+            // Nothing to change: only what the language view would have had to work on.
+            let language_samples = profile
+                .stacks
+                .iter()
+                .filter(|s| holds_language(s))
+                .fold(0u64, |sum, s| sum.saturating_add(s.samples));
+            return ShownStacks {
+                profile: Cow::Borrowed(profile),
+                options: stack_options,
+                language_samples,
+                hidden_samples,
+                collapsed_samples,
+            };
+        }
         let mut changed = false;
         let mut stacks: Vec<Stack> = Vec::with_capacity(profile.stacks.len());
         let mut index: HashMap<StackKey, usize> = HashMap::new();
         let (mut viewed, mut collapsed) = (Vec::new(), Vec::new());
         for stack in &profile.stacks {
-            let holds_language = stack
-                .frames
-                .iter()
-                .any(|&f| roles.get(f as usize) == Some(&Role::Language));
-            if holds_language {
+            if holds_language(stack) {
                 language_samples = language_samples.saturating_add(stack.samples);
             }
             let mut frames: &[u32] = &stack.frames;
