@@ -8,7 +8,9 @@ use vmscope::{
     record::{RecordOptions, Target},
     report::{
         DEFAULT_FOLD_PERCENT, Format, ReportOptions, TreeOptions, TreeView, check_stats_format,
-        check_tree_format, sort_keys::SortKey,
+        check_tree_format,
+        sort_keys::SortKey,
+        stack_view::{FrameView, StackOptions},
     },
     sessions,
 };
@@ -121,7 +123,8 @@ struct RecordArgs {
 #[derive(Debug, Args)]
 struct OutputArgs {
     /// Report format. The stack formats (pprof, folded, flamegraph) ignore the options that
-    /// shape the flat report (--fold, --wide, --vm-module, --sort).
+    /// shape the flat report (--fold, --wide, --sort); --vm-module says which frames are the
+    /// VM's for their language view (see --native).
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     format: FormatArg,
     /// Fold rows under this percentage of all samples into `...others...` (0 keeps every row)
@@ -141,6 +144,17 @@ struct OutputArgs {
     /// merged; recursion counts each sample once.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["tree", "callers"])]
     callees: Option<String>,
+    /// Show every frame of the stacks in call trees and stack formats (JSON's stacks, pprof,
+    /// folded, flame graph). By default they show the language view, as py-spy does: in a
+    /// stack holding JIT or perf map code, the VM's own frames (its executable, its runtime
+    /// library, trampolines, PICs) above the innermost language frame are hidden.
+    #[arg(long)]
+    native: bool,
+    /// Collapse recursion in call trees and stack formats: a function calling itself,
+    /// directly or through a cycle of functions (a > b > a > b), is one level, and each sample
+    /// still counts once in every function it holds.
+    #[arg(long)]
+    collapse_recursion: bool,
     /// Print only the statistics after the code: what the VMs published of themselves (their
     /// settings, Memory, GCs, Compiled Code Compactions, counters) and the events the kernel
     /// counted for the targets (context switches, voluntary and not, CPU migrations, page
@@ -281,6 +295,14 @@ impl OutputArgs {
             runtime_modules: !self.no_runtime_modules,
             sort: self.sort.clone(),
             tree,
+            stacks: StackOptions {
+                frames: if self.native {
+                    FrameView::Native
+                } else {
+                    FrameView::Language
+                },
+                collapse_recursion: self.collapse_recursion,
+            },
             stats: self.stats,
             ..defaults
         })
@@ -490,5 +512,26 @@ mod tests {
             CallGraph::None
         );
         assert!(call_graph(&["-g", "--call-graph", "none"]).is_err());
+    }
+
+    #[test]
+    fn stacks_show_the_language_view_unless_native_and_collapse_on_request() {
+        let stacks = |args: &[&str]| -> StackOptions {
+            let cli = Cli::try_parse_from(["vmscope", "record", "-p", "1"].iter().chain(args))
+                .expect("parses");
+            let Command::Record(args) = cli.command else {
+                panic!("not a record command");
+            };
+            record_options(args).expect("options").report.stacks
+        };
+        assert_eq!(stacks(&[]), StackOptions::DEFAULT);
+        assert_eq!(stacks(&["--tree"]).frames, FrameView::Language);
+        assert_eq!(
+            stacks(&["--native", "--collapse-recursion", "--format", "folded"]),
+            StackOptions {
+                frames: FrameView::Native,
+                collapse_recursion: true,
+            }
+        );
     }
 }

@@ -22,6 +22,7 @@ use vmscope_proto::v1::{Profile, ProfileRow, Section, profiler_client::ProfilerC
 pub mod fuse;
 pub mod srclines;
 pub mod stacks;
+pub mod tree_text;
 
 /// A client of the daemon.
 pub type Client = ProfilerClient<Channel>;

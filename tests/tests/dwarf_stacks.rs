@@ -7,7 +7,10 @@ use std::{collections::HashMap, path::PathBuf, process::Command, time::Duration}
 
 use vmscope_proto::v1::{CallGraph, Frame, Profile, StackEnd};
 use vmscope_tests::{
-    Daemon, Running, counters, dump, pyenv_python_version, pyenv_shim, stacks::*, stop_and_profile,
+    Daemon, Running, counters, dump, pyenv_python_version, pyenv_shim,
+    stacks::*,
+    stop_and_profile,
+    tree_text::{TreeLine, run_report, tree_lines},
 };
 
 /// Frames whose name starts with `prefix` (perf map names such as `py::hot:/path/x.py`).
@@ -333,6 +336,103 @@ async fn recorded_pyenv_pythons_keep_their_python_frames_run_after_run() {
             "{end}: the profiles' stack ends {ends:?}, the daemon's counters {daemon_counts:?}"
         );
     }
+}
+
+/// The line of each node's parent in a text tree (None for roots).
+fn parents(lines: &[TreeLine]) -> Vec<Option<usize>> {
+    let mut open: Vec<usize> = Vec::new();
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            open.truncate(line.depth);
+            let parent = open.last().copied();
+            open.push(i);
+            parent
+        })
+        .collect()
+}
+
+/// The call tree a user reads of the 70/30 Python fixture (3.12 `-X perf`, DWARF): in the
+/// language view (the default) `py::hot` sits directly under `py::a` and `py::b`, 70/30 within
+/// 5 points, with no libpython frame between them and `py::main` directly over both; `--native`
+/// keeps the interpreter's frames between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_tree_reads_like_the_program() {
+    let daemon = Daemon::start();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/callers.py");
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let target = Running::start(
+        Command::new(pyenv_python_version("3.12"))
+            .args(["-X", "perf"])
+            .arg(&script)
+            .arg("30")
+            .current_dir(work.path()),
+    );
+    let mut client = daemon.client().await;
+    let profile = record_stacks(&mut client, target.pid(), CallGraph::Dwarf, 0, 2.5).await;
+    drop(target);
+    let id = profile.session.as_ref().expect("a session").id.to_string();
+    let hot = inclusive(&profile, starting("py::hot:"));
+    let text = run_report(daemon.cli(), &["report", &id, "--tree", "--fold", "1"]);
+    let report = format!("{text}\n{}", dump_stacks(&profile, 4));
+    assert!(
+        text.contains("\nlanguage view: the VM's own frames above the innermost language frame"),
+        "{report}"
+    );
+    let lines = tree_lines(&text);
+    let up = parents(&lines);
+    let parent_of = |i: usize| up[i].map(|p| lines[p].label.as_str());
+    let (mut from_a, mut from_b, mut elsewhere) = (0u64, 0u64, Vec::new());
+    for (i, line) in lines.iter().enumerate() {
+        if line.label.starts_with("py::hot:") {
+            match parent_of(i) {
+                Some(p) if p.starts_with("py::a:") => from_a += line.samples,
+                Some(p) if p.starts_with("py::b:") => from_b += line.samples,
+                other => elsewhere.push((other, line.samples)),
+            }
+        }
+        if line.label.starts_with("py::a:") || line.label.starts_with("py::b:") {
+            let parent = parent_of(i).unwrap_or_default();
+            assert!(
+                parent.starts_with("py::main:"),
+                "{} under {parent:?}:\n{report}",
+                line.label
+            );
+        }
+    }
+    assert!(
+        (from_a + from_b) as f64 >= 0.9 * hot as f64 && hot > 1000,
+        "py::hot ({hot} samples) directly under py::a ({from_a}) or py::b ({from_b}); \
+         elsewhere {elsewhere:?}:\n{report}"
+    );
+    let a = 100.0 * from_a as f64 / (from_a + from_b) as f64;
+    assert!(
+        (a - 70.0).abs() <= 5.0,
+        "py::a calls {a:.2}% of py::hot's time, 70% by construction:\n{report}"
+    );
+
+    // Every frame: the interpreter stands between py::a and py::hot.
+    let native = run_report(
+        daemon.cli(),
+        &["report", &id, "--tree", "--fold", "1", "--native"],
+    );
+    let lines = tree_lines(&native);
+    let parents_native = parents(&lines);
+    let hot_parents: Vec<&str> = (0..lines.len())
+        .filter(|&i| lines[i].label.starts_with("py::hot:"))
+        .filter_map(|i| parents_native[i].map(|p| lines[p].label.as_str()))
+        .collect();
+    assert!(
+        !hot_parents.is_empty() && hot_parents.iter().all(|p| p.contains("libpython")),
+        "{hot_parents:?}:\n{native}"
+    );
+    eprintln!(
+        "language view: py::hot directly under py::a {a:.2}%, py::b {:.2}% ({} of {hot} \
+         samples)",
+        100.0 - a,
+        from_a + from_b
+    );
 }
 
 /// node `--perf-prof`: a JS function and the V8 C++ it calls (JSON.stringify runs in

@@ -1,13 +1,19 @@
 //! The flame graph and folded stacks the CLI writes, from a hand-built profile: the SVG is
 //! well-formed XML with a box per frame named as the profile names it (without the folded format's
-//! separators), and generated (JIT) code is coloured apart from native and kernel code.
+//! separators), and generated (JIT) code is coloured apart from native and kernel code. Both
+//! show the language view by default (the VM's frames above the JIT frames hidden) and every
+//! frame with `--native`.
 
 use std::collections::BTreeMap;
 
 use quick_xml::{escape::resolve_predefined_entity, events::Event};
 use vmscope::report::{Format, ReportOptions, render};
 use vmscope_proto::v1::{Frame, Section};
-use vmscope_report::{folded::sanitize, stack_fixture};
+use vmscope_report::{
+    folded::sanitize,
+    stack_fixture,
+    stack_view::{FrameView, StackOptions},
+};
 
 /// Each frame box of the SVG: its `<title>` and the fill of its `<rect>`, parsed with an XML
 /// reader that fails on anything malformed (unbalanced or mismatched tags, bad references).
@@ -85,15 +91,16 @@ fn rgb(fill: &str) -> (u8, u8, u8) {
     (parts[0], parts[1], parts[2])
 }
 
-fn render_to_string(format: Format) -> String {
+fn render_to_string(format: Format, frames: FrameView) -> String {
+    let options = ReportOptions {
+        stacks: StackOptions {
+            frames,
+            collapse_recursion: false,
+        },
+        ..ReportOptions::default()
+    };
     let mut out = Vec::new();
-    render(
-        &stack_fixture::profile(),
-        &ReportOptions::default(),
-        format,
-        &mut out,
-    )
-    .expect("render");
+    render(&stack_fixture::profile(), &options, format, &mut out).expect("render");
     String::from_utf8(out).expect("UTF-8")
 }
 
@@ -120,10 +127,14 @@ fn code(frame: &Frame) -> Code {
 #[test]
 fn flame_graph_is_svg_with_every_frame_and_jit_coloured_apart() {
     let profile = stack_fixture::profile();
-    let svg = render_to_string(Format::Flamegraph);
+    let svg = render_to_string(Format::Flamegraph, FrameView::Native);
     assert!(
         svg.contains("vmscope: jitvm (pid 100), 1000 samples"),
         "the title names the target and the samples"
+    );
+    assert!(
+        svg.contains("native view: every frame"),
+        "the subtitle says which view"
     );
     let boxes = boxes(&svg);
 
@@ -193,9 +204,45 @@ fn flame_graph_is_svg_with_every_frame_and_jit_coloured_apart() {
 }
 
 #[test]
+fn the_flame_graph_shows_the_language_view_by_default() {
+    let boxes = boxes(&render_to_string(Format::Flamegraph, FrameView::Language));
+    let titles: Vec<&str> = boxes.iter().map(|(t, _)| t.as_str()).collect();
+    // benchmark's callers were the VM's: it is a root, as wide as its samples; main and
+    // Interpreter remain for the stack without JIT code, and the truncated one.
+    assert!(
+        titles.contains(&"benchmark (940 samples, 94.00%)"),
+        "{titles:?}"
+    );
+    assert!(titles.contains(&"main (50 samples, 5.00%)"), "{titles:?}");
+    assert!(
+        titles.contains(&"Interpreter (50 samples, 5.00%)"),
+        "{titles:?}"
+    );
+    assert!(
+        titles.contains(&"Interpreter (10 samples, 1.00%)"),
+        "{titles:?}"
+    );
+    let svg = render_to_string(Format::Flamegraph, FrameView::Language);
+    let at = svg
+        .find("id=\"subtitle\"")
+        .unwrap_or_else(|| panic!("a subtitle in {svg}"));
+    let subtitle = &svg[at..at + svg[at..].find("</text>").expect("the subtitle ends")];
+    assert!(subtitle.contains("language view: the VM"), "{subtitle}");
+}
+
+#[test]
 fn folded_output_is_what_inferno_reads() {
     let profile = stack_fixture::profile();
-    let text = render_to_string(Format::Folded);
+    let language = render_to_string(Format::Folded, FrameView::Language);
+    assert!(
+        language.contains("benchmark_[j];Inline>>bench_[j];Inline>>heavy_[i] 200\n"),
+        "{language}"
+    );
+    assert!(
+        language.contains("main;Interpreter;write;ksys_write_[k] 50\n"),
+        "{language}"
+    );
+    let text = render_to_string(Format::Folded, FrameView::Native);
     let mut total = 0;
     for line in text.lines() {
         let (frames, count) = line.rsplit_once(' ').expect("frames and a count");

@@ -16,7 +16,10 @@ use std::{
 use jitvm::codelog::{History, Placement};
 use vmscope_proto::v1::{CodeKind, Frame, Profile, Section, StartSessionRequest};
 use vmscope_tests::{
-    Daemon, binary, dump, read_code_log, shared_tempdir, stacks::*, stop_and_profile,
+    Daemon, binary, dump, read_code_log, shared_tempdir,
+    stacks::*,
+    stop_and_profile,
+    tree_text::{TreeLine, run_report, tree_lines},
 };
 
 /// A jitvm run publishing to the daemon and logging its code map.
@@ -237,6 +240,105 @@ async fn tiny_callers_carry_their_call_site_ranges() {
     }
     eprintln!(
         "benchFib call sites {fib_callers:?}, at:put: call sites in benchmark {at_put_callers:?}"
+    );
+}
+
+/// The lines of a text tree naming `name` that have an ancestor naming it too.
+fn nested_under_itself<'a>(lines: &'a [TreeLine], name: &str) -> Vec<&'a TreeLine> {
+    let mut path: Vec<bool> = Vec::new();
+    lines
+        .iter()
+        .filter(|line| {
+            path.truncate(line.depth);
+            let is = line.label.starts_with(name);
+            let nested = is && path.iter().any(|&above| above);
+            path.push(is);
+            nested
+        })
+        .collect()
+}
+
+/// `tiny`'s benchFib recursion as a user reads the tree: with `--collapse-recursion` one level,
+/// the tree (at its default fold) a few levels deep, benchFib's inclusive samples (and so %)
+/// exactly those of every stack holding it, as the uncollapsed callees view counts them;
+/// without, it nests as deep as it recursed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_tree_collapses_benchfib_recursion_to_one_level() {
+    let daemon = Daemon::start();
+    let vm = Vm::start(&daemon, &["tiny", "--seconds", "30"]);
+    let profile = profile_vm(&daemon, &vm, 0, 2.0).await;
+    let (_, said) = vm.finish();
+    let id = profile.session.as_ref().expect("a session").id.to_string();
+    let fib = "SmallInteger>>benchFib";
+    let holding_fib = inclusive(&profile, generated_named(fib));
+
+    let text = run_report(
+        daemon.cli(),
+        &[
+            "report",
+            &id,
+            "--tree",
+            "--fold",
+            "0",
+            "--collapse-recursion",
+        ],
+    );
+    let report = format!("{text}\n{}jitvm said: {said}", dump_stacks(&profile, 5));
+    assert!(
+        text.contains("; recursion collapsed to one level in "),
+        "{report}"
+    );
+    let lines = tree_lines(&text);
+    let nested = nested_under_itself(&lines, fib);
+    assert!(
+        nested.is_empty(),
+        "benchFib under benchFib: {nested:?}\n{report}"
+    );
+    let fib_samples: u64 = lines
+        .iter()
+        .filter(|l| l.label.starts_with(fib))
+        .map(|l| l.samples)
+        .sum();
+    assert!(
+        holding_fib > 500,
+        "benchFib in {holding_fib} samples only:\n{report}"
+    );
+    assert_eq!(fib_samples, holding_fib, "{report}");
+    // Read as a user reads it (nodes under 1% folded), the tree is a few levels deep.
+    let folded = run_report(
+        daemon.cli(),
+        &["report", &id, "--tree", "--collapse-recursion"],
+    );
+    let deepest = tree_lines(&folded)
+        .iter()
+        .map(|l| l.depth)
+        .max()
+        .unwrap_or(0);
+    assert!(deepest <= 3, "{deepest} levels deep:\n{folded}");
+    // The uncollapsed callees view's root, which counts each stack holding benchFib once,
+    // reads the same samples (and so the same % of the same total).
+    let callees = run_report(
+        daemon.cli(),
+        &["report", &id, "--callees", fib, "--fold", "0", "--native"],
+    );
+    let root = tree_lines(&callees)
+        .into_iter()
+        .find(|l| l.depth == 0 && l.label.starts_with(fib))
+        .unwrap_or_else(|| panic!("no {fib} root in\n{callees}"));
+    assert_eq!(root.samples, holding_fib, "{callees}");
+    // As recorded, the recursion nests level after level.
+    let uncollapsed = run_report(daemon.cli(), &["report", &id, "--tree", "--fold", "0"]);
+    let lines = tree_lines(&uncollapsed);
+    let levels = lines
+        .iter()
+        .filter(|l| l.label.starts_with(fib))
+        .map(|l| l.depth)
+        .max()
+        .unwrap_or(0);
+    assert!(levels >= 10, "benchFib only {levels} deep:\n{uncollapsed}");
+    eprintln!(
+        "benchFib in {holding_fib} samples: one level collapsed (tree {deepest} deep), {levels} \
+         levels as recorded"
     );
 }
 

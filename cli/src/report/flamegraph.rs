@@ -1,5 +1,7 @@
 //! The flame graph: an SVG drawn by inferno from the profile's folded stacks
-//! ([`vmscope_report::folded`]), one box per frame, as wide as its samples, callers below.
+//! ([`vmscope_report::folded`]), one box per frame, as wide as its samples, callers below. The
+//! stacks are those shown ([`ShownStacks`]: the language view unless `--native`), and the
+//! subtitle says which view.
 //!
 //! Colours tell code apart the way inferno's and flamegraph.pl's `--colors=java` palette does
 //! from the folded annotations: generated (JIT) code green (`_[j]`), methods inlined into
@@ -17,11 +19,15 @@ use inferno::flamegraph::{
     color::{Color, MultiPalette, PaletteMap},
 };
 use vmscope_proto::v1 as pb;
-use vmscope_report::folded::{self, FoldedOptions};
+use vmscope_report::{
+    folded::{self, FoldedOptions},
+    stack_view::ShownStacks,
+};
 
-/// Draws `profile`'s flame graph as SVG to `out`. A profile without samples has nothing to draw:
-/// that is an error (`InvalidData`), and nothing is written.
-pub fn render_flamegraph(profile: &pb::Profile, out: &mut impl Write) -> io::Result<()> {
+/// Draws the flame graph of the `shown` stacks as SVG to `out`. A profile without samples has
+/// nothing to draw: that is an error (`InvalidData`), and nothing is written.
+pub fn render_flamegraph(shown: &ShownStacks<'_>, out: &mut impl Write) -> io::Result<()> {
+    let profile: &pb::Profile = &shown.profile;
     let stacks = folded::fold(profile, FoldedOptions::default());
     let samples: u64 = stacks.values().sum();
     if samples == 0 {
@@ -48,7 +54,7 @@ pub fn render_flamegraph(profile: &pb::Profile, out: &mut impl Write) -> io::Res
     options.hash = true;
     options.palette_map = Some(&mut native_colors);
     options.title = title(profile, samples);
-    options.subtitle = Some(subtitle(profile));
+    options.subtitle = Some(subtitle(shown));
     options.count_name = "samples".to_owned();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
 }
@@ -89,7 +95,8 @@ fn title(profile: &pb::Profile, samples: u64) -> String {
     format!("vmscope: {target}, {samples} samples")
 }
 
-fn subtitle(profile: &pb::Profile) -> String {
+fn subtitle(shown: &ShownStacks<'_>) -> String {
+    let profile: &pb::Profile = &shown.profile;
     let mut parts = Vec::new();
     if let Some(s) = &profile.session {
         parts.push(format!("session {} at {} Hz", s.id, s.frequency_hz));
@@ -101,6 +108,7 @@ fn subtitle(profile: &pb::Profile) -> String {
             profile.truncated_stacks
         ));
     }
+    parts.push(shown.describe());
     parts.push("JIT code green, inlined aqua, kernel orange, native red".to_owned());
     parts.join(" · ")
 }
@@ -127,7 +135,9 @@ mod tests {
     #[test]
     fn an_empty_profile_writes_nothing_and_says_why() {
         let mut out = Vec::new();
-        let err = render_flamegraph(&pb::Profile::default(), &mut out).expect_err("no samples");
+        let profile = pb::Profile::default();
+        let shown = ShownStacks::new(&profile, &Default::default());
+        let err = render_flamegraph(&shown, &mut out).expect_err("no samples");
         assert!(err.to_string().contains("no samples"), "{err}");
         assert!(out.is_empty());
     }

@@ -14,13 +14,15 @@
 //! documented order (a `Value` would sort its keys), and building it cannot fail.
 //!
 //! [`render_json_with_stacks`] (what `--format json` writes) adds the profile's stack table
-//! after the flat report: `frames`, `stacks` and `truncated_stacks` (see [`JsonStackTable`]).
+//! after the flat report, its stacks as shown (the language view by default): `stack_view`,
+//! `frames`, `stacks` and `truncated_stacks` (see [`JsonStackTable`]).
 
 use std::borrow::Cow;
 
 use serde::Serialize;
 use vmscope_proto::v1 as pb;
 
+use vmscope_report::stack_view::ShownStacks;
 use vmscope_report::stats::{EventCount, KernelEventsReport, VmStatsReport, interval_key};
 use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionKind,
@@ -241,10 +243,16 @@ fn vm_statistics(vm: &VmStatsReport) -> JsonVmStatistics<'_> {
     }
 }
 
-/// The profile's call stacks, after the flat report's fields: `frames`, `stacks`,
-/// `truncated_stacks`. Every sample is in exactly one stack, so stacks' samples add up to
-/// `total_samples`.
+/// The profile's call stacks, after the flat report's fields: `stack_view`, `frames`,
+/// `stacks`, `truncated_stacks`. Every sample is in exactly one stack, so stacks' samples add
+/// up to `total_samples`.
 ///
+/// - `stack_view`: how the stacks are shown ([`vmscope_report::stack_view`]): `frames`
+///   (`language`: the VM's own frames above each stack's innermost language frame hidden, the
+///   default; `native`: every frame, `--native`), `collapse_recursion` (`--collapse-recursion`:
+///   a function calling itself, directly or through a cycle, is one level),
+///   `samples_with_hidden_frames` and `samples_with_collapsed_recursion` (the samples whose
+///   stacks the view changed).
 /// - `frames`: each distinct frame once, as the daemon's `Profile.frames`: `name`, `module`,
 ///   `section` (`generated`, `vanilla`, `other`), `symbolized`, `kind` (as rows' `kind`, or
 ///   null), `range` (generated code: the bytecode or source range the frame's pc is in, for a
@@ -265,10 +273,19 @@ fn vm_statistics(vm: &VmStatsReport) -> JsonVmStatistics<'_> {
 /// - `stack_ends`: samples per way their stacks ended (`end`, `samples`), most first.
 #[derive(Debug, Serialize)]
 pub struct JsonStackTable<'a> {
+    stack_view: JsonStackView,
     frames: Vec<JsonFrame<'a>>,
     stacks: Vec<JsonStack<'a>>,
     truncated_stacks: u64,
     stack_ends: Vec<JsonStackEnd>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonStackView {
+    frames: &'static str,
+    collapse_recursion: bool,
+    samples_with_hidden_frames: u64,
+    samples_with_collapsed_recursion: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -528,19 +545,30 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
     }
 }
 
-/// [`render_json`] followed by `profile`'s stack table (the profile `report` was made from).
-pub fn render_json_with_stacks<'a>(report: &'a Report, profile: &'a pb::Profile) -> JsonReport<'a> {
+/// [`render_json`] followed by the stack table of the profile `report` was made from, its
+/// stacks as `shown`.
+pub fn render_json_with_stacks<'a>(
+    report: &'a Report,
+    shown: &'a ShownStacks<'a>,
+) -> JsonReport<'a> {
     JsonReport {
-        stack_table: Some(stack_table(profile)),
+        stack_table: Some(stack_table(shown)),
         ..render_json(report)
     }
 }
 
-fn stack_table(profile: &pb::Profile) -> JsonStackTable<'_> {
+fn stack_table<'a>(shown: &'a ShownStacks<'a>) -> JsonStackTable<'a> {
     fn non_empty(s: &str) -> Option<&str> {
         (!s.is_empty()).then_some(s)
     }
+    let profile: &pb::Profile = &shown.profile;
     JsonStackTable {
+        stack_view: JsonStackView {
+            frames: shown.options.frames.as_str(),
+            collapse_recursion: shown.options.collapse_recursion,
+            samples_with_hidden_frames: shown.hidden_samples,
+            samples_with_collapsed_recursion: shown.collapsed_samples,
+        },
         frames: profile
             .frames
             .iter()
@@ -680,6 +708,7 @@ mod tests {
     use super::super::{Format, render};
     use super::*;
     use vmscope_report::fixtures::{jit_profile, node_profile};
+    use vmscope_report::stack_view::{FrameView, StackOptions};
     use vmscope_report::{OTHERS_NAME, ReportOptions};
 
     const OPTIONS: ReportOptions = ReportOptions::DEFAULT;
@@ -978,8 +1007,22 @@ mod tests {
         }];
         profile.truncated_stacks = 1000;
         let report = Report::from_profile(&profile, &OPTIONS);
+        let native = ReportOptions {
+            stacks: StackOptions {
+                frames: FrameView::Native,
+                collapse_recursion: false,
+            },
+            ..OPTIONS
+        };
+        let shown = ShownStacks::new(&profile, &native);
         let json =
-            serde_json::to_value(render_json_with_stacks(&report, &profile)).expect("serialise");
+            serde_json::to_value(render_json_with_stacks(&report, &shown)).expect("serialise");
+        assert_eq!(
+            json["stack_view"],
+            serde_json::json!({"frames": "native", "collapse_recursion": false,
+                               "samples_with_hidden_frames": 0,
+                               "samples_with_collapsed_recursion": 0})
+        );
         assert_eq!(
             json["frames"],
             serde_json::json!([
@@ -1009,20 +1052,38 @@ mod tests {
         assert_eq!(json["truncated_stacks"], 1000);
         // The flat report's fields come first (a Value sorts keys: look at the text).
         let text =
-            serde_json::to_string(&render_json_with_stacks(&report, &profile)).expect("serialise");
+            serde_json::to_string(&render_json_with_stacks(&report, &shown)).expect("serialise");
         let at = |key: &str| {
             text.find(&format!("\"{key}\":"))
                 .unwrap_or_else(|| panic!("{key} in {text}"))
         };
         assert!(at("session_id") < at("symbolization_issues"));
-        assert!(at("symbolization_issues") < at("frames"));
+        assert!(at("symbolization_issues") < at("stack_view"));
+        assert!(at("stack_view") < at("frames"));
         assert!(at("frames") < at("stacks") && at("stacks") < at("truncated_stacks"));
         // And they are untouched.
         let mut flat = json.clone();
-        for key in ["frames", "stacks", "truncated_stacks", "stack_ends"] {
+        for key in [
+            "stack_view",
+            "frames",
+            "stacks",
+            "truncated_stacks",
+            "stack_ends",
+        ] {
             flat.as_object_mut().expect("object").remove(key);
         }
         assert_eq!(flat, parsed(&report));
+
+        // By default, the language view: the interpreter above the JIT method is hidden, the
+        // kernel's stack (no language frame) whole; the frame table stays.
+        let shown = ShownStacks::new(&profile, &OPTIONS);
+        let json =
+            serde_json::to_value(render_json_with_stacks(&report, &shown)).expect("serialise");
+        assert_eq!(json["stack_view"]["frames"], "language");
+        assert_eq!(json["stack_view"]["samples_with_hidden_frames"], 9000);
+        assert_eq!(json["stacks"][0]["frames"], serde_json::json!([1]));
+        assert_eq!(json["stacks"][1]["frames"], serde_json::json!([2, 0]));
+        assert_eq!(json["frames"].as_array().map(Vec::len), Some(3));
     }
 
     #[test]
@@ -1037,6 +1098,14 @@ mod tests {
         let mut value: Value = serde_json::from_str(&text).expect("valid JSON");
         // The flat report's fields, then the stack table (empty in this fixture).
         let object = value.as_object_mut().expect("an object");
+        assert_eq!(
+            object.remove("stack_view"),
+            Some(
+                serde_json::json!({"frames": "language", "collapse_recursion": false,
+                                    "samples_with_hidden_frames": 0,
+                                    "samples_with_collapsed_recursion": 0})
+            )
+        );
         assert_eq!(object.remove("frames"), Some(serde_json::json!([])));
         assert_eq!(object.remove("stacks"), Some(serde_json::json!([])));
         assert_eq!(

@@ -30,8 +30,11 @@
 //! `vmscope-report` crate, so that every client computes the same numbers) does all the
 //! arithmetic once, then [`render_text`] or [`render_json`] only formats it.
 //!
-//! The formats on call stacks are drawn from the profile's stack table directly: pprof and
-//! folded stacks encoded by [`vmscope_report`], the flame graph by [`render_flamegraph`].
+//! The formats on call stacks (call trees, pprof, folded stacks, the flame graph and JSON's
+//! stack table) are drawn from the profile's stacks as [`ReportOptions::stacks`] shows them
+//! ([`ShownStacks`]: the language view unless `--native`, recursion collapsed with
+//! `--collapse-recursion`), computed once by [`vmscope_report`]: pprof and folded stacks
+//! encoded there, the flame graph by [`render_flamegraph`].
 
 mod flamegraph;
 mod json;
@@ -42,6 +45,7 @@ use std::io::{self, Write};
 
 use anyhow::Context as _;
 use vmscope_proto::v1::Profile;
+use vmscope_report::stack_view::{FrameView, ShownStacks};
 use vmscope_report::{
     folded::{self, FoldedOptions},
     pprof,
@@ -55,7 +59,7 @@ pub use vmscope_report::tree::{self, CallTree, DEFAULT_FOLD_PERCENT, TreeOptions
 pub use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
     ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
-    round2, runtimes, sort_keys,
+    round2, runtimes, sort_keys, stack_view,
 };
 
 /// Output format of the report, as the CLI's `--format` chooses it.
@@ -84,32 +88,36 @@ impl Format {
 }
 
 /// Writes `profile` to `out` in `format`. Text and JSON go through the [`Report`] model (with
-/// `options`); the stack formats ignore `options`, which shape the flat report only. JSON ends
-/// with a newline like the text does, so that shells and `jq` pipelines see a complete last
-/// line.
+/// `options`); the stacks (JSON's stack table and the stack formats) are shown as
+/// [`ReportOptions::stacks`] says, with the VM's modules as `options` counts them, and ignore
+/// the rest of `options`, which shapes the flat report. JSON ends with a newline like the text
+/// does, so that shells and `jq` pipelines see a complete last line.
 pub fn render(
     profile: &Profile,
     options: &ReportOptions,
     format: Format,
     out: &mut impl Write,
 ) -> io::Result<()> {
+    let shown = || ShownStacks::new(profile, options);
     match format {
         Format::Text => render_text(&Report::from_profile(profile, options), options, out),
         Format::Json => {
             let report = Report::from_profile(profile, options);
-            serde_json::to_writer_pretty(&mut *out, &render_json_with_stacks(&report, profile))?;
+            let shown = shown();
+            serde_json::to_writer_pretty(&mut *out, &render_json_with_stacks(&report, &shown))?;
             writeln!(out)
         }
-        Format::Pprof => out.write_all(&pprof::encode(profile)?),
-        Format::Folded => folded::write(profile, FoldedOptions::default(), out),
-        Format::Flamegraph => render_flamegraph(profile, out),
+        Format::Pprof => out.write_all(&pprof::encode_shown(&shown())?),
+        Format::Folded => folded::write(&shown().profile, FoldedOptions::default(), out),
+        Format::Flamegraph => render_flamegraph(&shown(), out),
     }
 }
 
 /// Renders `profile` as `options` and `format` ask: the flat report, or with
-/// [`ReportOptions::tree`] its call tree (text only). Fails when the tree names a function the
-/// stacks do not have (the error lists close names) or is asked for in another format than
-/// text, and when writing fails.
+/// [`ReportOptions::tree`] its call tree (text only), of the stacks as shown. Fails when the
+/// tree names a function the stacks do not have (the error lists close names) or that the
+/// language view hides in every stack holding it (the error says `--native`), when it is asked
+/// for in another format than text, and when writing fails.
 pub fn render_profile(
     profile: &Profile,
     options: &ReportOptions,
@@ -134,9 +142,21 @@ pub fn render_profile(
             report.session_id
         );
     }
-    let tree = CallTree::from_profile(profile, tree_options)
+    let shown = ShownStacks::new(profile, options);
+    let tree = CallTree::from_profile(&shown.profile, tree_options)
         .with_context(|| format!("session {}'s call tree", report.session_id))?;
-    render_tree_text(&report, &tree, out)?;
+    if let TreeView::Callers(name) | TreeView::Callees(name) = &tree_options.view
+        && tree.tree_samples == 0
+        && shown.options.frames == FrameView::Language
+        && CallTree::from_profile(profile, tree_options).is_ok_and(|all| all.tree_samples > 0)
+    {
+        anyhow::bail!(
+            "session {}'s call tree: {name} is the VM's own code, which the language view hides \
+             above the language frames in every stack holding it: add --native to see it",
+            report.session_id
+        );
+    }
+    render_tree_text(&report, &tree, &shown, out)?;
     Ok(())
 }
 

@@ -10,16 +10,20 @@
 //! - [`stats`]: the statistics after the code (VMProfiler's "Events"): what the kernel
 //!   counted for the targets, with rates.
 //! - [`runtimes`]: language runtimes that live in a shared library and count as the VM.
+//! - [`stack_view`]: which frames of each stack the stack outputs show (the language view, or
+//!   every frame) and recursion collapsed, computed once for all of them.
 //! - [`tree`]: call trees over the profile's stacks (top-down, callees and callers of a
 //!   function), with inclusive and self samples, after Pharo's MessageTally.
 #![deny(missing_docs)]
 
 pub mod folded;
+mod functions;
 pub mod model;
 pub mod pprof;
 mod processes;
 pub mod runtimes;
 pub mod sort_keys;
+pub mod stack_view;
 pub mod stats;
 pub mod tree;
 

@@ -15,6 +15,7 @@ use crate::{
     processes::{ProcessTotal, process_totals},
     runtimes::known_runtime,
     sort_keys::{self, SortKey},
+    stack_view::StackOptions,
     stats::{KernelEventsReport, VmStatsReport},
     tree::TreeOptions,
 };
@@ -56,6 +57,10 @@ pub struct ReportOptions {
     /// `--callers`, `--callees`); `None` for the flat report. [`Report::from_profile`] does
     /// not read it: renderers build the tree with [`crate::tree::CallTree::from_profile`].
     pub tree: Option<TreeOptions>,
+    /// Which frames of each stack the call trees and the stack formats show, and whether
+    /// recursion is collapsed ([`crate::stack_view`]). [`Report::from_profile`] does not read
+    /// it: the flat report's rows are functions, whatever the view.
+    pub stacks: StackOptions,
     /// Only the statistics after the code (`--stats`): the VMs' own and the events the
     /// kernel counted, with the header lines that say which session. [`Report::from_profile`] does not read it.
     pub stats: bool,
@@ -73,6 +78,7 @@ impl ReportOptions {
         runtime_modules: true,
         sort: Vec::new(),
         tree: None,
+        stacks: StackOptions::DEFAULT,
         stats: false,
     };
 }
@@ -727,7 +733,7 @@ impl Report {
 
 /// Whether other code in `module` counts as the VM's: `Some(runtime)` if so, the runtime it is
 /// (`None` when a `--vm-module` pattern named it).
-fn vm_module(options: &ReportOptions, module: &str) -> Option<Option<&'static str>> {
+pub(crate) fn vm_module(options: &ReportOptions, module: &str) -> Option<Option<&'static str>> {
     if options
         .vm_modules
         .iter()

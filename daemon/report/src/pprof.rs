@@ -31,7 +31,8 @@
 //!   `Location` with one `Line` per function, innermost first, holder last. So pprof's
 //!   inclusive time counts a function and those inlined into it the way it does for C.
 //! - `time_nanos` is the session's start, `duration_nanos` its sampled time; a few comments say
-//!   which session, at what frequency, and what was lost or truncated.
+//!   which session, at what frequency, and what was lost or truncated, and, from a client that
+//!   chose how to show the stacks ([`encode_shown`]), which view they are in.
 
 use std::{
     collections::HashMap,
@@ -40,7 +41,7 @@ use std::{
     sync::LazyLock,
 };
 
-use crate::processes::process_names;
+use crate::{processes::process_names, stack_view::ShownStacks};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp, v1 as pb};
@@ -48,7 +49,22 @@ use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp, v1 as pb};
 /// The profile as a gzipped pprof file. Fails only if gzip fails to write into memory, which
 /// it does not in practice; the error is kept rather than hidden behind a panic.
 pub fn encode(profile: &pb::Profile) -> io::Result<Vec<u8>> {
-    let raw = to_pprof(profile).encode_to_vec();
+    gzip(&to_pprof(profile))
+}
+
+/// [`encode`] of the stacks as a client shows them ([`ShownStacks`]: the language view, or
+/// every frame; recursion collapsed or not), with a comment that says which.
+pub fn encode_shown(shown: &ShownStacks<'_>) -> io::Result<Vec<u8>> {
+    let mut pprof = to_pprof(&shown.profile);
+    pprof.comment.push(pprof.string_table.len() as i64);
+    pprof
+        .string_table
+        .push(format!("stacks: {}", shown.describe()));
+    gzip(&pprof)
+}
+
+fn gzip(pprof: &pp::Profile) -> io::Result<Vec<u8>> {
+    let raw = pprof.encode_to_vec();
     let mut gzip = GzEncoder::new(
         Vec::with_capacity(raw.len() / 4 + 64),
         Compression::default(),
@@ -577,6 +593,37 @@ mod tests {
                 .iter()
                 .any(|c| c.starts_with("10 samples with stacks cut"))
         );
+    }
+
+    #[test]
+    fn shown_stacks_are_encoded_and_say_their_view() {
+        use crate::{ReportOptions, stack_view::ShownStacks};
+        let profile = fixture::profile();
+        let shown = ShownStacks::new(&profile, &ReportOptions::default());
+        let p = decode(&encode_shown(&shown).expect("encode"));
+        // The language view: main and Interpreter (the VM's) go above benchmark.
+        assert_eq!(
+            names(&p, &p.sample[0]),
+            [
+                vec!["Integer>>benchFib".to_owned()],
+                vec!["Integer>>benchFib".to_owned()],
+                vec!["benchmark".to_owned()],
+            ]
+        );
+        let comments: Vec<&str> = p.comment.iter().map(|&c| string(&p, c)).collect();
+        assert_eq!(
+            comments.last(),
+            Some(&format!("stacks: {}", shown.describe()).as_str()),
+            "{comments:?}"
+        );
+        assert!(
+            comments
+                .last()
+                .unwrap()
+                .starts_with("stacks: language view")
+        );
+        let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+        assert_eq!(total, profile.total_samples as i64);
     }
 
     #[test]

@@ -33,6 +33,10 @@
 //!
 //! Processes are merged: a function is one node whatever process ran it.
 //!
+//! A tree shows the stacks it is given: clients give it the stacks as they show them
+//! ([`crate::stack_view::ShownStacks`]: the language view by default, recursion collapsed on
+//! request), so that the tree and the stack formats agree.
+//!
 //! Nodes with less than [`TreeOptions::fold_percent`] of the profile's samples fold into one
 //! `...others...` node per parent (children of one node are disjoint, so the fold's inclusive
 //! samples are exactly their sum), as the flat report folds its rows; the `[truncated stacks]`
@@ -43,9 +47,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use vmscope_proto::v1::{Frame, Profile, Stack};
+use vmscope_proto::v1::{Profile, Stack};
 
-use crate::model::{CodeKindLabel, OTHERS_NAME, SectionKind, percent};
+use crate::{
+    functions::Functions,
+    model::{CodeKindLabel, OTHERS_NAME, SectionKind, percent},
+};
 
 /// Name of the pseudo-node under which the top-down view puts stacks cut at the depth limit,
 /// and which ends their chains in the callers view.
@@ -116,7 +123,7 @@ fn close_names_suffix(close: &[String]) -> String {
 /// A function as a node of the tree shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeFunction {
-    /// The function's name, as [`Frame::name`].
+    /// The function's name, as [`Frame::name`](vmscope_proto::v1::Frame::name).
     pub name: String,
     /// File name of its module.
     pub module: String,
@@ -168,7 +175,8 @@ impl NodeLabel {
 /// Samples of one call site: a range of a generated code caller's frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallSite {
-    /// The range as [`Frame::range`] labels it (`74->78`, `app.js:12:5`).
+    /// The range as [`Frame::range`](vmscope_proto::v1::Frame::range) labels it (`74->78`,
+    /// `app.js:12:5`).
     pub range: String,
     /// Samples that went through it.
     pub samples: u64,
@@ -402,82 +410,23 @@ fn valid_frames(stack: &Stack, frames: usize) -> Vec<usize> {
         .collect()
 }
 
-/// The functions of a profile's frames: one id per (section, module, name, optimised,
-/// inlined), and each frame's id.
-struct Functions<'a> {
-    /// Function id of each frame.
-    of_frame: Vec<u32>,
-    /// Frame index of each function's first frame, which describes it.
-    first_frame: Vec<usize>,
-    frames: &'a [Frame],
-}
-
-impl<'a> Functions<'a> {
-    fn new(frames: &'a [Frame]) -> Self {
-        type FunctionKey<'k> = (SectionKind, &'k str, &'k str, bool, bool);
-        let mut ids: HashMap<FunctionKey<'a>, u32> = HashMap::new();
-        let mut first_frame = Vec::new();
-        let of_frame = frames
-            .iter()
-            .enumerate()
-            .map(|(index, frame)| {
-                let key = (
-                    SectionKind::from_proto(frame.section()),
-                    frame.module.as_str(),
-                    frame.name.as_str(),
-                    frame.optimised,
-                    frame.inlined,
-                );
-                *ids.entry(key).or_insert_with(|| {
-                    first_frame.push(index);
-                    (first_frame.len() - 1) as u32
-                })
-            })
-            .collect();
-        Functions {
-            of_frame,
-            first_frame,
-            frames,
-        }
-    }
-
-    /// Ids of the functions named exactly `name`.
-    fn named(&self, name: &str) -> HashSet<u32> {
-        (0..self.first_frame.len() as u32)
-            .filter(|&id| self.frame(id).name == name)
-            .collect()
-    }
-
-    /// Every distinct function name.
-    fn names(&self) -> impl Iterator<Item = &'a str> + '_ {
-        let mut seen = HashSet::new();
-        self.first_frame
-            .iter()
-            .map(|&f| self.frames[f].name.as_str())
-            .filter(move |name| seen.insert(*name))
-    }
-
-    fn frame(&self, id: u32) -> &'a Frame {
-        &self.frames[self.first_frame[id as usize]]
-    }
-
-    fn describe(&self, id: u32) -> TreeFunction {
-        let frame = self.frame(id);
-        let section = SectionKind::from_proto(frame.section());
-        TreeFunction {
-            name: frame.name.clone(),
-            module: frame.module.clone(),
-            section,
-            symbolized: frame.symbolized,
-            kind: if section == SectionKind::Generated {
-                CodeKindLabel::from_proto(frame.kind)
-            } else {
-                None
-            },
-            optimised: frame.optimised,
-            inlined: frame.inlined,
-            kernel: frame.kernel,
-        }
+/// A node's function as the tree shows it: the first of its frames describes it.
+fn describe(functions: &Functions<'_>, id: u32) -> TreeFunction {
+    let frame = functions.frame(id);
+    let section = SectionKind::from_proto(frame.section());
+    TreeFunction {
+        name: frame.name.clone(),
+        module: frame.module.clone(),
+        section,
+        symbolized: frame.symbolized,
+        kind: if section == SectionKind::Generated {
+            CodeKindLabel::from_proto(frame.kind)
+        } else {
+            None
+        },
+        optimised: frame.optimised,
+        inlined: frame.inlined,
+        kernel: frame.kernel,
     }
 }
 
@@ -565,7 +514,7 @@ impl Arena {
                 let index = nodes.len();
                 nodes.push(TreeNode {
                     label: match node.key {
-                        Some(Key::Function(id)) => NodeLabel::Function(functions.describe(id)),
+                        Some(Key::Function(id)) => NodeLabel::Function(describe(functions, id)),
                         _ => NodeLabel::Truncated,
                     },
                     inclusive_samples: node.inclusive,
@@ -682,9 +631,10 @@ fn edit_distance(a: &str, b: &str, budget: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::{CodeKind, Section};
+    use vmscope_proto::v1::{CodeKind, Frame, Section};
 
     use super::*;
+    use crate::stack_view::{FrameView, ShownStacks, StackOptions};
 
     /// A native frame of the `fixture` executable.
     fn native(name: &str) -> Frame {
@@ -923,6 +873,84 @@ mod tests {
         let tree = build(&recursive_profile(), TreeView::Callers("f".to_owned()), 0.0);
         // f is the leaf of 13 of them (its own time), g's 5 are its callees'.
         assert_eq!(lines(&tree), ["f 18/13", "  main 18/13"]);
+    }
+
+    /// The tree of `profile`'s stacks as `stacks` shows them.
+    fn build_shown(profile: &Profile, stacks: StackOptions, view: TreeView) -> CallTree {
+        let options = crate::ReportOptions {
+            stacks,
+            ..crate::ReportOptions::default()
+        };
+        build(&ShownStacks::new(profile, &options).profile, view, 0.0)
+    }
+
+    #[test]
+    fn collapsed_recursion_is_one_node_with_its_inclusive_time() {
+        let collapsed = StackOptions {
+            frames: FrameView::Native,
+            collapse_recursion: true,
+        };
+        let tree = build_shown(&recursive_profile(), collapsed, TreeView::TopDown);
+        assert_eq!(lines(&tree), ["main 18/0", "  f 18/13", "    g 5/5"]);
+        // The callers and callees views agree with the uncollapsed ones, which count each
+        // stack once from its outermost f.
+        let tree = build_shown(
+            &recursive_profile(),
+            collapsed,
+            TreeView::Callees("f".to_owned()),
+        );
+        assert_eq!(lines(&tree), ["f 18/13", "  g 5/5"]);
+        let tree = build_shown(
+            &recursive_profile(),
+            collapsed,
+            TreeView::Callers("f".to_owned()),
+        );
+        assert_eq!(lines(&tree), ["f 18/13", "  main 18/13"]);
+    }
+
+    #[test]
+    fn the_language_view_puts_jit_callees_under_their_jit_callers() {
+        let mut pic = jit("at:put:", "");
+        pic.kind = CodeKind::ClosedPic as i32;
+        let frames = vec![
+            native("main"),
+            native("interpret"),
+            jit("benchmark", "74->78"),
+            pic,
+            jit("Array>>at:put:", "1->5"),
+            native("primitiveFileWrite"),
+        ];
+        let profile = profile(
+            frames,
+            &[
+                (&[4, 3, 2, 1, 0], 7, false),
+                (&[5, 2, 1, 0], 3, false),
+                (&[5, 1, 0], 2, false),
+            ],
+        );
+        let language = StackOptions::DEFAULT;
+        let tree = build_shown(&profile, language, TreeView::TopDown);
+        assert_eq!(
+            lines(&tree),
+            [
+                "benchmark 10/0",
+                "  Array>>at:put: 7/7 [74->78:7]",
+                "  primitiveFileWrite 3/3 [74->78:3]",
+                // The VM's own time, with no JIT frame, stays whole.
+                "main 2/0",
+                "  interpret 2/0",
+                "    primitiveFileWrite 2/2",
+            ]
+        );
+        let tree = build_shown(
+            &profile,
+            language,
+            TreeView::Callers("Array>>at:put:".to_owned()),
+        );
+        assert_eq!(
+            lines(&tree),
+            ["Array>>at:put: 7/7", "  benchmark 7/7 [74->78:7]"]
+        );
     }
 
     #[test]

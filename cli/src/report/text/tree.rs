@@ -1,5 +1,7 @@
 //! The text call tree (`--tree`, `--callers NAME`, `--callees NAME`), after Pharo's
-//! MessageTally: the flat report's header, then one line per node of the
+//! MessageTally: the flat report's header, a line on what the tree holds and one on how its
+//! stacks are shown ([`ShownStacks::describe`]: the language view, or every frame; recursion
+//! collapsed), then one line per node of the
 //! [`CallTree`](vmscope_report::tree::CallTree), indented two blanks per level:
 //!
 //! ```text
@@ -26,6 +28,7 @@ use std::io::{self, Write};
 
 use vmscope_report::{
     Report, SectionKind,
+    stack_view::ShownStacks,
     tree::{CallTree, NodeLabel, TreeFunction, TreeNode, TreeView},
 };
 
@@ -42,13 +45,20 @@ const INDENT: &str = "  ";
 /// Source lines shown after a node's name, at most (most samples first).
 const MAX_LINES: usize = 3;
 
-/// Writes `tree` as text under `report`'s header and section summary.
-pub fn render_tree_text(report: &Report, tree: &CallTree, out: &mut impl Write) -> io::Result<()> {
+/// Writes `tree`, built from the `shown` stacks, as text under `report`'s header and section
+/// summary.
+pub fn render_tree_text(
+    report: &Report,
+    tree: &CallTree,
+    shown: &ShownStacks<'_>,
+    out: &mut impl Write,
+) -> io::Result<()> {
     write_header(report, out)?;
     writeln!(out)?;
     write_summary(report, out)?;
     writeln!(out)?;
     writeln!(out, "{}", view_line(tree))?;
+    writeln!(out, "{}", shown.describe())?;
 
     let walk = tree.walk();
     let cells: Vec<(String, String, String)> = walk
@@ -224,29 +234,49 @@ fn suffix(function: &TreeFunction) -> String {
 #[cfg(test)]
 mod tests {
     use vmscope_proto::v1::{CallGraph, Profile};
-    use vmscope_report::{ReportOptions, fixtures::stacks_profile};
+    use vmscope_report::{
+        ReportOptions,
+        fixtures::stacks_profile,
+        stack_view::{FrameView, StackOptions},
+    };
 
     use super::super::tests::check_golden;
     use crate::report::{
         DEFAULT_FOLD_PERCENT, Format, TreeOptions, TreeView, check_tree_format, render_profile,
     };
 
-    fn options(view: TreeView) -> ReportOptions {
+    /// Every frame, recursion as recorded: the stacks as the daemon sent them.
+    const NATIVE: StackOptions = StackOptions {
+        frames: FrameView::Native,
+        collapse_recursion: false,
+    };
+
+    fn options(view: TreeView, stacks: StackOptions) -> ReportOptions {
         ReportOptions {
             tree: Some(TreeOptions {
                 view,
                 fold_percent: DEFAULT_FOLD_PERCENT,
             }),
+            stacks,
             ..ReportOptions::default()
         }
     }
 
-    fn render(profile: &Profile, view: TreeView) -> anyhow::Result<String> {
+    fn render_with(
+        profile: &Profile,
+        view: TreeView,
+        stacks: StackOptions,
+    ) -> anyhow::Result<String> {
         let mut out = Vec::new();
-        render_profile(profile, &options(view), Format::Text, &mut out)?;
+        render_profile(profile, &options(view, stacks), Format::Text, &mut out)?;
         Ok(String::from_utf8(out).expect("the report is UTF-8"))
     }
 
+    fn render(profile: &Profile, view: TreeView) -> anyhow::Result<String> {
+        render_with(profile, view, NATIVE)
+    }
+
+    /// The stacks fixture's tree with every frame.
     fn tree_text(view: TreeView) -> String {
         render(&stacks_profile(), view).expect("the tree renders")
     }
@@ -339,6 +369,102 @@ mod tests {
         );
         // No interpret or main above it.
         assert!(!text.contains("interpret"), "{text}");
+    }
+
+    #[test]
+    fn the_language_view_hides_the_vm_between_jit_frames() {
+        let text = render_with(&stacks_profile(), TreeView::TopDown, StackOptions::DEFAULT)
+            .expect("the tree renders");
+        check_golden("tree-language.txt", &text);
+        // benchmark is a root: main and interpret (the VM's) went from above it; the VM's own
+        // time (no JIT frame) keeps them.
+        assert!(
+            node_line(&text, "Integer>>benchmark")
+                .starts_with(" 94.73%   7.46%     (1904)  Integer"),
+            "{text}"
+        );
+        assert!(
+            node_line(&text, "main [jitvm]").contains("(96)  main"),
+            "{text}"
+        );
+        // at:put: reached through the PIC and straight: one node, both call sites.
+        assert!(
+            text.contains("Array>>at:put: [79->84 (400), 84->88 (100)]\n"),
+            "{text}"
+        );
+        assert!(!text.contains("[closed PIC]"), "{text}");
+        assert!(
+            text.contains(
+                "language view: the VM's own frames above the innermost language frame hidden \
+                 in 94.73% of the samples (--native shows every frame)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn collapsed_recursion_reads_at_one_level_with_its_inclusive_time() {
+        let collapsed = StackOptions {
+            collapse_recursion: true,
+            ..StackOptions::DEFAULT
+        };
+        let text =
+            render_with(&stacks_profile(), TreeView::TopDown, collapsed).expect("the tree renders");
+        let fib: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("Integer>>benchFib"))
+            .collect();
+        // One level under benchmark (the 10 cut samples fold under the truncated stacks),
+        // holding all 1004 samples of benchFib called from benchmark as the uncollapsed
+        // tree's outermost benchFib does, and their time in benchFib's own code as its self.
+        assert_eq!(
+            fib,
+            [" 49.95%  49.75%     (1004)    Integer>>benchFib [74->78]"],
+            "{text}"
+        );
+        let native = tree_text(TreeView::TopDown);
+        assert!(
+            node_line(&native, "Integer>>benchFib [74->78]")
+                .starts_with(" 49.95%  14.93%     (1004)"),
+            "{native}"
+        );
+        // Callers count each stack once with or without collapsing.
+        let callers = TreeView::Callers("Integer>>benchFib".to_owned());
+        let collapsed_callers =
+            render_with(&stacks_profile(), callers.clone(), collapsed).expect("renders");
+        for text in [&collapsed_callers, &tree_text(callers)] {
+            assert!(
+                node_line(text, "Integer>>benchFib").starts_with(" 50.45%  50.25%     (1014)"),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains("; recursion collapsed to one level in 35.32% of the samples\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_function_the_language_view_hides_everywhere_says_so() {
+        let error = render_with(
+            &stacks_profile(),
+            TreeView::Callers("at:put:".to_owned()),
+            StackOptions::DEFAULT,
+        )
+        .expect_err("the PIC is hidden in every stack holding it");
+        assert_eq!(
+            error.to_string(),
+            "session 7's call tree: at:put: is the VM's own code, which the language view hides \
+             above the language frames in every stack holding it: add --native to see it"
+        );
+        assert!(
+            render_with(
+                &stacks_profile(),
+                TreeView::Callers("at:put:".to_owned()),
+                NATIVE
+            )
+            .is_ok()
+        );
     }
 
     #[test]
