@@ -9,7 +9,7 @@ use vmscope_parse::dwarf::SourceLines;
 
 fuzz_target!(|data: &[u8]| {
     // The sections are read from the same bytes, a page at a time.
-    let Ok(lines) = SourceLines::parse(data, Arc::new(data.to_vec()), 1 << 20, None) else {
+    let Ok(mut lines) = SourceLines::parse(data, Arc::new(data.to_vec()), 1 << 20, None) else {
         return;
     };
     assert!(lines.owned_bytes() <= 1 << 20);

@@ -67,7 +67,7 @@ fn resolve(binary: &str) -> Result<(), Box<dyn std::error::Error>> {
     let file = std::fs::File::open(binary)?;
     let pages = Arc::new(PositionedFile(file.try_clone()?));
     let cache = ReadCache::new(file);
-    let lines = SourceLines::parse(&cache, pages, u64::MAX, None)?;
+    let mut lines = SourceLines::parse(&cache, pages, u64::MAX, None)?;
     drop(cache);
     let loaded = start.elapsed();
     let out = std::io::stdout();

@@ -208,7 +208,7 @@ impl LineTables {
         let Some((key, lines)) = self.tables(binary) else {
             return Vec::new();
         };
-        let guard = lines.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = lines.lock().unwrap_or_else(|e| e.into_inner());
         // gimli and addr2line are written not to panic on malformed input; a daemon that
         // reads any binary on the host does not bet on it.
         let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| guard.lookup(svma)));
@@ -499,7 +499,7 @@ mod tests {
         tables.tables(binary(&exe, 1, Some(&id))).expect("tables");
         let loaded = tables.counters().bytes;
         // Addresses all over the binary: units parsed, pages read.
-        for &svma in starts.iter().step_by((starts.len() / 200).max(1)) {
+        for &svma in starts.iter().step_by((starts.len() / 100).max(1)) {
             tables.frames(binary(&exe, 1, Some(&id)), svma);
         }
         let grown = tables.counters().bytes;
@@ -516,11 +516,11 @@ mod tests {
         // Another binary's tables (keyed apart) grown past the budget: the first goes.
         let budget = grown + grown / 2;
         let two = LineTables::new(budget, Vec::new());
-        for &svma in starts.iter().step_by((starts.len() / 200).max(1)) {
+        for &svma in starts.iter().step_by((starts.len() / 100).max(1)) {
             two.frames(binary(&exe, 1, Some(b"first")), svma);
         }
         two.answers_cleared_for_test();
-        for &svma in starts.iter().step_by((starts.len() / 200).max(1)) {
+        for &svma in starts.iter().step_by((starts.len() / 100).max(1)) {
             two.frames(binary(&exe, 2, Some(b"second")), svma);
         }
         let counters = two.counters();
@@ -531,13 +531,8 @@ mod tests {
         let counters = tables.counters();
         assert_eq!((counters.bytes, counters.releases), (0, 1));
         assert!(tables.lock().entries.is_empty());
-        // Loaded again when asked.
-        assert!(
-            !tables
-                .frames(binary(&exe, 1, Some(&id)), starts[starts.len() / 2])
-                .is_empty()
-                || tables.counters().loaded == 2
-        );
+        // Loaded again when asked about an address not answered before.
+        tables.frames(binary(&exe, 1, Some(&id)), starts[starts.len() / 2] + 1);
         assert_eq!(tables.counters().loaded, 2);
     }
 

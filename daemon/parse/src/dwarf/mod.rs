@@ -13,9 +13,9 @@
 //! but for the pages read lately, and a file truncated while it is read gives an error rather
 //! than the SIGBUS a memory map would. zlib-compressed sections (`SHF_COMPRESSED`, what
 //! `objcopy --compress-debug-sections` and distributions' debug packages write) are inflated
-//! whole, within a bound, and small sections read whole. The parsing of the DWARF itself is
-//! lazy and done by the `addr2line` crate (built on `gimli`): a compilation unit's line program
-//! and function tree are parsed the first time an address in it is looked up, then kept.
+//! whole, within a bound, and small sections read whole. The DWARF is parsed with `gimli`, a
+//! compilation unit at a time, the first time an address in it is looked up ([`units`]), by
+//! the rules of the `addr2line` crate, whose answers the tests compare ours with.
 //!
 //! DWARF 2 to 5 are read; split DWARF (`.dwo` files) and supplementary files (dwz's
 //! `.gnu_debugaltlink`) are not: their units give no lines, not an error.
@@ -25,10 +25,10 @@
 //! lookup it concerns, never a panic of ours.
 
 pub mod paged;
+mod units;
 
 use std::{borrow::Cow, io::Read as _, sync::Arc};
 
-use addr2line::Context;
 use gimli::{RunTimeEndian, SectionId};
 use object::{
     ReadRef,
@@ -37,8 +37,7 @@ use object::{
     read::elf::{CompressionHeader as _, FileHeader, SectionHeader as _},
 };
 use paged::{Bytes, PageCache, PagedReader, ReadAt};
-
-use crate::demangle::demangle;
+use units::Units;
 
 /// The sections addr2line reads for lines and inlined functions. Location lists, type units and
 /// macro tables describe variables and types: they are never loaded.
@@ -127,11 +126,12 @@ pub const PAGE_CACHE_BYTES: u64 = 1 << 20;
 
 /// The line tables and inlined function trees of one ELF file, ready for lookups.
 ///
-/// Holds its compressed and small sections, and reads the others from the file as lookups
-/// need them. Not `Sync` (addr2line parses units lazily behind cells): share it behind a
-/// mutex.
+/// Holds its compressed and small sections, reads the others from the file as lookups need
+/// them, and keeps the units lookups parsed within a budget. Lookups change it (they parse):
+/// share it behind a mutex.
 pub struct SourceLines {
-    context: Context<PagedReader>,
+    dwarf: gimli::Dwarf<PagedReader>,
+    units: Units,
     owned_bytes: u64,
     pages: Arc<PageCache>,
 }
@@ -140,6 +140,7 @@ impl std::fmt::Debug for SourceLines {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SourceLines")
             .field("owned_bytes", &self.owned_bytes)
+            .field("units", &self.units)
             .field("pages", &self.pages)
             .finish_non_exhaustive()
     }
@@ -179,16 +180,16 @@ impl SourceLines {
         self.owned_bytes
     }
 
-    /// Bytes of the file's pages read so far, distinct: how much of the sections lookups have
-    /// looked at, hence about what they keep parsed (lines, functions and inlined calls of the
-    /// units asked for).
-    pub fn touched_bytes(&self) -> u64 {
-        self.pages.touched()
+    /// What the tables cost in memory, about: the sections held, the pages read lately, the
+    /// units' index and the units lookups parsed.
+    pub fn weight(&self) -> u64 {
+        self.owned_bytes + self.pages.bytes() + self.units.bytes()
     }
 
-    /// What the tables cost in memory, about: what they hold, and what lookups parsed.
-    pub fn weight(&self) -> u64 {
-        self.owned_bytes + self.touched_bytes()
+    /// Compilation units in the file, units parsed now, and parses in all.
+    pub fn units(&self) -> (usize, usize, u64) {
+        let (all, parsed) = self.units.counts();
+        (all, parsed, self.units.parses)
     }
 
     /// Bytes of pages kept read now, and in all read from the file.
@@ -199,31 +200,10 @@ impl SourceLines {
     /// The frames at an ELF virtual address (svma), innermost first: the functions inlined
     /// there, then the function that holds them. Empty when no unit covers the address.
     ///
-    /// For a caller's frame, look up the return address minus one: the call instruction.
-    pub fn lookup(&self, svma: u64) -> Result<Vec<SourceFrame>, DwarfError> {
-        // Only split DWARF asks for a load; it is not supported (module docs).
-        let mut iter = self.context.find_frames(svma).skip_all_loads()?;
-        let mut frames = Vec::new();
-        while let Some(frame) = iter.next()? {
-            let function = match &frame.function {
-                Some(name) => Some(demangle(&name.raw_name()?).into_owned()),
-                None => None,
-            };
-            let (file, line) = match frame.location {
-                Some(location) => (location.file.map(str::to_owned), location.line.unwrap_or(0)),
-                None => (None, 0),
-            };
-            frames.push(SourceFrame {
-                function,
-                file,
-                line,
-                inlined: true,
-            });
-        }
-        if let Some(outermost) = frames.last_mut() {
-            outermost.inlined = false;
-        }
-        Ok(frames)
+    /// For a caller's frame, look up the return address minus one: the call instruction. The
+    /// unit that holds it is parsed if it was not (see [`units`]).
+    pub fn lookup(&mut self, svma: u64) -> Result<Vec<SourceFrame>, DwarfError> {
+        self.units.lookup(&self.dwarf, svma)
     }
 }
 
@@ -337,9 +317,10 @@ where
         );
         Ok(PagedReader::new(bytes, endian))
     })?;
-    let context = Context::from_dwarf(dwarf)?;
+    let units = Units::index(&dwarf)?;
     Ok(SourceLines {
-        context,
+        dwarf,
+        units,
         owned_bytes: needed,
         pages,
     })
@@ -408,6 +389,7 @@ fn inflate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::demangle::demangle;
 
     #[test]
     fn non_elf_and_truncated_input_are_errors() {
@@ -465,7 +447,7 @@ mod tests {
         let wrong =
             SourceLines::parse(&exe[..], file.clone(), u64::MAX, Some(&[1, 2, 3])).unwrap_err();
         assert!(matches!(wrong, DwarfError::WrongBuildId { .. }), "{wrong}");
-        let lines = SourceLines::parse(&exe[..], file, u64::MAX, Some(build_id)).unwrap();
+        let mut lines = SourceLines::parse(&exe[..], file, u64::MAX, Some(build_id)).unwrap();
         // Read a page at a time: what was read is far less than the sections.
         let (cached, read) = lines.pages();
         assert!(cached <= PAGE_CACHE_BYTES && read > 0, "{lines:?}");
@@ -493,6 +475,73 @@ mod tests {
         // Outside every unit: no frame, no error. (Not 0: functions the linker dropped keep
         // their DWARF, at address 0.)
         assert_eq!(lines.lookup(u64::MAX - 1).unwrap(), []);
+    }
+
+    /// Our lookups answer what addr2line's do (its whole-file context, over the same
+    /// sections), for addresses all over this test binary: functions, files, lines, inlined
+    /// calls. Units are parsed only for the addresses asked, and evicted beyond their budget.
+    #[test]
+    fn lookups_answer_what_addr2line_answers() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let symbols = crate::elf::ElfSymbols::parse(&exe[..]).unwrap();
+        let mut lines =
+            SourceLines::parse(&exe[..], Arc::new(exe.clone()), u64::MAX, None).unwrap();
+        let (units, parsed, _) = lines.units();
+        assert!(units > 50 && parsed == 0, "{units} units, {parsed} parsed");
+
+        let reference = {
+            use object::{Object as _, ObjectSection as _};
+            let file = object::File::parse(&exe[..]).unwrap();
+            let dwarf = gimli::Dwarf::load(|id| -> Result<_, gimli::Error> {
+                let data = file
+                    .section_by_name(id.name())
+                    .and_then(|s| s.data().ok())
+                    .unwrap_or(&[]);
+                Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
+            })
+            .unwrap();
+            addr2line::Context::from_dwarf(dwarf).unwrap()
+        };
+        let functions: Vec<(u64, u64)> = symbols
+            .symbols()
+            .filter(|s| s.size >= 8)
+            .map(|s| (s.start, s.size))
+            .collect();
+        let step = (functions.len() / 3000).max(1);
+        let (mut compared, mut with_inlined) = (0, 0);
+        for (i, &(start, size)) in functions.iter().step_by(step).enumerate() {
+            let probe = start + (size * (i as u64 % 7) / 7);
+            let ours = lines.lookup(probe).unwrap();
+            let mut theirs = Vec::new();
+            let mut frames = reference.find_frames(probe).skip_all_loads().unwrap();
+            while let Some(frame) = frames.next().unwrap() {
+                theirs.push(SourceFrame {
+                    function: frame
+                        .function
+                        .map(|f| demangle(&f.raw_name().unwrap()).into_owned()),
+                    file: frame
+                        .location
+                        .as_ref()
+                        .and_then(|l| l.file.map(str::to_owned)),
+                    line: frame.location.as_ref().and_then(|l| l.line).unwrap_or(0),
+                    inlined: true,
+                });
+            }
+            if let Some(last) = theirs.last_mut() {
+                last.inlined = false;
+            }
+            assert_eq!(ours, theirs, "at {probe:#x}");
+            compared += 1;
+            with_inlined += usize::from(ours.len() > 1);
+        }
+        assert!(
+            compared > 1000 && with_inlined > 50,
+            "{compared} {with_inlined}"
+        );
+        let (units, parsed, parses) = lines.units();
+        assert!(parsed < units, "{parsed} of {units} units parsed");
+        assert!(parses >= parsed as u64);
+        assert!(lines.units.bytes() <= units::UNITS_BUDGET_BYTES + lines.units.index_bytes());
     }
 
     #[test]
