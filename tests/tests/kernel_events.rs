@@ -133,7 +133,10 @@ fn sleeps_are_voluntary_switches_in_every_thread_and_perf_stat_agrees() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("**Events**"), "{text}");
     assert!(
-        text.contains(&format!("voluntary (went to sleep) {voluntary} (")),
+        text.contains(&format!(
+            "voluntary (went to sleep) {} (",
+            grouped(voluntary)
+        )),
         "{text}"
     );
     assert!(
@@ -157,4 +160,17 @@ fn fresh_memory_is_minor_faults_and_perf_stat_agrees() {
         near(minor, perf_minor),
         "vmscope counted {minor} minor faults, perf stat {perf_minor}"
     );
+}
+
+/// `n` as the text report writes counts: digits grouped by thousands with commas.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }

@@ -2017,10 +2017,12 @@ impl Manager {
         }
     }
 
-    /// With no session running or stopping, nothing asks for source lines but a report of a
-    /// kept session: every DWARF table goes once none was used for [`LINES_IDLE`], and the
-    /// allocator gives its free memory back to the kernel, once each time the daemon falls idle
-    /// (a daemon that had run ten sessions held 373 MiB, idle).
+    /// With no session running or stopping, nothing asks for symbols or source lines but a
+    /// report of a kept session, and no stack is unwound: once no line table was used for
+    /// [`LINES_IDLE`], every DWARF table, symbol table and unwind table goes (the binaries stay
+    /// open, to be parsed again when asked), and the allocator gives its free memory back to the
+    /// kernel, once each time the daemon falls idle (a daemon that had run ten sessions held
+    /// 373 MiB, idle).
     fn give_memory_back(&mut self, sampling: bool) {
         if sampling {
             self.memory_given_back = false;
@@ -2029,8 +2031,14 @@ impl Manager {
         let lines = self.modules.lines().release_if_unused_for(LINES_IDLE);
         if lines > 0 || !self.memory_given_back {
             self.memory_given_back = true;
+            self.unwinder.retain(|_| false);
+            let tables = self.modules.release_parsed();
             sys::return_free_memory();
-            tracing::debug!(lines, "idle: line tables let go, free memory given back");
+            tracing::debug!(
+                lines,
+                tables,
+                "idle: line, symbol and unwind tables let go, free memory given back"
+            );
         }
     }
 
@@ -2284,6 +2292,7 @@ impl Manager {
             ("modules_build_id_hits", m.build_id_hits),
             ("modules_parse_failures", m.parse_failures),
             ("modules_closed", m.closed),
+            ("modules_tables_released", m.tables_released),
             ("dwarf_loaded", l.loaded),
             ("dwarf_from_debug_files", l.from_debug_files),
             ("dwarf_evicted", l.evicted),

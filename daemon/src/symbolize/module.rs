@@ -33,7 +33,7 @@ use std::{
     io,
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, OnceLock, RwLock, Weak,
+        Arc, Mutex, RwLock, Weak,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -71,23 +71,60 @@ pub struct Module {
     /// Its key in the registry while held.
     file_id: FileId,
     file: Result<File, String>,
-    symbols: OnceLock<Result<Arc<ElfSymbols>, String>>,
-    unwind: OnceLock<Result<Arc<UnwindTables>, String>>,
+    symbols: Reparsable<ElfSymbols>,
+    unwind: Reparsable<UnwindTables>,
+}
+
+/// A table parsed from a binary on first use, and kept until let go ([`Modules::release_parsed`]):
+/// then parsed again when next asked for. A failure is kept: it would fail again.
+#[derive(Debug)]
+struct Reparsable<T> {
+    slot: Mutex<Option<Result<Arc<T>, String>>>,
+}
+
+impl<T> Reparsable<T> {
+    fn new() -> Self {
+        Reparsable {
+            slot: Mutex::new(None),
+        }
+    }
+
+    /// The table, parsed by `parse` if it is not held. Others asking meanwhile wait for it.
+    fn get_or_parse(
+        &self,
+        parse: impl FnOnce() -> Result<Arc<T>, String>,
+    ) -> Result<Arc<T>, String> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = &*slot {
+            return held.clone();
+        }
+        let parsed = parse();
+        *slot = Some(parsed.clone());
+        parsed
+    }
+
+    /// Lets the table go, if one is held; answers whether one was.
+    fn release(&self) -> bool {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(Result::is_ok) {
+            *slot = None;
+            return true;
+        }
+        false
+    }
 }
 
 impl Module {
     /// The module's symbols, parsed on first use; the error is a reason for the report.
     pub fn symbols(&self, modules: &Modules) -> Result<Arc<ElfSymbols>, String> {
-        self.symbols
-            .get_or_init(|| {
-                let file = self.file.as_ref().map_err(Clone::clone)?;
-                let result = load_symbols(file, &self.path, modules);
-                if let Err(reason) = &result {
-                    tracing::warn!(module = %self.path.display(), "cannot symbolise: {reason}");
-                }
-                result
-            })
-            .clone()
+        self.symbols.get_or_parse(|| {
+            let file = self.file.as_ref().map_err(Clone::clone)?;
+            let result = load_symbols(file, &self.path, modules);
+            if let Err(reason) = &result {
+                tracing::warn!(module = %self.path.display(), "cannot symbolise: {reason}");
+            }
+            result
+        })
     }
 
     /// The source frames at file offset `offset` of the module (DWARF, see
@@ -117,20 +154,18 @@ impl Module {
     /// gets the `.debug_frame` of its separate debug file when one with the same build id is
     /// installed. Tables without CFI are still an answer: its frames fall back to frame pointers.
     pub fn unwind_sections(&self, modules: &Modules) -> Result<Arc<UnwindTables>, String> {
-        self.unwind
-            .get_or_init(|| {
-                let result = self
-                    .file
-                    .as_ref()
-                    .map_err(Clone::clone)
-                    .and_then(|file| load_unwind_tables(file, self, modules));
-                if let Err(reason) = &result {
-                    modules.count(|c| c.unwind_failures += 1);
-                    tracing::warn!(module = %self.path.display(), "cannot unwind through: {reason}");
-                }
-                result
-            })
-            .clone()
+        self.unwind.get_or_parse(|| {
+            let result = self
+                .file
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|file| load_unwind_tables(file, self, modules));
+            if let Err(reason) = &result {
+                modules.count(|c| c.unwind_failures += 1);
+                tracing::warn!(module = %self.path.display(), "cannot unwind through: {reason}");
+            }
+            result
+        })
     }
 }
 
@@ -159,6 +194,8 @@ pub struct ModuleCounters {
     /// Binaries held open now (a gauge): held, minus those that could not be opened. A profile
     /// being built may keep one it uses open a little longer.
     pub open_now: u64,
+    /// Symbol and unwind tables let go with no session sampling (parsed again when needed).
+    pub tables_released: u64,
 }
 
 /// The registry of binaries, shared by the session manager (which registers, and closes what
@@ -229,8 +266,8 @@ impl Modules {
             name,
             file_id: id,
             file,
-            symbols: OnceLock::new(),
-            unwind: OnceLock::new(),
+            symbols: Reparsable::new(),
+            unwind: Reparsable::new(),
         });
         self.held
             .write()
@@ -295,6 +332,28 @@ impl Modules {
             |id| alive.contains(id),
         );
         count
+    }
+
+    /// Lets go of the symbol and unwind tables parsed from every held binary (the binaries stay
+    /// open): no session samples, and a later report parses again what it needs. Answers how
+    /// many tables went.
+    pub fn release_parsed(&self) -> usize {
+        let held: Vec<Arc<Module>> = self
+            .held
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let released = held
+            .iter()
+            .map(|m| usize::from(m.symbols.release()) + usize::from(m.unwind.release()))
+            .sum();
+        drop(held);
+        prune(&self.unwind_by_build_id);
+        prune(&self.by_build_id);
+        self.count(|c| c.tables_released += released as u64);
+        released
     }
 
     /// Number of held modules.
