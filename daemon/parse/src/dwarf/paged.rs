@@ -229,35 +229,41 @@ impl Bytes {
     /// bounds) into `buf`. `window` is the caller's last page of this section, tried before
     /// the cache and replaced by the page read.
     fn copy(&self, at: u64, buf: &mut [u8], window: &mut Option<Window>) -> io::Result<()> {
-        let (cache, start, len) = match self {
-            Bytes::Owned(bytes) => {
-                let at = at as usize;
-                buf.copy_from_slice(&bytes[at..at + buf.len()]);
-                return Ok(());
-            }
-            Bytes::Paged { cache, start, len } => (cache, *start, *len),
-        };
+        if let Bytes::Owned(bytes) = self {
+            let at = at as usize;
+            buf.copy_from_slice(&bytes[at..at + buf.len()]);
+            return Ok(());
+        }
         let mut done = 0;
         while done < buf.len() {
             let offset = at + done as u64;
-            let page_start = offset / PAGE_BYTES * PAGE_BYTES;
-            let page = match window {
-                Some((start, page)) if *start == page_start => page.clone(),
-                _ => {
-                    let page_len = (len - page_start).min(PAGE_BYTES) as usize;
-                    // Pages are the section's (its first starts with it), keyed in the cache
-                    // by their file offset.
-                    let page = cache.page_of(start + page_start, page_len)?;
-                    *window = Some((page_start, page.clone()));
-                    page
-                }
-            };
+            let (page_start, page) = self.page_at(offset, window)?;
             let from = (offset - page_start) as usize;
             let n = (page.len() - from).min(buf.len() - done);
             buf[done..done + n].copy_from_slice(&page[from..from + n]);
             done += n;
         }
         Ok(())
+    }
+
+    /// The page of a paged section that holds section offset `at` (in bounds), with its start:
+    /// `window` if it is that page, else from the cache or the file, then kept in `window`.
+    fn page_at(&self, at: u64, window: &mut Option<Window>) -> io::Result<Window> {
+        let page_start = at / PAGE_BYTES * PAGE_BYTES;
+        if let Some((start, page)) = window
+            && *start == page_start
+        {
+            return Ok((page_start, page.clone()));
+        }
+        let Bytes::Paged { cache, start, len } = self else {
+            unreachable!("owned sections have no pages");
+        };
+        let page_len = (len - page_start).min(PAGE_BYTES) as usize;
+        // Pages are the section's (its first starts with it), keyed in the cache by their
+        // file offset.
+        let page = cache.page_of(start + page_start, page_len)?;
+        *window = Some((page_start, page.clone()));
+        Ok((page_start, page))
     }
 }
 
@@ -282,9 +288,9 @@ pub struct PagedReader {
     pos: u64,
     end: u64,
     endian: RunTimeEndian,
-    /// The page read last: gimli reads a byte at a time, mostly from the page it read last.
-    /// A split's reader starts without one, so that readers kept in parsed units (names, a
-    /// unit's entries) hold no page.
+    /// The page read last: gimli reads a byte at a time, mostly from the page it read last, and
+    /// splits readers off for a few bytes each (which start with the same page). Readers kept
+    /// in parsed units (a unit's entries, its line program's header) hold one page each.
     window: Option<Window>,
 }
 
@@ -378,21 +384,21 @@ impl gimli::Reader for PagedReader {
                 .position(|&b| b == byte)
                 .ok_or_else(|| self.eof());
         }
-        // A page at a time: strings are short, sections are not.
-        let mut buf = vec![0; PAGE_BYTES as usize];
+        // A page at a time, in place: strings are short, sections are not.
         let mut window = self.window.clone();
         let mut at = self.pos;
         while at < self.end {
-            let page_end = ((at / PAGE_BYTES) + 1) * PAGE_BYTES;
-            let n = (page_end.min(self.end) - at) as usize;
-            self.section
+            let (page_start, page) = self
+                .section
                 .bytes
-                .copy(at, &mut buf[..n], &mut window)
+                .page_at(at, &mut window)
                 .map_err(|_| self.eof())?;
-            if let Some(i) = buf[..n].iter().position(|&b| b == byte) {
+            let from = (at - page_start) as usize;
+            let to = ((self.end - page_start) as usize).min(page.len());
+            if let Some(i) = page[from..to].iter().position(|&b| b == byte) {
                 return Ok((at - self.pos) as usize + i);
             }
-            at += n as u64;
+            at = page_start + to as u64;
         }
         Err(self.eof())
     }
@@ -414,7 +420,7 @@ impl gimli::Reader for PagedReader {
             pos: self.pos,
             end: self.pos + len as u64,
             endian: self.endian,
-            window: None,
+            window: self.window.clone(),
         };
         self.pos += len as u64;
         Ok(head)
@@ -442,15 +448,31 @@ impl gimli::Reader for PagedReader {
         })
     }
 
+    #[inline]
     fn read_slice(&mut self, buf: &mut [u8]) -> Result<()> {
-        if buf.len() > self.len() {
+        let n = buf.len() as u64;
+        if n > self.end - self.pos {
             return Err(self.eof());
         }
-        self.section
-            .bytes
-            .copy(self.pos, buf, &mut self.window)
-            .map_err(|_| self.eof())?;
-        self.pos += buf.len() as u64;
+        // The common case, a few bytes in the page read last, takes no lock.
+        match (&self.section.bytes, &self.window) {
+            (Bytes::Owned(bytes), _) => {
+                let at = self.pos as usize;
+                buf.copy_from_slice(&bytes[at..at + buf.len()]);
+            }
+            (_, Some((start, page)))
+                if self.pos >= *start && self.pos + n <= *start + page.len() as u64 =>
+            {
+                let from = (self.pos - start) as usize;
+                buf.copy_from_slice(&page[from..from + buf.len()]);
+            }
+            _ => self
+                .section
+                .bytes
+                .copy(self.pos, buf, &mut self.window)
+                .map_err(|_| self.eof())?,
+        }
+        self.pos += n;
         Ok(())
     }
 }

@@ -36,6 +36,33 @@ const ABBREVIATIONS_BYTES: u64 = 16 << 10;
 /// Deepest chain of `DW_AT_abstract_origin` / `DW_AT_specification` followed for a name.
 const NAME_REFERENCES: usize = 16;
 
+/// Units parsed for the names other units' entries refer to (`DW_FORM_ref_addr`: an inlined
+/// function's abstract origin in another unit), kept for the next references.
+const OTHER_UNITS: usize = 8;
+
+/// Names resolved through references to other units, kept; the map is emptied when full.
+const MAX_REFERENCED_NAMES: usize = 1 << 14;
+
+/// What name lookups across units need: where the units are, and what was parsed for them.
+struct Refs<'a> {
+    offsets: &'a [usize],
+    others: &'a mut Others,
+}
+
+/// The units parsed for references from other units (most recently used last), and the names
+/// found there, by the referenced entry's offset in `.debug_info`.
+#[derive(Default)]
+struct Others {
+    units: Vec<(usize, Unit)>,
+    names: std::collections::HashMap<usize, Option<String>>,
+}
+
+impl Others {
+    fn bytes(&self) -> u64 {
+        self.units.len() as u64 * ABBREVIATIONS_BYTES + self.names.len() as u64 * 64
+    }
+}
+
 /// An address range of a unit.
 #[derive(Clone, Copy, Debug)]
 struct UnitRange {
@@ -56,6 +83,8 @@ pub struct Units {
     ranges: Vec<UnitRange>,
     /// Parsed units, most recently used last.
     parsed: Vec<(usize, Parsed)>,
+    /// What references from one unit to another needed.
+    others: Others,
     /// Units parsed in all (again after eviction counts again).
     pub parses: u64,
 }
@@ -145,6 +174,7 @@ impl Units {
             offsets,
             ranges,
             parsed: Vec::new(),
+            others: Others::default(),
             parses: 0,
         })
     }
@@ -161,7 +191,7 @@ impl Units {
     }
 
     fn parsed_bytes(&self) -> u64 {
-        self.parsed.iter().map(|(_, p)| p.bytes()).sum()
+        self.parsed.iter().map(|(_, p)| p.bytes()).sum::<u64>() + self.others.bytes()
     }
 
     /// Units known, and of them parsed now.
@@ -184,9 +214,12 @@ impl Units {
         }
         for unit in candidates {
             let index = self.parse(dwarf, unit)?;
-            let offsets = &self.offsets;
+            let mut refs = Refs {
+                offsets: &self.offsets,
+                others: &mut self.others,
+            };
             let parsed = &mut self.parsed[index].1;
-            let frames = parsed.frames(dwarf, offsets, probe)?;
+            let frames = parsed.frames(dwarf, &mut refs, probe)?;
             // The function's inlined calls parsed just now count too.
             self.make_room(0);
             if let Some(frames) = frames {
@@ -315,7 +348,7 @@ impl Parsed {
     fn frames(
         &mut self,
         dwarf: &Dwarf,
-        offsets: &[usize],
+        refs: &mut Refs<'_>,
         probe: u64,
     ) -> Result<Option<Vec<SourceFrame>>, DwarfError> {
         let unit_ref = UnitRef::new(dwarf, &self.unit);
@@ -345,7 +378,7 @@ impl Parsed {
         };
         let function = &mut self.functions[function];
         if function.detail.is_none() {
-            let detail = FunctionDetail::parse(function.offset, unit_ref, offsets)?;
+            let detail = FunctionDetail::parse(function.offset, unit_ref, refs)?;
             self.inlined_bytes += detail.inlined.len() as u64 * 96;
             function.detail = Some(detail);
         }
@@ -520,7 +553,7 @@ impl FunctionDetail {
     fn parse(
         offset: UnitOffset<usize>,
         unit: UnitRef<'_, PagedReader>,
-        offsets: &[usize],
+        refs: &mut Refs<'_>,
     ) -> Result<FunctionDetail, DwarfError> {
         let mut entries = unit.entries_raw(Some(offset))?;
         let depth = entries.next_depth();
@@ -530,14 +563,14 @@ impl FunctionDetail {
         let mut name = None;
         for spec in abbrev.attributes() {
             let attr = entries.read_attribute(*spec)?;
-            note_name(unit, offsets, &attr, &mut name)?;
+            note_name(unit, refs, &attr, &mut name)?;
         }
         let mut detail = FunctionDetail {
             name,
             inlined: Vec::new(),
             addresses: Vec::new(),
         };
-        detail.parse_children(&mut entries, unit, offsets, depth, 0)?;
+        detail.parse_children(&mut entries, unit, refs, depth, 0)?;
         // By depth first: an address is looked up one depth at a time (addr2line's order).
         detail
             .addresses
@@ -549,7 +582,7 @@ impl FunctionDetail {
         &mut self,
         entries: &mut gimli::EntriesRaw<'_, PagedReader>,
         unit: UnitRef<'_, PagedReader>,
-        offsets: &[usize],
+        refs: &mut Refs<'_>,
         depth: isize,
         call_depth: usize,
     ) -> Result<(), DwarfError> {
@@ -581,7 +614,7 @@ impl FunctionDetail {
                     for spec in abbrev.attributes() {
                         let attr = entries.read_attribute(*spec)?;
                         ranges.note(unit, &attr)?;
-                        note_name(unit, offsets, &attr, &mut inlined.name)?;
+                        note_name(unit, refs, &attr, &mut inlined.name)?;
                         match attr.name() {
                             gimli::DW_AT_call_file => {
                                 // DWARF 5 numbers files from 0; before, 0 meant none.
@@ -601,7 +634,7 @@ impl FunctionDetail {
                     self.inlined.push(inlined);
                     let addresses = &mut self.addresses;
                     ranges.for_each(unit, |range| addresses.push((range, call_depth, index)))?;
-                    self.parse_children(entries, unit, offsets, next_depth, call_depth + 1)?;
+                    self.parse_children(entries, unit, refs, next_depth, call_depth + 1)?;
                 }
                 _ => entries.skip_attributes(abbrev.attributes())?,
             }
@@ -638,7 +671,7 @@ impl FunctionDetail {
 /// plain name or a referenced entry's name only while none was found.
 fn note_name(
     unit: UnitRef<'_, PagedReader>,
-    offsets: &[usize],
+    refs: &mut Refs<'_>,
     attr: &gimli::Attribute<PagedReader>,
     name: &mut Option<String>,
 ) -> Result<(), DwarfError> {
@@ -654,7 +687,7 @@ fn note_name(
             }
         }
         gimli::DW_AT_abstract_origin | gimli::DW_AT_specification if name.is_none() => {
-            *name = referenced_name(unit, offsets, attr.value(), NAME_REFERENCES)?;
+            *name = referenced_name(unit, refs, attr.value(), NAME_REFERENCES)?;
         }
         _ => {}
     }
@@ -664,7 +697,7 @@ fn note_name(
 /// The name of the entry `value` refers to, in this unit or another.
 fn referenced_name(
     unit: UnitRef<'_, PagedReader>,
-    offsets: &[usize],
+    refs: &mut Refs<'_>,
     value: AttributeValue<PagedReader>,
     depth: usize,
 ) -> Result<Option<String>, DwarfError> {
@@ -672,11 +705,10 @@ fn referenced_name(
         return Ok(None);
     }
     match value {
-        AttributeValue::UnitRef(offset) => entry_name(unit, offsets, offset, depth),
+        AttributeValue::UnitRef(offset) => entry_name(unit, refs, offset, depth),
         AttributeValue::DebugInfoRef(offset) => {
-            // The unit that holds it: parsed for this name alone, and dropped.
-            let at = offsets.partition_point(|&o| o <= offset.0);
-            let Some(&start) = at.checked_sub(1).and_then(|i| offsets.get(i)) else {
+            let at = refs.offsets.partition_point(|&o| o <= offset.0);
+            let Some(&start) = at.checked_sub(1).and_then(|i| refs.offsets.get(i)) else {
                 return Ok(None);
             };
             if unit
@@ -684,15 +716,38 @@ fn referenced_name(
                 .debug_info_offset()
                 .is_some_and(|o| o.0 == start)
             {
-                return entry_name(unit, offsets, UnitOffset(offset.0 - start), depth);
+                return entry_name(unit, refs, UnitOffset(offset.0 - start), depth);
             }
-            let header = unit
-                .dwarf
-                .debug_info
-                .header_from_offset(DebugInfoOffset(start))?;
-            let other = unit.dwarf.unit(header)?;
-            let other_ref = UnitRef::new(unit.dwarf, &other);
-            entry_name(other_ref, offsets, UnitOffset(offset.0 - start), depth)
+            if let Some(name) = refs.others.names.get(&offset.0) {
+                return Ok(name.clone());
+            }
+            // The unit that holds it: parsed for names, and kept for the next references.
+            let other = match refs.others.units.iter().position(|(s, _)| *s == start) {
+                Some(i) => refs.others.units.remove(i).1,
+                None => {
+                    let header = unit
+                        .dwarf
+                        .debug_info
+                        .header_from_offset(DebugInfoOffset(start))?;
+                    unit.dwarf.unit(header)?
+                }
+            };
+            let name = entry_name(
+                UnitRef::new(unit.dwarf, &other),
+                refs,
+                UnitOffset(offset.0 - start),
+                depth,
+            );
+            if refs.others.units.len() >= OTHER_UNITS {
+                refs.others.units.remove(0);
+            }
+            refs.others.units.push((start, other));
+            let name = name?;
+            if refs.others.names.len() >= MAX_REFERENCED_NAMES {
+                refs.others.names.clear();
+            }
+            refs.others.names.insert(offset.0, name.clone());
+            Ok(name)
         }
         _ => Ok(None),
     }
@@ -700,7 +755,7 @@ fn referenced_name(
 
 fn entry_name(
     unit: UnitRef<'_, PagedReader>,
-    offsets: &[usize],
+    refs: &mut Refs<'_>,
     offset: UnitOffset<usize>,
     depth: usize,
 ) -> Result<Option<String>, DwarfError> {
@@ -733,7 +788,7 @@ fn entry_name(
         return Ok(name);
     }
     match next {
-        Some(next) => referenced_name(unit, offsets, next, depth - 1),
+        Some(next) => referenced_name(unit, refs, next, depth - 1),
         None => Ok(None),
     }
 }
