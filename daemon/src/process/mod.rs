@@ -101,6 +101,9 @@ pub struct Process {
     /// The jitdump and code map files it maps (executable mappings, never executed).
     pub code_map_files: Vec<MappedCodeMapFile>,
     mappings: Vec<ExecMapping>,
+    /// The other mappings' ranges (data, heap, stacks), sorted: a return address there is what
+    /// a frame-pointer walk reads past code without frame pointers, never new code.
+    data: Vec<(u64, u64)>,
     maps_generation: u64,
     maps_read_at_ns: u64,
     /// How long after the last read a caller outside every mapping may read the maps again:
@@ -141,12 +144,26 @@ impl Process {
             .is_some_and(|m| m.kind == MappingKind::Anonymous)
     }
 
+    /// Whether `address` lies in one of the process's data mappings (heap, stacks, files
+    /// mapped without execute permission), as last read.
+    fn in_data(&self, address: u64) -> bool {
+        let i = self.data.partition_point(|&(start, _)| start <= address);
+        i.checked_sub(1).is_some_and(|i| address < self.data[i].1)
+    }
+
     /// The executable mapping holding `address` (mappings are sorted and disjoint).
     fn mapping_at(&self, address: u64) -> Option<&ExecMapping> {
         let i = self.mappings.partition_point(|m| m.start <= address);
         let mapping = self.mappings.get(i.checked_sub(1)?)?;
         (address < mapping.end).then_some(mapping)
     }
+}
+
+/// Whether `address` can be code at all: above the first 64 KiB (`vm.mmap_min_addr`), below
+/// the top of x86-64 user space. Small integers and kernel addresses are what a frame-pointer
+/// walk reads past code without frame pointers.
+fn plausible_code_address(address: u64) -> bool {
+    (0x10000..0x8000_0000_0000).contains(&address)
 }
 
 /// Counters of the process table, reported by the daemon.
@@ -413,7 +430,11 @@ impl ProcessTable {
         if known.mapping_at(address).is_some() {
             return true;
         }
-        if known.gone || now_ns.saturating_sub(known.maps_read_at_ns) < known.caller_refresh_ns {
+        if known.gone
+            || !plausible_code_address(address)
+            || known.in_data(address)
+            || now_ns.saturating_sub(known.maps_read_at_ns) < known.caller_refresh_ns
+        {
             return false;
         }
         let interval = known.caller_refresh_ns;
@@ -521,6 +542,7 @@ impl ProcessTable {
             exiting_checked_ns: 0,
             code_map_files: Vec::new(),
             mappings: Vec::new(),
+            data: Vec::new(),
             maps_generation: NEXT_MAPS_GENERATION.fetch_add(1, Ordering::Relaxed),
             maps_read_at_ns: now_ns,
             caller_refresh_ns: MIN_REFRESH_INTERVAL_NS,
@@ -552,6 +574,13 @@ impl ProcessTable {
         if parsed.entries.is_empty() {
             process.gone = true;
         }
+        process.data = parsed
+            .entries
+            .iter()
+            .filter(|e| !e.perms.exec)
+            .map(|e| (e.start, e.end))
+            .collect();
+        process.data.sort_unstable();
         for entry in parsed.entries.iter().filter(|e| e.perms.exec) {
             if let MapPath::File { path, .. } = &entry.path
                 && let Some(kind) = MappedFileKind::of(path)

@@ -199,8 +199,17 @@ fn callers_outside_every_mapping_read_the_mappings_again_with_back_off() {
     ));
     assert_eq!(reads(&table), 1);
 
+    // Garbage a frame-pointer walk reads: a small integer, an address in the stack (a data
+    // mapping). Never a read.
+    let on_stack = 0u64;
+    let data = &on_stack as *const u64 as u64;
+    let later = t1 + MAX_CALLER_REFRESH_INTERVAL_NS;
+    assert!(!table.refresh_for_caller(me(), 0x10, later));
+    assert!(!table.refresh_for_caller(me(), data, later));
+    assert_eq!(reads(&table), 1);
+
     // An address no mapping holds: each read that misses it doubles the wait for the next.
-    let garbage = 0x10;
+    let garbage = 0x1000_0000_0000;
     let mut at = t1;
     let mut interval = MIN_REFRESH_INTERVAL_NS;
     for expected_reads in 2..=9 {
