@@ -156,6 +156,18 @@ pub fn raise_limit(resource: libc::__rlimit_resource_t) -> io::Result<u64> {
     Ok(limit.rlim_cur)
 }
 
+/// Sets the calling thread's nice value (Linux: threads have their own; those it starts
+/// afterwards inherit it).
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority on the calling thread only; no memory is passed.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Asks the allocator to give the memory it holds free back to the system: glibc keeps freed
 /// memory in its arenas, so without this a big map let go shows in no RSS figure.
 pub fn return_free_memory() {

@@ -13,6 +13,7 @@ mod bench_jvm;
 mod bench_late;
 mod bench_lines;
 mod bench_memory;
+mod bench_stop;
 mod demo;
 mod setup;
 
@@ -80,9 +81,13 @@ enum Task {
         /// 60 s: its RSS after each, idle, and its peak.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks"])]
         memory: bool,
-        /// With --memory, run the same sequence first against this `vmscoped` binary (an
+        /// Instead, time the first system-wide session of a fresh daemon (--duration 5), on
+        /// a quiet host and with 60 busy programs: how long after its duration it is reported.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory"])]
+        stop: bool,
+        /// With --memory or --stop, run the same first against this `vmscoped` binary (an
         /// earlier build) and print both, measured in one run.
-        #[arg(long, value_name = "VMSCOPED", requires = "memory")]
+        #[arg(long, value_name = "VMSCOPED")]
         baseline: Option<PathBuf>,
     },
     /// Run each fuzz target for a bounded time (installs cargo-fuzz if needed).
@@ -118,6 +123,11 @@ fn main() -> ExitCode {
             baseline,
             ..
         } => setup::run().and_then(|()| bench_memory::run(baseline)),
+        Task::Bench {
+            stop: true,
+            baseline,
+            ..
+        } => setup::run().and_then(|()| bench_stop::run(baseline)),
         Task::Bench { soak, .. } => setup::run().and_then(|()| bench::run(soak)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };

@@ -86,7 +86,9 @@ impl ProfilerService {
         let symbolizer = self.symbolizer.clone();
         let options = profile_options(caller);
         tokio::task::spawn_blocking(move || {
+            let in_use = symbolizer.modules().in_use();
             let mut profile = build_profile(snapshot, &symbolizer, &options);
+            drop(in_use);
             if pprof {
                 profile.pprof = vmscope_report::pprof::encode(&profile).map_err(|e| {
                     Status::internal(format!("encoding the profile as pprof failed: {e}"))

@@ -24,7 +24,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     path::Path,
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use tokio::sync::{mpsc, oneshot};
@@ -65,7 +65,9 @@ use crate::{
         kernel::{self, SessionCounters},
         vm::{IntervalKind, StatEvent, VmState},
     },
-    symbolize::{CodeMapKinds, Location, ModuleId, Modules, Unexplained},
+    symbolize::{
+        CodeMapKinds, Location, ModuleId, Modules, Unexplained, Warmer, warmer::MAX_BATCH,
+    },
     sys,
     unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
 };
@@ -78,8 +80,9 @@ const CODE_SWEEP_AT_LEAST_EVERY_NS: u64 = 30_000_000_000;
 /// its free memory to the system: a big perf map's process gone shows in the daemon's RSS.
 const RETURN_MEMORY_AFTER: usize = 16 << 20;
 
-/// How long the DWARF line tables stay unused, with no session running, before they go: a
-/// report being built keeps them (see [`Manager::give_memory_back`]).
+/// How long the daemon stays without a session sampling, and without a profile being built,
+/// before its parsed tables go: sessions back to back and reports keep them (see
+/// [`Manager::give_memory_back`]).
 const LINES_IDLE: Duration = Duration::from_secs(2);
 
 /// Where x86-64 kernel addresses begin: a user stack walk that yields one went astray.
@@ -330,6 +333,7 @@ pub fn spawn_manager(
         processes: ProcessTable::new(modules.clone()),
         unwinder: Unwinder::new(modules.clone()),
         process_memory: ProcessMemory::new(),
+        warmer: Warmer::spawn(modules.clone()),
         modules,
         codemaps: CodeMaps::with_readers(readers),
         reader,
@@ -344,6 +348,7 @@ pub fn spawn_manager(
         last_forget_ns: 0,
         last_sweep_ns: 0,
         memory_given_back: false,
+        idle_since: None,
         code_sweep: CodeSweep::default(),
         user_scratch: Vec::new(),
     };
@@ -411,6 +416,8 @@ struct SnapshotWaiter {
 }
 
 struct Manager {
+    /// Symbolises the running sessions' new locations ahead of their profiles.
+    warmer: Warmer,
     sampler: Box<dyn SamplerControl>,
     routes: Routes,
     sessions: BTreeMap<u64, Session>,
@@ -435,6 +442,8 @@ struct Manager {
     last_sweep_ns: u64,
     /// Whether the memory was given back since the daemon last fell idle.
     memory_given_back: bool,
+    /// Since when no session samples.
+    idle_since: Option<Instant>,
     /// When the code store was last swept, and why.
     code_sweep: CodeSweep,
     /// Reused for each sample's user stack, so that routing allocates nothing for it.
@@ -789,6 +798,7 @@ impl Manager {
             lost_baseline,
             waiting: 0,
             jit: Default::default(),
+            warmed: 0,
             incomplete: None,
             fetched: false,
             kept: KeptSamples::new(spec.keep_samples as usize),
@@ -1949,6 +1959,7 @@ impl Manager {
             self.last_sweep_ns = now;
             self.sweep_modules(now);
             self.sweep_codes(now);
+            self.warm_symbols();
             self.give_memory_back(sampling);
         }
 
@@ -2017,18 +2028,52 @@ impl Manager {
         }
     }
 
+    /// Hands the locations in binaries that running sessions met since the last time to the
+    /// symbolisation warmer ([`Warmer`]), a batch at a time, for the profiles to find their
+    /// names and lines ready. A batch the warmer's queue has no room for waits for the next
+    /// sweep.
+    fn warm_symbols(&mut self) {
+        for session in self.sessions.values_mut() {
+            if session.state == State::Stopped {
+                continue;
+            }
+            let locations = &session.stacks.locations;
+            while session.warmed < locations.len() {
+                let end = (session.warmed + MAX_BATCH).min(locations.len());
+                let batch: Vec<Location> = locations[session.warmed..end]
+                    .iter()
+                    .filter(|l| matches!(l, Location::File { .. }))
+                    .copied()
+                    .collect();
+                if !batch.is_empty() && !self.warmer.offer(batch) {
+                    return;
+                }
+                session.warmed = end;
+            }
+        }
+    }
+
     /// With no session running or stopping, nothing asks for symbols or source lines but a
-    /// report of a kept session, and no stack is unwound: once no line table was used for
-    /// [`LINES_IDLE`], every DWARF table, symbol table and unwind table goes (the binaries stay
+    /// report of a kept session, and no stack is unwound: once no session sampled and no
+    /// profile was built for [`LINES_IDLE`], every DWARF table, symbol table and unwind table
+    /// goes (the binaries stay
     /// open, to be parsed again when asked), and the allocator gives its free memory back to the
     /// kernel, once each time the daemon falls idle (a daemon that had run ten sessions held
     /// 373 MiB, idle).
     fn give_memory_back(&mut self, sampling: bool) {
+        let now = Instant::now();
         if sampling {
+            self.idle_since = None;
             self.memory_given_back = false;
             return;
         }
-        let lines = self.modules.lines().release_if_unused_for(LINES_IDLE);
+        // Sessions back to back keep what the last one parsed, and so does a report being
+        // built (a final profile, or a kept session's).
+        let idle_since = *self.idle_since.get_or_insert(now);
+        if now.duration_since(idle_since) < LINES_IDLE || self.modules.in_use_within(LINES_IDLE) {
+            return;
+        }
+        let lines = self.modules.lines().release();
         if lines > 0 || !self.memory_given_back {
             self.memory_given_back = true;
             self.unwinder.retain(|_| false);
@@ -2236,6 +2281,7 @@ impl Manager {
         let p = self.processes.counters();
         let m = self.modules.counters();
         let l = self.modules.lines().counters();
+        let warmer = self.warmer.counters();
         let j = self.codemaps.counters();
         let u = self.unwinder.counters();
         let r = self.process_memory.counters();
@@ -2293,6 +2339,8 @@ impl Manager {
             ("modules_parse_failures", m.parse_failures),
             ("modules_closed", m.closed),
             ("modules_tables_released", m.tables_released),
+            ("symbols_warmed_ahead", warmer.0),
+            ("symbols_warming_deferred", warmer.1),
             ("dwarf_loaded", l.loaded),
             ("dwarf_from_debug_files", l.from_debug_files),
             ("dwarf_evicted", l.evicted),
@@ -2300,6 +2348,8 @@ impl Manager {
             ("dwarf_missing", l.missing),
             ("dwarf_lookup_failures", l.lookup_failures),
             ("dwarf_releases", l.releases),
+            ("dwarf_answers_ready_for_profiles", l.profile_answers_ready),
+            ("dwarf_lookups_by_profiles", l.profile_lookups),
             ("jit_samples_attributed", j.attributed),
             ("jit_samples_unexplained", j.unexplained),
             ("code_map_changes", j.changes),

@@ -168,6 +168,8 @@ pub struct Session {
     pub waiting: u64,
     /// How its samples in generated code were attributed, where not simply on time.
     pub jit: JitAttribution,
+    /// Its locations (`stacks.locations`) handed to the symbolisation warmer so far.
+    pub warmed: usize,
     /// Why the profile is not whole, when its stop could not wait for every sample.
     pub incomplete: Option<String>,
     /// Whether its final profile was taken (a snapshot after it stopped): until then it is not
@@ -437,6 +439,7 @@ mod tests {
             lost: Vec::new(),
             waiting: 0,
             jit: JitAttribution::default(),
+            warmed: 0,
             incomplete: None,
             fetched: false,
             kept: KeptSamples::new(0),

@@ -79,6 +79,19 @@ pub struct LineCounters {
     pub bytes: u64,
     /// Times every table was let go, no session needing lines any more.
     pub releases: u64,
+    /// Questions of profiles answered ready (looked up ahead, or by an earlier profile).
+    pub profile_answers_ready: u64,
+    /// Questions of profiles looked up as the profile was built.
+    pub profile_lookups: u64,
+}
+
+/// Who asks for source lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asker {
+    /// A profile being built: its questions are counted.
+    Profile,
+    /// The warmer, ahead of the profiles ([`super::warmer`]).
+    Ahead,
 }
 
 /// Most answers [`LineTables::frames`] keeps: the same locations are asked about at every
@@ -94,8 +107,6 @@ struct State {
     clock: u64,
     bytes: u64,
     counters: LineCounters,
-    /// When tables were last asked for (loaded or looked up in).
-    last_used: Option<std::time::Instant>,
 }
 
 /// The cache of loaded line tables.
@@ -190,10 +201,22 @@ impl LineTables {
 
     /// The frames at ELF virtual address `svma` of `binary`, innermost first (see
     /// [`SourceLines::lookup`]); empty when the binary has no DWARF or none covers the address.
-    pub fn frames(&self, binary: Binary<'_>, svma: u64) -> Arc<[SourceFrame]> {
+    ///
+    /// `asker` says who asks: a profile's questions are counted, answered ready (looked up
+    /// ahead by the warmer, or by an earlier profile) or looked up then.
+    pub fn frames(&self, binary: Binary<'_>, svma: u64, asker: Asker) -> Arc<[SourceFrame]> {
         let key = (binary.module, svma);
-        if let Some(answer) = self.lock().answers.get(&key) {
-            return answer.clone();
+        {
+            let mut state = self.lock();
+            if let Some(answer) = state.answers.get(&key).cloned() {
+                if asker == Asker::Profile {
+                    state.counters.profile_answers_ready += 1;
+                }
+                return answer;
+            }
+            if asker == Asker::Profile {
+                state.counters.profile_lookups += 1;
+            }
         }
         let answer: Arc<[SourceFrame]> = self.look_up(binary, svma).into();
         let mut state = self.lock();
@@ -239,7 +262,6 @@ impl LineTables {
         {
             let mut state = self.lock();
             state.clock += 1;
-            state.last_used = Some(std::time::Instant::now());
             let now = state.clock;
             if let Some(entry) = state.entries.get_mut(&key) {
                 entry.last_used = now;
@@ -288,18 +310,13 @@ impl LineTables {
     }
 
     #[cfg(test)]
-    fn answers_cleared_for_test(&self) {
-        self.lock().answers.clear();
+    fn frames_for_test(&self, binary: Binary<'_>, svma: u64) -> Arc<[SourceFrame]> {
+        self.frames(binary, svma, Asker::Profile)
     }
 
-    /// [`LineTables::release`], if no table was asked for in the last `idle`: a profile being
-    /// built keeps them.
-    pub fn release_if_unused_for(&self, idle: std::time::Duration) -> u64 {
-        let used = self.lock().last_used;
-        if used.is_some_and(|at| at.elapsed() < idle) {
-            return 0;
-        }
-        self.release()
+    #[cfg(test)]
+    fn answers_cleared_for_test(&self) {
+        self.lock().answers.clear();
     }
 
     /// Lets every loaded table go (binaries without DWARF stay remembered as such): no session
@@ -500,7 +517,7 @@ mod tests {
         let loaded = tables.counters().bytes;
         // Addresses all over the binary: units parsed, pages read.
         for &svma in starts.iter().step_by((starts.len() / 100).max(1)) {
-            tables.frames(binary(&exe, 1, Some(&id)), svma);
+            tables.frames_for_test(binary(&exe, 1, Some(&id)), svma);
         }
         let grown = tables.counters().bytes;
         assert!(
@@ -517,11 +534,11 @@ mod tests {
         let budget = grown + grown / 2;
         let two = LineTables::new(budget, Vec::new());
         for &svma in starts.iter().step_by((starts.len() / 100).max(1)) {
-            two.frames(binary(&exe, 1, Some(b"first")), svma);
+            two.frames_for_test(binary(&exe, 1, Some(b"first")), svma);
         }
         two.answers_cleared_for_test();
         for &svma in starts.iter().step_by((starts.len() / 100).max(1)) {
-            two.frames(binary(&exe, 2, Some(b"second")), svma);
+            two.frames_for_test(binary(&exe, 2, Some(b"second")), svma);
         }
         let counters = two.counters();
         assert_eq!(counters.evicted, 1, "{counters:?}");
@@ -532,7 +549,7 @@ mod tests {
         assert_eq!((counters.bytes, counters.releases), (0, 1));
         assert!(tables.lock().entries.is_empty());
         // Loaded again when asked about an address not answered before.
-        tables.frames(binary(&exe, 1, Some(&id)), starts[starts.len() / 2] + 1);
+        tables.frames_for_test(binary(&exe, 1, Some(&id)), starts[starts.len() / 2] + 1);
         assert_eq!(tables.counters().loaded, 2);
     }
 
@@ -553,14 +570,14 @@ mod tests {
             .find(|s| s.name.contains("answers_are_kept_for_the_next_profile"))
             .map(|s| s.start)
             .expect("this test's symbol");
-        let first = tables.frames(binary(&exe, 1, Some(&id)), svma);
+        let first = tables.frames_for_test(binary(&exe, 1, Some(&id)), svma);
         assert!(!first.is_empty(), "no frames at {svma:#x}");
-        let again = tables.frames(binary(&exe, 1, Some(&id)), svma);
+        let again = tables.frames_for_test(binary(&exe, 1, Some(&id)), svma);
         assert!(Arc::ptr_eq(&first, &again), "looked up twice");
         assert_eq!(tables.lock().answers.len(), 1);
         let other = binary(&exe, 2, Some(&id));
         for svma in 0..MAX_CACHED_ANSWERS as u64 + 10 {
-            tables.frames(other, svma);
+            tables.frames_for_test(other, svma);
         }
         assert!(tables.lock().answers.len() <= MAX_CACHED_ANSWERS);
     }
@@ -573,8 +590,8 @@ mod tests {
         let tables = LineTables::new(u64::MAX / 4, Vec::new());
         tables.tables(binary(&exe, 1, None)).expect("tables");
         tables.tables(binary(&exe, 2, Some(&id))).expect("tables");
-        tables.frames(binary(&exe, 1, None), 0x10);
-        tables.frames(binary(&exe, 2, Some(&id)), 0x10);
+        tables.frames_for_test(binary(&exe, 1, None), 0x10);
+        tables.frames_for_test(binary(&exe, 2, Some(&id)), 0x10);
         let both = tables.counters().bytes;
         assert_eq!(tables.lock().answers.len(), 2);
 

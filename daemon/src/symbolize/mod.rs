@@ -6,20 +6,23 @@
 //! known, otherwise `module+0xOFFSET` or `[unknown]` together with the reason (an [`Issue`]),
 //! which profiles count per module. No answer is an
 //! error: a sample is never dropped for want of a name. [`Symbolizer::source_frames`] adds the
-//! file:line and inlined functions of native code from DWARF ([`lines`]).
+//! file:line and inlined functions of native code from DWARF ([`lines`]). The [`warmer`] does
+//! those lookups ahead, while sessions sample, so that a profile finds them done.
 
 pub mod lines;
 mod location;
 mod module;
 pub mod vdso;
+pub mod warmer;
 
 use std::sync::Arc;
 
-pub use lines::{LineCounters, LineTables};
+pub use lines::{Asker, LineCounters, LineTables};
 pub use location::{CodeMapKinds, Location, RefusedEntry, Unexplained, UnmappedReason};
 pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, ModuleId, Modules};
 pub use vmscope_parse::dwarf::SourceFrame;
 use vmscope_proto::v1::Section;
+pub use warmer::Warmer;
 
 use vmscope_parse::{elf::ElfSymbols, kallsyms::KernelSymbols};
 
@@ -208,7 +211,7 @@ impl Symbolizer {
         match *location {
             Location::File { module, offset, .. } => self.modules.get(module).map_or_else(
                 || Arc::new([]) as Arc<[SourceFrame]>,
-                |m| m.source_frames(&self.modules, offset),
+                |m| m.source_frames(&self.modules, offset, Asker::Profile),
             ),
             _ => Arc::new([]),
         }

@@ -44,7 +44,7 @@ use vmscope_parse::{
     elf::{DebugLink, ElfSymbols, debug_file_candidates_in},
 };
 
-use super::lines::{Binary, LineTables};
+use super::lines::{Asker, Binary, LineTables};
 use crate::{
     sys::{self, FileId},
     unwind::tables::{self, UnwindTables},
@@ -129,7 +129,12 @@ impl Module {
 
     /// The source frames at file offset `offset` of the module (DWARF, see
     /// [`LineTables::frames`]), innermost first; empty when unknown.
-    pub fn source_frames(&self, modules: &Modules, offset: u64) -> Arc<[SourceFrame]> {
+    pub fn source_frames(
+        &self,
+        modules: &Modules,
+        offset: u64,
+        asker: Asker,
+    ) -> Arc<[SourceFrame]> {
         let (Ok(file), Ok(symbols)) = (&self.file, self.symbols(modules)) else {
             return Arc::new([]);
         };
@@ -145,6 +150,7 @@ impl Module {
                 debuglink: symbols.debuglink(),
             },
             svma,
+            asker,
         )
     }
 
@@ -212,9 +218,40 @@ pub struct Modules {
     unwind_by_build_id: Mutex<HashMap<Vec<u8>, Weak<UnwindTables>>>,
     counters: Mutex<ModuleCounters>,
     lines: LineTables,
+    /// Profile builds and warm-ups under way, and when the last one ended: what the parsed
+    /// tables must not be let go during (see [`Modules::in_use_within`]).
+    users: Mutex<(usize, Option<std::time::Instant>)>,
+}
+
+/// A profile build or a warm-up under way: the parsed tables stay while it lives.
+#[derive(Debug)]
+pub struct InUse<'a> {
+    modules: &'a Modules,
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        let mut users = self.modules.users.lock().unwrap_or_else(|e| e.into_inner());
+        users.0 = users.0.saturating_sub(1);
+        users.1 = Some(std::time::Instant::now());
+    }
 }
 
 impl Modules {
+    /// Marks a profile build or a warm-up as under way, until the guard is dropped.
+    pub fn in_use(&self) -> InUse<'_> {
+        self.users.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+        InUse { modules: self }
+    }
+
+    /// Whether a profile build or a warm-up is under way, or ended less than `window` ago:
+    /// tables let go now would be parsed again at once (a build on a loaded host spends
+    /// seconds in one binary's symbols between two line lookups).
+    pub fn in_use_within(&self, window: std::time::Duration) -> bool {
+        let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        users.0 > 0 || users.1.is_some_and(|ended| ended.elapsed() < window)
+    }
+
     /// An empty registry, with debug files under /usr/lib/debug and the default budget of line
     /// tables.
     pub fn new() -> Modules {
