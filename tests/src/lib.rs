@@ -569,6 +569,20 @@ pub fn json_report(out: &std::process::Output) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no JSON report on stdout:\n{stdout}\nnor on stderr:\n{stderr}"))
 }
 
+/// The JSON report a successful `vmscope ... --format json -o FILE` run wrote to `file`.
+/// Panics with vmscope's stderr when it failed.
+pub fn json_report_file(out: &std::process::Output, file: &Path) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "vmscope failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes =
+        std::fs::read(file).unwrap_or_else(|e| panic!("no JSON report at {}: {e}", file.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("bad JSON report ({e})"))
+}
+
 /// The pretty-printed JSON object in `text` that starts at a line `{` and ends at the next line
 /// `}` (nested braces are indented), among other lines.
 pub fn json_object_in(text: &str) -> Option<serde_json::Value> {

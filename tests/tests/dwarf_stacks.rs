@@ -7,7 +7,7 @@ use std::{collections::HashMap, path::PathBuf, process::Command, time::Duration}
 
 use vmscope_proto::v1::{CallGraph, Frame, Profile, StackEnd};
 use vmscope_tests::{
-    Daemon, Running, counters, dump, pyenv_python_version, pyenv_shim,
+    Daemon, Running, counters, dump, json_report_file, pyenv_python_version, pyenv_shim,
     stacks::*,
     stop_and_profile,
     tree_text::{TreeLine, run_report, tree_lines},
@@ -286,15 +286,7 @@ async fn recorded_pyenv_pythons_keep_their_python_frames_run_after_run() {
                 .current_dir(work.path())
                 .output()
                 .expect("run vmscope");
-            assert!(
-                out.status.success(),
-                "vmscope failed ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let report: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(&json).expect("the JSON report"))
-                    .expect("a JSON report");
+            let report = json_report_file(&out, &json);
             let (hot, reaching) = hot_reaching_a_python_caller(&report);
             let total = report["total_samples"].as_u64().unwrap();
             let summary = format!(

@@ -16,7 +16,7 @@ use std::{
 use jitvm::codelog::{History, Placement};
 use vmscope_proto::v1::{CodeKind, Frame, Profile, Section, StartSessionRequest};
 use vmscope_tests::{
-    Daemon, binary, dump, read_code_log, shared_tempdir,
+    Daemon, binary, dump, json_report_file, read_code_log, shared_tempdir,
     stacks::*,
     stop_and_profile,
     tree_text::{TreeLine, run_report, tree_lines},
@@ -553,13 +553,7 @@ fn the_demos_stacks_are_whole() {
         .args(["tiny", "--seconds", "1.5"])
         .output()
         .expect("run vmscope");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
+    let report = json_report_file(&out, &json);
     let total = report["total_samples"].as_u64().unwrap();
     let complete: u64 = report["stack_ends"]
         .as_array()

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use vmscope_tests::{Daemon, counters, pyenv_python};
+use vmscope_tests::{Daemon, counters, json_report_file, pyenv_python};
 
 /// Programs of three runtimes, each busy a tenth of a CPU in short bursts: about three CPUs of
 /// demand on a two-CPU machine.
@@ -77,13 +77,7 @@ async fn a_busy_hosts_first_system_wide_session_is_reported_soon_after_its_durat
         let _ = program.kill();
         let _ = program.wait();
     }
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
+    let report = json_report_file(&out, &json);
     let processes = report["processes"].as_u64().unwrap_or(0);
     let counted = counters(&mut daemon.client().await).await;
     let ready = counted["dwarf_answers_ready_for_profiles"];

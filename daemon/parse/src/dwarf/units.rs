@@ -355,15 +355,7 @@ impl Parsed {
         let location = self.lines.as_ref().and_then(|l| l.find(probe));
         let found = self
             .addresses
-            .binary_search_by(|(range, _)| {
-                if probe < range.begin {
-                    Ordering::Greater
-                } else if probe >= range.end {
-                    Ordering::Less
-                } else {
-                    Ordering::Equal
-                }
-            })
+            .binary_search_by(|(range, _)| place(probe, range.begin, range.end))
             .ok()
             .map(|i| self.addresses[i].1);
         let Some(function) = found else {
@@ -407,6 +399,18 @@ impl Parsed {
             inlined: false,
         });
         Ok(Some(frames))
+    }
+}
+
+/// Where `[begin, end)` lies from `probe`, for a binary search of ranges sorted by begin:
+/// `Equal` when it holds it.
+fn place(probe: u64, begin: u64, end: u64) -> Ordering {
+    if probe < begin {
+        Ordering::Greater
+    } else if probe >= end {
+        Ordering::Less
+    } else {
+        Ordering::Equal
     }
 }
 
@@ -474,15 +478,7 @@ impl Lines {
     fn find(&self, probe: u64) -> Option<(Option<&str>, u32)> {
         let sequence = self
             .sequences
-            .binary_search_by(|s| {
-                if probe < s.start {
-                    Ordering::Greater
-                } else if probe >= s.end {
-                    Ordering::Less
-                } else {
-                    Ordering::Equal
-                }
-            })
+            .binary_search_by(|s| place(probe, s.start, s.end))
             .ok()?;
         let rows = &self.sequences[sequence].rows;
         let row = match rows.binary_search_by_key(&probe, |r| r.0) {
@@ -648,15 +644,8 @@ impl FunctionDetail {
         loop {
             let depth = found.len();
             let at = rest.binary_search_by(|(range, d, _)| {
-                d.cmp(&depth).then_with(|| {
-                    if range.begin > probe {
-                        Ordering::Greater
-                    } else if range.end <= probe {
-                        Ordering::Less
-                    } else {
-                        Ordering::Equal
-                    }
-                })
+                d.cmp(&depth)
+                    .then_with(|| place(probe, range.begin, range.end))
             });
             let Ok(at) = at else {
                 return found;
