@@ -1175,8 +1175,9 @@ impl CodeMaps {
     }
 
     /// A read came back: what it found is applied, and the samples it lets through are
-    /// attributed. Answers whether the process wants another read at once (it exited, or its
-    /// perf map was rewritten, while this one was under way).
+    /// attributed. Answers whether the process wants another read at once: it exited, or its
+    /// perf map was rewritten, while this one was under way, or samples came meanwhile that
+    /// this read, sent before them, cannot vouch for (they would wait for a tick).
     pub fn read_done(
         &mut self,
         reply: ReadReply,
@@ -1189,9 +1190,14 @@ impl CodeMaps {
             return false;
         }
         self.attribute(pid, now_ns, samples_until, None, sink);
-        self.processes
-            .get(&pid)
-            .is_some_and(|p| p.reread_perf_map || (p.exited && !p.read_after_exit))
+        self.processes.get(&pid).is_some_and(|p| {
+            // Sample times are in the past: the next read, sent now, vouches for them all.
+            let unvouched = p
+                .timeline
+                .newest_pending_ns()
+                .is_some_and(|newest| p.read_ns < newest && newest <= now_ns);
+            p.reread_perf_map || (p.exited && !p.read_after_exit) || unvouched
+        })
     }
 
     /// Checks the process's sources out to a reader, with the files newly mapped and a budget

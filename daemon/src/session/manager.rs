@@ -608,7 +608,8 @@ impl Manager {
                             session.fetched = true;
                         }
                         let now = sys::monotonic_ns();
-                        let pids = self.look_again(id, now);
+                        let mut pids = self.look_again(id, now);
+                        pids.extend(self.reads_holding_samples(id, now));
                         if pids.iter().any(|&pid| self.codemaps.reading(pid)) {
                             // Answered as the reads come back, or after a grace.
                             self.snapshot_waiters.push(SnapshotWaiter {
@@ -2137,6 +2138,33 @@ impl Manager {
         if swept.bytes >= RETURN_MEMORY_AFTER {
             sys::return_free_memory();
         }
+    }
+
+    /// The processes a running session samples whose samples wait for their code map files
+    /// to be read up to the samples' time: the reads are asked for now, and a profile taken
+    /// now waits for them (a grace at most), or it would count samples it shows nowhere. A
+    /// read that came back just before the samples arrived leaves them waiting for the next.
+    fn reads_holding_samples(&mut self, id: u64, now: u64) -> Vec<u32> {
+        let Some(session) = self.sessions.get(&id) else {
+            return Vec::new();
+        };
+        if session.state == State::Stopped {
+            return Vec::new();
+        }
+        let waiting: Vec<u32> = self
+            .codemaps
+            .waiting()
+            .into_iter()
+            .filter(|&pid| session.watches(pid, now))
+            .collect();
+        let mut reading = Vec::new();
+        for pid in waiting {
+            self.advance_code_maps(pid, now);
+            if self.codemaps.reading(pid) {
+                reading.push(pid);
+            }
+        }
+        reading
     }
 
     /// Code maps found only after a session say why its generated code is unexplained: a
