@@ -3,8 +3,9 @@
 //!
 //! It speaks the kernel's FUSE protocol on `/dev/fuse` itself (root mounts it with mount(2)),
 //! answering just enough for a process to open and map `jit-1.dump`; after
-//! [`HangingFs::hang_opens`], opens of the file are held unanswered until
-//! [`HangingFs::release`] or drop, which answer them with EIO (and later ones as before).
+//! [`HangingFs::hang_opens`] (or [`HangingFs::hang_reads`]), opens (reads) of the file are held
+//! unanswered until [`HangingFs::release`] or drop, which answer them with EIO (and later ones
+//! as before).
 
 use std::{
     ffi::CString,
@@ -41,8 +42,11 @@ const FILE_SIZE: u64 = 4096;
 #[derive(Debug, Default)]
 struct State {
     hang: AtomicBool,
+    hang_reads: AtomicBool,
     /// Opens held unanswered: their request ids.
     held: Mutex<Vec<u64>>,
+    /// Reads held unanswered: their request ids.
+    held_reads: Mutex<Vec<u64>>,
 }
 
 /// A mounted [`HangingFs`]; unmounted on drop.
@@ -100,16 +104,29 @@ impl HangingFs {
         self.state.hang.store(true, Ordering::SeqCst);
     }
 
+    /// From now on, reads of the file are not answered: a process that faults a page of it in
+    /// while holding its own mmap lock (a read of `/proc/self/mem`) holds that lock for good.
+    pub fn hang_reads(&self) {
+        self.state.hang_reads.store(true, Ordering::SeqCst);
+    }
+
+    /// How many reads are held unanswered now.
+    pub fn held_reads(&self) -> usize {
+        self.state.held_reads.lock().unwrap().len()
+    }
+
     /// How many opens are held unanswered now.
     pub fn held_opens(&self) -> usize {
         self.state.held.lock().unwrap().len()
     }
 
-    /// Answers the held opens with EIO, and opens from now on as before the hang.
+    /// Answers the held opens and reads with EIO, and those from now on as before the hang.
     pub fn release(&self) {
         let mut held = self.state.held.lock().unwrap();
+        let mut held_reads = self.state.held_reads.lock().unwrap();
         self.state.hang.store(false, Ordering::SeqCst);
-        for unique in held.drain(..) {
+        self.state.hang_reads.store(false, Ordering::SeqCst);
+        for unique in held.drain(..).chain(held_reads.drain(..)) {
             reply(&self.device, unique, -libc::EIO, &[]);
         }
     }
@@ -212,6 +229,12 @@ fn serve(device: &File, state: &State, uid: u32) {
                 }
             }
             READ => {
+                let mut held = state.held_reads.lock().unwrap();
+                if state.hang_reads.load(Ordering::SeqCst) {
+                    held.push(unique);
+                    continue;
+                }
+                drop(held);
                 let size = u32::from_ne_bytes(body[16..20].try_into().unwrap()) as usize;
                 let offset = u64::from_ne_bytes(body[8..16].try_into().unwrap());
                 let left = FILE_SIZE.saturating_sub(offset) as usize;

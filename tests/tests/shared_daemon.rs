@@ -413,6 +413,117 @@ fn another_users_hanging_code_map_file_does_not_stall_root() {
     );
 }
 
+/// `vmscope info --json` as root, given `limit` to answer: how long it took, or a failure
+/// that says it did not answer (a stalled daemon must fail the test, not hang it).
+fn info_within(daemon: &Daemon, limit: Duration) -> Duration {
+    let began = Instant::now();
+    let mut child = daemon
+        .cli()
+        .args(["info", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run vmscope info");
+    while child.try_wait().expect("wait for vmscope info").is_none() {
+        if began.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("root's vmscope info did not answer within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    began.elapsed()
+}
+
+/// Another user's process holds its own mmap lock for good (a read of its own memory faults on
+/// a page of a FUSE file whose reads never answer, and an mmap queues behind it), which any
+/// user can do: every open of its `/proc/PID/map_files` and every `process_vm_readv` of it waits
+/// behind that lock. The user records it. Root's `info` answers within 1 s all along, root's
+/// session stops on time at its rate, and the user's profile says its process could not be
+/// read.
+#[test]
+fn another_users_held_mmap_lock_does_not_stall_root() {
+    let _serial = serial();
+    let daemon = Daemon::start();
+    let fs = vmscope_tests::fuse::HangingFs::mount(NOBODY);
+    let dir = vmscope_tests::shared_tempdir();
+    let holder = dir.path().join("mmap_lock_holder");
+    vmscope_tests::gcc_fixture(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
+        &[
+            "-pthread",
+            "-o",
+            holder.to_str().unwrap(),
+            "mmap_lock_holder.c",
+        ],
+    )
+    .unwrap();
+    fs.hang_reads();
+    let holder = Running::start(
+        Command::new(&holder)
+            .arg(fs.file())
+            .arg("30")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    // Released before the holder is killed, whatever the test's outcome: a process that holds
+    // its mmap lock over a hung fault cannot be reaped until the fault ends.
+    let _release = ReleaseOnDrop(&fs);
+    assert_eq!(
+        fs.held_reads(),
+        1,
+        "the holder's read of its page did not hang"
+    );
+
+    let theirs = nobody_records(&daemon, holder.pid(), "3");
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(200));
+        slowest = slowest.max(info_within(&daemon, Duration::from_secs(5)));
+    }
+    let (took, hz) = roots_four_second_session(&daemon);
+    slowest = slowest.max(info_within(&daemon, Duration::from_secs(5)));
+    let (answer, _) = info(&daemon);
+    eprintln!(
+        "while another user's process holds its mmap lock: root's info took {slowest:?} at \
+         most, root's session stopped {took:?} after its start at {hz:.0} Hz; {}",
+        answer["counters"]
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "root's info took {slowest:?}"
+    );
+    assert_served_on_time(took, hz);
+    assert!(
+        answer["counters"]["process_reads_abandoned"].as_u64() > Some(0),
+        "{}",
+        answer["counters"]
+    );
+
+    // Their session ends on time too, and says what it could not read.
+    let theirs = theirs.wait_with_output().unwrap();
+    assert!(
+        theirs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&theirs.stderr)
+    );
+    let report = json_report(&theirs);
+    let issues = report["symbolization_issues"].to_string();
+    assert!(
+        issues.contains("did not answer"),
+        "their profile does not say its process could not be read: {issues}\n{report:#}"
+    );
+}
+
+/// Answers a [`vmscope_tests::fuse::HangingFs`]'s held requests when dropped.
+struct ReleaseOnDrop<'a>(&'a vmscope_tests::fuse::HangingFs);
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 /// Maps the file named by its argument executable, says so, then spins: a VM with a jitdump
 /// file.
 const MAP_AND_SPIN: &str = "

@@ -47,7 +47,10 @@ use crate::{
     sys::{self, FileId},
 };
 
+pub mod access;
 pub mod life;
+
+pub use access::{AccessCounters, ProcessAccess};
 
 /// Shortest time between two reads of one process's maps caused by samples that fit no mapping.
 pub const MIN_REFRESH_INTERVAL_NS: u64 = 10_000_000;
@@ -92,6 +95,9 @@ pub struct Process {
     pub has_anonymous_code: bool,
     /// Set once the process could not be read any more.
     pub gone: bool,
+    /// Its mappings did not answer in time (it holds its own memory lock, see [`access`]):
+    /// none are known, and samples that need them say so.
+    pub unreadable: bool,
     /// When it was known to have ended (CLOCK_MONOTONIC): samples of its pid stamped later are
     /// another process's, or its last threads'.
     pub exited_at_ns: Option<u64>,
@@ -173,6 +179,9 @@ pub struct ProcessCounters {
     pub maps_reads: u64,
     /// Reads of /proc/PID/maps that failed (process gone, permission).
     pub maps_read_failures: u64,
+    /// Reads of /proc/PID/maps abandoned or refused because a read of the same user's
+    /// processes did not answer in time ([`ProcessAccess`]).
+    pub maps_reads_stalled: u64,
     /// Of the reads, those made for a caller's return address outside every known mapping.
     pub caller_refreshes: u64,
     /// Lines of /proc/PID/maps that could not be parsed.
@@ -193,15 +202,23 @@ pub struct ProcessTable {
     /// that time.
     processes: HashMap<u32, Process, foldhash::fast::RandomState>,
     modules: Arc<Modules>,
+    access: Arc<ProcessAccess>,
     counters: ProcessCounters,
 }
 
 impl ProcessTable {
     /// An empty table registering binaries with `modules`.
     pub fn new(modules: Arc<Modules>) -> ProcessTable {
+        ProcessTable::with_access(modules, Arc::new(ProcessAccess::default()))
+    }
+
+    /// An empty table registering binaries with `modules`, reading processes through `access`
+    /// (shared with whatever else reads them).
+    pub fn with_access(modules: Arc<Modules>, access: Arc<ProcessAccess>) -> ProcessTable {
         ProcessTable {
             processes: HashMap::default(),
             modules,
+            access,
             counters: ProcessCounters::default(),
         }
     }
@@ -322,7 +339,11 @@ impl ProcessTable {
             .is_some_and(|p| !p.gone && now_ns.saturating_sub(p.maps_read_at_ns) > age_ns);
         if stale {
             let fresh = self.read_process(pid, now_ns);
-            if !fresh.gone {
+            if fresh.unreadable {
+                // What was known stays: it is read again after the same age.
+                let known = self.processes.get_mut(&pid).expect("stale above");
+                known.maps_read_at_ns = now_ns;
+            } else if !fresh.gone {
                 self.replace_if_same(pid, fresh, now_ns);
             }
         }
@@ -371,15 +392,23 @@ impl ProcessTable {
         if process.gone {
             return Location::Unmapped(UnmappedReason::ProcessGone);
         }
+        let unmapped = if process.unreadable {
+            UnmappedReason::Unreadable
+        } else {
+            UnmappedReason::NoMapping
+        };
         if now_ns.saturating_sub(process.maps_read_at_ns) < MIN_REFRESH_INTERVAL_NS {
-            return Location::Unmapped(UnmappedReason::NoMapping);
+            return Location::Unmapped(unmapped);
         }
         // A miss usually means new code: dlopen, a JIT's new code zone. Re-read, keeping what
-        // we knew if the process has gone in the meantime.
+        // we knew if the process has gone in the meantime, or did not answer.
         let fresh = self.read_process(pid, now_ns);
-        if fresh.gone {
+        if fresh.gone || fresh.unreadable {
             let process = self.processes.get_mut(&pid).expect("observed above");
             process.maps_read_at_ns = now_ns;
+            if fresh.unreadable {
+                return Location::Unmapped(UnmappedReason::Unreadable);
+            }
         } else if !self.replace_if_same(pid, fresh, now_ns) {
             // Another process has the pid now: never place this sample in its mappings.
             return Location::Unmapped(UnmappedReason::ProcessGone);
@@ -400,8 +429,11 @@ impl ProcessTable {
         {
             return location;
         }
-        if self.processes[&pid].gone {
+        let process = &self.processes[&pid];
+        if process.gone {
             Location::Unmapped(UnmappedReason::ProcessGone)
+        } else if process.unreadable {
+            Location::Unmapped(UnmappedReason::Unreadable)
         } else {
             Location::Unmapped(UnmappedReason::NoMapping)
         }
@@ -440,9 +472,10 @@ impl ProcessTable {
         let interval = known.caller_refresh_ns;
         self.counters.caller_refreshes += 1;
         let fresh = self.read_process(pid, now_ns);
-        if fresh.gone {
+        if fresh.gone || fresh.unreadable {
             let known = self.processes.get_mut(&pid).expect("known above");
             known.maps_read_at_ns = now_ns;
+            known.unreadable |= fresh.unreadable;
             return false;
         }
         let found = fresh.mapping_at(address).is_some();
@@ -538,6 +571,7 @@ impl ProcessTable {
             start_time: None,
             has_anonymous_code: false,
             gone: false,
+            unreadable: false,
             exited_at_ns: None,
             exiting_checked_ns: 0,
             code_map_files: Vec::new(),
@@ -559,81 +593,130 @@ impl ProcessTable {
         process.executable = exe.as_ref().map(|(path, _)| path.clone());
 
         self.counters.maps_reads += 1;
-        let text = match sys::read_proc(pid, "maps") {
-            Ok(text) => text,
-            Err(e) => {
+        let modules = self.modules.clone();
+        let main = exe.clone();
+        let read = self
+            .access
+            .run(pid, move || read_mappings(&modules, pid, main.as_ref()));
+        let mappings = match read {
+            Ok(Ok(mappings)) => mappings,
+            Ok(Err(e)) => {
                 self.counters.maps_read_failures += 1;
                 tracing::debug!(pid, "cannot read /proc/{pid}/maps: {e}");
                 process.gone = true;
                 return process;
             }
+            Err(stalled) => {
+                self.counters.maps_reads_stalled += 1;
+                tracing::debug!(pid, "mappings not read: {stalled}");
+                process.unreadable = true;
+                return process;
+            }
         };
-        let parsed = maps::parse_maps(&text);
-        self.counters.maps_bad_lines += parsed.bad_lines as u64;
+        self.counters.maps_bad_lines += mappings.bad_lines;
         // A zombie or a kernel thread has no mappings at all.
-        if parsed.entries.is_empty() {
-            process.gone = true;
-        }
-        process.data = parsed
-            .entries
+        process.gone = mappings.none;
+        process.data = mappings.data;
+        process.code_map_files = mappings.code_map_files;
+        process.mappings = mappings.executable;
+        process.has_anonymous_code = process
+            .mappings
             .iter()
-            .filter(|e| !e.perms.exec)
-            .map(|e| (e.start, e.end))
-            .collect();
-        process.data.sort_unstable();
-        for entry in parsed.entries.iter().filter(|e| e.perms.exec) {
-            if let MapPath::File { path, .. } = &entry.path
-                && let Some(kind) = MappedFileKind::of(path)
-            {
-                // A marker, never executed: read as a code map, not symbolised as a binary.
-                process.code_map_files.push(MappedCodeMapFile {
-                    path: path.clone(),
-                    start: entry.start,
-                    end: entry.end,
-                    id: FileId {
-                        dev_major: entry.dev_major,
-                        dev_minor: entry.dev_minor,
-                        inode: entry.inode,
-                    },
-                    kind,
-                });
-                continue;
-            }
-            let kind = self.classify(pid, entry, exe.as_ref());
-            if kind == MappingKind::Anonymous {
-                process.has_anonymous_code = true;
-            }
-            process.mappings.push(ExecMapping {
-                start: entry.start,
-                end: entry.end,
-                offset: entry.offset,
-                kind,
-            });
-        }
-        process.mappings.sort_by_key(|m| m.start);
+            .any(|m| m.kind == MappingKind::Anonymous);
         process
     }
+}
 
-    fn classify(&self, pid: u32, entry: &MapEntry, exe: Option<&(PathBuf, FileId)>) -> MappingKind {
-        if entry.is_anonymous_exec() {
-            return MappingKind::Anonymous;
-        }
-        match &entry.path {
-            MapPath::File { path, .. } => {
-                let id = FileId {
+/// What a read of `/proc/PID/maps` found, the binaries registered.
+struct Mappings {
+    bad_lines: u64,
+    /// No mapping at all: a zombie, a kernel thread.
+    none: bool,
+    data: Vec<(u64, u64)>,
+    code_map_files: Vec<MappedCodeMapFile>,
+    /// Sorted by start.
+    executable: Vec<ExecMapping>,
+}
+
+/// Reads the mappings of `pid` and registers the binaries they map with `modules` (opening
+/// those it does not hold yet through `/proc/PID/map_files`). Both wait on the process's mmap
+/// lock: run by [`ProcessAccess`], away from the manager's thread. `exe` is the process's main
+/// executable.
+fn read_mappings(
+    modules: &Modules,
+    pid: u32,
+    exe: Option<&(PathBuf, FileId)>,
+) -> std::io::Result<Mappings> {
+    let text = sys::read_proc(pid, "maps")?;
+    let parsed = maps::parse_maps(&text);
+    let mut data: Vec<(u64, u64)> = parsed
+        .entries
+        .iter()
+        .filter(|e| !e.perms.exec)
+        .map(|e| (e.start, e.end))
+        .collect();
+    data.sort_unstable();
+    let mut code_map_files = Vec::new();
+    let mut executable = Vec::new();
+    for entry in parsed.entries.iter().filter(|e| e.perms.exec) {
+        if let MapPath::File { path, .. } = &entry.path
+            && let Some(kind) = MappedFileKind::of(path)
+        {
+            // A marker, never executed: read as a code map, not symbolised as a binary.
+            code_map_files.push(MappedCodeMapFile {
+                path: path.clone(),
+                start: entry.start,
+                end: entry.end,
+                id: FileId {
                     dev_major: entry.dev_major,
                     dev_minor: entry.dev_minor,
                     inode: entry.inode,
-                };
-                let main = exe.is_some_and(|(exe_path, exe_id)| *exe_id == id || exe_path == path);
-                let module = self.modules.register(id, path, || {
-                    sys::open_mapped_file(pid, entry.start, entry.end, path, id)
-                });
-                MappingKind::File { module, main }
-            }
-            MapPath::Vdso => MappingKind::Vdso,
-            _ => MappingKind::Pseudo,
+                },
+                kind,
+            });
+            continue;
         }
+        executable.push(ExecMapping {
+            start: entry.start,
+            end: entry.end,
+            offset: entry.offset,
+            kind: classify(modules, pid, entry, exe),
+        });
+    }
+    executable.sort_by_key(|m| m.start);
+    Ok(Mappings {
+        bad_lines: parsed.bad_lines as u64,
+        none: parsed.entries.is_empty(),
+        data,
+        code_map_files,
+        executable,
+    })
+}
+
+fn classify(
+    modules: &Modules,
+    pid: u32,
+    entry: &MapEntry,
+    exe: Option<&(PathBuf, FileId)>,
+) -> MappingKind {
+    if entry.is_anonymous_exec() {
+        return MappingKind::Anonymous;
+    }
+    match &entry.path {
+        MapPath::File { path, .. } => {
+            let id = FileId {
+                dev_major: entry.dev_major,
+                dev_minor: entry.dev_minor,
+                inode: entry.inode,
+            };
+            let main = exe.is_some_and(|(exe_path, exe_id)| *exe_id == id || exe_path == path);
+            let module = modules.register(id, path, || {
+                sys::open_mapped_file(pid, entry.start, entry.end, path, id)
+            });
+            MappingKind::File { module, main }
+        }
+        MapPath::Vdso => MappingKind::Vdso,
+        _ => MappingKind::Pseudo,
     }
 }
 

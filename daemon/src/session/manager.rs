@@ -56,7 +56,7 @@ use crate::{
         timeline::{Change, PendingSample},
     },
     process::{
-        ProcessTable,
+        ProcessAccess, ProcessTable,
         life::{self, AfterExit, Life, StartClock},
     },
     stats::{
@@ -320,6 +320,7 @@ pub fn spawn_manager(
     let (jvm_tx, jvm_replies) = mpsc::unbounded_channel();
     let (read_tx, read_replies) = mpsc::unbounded_channel();
     let readers = Readers::threaded(codes, Arc::new(reader::open_mapped), read_tx);
+    let process_access = Arc::new(ProcessAccess::default());
     let manager = Manager {
         jvms: JvmSnapshots::new(jvm_tx),
         kernel_support: kernel::Support::probe(),
@@ -330,9 +331,10 @@ pub fn spawn_manager(
         by_period: HashMap::new(),
         stop_waiters: HashMap::new(),
         snapshot_waiters: Vec::new(),
-        processes: ProcessTable::new(modules.clone()),
+        processes: ProcessTable::with_access(modules.clone(), process_access.clone()),
         unwinder: Unwinder::new(modules.clone()),
-        process_memory: ProcessMemory::new(),
+        process_memory: ProcessMemory::with_access(process_access.clone()),
+        process_access,
         warmer: Warmer::spawn(modules.clone()),
         modules,
         codemaps: CodeMaps::with_readers(readers),
@@ -452,6 +454,8 @@ struct Manager {
     unwinder: Unwinder,
     /// Code bytes of live processes, for the unwinder's CPython trampoline rule.
     process_memory: ProcessMemory,
+    /// Runs the reads of processes that wait on their memory lock (both above use it).
+    process_access: Arc<ProcessAccess>,
     /// HotSpot targets asked for their perf map.
     jvms: JvmSnapshots,
     /// What the kernel can count for the targets here.
@@ -2313,6 +2317,7 @@ impl Manager {
         let j = self.codemaps.counters();
         let u = self.unwinder.counters();
         let r = self.process_memory.counters();
+        let a = self.process_access.counters();
         let store = self.codemaps.store().counters();
         let values = [
             ("batches", c.batches),
@@ -2355,6 +2360,10 @@ impl Manager {
             ("process_memory_reads", r.reads),
             ("process_memory_cache_hits", r.cache_hits),
             ("process_memory_failures", r.failures),
+            ("process_memory_reads_stalled", r.stalled),
+            ("process_reads_abandoned", a.abandoned),
+            ("process_reads_refused", a.refused + a.no_thread),
+            ("maps_reads_stalled", p.maps_reads_stalled),
             ("maps_reads", p.maps_reads),
             ("maps_read_failures", p.maps_read_failures),
             ("maps_reads_for_callers", p.caller_refreshes),
@@ -2429,6 +2438,8 @@ impl Manager {
             ),
             ("code_map_reads_in_flight", j.reads_in_flight),
             ("code_map_read_threads", j.read_threads),
+            ("process_read_threads", a.threads),
+            ("process_reads_stuck", a.stuck),
             ("code_store_codes", store.len() as u64),
             ("code_store_bytes", store.bytes() as u64),
             ("kernel_counter_fds", self.kernel_counter_fds() as u64),

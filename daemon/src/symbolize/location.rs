@@ -168,6 +168,9 @@ pub enum UnmappedReason {
     ProcessGone,
     /// The address is outside every executable mapping, even after re-reading them.
     NoMapping,
+    /// The process's mappings did not answer in time: it holds its own memory lock (a fault on
+    /// a file whose reads hang), and was left alone.
+    Unreadable,
     /// A pseudo mapping such as `[vsyscall]` or `[uprobes]`.
     Pseudo,
 }
@@ -178,6 +181,10 @@ impl UnmappedReason {
         match self {
             UnmappedReason::ProcessGone => "the process exited before its mappings could be read",
             UnmappedReason::NoMapping => "address outside every executable mapping",
+            UnmappedReason::Unreadable => {
+                "the process's mappings did not answer in time (it holds its own memory lock); \
+                 not read"
+            }
             UnmappedReason::Pseudo => "special kernel-provided mapping ([vsyscall], [uprobes])",
         }
     }

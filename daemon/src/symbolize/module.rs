@@ -273,17 +273,30 @@ impl Modules {
     }
 
     /// The id of the binary `id`, registering it (and opening it with `open`) on first sight.
+    ///
+    /// `open` runs with no lock held: it waits on the mapping process's memory lock, which that
+    /// process may hold for good (see [`crate::process::access`]), and registrations of other
+    /// processes' binaries must not wait behind it. Two threads that open the same new binary
+    /// at once both open it; the first to finish registers it.
     pub fn register(
         &self,
         id: FileId,
         path: &Path,
         open: impl FnOnce() -> io::Result<File>,
     ) -> ModuleId {
+        if let Some(&module) = self
+            .by_file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
+            return module;
+        }
+        let file = open().map_err(|e| format!("cannot open the binary: {e}"));
         let mut by_file = self.by_file.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&module) = by_file.get(&id) {
             return module;
         }
-        let file = open().map_err(|e| format!("cannot open the binary: {e}"));
         self.count(|c| {
             c.registered += 1;
             if file.is_ok() {
@@ -620,6 +633,39 @@ mod tests {
             .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
             .filter(|target| target == path)
             .count()
+    }
+
+    /// An open that hangs (a process that holds its own memory lock) holds up no registration
+    /// of another binary.
+    #[test]
+    fn an_open_that_hangs_holds_up_no_other_registration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        std::fs::write(&path, b"bytes").unwrap();
+        let modules = Arc::new(Modules::new());
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let held = {
+            let (modules, path) = (modules.clone(), path.clone());
+            std::thread::spawn(move || {
+                modules.register(id(1), &path, || {
+                    let _ = hung.recv();
+                    File::open(&path)
+                })
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (done, answer) = std::sync::mpsc::channel();
+        {
+            let (modules, path) = (modules.clone(), path.clone());
+            std::thread::spawn(move || {
+                let _ = done.send(modules.register(id(2), &path, || File::open(&path)));
+            });
+        }
+        let other = answer
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("a registration waited behind another binary's open");
+        release.send(()).unwrap();
+        assert_ne!(held.join().unwrap(), other);
     }
 
     #[test]

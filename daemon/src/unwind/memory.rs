@@ -1,9 +1,9 @@
 //! Reading a live process's code bytes, for rules that recognise code by its bytes (the CPython
 //! trampoline rule).
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
-use crate::sys;
+use crate::{process::ProcessAccess, sys};
 
 /// Reads live code bytes of a process (anonymous JIT memory): the unwinder asks for the few
 /// bytes around a return address. A trait so that tests can answer without a process.
@@ -28,6 +28,9 @@ pub struct MemoryCounters {
     pub cache_hits: u64,
     /// Reads that could not read everything (unmapped memory, process gone).
     pub failures: u64,
+    /// Of the failures, reads not made or abandoned because a read of the same user's
+    /// processes did not answer in time ([`ProcessAccess`]).
+    pub stalled: u64,
 }
 
 /// [`ReadCode`] with `process_vm_readv`, caching answers per (pid, address, length): the same
@@ -41,12 +44,22 @@ pub struct ProcessMemory {
     cache:
         HashMap<(u32, u64, u8), Option<[u8; MAX_CACHED_READ_BYTES]>, foldhash::fast::RandomState>,
     counters: MemoryCounters,
+    /// `process_vm_readv` waits on the process's memory lock, which it may hold for good.
+    access: Arc<ProcessAccess>,
 }
 
 impl ProcessMemory {
     /// An empty cache.
     pub fn new() -> ProcessMemory {
         ProcessMemory::default()
+    }
+
+    /// An empty cache reading through `access`.
+    pub fn with_access(access: Arc<ProcessAccess>) -> ProcessMemory {
+        ProcessMemory {
+            access,
+            ..ProcessMemory::default()
+        }
     }
 
     /// Drops what is cached about `pid`.
@@ -66,11 +79,27 @@ impl ProcessMemory {
 
     fn read_uncached(&mut self, pid: u32, addr: u64, buf: &mut [u8]) -> bool {
         self.counters.reads += 1;
-        let complete = sys::read_process_memory(pid, addr, buf).is_ok_and(|n| n == buf.len());
-        if !complete {
-            self.counters.failures += 1;
+        let len = buf.len();
+        let read = self.access.run(pid, move || {
+            let mut bytes = vec![0; len];
+            let read = sys::read_process_memory(pid, addr, &mut bytes);
+            read.is_ok_and(|n| n == len).then_some(bytes)
+        });
+        match read {
+            Ok(Some(bytes)) => {
+                buf.copy_from_slice(&bytes);
+                true
+            }
+            Ok(None) => {
+                self.counters.failures += 1;
+                false
+            }
+            Err(_) => {
+                self.counters.failures += 1;
+                self.counters.stalled += 1;
+                false
+            }
         }
-        complete
     }
 }
 
