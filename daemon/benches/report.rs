@@ -17,7 +17,7 @@ use std::{hint::black_box, sync::Arc, time::Duration};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use tokio::sync::mpsc;
-use vmscope_common::{EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_STACK};
+use vmscope_common::{EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_STACK, FLAG_TARGET};
 use vmscope_parse::{kallsyms, maps};
 use vmscope_proto::v1 as pb;
 use vmscoped::{
@@ -85,7 +85,7 @@ fn batches() -> Vec<Batch> {
             timestamp_ns: now + i as u64,
             ip,
             period_ns: period_of(HZ),
-            flags: FLAG_STACK | if kernel { FLAG_KERNEL_MODE } else { 0 },
+            flags: FLAG_TARGET | FLAG_STACK | if kernel { FLAG_KERNEL_MODE } else { 0 },
             ..Event::default()
         };
         let kernel_frames: &[u64] = if kernel { &[ip] } else { &[] };

@@ -14,12 +14,12 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use object::{Object, ObjectSymbol};
 use vmscope_common::{
-    EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED,
-    FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, MAX_STACK_FRAMES, MAX_USER_COPY,
-    RING_BUFFER_BYTES, TargetKey, UserCopyHeader, WANT_STACKS, Wants,
+    Creds, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET, FLAG_USER_COPY,
+    FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, MAX_STACK_FRAMES,
+    MAX_USER_COPY, RING_BUFFER_BYTES, TargetKey, UserCopyHeader, WANT_STACKS, Wants,
 };
 use vmscoped::{
-    bpf::{Sampler, SamplerControl, Tracking, period_of},
+    bpf::{Guard, Sampler, SamplerControl, Tracking, period_of},
     sys,
 };
 
@@ -127,7 +127,7 @@ impl Drop for Fixture {
 fn sample(pid: u32, wants: Wants, run: Duration) -> Vec<Record> {
     sample_with(run, |sampler, period_ns| {
         // A target is sampled while it is tracked (vmscope_exit ends it): as the manager does.
-        sampler.set_tracking(pid, Tracking::Leader);
+        sampler.set_tracking(pid, Tracking::Leader, Guard::Open);
         sampler.set_target(target(period_ns, pid), wants)
     })
     .into_iter()
@@ -141,6 +141,14 @@ fn sample_with(
     run: Duration,
     setup: impl FnOnce(&mut Sampler, u64) -> Result<(), vmscoped::bpf::SamplerError>,
 ) -> Vec<Record> {
+    sample_guarded(run, setup).0
+}
+
+/// [`sample_with`], and the processes the kernel then reported with changed credentials.
+fn sample_guarded(
+    run: Duration,
+    setup: impl FnOnce(&mut Sampler, u64) -> Result<(), vmscoped::bpf::SamplerError>,
+) -> (Vec<Record>, Vec<(u32, u64)>) {
     let (mut sampler, mut ring) = Sampler::load(RING_BUFFER_BYTES).unwrap_or_else(|e| {
         panic!("cannot load the BPF sampler (these tests need root and BPF): {e:#}")
     });
@@ -157,7 +165,7 @@ fn sample_with(
     }
     sampler.stop_period(period_ns);
     drain(&mut ring, &mut records);
-    records
+    (records, sampler.take_creds_changed())
 }
 
 fn target(period_ns: u64, tgid: u32) -> TargetKey {
@@ -332,7 +340,7 @@ fn a_stack_target_gets_stacks_while_system_wide_mode_does_not() {
     let other = Fixture::start("fp_recursion");
     let records = sample_with(Duration::from_secs(1), |sampler, period_ns| {
         sampler.set_system_wide(period_ns, Wants::default())?;
-        sampler.set_tracking(pid, Tracking::Leader);
+        sampler.set_tracking(pid, Tracking::Leader, Guard::Open);
         sampler.set_target(target(period_ns, pid), FP)
     });
     let (mine, others): (Vec<&Record>, Vec<&Record>) =
@@ -543,4 +551,63 @@ fn frame_pointer_stacks_and_copies_come_together_when_both_are_asked_for() {
         copies.iter().any(|(_, h, _)| inner.contains(&h.ip)),
         "ticks in inner"
     );
+}
+
+/// A user's target is sampled for target sessions only while the sampled thread runs with the
+/// credentials its guard holds, read by the kernel program at the offsets found in the running
+/// kernel's BTF: those it runs with pass; any other uid, gid or capability set keeps every
+/// sample from target sessions (what a system-wide session still takes comes without
+/// `FLAG_TARGET`) and reports the process once; a held guard passes nothing.
+#[test]
+fn a_guard_admits_only_the_credentials_checked() {
+    let fixture = Fixture::start("fp_chain");
+    let pid = fixture.pid();
+    let status = sys::read_status(pid).expect("the fixture's status");
+    let (u, g) = (status.uids, status.gids);
+    let checked = Creds::new(
+        [u.real, u.effective, u.saved, u.filesystem],
+        [g.real, g.effective, g.saved, g.filesystem],
+        status.cap_permitted.expect("CapPrm"),
+    );
+    let run = Duration::from_millis(600);
+    let guarded = |guard: Guard| {
+        let (records, changed) = sample_guarded(run, |sampler, period_ns| {
+            // System-wide too: the fixture is sampled whatever the guard says, and the flag
+            // tells who may count it.
+            sampler.set_system_wide(period_ns, Wants::default())?;
+            sampler.set_tracking(pid, Tracking::Leader, guard);
+            sampler.set_target(target(period_ns, pid), Wants::default())
+        });
+        let mine: Vec<Record> = records
+            .into_iter()
+            .filter(|r| r.event.tgid == pid)
+            .collect();
+        assert!(mine.len() >= 50, "{guard:?}: only {} samples", mine.len());
+        let for_targets = mine
+            .iter()
+            .filter(|r| r.event.flags & FLAG_TARGET != 0)
+            .count();
+        let reported: Vec<u32> = changed.iter().map(|&(tgid, _)| tgid).collect();
+        (for_targets, mine.len(), reported)
+    };
+
+    let (for_targets, all, reported) = guarded(Guard::Creds(checked));
+    assert_eq!(for_targets, all, "the credentials checked pass");
+    assert!(reported.is_empty(), "{reported:?}");
+
+    let mut other_euid = checked;
+    other_euid.ids[4] ^= 1;
+    let mut other_fsgid = checked;
+    other_fsgid.ids[7] ^= 1;
+    let mut other_caps = checked;
+    other_caps.cap_permitted ^= 1 << 21;
+    for other in [other_euid, other_fsgid, other_caps] {
+        let (for_targets, _, reported) = guarded(Guard::Creds(other));
+        assert_eq!(for_targets, 0, "{other:?} let samples through");
+        assert_eq!(reported, [pid], "{other:?}");
+    }
+    let (for_targets, _, reported) = guarded(Guard::Held);
+    assert_eq!((for_targets, reported.len()), (0, 0));
+    let (for_targets, all, _) = guarded(Guard::Open);
+    assert_eq!(for_targets, all);
 }

@@ -13,7 +13,10 @@ use vmscope_proto::v1::{
     GetProfileRequest, GetSessionRequest, SessionState, StartSessionRequest, StopSessionRequest,
     WatchSessionRequest,
 };
-use vmscope_tests::{Client, Daemon, NOBODY, Running, binary, client_as, fixtures, json_report};
+use vmscope_tests::{
+    Client, Daemon, NOBODY, Running, binary, client_as, counters, fixtures, json_report,
+    shared_tempdir, stop_and_profile,
+};
 
 /// These tests measure the daemon under attack: one at a time, so that they measure that.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -829,4 +832,116 @@ fn the_cli_says_the_daemon_went_away() {
         "{stderr}"
     );
     assert!(!stderr.contains("(Unknown)"), "{stderr}");
+}
+
+/// A user's target execs a setuid-root program while the ring buffer is full, so that the
+/// daemon never hears of the exec (the flood, made certain: a 4 KiB ring and a reader
+/// that sleeps through the exec). Not one sample of the program running as root reaches the
+/// user's profile, and the target is revoked: the kernel compares each sampled thread's
+/// credentials with those the daemon checked, whether or not the daemon sees the exec.
+#[test]
+fn a_setuid_program_run_by_a_users_target_is_never_sampled_for_the_user() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let _serial = serial();
+    // About 70 samples fill the ring: the user's spinning process does so in a tenth of a
+    // second of its CPU time at 1000 Hz, while the reader sleeps 4 s from the session's start.
+    let daemon = Daemon::start_with(&["--ring-buffer-kib", "4", "--stall-reader-ms", "4000"]);
+    let dir = shared_tempdir();
+    let suid = dir.path().join("suid-hotspots");
+    std::fs::copy(&fixtures().hotspots_nopie, &suid).expect("copy the fixture");
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).expect("setuid");
+    // The target execs when told to, through a pipe anyone may open.
+    let go = dir.path().join("go");
+    let made = Command::new("mkfifo")
+        .args(["-m", "666"])
+        .arg(&go)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let as_nobody = |script: String| {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(script).uid(NOBODY).gid(NOBODY);
+        command
+    };
+    let flooder = Running::start(&mut as_nobody("echo ready; while :; do :; done".into()));
+    let target = Running::start(&mut as_nobody(format!(
+        "echo ready; read go < {}; exec {} 4",
+        go.display(),
+        suid.display()
+    )));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (profile, root_counters) = runtime.block_on(async {
+        let mut user = client_as(&daemon.socket, NOBODY).await.expect("connect");
+        let session = user
+            .start_session(StartSessionRequest {
+                pids: vec![flooder.pid(), target.pid()],
+                frequency_hz: Some(1000),
+                // Samples of one size, that of an exec event: once one is lost, so is the exec.
+                call_graph: vmscope_proto::v1::CallGraph::None as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("the user's session starts")
+            .into_inner();
+        // Once the ring is full (samples lost), and while the reader sleeps on, the target
+        // execs: its exec event is lost too.
+        let began = Instant::now();
+        loop {
+            let lost = user
+                .get_profile(GetProfileRequest {
+                    session_id: session.id,
+                    pprof: false,
+                })
+                .await
+                .expect("a running session's profile")
+                .into_inner()
+                .lost_samples;
+            if lost > 0 {
+                break;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(3),
+                "the ring buffer did not fill in 3 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        std::fs::write(&go, "go\n").expect("tell the target to exec");
+        // The program spins as euid 0 for 4 s; the reader wakes before its end and reads what
+        // the kernel sends for the rest of it.
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        let (_, took) = info(&daemon);
+        assert!(took < Duration::from_secs(1), "root's info took {took:?}");
+        let profile = stop_and_profile(&mut user, session.id).await;
+        (profile, counters(&mut daemon.client().await).await)
+    });
+    let report = vmscope_tests::dump(&profile);
+    assert_eq!(
+        root_counters["exec_events"], 0,
+        "the exec event was read: this run did not lose it\n{report}"
+    );
+    let as_root: Vec<String> = profile
+        .rows
+        .iter()
+        .filter(|r| {
+            ["hot_a", "hot_b", "hot_c", "startup_burn"].contains(&r.name.as_str())
+                || r.module.contains("suid-hotspots")
+        })
+        .map(|r| format!("{} {} [{}]", r.samples, r.name, r.module))
+        .collect();
+    assert!(
+        as_root.is_empty(),
+        "samples of the program running as root reached the user: {as_root:?}\n{report}"
+    );
+    assert!(
+        profile.total_samples > 0,
+        "the user's own process was not sampled\n{report}"
+    );
+    assert_eq!(
+        root_counters["targets_revoked"], 1,
+        "{root_counters:?}\n{report}"
+    );
+    assert!(
+        root_counters["target_creds_changed"] >= 1,
+        "{root_counters:?}"
+    );
 }

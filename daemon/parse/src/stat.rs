@@ -95,6 +95,9 @@ pub struct ProcStatus {
     pub uids: Ids,
     /// The `Gid:` line.
     pub gids: Ids,
+    /// The `CapPrm:` line: the capabilities the process may use, a bit each. `None` if the
+    /// line is missing or malformed.
+    pub cap_permitted: Option<u64>,
 }
 
 /// The four ids of a `Uid:` or `Gid:` line, in the kernel's order.
@@ -223,6 +226,7 @@ pub fn parse_stat(text: &[u8]) -> Result<ProcStat, ProcParseError> {
 /// Parse `/proc/PID/status` for the name and the `Uid:`/`Gid:` lines (the first of each counts).
 pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
     let (mut name, mut tgid, mut nspid, mut uids, mut gids) = (None, None, None, None, None);
+    let mut cap_permitted = None;
     for line in text.split(|&b| b == b'\n') {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
@@ -247,10 +251,15 @@ pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
             }
             b"Uid" if uids.is_none() => uids = Some(parse_ids(value, "Uid line")?),
             b"Gid" if gids.is_none() => gids = Some(parse_ids(value, "Gid line")?),
+            b"CapPrm" if cap_permitted.is_none() => {
+                cap_permitted = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+            }
             _ => {}
         }
-        // NSpid comes after Gid: read on until it is seen too.
-        if name.is_some() && uids.is_some() && gids.is_some() && nspid.is_some() {
+        // NSpid and CapPrm come after Gid, in this order: read on until the last is seen.
+        if name.is_some() && uids.is_some() && gids.is_some() && cap_permitted.is_some() {
             break;
         }
     }
@@ -264,6 +273,7 @@ pub fn parse_status(text: &[u8]) -> Result<ProcStatus, ProcParseError> {
         nspid,
         uids: uids.ok_or(missing("Uid line"))?,
         gids: gids.ok_or(missing("Gid line"))?,
+        cap_permitted,
     })
 }
 
@@ -402,6 +412,8 @@ mod tests {
     fn real_self_status() {
         let status = parse_status(&std::fs::read("/proc/self/status").unwrap()).unwrap();
         let uid = std::fs::metadata("/proc/self").unwrap().uid();
+        // Root's tests hold capabilities, anyone else's none: the line is read either way.
+        assert_eq!(status.cap_permitted.unwrap() != 0, uid == 0, "{status:?}");
         assert_eq!(status.uids.effective, uid);
         assert_eq!(status.uids.real, uid);
         let stat = parse_stat(&std::fs::read("/proc/self/stat").unwrap()).unwrap();
@@ -529,9 +541,13 @@ mod tests {
     #[test]
     fn status_synthetic() {
         let text = b"Name:\t my\\tprog\nUmask:\t0022\nState:\tS (sleeping)\n\
-            Uid:\t1000\t1001\t1002\t1003\nGid:\t10\t11\t12\t13\n";
+            Uid:\t1000\t1001\t1002\t1003\nGid:\t10\t11\t12\t13\n\
+            CapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\n";
         let st = parse_status(text).unwrap();
         assert_eq!(st.name, " my\\tprog");
+        assert_eq!(st.cap_permitted, Some(0x1ff_ffff_ffff));
+        let no_caps = parse_status(b"Name:\tx\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nCapPrm:\tzz\n");
+        assert_eq!(no_caps.unwrap().cap_permitted, None);
         assert_eq!(
             (st.uids, st.gids.filesystem),
             (

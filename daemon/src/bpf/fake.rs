@@ -8,7 +8,7 @@ use std::{
 
 use vmscope_common::{TargetKey, WANT_STACKS, Wants};
 
-use super::{LostCounts, SamplerControl, SamplerError, Tracking};
+use super::{Guard, LostCounts, SamplerControl, SamplerError, Tracking};
 
 /// What the fake kernel currently holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,6 +32,11 @@ pub struct FakeKernel {
     pub tracked: BTreeSet<u32>,
     /// Of `tracked`, those whose entry any thread's exit removes ([`Tracking::AnyThread`]).
     pub tracked_any_thread: BTreeSet<u32>,
+    /// The guard of each tracked process.
+    pub guards: BTreeMap<u32, Guard>,
+    /// Processes whose credentials the kernel found changed, with the time: what
+    /// `take_creds_changed` reports next (tests put them here).
+    pub creds_changed: Vec<(u32, u64)>,
     /// Number of system-wide sessions.
     pub system_wide_sessions: u32,
     /// Lost counters to report.
@@ -139,12 +144,14 @@ impl SamplerControl for FakeSampler {
         });
     }
 
-    fn set_tracking(&mut self, tgid: u32, tracking: Tracking) {
+    fn set_tracking(&mut self, tgid: u32, tracking: Tracking, guard: Guard) {
         self.with(|k| {
             if tracking == Tracking::Off {
                 k.tracked.remove(&tgid);
+                k.guards.remove(&tgid);
             } else {
                 k.tracked.insert(tgid);
+                k.guards.insert(tgid, guard);
             }
             if tracking == Tracking::AnyThread {
                 k.tracked_any_thread.insert(tgid);
@@ -152,6 +159,10 @@ impl SamplerControl for FakeSampler {
                 k.tracked_any_thread.remove(&tgid);
             }
         });
+    }
+
+    fn take_creds_changed(&mut self) -> Vec<(u32, u64)> {
+        self.with(|k| std::mem::take(&mut k.creds_changed))
     }
 
     fn set_system_wide_sessions(&mut self, count: u32) {

@@ -7,6 +7,7 @@
 //!
 //! Requires Linux 5.8 (BPF ring buffer) and root (CAP_BPF + CAP_PERFMON at least).
 
+pub mod btf;
 pub mod fake;
 mod reader;
 mod user_copy;
@@ -26,8 +27,9 @@ use aya::{
 pub use reader::{Batch, ReaderControl, spawn_reader};
 pub use user_copy::{UserCopies, UserCopy};
 use vmscope_common::{
-    CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, MAX_STACK_FRAMES, TRACK_ANY_THREAD, TRACK_LEADER,
-    TargetKey, Wants,
+    CONFIG_CRED_CAPS, CONFIG_CRED_IDS, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, CONFIG_TASK_CRED,
+    Creds, GUARD_CREDS, GUARD_HELD, GUARD_OPEN, MAX_STACK_FRAMES, TRACK_ANY_THREAD, TRACK_LEADER,
+    TargetKey, Tracked, Wants,
 };
 
 use crate::sys;
@@ -74,6 +76,12 @@ pub enum SamplerError {
     /// The list of online or possible CPUs could not be read.
     #[error("cannot list the online or possible CPUs: {0}")]
     Cpus(std::io::Error),
+    /// The kernel's BTF, where the sampler learns where credentials are, could not be read.
+    #[error("cannot read {path}: {0}", path = btf::VMLINUX_BTF)]
+    BtfRead(std::io::Error),
+    /// The kernel's BTF does not say where credentials are as the sampler reads them.
+    #[error("cannot find thread credentials in {path}: {0}", path = btf::VMLINUX_BTF)]
+    Btf(btf::BtfError),
 }
 
 impl SamplerError {
@@ -118,6 +126,36 @@ pub enum Tracking {
     AnyThread,
 }
 
+/// Whose samples of a tracked process its target sessions may have ([`Tracked::guard`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// Anyone's: only root's sessions hold the process ([`GUARD_OPEN`]).
+    Open,
+    /// Only threads with these credentials, those the owners' right was checked against
+    /// ([`GUARD_CREDS`]).
+    Creds(Creds),
+    /// None, until the daemon has checked the process ([`GUARD_HELD`]).
+    Held,
+}
+
+impl Guard {
+    /// The `TRACKED` value of a process tracked with `mode` ([`TRACK_LEADER`] or
+    /// [`TRACK_ANY_THREAD`]) under this guard.
+    fn tracked(self, mode: u8) -> Tracked {
+        let (guard, creds) = match self {
+            Guard::Open => (GUARD_OPEN, Creds::default()),
+            Guard::Creds(creds) => (GUARD_CREDS, creds),
+            Guard::Held => (GUARD_HELD, Creds::default()),
+        };
+        Tracked {
+            mode,
+            guard,
+            _pad: [0; 6],
+            creds,
+        }
+    }
+}
+
 /// What the session manager asks of the kernel side. Reference counting across sessions is the
 /// manager's job: every call here is a plain state change.
 pub trait SamplerControl: Send {
@@ -136,11 +174,15 @@ pub trait SamplerControl: Send {
     fn set_system_wide(&mut self, period_ns: u64, wants: Wants) -> Result<(), SamplerError>;
     /// Stops sampling every process at a period.
     fn remove_system_wide(&mut self, period_ns: u64);
-    /// Makes the process a live target, whose samples at its `TARGETS` periods are kept and
-    /// whose `execve` and exit are reported, until the exit `tracking` names; or, with
-    /// [`Tracking::Off`], no longer. The kernel removes entries by itself at exits, so removing
-    /// one that is gone is no error.
-    fn set_tracking(&mut self, tgid: u32, tracking: Tracking);
+    /// Makes the process a live target, whose samples at its `TARGETS` periods are kept (as
+    /// `guard` allows) and whose `execve` and exit are reported, until the exit `tracking`
+    /// names; or, with [`Tracking::Off`] (and any guard), no longer. The kernel removes entries
+    /// by itself at exits, so removing one that is gone is no error.
+    fn set_tracking(&mut self, tgid: u32, tracking: Tracking, guard: Guard);
+    /// The processes whose threads the kernel kept from their target sessions because their
+    /// credentials were not those of their guard, each with the time of the first such
+    /// sample; each is reported once (until it happens again).
+    fn take_creds_changed(&mut self) -> Vec<(u32, u64)>;
     /// Sets the number of system-wide sessions, which turns on exec events for all processes.
     fn set_system_wide_sessions(&mut self, count: u32);
     /// Current lost-sample counters.
@@ -170,7 +212,8 @@ pub struct Sampler {
     cpus: Vec<u32>,
     targets: BpfHashMap<MapData, TargetKey, Wants>,
     system_wide: BpfHashMap<MapData, u64, Wants>,
-    tracked: BpfHashMap<MapData, u32, u8>,
+    tracked: BpfHashMap<MapData, u32, Tracked>,
+    creds_changed: BpfHashMap<MapData, u32, u64>,
     config: Array<MapData, u32>,
     lost: PerCpuHashMap<MapData, TargetKey, u64>,
     lost_unkeyed: PerCpuArray<MapData, u64>,
@@ -254,10 +297,22 @@ impl Sampler {
         config
             .set(CONFIG_MAX_STACK, max_stack, 0)
             .map_err(map_err("CONFIG"))?;
+        // Where a thread's credentials are, for the guards of users' targets: a daemon that
+        // cannot check them would sample every setuid program its users' targets run.
+        let vmlinux = std::fs::read(btf::VMLINUX_BTF).map_err(SamplerError::BtfRead)?;
+        let offsets = btf::cred_offsets(&vmlinux).map_err(SamplerError::Btf)?;
+        for (slot, offset) in [
+            (CONFIG_TASK_CRED, offsets.task_real_cred),
+            (CONFIG_CRED_IDS, offsets.cred_ids),
+            (CONFIG_CRED_CAPS, offsets.cred_cap_permitted),
+        ] {
+            config.set(slot, offset, 0).map_err(map_err("CONFIG"))?;
+        }
         let sampler = Sampler {
             targets: take_map(&mut ebpf, "TARGETS")?,
             system_wide: take_map(&mut ebpf, "SYSTEM_WIDE")?,
             tracked: take_map(&mut ebpf, "TRACKED")?,
+            creds_changed: take_map(&mut ebpf, "CREDS_CHANGED")?,
             config,
             lost: take_map(&mut ebpf, "LOST")?,
             lost_unkeyed: take_map(&mut ebpf, "LOST_UNKEYED")?,
@@ -347,7 +402,7 @@ impl SamplerControl for Sampler {
         }
     }
 
-    fn set_tracking(&mut self, tgid: u32, tracking: Tracking) {
+    fn set_tracking(&mut self, tgid: u32, tracking: Tracking, guard: Guard) {
         let result = match tracking {
             Tracking::Off => match self.tracked.remove(&tgid) {
                 // The exit tracepoint removed it first.
@@ -359,8 +414,10 @@ impl SamplerControl for Sampler {
                 }
                 other => other,
             },
-            Tracking::Leader => self.tracked.insert(tgid, TRACK_LEADER, 0),
-            Tracking::AnyThread => self.tracked.insert(tgid, TRACK_ANY_THREAD, 0),
+            Tracking::Leader => self.tracked.insert(tgid, guard.tracked(TRACK_LEADER), 0),
+            Tracking::AnyThread => self
+                .tracked
+                .insert(tgid, guard.tracked(TRACK_ANY_THREAD), 0),
         };
         if let Err(e) = result {
             tracing::warn!(
@@ -369,6 +426,15 @@ impl SamplerControl for Sampler {
                 "updating the tracked processes failed: {e}"
             );
         }
+    }
+
+    fn take_creds_changed(&mut self) -> Vec<(u32, u64)> {
+        let changed: Vec<(u32, u64)> = self.creds_changed.iter().filter_map(Result::ok).collect();
+        for (tgid, _) in &changed {
+            // Removed after it was read: a tick in between only finds it present.
+            let _ = self.creds_changed.remove(tgid);
+        }
+        changed
     }
 
     fn set_system_wide_sessions(&mut self, count: u32) {

@@ -29,7 +29,7 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 use vmscope_common::{
-    EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK,
+    EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET,
     FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
 use vmscope_parse::stat;
@@ -44,7 +44,7 @@ use super::{
     vms::Vms,
 };
 use crate::{
-    bpf::{Batch, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
+    bpf::{Batch, Guard, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
     codemap::{
         code::{CodeId, CodeStore},
         reader::{self, ReadReply, Readers},
@@ -386,7 +386,13 @@ struct Counters {
     sessions_refused: u64,
     stop_timeouts: u64,
     sessions_evicted: u64,
+    /// Targets that may no longer be sampled for their session: their process now runs as
+    /// another user, with another group or with capabilities.
     targets_revoked: u64,
+    /// Times the kernel kept a target's samples from its sessions because a thread ran with
+    /// credentials other than those checked (a setuid `execve`, even one whose event was lost),
+    /// and the process was checked again.
+    target_creds_changed: u64,
     stacks_truncated: u64,
     user_stacks_failed: u64,
     stack_frames_unmapped: u64,
@@ -1218,6 +1224,8 @@ impl Manager {
             }
         }
         self.watermark_ns = self.watermark_ns.max(batch.watermark_ns);
+        // After the batch's exec events, which check their processes first.
+        self.check_changed_creds();
         let now = sys::monotonic_ns();
         for pid in self.codemaps.waiting() {
             self.advance_code_maps(pid, now);
@@ -1353,28 +1361,58 @@ impl Manager {
                 session.commands.insert(pid, target.command.clone());
             }
         }
-        for id in targeted {
-            let session = &self.sessions[&id];
-            // A stopping session has released its filters already.
-            if session.state != State::Running {
+        // The new program may belong to another user (setuid), another group or hold
+        // capabilities: the kernel keeps the owners' samples to the credentials checked before
+        // (see `Guard`), and the process is checked again now; an owner who may not profile the
+        // new program has nothing of it from the exec on.
+        self.arm_checking(pid, sys::monotonic_ns(), event.timestamp_ns);
+    }
+
+    /// Checks again the processes whose threads the kernel found running with credentials
+    /// other than their guard's, which kept those samples from their target sessions: every
+    /// such change is seen here, whether or not its exec event was.
+    fn check_changed_creds(&mut self) {
+        for (pid, first_ns) in self.sampler.take_creds_changed() {
+            self.counters.target_creds_changed += 1;
+            self.arm_checking(pid, sys::monotonic_ns(), first_ns);
+        }
+    }
+
+    /// Checks who process `pid` runs as against the owners of the running sessions that hold
+    /// it: those that may not profile it ([`request::may_profile`]) are released from
+    /// `until_ns` on and counted as revoked. Returns the guard the others need: open for root's
+    /// sessions alone, else the credentials just checked; held when they could not be read
+    /// (the process is ending: its exit releases it).
+    ///
+    /// The kernel compares every sampled thread with the guard, so the check and the
+    /// credentials it is held to are one reading: nothing that changes after it is sampled for
+    /// a user's session.
+    fn check_owners(&mut self, pid: u32, until_ns: u64) -> Guard {
+        let status = sys::read_status(pid).ok();
+        let mut guarded = false;
+        for (id, _) in self.holders(pid, u64::MAX) {
+            let owner = self.sessions[&id].owner_uid;
+            if owner == 0 {
                 continue;
             }
-            let owner = session.owner_uid;
-            if !request::owner_may_profile(owner, pid) {
-                self.counters.targets_revoked += 1;
-                tracing::info!(
-                    id,
-                    pid,
-                    owner,
-                    "target exec'd a program of another user: no longer sampled"
-                );
-                self.release_target(
-                    id,
-                    pid,
-                    event.timestamp_ns,
-                    "exec'd a program of another user; no longer sampled",
-                );
+            let Some(status) = &status else {
+                guarded = true;
+                continue;
+            };
+            match request::may_profile(owner, status) {
+                Ok(()) => guarded = true,
+                Err(why) => {
+                    self.counters.targets_revoked += 1;
+                    tracing::info!(id, pid, owner, "target {why}: no longer sampled");
+                    let note = format!("now {why}, another user's process: no longer sampled");
+                    self.release_target(id, pid, until_ns, &note);
+                }
             }
+        }
+        match (guarded, status.as_ref().and_then(request::creds_of)) {
+            (false, _) => Guard::Open,
+            (true, Some(creds)) => Guard::Creds(creds),
+            (true, None) => Guard::Held,
         }
     }
 
@@ -1496,8 +1534,15 @@ impl Manager {
     ///
     /// Targets whose process is found gone, or whose start time is not that of the process
     /// found, are released from `until_ns` on (a time before the entry was written): no sample
-    /// after that is theirs.
+    /// after that is theirs. So are targets whose owner may not profile the process as it runs
+    /// now, and the entry's guard is set for the others ([`Manager::check_owners`]).
     fn arm(&mut self, pid: u32, until_ns: u64) {
+        self.arm_checking(pid, until_ns, until_ns);
+    }
+
+    /// [`Manager::arm`], releasing the targets whose owner may not profile the process from
+    /// `revoked_ns` on: the time its credentials changed, when known.
+    fn arm_checking(&mut self, pid: u32, until_ns: u64, revoked_ns: u64) {
         // A process only goes from running with its leader, to running without, to gone: three
         // rounds see it settle.
         for _ in 0..3 {
@@ -1538,7 +1583,12 @@ impl Manager {
                 // The last holder's release took the entry away.
                 return;
             }
-            self.sampler.set_tracking(pid, tracking);
+            let guard = self.check_owners(pid, revoked_ns);
+            if self.holders(pid, u64::MAX).is_empty() {
+                // Revoked for every session: the last release took the entry away.
+                return;
+            }
+            self.sampler.set_tracking(pid, tracking, guard);
             let after = life::probe(pid, life.start_time());
             let holds = match after {
                 Life::Alive { leader, .. } => leader || tracking == Tracking::AnyThread,
@@ -1572,8 +1622,10 @@ impl Manager {
             .flatten()
             .filter_map(|id| {
                 let session = self.sessions.get(id)?;
-                session
-                    .wants(event.tgid, event.timestamp_ns)
+                // A target session counts only what the kernel kept for target sessions: not a
+                // sample taken for system-wide ones of a process whose guard refused it.
+                (session.wants(event.tgid, event.timestamp_ns)
+                    && (session.spec.system_wide || event.flags & FLAG_TARGET != 0))
                     .then_some((*id, session.spec.call_graph.wanted()))
             })
             .collect();
@@ -2335,6 +2387,7 @@ impl Manager {
             ("sessions_evicted", c.sessions_evicted),
             ("stop_timeouts", c.stop_timeouts),
             ("targets_revoked", c.targets_revoked),
+            ("target_creds_changed", c.target_creds_changed),
             ("stacks_truncated", c.stacks_truncated),
             ("user_stacks_failed", c.user_stacks_failed),
             ("stack_frames_unmapped", c.stack_frames_unmapped),

@@ -299,9 +299,7 @@ pub fn validate(
 }
 
 /// Checks that every target exists and is a process (not one of its threads), and that the
-/// caller may profile it: root may profile anything; anyone else only processes whose real,
-/// effective and saved uids are all their own (the rule ptrace applies), and no system-wide
-/// session.
+/// caller may profile it ([`may_profile`]), and that only root asks for a system-wide session.
 pub fn authorize(caller: &Caller, spec: &SessionSpec) -> Result<(), SessionError> {
     if spec.system_wide && !caller.is_root() {
         return Err(SessionError::PermissionDenied(format!(
@@ -325,27 +323,66 @@ pub fn authorize(caller: &Caller, spec: &SessionSpec) -> Result<(), SessionError
         if caller.is_root() {
             continue;
         }
-        let uids = status.uids;
-        if uids.real != caller.uid || uids.effective != caller.uid || uids.saved != caller.uid {
+        if let Err(why) = may_profile(caller.uid, &status) {
             return Err(SessionError::PermissionDenied(format!(
-                "pid {pid} ({}) runs as uid {}; you are uid {} and may only profile your own \
-                 processes (or run vmscope as root)",
-                status.name, uids.effective, caller.uid
+                "pid {pid} ({}) {why}; you are uid {} and may only profile your own processes \
+                 (or run vmscope as root)",
+                status.name, caller.uid
             )));
         }
     }
     Ok(())
 }
 
-/// Whether a process may still be sampled for a session owned by `owner` (checked again after
-/// the process execs: a setuid program changes who it belongs to).
-pub fn owner_may_profile(owner: u32, pid: u32) -> bool {
+/// Whether a session owned by `owner` may sample the process whose `/proc/PID/status` this is:
+/// root may sample anything; anyone else only a process wholly their own, as ptrace requires of
+/// a caller without privileges: real, effective, saved and filesystem uids all theirs, one group
+/// id throughout (no setgid program) and no capability (no file-capability program). `Err` says
+/// why not, as "runs as ...".
+///
+/// Checked at the start and again whenever the kernel says a target's credentials changed (see
+/// [`crate::bpf::Guard`]): the kernel keeps a user's samples to the credentials checked here.
+pub fn may_profile(owner: u32, status: &stat::ProcStatus) -> Result<(), String> {
     if owner == 0 {
-        return true;
+        return Ok(());
     }
+    let (uids, gids) = (status.uids, status.gids);
+    if [uids.real, uids.effective, uids.saved, uids.filesystem] != [owner; 4] {
+        return Err(format!(
+            "runs as uid {} (real {})",
+            uids.effective, uids.real
+        ));
+    }
+    if [gids.effective, gids.saved, gids.filesystem] != [gids.real; 3] {
+        return Err(format!(
+            "runs with group {} (real group {}: a setgid program)",
+            gids.effective, gids.real
+        ));
+    }
+    match status.cap_permitted {
+        Some(0) => Ok(()),
+        Some(caps) => Err(format!("runs with capabilities {caps:#x}")),
+        None => Err("runs with capabilities that cannot be read".to_owned()),
+    }
+}
+
+/// The credentials a thread of the process whose status this is must have for a guard
+/// ([`crate::bpf::Guard::Creds`]); `None` when its capabilities could not be read.
+pub fn creds_of(status: &stat::ProcStatus) -> Option<vmscope_common::Creds> {
+    let (u, g) = (status.uids, status.gids);
+    Some(vmscope_common::Creds::new(
+        [u.real, u.effective, u.saved, u.filesystem],
+        [g.real, g.effective, g.saved, g.filesystem],
+        status.cap_permitted?,
+    ))
+}
+
+/// Whether process `pid` may be sampled for a session owned by `owner` now ([`may_profile`];
+/// false when it cannot be read).
+pub fn owner_may_profile(owner: u32, pid: u32) -> bool {
     sys::read_status(pid)
         .ok()
-        .is_some_and(|s| s.uids.real == owner && s.uids.effective == owner && s.uids.saved == owner)
+        .is_some_and(|s| may_profile(owner, &s).is_ok())
 }
 
 #[cfg(test)]
@@ -556,6 +593,59 @@ mod tests {
             sys::effective_uid() + 777,
             std::process::id()
         ));
+    }
+
+    #[test]
+    fn a_user_may_profile_only_processes_wholly_their_own() {
+        let status = |uids: [u32; 4], gids: [u32; 4], caps: Option<u64>| {
+            let ids = |[real, effective, saved, filesystem]: [u32; 4]| stat::Ids {
+                real,
+                effective,
+                saved,
+                filesystem,
+            };
+            stat::ProcStatus {
+                name: "x".to_owned(),
+                tgid: None,
+                nspid: None,
+                uids: ids(uids),
+                gids: ids(gids),
+                cap_permitted: caps,
+            }
+        };
+        let mine = status([1000; 4], [100; 4], Some(0));
+        assert_eq!(may_profile(1000, &mine), Ok(()));
+        assert_eq!(
+            creds_of(&mine),
+            Some(vmscope_common::Creds {
+                ids: [1000, 100, 1000, 100, 1000, 100, 1000, 100],
+                cap_permitted: 0
+            })
+        );
+        let refused = [
+            // A setuid-root program, and one that made itself root throughout (sudo).
+            (status([1000, 0, 0, 0], [100; 4], Some(0)), "runs as uid 0"),
+            (status([0; 4], [100; 4], Some(0)), "runs as uid 0"),
+            // A saved or filesystem uid kept from a setuid program.
+            (status([1000, 1000, 0, 1000], [100; 4], Some(0)), "uid"),
+            (status([1000, 1000, 1000, 0], [100; 4], Some(0)), "uid"),
+            // A setgid program (unix_chkpwd, group shadow).
+            (status([1000; 4], [100, 42, 42, 42], Some(0)), "setgid"),
+            (status([1000; 4], [100, 100, 42, 100], Some(0)), "setgid"),
+            // A file-capability program, and capabilities not known.
+            (
+                status([1000; 4], [100; 4], Some(1 << 13)),
+                "capabilities 0x2000",
+            ),
+            (status([1000; 4], [100; 4], None), "cannot be read"),
+        ];
+        for (status, why) in refused {
+            let err = may_profile(1000, &status).unwrap_err();
+            assert!(err.contains(why), "{err} for {status:?}");
+            assert_eq!(may_profile(0, &status), Ok(()), "root may profile anything");
+        }
+        assert!(may_profile(1001, &mine).is_err(), "another user's");
+        assert_eq!(creds_of(&status([1000; 4], [100; 4], None)), None);
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //! its first session here and removed with its last; in between the kernel removes it by itself
 //! when the process exits, and the session manager arms it again while the process lives (see
 //! `Manager::arm`). The count here says only when the daemon itself must remove it.
+//!
+//! Every session that joins a process holds it ([`Guard::Held`]) until the manager has checked
+//! who the process runs as and set the guard its sessions' owners call for (`Manager::arm`,
+//! right after): a root session's target that a user's session joins is not sampled unguarded
+//! in between.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -20,7 +25,7 @@ use std::{
 use vmscope_common::{TargetKey, WANT_STACKS, Wants};
 
 use super::request::SessionSpec;
-use crate::bpf::{SamplerControl, SamplerError, Tracking, period_of};
+use crate::bpf::{Guard, SamplerControl, SamplerError, Tracking, period_of};
 
 /// Counts per piece of kernel state.
 #[derive(Debug, Default)]
@@ -219,9 +224,8 @@ impl Routes {
                 self.release_filters(sampler, &partial);
                 return Err(e);
             }
-            if bump(&mut self.tracked, tgid) {
-                sampler.set_tracking(tgid, Tracking::Leader);
-            }
+            bump(&mut self.tracked, tgid);
+            sampler.set_tracking(tgid, Tracking::Leader, Guard::Held);
         }
         if bump(&mut self.periods, period_ns)
             && let Err(e) = sampler.start_period(period_ns)
@@ -258,7 +262,7 @@ impl Routes {
             tracing::warn!(?key, "turning stacks down for a target failed: {e}");
         }
         if drop_one(&mut self.tracked, tgid) {
-            sampler.set_tracking(tgid, Tracking::Off);
+            sampler.set_tracking(tgid, Tracking::Off, Guard::Held);
         }
     }
 
@@ -535,8 +539,11 @@ mod tests {
         fn remove_system_wide(&mut self, period_ns: u64) {
             self.inner.remove_system_wide(period_ns)
         }
-        fn set_tracking(&mut self, tgid: u32, tracking: Tracking) {
-            self.inner.set_tracking(tgid, tracking)
+        fn set_tracking(&mut self, tgid: u32, tracking: Tracking, guard: Guard) {
+            self.inner.set_tracking(tgid, tracking, guard)
+        }
+        fn take_creds_changed(&mut self) -> Vec<(u32, u64)> {
+            self.inner.take_creds_changed()
         }
         fn set_system_wide_sessions(&mut self, count: u32) {
             self.inner.set_system_wide_sessions(count)

@@ -29,6 +29,59 @@ pub const TRACK_LEADER: u8 = 1;
 /// again while threads remain. The last thread's exit comes before the pid can be reused.
 pub const TRACK_ANY_THREAD: u8 = 2;
 
+/// [`Tracked::guard`]: samples are kept whoever the process runs as (only root's sessions hold
+/// it: root may profile anything).
+pub const GUARD_OPEN: u8 = 0;
+/// [`Tracked::guard`]: samples are kept only while the sampled thread's credentials are
+/// [`Tracked::creds`], those the daemon checked the process's right to be profiled against. A
+/// setuid, setgid or file-capability `execve`, or any change of ids, stops its samples in the
+/// kernel at once, whether or not the daemon ever hears of it.
+pub const GUARD_CREDS: u8 = 1;
+/// [`Tracked::guard`]: nothing is sampled for target sessions until the daemon has checked the
+/// process (a new entry, or one whose credentials could not be read).
+pub const GUARD_HELD: u8 = 2;
+
+/// A thread's credentials as the kernel's `struct cred` holds them (`kuid_t`/`kgid_t` values,
+/// as `/proc/PID/status` shows them to a reader in the initial user namespace).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Creds {
+    /// `uid, gid, suid, sgid, euid, egid, fsuid, fsgid`, in `struct cred`'s order: the kernel
+    /// program reads them as one block.
+    pub ids: [u32; 8],
+    /// `kernel_cap_t cap_permitted`: 64 bits (two `__u32` words before Linux 6.3, low first),
+    /// `CapPrm:` in `/proc/PID/status`.
+    pub cap_permitted: u64,
+}
+
+impl Creds {
+    /// Credentials with these real/effective/saved/filesystem uids and gids and permitted
+    /// capabilities.
+    pub const fn new(uids: [u32; 4], gids: [u32; 4], cap_permitted: u64) -> Creds {
+        let [uid, euid, suid, fsuid] = uids;
+        let [gid, egid, sgid, fsgid] = gids;
+        Creds {
+            ids: [uid, gid, suid, sgid, euid, egid, fsuid, fsgid],
+            cap_permitted,
+        }
+    }
+}
+
+/// Value of the `TRACKED` map: a live target process, and what its samples need to be kept
+/// for target sessions.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tracked {
+    /// [`TRACK_LEADER`] or [`TRACK_ANY_THREAD`]: whose exit removes the entry.
+    pub mode: u8,
+    /// [`GUARD_OPEN`], [`GUARD_CREDS`] or [`GUARD_HELD`].
+    pub guard: u8,
+    /// Explicit padding; always 0.
+    pub _pad: [u8; 6],
+    /// With [`GUARD_CREDS`], the credentials a sampled thread must have.
+    pub creds: Creds,
+}
+
 /// Length of a task's command name (`comm`) in the kernel, NUL included.
 pub const COMM_LEN: usize = 16;
 
@@ -53,6 +106,11 @@ pub const FLAG_USER_COPY: u32 = 32;
 /// (the end of the stack mapping, a guard page) before it had the bytes asked for; the bytes
 /// before that address are all there.
 pub const FLAG_USER_COPY_FAULTED: u32 = 64;
+
+/// [`Event::flags`] bit: the kernel kept the sample for the target sessions of its process (its
+/// `TARGETS` entry at this period and its `TRACKED` entry let it through). A sample without it
+/// was taken for system-wide sessions only, and no target session may count it.
+pub const FLAG_TARGET: u32 = 128;
 
 /// Most frames of each stack (kernel, user) a sample carries: the default of
 /// `kernel.perf_event_max_stack`, which bounds what the kernel walks anyway.
@@ -156,8 +214,17 @@ pub const CONFIG_SYSTEM_WIDE: u32 = 0;
 /// Index of the stack depth limit in the `CONFIG` array: `kernel.perf_event_max_stack`, capped
 /// at [`MAX_STACK_FRAMES`]. A stack that reaches it is marked truncated.
 pub const CONFIG_MAX_STACK: u32 = 1;
+/// Index in the `CONFIG` array of the offset of `real_cred` in `struct task_struct`, from the
+/// running kernel's BTF; 0 (unknown) makes every [`GUARD_CREDS`] check fail.
+pub const CONFIG_TASK_CRED: u32 = 2;
+/// Index in the `CONFIG` array of the offset of `uid` in `struct cred`, where [`Creds::ids`]
+/// start; 0 (unknown) makes every [`GUARD_CREDS`] check fail.
+pub const CONFIG_CRED_IDS: u32 = 3;
+/// Index in the `CONFIG` array of the offset of `cap_permitted` in `struct cred`; 0 (unknown)
+/// makes every [`GUARD_CREDS`] check fail.
+pub const CONFIG_CRED_CAPS: u32 = 4;
 /// Number of slots in the `CONFIG` array.
-pub const CONFIG_LEN: u32 = 4;
+pub const CONFIG_LEN: u32 = 8;
 
 /// One record in the ring buffer, written by the kernel and read by the daemon.
 ///
@@ -326,10 +393,16 @@ unsafe impl aya::Pod for Event {}
 // SAFETY: repr(C), no padding, any bit pattern is valid.
 unsafe impl aya::Pod for Wants {}
 
+#[cfg(feature = "user")]
+// SAFETY: repr(C), explicit padding, any bit pattern is valid.
+unsafe impl aya::Pod for Tracked {}
+
 const _: () = assert!(Event::SIZE == 48);
 const _: () = assert!(core::mem::size_of::<TargetKey>() == 16);
 const _: () = assert!(UserCopyHeader::SIZE == 32);
 const _: () = assert!(core::mem::size_of::<Wants>() == 8);
+const _: () = assert!(core::mem::size_of::<Creds>() == 40);
+const _: () = assert!(core::mem::size_of::<Tracked>() == 48);
 const _: () = assert!(MAX_USER_COPY.is_multiple_of(8) && DEFAULT_USER_COPY.is_multiple_of(8));
 
 #[cfg(test)]

@@ -10,6 +10,14 @@
 //!   top of the user stack, copied page by page (see `copy_user_stack`). A tick that finds the ring
 //!   buffer full is counted in `LOST` (per CPU) and dropped: the kernel never waits for the
 //!   daemon.
+//!   A tick of a target process is kept for its target sessions only while its `TRACKED` entry
+//!   allows: with [`GUARD_CREDS`], only while the interrupted thread's credentials are those the
+//!   daemon checked the owner's right against (read from `task->real_cred` at offsets the
+//!   daemon found in the kernel's BTF). A thread whose ids or capabilities changed (a setuid
+//!   `execve`, whose event the daemon may never see when the ring is full) is not sampled for
+//!   them from its first tick on; the process goes to `CREDS_CHANGED`, for the daemon to check
+//!   again. Samples kept for target sessions carry [`FLAG_TARGET`]; those taken for system-wide
+//!   sessions alone do not, and no target session counts them.
 //! * `vmscope_exec` (raw tracepoint `sched_process_exec`) reports `execve` of tracked
 //!   processes, whose mappings the daemon must then re-read, with the new program's name.
 //! * `vmscope_exit` (raw tracepoint `sched_process_exit`) ends a tracked process's life in the
@@ -26,22 +34,26 @@
 mod prog {
     use aya_ebpf::{
         EbpfContext,
-        bindings::{BPF_F_USER_STACK, BPF_RB_NO_WAKEUP, bpf_perf_event_data, pt_regs},
+        bindings::{BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_NO_WAKEUP, bpf_perf_event_data, pt_regs},
         helpers::{
             bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
             bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
-            generated::{bpf_get_current_task_btf, bpf_probe_read_user, bpf_task_pt_regs},
+            generated::{
+                bpf_get_current_task, bpf_get_current_task_btf, bpf_probe_read_user,
+                bpf_task_pt_regs,
+            },
         },
         macros::{map, perf_event, raw_tracepoint},
         maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
         programs::{PerfEventContext, RawTracePointContext},
     };
     use vmscope_common::{
-        CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE,
-        Event, FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_USER_COPY,
-        FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, MAX_LOST_KEYS,
+        CONFIG_CRED_CAPS, CONFIG_CRED_IDS, CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE,
+        CONFIG_TASK_CRED, Creds, EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE,
+        FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED,
+        FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_OPEN, MAX_LOST_KEYS,
         MAX_STACK_FRAMES, MAX_TARGETS, MAX_USER_COPY, RING_BUFFER_BYTES, TRACK_ANY_THREAD,
-        TargetKey, UserCopyHeader, WANT_STACKS, Wants,
+        TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants,
     };
 
     /// `MAX_STACK_FRAMES` is 127 = 0x7f: masking a frame count with it gives the verifier a
@@ -109,8 +121,17 @@ mod prog {
     /// from every period with one delete, and the sampler pays one more lookup only for ticks
     /// that hit a target. The daemon adds the entry with the target's filters, and again when
     /// a process it judged alive lost its entry (a leader gone before its threads).
+    ///
+    /// The value also says whose samples target sessions may have ([`Tracked::guard`]).
     #[map]
-    static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TARGETS, 0);
+    static TRACKED: HashMap<u32, Tracked> = HashMap::with_max_entries(MAX_TARGETS, 0);
+
+    /// Target processes whose thread was not sampled for target sessions because its
+    /// credentials were not those the daemon checked (a setuid `execve`, a change of ids), with
+    /// the time of the first such tick: the daemon checks them again, then removes them. The
+    /// first tick's time stays until then.
+    #[map]
+    static CREDS_CHANGED: HashMap<u32, u64> = HashMap::with_max_entries(MAX_TARGETS, 0);
 
     /// Small settings: [`CONFIG_SYSTEM_WIDE`] holds the number of system-wide sessions,
     /// [`CONFIG_MAX_STACK`] the stack depth limit (0 until the daemon sets it: then
@@ -149,20 +170,22 @@ mod prog {
             Some(&wants) => (true, wants),
             None => (false, Wants::default()),
         };
-        // The target entry matters too when system-wide mode does not want everything: a
-        // session on this process may want more.
-        if !sampled || value.flags & WANT_STACKS == 0 || value.user_copy_bytes < MAX_USER_COPY {
-            // SAFETY: as above.
-            if let Some(&target) = unsafe { TARGETS.get(key) }
-                // A target is sampled while it lives: vmscope_exit removes it from TRACKED when
-                // it exits, before its pid can go to another process, while its TARGETS
-                // entries wait for the daemon.
-                // SAFETY: as above.
-                && unsafe { TRACKED.get(tgid).is_some() }
-            {
-                sampled = true;
-                value = value.union(target);
-            }
+        // The target entry is looked up even when system-wide mode wants everything: a sample
+        // that target sessions may count says so (FLAG_TARGET), and sessions on this process
+        // may want more.
+        let mut target_flag = 0;
+        // SAFETY: as above.
+        if let Some(&target) = unsafe { TARGETS.get(key) }
+            // A target is sampled while it lives: vmscope_exit removes it from TRACKED when
+            // it exits, before its pid can go to another process, while its TARGETS
+            // entries wait for the daemon.
+            && let Some(tracked) = TRACKED.get_ptr(tgid)
+            // SAFETY: the pointer comes from the map and is valid for this program run.
+            && admitted(unsafe { &*tracked }, tgid)
+        {
+            sampled = true;
+            value = value.union(target);
+            target_flag = FLAG_TARGET;
         }
         if !sampled {
             return 0;
@@ -178,7 +201,7 @@ mod prog {
             timestamp_ns: unsafe { bpf_ktime_get_ns() },
             ip: data.regs.rip,
             period_ns,
-            flags: if kernel { FLAG_KERNEL_MODE } else { 0 },
+            flags: (if kernel { FLAG_KERNEL_MODE } else { 0 }) | target_flag,
             kernel_frames: 0,
             user_frames: 0,
         };
@@ -193,6 +216,63 @@ mod prog {
             count_lost(&key);
         }
         0
+    }
+
+    /// Whether the current thread of a tracked process may be sampled for its target sessions:
+    /// see [`Tracked::guard`]. A thread whose credentials are not the checked ones puts its
+    /// process in `CREDS_CHANGED`.
+    #[inline(always)]
+    fn admitted(tracked: &Tracked, tgid: u32) -> bool {
+        match tracked.guard {
+            GUARD_OPEN => true,
+            GUARD_CREDS => {
+                if current_creds_are(&tracked.creds) {
+                    return true;
+                }
+                // SAFETY: the helper has no preconditions.
+                let now = unsafe { bpf_ktime_get_ns() };
+                // Present already: the daemon has yet to read it, and the first time stays.
+                let _ = CREDS_CHANGED.insert(tgid, now, u64::from(BPF_NOEXIST));
+                false
+            }
+            // GUARD_HELD, or a value this program does not know: nothing.
+            _ => false,
+        }
+    }
+
+    /// Whether the current thread's objective credentials (`task->real_cred`: what
+    /// `/proc/PID/status` shows and ptrace checks) are `expected`. False when the offsets are
+    /// unknown or a read fails: a guard that cannot be checked keeps the samples out.
+    #[inline(always)]
+    fn current_creds_are(expected: &Creds) -> bool {
+        let offset = |slot| CONFIG.get(slot).copied().unwrap_or(0) as usize;
+        let (task_cred, ids, caps) = (
+            offset(CONFIG_TASK_CRED),
+            offset(CONFIG_CRED_IDS),
+            offset(CONFIG_CRED_CAPS),
+        );
+        if task_cred == 0 || ids == 0 || caps == 0 {
+            return false;
+        }
+        // SAFETY: bpf_get_current_task has no preconditions; bpf_probe_read_kernel copes with
+        // any address (a wrong one fails, and the check with it).
+        let read = unsafe {
+            let task = bpf_get_current_task() as usize;
+            match bpf_probe_read_kernel((task + task_cred) as *const usize) {
+                Ok(cred) => bpf_probe_read_kernel((cred + ids) as *const [u32; 8])
+                    .and_then(|ids| Ok((ids, bpf_probe_read_kernel((cred + caps) as *const u64)?))),
+                Err(e) => Err(e),
+            }
+        };
+        let Ok((ids, cap_permitted)) = read else {
+            return false;
+        };
+        // Word by word: a slice comparison would call memcmp, which BPF programs do not have.
+        let mut differ = cap_permitted ^ expected.cap_permitted;
+        for i in 0..8 {
+            differ |= u64::from(ids[i] ^ expected.ids[i]);
+        }
+        differ == 0
     }
 
     /// Writes `event` followed by its kernel stack (when it interrupted the kernel), its user
@@ -400,7 +480,7 @@ mod prog {
         let leader = pid_tgid as u32 == tgid;
         // SAFETY: see vmscope_sample.
         let tracked = match unsafe { TRACKED.get(tgid) } {
-            Some(&mode) => leader || mode == TRACK_ANY_THREAD,
+            Some(entry) => leader || entry.mode == TRACK_ANY_THREAD,
             None => false,
         };
         if tracked {

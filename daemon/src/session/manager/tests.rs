@@ -8,7 +8,7 @@ use std::{
 };
 
 use tokio::sync::mpsc;
-use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, TargetKey};
+use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_TARGET, TargetKey};
 use vmscope_proto::v1 as pb;
 
 use super::*;
@@ -103,7 +103,7 @@ fn sample(tgid: u32, hz: u32, timestamp_ns: u64) -> Event {
         timestamp_ns,
         ip: code_address(),
         period_ns: period_of(hz),
-        flags: 0,
+        flags: FLAG_TARGET,
         ..Event::default()
     }
 }
@@ -206,7 +206,7 @@ async fn samples_count_by_period_pid_and_time_window() {
     let before = sys::monotonic_ns() - 1_000_000_000;
     let now = sys::monotonic_ns();
     let mut kernel_sample = sample(me(), 1000, now);
-    kernel_sample.flags = FLAG_KERNEL_MODE;
+    kernel_sample.flags |= FLAG_KERNEL_MODE;
     kernel_sample.ip = 0xffff_ffff_8100_0000;
     h.send(
         vec![
@@ -568,7 +568,7 @@ async fn binaries_stay_open_while_a_process_or_a_kept_session_needs_them() {
     // loader are registered) without putting any of its binaries in the session.
     let taken = sys::monotonic_ns();
     let mut in_kernel = sample(pid, 1000, taken);
-    in_kernel.flags = FLAG_KERNEL_MODE;
+    in_kernel.flags |= FLAG_KERNEL_MODE;
     in_kernel.ip = 0xffff_ffff_8100_0000;
     h.send(vec![in_kernel], taken).await;
     let registered = h.modules.len();
@@ -707,44 +707,62 @@ async fn an_exited_target_stops_being_sampled_at_once() {
     drop(long);
 }
 
-#[tokio::test]
-async fn a_target_that_execs_a_setuid_program_is_dropped() {
-    use std::{io::Write, os::unix::fs::PermissionsExt, os::unix::process::CommandExt};
-    const NOBODY: u32 = 65534;
-    let h = harness();
+/// A process of `NOBODY_UID` that execs a root-owned setuid copy of `sleep` once told to (a
+/// line on its standard input), with the directory that holds the copy.
+fn setuid_execer() -> (Child, tempfile::TempDir) {
+    use std::{os::unix::fs::PermissionsExt, os::unix::process::CommandExt};
     // A root-owned setuid copy of sleep, in a directory nobody can reach.
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let suid_sleep = dir.path().join("suid-sleep");
     std::fs::copy("/bin/sleep", &suid_sleep).unwrap();
     std::fs::set_permissions(&suid_sleep, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    let mut child = Command::new("sh")
+    let child = Command::new("sh")
         .args(["-c", &format!("read go; exec {} 5", suid_sleep.display())])
-        .uid(NOBODY)
+        .uid(NOBODY_UID)
         .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let nobody = Caller {
-        uid: NOBODY,
-        pid: None,
-    };
-    let s = h
-        .manager
-        .start(nobody, start_request(&[pid], 100))
-        .await
-        .unwrap();
-    assert!(h.kernel().targets.contains(&(period_of(100), pid)));
+    (child, dir)
+}
 
+/// Tells a [`setuid_execer`] to exec, and waits until it runs as root.
+async fn exec_setuid(child: &mut Child) {
+    use std::io::Write;
+    let pid = child.id();
     writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while request::owner_may_profile(NOBODY, pid) {
+    while request::owner_may_profile(NOBODY_UID, pid) {
         assert!(
             std::time::Instant::now() < deadline,
             "the exec did not happen"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+const NOBODY: Caller = Caller {
+    uid: NOBODY_UID,
+    pid: None,
+};
+
+#[tokio::test]
+async fn a_target_that_execs_a_setuid_program_is_dropped() {
+    let h = harness();
+    let (mut child, _dir) = setuid_execer();
+    let pid = child.id();
+    let s = h
+        .manager
+        .start(NOBODY, start_request(&[pid], 100))
+        .await
+        .unwrap();
+    assert!(h.kernel().targets.contains(&(period_of(100), pid)));
+    // The kernel samples the user's target only while it runs with the credentials checked.
+    let checked = request::creds_of(&sys::read_status(pid).unwrap()).unwrap();
+    assert_eq!(checked.ids[4], NOBODY_UID, "euid");
+    assert_eq!(h.kernel().guards.get(&pid), Some(&Guard::Creds(checked)));
+
+    exec_setuid(&mut child).await;
     let now = sys::monotonic_ns();
     let exec = Event {
         kind: EVENT_EXEC,
@@ -758,7 +776,7 @@ async fn a_target_that_execs_a_setuid_program_is_dropped() {
         !h.kernel().targets.contains(&(period_of(100), pid)),
         "filter kept"
     );
-    let session = h.manager.get(nobody, s.id).await.unwrap();
+    let session = h.manager.get(NOBODY, s.id).await.unwrap();
     assert_eq!(session.samples, 0, "a sample after the exec was counted");
     assert!(
         session.targets[0].note.contains("another user"),
@@ -770,6 +788,120 @@ async fn a_target_that_execs_a_setuid_program_is_dropped() {
     );
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The exec event of a setuid program may be lost (a full ring); the kernel then keeps the
+/// program's samples from the session by itself and reports the process, which is checked
+/// again: the target is revoked all the same.
+#[tokio::test]
+async fn a_credentials_change_seen_by_the_kernel_alone_revokes_the_target() {
+    let h = harness();
+    let (mut child, _dir) = setuid_execer();
+    let pid = child.id();
+    let s = h
+        .manager
+        .start(NOBODY, start_request(&[pid], 100))
+        .await
+        .unwrap();
+    exec_setuid(&mut child).await;
+    let now = sys::monotonic_ns();
+    h.kernel.lock().unwrap().creds_changed.push((pid, now));
+    // No exec event: only samples before the change, which the kernel let through.
+    h.send(vec![sample(pid, 100, now - 1)], now + 2).await;
+    assert!(
+        !h.kernel().targets.contains(&(period_of(100), pid)),
+        "filter kept"
+    );
+    assert!(!h.kernel().tracked.contains(&pid), "{:?}", h.kernel());
+    let session = h.manager.get(NOBODY, s.id).await.unwrap();
+    assert_eq!(session.samples, 1, "the sample from before the change");
+    assert!(
+        session.targets[0].note.contains("runs as uid 0"),
+        "{session:?}"
+    );
+    let counters = h.manager.counters().await.unwrap().values;
+    assert_eq!(
+        (
+            counters["targets_revoked"],
+            counters["target_creds_changed"]
+        ),
+        (1, 1)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Root's sessions need no guard, a user's joining the same process does, and root's session
+/// keeps the process when the user's is revoked, with the guard open again.
+#[tokio::test]
+async fn guards_follow_the_owners_of_a_process() {
+    let h = harness();
+    let (mut child, _dir) = setuid_execer();
+    let pid = child.id();
+    let root = h
+        .manager
+        .start(ROOT, start_request(&[pid], 100))
+        .await
+        .unwrap();
+    assert_eq!(h.kernel().guards.get(&pid), Some(&Guard::Open));
+    let user = h
+        .manager
+        .start(NOBODY, start_request(&[pid], 100))
+        .await
+        .unwrap();
+    assert!(matches!(h.kernel().guards.get(&pid), Some(Guard::Creds(_))));
+    exec_setuid(&mut child).await;
+    let now = sys::monotonic_ns();
+    h.kernel.lock().unwrap().creds_changed.push((pid, now));
+    // A sample the kernel kept from target sessions (no FLAG_TARGET): counted by none.
+    let refused = Event {
+        flags: 0,
+        ..sample(pid, 100, now + 1)
+    };
+    h.send(vec![refused], now + 2).await;
+    assert_eq!(h.kernel().guards.get(&pid), Some(&Guard::Open));
+    assert!(h.kernel().targets.contains(&(period_of(100), pid)));
+    h.send(vec![sample(pid, 100, now + 3)], now + 4).await;
+    let root = h.manager.get(ROOT, root.id).await.unwrap();
+    let user = h.manager.get(NOBODY, user.id).await.unwrap();
+    assert_eq!((root.samples, user.samples), (1, 0));
+    assert!(user.targets[0].note.contains("another user"), "{user:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A sample the kernel took for system-wide sessions only (its process's guard refused it for
+/// target sessions) is not counted by a session that targets the process.
+#[tokio::test]
+async fn target_sessions_count_only_what_the_kernel_kept_for_them() {
+    let h = harness();
+    let target = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let everything = h
+        .manager
+        .start(
+            ROOT,
+            pb::StartSessionRequest {
+                pids: vec![],
+                system_wide: true,
+                ..start_request(&[], 100)
+            },
+        )
+        .await
+        .unwrap();
+    let now = sys::monotonic_ns();
+    let system_wide_only = Event {
+        flags: 0,
+        ..sample(me(), 100, now)
+    };
+    h.send(vec![system_wide_only, sample(me(), 100, now + 1)], now + 2)
+        .await;
+    let target = h.manager.get(ROOT, target.id).await.unwrap();
+    let everything = h.manager.get(ROOT, everything.id).await.unwrap();
+    assert_eq!((target.samples, everything.samples), (1, 2));
 }
 
 #[tokio::test]
@@ -1251,7 +1383,7 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
         ..Batch::default()
     };
     let stacked = |ts| Event {
-        flags: FLAG_STACK,
+        flags: FLAG_TARGET | FLAG_STACK,
         ip: leaf,
         ..sample(me(), 100, ts)
     };
@@ -1268,7 +1400,7 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
     // Cut at the depth limit.
     batch.push(
         Event {
-            flags: FLAG_STACK | FLAG_USER_TRUNCATED,
+            flags: FLAG_TARGET | FLAG_STACK | FLAG_USER_TRUNCATED,
             ..stacked(t0 + 36)
         },
         &[],
@@ -1397,7 +1529,7 @@ async fn samples_with_a_user_copy_get_the_user_ip_under_the_kernel_frames() {
     let kernel = [0xffff_ffff_8100_1000, 0xffff_ffff_8100_2000];
     batch.push_with_copy(
         Event {
-            flags: FLAG_STACK | FLAG_KERNEL_MODE,
+            flags: FLAG_TARGET | FLAG_STACK | FLAG_KERNEL_MODE,
             ip: kernel[0],
             ..sample(me(), 100, t0 + 1)
         },
@@ -1407,7 +1539,7 @@ async fn samples_with_a_user_copy_get_the_user_ip_under_the_kernel_frames() {
     );
     batch.push_with_copy(
         Event {
-            flags: FLAG_STACK,
+            flags: FLAG_TARGET | FLAG_STACK,
             ip: user_ip,
             ..sample(me(), 100, t0 + 2)
         },
