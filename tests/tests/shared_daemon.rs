@@ -719,3 +719,77 @@ fn the_cli_says_the_daemon_went_away() {
     );
     assert!(!stderr.contains("(Unknown)"), "{stderr}");
 }
+
+/// A user at its connection share runs `vmscope info`, `sessions` and `record -- CMD`: each
+/// says that the daemon refused it and why (the GOAWAY's reason), and exits non-zero. They used
+/// to print nothing and exit 0: the refused connection broke on a write, and a broken pipe
+/// read as the report's reader gone away.
+#[test]
+fn a_user_at_its_connection_share_is_told_so() {
+    let _serial = serial();
+    let daemon = Daemon::start_with(&["--max-connections-per-user", "2"]);
+    let target = Running::start(
+        Command::new(&fixtures().hotspots_pie)
+            .arg("30")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    // Two recordings hold nobody's two connections.
+    let mut holders: Vec<_> = (0..2)
+        .map(|_| nobody_records(&daemon, target.pid(), "30"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(&daemon).0["counters"]["sessions_started"] != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "nobody's recordings never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let commands: [&[&str]; 3] = [
+        &["info"],
+        &["sessions"],
+        &["record", "-d", "1", "--", "/bin/true"],
+    ];
+    // Each a few times: whether the client reads the GOAWAY before its first write fails is
+    // a race.
+    let mut runs = 0;
+    for args in commands.iter().cycle().take(9) {
+        let began = Instant::now();
+        let out = daemon
+            .cli()
+            .args(*args)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .expect("run vmscope as nobody");
+        runs += 1;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && out.stdout.is_empty(),
+            "vmscope {args:?} at the share: {:?}, stdout {:?}, stderr {stderr:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains("vmscoped refused the connection")
+                && stderr.contains("uid 65534 holds 2")
+                && stderr.contains("--max-connections-per-user"),
+            "vmscope {args:?}: {stderr}"
+        );
+        assert!(began.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+    let (answer, _) = info(&daemon);
+    for holder in &mut holders {
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+    assert!(
+        answer["counters"]["connections_refused_per_user"]
+            .as_u64()
+            .unwrap()
+            >= runs,
+        "{}",
+        answer["counters"]
+    );
+}
