@@ -7,10 +7,13 @@ use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 use vmscope_proto::v1::profiler_client::ProfilerClient;
 
+use crate::refusal;
+
 /// A client of the daemon's `vmscope.v1.Profiler` service.
 pub type Client = ProfilerClient<Channel>;
 
-/// Connects to the daemon at `socket`, with an error that says what to do when it is not there.
+/// Connects to the daemon at `socket`, with an error that says what to do when it is not there,
+/// or why the daemon refused the connection.
 pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
     let path: PathBuf = socket.to_path_buf();
     // The URI is required by the API but unused: the connector below ignores it.
@@ -18,20 +21,35 @@ pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(refusal::Watched::new(stream)))
             }
         }))
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach vmscoped at {}: is the daemon running? Start it as root with \
-                 `vmscoped`, or point --socket / VMSCOPE_SOCKET at its socket",
-                socket.display()
-            )
-        })?;
+        .await;
+    let channel = match channel {
+        Ok(channel) => channel,
+        Err(e) => {
+            if let Some(why) = refusal::seen() {
+                return Err(Refused(why.to_owned()).into());
+            }
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot reach vmscoped at {}: is the daemon running? Start it as root with \
+                     `vmscoped`, or point --socket / VMSCOPE_SOCKET at its socket",
+                    socket.display()
+                )
+            });
+        }
+    };
     // Profiles of system-wide sessions can be large.
     Ok(ProfilerClient::new(channel).max_decoding_message_size(256 << 20))
 }
+
+/// The daemon refused the connection, and said why (its share of connections for this user
+/// is full, say).
+#[derive(Debug, thiserror::Error)]
+#[error("vmscoped refused the connection: {0}")]
+pub struct Refused(String);
 
 /// The daemon went away while vmscope talked to it: killed, stopped, or restarted.
 #[derive(Debug, thiserror::Error)]
@@ -39,12 +57,26 @@ pub async fn connect(socket: &Path) -> anyhow::Result<Client> {
 pub struct DaemonGone(String);
 
 /// Turns a gRPC status into an error whose text is the daemon's message; a connection that
-/// broke becomes a [`DaemonGone`] that says so in words.
+/// broke becomes a [`Refused`] when the daemon had refused it, else a [`DaemonGone`] that says
+/// so in words.
 pub fn status_error(status: tonic::Status) -> anyhow::Error {
+    if let Some(why) = refusal::seen()
+        && broke(&status)
+    {
+        return Refused(why.to_owned()).into();
+    }
     match daemon_gone(&status) {
         Some(gone) => gone.into(),
         None => anyhow::anyhow!("{} ({:?})", status.message(), status.code()),
     }
+}
+
+/// Whether `status` is the connection failing rather than an answer of the daemon's: tonic made
+/// it from an error of the transport (h2, hyper, the socket), which it keeps as the source;
+/// a status the daemon sent has none.
+fn broke(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    status.source().is_some() || status.message().contains("transport error")
 }
 
 /// Whether `status` says the daemon is gone, rather than answering: the transport failed

@@ -6,6 +6,7 @@ pub mod client;
 pub mod error_text;
 pub mod output;
 pub mod record;
+pub mod refusal;
 pub mod report;
 pub mod sessions;
 pub mod signals;

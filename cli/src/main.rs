@@ -441,11 +441,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            // A closed pipe (`vmscope report 3 | head`) is the reader's choice, not a failure.
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
+            if vmscope::output::closed_by_reader(&e) {
                 return ExitCode::SUCCESS;
             }
             eprintln!("vmscope: {}", vmscope::error_text::chain_text(&e));

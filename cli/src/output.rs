@@ -85,6 +85,22 @@ impl Destination {
     }
 }
 
+/// Whether `error` is the report's reader going away (`vmscope report 3 | head`): a broken pipe
+/// that is the reader's choice, not a failure. A broken pipe under the daemon's connection (a
+/// transport error or a status made from one) is a failure: the daemon closed on vmscope.
+pub fn closed_by_reader(error: &anyhow::Error) -> bool {
+    let mut broken_pipe = false;
+    for cause in error.chain() {
+        if cause.is::<tonic::transport::Error>() || cause.is::<tonic::Status>() {
+            return false;
+        }
+        broken_pipe |= cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe);
+    }
+    broken_pipe
+}
+
 /// Why `format` must not go to a terminal, if it must not.
 fn binary_on_terminal(format: Format, terminal: bool) -> Option<String> {
     (format.is_binary() && terminal).then(|| {
@@ -203,6 +219,21 @@ mod tests {
             format!("{err:#}"),
             "cannot write the report to /dev/full: No space left on device (os error 28)"
         );
+    }
+
+    #[test]
+    fn only_the_reports_reader_closes_without_a_failure() {
+        let pipe = || io::Error::from(io::ErrorKind::BrokenPipe);
+        assert!(closed_by_reader(
+            &anyhow::Error::new(pipe()).context("writing the report")
+        ));
+        // The daemon's connection broke on a write: that is no reader's choice.
+        let mut status = tonic::Status::unavailable("transport error");
+        status.set_source(std::sync::Arc::new(pipe()));
+        assert!(!closed_by_reader(
+            &anyhow::Error::new(status).context("cannot reach vmscoped")
+        ));
+        assert!(!closed_by_reader(&anyhow::anyhow!("no session 3")));
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod profile;
 pub mod server;
 pub mod session;
 pub mod shares;
+pub mod signals;
 pub mod stats;
 pub mod symbolize;
 pub mod sys;
@@ -70,7 +71,8 @@ pub struct DaemonConfig {
     pub connections: server::ConnectionLimits,
 }
 
-/// Time from SIGTERM or SIGINT to the daemon's exit, whatever clients do.
+/// Time from SIGTERM or SIGINT to the end of the daemon's wind-down, whatever clients do; the
+/// process ends at most [`signals::EXIT_SLACK`] later, whatever its threads do.
 pub const SHUTDOWN_WITHIN: std::time::Duration = std::time::Duration::from_millis(2000);
 
 /// Part of [`SHUTDOWN_WITHIN`] spent stopping running sessions; the rest lets clients take
@@ -80,8 +82,8 @@ const STOP_SESSIONS_WITHIN: std::time::Duration = std::time::Duration::from_mill
 /// Time between the GOAWAY that ends the connections still open and the exit.
 const GOAWAY_BEFORE_EXIT: std::time::Duration = std::time::Duration::from_millis(300);
 
-/// Loads the BPF sampler, serves the API on the socket until SIGINT or SIGTERM, then removes
-/// the socket.
+/// Loads the BPF sampler, serves the API on the socket until SIGINT or SIGTERM (SIGHUP is
+/// logged, see [`signals`]), then removes the socket.
 pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     if sys::effective_uid() != 0 {
         anyhow::bail!(
@@ -90,6 +92,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
             sys::effective_uid()
         );
     }
+    let mut signals = signals::Signals::catch();
     let mut max_fds = 1024;
     for (resource, name) in [
         (libc::RLIMIT_NOFILE, "RLIMIT_NOFILE"),
@@ -231,9 +234,13 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
             let _ = std::fs::remove_file(&config.socket);
             return result.context("the gRPC server failed");
         }
-        () = shutdown_signal() => {}
+        () = signals.shutdown() => {}
     }
     let deadline = tokio::time::Instant::now() + SHUTDOWN_WITHIN;
+    signals::exit_by(
+        deadline.into_std() + signals::EXIT_SLACK,
+        config.socket.clone(),
+    );
     // New clients find no socket; those connected keep their connection for now.
     let _ = accepting.send(false);
     let _ = std::fs::remove_file(&config.socket);
@@ -328,21 +335,4 @@ fn daemon_limits(
     ]
     .into_iter()
     .collect()
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            tracing::warn!("cannot listen for SIGTERM: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
 }

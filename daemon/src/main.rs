@@ -8,7 +8,12 @@ use vmscoped::{DaemonConfig, server::ConnectionLimits, session::ManagerConfig};
 
 /// Samples language-VM processes with eBPF and serves symbolised profiles over gRPC.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(
+    version,
+    after_help = "Signals: SIGTERM or SIGINT stops the daemon within 3 s (running sessions end \
+                  and clients still connected get their final profiles); SIGHUP is logged and \
+                  changes nothing, there being no configuration file to reload."
+)]
 struct Args {
     /// Unix socket to serve on.
     #[arg(long, env = SOCKET_ENV, default_value = DEFAULT_SOCKET)]

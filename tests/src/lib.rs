@@ -277,6 +277,11 @@ impl Daemon {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Its exit status, if it exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Sends SIGTERM and waits up to `within` for the daemon to exit; its exit status, or
     /// `None` if it did not exit in time.
     pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {

@@ -164,50 +164,174 @@ fn silent_connections_are_closed_at_the_handshake_deadline() {
     assert_eq!(answer["limits"]["handshake_ms"], 300);
 }
 
-/// SIGTERM ends the daemon within 3 s with idle raw connections, a live code map publisher and
-/// a recording client: the recording gets its final profile, and the socket is removed.
-#[test]
-fn sigterm_ends_the_daemon_within_3_s_whatever_clients_do() {
-    let _serial = serial();
-    let mut daemon = Daemon::start();
-    let idle: Vec<UnixStream> = (0..10)
-        .map(|_| UnixStream::connect(&daemon.socket).unwrap())
-        .collect();
+/// Connections a busy daemon holds when it is told to stop or to reload (issue 23: SIGTERM
+/// took 4.1 s with sessions, a watch and 100 connections open).
+const LOAD_CONNECTIONS: usize = 100;
+
+/// What a busy shared daemon holds: [`LOAD_CONNECTIONS`] connections (half gRPC clients that
+/// connected and then said nothing, half raw sockets that never spoke), a code map publisher,
+/// root's recording, nobody's recording, and a watch that reads its snapshots.
+struct Load {
+    runtime: tokio::runtime::Runtime,
+    _clients: Vec<Client>,
+    _raw: Vec<UnixStream>,
+    _publisher: Running,
+    _targets: [Running; 2],
+    roots: std::process::Child,
+    nobodys: std::process::Child,
+    /// Snapshots the watch read, and whether its stream ended with its final profile.
+    watched: tokio::task::JoinHandle<(usize, Option<SessionState>)>,
+}
+
+fn loaded(daemon: &Daemon) -> Load {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
     let publisher = Running::start(
         Command::new(binary("jitvm"))
             .args(["loop", "--seconds", "60", "--ready"])
             .env("VMSCOPE_SOCKET", &daemon.socket),
     );
-    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
-    let recording = recording_started(&daemon, &["--format", "json", "--duration", "60"], &target);
+    let ours = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let theirs = Running::start(
+        Command::new(&fixtures().hotspots_pie)
+            .arg("30")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let roots = recording_started(daemon, &["--format", "json", "--duration", "60"], &ours);
+    let nobodys = nobody_records(daemon, theirs.pid(), "60");
+    let (clients, watched) = runtime.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..LOAD_CONNECTIONS / 2 {
+            let mut client = daemon.client().await;
+            // A first request makes the connection; then the client stays idle.
+            client
+                .get_session(GetSessionRequest { session_id: 1 })
+                .await
+                .expect("root sees session 1");
+            clients.push(client);
+        }
+        let mut watcher = daemon.client().await;
+        let mut stream = watch(&mut watcher, 1).await.expect("watch session 1");
+        let watched = tokio::spawn(async move {
+            let _watcher = watcher;
+            let (mut snapshots, mut last) = (1, None);
+            while let Some(Ok(profile)) = stream.next().await {
+                snapshots += 1;
+                last = profile.session.map(|s| s.state());
+            }
+            (snapshots, last)
+        });
+        (clients, watched)
+    });
+    let raw = (0..LOAD_CONNECTIONS / 2)
+        .map(|_| UnixStream::connect(&daemon.socket).unwrap())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(daemon).0["counters"]["sessions_started"] != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "nobody's recording never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::thread::sleep(Duration::from_millis(500));
+    Load {
+        runtime,
+        _clients: clients,
+        _raw: raw,
+        _publisher: publisher,
+        _targets: [ours, theirs],
+        roots,
+        nobodys,
+        watched,
+    }
+}
 
+/// SIGTERM ends the daemon within 3 s under [`Load`]: both recordings and the watch get their
+/// final profiles, and the socket is removed.
+#[test]
+fn sigterm_ends_the_daemon_within_3_s_whatever_clients_do() {
+    let _serial = serial();
+    let mut daemon = Daemon::start();
+    let load = loaded(&daemon);
+    terminated_within_3_s(&mut daemon, load);
+}
+
+/// SIGHUP under [`Load`]: vmscoped has no configuration to reload, so it says so in its log and
+/// goes on (it used to die at once, the signal's default action, leaving its socket and losing
+/// every session): root's `info` answers within 1 s, both sessions keep sampling, and SIGTERM
+/// still ends it as it should.
+#[test]
+fn sighup_is_logged_and_the_daemon_goes_on() {
+    let _serial = serial();
+    let mut daemon = Daemon::start();
+    let load = loaded(&daemon);
+    let routed = |daemon: &Daemon| {
+        info(daemon).0["counters"]["samples_routed"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = routed(&daemon);
+    // SAFETY: kill only sends a signal to the test's own child.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        daemon.exited(),
+        None,
+        "SIGHUP ended the daemon:\n{}",
+        daemon.log()
+    );
+    assert!(daemon.socket.exists(), "the socket is gone after SIGHUP");
+    let (answer, took) = info(&daemon);
+    assert!(took < Duration::from_secs(1), "root's info took {took:?}");
+    assert_eq!(answer["counters"]["sessions_started"], 2);
+    std::thread::sleep(Duration::from_millis(500));
+    let after = routed(&daemon);
+    assert!(
+        after > before + 100,
+        "sampling stopped after SIGHUP: {before} samples routed before, {after} a second later"
+    );
+    assert!(daemon.log().contains("SIGHUP"), "{}", daemon.log());
+    terminated_within_3_s(&mut daemon, load);
+}
+
+/// SIGTERM to a daemon under `load`: it exits cleanly within 3 s, its socket gone, both
+/// recordings and the watch having their final profiles.
+fn terminated_within_3_s(daemon: &mut Daemon, load: Load) {
     let began = Instant::now();
     let status = daemon.terminate(Duration::from_secs(3));
     let took = began.elapsed();
     eprintln!("SIGTERM to exit: {took:?}");
     let log = daemon.log();
-    let recorded = recording.wait_with_output().unwrap();
-    drop((idle, publisher));
+    let roots = load.roots.wait_with_output().unwrap();
+    let nobodys = load.nobodys.wait_with_output().unwrap();
+    let (snapshots, last) = load.runtime.block_on(load.watched).unwrap();
     assert!(
         status.is_some_and(|s| s.success()),
         "vmscoped did not exit cleanly within 3 s ({status:?} after {took:?}):\n{log}"
     );
     assert!(!daemon.socket.exists(), "the socket was left behind");
-    assert!(
-        recorded.status.success(),
-        "the recording failed: {}",
-        String::from_utf8_lossy(&recorded.stderr)
+    for recorded in [&roots, &nobodys] {
+        assert!(
+            recorded.status.success(),
+            "a recording failed: {}",
+            String::from_utf8_lossy(&recorded.stderr)
+        );
+        let report = json_report(recorded);
+        assert!(
+            report["stop_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("shutting down")),
+            "{}",
+            report["stop_reason"]
+        );
+        assert!(report["total_samples"].as_u64().unwrap() > 0);
+    }
+    assert_eq!(
+        last,
+        Some(SessionState::Stopped),
+        "the watch ended without its final profile, after {snapshots} snapshots"
     );
-    let report = json_report(&recorded);
-    assert!(
-        report["stop_reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("shutting down")),
-        "{}",
-        report["stop_reason"]
-    );
-    assert!(report["total_samples"].as_u64().unwrap() > 0);
 }
 
 /// Another user's session reads its own 50 GB sparse perf map: root's 4 s session meanwhile
@@ -943,5 +1067,79 @@ fn a_setuid_program_run_by_a_users_target_is_never_sampled_for_the_user() {
     assert!(
         root_counters["target_creds_changed"] >= 1,
         "{root_counters:?}"
+    );
+}
+
+/// A user at its connection share runs `vmscope info`, `sessions` and `record -- CMD`: each
+/// says that the daemon refused it and why (the GOAWAY's reason), and exits non-zero. They used
+/// to print nothing and exit 0: the refused connection broke on a write, and a broken pipe
+/// read as the report's reader gone away.
+#[test]
+fn a_user_at_its_connection_share_is_told_so() {
+    let _serial = serial();
+    let daemon = Daemon::start_with(&["--max-connections-per-user", "2"]);
+    let target = Running::start(
+        Command::new(&fixtures().hotspots_pie)
+            .arg("30")
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    // Two recordings hold nobody's two connections.
+    let mut holders: Vec<_> = (0..2)
+        .map(|_| nobody_records(&daemon, target.pid(), "30"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(&daemon).0["counters"]["sessions_started"] != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "nobody's recordings never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let commands: [&[&str]; 3] = [
+        &["info"],
+        &["sessions"],
+        &["record", "-d", "1", "--", "/bin/true"],
+    ];
+    // Each a few times: whether the client reads the GOAWAY before its first write fails is
+    // a race.
+    let mut runs = 0;
+    for args in commands.iter().cycle().take(9) {
+        let began = Instant::now();
+        let out = daemon
+            .cli()
+            .args(*args)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .expect("run vmscope as nobody");
+        runs += 1;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && out.stdout.is_empty(),
+            "vmscope {args:?} at the share: {:?}, stdout {:?}, stderr {stderr:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains("vmscoped refused the connection")
+                && stderr.contains("uid 65534 holds 2")
+                && stderr.contains("--max-connections-per-user"),
+            "vmscope {args:?}: {stderr}"
+        );
+        assert!(began.elapsed() < Duration::from_secs(5), "{args:?}");
+    }
+    let (answer, _) = info(&daemon);
+    for holder in &mut holders {
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+    assert!(
+        answer["counters"]["connections_refused_per_user"]
+            .as_u64()
+            .unwrap()
+            >= runs,
+        "{}",
+        answer["counters"]
     );
 }

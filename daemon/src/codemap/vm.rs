@@ -212,7 +212,10 @@ impl Publication {
                 Change::Load {
                     start: entry.start,
                     size: (entry.size != 0).then_some(entry.size),
-                    code: store.intern(code, self.owner).map_err(|e| e.to_string())?,
+                    code: store.intern(code, self.owner).map_err(|full| Refused {
+                        reason: Reason::StoreFull,
+                        problem: full.to_string(),
+                    })?,
                 }
             }
             Event::Move(m) => Change::Move {
@@ -489,6 +492,29 @@ mod tests {
         assert_eq!(reason(&mut p, future), Reason::Unapplicable);
         assert_eq!(p.until_ns, 10, "refused, it moved no time on");
         assert_eq!((p.accepted, p.refused), (2, 6));
+    }
+
+    /// A load past its owner's share of the code store is refused as store-full, not as a
+    /// broken rule: the VM did nothing wrong, and `code_map_refused_store_full` must say so.
+    #[test]
+    fn a_load_past_the_owners_share_is_refused_as_store_full() {
+        let store = CodeStore::with_shares(crate::shares::ShareLimits {
+            per_user: 1,
+            non_root: 1 << 20,
+            total: 1 << 30,
+        });
+        let mut p = Publication::owned_by(1000);
+        p.accept(&hello(), &store).unwrap();
+        let refused = p
+            .accept(&load(10, 0x1000, 0x80, &[(0x1010, 3)]), &store)
+            .unwrap_err();
+        assert_eq!(refused.reason, Reason::StoreFull, "{}", refused.problem);
+        assert!(
+            refused.problem.contains("uid 1000 holds its share"),
+            "{}",
+            refused.problem
+        );
+        assert_eq!((p.accepted, p.refused), (1, 1));
     }
 
     /// A VM that breaks off mid-collection: the publication's close ends what it left open,
