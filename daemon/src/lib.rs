@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod bpf;
+pub mod cancel;
 pub mod codemap;
 pub mod jvm;
 pub mod process;
@@ -323,6 +324,14 @@ fn daemon_limits(
         ("watches_per_user", server::WATCHES.per_user as u64),
         ("watches_non_root", server::WATCHES.non_root as u64),
         ("watches_total", server::WATCHES.total as u64),
+        (
+            "watch_unread_ms",
+            server::WATCH_UNREAD_LIMIT.as_millis() as u64,
+        ),
+        ("profile_builds_per_user", server::BUILDS.per_user as u64),
+        ("profile_builds_non_root", server::BUILDS.non_root as u64),
+        ("profile_builds_total", server::BUILDS.total as u64),
+        ("stacks_per_session", m.max_stacks_per_session as u64),
         ("code_store_bytes", config.code_store.total as u64),
         (
             "code_store_bytes_per_user",

@@ -61,6 +61,13 @@ struct Args {
     #[arg(long, value_name = "HZ", default_value_t = ManagerConfig::default().max_frequency_hz,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_frequency: u32,
+    /// Most distinct call stacks a session keeps. A sample whose stack is new beyond that is
+    /// counted with its leaf alone under a "[truncated: stack limit]" caller (self time and
+    /// totals stay whole; the session and its profile say how many samples). Memory for a
+    /// session's stacks, and for each profile built from them, grows with this.
+    #[arg(long, default_value_t = ManagerConfig::default().max_stacks_per_session,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_stacks_per_session: usize,
     /// Never ask HotSpot JVMs for their perf map (no trigger file in their /tmp, no SIGQUIT),
     /// whatever sessions ask: Java code is then named only by perf maps the JVMs write on
     /// their own (`jcmd PID Compiler.perfmap`, `-XX:+DumpPerfMapAtExit`).
@@ -136,6 +143,7 @@ fn main() -> std::process::ExitCode {
             max_stopped_per_user: args.keep_sessions,
             jvm_attach: !args.no_jvm_attach,
             max_frequency_hz: args.max_frequency,
+            max_stacks_per_session: args.max_stacks_per_session,
             ..ManagerConfig::default()
         },
     };

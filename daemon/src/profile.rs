@@ -22,6 +22,7 @@ use vmscope_proto::v1::{
 };
 
 use crate::{
+    cancel::Cancel,
     codemap::code::Code,
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
     stats::vm::IntervalKind,
@@ -50,6 +51,9 @@ const THREAD_ENTRY_POINTS: [&str; 9] = [
 /// outermost frame is a thread's entry point (or kernel code: a kernel thread), and was cut by
 /// code without frame pointers otherwise.
 fn stack_end(end: Option<StackEnd>, outermost: Option<&Placed>) -> pb::StackEnd {
+    if outermost.is_some_and(|p| p.stack_limit) {
+        return pb::StackEnd::StackLimit;
+    }
     let Some(end) = end else {
         return pb::StackEnd::Unspecified;
     };
@@ -146,6 +150,8 @@ struct Placed {
     line: Option<u32>,
     /// Generated code named from a perf map read after the sample.
     later_snapshot: bool,
+    /// The caller of stacks cut at the session's stack limit.
+    stack_limit: bool,
 }
 
 /// What a row shows of a location in generated code a code map names: derived once per
@@ -186,6 +192,20 @@ pub fn build_profile(
     symbolizer: &Symbolizer,
     options: &ProfileOptions,
 ) -> Profile {
+    build_profile_unless(snapshot, symbolizer, options, &Cancel::never()).expect("never cancelled")
+}
+
+/// Locations or stacks handled between two looks at the cancellation flag.
+const CANCEL_CHECK_EVERY: usize = 1024;
+
+/// [`build_profile`], given up (`None`) soon after `cancel` is set: nobody waits for it.
+pub fn build_profile_unless(
+    snapshot: Snapshot,
+    symbolizer: &Symbolizer,
+    options: &ProfileOptions,
+    cancel: &Cancel,
+) -> Option<Profile> {
+    let cancelled = |i: usize| i.is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_set();
     let stacks = &snapshot.stacks;
     let mut frames = Frames::default();
     let mut source_lines = SourceLinesTable::default();
@@ -194,7 +214,11 @@ pub fn build_profile(
     let placed: Vec<Placed> = stacks
         .locations
         .iter()
-        .map(|location| {
+        .enumerate()
+        .map(|(i, location)| {
+            if cancelled(i) {
+                return None;
+            }
             let resolved = resolve(symbolizer, location, options);
             let code = match location {
                 Location::Jit { code, offset, .. } => {
@@ -242,7 +266,7 @@ pub fn build_profile(
                     native_frames(&mut frames, &resolved, location, &sources)
                 }
             };
-            Placed {
+            Some(Placed {
                 resolved,
                 code: detail,
                 row,
@@ -256,15 +280,19 @@ pub fn build_profile(
                         ..
                     }
                 ),
-            }
+                stack_limit: *location == Location::StackLimit,
+            })
         })
-        .collect();
+        .collect::<Option<_>>()?;
 
     // Rows: self time from each stack's leaf, inclusive time from every location in it.
     let mut rows: Vec<RowSum> = (0..row_keys.len()).map(|_| RowSum::default()).collect();
     let mut issues: HashMap<(String, String), u64> = HashMap::new();
     let mut stack_rows: Vec<usize> = Vec::new();
-    for &(pid, stack, samples) in &stacks.counts {
+    for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
+        if cancelled(i) {
+            return None;
+        }
         let ids = stacks.ids_of(stack);
         let Some(&leaf) = ids.first() else {
             continue;
@@ -309,7 +337,10 @@ pub fn build_profile(
     let (vm_interval_kinds, during) = interval_kinds(stacks);
     let mut by_frames: HashMap<(u32, Vec<u32>, pb::StackEnd, DuringId), u64> = HashMap::new();
     let mut ends: BTreeMap<pb::StackEnd, u64> = BTreeMap::new();
-    for &(pid, stack, samples) in &stacks.counts {
+    for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
+        if cancelled(i) {
+            return None;
+        }
         let ids = stacks.ids_of(stack);
         let frame_ids = stack_frames(ids, &placed, hidden_kernel);
         let outermost = ids.last().map(|id| &placed[id.0 as usize]);
@@ -488,7 +519,7 @@ pub fn build_profile(
     } else {
         0.0
     };
-    Profile {
+    Some(Profile {
         session: Some(snapshot.session),
         vm_executable: snapshot.vm_executable,
         total_samples: snapshot.total_samples,
@@ -518,7 +549,7 @@ pub fn build_profile(
         truncated_stacks: snapshot.truncated,
         stack_ends,
         pprof: Vec::new(),
-    }
+    })
 }
 
 /// The kinds of interval the stacks were taken during, each once (in the order reports list
@@ -830,6 +861,61 @@ mod tests {
             profile.rows[0].samples, 15,
             "rows are the frames', whatever the time"
         );
+    }
+
+    /// A build whose client went away gives up; stacks cut at the session's limit end as such,
+    /// under their own row, and every sample is still in a stack.
+    #[test]
+    fn cancelled_builds_give_up_and_cut_stacks_say_so() {
+        let kernel = |ip| Location::Kernel { ip };
+        let mut snap = snapshot(vec![(kernel(1), 6)]);
+        let mut table = StackTable::with_limit(4);
+        for caller in [2, 6, 7, 8] {
+            table.count(
+                7,
+                [kernel(1), kernel(caller)],
+                Some(StackEnd::Complete),
+                DuringId(0),
+            );
+        }
+        table.count(
+            7,
+            [kernel(3), kernel(4)],
+            Some(StackEnd::Complete),
+            DuringId(0),
+        );
+        table.count(
+            7,
+            [kernel(3), kernel(5)],
+            Some(StackEnd::Complete),
+            DuringId(0),
+        );
+        snap.stacks = table.snapshot();
+        let symbolizer = symbolizer();
+        let options = ProfileOptions { hide_kernel: None };
+        let (guard, cancel) = crate::cancel::CancelOnDrop::new();
+        drop(guard);
+        assert!(build_profile_unless(snap.clone(), &symbolizer, &options, &cancel).is_none());
+        let profile = build_profile(snap, &symbolizer, &options);
+        let ends: Vec<(i32, u64)> = profile
+            .stack_ends
+            .iter()
+            .map(|e| (e.end, e.samples))
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                (pb::StackEnd::Complete as i32, 4),
+                (pb::StackEnd::StackLimit as i32, 2)
+            ]
+        );
+        let marker = profile
+            .rows
+            .iter()
+            .find(|r| r.name == crate::symbolize::STACK_LIMIT_FRAME)
+            .expect("a row for the cut stacks' caller");
+        assert_eq!((marker.samples, marker.inclusive_samples), (0, 2));
+        assert_eq!(profile.stacks.iter().map(|s| s.samples).sum::<u64>(), 6);
     }
 
     #[test]

@@ -168,6 +168,21 @@ pub fn set_nice(nice: i32) -> io::Result<()> {
     }
 }
 
+/// The calling thread's nice value.
+pub fn thread_nice() -> io::Result<i32> {
+    // getpriority may return -1 as a value: errno tells.
+    // SAFETY: errno is the calling thread's; getpriority reads the calling thread's priority.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t);
+        let error = io::Error::last_os_error();
+        if nice == -1 && error.raw_os_error() != Some(0) {
+            return Err(error);
+        }
+        Ok(nice)
+    }
+}
+
 /// Asks the allocator to give the memory it holds free back to the system: glibc keeps freed
 /// memory in its arenas, so without this a big map let go shows in no RSS figure.
 pub fn return_free_memory() {

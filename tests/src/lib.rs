@@ -122,6 +122,9 @@ pub struct Fixtures {
     /// `events`: known counts for the kernel (`sleeps N THREADS`: N nanosleeps; `touch MIB`:
     /// MIB * 256 fresh pages).
     pub events: PathBuf,
+    /// `stubs FILE SECONDS [THREADS [STUBS]]`: random call paths 24 deep through (65,536)
+    /// file-backed stubs, so that nearly every sample is a stack never seen before.
+    pub stubs: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -184,6 +187,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
     gcc(&["-o", &s(&p("lookalikes")), "lookalikes.c"])?;
     gcc(&["-o", &s(&p("waiter")), "waiter.c"])?;
     gcc(&["-pthread", "-o", &s(&p("events")), "events.c"])?;
+    gcc(&["-pthread", "-o", &s(&p("stubs")), "stubs.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -192,6 +196,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         lookalikes: p("lookalikes"),
         waiter: p("waiter"),
         events: p("events"),
+        stubs: p("stubs"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

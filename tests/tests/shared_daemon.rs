@@ -1143,3 +1143,277 @@ fn a_user_at_its_connection_share_is_told_so() {
         answer["counters"]
     );
 }
+
+/// A client of nobody's that takes profiles of any size.
+async fn nobody_client(socket: &std::path::Path) -> Client {
+    client_as(socket, NOBODY)
+        .await
+        .expect("connect")
+        .max_decoding_message_size(usize::MAX)
+}
+
+/// The daemon's resident memory now, in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// What root sees while an attack runs: the slowest of its `info` calls (one every 200 ms), the
+/// daemon's highest RSS (read every 50 ms), the last answer and the most profile builds it
+/// showed under way, until `done` turns true.
+fn watch_root_side(
+    daemon: &Daemon,
+    done: &std::sync::atomic::AtomicBool,
+) -> (Duration, u64, serde_json::Value, u64) {
+    use std::sync::atomic::Ordering;
+    std::thread::scope(|scope| {
+        let pid = daemon.pid();
+        let rss = scope.spawn(move || {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                peak = peak.max(rss_bytes(pid));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak
+        });
+        let mut slowest = Duration::ZERO;
+        let mut last = serde_json::Value::Null;
+        let mut builds = 0;
+        while !done.load(Ordering::Relaxed) {
+            let (answer, took) = info(daemon);
+            slowest = slowest.max(took);
+            builds = builds.max(answer["gauges"]["profile_builds"].as_u64().unwrap_or(0));
+            last = answer;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        (slowest, rss.join().unwrap(), last, builds)
+    })
+}
+
+/// Another user's session on random call paths (a new stack nearly every sample), then that
+/// user's profile requests: 16 at once, over and over; 100 abandoned after 0.3 s; and 16
+/// watches never read. All along root's `info` answers within a second and root's 4 s session
+/// samples at its rate, and the daemon's RSS stays within 200 MB of what it was before. The
+/// session keeps its most stacks (3,000 here; with 4,096 stubs, debug builds of its profile
+/// take half a second) and says how many samples came beyond; the user builds two profiles at a
+/// time (its other requests wait), abandoned builds stop, and unread watches are dropped.
+#[test]
+fn another_users_snapshots_leave_root_served_and_memory_bounded() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    };
+    const RSS_BOUND: u64 = 200 << 20;
+    let _serial = serial();
+    let daemon = Daemon::start_with(&["--max-stacks-per-session", "3000"]);
+    let dir = vmscope_tests::shared_tempdir();
+    std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    let stubs = Running::start(
+        Command::new(&fixtures().stubs)
+            .arg(dir.path().join("stubs.bin"))
+            .args(["60", "2", "4096"])
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let socket = daemon.socket.clone();
+    let session = runtime.block_on(async {
+        let mut nobody = nobody_client(&socket).await;
+        endless_session(&mut nobody, stubs.pid()).await
+    });
+    // Their session gathers distinct stacks.
+    std::thread::sleep(Duration::from_secs(3));
+    let baseline = rss_bytes(daemon.pid());
+
+    // 16 clients fetch the profile as fast as they may, while root records 4 s.
+    let done = Arc::new(AtomicBool::new(false));
+    let (fetched, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut attack = Vec::new();
+    for _ in 0..16 {
+        let (socket, done) = (socket.clone(), done.clone());
+        let (fetched, refused) = (fetched.clone(), refused.clone());
+        attack.push(runtime.spawn(async move {
+            let mut nobody = nobody_client(&socket).await;
+            while !done.load(Ordering::Relaxed) {
+                let asked = nobody.get_profile(GetProfileRequest {
+                    session_id: session,
+                    pprof: false,
+                });
+                match asked.await {
+                    Ok(_) => fetched.fetch_add(1, Ordering::Relaxed),
+                    Err(status) => {
+                        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        refused.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
+        }));
+    }
+    let (concurrent, (took, hz)) = std::thread::scope(|scope| {
+        let root = scope.spawn(|| {
+            let served = roots_four_second_session(&daemon);
+            done.store(true, Ordering::Relaxed);
+            served
+        });
+        (watch_root_side(&daemon, &done), root.join().unwrap())
+    });
+    runtime.block_on(async {
+        for task in attack {
+            task.await.unwrap();
+        }
+    });
+    eprintln!(
+        "16 concurrent profile requests: {} fetched, {} refused, at most {} builds at once; \
+         root's info at most {:?}, root's session stopped {took:?} after its start at {hz:.0} \
+         Hz; RSS {} -> {} MB",
+        fetched.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+        concurrent.3,
+        concurrent.0,
+        baseline >> 20,
+        concurrent.1 >> 20
+    );
+
+    // 100 requests abandoned after 0.3 s.
+    let done = AtomicBool::new(false);
+    let abandoned = std::thread::scope(|scope| {
+        let attack = scope.spawn(|| {
+            runtime.block_on(async {
+                let mut tasks = tokio::task::JoinSet::new();
+                for _ in 0..100 {
+                    let socket = socket.clone();
+                    tasks.spawn(async move {
+                        let mut nobody = nobody_client(&socket).await;
+                        let asked = nobody.get_profile(GetProfileRequest {
+                            session_id: session,
+                            pprof: false,
+                        });
+                        let _ = tokio::time::timeout(Duration::from_millis(300), asked).await;
+                    });
+                }
+                while tasks.join_next().await.is_some() {}
+                // What the abandoned builds leave.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            });
+            done.store(true, Ordering::Relaxed);
+        });
+        let seen = watch_root_side(&daemon, &done);
+        attack.join().unwrap();
+        seen
+    });
+    eprintln!(
+        "100 abandoned profile requests: root's info at most {:?}; RSS at most {} MB",
+        abandoned.0,
+        abandoned.1 >> 20
+    );
+
+    // 16 watches every 100 ms, never read.
+    let done = AtomicBool::new(false);
+    let unread = std::thread::scope(|scope| {
+        let attack = scope.spawn(|| {
+            runtime.block_on(async {
+                let mut nobody = nobody_client(&socket).await;
+                let mut held = Vec::new();
+                for _ in 0..16 {
+                    let watch = nobody.watch_session(WatchSessionRequest {
+                        session_id: session,
+                        interval: Some(prost_types::Duration {
+                            seconds: 0,
+                            nanos: 100_000_000,
+                        }),
+                    });
+                    held.push(watch.await.expect("a watch"));
+                }
+                // Each is dropped once a profile waited 5 s for it: after two builds.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while info(&daemon).0["counters"]["watches_dropped_unread"] != 16
+                    && Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                held
+            });
+            done.store(true, Ordering::Relaxed);
+        });
+        let seen = watch_root_side(&daemon, &done);
+        attack.join().unwrap();
+        seen
+    });
+    eprintln!(
+        "16 watches never read: root's info at most {:?}; RSS at most {} MB",
+        unread.0,
+        unread.1 >> 20
+    );
+    let (after, _) = info(&daemon);
+    let counters = &after["counters"];
+    // Nobody's 2 and root's one.
+    assert!(
+        concurrent.3 <= 3,
+        "{} profile builds at once during the attack",
+        concurrent.3
+    );
+    assert!(
+        counters["profile_builds_cancelled"].as_u64() > Some(0),
+        "no abandoned build stopped: {counters}"
+    );
+    assert_eq!(counters["watches_dropped_unread"], 16, "{counters}");
+    // The session's stacks: at the limit, the rest counted by leaf, every sample counted.
+    let profile = runtime.block_on(async {
+        let mut nobody = nobody_client(&socket).await;
+        nobody
+            .get_profile(GetProfileRequest {
+                session_id: session,
+                pprof: false,
+            })
+            .await
+            .expect("the profile, once nothing else is built")
+            .into_inner()
+    });
+    let info = profile.session.clone().unwrap();
+    let in_stacks: u64 = profile.stacks.iter().map(|s| s.samples).sum();
+    let marker = profile
+        .rows
+        .iter()
+        .find(|r| r.name == "[truncated: stack limit]")
+        .map_or(0, |r| r.inclusive_samples);
+    eprintln!(
+        "their session: {} samples, {} beyond its {} stacks ({} under the marker), {} stacks",
+        profile.total_samples,
+        info.stack_limit_samples,
+        info.max_stacks,
+        marker,
+        profile.stacks.len()
+    );
+    assert_eq!(info.max_stacks, 3_000);
+    assert!(
+        info.stack_limit_samples > profile.total_samples / 4,
+        "{} of {} samples beyond the limit",
+        info.stack_limit_samples,
+        profile.total_samples
+    );
+    assert_eq!(marker, info.stack_limit_samples);
+    assert_eq!(in_stacks, profile.total_samples, "samples went missing");
+    assert!(profile.stacks.len() <= 3_000 + 750 + 1);
+
+    let (slowest, peak) = [&concurrent, &abandoned, &unread]
+        .iter()
+        .fold((Duration::ZERO, 0), |(s, p), seen| {
+            (s.max(seen.0), p.max(seen.1))
+        });
+    assert!(
+        slowest < Duration::from_secs(1),
+        "root's info took {slowest:?} during the attacks"
+    );
+    assert!(
+        peak < baseline + RSS_BOUND,
+        "the daemon's RSS went from {} to {} MB",
+        baseline >> 20,
+        peak >> 20
+    );
+    assert_served_on_time(took, hz);
+}

@@ -307,6 +307,7 @@ fn stack_end_name(end: i32) -> Option<&'static str> {
         StackEnd::CopyTooSmall => "copy_too_small",
         StackEnd::CopyFaulted => "copy_faulted",
         StackEnd::UnwindFailed => "unwind_failed",
+        StackEnd::StackLimit => "stack_limit",
     })
 }
 

@@ -693,6 +693,10 @@ pub fn stack_end_reason(end: StackEnd, dwarf: bool) -> &'static str {
             "stopped at Java code compiled without frame pointers (run the JVM with \
              -XX:+PreserveFramePointer for whole Java stacks)"
         }
+        StackEnd::StackLimit => {
+            "new once the session held its most distinct stacks: counted by leaf alone under \
+             [truncated: stack limit] (vmscoped --max-stacks-per-session)"
+        }
     }
 }
 

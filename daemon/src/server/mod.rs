@@ -7,25 +7,36 @@
 //! client's `:authority` is accepted.
 
 pub mod authority;
+pub mod builds;
 pub mod connections;
 mod listen;
 mod publish;
 mod status;
+mod watches;
 
-use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    pin::Pin,
+    sync::{Arc, atomic::Ordering::Relaxed},
+    time::Duration,
+};
 
 use crate::shares::{ShareLimits, Shares};
+pub use builds::BUILDS;
+use builds::Builds;
 pub use connections::{ConnectionLimits, Connections};
 pub use listen::bind_socket;
 pub use publish::CodeMapService;
 use status::to_status;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::{Stream, wrappers::ReceiverStream};
+use tokio::sync::watch;
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status, transport::server::UdsConnectInfo};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
+pub use watches::WATCH_UNREAD_LIMIT;
 
 use crate::{
-    profile::{ProfileOptions, build_profile},
+    cancel::CancelOnDrop,
+    profile::{ProfileOptions, build_profile_unless},
     session::{Caller, ManagerHandle, request::FrequencyLimits},
     symbolize::Symbolizer,
     sys,
@@ -50,6 +61,7 @@ pub struct ProfilerService {
     symbolizer: Symbolizer,
     online_cpus: u32,
     watches: Arc<Shares>,
+    builds: Arc<Builds>,
     shutdown: watch::Receiver<bool>,
     connections: Arc<Connections>,
     limits: Arc<BTreeMap<&'static str, u64>>,
@@ -72,23 +84,47 @@ impl ProfilerService {
             symbolizer,
             online_cpus,
             watches: Shares::new(WATCHES),
+            builds: Builds::new(BUILDS),
             shutdown,
             connections,
             limits: Arc::new(limits),
         }
     }
 
-    /// The session's profile, built on a blocking thread; with `pprof`, also encoded as pprof
-    /// on that thread (gzip of a large profile takes milliseconds the async threads should not
-    /// spend).
+    /// The session's profile, built on a blocking thread under one of the caller's shares of
+    /// builds (waiting [`builds::BUILD_WAIT`] at most for one); with `pprof`, also encoded as pprof on that thread
+    /// (gzip of a large profile takes milliseconds the async threads should not spend).
     async fn profile(&self, caller: Caller, id: u64, pprof: bool) -> Result<pb::Profile, Status> {
+        let share = self.builds.take(caller.uid, builds::BUILD_WAIT).await?;
+        self.build(share, caller, id, pprof).await
+    }
+
+    /// [`ProfilerService::profile`] with the share taken. The build is given up when this
+    /// future is dropped (its client cancelled or went away); the share is held until the
+    /// build thread lets go of it.
+    async fn build(
+        &self,
+        share: builds::BuildShare,
+        caller: Caller,
+        id: u64,
+        pprof: bool,
+    ) -> Result<pb::Profile, Status> {
+        let (guard, cancel) = CancelOnDrop::new();
         let snapshot = self.manager.snapshot(caller, id).await.map_err(to_status)?;
         let symbolizer = self.symbolizer.clone();
         let options = profile_options(caller);
-        tokio::task::spawn_blocking(move || {
+        let builds = self.builds.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let _share = share;
             let in_use = symbolizer.modules().in_use();
-            let mut profile = build_profile(snapshot, &symbolizer, &options);
+            let profile = builds::at_user_priority(caller.uid, || {
+                build_profile_unless(snapshot, &symbolizer, &options, &cancel)
+            });
             drop(in_use);
+            let Some(mut profile) = profile else {
+                builds.counters.cancelled.fetch_add(1, Relaxed);
+                return Err(Status::cancelled("the client went away"));
+            };
             if pprof {
                 profile.pprof = vmscope_report::pprof::encode(&profile).map_err(|e| {
                     Status::internal(format!("encoding the profile as pprof failed: {e}"))
@@ -96,8 +132,9 @@ impl ProfilerService {
             }
             Ok(profile)
         })
-        .await
-        .map_err(|e| Status::internal(format!("building the profile failed: {e}")))?
+        .await;
+        guard.disarm();
+        built.map_err(|e| Status::internal(format!("building the profile failed: {e}")))?
     }
 }
 
@@ -230,36 +267,12 @@ impl pb::profiler_server::Profiler for ProfilerService {
                 "watches: {refusal}; poll GetProfile, or close a watch"
             ))
         })?;
-        let (tx, rx) = mpsc::channel(2);
-        let service = self.clone();
-        let mut shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            loop {
-                // At shutdown the daemon stops the sessions first: this profile is then the
-                // final one, and the watch ends with it.
-                let shutting_down = *shutdown.borrow_and_update();
-                // Watches stream our message only: pprof is for GetProfile.
-                let profile = service.profile(caller, request.session_id, false).await;
-                // The stopped session's profile is the last: it changes no more, whole or not.
-                let last = shutting_down
-                    || profile.as_ref().map_or(true, |p| {
-                        p.session
-                            .as_ref()
-                            .is_some_and(|s| s.state() == pb::SessionState::Stopped)
-                    });
-                // A client that went away closes the channel; that ends the watch, nothing else.
-                if tx.send(profile).await.is_err() || last {
-                    break;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(interval) => {}
-                    _ = tx.closed() => break,
-                    _ = shutdown.changed() => {}
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(self.watch(
+            caller,
+            request.session_id,
+            interval,
+            permit,
+        )))
     }
 
     async fn get_daemon_info(
@@ -278,6 +291,9 @@ impl pb::profiler_server::Profiler for ProfilerService {
         let daemon = self.manager.counters().await.map_err(to_status)?;
         let mut counters = daemon.values;
         counters.extend(self.connections.counters.values());
+        counters.extend(self.builds.counters.values());
+        let mut gauges = daemon.gauges;
+        gauges.insert("profile_builds", self.builds.in_flight() as u64);
         Ok(Response::new(pb::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             max_frequency_hz,
@@ -293,11 +309,7 @@ impl pb::profiler_server::Profiler for ProfilerService {
                 .iter()
                 .map(|(&k, &v)| (k.to_owned(), v))
                 .collect(),
-            gauges: daemon
-                .gauges
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect(),
+            gauges: gauges.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
         }))
     }
 }

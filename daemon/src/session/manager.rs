@@ -133,6 +133,9 @@ pub struct ManagerConfig {
     /// of each target): a target beyond is not counted, and its report says why. The daemon
     /// fits it to a quarter of its descriptor limit, so counters never starve connections.
     pub max_kernel_counter_fds: usize,
+    /// Most distinct call stacks a session keeps; a sample whose stack is new beyond is
+    /// counted with its leaf alone (see [`super::StackTable`]).
+    pub max_stacks_per_session: usize,
 }
 
 impl Default for ManagerConfig {
@@ -152,6 +155,7 @@ impl Default for ManagerConfig {
             jvm_attach: true,
             max_frequency_hz: request::DEFAULT_MAX_FREQUENCY_HZ,
             max_kernel_counter_fds: 16_384,
+            max_stacks_per_session: super::stacks::DEFAULT_MAX_STACKS,
         }
     }
 }
@@ -609,6 +613,8 @@ impl Manager {
                 let now = sys::monotonic_ns();
                 let _ = reply.send(self.visible(caller, id).map(|s| s.to_proto(now)));
             }
+            // Its client went away while the request waited: no copy for nobody.
+            Command::Snapshot { reply, .. } if reply.is_closed() => {}
             Command::Snapshot { caller, id, reply } => {
                 let result = match self.visible(caller, id) {
                     Ok(_) => {
@@ -801,7 +807,7 @@ impl Manager {
             state: State::Running,
             stop_reason: None,
             targets,
-            stacks: Default::default(),
+            stacks: super::StackTable::with_limit(self.config.max_stacks_per_session),
             commands,
             total: 0,
             host_cpu: (host, host),

@@ -251,7 +251,7 @@ impl Session {
         let to = self.stacks.restack(from, locations);
         if to != from {
             self.stacks.uncount(pid, from);
-            *self.stacks.counts.entry((pid, to)).or_insert(0) += 1;
+            self.stacks.add(pid, to);
             if let Some(index) = kept {
                 self.kept.update(index, |sample| {
                     sample.stack = to;
@@ -360,6 +360,8 @@ impl Session {
             call_graph: self.spec.call_graph.to_proto() as i32,
             dwarf_stack_bytes: self.spec.call_graph.dwarf_stack_bytes(),
             awaiting_code_map_samples: self.jit.awaiting,
+            max_stacks: self.stacks.max_stacks() as u64,
+            stack_limit_samples: self.stacks.beyond_limit(),
         }
     }
 }

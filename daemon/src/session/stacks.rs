@@ -14,6 +14,13 @@
 //! interned: the binaries the session keeps open while it can be reported (see
 //! [`crate::symbolize::Modules::retain`]), found without rescanning its locations.
 //!
+//! A session keeps at most [`StackTable::max_stacks`] distinct stacks, so that a target whose
+//! every sample takes a new call path (or a user who makes one to exhaust the daemon) costs a
+//! bounded amount. A sample whose stack is new beyond that is counted with its leaf alone
+//! under a [`Location::StackLimit`] caller: self time and totals stay whole, only its callers
+//! are not kept, and the samples so counted are reported. Beyond a quarter more (room for new
+//! leaves), such a sample is counted under the marker alone.
+//!
 //! A stack is also told apart by the intervals its VM had under way when the sample was taken
 //! (a scavenge, a safepoint...: [`DuringId`]), so that a profile can say where the time went
 //! during each kind, and cut a flame graph to it, from the same counts.
@@ -32,6 +39,11 @@ use crate::{
 /// Most distinct sets of interval kinds one session tells apart; samples under way in more
 /// are counted as in none.
 pub const MAX_DURING_SETS: usize = 4096;
+
+/// Most distinct stacks a session keeps by default (`vmscoped --max-stacks-per-session`): room
+/// for the tens of thousands a long profile of a large program has, while the memory of the
+/// session and of each profile built from it (which grow with its stacks) stays bounded.
+pub const DEFAULT_MAX_STACKS: usize = 65_536;
 
 /// A location's index in its session's [`StackTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,7 +80,7 @@ impl StackSpan {
 }
 
 /// The interned locations and stacks of one session, and its samples per `(pid, stack)`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct StackTable {
     /// Distinct locations, by [`LocationId`].
     pub locations: Vec<Location>,
@@ -90,9 +102,66 @@ pub struct StackTable {
     hasher: foldhash::fast::RandomState,
     /// Reused for each sample's location ids, so that counting allocates nothing.
     scratch: Vec<LocationId>,
+    /// Most distinct stacks kept whole (see the module's documentation).
+    max_stacks: usize,
+    /// Samples counted now in stacks cut at the limit.
+    beyond_limit: u64,
+}
+
+impl Default for StackTable {
+    fn default() -> Self {
+        StackTable::with_limit(DEFAULT_MAX_STACKS)
+    }
 }
 
 impl StackTable {
+    /// An empty table that keeps at most `max_stacks` distinct stacks whole.
+    pub fn with_limit(max_stacks: usize) -> StackTable {
+        StackTable {
+            locations: Vec::new(),
+            frames: Vec::new(),
+            stacks: Vec::new(),
+            counts: HashMap::default(),
+            during: Vec::new(),
+            during_index: HashMap::default(),
+            during_of_log: HashMap::default(),
+            location_index: HashTable::new(),
+            stack_index: HashTable::new(),
+            modules: HashSet::default(),
+            hasher: Default::default(),
+            scratch: Vec::new(),
+            max_stacks,
+            beyond_limit: 0,
+        }
+    }
+
+    /// Most distinct stacks kept whole.
+    pub fn max_stacks(&self) -> usize {
+        self.max_stacks
+    }
+
+    /// Samples counted now with their leaf alone, their stack new once the table was full.
+    pub fn beyond_limit(&self) -> u64 {
+        self.beyond_limit
+    }
+
+    /// Counts one more sample of `pid` in `stack`.
+    pub fn add(&mut self, pid: u32, stack: StackId) {
+        *self.counts.entry((pid, stack)).or_insert(0) += 1;
+        if self.cut_at_limit(stack) {
+            self.beyond_limit += 1;
+        }
+    }
+
+    /// Whether `stack` is one of the limit's: a leaf (or nothing) under [`Location::StackLimit`].
+    pub fn cut_at_limit(&self, stack: StackId) -> bool {
+        self.stacks.get(stack.0 as usize).is_some_and(|span| {
+            span.len > 0
+                && self.locations[self.frames[(span.start + span.len - 1) as usize].0 as usize]
+                    == Location::StackLimit
+        })
+    }
+
     /// Counts one sample of `pid` whose stack is `locations` (leaf first), taken `during`
     /// those intervals, returning its stack.
     pub fn count(
@@ -103,7 +172,7 @@ impl StackTable {
         during: DuringId,
     ) -> StackId {
         let stack = self.intern(locations, end, during);
-        *self.counts.entry((pid, stack)).or_insert(0) += 1;
+        self.add(pid, stack);
         stack
     }
 
@@ -116,10 +185,79 @@ impl StackTable {
     ) -> StackId {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
-        ids.extend(locations.into_iter().map(|l| self.location(l)));
-        let stack = self.stack(&ids, end, during);
+        let stack = if self.stacks.len() < self.max_stacks {
+            ids.extend(locations.into_iter().map(|l| self.location(l)));
+            self.stack(&ids, end, during)
+        } else {
+            self.intern_beyond_limit(&mut ids, locations, end, during)
+        };
         self.scratch = ids;
         stack
+    }
+
+    /// [`StackTable::intern`] once the table holds its most stacks: a known stack is found
+    /// without interning anything, a new one becomes its leaf under [`Location::StackLimit`]
+    /// (or the marker alone, past a quarter more stacks).
+    fn intern_beyond_limit(
+        &mut self,
+        ids: &mut Vec<LocationId>,
+        locations: impl IntoIterator<Item = Location>,
+        end: Option<StackEnd>,
+        during: DuringId,
+    ) -> StackId {
+        let mut locations = locations.into_iter();
+        let leaf = locations.next();
+        let known = leaf.into_iter().chain(locations).all(|location| {
+            let found = self.find_location(location);
+            ids.extend(found);
+            found.is_some()
+        });
+        if known && let Some(stack) = self.find_stack(ids, end, during) {
+            return stack;
+        }
+        ids.clear();
+        let marker = self.location(Location::StackLimit);
+        if let Some(leaf) = leaf.filter(|&l| l != Location::StackLimit) {
+            let under_marker = self
+                .find_location(leaf)
+                .and_then(|id| self.find_stack(&[id, marker], end, during));
+            if let Some(stack) = under_marker {
+                return stack;
+            }
+            if self.stacks.len() < self.max_stacks + self.max_stacks / 4 {
+                ids.push(self.location(leaf));
+            }
+        }
+        ids.push(marker);
+        // How the walk ended is kept: a sample placed again keeps it (see `restack`).
+        self.stack(ids, end, during)
+    }
+
+    /// The id of a location already interned.
+    fn find_location(&self, location: Location) -> Option<LocationId> {
+        let hash = self.hasher.hash_one(location);
+        self.location_index
+            .find(hash, |id| self.locations[id.0 as usize] == location)
+            .copied()
+    }
+
+    /// The id of a stack already interned.
+    fn find_stack(
+        &self,
+        ids: &[LocationId],
+        end: Option<StackEnd>,
+        during: DuringId,
+    ) -> Option<StackId> {
+        let hash = self.hasher.hash_one((ids, end, during));
+        self.stack_index
+            .find(hash, |id| {
+                let span = &self.stacks[id.0 as usize];
+                let start = span.start as usize;
+                span.end == end
+                    && span.during == during
+                    && &self.frames[start..start + span.len as usize] == ids
+            })
+            .copied()
     }
 
     /// The id of a set of interval kinds under way, interning it on first sight. A process's
@@ -165,7 +303,8 @@ impl StackTable {
     }
 
     /// The stack `locations` ended and taken as `like` was: where a sample of `like` goes when
-    /// its frames are placed again.
+    /// its frames are placed again (under the limit's marker again unless the whole stack is
+    /// known).
     pub fn restack(
         &mut self,
         like: StackId,
@@ -184,6 +323,9 @@ impl StackTable {
             *n -= 1;
             if *n == 0 {
                 self.counts.remove(&(pid, stack));
+            }
+            if self.cut_at_limit(stack) {
+                self.beyond_limit -= 1;
             }
         }
     }
@@ -424,6 +566,46 @@ mod tests {
         let mut modules: Vec<ModuleId> = table.modules().collect();
         modules.sort();
         assert_eq!(modules, [ModuleId(3), ModuleId(4)]);
+    }
+
+    /// Past its most stacks, a table finds known stacks, counts a new one by its leaf under
+    /// the marker (the marker alone past a quarter more), and says how many samples it cut:
+    /// every sample stays counted, moved ones included.
+    #[test]
+    fn new_stacks_beyond_the_limit_are_counted_by_leaf() {
+        let mut table = StackTable::with_limit(8);
+        for leaf in 1..=8 {
+            table.count(1, [k(leaf), k(100)], DONE, NONE);
+        }
+        assert_eq!(table.beyond_limit(), 0);
+        let known = table.count(1, [k(2), k(100)], DONE, NONE);
+        assert_eq!(table.locations_of(known), [k(2), k(100)]);
+        // New stacks: leaf kept, callers not, and no caller interned.
+        let cut = table.count(1, [k(20), k(200), k(300)], DONE, NONE);
+        assert_eq!(table.locations_of(cut), [k(20), Location::StackLimit]);
+        assert_eq!(table.count(2, [k(20), k(201)], DONE, NONE), cut);
+        assert!(!table.locations.contains(&k(200)));
+        // One more leaf fits in the quarter more (2 stacks); past it, the marker alone.
+        let other = table.count(1, [k(21), k(200)], DONE, NONE);
+        assert_eq!(table.locations_of(other), [k(21), Location::StackLimit]);
+        let marker = table.count(1, [k(22), k(200)], DONE, NONE);
+        assert_eq!(table.locations_of(marker), [Location::StackLimit]);
+        assert_eq!(table.count(1, [k(23)], DONE, NONE), marker);
+        assert_eq!(table.stacks.len(), 8 + 2 + 1);
+        assert_eq!(table.beyond_limit(), 5);
+        let total: u64 = table.counts.values().sum();
+        assert_eq!(total, 8 + 1 + 5);
+        // A cut sample placed again goes under the marker again, and is counted once.
+        let moved = table.restack(cut, [k(21), k(200)]);
+        assert_eq!(moved, other);
+        table.uncount(1, cut);
+        table.add(1, moved);
+        assert_eq!(table.beyond_limit(), 5);
+        // A sample moved out of a cut stack into a known one is no longer beyond.
+        table.uncount(2, cut);
+        table.add(2, known);
+        assert_eq!(table.beyond_limit(), 4);
+        assert!(!table.counts.contains_key(&(1, cut)));
     }
 
     #[test]

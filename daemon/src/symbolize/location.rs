@@ -56,6 +56,9 @@ pub enum Location {
     },
     /// An address no mapping explains.
     Unmapped(UnmappedReason),
+    /// No location: the caller of every stack its session cut because it held its most
+    /// distinct stacks (see [`crate::session::StackTable`]).
+    StackLimit,
 }
 
 /// Why generated code is unexplained, as far as the daemon knows when it attributes the sample.

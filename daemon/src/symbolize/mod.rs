@@ -31,6 +31,10 @@ use crate::codemap::code::{CodeSource, CodeStore};
 /// Module name of kernel code, as perf writes it.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
+/// The name of [`Location::StackLimit`]'s frame: the caller of the stacks a session cut
+/// because it held its most distinct stacks.
+pub const STACK_LIMIT_FRAME: &str = "[truncated: stack limit]";
+
 /// Why a location has no name: each is counted per module in profiles, and said in words only
 /// there, at the API boundary.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -201,6 +205,14 @@ impl Symbolizer {
             Location::Unmapped(reason) => {
                 unknown(Section::Other, "[unknown]", Issue::Unmapped(reason))
             }
+            Location::StackLimit => Resolved {
+                section: Section::Other,
+                module: "[vmscope]".into(),
+                name: STACK_LIMIT_FRAME.into(),
+                symbolized: false,
+                issue: None,
+                build_id: None,
+            },
         }
     }
 
