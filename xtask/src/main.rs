@@ -15,6 +15,10 @@ mod bench_lines;
 mod bench_memory;
 mod bench_stop;
 mod demo;
+/// The tests' FUSE server whose reads can be made to hang, for `bench --attacks`.
+#[path = "../../tests/src/fuse.rs"]
+#[allow(dead_code)] // The tests use all of it; the bench only hangs reads.
+mod fuse;
 mod setup;
 
 use std::{
@@ -221,4 +225,16 @@ fn fuzz(seconds: u64) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A temporary directory every user can traverse (the FUSE server mounts in one that nobody
+/// reaches).
+fn shared_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::Builder::new()
+        .prefix("vmscope-bench-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
 }
