@@ -9,7 +9,10 @@
 //! * **1,000,000-line perf map**: root records for 6 s a process whose perf map has a million
 //!   entries (about 45 MB), then the process exits;
 //! * **code flood**: nobody's demo VM publishes 30,000 made-up methods (about 300 MB of code
-//!   descriptions) for itself, with no session, then exits.
+//!   descriptions) for itself, with no session, then exits;
+//! * **stack copies**: nobody records its own spinning process, whose 100 KiB environment makes
+//!   every DWARF copy whole, with 8 sessions that take its whole sampling share: 4 copying
+//!   65528 bytes at about 250 Hz each (its 64 MiB/s of copies), 4 bare at about 2000 Hz.
 //!
 //! "During" is read once the attack is under way; "after", 4 s after it ended (its processes
 //! killed: the daemon forgets a process's code maps once its last samples are read, and the
@@ -36,11 +39,12 @@ const NOBODY: u32 = 65534;
 /// Runs every attack and prints the table.
 pub fn run() -> anyhow::Result<()> {
     let built = demo::build()?;
-    let attacks: [(&str, Attack); 4] = [
+    let attacks: [(&str, Attack); 5] = [
         ("connection flood (19,000)", connection_flood),
         ("sparse 50 GB perf map", sparse_perf_map),
         ("1,000,000-line perf map", big_perf_map),
         ("code flood (30,000 codes)", code_flood),
+        ("stack copies (8 sessions)", stack_copies),
     ];
     let mut rows = Vec::new();
     for (name, attack) in attacks {
@@ -249,4 +253,39 @@ fn code_flood(built: &Built, socket: &Path) -> anyhow::Result<Vec<Child>> {
     // The publication is sent by the VM's publisher thread: give it time to arrive.
     std::thread::sleep(Duration::from_secs(3));
     Ok(vec![vm])
+}
+
+fn stack_copies(built: &Built, socket: &Path) -> anyhow::Result<Vec<Child>> {
+    let mut spinner = Command::new("sh")
+        .args(["-c", "echo ready; while :; do :; done"])
+        .env("PAD", "x".repeat(100 << 10))
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("sh as nobody")?;
+    let mut line = String::new();
+    BufReader::new(spinner.stdout.as_mut().expect("piped")).read_line(&mut line)?;
+    let mut children = Vec::new();
+    for i in 0..8u32 {
+        let (hz, call_graph) = if i % 2 == 0 {
+            (250 - i, "dwarf,65528")
+        } else {
+            (2000 - i, "none")
+        };
+        let mut command = Command::new(&built.cli);
+        command
+            .arg("--socket")
+            .arg(socket)
+            .args(["record", "--duration", "8", "--call-graph", call_graph])
+            .args(["-F", &hz.to_string(), "--pid", &spinner.id().to_string()])
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        children.push(command.spawn().context("vmscope record as nobody")?);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    children.push(spinner);
+    Ok(children)
 }
