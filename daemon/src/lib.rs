@@ -320,6 +320,14 @@ fn daemon_limits(
         ("running_sessions_total", m.max_running_sessions as u64),
         ("stopped_sessions_per_user", m.max_stopped_per_user as u64),
         (MAX_FREQUENCY_LIMIT, u64::from(m.max_frequency_hz)),
+        (
+            "frequency_hz_per_user",
+            u64::from(m.sampling_share.frequency_hz),
+        ),
+        (
+            "stack_copy_bytes_per_second_per_user",
+            m.sampling_share.stack_copy_bytes_per_second,
+        ),
         ("kernel_counter_fds", kernel_counter_fds as u64),
         ("watches_per_user", server::WATCHES.per_user as u64),
         ("watches_non_root", server::WATCHES.non_root as u64),

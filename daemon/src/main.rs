@@ -68,6 +68,19 @@ struct Args {
     #[arg(long, default_value_t = ManagerConfig::default().max_stacks_per_session,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_stacks_per_session: usize,
+    /// The sum of the distinct frequencies that the running sessions of one user other than
+    /// root may sample at, in Hz: each is a timer interrupt on every busy CPU. Root's sessions
+    /// are not held to it.
+    #[arg(long, value_name = "HZ",
+          default_value_t = vmscoped::session::shares::DEFAULT_FREQUENCY_HZ,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    frequency_per_user: u32,
+    /// The user stack that the running DWARF sessions (`--call-graph dwarf`) of one user other
+    /// than root may copy, in MiB per second on each busy CPU: frequency times copied bytes,
+    /// summed over the distinct frequencies. Root's sessions are not held to it.
+    #[arg(long, value_name = "MIB",
+          default_value_t = vmscoped::session::shares::DEFAULT_STACK_COPY_BYTES_PER_SECOND >> 20)]
+    stack_copy_per_user_mib: u64,
     /// Never ask HotSpot JVMs for their perf map (no trigger file in their /tmp, no SIGQUIT),
     /// whatever sessions ask: Java code is then named only by perf maps the JVMs write on
     /// their own (`jcmd PID Compiler.perfmap`, `-XX:+DumpPerfMapAtExit`).
@@ -144,6 +157,10 @@ fn main() -> std::process::ExitCode {
             jvm_attach: !args.no_jvm_attach,
             max_frequency_hz: args.max_frequency,
             max_stacks_per_session: args.max_stacks_per_session,
+            sampling_share: vmscoped::session::shares::SamplingShare {
+                frequency_hz: args.frequency_per_user,
+                stack_copy_bytes_per_second: args.stack_copy_per_user_mib.saturating_mul(1 << 20),
+            },
             ..ManagerConfig::default()
         },
     };

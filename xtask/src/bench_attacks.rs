@@ -15,8 +15,9 @@
 //!   and nobody records it: every read of its mappings waits on that lock (issue 23);
 //! * **profile flood**: nobody records its own process of random stacks through 65,536 stubs,
 //!   and 16 clients of nobody's take its profile over and over (issue 23);
-//! * **ring flood**: nobody records its own spinning process at 10,000 Hz with 64 KiB stack
-//!   copies (issue 23).
+//! * **stack copies**: nobody records its own spinning process, whose 100 KiB environment makes
+//!   every DWARF copy whole, with 8 sessions that take its whole sampling share: 4 copying
+//!   65528 bytes at about 250 Hz each (its 64 MiB/s of copies), 4 bare at about 2000 Hz.
 //!
 //! "During" is read once the attack is under way; "after", 4 s after it ended (its processes
 //! killed: the daemon forgets a process's code maps once its last samples are read, and the
@@ -52,7 +53,7 @@ pub fn run() -> anyhow::Result<()> {
         ("code flood (30,000 codes)", code_flood),
         ("held mmap lock", held_mmap_lock),
         ("profile flood (16 clients)", profile_flood),
-        ("ring flood (10 kHz, 64 KiB)", ring_flood),
+        ("stack copies (8 sessions)", stack_copies),
     ];
     let mut rows = Vec::new();
     for (name, attack) in attacks {
@@ -435,18 +436,37 @@ fn nobodys_session(built: &Built, socket: &Path) -> anyhow::Result<u64> {
         .context("nobody has no session")
 }
 
-fn ring_flood(built: &Built, socket: &Path) -> anyhow::Result<Attackers> {
-    let mut command = Command::new(&built.cli);
-    command
-        .arg("--socket")
-        .arg(socket)
-        .args(["record", "-F", "10000", "--call-graph", "dwarf,65528"])
-        .args(["--duration", "12", "--", "sh", "-c", "while :; do :; done"])
+fn stack_copies(built: &Built, socket: &Path) -> anyhow::Result<Attackers> {
+    let mut spinner = Command::new("sh")
+        .args(["-c", "echo ready; while :; do :; done"])
+        .env("PAD", "x".repeat(100 << 10))
         .uid(NOBODY)
         .gid(NOBODY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let recording = command.spawn().context("nobody's record")?;
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("sh as nobody")?;
+    let mut line = String::new();
+    BufReader::new(spinner.stdout.as_mut().expect("piped")).read_line(&mut line)?;
+    let mut children = Vec::new();
+    for i in 0..8u32 {
+        let (hz, call_graph) = if i % 2 == 0 {
+            (250 - i, "dwarf,65528")
+        } else {
+            (2000 - i, "none")
+        };
+        let mut command = Command::new(&built.cli);
+        command
+            .arg("--socket")
+            .arg(socket)
+            .args(["record", "--duration", "8", "--call-graph", call_graph])
+            .args(["-F", &hz.to_string(), "--pid", &spinner.id().to_string()])
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        children.push(command.spawn().context("vmscope record as nobody")?);
+    }
     std::thread::sleep(Duration::from_secs(1));
-    Ok(vec![recording].into())
+    children.push(spinner);
+    Ok(children.into())
 }

@@ -298,7 +298,8 @@ impl<'a> Builder<'a> {
         }
         if profile.lost_samples > 0 {
             lines.push(format!(
-                "{} samples lost (ring buffer full): not in this profile",
+                "{} samples lost (ring buffer full, or past its share for users other than \
+                 root): not in this profile",
                 profile.lost_samples
             ));
         }

@@ -21,6 +21,9 @@ pub struct FakeKernel {
     pub stack_targets: BTreeSet<(u64, u32)>,
     /// The filter entries whose samples carry a copy of the user stack, with its size.
     pub copy_targets: BTreeMap<(u64, u32), u32>,
+    /// The filter entries that a session of root's wants ([`vmscope_common::WANT_ROOT`]: their
+    /// samples may use root's reserve of the ring).
+    pub root_targets: BTreeSet<(u64, u32)>,
     /// Periods sampled system-wide.
     pub system_wide: BTreeSet<u64>,
     /// The system-wide periods whose samples carry frame-pointer stacks (a subset of
@@ -105,6 +108,11 @@ impl SamplerControl for FakeSampler {
             } else {
                 k.copy_targets.remove(&entry);
             }
+            if wants.for_root() {
+                k.root_targets.insert(entry);
+            } else {
+                k.root_targets.remove(&entry);
+            }
             Ok(())
         })
     }
@@ -115,6 +123,7 @@ impl SamplerControl for FakeSampler {
             k.targets.remove(&entry);
             k.stack_targets.remove(&entry);
             k.copy_targets.remove(&entry);
+            k.root_targets.remove(&entry);
         });
     }
 
@@ -174,6 +183,17 @@ impl SamplerControl for FakeSampler {
     }
 
     fn clear_lost(&mut self, period_ns: u64) {
-        self.with(|k| k.lost.keyed.retain(|key, _| key.period_ns != period_ns));
+        self.with(|k| {
+            k.lost.keyed.retain(|key, _| key.period_ns != period_ns);
+            let cleared: u64 = k
+                .lost
+                .shed
+                .iter()
+                .filter(|(key, _)| key.period_ns == period_ns)
+                .flat_map(|(_, values)| values)
+                .sum();
+            k.lost.shed_cleared += cleared;
+            k.lost.shed.retain(|key, _| key.period_ns != period_ns);
+        });
     }
 }

@@ -104,13 +104,32 @@ fn map_err(map: &'static str) -> impl FnOnce(MapError) -> SamplerError {
     }
 }
 
-/// Samples that the kernel could not deliver because the ring buffer was full, per CPU.
+/// Samples that the kernel could not deliver because the ring buffer was full, or left out
+/// because they were other users' and the ring held their share already, per CPU.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LostCounts {
     /// By target process and period; vectors are indexed by CPU number.
     pub keyed: HashMap<TargetKey, Vec<u64>>,
     /// Lost while the keyed table itself was full, or exec events lost; indexed by CPU.
     pub unkeyed: Vec<u64>,
+    /// Samples no session of root's wanted, left out while the ring held its share of such
+    /// samples ([`vmscope_common::Wants::fits`]), by target process and period; indexed by
+    /// CPU. Lost for the sessions that wanted them.
+    pub shed: HashMap<TargetKey, Vec<u64>>,
+    /// Shed while the keyed table of those was full: the daemon's count alone, no session's.
+    pub shed_unkeyed: Vec<u64>,
+    /// Shed samples whose keyed counters were cleared with their period
+    /// ([`SamplerControl::clear_lost`]).
+    pub shed_cleared: u64,
+}
+
+impl LostCounts {
+    /// All samples shed since the sampler was loaded.
+    pub fn shed_total(&self) -> u64 {
+        self.shed.values().flatten().sum::<u64>()
+            + self.shed_unkeyed.iter().sum::<u64>()
+            + self.shed_cleared
+    }
 }
 
 /// A process's entry in the kernel's `TRACKED` map: a target is sampled only while it has one,
@@ -185,7 +204,7 @@ pub trait SamplerControl: Send {
     fn take_creds_changed(&mut self) -> Vec<(u32, u64)>;
     /// Sets the number of system-wide sessions, which turns on exec events for all processes.
     fn set_system_wide_sessions(&mut self, count: u32);
-    /// Current lost-sample counters.
+    /// Current counters of samples lost, and of samples shed for root's reserve.
     fn lost(&self) -> Result<LostCounts, SamplerError>;
     /// Forgets the lost-sample counters of a period nobody samples at any more, so that the
     /// keyed table does not fill up over the daemon's life.
@@ -217,6 +236,9 @@ pub struct Sampler {
     config: Array<MapData, u32>,
     lost: PerCpuHashMap<MapData, TargetKey, u64>,
     lost_unkeyed: PerCpuArray<MapData, u64>,
+    shed: PerCpuHashMap<MapData, TargetKey, u64>,
+    shed_unkeyed: PerCpuArray<MapData, u64>,
+    shed_cleared: u64,
     links: HashMap<u64, Vec<PerfEventLinkId>>,
 }
 
@@ -316,6 +338,9 @@ impl Sampler {
             config,
             lost: take_map(&mut ebpf, "LOST")?,
             lost_unkeyed: take_map(&mut ebpf, "LOST_UNKEYED")?,
+            shed: take_map(&mut ebpf, "SHED")?,
+            shed_unkeyed: take_map(&mut ebpf, "SHED_UNKEYED")?,
+            shed_cleared: 0,
             ebpf,
             cpus,
             links: HashMap::new(),
@@ -454,10 +479,32 @@ impl SamplerControl for Sampler {
             .get(&0, 0)
             .map_err(map_err("LOST_UNKEYED"))?;
         counts.unkeyed = unkeyed.to_vec();
+        for entry in self.shed.iter() {
+            let (key, values) = entry.map_err(map_err("SHED"))?;
+            counts.shed.insert(key, values.to_vec());
+        }
+        let unkeyed = self
+            .shed_unkeyed
+            .get(&0, 0)
+            .map_err(map_err("SHED_UNKEYED"))?;
+        counts.shed_unkeyed = unkeyed.to_vec();
+        counts.shed_cleared = self.shed_cleared;
         Ok(counts)
     }
 
     fn clear_lost(&mut self, period_ns: u64) {
+        let shed: Vec<(TargetKey, u64)> = self
+            .shed
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, _)| k.period_ns == period_ns)
+            .map(|(k, values)| (k, values.iter().sum()))
+            .collect();
+        for (key, count) in shed {
+            if self.shed.remove(&key).is_ok() {
+                self.shed_cleared += count;
+            }
+        }
         let keys: Vec<TargetKey> = self
             .lost
             .keys()

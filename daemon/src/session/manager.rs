@@ -136,6 +136,9 @@ pub struct ManagerConfig {
     /// Most distinct call stacks a session keeps; a sample whose stack is new beyond is
     /// counted with its leaf alone (see [`super::StackTable`]).
     pub max_stacks_per_session: usize,
+    /// What the running sessions of each user other than root may ask of the sampler
+    /// together: timer rate and stack copies.
+    pub sampling_share: super::shares::SamplingShare,
 }
 
 impl Default for ManagerConfig {
@@ -156,6 +159,7 @@ impl Default for ManagerConfig {
             max_frequency_hz: request::DEFAULT_MAX_FREQUENCY_HZ,
             max_kernel_counter_fds: 16_384,
             max_stacks_per_session: super::stacks::DEFAULT_MAX_STACKS,
+            sampling_share: Default::default(),
         }
     }
 }
@@ -687,7 +691,8 @@ impl Manager {
             kernel_hz,
             daemon_hz: self.config.max_frequency_hz,
         };
-        let spec = request::validate(request, limits)?;
+        let mut spec = request::validate(request, limits)?;
+        spec.root = caller.is_root();
         let running = self.running().count();
         if running >= self.config.max_running_sessions {
             return Err(SessionError::ResourceExhausted(format!(
@@ -700,6 +705,20 @@ impl Manager {
                 "you (uid {}) already run {mine} sessions, the most one user may; stop one first",
                 caller.uid
             )));
+        }
+        if !caller.is_root() {
+            let specs: Vec<&request::SessionSpec> = self
+                .running()
+                .filter(|s| s.owner_uid == caller.uid)
+                .map(|s| &s.spec)
+                .collect();
+            if let Some(refusal) =
+                self.config
+                    .sampling_share
+                    .refusal(caller.uid, specs.iter().copied(), &spec)
+            {
+                return Err(SessionError::ResourceExhausted(refusal));
+            }
         }
         // The processes named, by start time, before the caller is authorized for them: the
         // targets read after must be these, not others given their pids in between.
@@ -2382,6 +2401,10 @@ impl Manager {
             ("events", c.events),
             ("samples_routed", c.samples_routed),
             ("samples_unrouted", c.samples_unrouted),
+            (
+                "samples_shed_for_root",
+                self.sampler.lost().map_or(0, |l| l.shed_total()),
+            ),
             ("exec_events", c.exec_events),
             ("exit_events", c.exit_events),
             ("exits_process_ran_on", c.exits_process_ran_on),
@@ -2791,10 +2814,12 @@ fn refresh_lost(session: &mut Session, lost: &LostCounts) {
         .collect();
 }
 
-/// The lost-sample counters, per CPU, that concern a session.
+/// The lost-sample counters, per CPU, that concern a session: its samples the ring had no
+/// room for, and those left out for root's reserve (only ever a session of another user's:
+/// root's samples are never shed).
 fn lost_for(lost: &LostCounts, period_ns: u64, system_wide: bool, pids: &[u32]) -> Vec<u64> {
     let mut per_cpu = lost.unkeyed.clone();
-    for (key, values) in &lost.keyed {
+    for (key, values) in lost.keyed.iter().chain(&lost.shed) {
         if key.period_ns != period_ns || !(system_wide || pids.contains(&key.tgid)) {
             continue;
         }

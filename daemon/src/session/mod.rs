@@ -12,6 +12,7 @@ mod kept;
 mod manager;
 pub mod request;
 mod routes;
+pub mod shares;
 pub mod stacks;
 mod vms;
 
@@ -425,6 +426,7 @@ mod tests {
                 keep_samples: 0,
                 call_graph: Default::default(),
                 jvm_attach: true,
+                root: false,
             },
             period_ns: 714_285,
             started_at: SystemTime::UNIX_EPOCH,

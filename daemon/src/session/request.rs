@@ -8,7 +8,7 @@ use vmscope_proto::{
 };
 
 use super::SessionError;
-use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY, WANT_STACKS, Wants};
+use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY, WANT_ROOT, WANT_STACKS, Wants};
 use vmscope_parse::stat;
 
 use crate::{codemap::registry::Wanted, sys};
@@ -126,6 +126,26 @@ pub struct SessionSpec {
     pub call_graph: CallGraph,
     /// Whether HotSpot targets may be asked for their perf map (signalled).
     pub jvm_attach: bool,
+    /// Whether the session is root's: its samples may use the half of the ring buffer kept
+    /// for root ([`WANT_ROOT`]). False from [`validate`], which does not know the caller; the
+    /// manager sets it.
+    pub root: bool,
+}
+
+impl SessionSpec {
+    /// What the kernel must record with each of the session's samples, and whether they are
+    /// root's.
+    pub fn wants(&self) -> Wants {
+        let wants = self.call_graph.wants();
+        if self.root {
+            Wants {
+                flags: wants.flags | WANT_ROOT,
+                ..wants
+            }
+        } else {
+            wants
+        }
+    }
 }
 
 /// How a session records call stacks (the API's `CallGraph`, never unspecified).
@@ -295,6 +315,7 @@ pub fn validate(
         keep_samples: request.keep_samples,
         call_graph,
         jvm_attach: !request.no_jvm_attach,
+        root: false,
     })
 }
 

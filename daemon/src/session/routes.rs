@@ -12,6 +12,10 @@
 //! when the process exits, and the session manager arms it again while the process lives (see
 //! `Manager::arm`). The count here says only when the daemon itself must remove it.
 //!
+//! A filter entry that a session of root's joins says so ([`WANT_ROOT`]): its samples may use
+//! the half of the ring buffer kept for root. Samples of entries that only other users'
+//! sessions hold are left out (and counted) once the ring holds its share of them.
+//!
 //! Every session that joins a process holds it ([`Guard::Held`]) until the manager has checked
 //! who the process runs as and set the guard its sessions' owners call for (`Manager::arm`,
 //! right after): a root session's target that a user's session joins is not sampled unguarded
@@ -22,7 +26,7 @@ use std::{
     hash::Hash,
 };
 
-use vmscope_common::{TargetKey, WANT_STACKS, Wants};
+use vmscope_common::{TargetKey, WANT_ROOT, WANT_STACKS, Wants};
 
 use super::request::SessionSpec;
 use crate::bpf::{Guard, SamplerControl, SamplerError, Tracking, period_of};
@@ -69,13 +73,14 @@ enum Update {
 }
 
 /// The counts behind one filter map (`TARGETS` or `SYSTEM_WIDE`): sessions per entry, how
-/// many of them want frame-pointer stacks, and how many want each size of user stack copy
-/// (never more than the sessions). The entry's value is their union: stacks if any wants
-/// them, the largest copy any wants.
+/// many of them want frame-pointer stacks, how many are root's, and how many want each size of
+/// user stack copy (never more than the sessions). The entry's value is their union: stacks if
+/// any wants them, root's if any is root's, the largest copy any wants.
 #[derive(Debug)]
 struct Filter<K> {
     sessions: HashMap<K, u32>,
     stacks: HashMap<K, u32>,
+    root: HashMap<K, u32>,
     copies: HashMap<K, BTreeMap<u32, u32>>,
 }
 
@@ -84,6 +89,7 @@ impl<K> Default for Filter<K> {
         Filter {
             sessions: HashMap::new(),
             stacks: HashMap::new(),
+            root: HashMap::new(),
             copies: HashMap::new(),
         }
     }
@@ -92,12 +98,11 @@ impl<K> Default for Filter<K> {
 impl<K: Hash + Eq + Copy> Filter<K> {
     /// What the entry's sessions want together.
     fn wants(&self, key: K) -> Wants {
+        let flag = |counts: &HashMap<K, u32>, bit| {
+            if counts.contains_key(&key) { bit } else { 0 }
+        };
         Wants {
-            flags: if self.stacks.contains_key(&key) {
-                WANT_STACKS
-            } else {
-                0
-            },
+            flags: flag(&self.stacks, WANT_STACKS) | flag(&self.root, WANT_ROOT),
             user_copy_bytes: self
                 .copies
                 .get(&key)
@@ -112,6 +117,9 @@ impl<K: Hash + Eq + Copy> Filter<K> {
         bump(&mut self.sessions, key);
         if wants.flags & WANT_STACKS != 0 {
             bump(&mut self.stacks, key);
+        }
+        if wants.for_root() {
+            bump(&mut self.root, key);
         }
         if wants.user_copy_bytes > 0 {
             *self
@@ -135,6 +143,9 @@ impl<K: Hash + Eq + Copy> Filter<K> {
         let before = self.wants(key);
         if wants.flags & WANT_STACKS != 0 {
             drop_one(&mut self.stacks, key);
+        }
+        if wants.for_root() {
+            drop_one(&mut self.root, key);
         }
         if wants.user_copy_bytes > 0
             && let Some(sizes) = self.copies.get_mut(&key)
@@ -200,7 +211,7 @@ impl Routes {
         spec: &SessionSpec,
     ) -> Result<(), SamplerError> {
         let period_ns = period_of(spec.frequency_hz);
-        let wants = spec.call_graph.wants();
+        let wants = spec.wants();
         // Filters first, perf events last: an event that fires before its filter is set only
         // wastes a tick, but the other order would be the same with more to undo.
         if spec.system_wide {
@@ -256,7 +267,7 @@ impl Routes {
         tgid: u32,
     ) {
         let key = target_key(period_of(spec.frequency_hz), tgid);
-        let update = self.targets.leave(key, spec.call_graph.wants());
+        let update = self.targets.leave(key, spec.wants());
         if let Err(e) = apply_target(sampler, key, update) {
             // Only a value change can fail here; the entry stays, with stacks nobody reads.
             tracing::warn!(?key, "turning stacks down for a target failed: {e}");
@@ -272,7 +283,7 @@ impl Routes {
             self.release_target(sampler, spec, tgid);
         }
         if spec.system_wide {
-            let update = self.system_wide.leave(period_ns, spec.call_graph.wants());
+            let update = self.system_wide.leave(period_ns, spec.wants());
             if let Err(e) = apply_system_wide(sampler, period_ns, update) {
                 tracing::warn!(period_ns, "turning stacks down system-wide failed: {e}");
             }
@@ -311,6 +322,7 @@ mod tests {
             keep_samples: 0,
             call_graph,
             jvm_attach: true,
+            root: false,
         }
     }
 
@@ -448,6 +460,42 @@ mod tests {
         assert_eq!(targets(&sampler), (vec![40], vec![40]));
         routes.release(&mut sampler, &fp);
         assert_eq!(targets(&sampler), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_target_is_roots_while_a_session_of_roots_holds_it() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let theirs = spec(&[50, 51], false, CallGraph::Dwarf { stack_bytes: 65528 });
+        let ours = SessionSpec {
+            root: true,
+            ..spec(&[51, 52], false, CallGraph::FramePointers)
+        };
+        let roots = |sampler: &FakeSampler| -> Vec<u32> {
+            kernel(sampler)
+                .root_targets
+                .iter()
+                .map(|&(_, pid)| pid)
+                .collect()
+        };
+        routes.acquire(&mut sampler, &theirs).unwrap();
+        assert_eq!(roots(&sampler), [] as [u32; 0], "another user's alone");
+        routes.acquire(&mut sampler, &ours).unwrap();
+        assert_eq!(roots(&sampler), [51, 52], "shared with root: root's");
+        assert_eq!(copies(&sampler), [(50, 65528), (51, 65528)]);
+        routes.release_target(&mut sampler, &ours, 51);
+        assert_eq!(roots(&sampler), [52], "root left 51 to the other user");
+        routes.release(
+            &mut sampler,
+            &SessionSpec {
+                pids: vec![52],
+                ..ours.clone()
+            },
+        );
+        assert_eq!(roots(&sampler), [] as [u32; 0]);
+        assert_eq!(targets(&sampler).0, [50, 51]);
+        routes.release(&mut sampler, &theirs);
+        assert_eq!(targets(&sampler).0, [] as [u32; 0]);
     }
 
     #[test]

@@ -120,6 +120,13 @@ pub const MAX_STACK_FRAMES: usize = 127;
 /// kernel stack, and the user stack by `bpf_get_stack`).
 pub const WANT_STACKS: u32 = 1;
 
+/// Bit of [`Wants::flags`]: a session of root's wants these samples. Samples that only other
+/// users' sessions want are written to the ring buffer only while it holds less than
+/// [`Wants::shared_ring_bytes`]; the rest of the ring is root's reserve, so that no user can
+/// fill it and cost root its samples. Those not written are counted in `SHED`, never in
+/// root's sessions.
+pub const WANT_ROOT: u32 = 2;
+
 /// Most bytes of user stack a sample may copy: perf's limit for `--call-graph dwarf,SIZE`
 /// (a record must fit in perf's 16-bit size field, hence 65528 rather than 65536).
 pub const MAX_USER_COPY: u32 = 65528;
@@ -133,7 +140,7 @@ pub const DEFAULT_USER_COPY: u32 = 8192;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Wants {
-    /// [`WANT_STACKS`] or 0.
+    /// [`WANT_STACKS`] and [`WANT_ROOT`] bits.
     pub flags: u32,
     /// Bytes of user stack to copy from the stack pointer up, with the user registers
     /// (`--call-graph dwarf`); 0 for none. A multiple of 8, at most [`MAX_USER_COPY`]. A copy
@@ -145,6 +152,39 @@ impl Wants {
     /// Whether samples carry a record beyond the bare [`Event`]: the kernel stack at least.
     pub const fn any_stack(&self) -> bool {
         self.flags & WANT_STACKS != 0 || self.user_copy_bytes > 0
+    }
+
+    /// Whether a session of root's wants these samples ([`WANT_ROOT`]).
+    pub const fn for_root(&self) -> bool {
+        self.flags & WANT_ROOT != 0
+    }
+
+    /// The most bytes a sample's record takes with what these sessions want: the event, both
+    /// stacks at their deepest and the user copy. The kernel program tests the room left in
+    /// the ring with it before it spends time on the stacks.
+    pub const fn max_record_bytes(&self) -> u64 {
+        if !self.any_stack() {
+            return Event::SIZE as u64;
+        }
+        let copy = if self.user_copy_bytes > 0 {
+            UserCopyHeader::SIZE as u64 + self.user_copy_bytes as u64
+        } else {
+            0
+        };
+        Event::SIZE as u64 + 2 * 8 * MAX_STACK_FRAMES as u64 + copy
+    }
+
+    /// Bytes of a ring of `ring_bytes` that samples no session of root's wants may fill: the
+    /// first half. The other half is root's reserve.
+    pub const fn shared_ring_bytes(ring_bytes: u64) -> u64 {
+        ring_bytes / 2
+    }
+
+    /// Whether a sample with these wants, of at most `record_bytes`, may go into a ring of
+    /// `ring_bytes` that holds `held_bytes` unread: always for root's, else only while it
+    /// stays within [`Wants::shared_ring_bytes`].
+    pub const fn fits(&self, record_bytes: u64, held_bytes: u64, ring_bytes: u64) -> bool {
+        self.for_root() || held_bytes + record_bytes <= Wants::shared_ring_bytes(ring_bytes)
     }
 
     /// What two sessions on the same samples want together.
@@ -555,6 +595,40 @@ mod tests {
             }
         );
         assert!(fp.any_stack() && dwarf.any_stack() && !Wants::default().any_stack());
+    }
+
+    #[test]
+    fn samples_no_root_session_wants_stay_out_of_roots_half_of_the_ring() {
+        const RING: u64 = 1 << 20;
+        let users = Wants {
+            flags: 0,
+            user_copy_bytes: MAX_USER_COPY,
+        };
+        let roots = Wants {
+            flags: WANT_ROOT,
+            ..users
+        };
+        let big = users.max_record_bytes();
+        // The largest record the program writes: event, 2 x 127 frames, header, copy.
+        assert_eq!(big, 48 + 2032 + 32 + 65528);
+        assert_eq!(Wants::default().max_record_bytes(), 48);
+        assert_eq!(
+            Wants {
+                flags: WANT_STACKS,
+                user_copy_bytes: 0
+            }
+            .max_record_bytes(),
+            48 + 2032
+        );
+        assert!(users.fits(big, RING / 2 - big, RING), "just up to half");
+        assert!(
+            !users.fits(big, RING / 2 - big + 1, RING),
+            "a byte past half"
+        );
+        assert!(!Wants::default().fits(48, RING / 2, RING));
+        assert!(roots.fits(big, RING - big, RING), "root's may use it all");
+        // A union with root's sessions is root's.
+        assert!(users.union(roots).for_root() && roots.union(users).for_root());
     }
 
     #[test]

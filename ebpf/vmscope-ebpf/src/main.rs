@@ -9,7 +9,10 @@
 //!   for a user copy (`--call-graph dwarf`), the kernel stack, then the user registers and the
 //!   top of the user stack, copied page by page (see `copy_user_stack`). A tick that finds the ring
 //!   buffer full is counted in `LOST` (per CPU) and dropped: the kernel never waits for the
-//!   daemon.
+//!   daemon. A tick that no session of root's wants (no [`WANT_ROOT`]) is kept only while the
+//!   ring holds less than half its size with its record (see [`Wants::fits`]), and is
+//!   otherwise counted in `SHED` and dropped before any stack is walked: the other half is
+//!   root's, and no user can fill it.
 //!   A tick of a target process is kept for its target sessions only while its `TRACKED` entry
 //!   allows: with [`GUARD_CREDS`], only while the interrupted thread's credentials are those the
 //!   daemon checked the owner's right against (read from `task->real_cred` at offsets the
@@ -34,7 +37,10 @@
 mod prog {
     use aya_ebpf::{
         EbpfContext,
-        bindings::{BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_NO_WAKEUP, bpf_perf_event_data, pt_regs},
+        bindings::{
+            BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
+            bpf_perf_event_data, pt_regs,
+        },
         helpers::{
             bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
             bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
@@ -143,6 +149,17 @@ mod prog {
     #[map]
     static LOST: PerCpuHashMap<TargetKey, u64> = PerCpuHashMap::with_max_entries(MAX_LOST_KEYS, 0);
 
+    /// Samples that no session of root's wanted, left out because the ring buffer held its
+    /// share of other users' samples already ([`Wants::fits`]), per CPU, by process and period:
+    /// lost for the sessions that wanted them, and for nobody else.
+    #[map]
+    static SHED: PerCpuHashMap<TargetKey, u64> = PerCpuHashMap::with_max_entries(MAX_LOST_KEYS, 0);
+
+    /// Samples shed while `SHED` itself was full, per CPU (index 0): counted for the daemon
+    /// alone, never in root's sessions as the unkeyed losses are.
+    #[map]
+    static SHED_UNKEYED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
     /// Samples lost while `LOST` itself was full, per CPU (index 0).
     #[map]
     static LOST_UNKEYED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -190,6 +207,16 @@ mod prog {
         if !sampled {
             return 0;
         }
+        // Before any work on the stacks: a user's sample that would take the ring past its
+        // share costs the kernel one lookup and a count.
+        if !value.fits(
+            value.max_record_bytes(),
+            EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)),
+            EVENTS.query(u64::from(BPF_RB_RING_SIZE)),
+        ) {
+            count(&SHED, &SHED_UNKEYED, &key);
+            return 0;
+        }
         let kernel = data.regs.cs & 3 == 0;
         let event = Event {
             kind: EVENT_SAMPLE,
@@ -213,7 +240,7 @@ mod prog {
             EVENTS.output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))
         };
         if sent.is_err() {
-            count_lost(&key);
+            count(&LOST, &LOST_UNKEYED, &key);
         }
         0
     }
@@ -527,15 +554,21 @@ mod prog {
         }
     }
 
-    fn count_lost(key: &TargetKey) {
+    /// Counts a sample of `key` in `map` (`LOST` or `SHED`), or in `unkeyed` when the map is
+    /// full.
+    #[inline(always)]
+    fn count(map: &PerCpuHashMap<TargetKey, u64>, unkeyed: &PerCpuArray<u64>, key: &TargetKey) {
         // Perf event programs do not nest on one CPU, so a plain increment of the per-CPU slot
         // cannot race.
-        match LOST.get_ptr_mut(key) {
+        match map.get_ptr_mut(key) {
             // SAFETY: the pointer comes from the map and is valid for this program run.
             Some(slot) => unsafe { *slot += 1 },
             None => {
-                if LOST.insert(key, 1, 0).is_err() {
-                    count_unkeyed();
+                if map.insert(key, 1, 0).is_err()
+                    && let Some(slot) = unkeyed.get_ptr_mut(0)
+                {
+                    // SAFETY: as above.
+                    unsafe { *slot += 1 };
                 }
             }
         }

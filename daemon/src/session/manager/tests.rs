@@ -1769,3 +1769,69 @@ async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time(
         ]
     );
 }
+
+/// A user's samples left out for root's reserve are lost in that user's session, never in
+/// root's; only root's targets may use the reserve; and a user is held to its sampling share
+/// while root is not.
+#[tokio::test]
+async fn shed_samples_are_the_users_own_and_shares_hold_users_only() {
+    use std::os::unix::process::CommandExt as _;
+    let h = harness();
+    let mut theirs = Command::new("sleep")
+        .arg("30")
+        .uid(NOBODY_UID)
+        .gid(NOBODY_UID)
+        .spawn()
+        .unwrap();
+    let pid = theirs.id();
+    let users = h
+        .manager
+        .start(NOBODY, start_request(&[pid], 100))
+        .await
+        .unwrap();
+    let roots = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.kernel().root_targets,
+        [(period_of(100), me())].into(),
+        "only root's target may use the reserve"
+    );
+    h.kernel.lock().unwrap().lost.shed.insert(
+        TargetKey {
+            period_ns: period_of(100),
+            tgid: pid,
+            _pad: 0,
+        },
+        vec![3, 4],
+    );
+    let their_snapshot = h.manager.snapshot(NOBODY, users.id).await.unwrap();
+    let our_snapshot = h.manager.snapshot(ROOT, roots.id).await.unwrap();
+    assert_eq!(their_snapshot.lost_per_cpu, [3, 4]);
+    assert_eq!(our_snapshot.lost_per_cpu.iter().sum::<u64>(), 0);
+    assert_eq!(
+        h.manager.counters().await.unwrap().values["samples_shed_for_root"],
+        7
+    );
+
+    // 100 Hz is used; 9900 more is the share of 10,000 Hz, one more is refused.
+    let refused = h.manager.start(NOBODY, start_request(&[pid], 9901)).await;
+    match refused {
+        Err(SessionError::ResourceExhausted(why)) => {
+            assert!(why.contains("share of 10000 Hz"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    h.manager
+        .start(NOBODY, start_request(&[pid], 9900))
+        .await
+        .expect("within the share");
+    h.manager
+        .start(ROOT, start_request(&[me()], 9901))
+        .await
+        .expect("root is not held to the share");
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+}
