@@ -196,10 +196,15 @@ async fn deep_recursion_is_truncated_marked_and_counted() {
             user.len()
         );
         // The outermost callers are the ones missing: only the recursion is left (under the
-        // leaf: bottom, and libc's clock_gettime when the tick caught its syscall).
+        // leaf: bottom, and libc's clock_gettime when the tick caught its syscall). A tick as
+        // the recursion returns and descends again every 5 ms may find it just short of the
+        // limit: then main may be left as the outermost frame kept (libc's start below it),
+        // never with a frame missing between it and the recursion.
         let recursing = user.iter().filter(|n| **n == "recurse").count();
+        let main_at = user.iter().position(|n| *n == "main");
         assert!(
-            !user.contains(&"main") && recursing + 3 >= user.len(),
+            main_at.is_none_or(|at| at + 2 >= user.len() && at > 0 && user[at - 1] == "recurse")
+                && recursing + 3 >= user.len(),
             "a truncated stack reaches past the recursion: {user:?}"
         );
     }
