@@ -150,18 +150,20 @@ fn check(publish: &str, report: &Value, figures: &HashMap<String, f64>) {
         (window - duration).abs() < 1e-6,
         "the window is the session's: {window} s, {duration} s"
     );
-    check_sampled_gc(
-        publish,
-        report,
-        vm,
-        figure("gc_ms") / (window * 1e3) * 100.0,
-    );
+    check_sampled_gc(publish, report, vm, figures);
 }
 
-/// The samples taken during collections: their share of the VM's samples within 3 points of
-/// the VM's own share of the time (`own_percent`, from its end-of-run line), and their stacks
-/// in the collector (`Vm::collect_if_due`), not in the mutator.
-fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64) {
+/// The samples taken during collections: their share of the VM thread's samples, and of the
+/// process's, within 3 points of the share of CPU time the VM measured in its collections
+/// (its end-of-run line), and their stacks in the collector (`Vm::collect_if_due`), not in
+/// the mutator. CPU time, not wall time: the sampler ticks on CPU time, and on a busy machine
+/// the VM's thread waits for a CPU inside collections and outside at random (3.3 points
+/// apart in one CI run beside a JVM).
+fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, figures: &HashMap<String, f64>) {
+    let share = |part: &str, whole: &str| figures[part] / figures[whole].max(1e-9) * 100.0;
+    let thread_own = share("gc_thread_cpu_ms", "thread_cpu_ms");
+    let process_own = share("gc_process_cpu_ms", "process_cpu_ms");
+    let wall_own = share("gc_ms", "seconds") / 1e3;
     let sampled = |kind: &str| {
         vm["intervals"]
             .as_array()
@@ -175,8 +177,8 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
     let percent = scavenges["percent"].as_f64().unwrap() + full["percent"].as_f64().unwrap();
     let samples = scavenges["samples"].as_u64().unwrap() + full["samples"].as_u64().unwrap();
     eprintln!(
-        "{publish}: {samples} samples in GC, {percent:.2}% of the VM's; the VM's own share \
-         {own_percent:.2}%; during scavenges: {:#}",
+        "{publish}: {samples} samples in GC, {percent:.2}% of the process's; its own share of \
+         CPU time {process_own:.2}%, of wall time {wall_own:.2}%; during scavenges: {:#}",
         scavenges["top"]
     );
     assert!(
@@ -251,24 +253,44 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, own_percent: f64)
     let thread_percent =
         (during_gc - publisher) as f64 * 100.0 / all.saturating_sub(publisher_all).max(1) as f64;
     eprintln!(
-        "{publish}: the VM's thread: {thread_percent:.2}% of its samples in GC; the process: \
-         {percent:.2}%; the VM's own share: {own_percent:.2}%"
+        "{publish}: the VM's thread: {thread_percent:.2}% of its samples in GC, {thread_own:.2}% \
+         of its CPU time; the process: {percent:.2}% and {process_own:.2}%"
     );
     assert!(
-        (thread_percent - own_percent).abs() <= 3.0,
-        "{publish}: {thread_percent:.2}% of the VM thread's samples in GC, {own_percent:.2}% \
-         of the time by the VM"
+        (thread_percent - thread_own).abs() <= 3.0,
+        "{publish}: {thread_percent:.2}% of the VM thread's samples in GC, {thread_own:.2}% \
+         of its CPU time by the VM"
     );
     // The report's share is the process's: the publisher's thread, which runs beside the
-    // collections over gRPC, is in it too, and still within the 3 points.
+    // collections over gRPC, is in it too, as in the process's CPU time the VM measured.
     assert!(
-        (percent - own_percent).abs() <= 3.0,
-        "{publish}: {percent:.2}% of the samples in GC, {own_percent:.2}% of the time by the VM"
+        (percent - process_own).abs() <= 3.0,
+        "{publish}: {percent:.2}% of the samples in GC, {process_own:.2}% of the process's CPU \
+         time by the VM"
     );
-    assert!(
-        scavenges["disagreement_points"].is_null(),
-        "{publish}: {scavenges:#}"
-    );
+    // The report flags a sampled share that differs from the VM's share of wall time: right
+    // when the VM waited for a CPU through its collections, wrong when it had one.
+    let flagged = [&scavenges, &full]
+        .iter()
+        .any(|s| !s["disagreement_points"].is_null());
+    let waited = (process_own - wall_own).abs();
+    if waited < 1.0 {
+        assert!(
+            !flagged,
+            "{publish}: the VM had a CPU (its CPU and wall shares {process_own:.2}% and \
+             {wall_own:.2}%), yet a disagreement: {scavenges:#} {full:#}"
+        );
+    } else if waited > 6.0 {
+        assert!(
+            flagged,
+            "{publish}: the VM waited for a CPU (its CPU and wall shares {process_own:.2}% and \
+             {wall_own:.2}%), and no disagreement: {scavenges:#} {full:#}"
+        );
+    } else {
+        eprintln!(
+            "{publish}: CPU and wall shares {waited:.2} points apart: the flag may go either way"
+        );
+    }
 }
 
 #[test]

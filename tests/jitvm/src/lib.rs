@@ -30,6 +30,7 @@ pub mod codelog;
 pub mod codemap_file;
 pub mod codezone;
 pub mod compaction;
+pub mod cpu_time;
 pub mod driver;
 pub mod error;
 pub mod gc;

@@ -102,6 +102,10 @@ pub struct Stats {
     pub full_gcs: u64,
     /// Time in collections, in ns, as published.
     pub gc_ns: u64,
+    /// CPU time of the VM's thread in collections, in ns.
+    pub gc_thread_cpu_ns: u64,
+    /// CPU time of the whole process (the publisher's thread too) in collections, in ns.
+    pub gc_process_cpu_ns: u64,
     /// Time in code compactions, in ns, as published.
     pub compaction_ns: u64,
     /// The lowest and highest young generation sizes published, in bytes.
