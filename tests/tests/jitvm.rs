@@ -453,5 +453,5 @@ fn the_demos_report_has_no_empty_sections_and_one_number_format() {
             );
         }
     }
-    assert!(!text.contains("0 hz per busy CPU"), "{text}");
+    assert!(!text.contains(" 0 hz per busy CPU"), "{text}");
 }
