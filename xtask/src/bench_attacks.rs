@@ -17,7 +17,11 @@
 //!   and 16 clients of nobody's take its profile over and over (issue 23);
 //! * **stack copies**: nobody records its own spinning process, whose 100 KiB environment makes
 //!   every DWARF copy whole, with 8 sessions that take its whole sampling share: 4 copying
-//!   65528 bytes at about 250 Hz each (its 64 MiB/s of copies), 4 bare at about 2000 Hz.
+//!   65528 bytes at about 250 Hz each (its 64 MiB/s of copies), 4 bare at about 2000 Hz;
+//! * **process churn**: under root's system-wide session, nobody starts short-lived JIT
+//!   processes one after another in two loops (each writes a perf map, spins 5 ms in its
+//!   generated code and exits), for 20 s before "during" is read: the daemon's cost must
+//!   follow the rate of new processes, not grow with those seen (issue 23).
 //!
 //! "During" is read once the attack is under way; "after", 4 s after it ended (its processes
 //! killed: the daemon forgets a process's code maps once its last samples are read, and the
@@ -46,7 +50,7 @@ const NOBODY: u32 = 65534;
 /// Runs every attack and prints the table.
 pub fn run() -> anyhow::Result<()> {
     let built = demo::build()?;
-    let attacks: [(&str, Attack); 7] = [
+    let attacks: [(&str, Attack); 8] = [
         ("connection flood (19,000)", connection_flood),
         ("sparse 50 GB perf map", sparse_perf_map),
         ("1,000,000-line perf map", big_perf_map),
@@ -54,6 +58,7 @@ pub fn run() -> anyhow::Result<()> {
         ("held mmap lock", held_mmap_lock),
         ("profile flood (16 clients)", profile_flood),
         ("stack copies (8 sessions)", stack_copies),
+        ("process churn (20 s in)", process_churn),
     ];
     let mut rows = Vec::new();
     for (name, attack) in attacks {
@@ -469,4 +474,45 @@ fn stack_copies(built: &Built, socket: &Path) -> anyhow::Result<Attackers> {
     std::thread::sleep(Duration::from_secs(1));
     children.push(spinner);
     Ok(children.into())
+}
+
+fn process_churn(built: &Built, socket: &Path) -> anyhow::Result<Attackers> {
+    let jit = fixture(built, "fakejit.c", "fakejit")?;
+    let scratch = crate::shared_tempdir();
+    let system = Command::new(&built.cli)
+        .arg("--socket")
+        .arg(socket)
+        .args([
+            "record",
+            "--system",
+            "--duration",
+            "300",
+            "--format",
+            "json",
+            "-o",
+        ])
+        .arg(scratch.path().join("system.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("root's system-wide record")?;
+    let mut processes = vec![system];
+    std::thread::sleep(Duration::from_secs(1));
+    // Each perf map goes 2 s after its process, read by then: /tmp does not fill up.
+    let churn = format!(
+        "while :; do {} 0.005 {} perfmap >/dev/null & p=$!; wait $p; \
+         (sleep 2; rm -f /tmp/perf-$p.map) & done",
+        jit.display(),
+        scratch.path().display()
+    );
+    for _ in 0..2 {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(&churn).uid(NOBODY).gid(NOBODY);
+        processes.push(command.spawn().context("a churn loop")?);
+    }
+    std::thread::sleep(Duration::from_secs(20));
+    Ok(Attackers {
+        held: vec![Box::new(scratch)],
+        processes,
+    })
 }

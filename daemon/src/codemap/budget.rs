@@ -55,13 +55,14 @@ impl ReadBudgets {
         available
     }
 
-    /// Gives back what the reads did not use of [`ReadBudgets::take`]'s bytes; nothing left
-    /// means they may have stopped for want of bytes (counted).
-    pub fn put_back(&mut self, uid: u32, left: u64) {
+    /// Gives back what a read did not use of [`ReadBudgets::take`]'s bytes; `cut_short`, it
+    /// stopped for want of bytes with some left to read (counted). A read that needed nothing
+    /// is not: it may well have been given nothing, while another of the user's was out.
+    pub fn put_back(&mut self, uid: u32, left: u64, cut_short: bool) {
         if let Some(bucket) = self.buckets.get_mut(&uid) {
             bucket.bytes = (bucket.bytes + left).min(READ_BURST_BYTES);
         }
-        if left == 0 {
+        if cut_short {
             self.exhausted += 1;
         }
     }
@@ -77,21 +78,23 @@ mod tests {
     fn a_burst_then_the_rate_and_users_apart() {
         let mut budgets = ReadBudgets::default();
         assert_eq!(budgets.take(1000, 0), READ_BURST_BYTES);
-        budgets.put_back(1000, 0);
+        budgets.put_back(1000, 0, true);
         assert_eq!(budgets.exhausted, 1);
-        // Nothing left at once; 100 ms earn a tenth of the rate.
+        // Nothing left at once; 100 ms earn a tenth of the rate. A read given nothing that
+        // needed nothing was not cut short.
         assert_eq!(budgets.take(1000, 0), 0);
-        budgets.put_back(1000, 0);
+        budgets.put_back(1000, 0, false);
+        assert_eq!(budgets.exhausted, 1);
         let earned = budgets.take(1000, 100 * MS);
         assert_eq!(earned, READ_BYTES_PER_SECOND / 10);
-        budgets.put_back(1000, earned);
+        budgets.put_back(1000, earned, false);
         // Another user's bucket is its own.
         assert_eq!(budgets.take(0, 100 * MS), READ_BURST_BYTES);
         // Over a second, one user reads about its rate whatever the number of syncs.
         let mut read = 0;
         for t in (100..1100).step_by(3) {
             read += budgets.take(1000, t * MS);
-            budgets.put_back(1000, 0);
+            budgets.put_back(1000, 0, true);
         }
         let expected = READ_BYTES_PER_SECOND + READ_BYTES_PER_SECOND / 10;
         assert!(

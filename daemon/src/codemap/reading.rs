@@ -109,6 +109,8 @@ pub struct ReadOutcome {
     pub dropped: Vec<Refusals>,
     /// The read panicked: the sources were lost (a bug, said in the log).
     pub panicked: bool,
+    /// The budget ran out with bytes left to read: the rest waits for a later read.
+    pub cut_short: bool,
 }
 
 impl Sources {
@@ -306,6 +308,14 @@ impl Sources {
             tracing::warn!(pid, "code map read no more: {failure}");
         }
         out.mapped_late += self.mapped_late().saturating_sub(mapped_late_before);
+        out.cut_short = *budget == 0 && self.behind();
+    }
+
+    /// Whether a source's last read stopped short of its file's end.
+    fn behind(&self) -> bool {
+        self.perf_map.as_ref().is_some_and(PerfMapSource::behind)
+            || self.jitdumps.iter().any(JitdumpSource::behind)
+            || self.files.iter().any(CodeMapFileSource::behind)
     }
 
     fn mapped_late(&self) -> u64 {

@@ -560,9 +560,14 @@ struct ProcessCode {
 impl ProcessCode {
     /// Whether samples of it wait, are parked, or are provisional.
     fn busy(&self) -> bool {
-        self.timeline.pending_samples() > 0
-            || self.replay.pending_samples() > 0
-            || !self.snapshot_parked.is_empty()
+        self.counting() || !self.snapshot_parked.is_empty()
+    }
+
+    /// Whether samples of it wait for their map, or are provisional: samples that the next
+    /// read or the reader's watermark may let through. (Parked samples wait for the perf map
+    /// to change, which a read now and then finds as well as one per batch.)
+    fn counting(&self) -> bool {
+        self.timeline.pending_samples() > 0 || self.replay.pending_samples() > 0
     }
 
     /// The kinds of code map it has.
@@ -1004,11 +1009,27 @@ impl CodeMaps {
         }
     }
 
+    /// Processes whose code maps are known: live ones sampled or watched, and the gone ones
+    /// until their last samples are read.
+    pub fn tracked(&self) -> usize {
+        self.processes.len()
+    }
+
     /// Pids with samples waiting, parked or provisional.
     pub fn waiting(&self) -> Vec<u32> {
         self.processes
             .iter()
             .filter(|(_, p)| p.busy())
+            .map(|(&pid, _)| pid)
+            .collect()
+    }
+
+    /// Pids with samples waiting or provisional, not only parked: those a batch of samples
+    /// advances (see [`ProcessCode::counting`]).
+    pub fn counting(&self) -> Vec<u32> {
+        self.processes
+            .iter()
+            .filter(|(_, p)| p.counting())
             .map(|(&pid, _)| pid)
             .collect()
     }
@@ -1058,11 +1079,17 @@ impl CodeMaps {
             .sum()
     }
 
-    /// Notices which processes with parked samples exited (no session watches them any more):
-    /// their files are read one last time at their next advance.
+    /// Notices which processes with samples waiting or parked exited (no session is told of
+    /// their exit: a system-wide session's processes, or targets of sessions stopped since):
+    /// their files are read one last time at their next advance. A process gone before it
+    /// was first read (a short-lived one, sampled in its last milliseconds) has no start time
+    /// to compare: whatever holds its pid now is another, or nothing.
     pub fn notice_exits(&mut self) {
         for (&pid, process) in &mut self.processes {
-            if process.busy() && !process.exited && read_start_time(pid) != process.start_time_ticks
+            if process.busy()
+                && !process.exited
+                && (process.start_time_ticks.is_none()
+                    || read_start_time(pid) != process.start_time_ticks)
             {
                 process.exited = true;
             }
@@ -1249,7 +1276,7 @@ impl CodeMaps {
             ..
         } = reply;
         self.budgets
-            .put_back(job.uid.unwrap_or(u32::MAX), budget_left);
+            .put_back(job.uid.unwrap_or(u32::MAX), budget_left, read.cut_short);
         self.counters.sources += read.opened;
         self.counters.source_failures += read.failures;
         self.counters.mapped_late += read.mapped_late;
@@ -1874,6 +1901,36 @@ mod tests {
         assert_eq!(maps.unexplained_since_snapshot(pid), 0);
 
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A process gone before the daemon first read it (sampled in its last milliseconds)
+    /// has no start time to compare with what holds its pid now: it is noticed exited all the
+    /// same, its parked samples settle at its last read, and it is forgotten. (It was not:
+    /// under churn such processes piled up, each read again at every batch.) Parked samples
+    /// alone do not make a process advance with every batch.
+    #[test]
+    fn a_process_gone_before_its_first_read_is_noticed_and_forgotten() {
+        let mut child = Sleeper::start();
+        let pid = child.pid();
+        child.end();
+        let mut maps = CodeMaps::new(Arc::new(CodeStore::new()));
+        let mut sink = Recorder::default();
+        maps.touch(pid);
+        maps.push_sample(pid, jit_sample(pid, 1_000_000_000, 0x7f00_0000_1010));
+        assert_eq!((maps.waiting(), maps.counting()), (vec![pid], vec![pid]));
+        // No map: after the discovery wait, unexplained, and parked for a later perf map.
+        advance(&mut maps, pid, 2_000_000_000, &mut sink);
+        assert_eq!(sink.told.len(), 1, "{:?}", sink.told);
+        assert_eq!((maps.waiting(), maps.counting()), (vec![pid], vec![]));
+        maps.notice_exits();
+        advance(&mut maps, pid, 2_100_000_000, &mut sink);
+        assert!(
+            maps.waiting().is_empty(),
+            "still parked after its last read"
+        );
+        assert!(!maps.forget_gone(2_200_000_000, 2_200_000_000));
+        assert!(!maps.forget_gone(2_300_000_000, 2_300_000_000));
+        assert_eq!(maps.tracked(), 0);
     }
 
     fn load(start: u64, code: CodeId) -> Change {

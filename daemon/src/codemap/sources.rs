@@ -214,6 +214,11 @@ pub struct PerfMapSource {
 }
 
 impl PerfMapSource {
+    /// Whether its last read stopped short of the file's end (for want of budget).
+    pub fn behind(&self) -> bool {
+        !self.growing.at_end
+    }
+
     /// The perf map of a process (`/proc/PID/root/tmp/perf-NSPID.map`), if it has one. With
     /// `root`, the process's root directory held open ([`sys::open_process_root`]), it is
     /// found there even once the process is gone (a map written at exit).
@@ -511,6 +516,11 @@ const MAX_SHARED_FILE_NAMES: usize = 100_000;
 const JITDUMP_FLAGS_ARCH_TIMESTAMP: u64 = 1;
 
 impl JitdumpSource {
+    /// Whether its last read stopped short of the file's end (for want of budget).
+    pub fn behind(&self) -> bool {
+        !self.growing.at_end
+    }
+
     /// A jitdump file of process `pid` opened through its mapping of it, checked to be the
     /// user's.
     pub fn new(file: File, path: &Path, pid: u32, uid: u32) -> Result<JitdumpSource, String> {
@@ -923,6 +933,11 @@ pub struct CodeMapFileSource {
 }
 
 impl CodeMapFileSource {
+    /// Whether its last read stopped short of the file's end (for want of budget).
+    pub fn behind(&self) -> bool {
+        !self.growing.at_end
+    }
+
     /// A code map file of process `pid` opened through its mapping of it, checked to be the
     /// user's.
     pub fn new(file: File, path: &Path, pid: u32, uid: u32) -> Result<CodeMapFileSource, String> {

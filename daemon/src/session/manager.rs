@@ -1207,7 +1207,10 @@ impl Manager {
         // After the batch's exec events, which check their processes first.
         self.check_changed_creds();
         let now = sys::monotonic_ns();
-        for pid in self.codemaps.waiting() {
+        // Processes whose samples only wait for their perf map to change are read on the
+        // tick: a batch comes every few milliseconds, and under process churn they would
+        // be revisited, each, at every one.
+        for pid in self.codemaps.counting() {
             self.advance_code_maps(pid, now);
         }
         self.finalize_ready(now);

@@ -184,6 +184,7 @@ impl Manager {
                 self.codemaps.provisional() as u64,
             ),
             ("code_map_reads_in_flight", j.reads_in_flight),
+            ("code_map_processes", self.codemaps.tracked() as u64),
             ("code_map_read_threads", j.read_threads),
             ("process_read_threads", a.threads),
             ("process_reads_stuck", a.stuck),
