@@ -109,6 +109,11 @@ struct Args {
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
     stall_reader_ms: u64,
+    /// Fault injection for tests: the session manager's housekeeping period (ms), 100 by
+    /// default; a long one stands for a manager held up by other work.
+    #[arg(long, default_value_t = 100, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    tick_ms: u64,
 }
 
 /// See `--nice`.
@@ -157,6 +162,7 @@ fn main() -> std::process::ExitCode {
             jvm_attach: !args.no_jvm_attach,
             max_frequency_hz: args.max_frequency,
             max_stacks_per_session: args.max_stacks_per_session,
+            tick: std::time::Duration::from_millis(args.tick_ms),
             sampling_share: vmscoped::session::shares::SamplingShare {
                 frequency_hz: args.frequency_per_user,
                 stack_copy_bytes_per_second: args.stack_copy_per_user_mib.saturating_mul(1 << 20),

@@ -67,3 +67,53 @@ async fn losses_are_counted_and_harmless() {
         dump(&profile)
     );
 }
+
+/// A target that exits is measured against the CPU time it used up to its exit, however late
+/// the daemon gets to it: with the daemon's housekeeping held up (a 2.5 s period here, as a
+/// manager busy with other work was in issue 23) and the target reaped by its parent at once,
+/// the last `/proc/PID/stat` reading was 2.5 s into its 3 s, and the rate came out a fifth too
+/// high. The kernel's own count of its CPU time stops at its exit.
+#[test]
+fn a_target_reaped_at_once_is_measured_to_its_exit() {
+    let mut daemon = Daemon::start_with(&["--tick-ms", "2500"]);
+    let dir = vmscope_tests::shared_tempdir();
+    let json = dir.path().join("report.json");
+    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("3"));
+    let pid = target.pid();
+    // Its parent (this test) reaps it the moment it exits.
+    let reaper = std::thread::spawn(move || {
+        let mut target = target;
+        let _ = target.child.wait();
+    });
+    let out = daemon
+        .cli()
+        .args(["record", "--format", "json", "--duration", "10", "-o"])
+        .arg(&json)
+        .arg("--pid")
+        .arg(pid.to_string())
+        .output()
+        .expect("run vmscope record");
+    reaper.join().expect("the reaper");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the report")).expect("JSON");
+    let number = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
+    let (rate, cpu, steal) = (
+        number("measured_frequency_hz"),
+        number("cpu_seconds"),
+        number("host_steal_percent"),
+    );
+    eprintln!(
+        "{} samples, {cpu:.3} s of CPU time, {rate:.0} Hz, {steal:.1}% stolen; {}",
+        report["total_samples"], report["stop_reason"]
+    );
+    assert!(
+        (rate - 1400.0).abs() <= rate_tolerance(steal) * 1400.0,
+        "{rate:.0} Hz against {cpu:.3} s of CPU time"
+    );
+    assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
+}

@@ -298,12 +298,19 @@ impl Session {
             return 0.0;
         }
         if !self.spec.system_wide {
-            let ticks: u64 = self
+            return self
                 .targets
                 .iter()
-                .map(|t| t.cpu_ticks_last.saturating_sub(t.cpu_ticks_start))
+                .map(
+                    |t| match self.kernel.as_ref().and_then(|k| k.cpu_ns(t.pid)) {
+                        Some(ns) => ns as f64 / 1e9,
+                        None => {
+                            t.cpu_ticks_last.saturating_sub(t.cpu_ticks_start) as f64
+                                / ticks_per_second
+                        }
+                    },
+                )
                 .sum();
-            return ticks as f64 / ticks_per_second;
         }
         let (first, last) = (&self.host_cpu.0, &self.host_cpu.1);
         let work = last

@@ -1,7 +1,9 @@
 //! What the kernel counts for a target while a session runs: context switches (voluntary and
 //! not), CPU migrations, page faults (minor and major), and cycles, instructions and cache
 //! misses where the machine has a PMU. VMProfiler's "Events" for any process, whatever its
-//! runtime.
+//! runtime. Its CPU time too (`task-clock`), in nanoseconds, which stops at its exit: the
+//! measure the session's sampling rate is checked against, where `/proc/PID/stat` (10 ms ticks,
+//! and gone with the process once it is reaped) can only be read while it lives.
 //!
 //! These are counting-mode perf events: no samples, no ring buffer, one 24-byte read each at
 //! the end. `perf_event_open(2)` counts one thread, so a target gets one event per counter and
@@ -45,6 +47,8 @@ pub const MAX_THREADS: usize = 1024;
 /// One count the kernel keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
+    /// CPU time, in ns.
+    TaskClock,
     /// Times a thread left its CPU.
     ContextSwitches,
     /// Of those, the ones where it went to sleep.
@@ -65,7 +69,8 @@ pub enum Counter {
 
 impl Counter {
     /// The software counters every Linux counts.
-    const SOFTWARE: [Counter; 4] = [
+    const SOFTWARE: [Counter; 5] = [
+        Counter::TaskClock,
         Counter::ContextSwitches,
         Counter::CpuMigrations,
         Counter::MinorFaults,
@@ -78,6 +83,10 @@ impl Counter {
     /// The event's type and config; `sched_switch` is the tracepoint's id.
     fn event(self, sched_switch: u64) -> (u32, u64) {
         match self {
+            Counter::TaskClock => (
+                bindings::PERF_TYPE_SOFTWARE,
+                bindings::PERF_COUNT_SW_TASK_CLOCK.into(),
+            ),
             Counter::ContextSwitches => (
                 bindings::PERF_TYPE_SOFTWARE,
                 bindings::PERF_COUNT_SW_CONTEXT_SWITCHES.into(),
@@ -113,6 +122,7 @@ impl Counter {
     /// The counter's name as perf names it, for errors.
     pub fn name(self) -> &'static str {
         match self {
+            Counter::TaskClock => "task-clock",
             Counter::ContextSwitches => "context-switches",
             Counter::VoluntarySwitches => "sched:sched_switch",
             Counter::CpuMigrations => "cpu-migrations",
@@ -329,6 +339,8 @@ fn scaled(value: u64, enabled: u64, running: u64) -> u64 {
 /// What the kernel counted, for one target or several.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// CPU time, in ns.
+    pub cpu_ns: u64,
     /// Times a thread left its CPU.
     pub context_switches: u64,
     /// Of those, the ones where it went to sleep, when countable.
@@ -352,6 +364,7 @@ impl Counts {
     fn add_to(&mut self, counter: Counter, value: u64) {
         let add = |slot: &mut Option<u64>| *slot = Some(slot.unwrap_or(0).saturating_add(value));
         match counter {
+            Counter::TaskClock => self.cpu_ns += value,
             Counter::ContextSwitches => self.context_switches += value,
             Counter::VoluntarySwitches => add(&mut self.voluntary_switches),
             Counter::CpuMigrations => self.cpu_migrations += value,
@@ -365,6 +378,7 @@ impl Counts {
 
     /// Adds another target's counts (a count only one of them has stays known).
     pub fn add(&mut self, other: &Counts) {
+        self.cpu_ns += other.cpu_ns;
         self.context_switches += other.context_switches;
         self.cpu_migrations += other.cpu_migrations;
         self.minor_faults += other.minor_faults;
@@ -594,6 +608,19 @@ impl SessionCounters {
             .filter_map(|t| t.counters.as_ref().ok())
             .map(ProcessCounters::fds)
             .sum()
+    }
+
+    /// The CPU time of target `pid` since its counters were opened, in ns, so far or until it
+    /// exited or was frozen; `None` when it has no counters, or some threads went uncounted.
+    pub fn cpu_ns(&self, pid: u32) -> Option<u64> {
+        let counters = self
+            .targets
+            .iter()
+            .find(|t| t.pid == pid)?
+            .counters
+            .as_ref()
+            .ok()?;
+        (counters.threads_left_out == 0).then(|| counters.counts().cpu_ns)
     }
 
     /// Targets whose counters could not be opened.
