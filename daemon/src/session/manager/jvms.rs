@@ -1,0 +1,89 @@
+//! Driving the HotSpot targets: asking a JVM for its perf map when its samples need one, and
+//! taking its answer.
+
+use super::*;
+
+impl Manager {
+    /// Whether the session lets its HotSpot targets be asked for their perf map.
+    pub(super) fn jvm_attach(&self, id: u64) -> bool {
+        self.config.jvm_attach
+            && self
+                .sessions
+                .get(&id)
+                .is_some_and(|s| s.spec.jvm_attach && !s.spec.system_wide)
+    }
+
+    /// Notes which targets of a session are HotSpot JVMs (they map libjvm.so), as far as their
+    /// mappings show now (a command recorded from its start loads it later).
+    pub(super) fn observe_jvms(&mut self, id: u64) {
+        let Some(session) = self.sessions.get(&id) else {
+            return;
+        };
+        if session.spec.system_wide {
+            return;
+        }
+        let pids: Vec<u32> = session.held_pids();
+        for pid in pids {
+            if self.jvms.is_jvm(pid) {
+                continue;
+            }
+            let Some(process) = self.processes.get(pid) else {
+                continue;
+            };
+            if process.gone {
+                continue;
+            }
+            let modules = &self.modules;
+            let hotspot = process.file_mappings().any(|(_, _, module)| {
+                modules.get(module).is_some_and(|m| {
+                    Path::new(&m.name)
+                        .file_name()
+                        .is_some_and(|n| n == "libjvm.so")
+                })
+            });
+            if hotspot {
+                self.jvms.observe(pid);
+            }
+        }
+    }
+
+    /// Finds HotSpot targets of running sessions, and asks those whose samples in code no map
+    /// explains pile up for a new perf map.
+    pub(super) fn tick_jvms(&mut self, now_ns: u64) {
+        let running: Vec<u64> = self.running().map(|s| s.id).collect();
+        for id in running {
+            self.observe_jvms(id);
+            if !self.jvm_attach(id) {
+                continue;
+            }
+            for pid in self.sessions[&id].held_pids() {
+                if self.jvms.is_jvm(pid)
+                    && self.codemaps.unexplained_since_snapshot(pid)
+                        >= crate::session::jvm::UNEXPLAINED_BEFORE_ASKING
+                {
+                    self.ask_jvm(pid, now_ns, false);
+                }
+            }
+        }
+    }
+
+    /// Asks `pid` for its perf map if it is a JVM that may be asked: at once when `urgent`,
+    /// else once the wait its last snapshots call for has passed (the code maps count what
+    /// they named).
+    pub(super) fn ask_jvm(&mut self, pid: u32, now_ns: u64, urgent: bool) {
+        let named = self.codemaps.named_by_snapshots(pid);
+        self.jvms.request(pid, now_ns, urgent, named);
+    }
+
+    /// A JVM answered a perf map request: the map is read now, as a new snapshot, and samples
+    /// it explains are named from it.
+    pub(super) fn jvm_answered(&mut self, mut reply: JvmReply) {
+        let now = sys::monotonic_ns();
+        if self.jvms.answered(&mut reply) {
+            self.touch_code_maps(reply.pid);
+            self.codemaps.perf_map_rewritten(reply.pid);
+            self.advance_code_maps(reply.pid, now);
+        }
+        self.finalize_ready(now);
+    }
+}

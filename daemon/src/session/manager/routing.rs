@@ -1,0 +1,484 @@
+//! A batch of events from the ring buffer: each sample routed to the sessions that want it,
+//! its frames built (kernel, user by frame pointers or unwound from a copy, generated code),
+//! and counted, or held until its code map is known.
+
+use super::*;
+
+impl Manager {
+    pub(super) fn ingest(&mut self, batch: Batch) {
+        self.counters.batches += 1;
+        self.counters.events += batch.events.len() as u64;
+        self.counters.malformed_events += batch.malformed;
+        let now = batch.watermark_ns;
+        for (i, event) in batch.events.iter().enumerate() {
+            match event.kind {
+                EVENT_SAMPLE => {
+                    let (kernel, user) = batch.stack(i);
+                    self.route(event, kernel, user, batch.user_copy(i), now)
+                }
+                EVENT_EXEC => self.exec(event),
+                EVENT_EXIT => self.exit(event),
+                _ => self.counters.unknown_events += 1,
+            }
+        }
+        self.watermark_ns = self.watermark_ns.max(batch.watermark_ns);
+        // After the batch's exec events, which check their processes first.
+        self.check_changed_creds();
+        let now = sys::monotonic_ns();
+        // Processes whose samples only wait for their perf map to change are read on the
+        // tick: a batch comes every few milliseconds, and under process churn they would
+        // be revisited, each, at every one.
+        for pid in self.codemaps.counting() {
+            self.advance_code_maps(pid, now);
+        }
+        self.finalize_ready(now);
+    }
+
+    /// Counts a sample in the sessions that want it: its stack (leaf first) for those that
+    /// asked for stacks, its leaf alone for the others. A sample with a frame in anonymous
+    /// executable memory waits for its process's code maps to be known up to its time.
+    fn route(
+        &mut self,
+        event: &Event,
+        kernel: &[u64],
+        user: &[u64],
+        copy: Option<UserCopy<'_>>,
+        now_ns: u64,
+    ) {
+        let wanting: Vec<(u64, Wanted)> = self
+            .by_period
+            .get(&event.period_ns)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| {
+                let session = self.sessions.get(id)?;
+                // A target session counts only what the kernel kept for target sessions: not a
+                // sample taken for system-wide ones of a process whose guard refused it.
+                (session.wants(event.tgid, event.timestamp_ns)
+                    && (session.spec.system_wide || event.flags & FLAG_TARGET != 0))
+                    .then_some((*id, session.spec.call_graph.wanted()))
+            })
+            .collect();
+        if wanting.is_empty() {
+            self.counters.samples_unrouted += 1;
+            return;
+        }
+        self.counters.samples_routed += 1;
+        let pid = event.tgid;
+        // A sample stamped after the known process under its pid ended is another's.
+        self.processes.sampled(pid, event.timestamp_ns, now_ns);
+        for (id, _) in &wanting {
+            if let Some(session) = self.sessions.get_mut(id) {
+                session.total += 1;
+                // Each session names the processes it sampled, from their first sample on.
+                if let std::collections::hash_map::Entry::Vacant(name) = session.commands.entry(pid)
+                {
+                    name.insert(self.processes.observe(pid, now_ns).command.clone());
+                }
+            }
+        }
+        let whole = wanting.iter().any(|&(_, w)| w != Wanted::Leaf);
+        let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
+        let (mut frames, mut end, mut fp) =
+            self.frames_of(event, kernel, user, copy, (whole, fp_too), now_ns);
+        // Past Java code compiled without frame pointers, a walk reads garbage.
+        if whole && self.jvms.cuts_stacks(pid) {
+            end_at_generated_code(&mut frames, &mut end);
+            if let Some((fp, fp_end)) = &mut fp {
+                end_at_generated_code(fp, fp_end);
+            }
+        }
+        let mut routed = RoutedSample {
+            tid: event.tid,
+            kernel: event.is_kernel(),
+            end,
+            frames,
+            fp,
+            sessions: wanting,
+        };
+        let first_generated = routed.frames_mut().find(|f| f.is_generated()).copied();
+        if first_generated.is_none() && !self.vms.holds(pid) {
+            count_routed(
+                &mut self.sessions,
+                pid,
+                event.timestamp_ns,
+                &routed,
+                None,
+                |_| {},
+            );
+            return;
+        }
+        // Generated code is attributed once the code maps are known up to its time (its
+        // binaries stay open meanwhile: see `CodeMaps::waiting_modules`); any sample of a VM
+        // that publishes, once its intervals are.
+        let ip = first_generated.map_or(0, |f| f.lookup);
+        for (id, _) in &routed.sessions {
+            if let Some(session) = self.sessions.get_mut(id) {
+                session.waiting += 1;
+            }
+        }
+        self.codemaps.push_sample(
+            pid,
+            PendingSample {
+                timestamp_ns: event.timestamp_ns,
+                ip,
+                payload: routed,
+            },
+        );
+    }
+
+    /// The frames of a sample, leaf first: the leaf alone unless `whole`, else the kernel
+    /// frames (when the tick landed in the kernel) then the user frames
+    /// ([`Manager::user_frames_of`]), each placed in its process now, while its mappings are
+    /// known. Returns how the walk ended, and, when the user stack was unwound from a copy and
+    /// `fp_too` (a session on the target asked for frame pointers), the frame-pointer stack
+    /// too. Never empty: the leaf comes first whatever the stacks say.
+    fn frames_of(
+        &mut self,
+        event: &Event,
+        kernel: &[u64],
+        user_fp: &[u64],
+        copy: Option<UserCopy<'_>>,
+        (whole, fp_too): (bool, bool),
+        now_ns: u64,
+    ) -> (Vec<SampleFrame>, StackEnd, FpStack) {
+        let pid = event.tgid;
+        let stacked = whole && event.flags & FLAG_STACK != 0;
+        let mut frames = Vec::with_capacity(if stacked {
+            1 + kernel.len() + user_fp.len().max(1)
+        } else {
+            1
+        });
+        // The leaf is the interrupted instruction, whatever the walkers found.
+        let kernel_frames = if stacked && event.is_kernel() {
+            kernel
+        } else {
+            &[]
+        };
+        if event.is_kernel() {
+            let kernel_frame = |address, lookup| SampleFrame {
+                location: Location::Kernel { ip: lookup },
+                address,
+                lookup,
+                code_start: 0,
+            };
+            frames.push(kernel_frame(event.ip, event.ip));
+            // Callers hold return addresses: the call is the instruction before.
+            for &address in kernel_frames.iter().skip(1) {
+                frames.push(kernel_frame(address, address.saturating_sub(1)));
+            }
+        }
+        if !stacked {
+            if !event.is_kernel() {
+                frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
+            }
+            return (frames, StackEnd::FramePointerChainEnded, None);
+        }
+        if event.flags & FLAG_USER_STACK_FAILED != 0 {
+            self.counters.user_stacks_failed += 1;
+        }
+        let mut end = StackEnd::FramePointerChainEnded;
+        if event.flags & (FLAG_KERNEL_TRUNCATED | FLAG_USER_TRUNCATED) != 0 {
+            self.counters.stacks_truncated += 1;
+            end = StackEnd::FrameLimit;
+        }
+        if let Some(copy) = &copy {
+            self.counters.user_copies += 1;
+            self.counters.user_copy_bytes += copy.stack.len() as u64;
+            if copy.faulted {
+                self.counters.user_copies_faulted += 1;
+            }
+        }
+        let mut unwound = std::mem::take(&mut self.user_scratch);
+        unwound.clear();
+        let unwound_from_copy = copy.is_some();
+        // Sessions asking for frame-pointer stacks get the kernel's walk as it came, even when
+        // another session on the target had the stack copied and unwound.
+        let fp = (unwound_from_copy && fp_too).then(|| {
+            let mut fp_frames = frames.clone();
+            let mut fp_end = end;
+            if self.push_user_frames(pid, event, user_fp, &mut fp_frames, now_ns) {
+                fp_end = StackEnd::Unmapped;
+            }
+            (fp_frames, fp_end)
+        });
+        if let Some(mut dwarf_end) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound)
+        {
+            // A return address the unwinder could not place may be new code (CPython maps its
+            // trampolines as it goes): with the mappings read again, the unwind is done again,
+            // since how a frame is stepped depends on what holds its address.
+            let stray = unwound
+                .iter()
+                .skip(1)
+                .find(|&&a| a != 0 && a < KERNEL_SPACE && !self.processes.maps_address(pid, a - 1));
+            if let Some(&stray) = stray
+                && self.processes.refresh_for_caller(pid, stray - 1, now_ns)
+                && let Some(again) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound)
+            {
+                dwarf_end = again;
+            }
+            end = dwarf_end;
+        }
+        if self.push_user_frames(pid, event, &unwound, &mut frames, now_ns) {
+            end = StackEnd::Unmapped;
+        }
+        if unwound_from_copy {
+            // Counted as the profile says it ended: a walk framehop ended otherwise may show
+            // an address outside every mapping last.
+            self.unwinder.count_end(end);
+        }
+        self.user_scratch = unwound;
+        (frames, end, fp)
+    }
+
+    /// Places a user stack (leaf first, as [`Manager::user_frames_of`] gives it) after the
+    /// kernel frames in `frames`. Answers whether it ended at an address outside every mapping.
+    fn push_user_frames(
+        &mut self,
+        pid: u32,
+        event: &Event,
+        addresses: &[u64],
+        frames: &mut Vec<SampleFrame>,
+        now_ns: u64,
+    ) -> bool {
+        // The user stack's first entry is where user code was interrupted (the leaf itself in
+        // user mode, the instruction after the system call in kernel mode): looked up as is.
+        let mut user = addresses.iter().copied().enumerate();
+        if !event.is_kernel() {
+            frames.push(self.user_frame(pid, event.ip, event.ip, now_ns));
+            // The walker starts at the same instruction pointer.
+            if user.clone().next().is_some_and(|(_, ip)| ip == event.ip) {
+                user.next();
+            }
+        }
+        for (i, address) in user {
+            // A zero or kernel address ends a walk that went astray.
+            if address == 0 || address >= KERNEL_SPACE {
+                break;
+            }
+            let lookup = if i == 0 { address } else { address - 1 };
+            let frame = self.user_frame(pid, address, lookup, now_ns);
+            let unmapped = matches!(frame.location, Location::Unmapped(_));
+            frames.push(frame);
+            // Past code built without frame pointers, the walker reads whatever the frame
+            // pointer register held: an address outside every mapping ends the stack there
+            // (shown as one unknown frame) rather than adding the garbage after it.
+            if unmapped {
+                self.counters.stack_frames_unmapped += 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The user stack of a sample into `out`, leaf first: the user instruction pointer (where
+    /// user code was interrupted, or will resume after the system call when the tick landed in
+    /// the kernel), then return addresses.
+    ///
+    /// A sample with a [`UserCopy`] (`--call-graph dwarf`) is unwound here from its registers
+    /// and stack copy ([`Unwinder`]): DWARF CFI for binaries, frame pointers for JIT code, the
+    /// CPython trampoline rule; the answer says how that walk ended. Other samples get the
+    /// kernel's frame-pointer walk as it came (`None`: the caller judges how it ended). A
+    /// process that can no longer be read has no mappings left: its copy is walked by frame
+    /// pointers alone, and says how far that got.
+    fn user_frames_of(
+        &mut self,
+        event: &Event,
+        user_fp: &[u64],
+        copy: Option<UserCopy<'_>>,
+        now_ns: u64,
+        out: &mut Vec<u64>,
+    ) -> Option<StackEnd> {
+        let Some(copy) = copy else {
+            out.extend_from_slice(user_fp);
+            return None;
+        };
+        let process = self.processes.observe(event.tgid, now_ns);
+        let end = self.unwinder.unwind(
+            process,
+            UserRegs {
+                ip: copy.ip,
+                sp: copy.sp,
+                bp: copy.bp,
+            },
+            StackCopy {
+                sp: copy.sp,
+                bytes: copy.stack,
+                faulted: copy.faulted,
+            },
+            &mut self.process_memory,
+            out,
+        );
+        Some(end)
+    }
+
+    /// A user-space frame of `pid` at `address`, placed by `lookup` (the address itself, or a
+    /// return address minus one).
+    fn user_frame(&mut self, pid: u32, address: u64, lookup: u64, now_ns: u64) -> SampleFrame {
+        let location = if address == lookup {
+            self.processes.normalize(pid, lookup, now_ns)
+        } else {
+            self.processes.normalize_caller(pid, lookup, now_ns)
+        };
+        SampleFrame {
+            location,
+            address,
+            lookup,
+            code_start: 0,
+        }
+    }
+}
+
+/// Counts a routed sample of `pid`, its frames placed, in each of its sessions: the whole stack
+/// for those that want stacks, the leaf for the others. Kept where a session keeps samples.
+/// `counted` is told where, in each session (samples in native code need not know: they
+/// allocate nothing for it).
+fn count_routed(
+    sessions: &mut BTreeMap<u64, Session>,
+    pid: u32,
+    timestamp_ns: u64,
+    sample: &RoutedSample,
+    during: Option<During<'_>>,
+    mut counted: impl FnMut(Counted),
+) {
+    for &(id, wanted) in &sample.sessions {
+        let Some(session) = sessions.get_mut(&id) else {
+            continue;
+        };
+        let (frames, end) = sample.stack_for(wanted);
+        let locations = frames.iter().map(|f| f.location);
+        let (stack, kept) = session.count(pid, locations, end, during, |stack| KeptSample {
+            timestamp_ns,
+            pid,
+            tid: sample.tid,
+            kernel: sample.kernel,
+            stack,
+            frames: kept_frames(frames),
+        });
+        counted(Counted {
+            session: id,
+            wanted,
+            stack: stack.0,
+            kept: kept.map(|k| k as u32),
+        });
+    }
+}
+
+fn kept_frames(frames: &[SampleFrame]) -> Box<[KeptFrame]> {
+    frames
+        .iter()
+        .map(|f| KeptFrame {
+            address: f.address,
+            code_start: f.code_start,
+        })
+        .collect()
+}
+
+/// The sessions, as the code maps see them: where samples in generated code are counted once
+/// placed, and moved when their attribution changes; and the VMs' statistics, which files
+/// bring beside code maps.
+pub(super) struct SessionSink<'a> {
+    pub(super) sessions: &'a mut BTreeMap<u64, Session>,
+    pub(super) vms: &'a mut Vms,
+}
+
+impl Sink for SessionSink<'_> {
+    fn count(
+        &mut self,
+        pid: u32,
+        timestamp_ns: u64,
+        sample: &RoutedSample,
+        provisional: bool,
+    ) -> Vec<Counted> {
+        for (id, _) in &sample.sessions {
+            if let Some(session) = self.sessions.get_mut(id) {
+                session.waiting = session.waiting.saturating_sub(1);
+                if provisional {
+                    session.jit.provisional += 1;
+                    session.jit.awaiting += 1;
+                }
+            }
+        }
+        // Where the sample was counted, for the code maps to move it if it is placed again.
+        let mut counted = Vec::with_capacity(sample.sessions.len());
+        let during = self.vms.during(pid, timestamp_ns);
+        count_routed(self.sessions, pid, timestamp_ns, sample, during, |c| {
+            counted.push(c)
+        });
+        counted
+    }
+
+    fn statistics(&mut self, pid: u32, stats: Vec<(u64, StatEvent)>) {
+        self.vms.apply(pid, stats, self.sessions);
+    }
+
+    fn recount(
+        &mut self,
+        pid: u32,
+        has_fp: bool,
+        placed: &[(ParkedFrame, Placement)],
+        counted: &mut [Counted],
+        why: Recount,
+    ) {
+        for c in counted {
+            let Some(session) = self.sessions.get_mut(&c.session) else {
+                continue;
+            };
+            match why {
+                Recount::Expired => {
+                    session.jit.awaiting = session.jit.awaiting.saturating_sub(1);
+                    continue;
+                }
+                Recount::CaughtUp => {
+                    session.jit.awaiting = session.jit.awaiting.saturating_sub(1);
+                    session.jit.provisional = session.jit.provisional.saturating_sub(1);
+                    session.jit.caught_up += 1;
+                }
+                Recount::LaterSnapshot => session.jit.later_snapshot += 1,
+            }
+            // The stack as counted, its frames in generated code placed anew.
+            let from = StackId(c.stack);
+            let mut locations = session.stacks.locations_of(from);
+            let mut moved: Vec<(usize, u64)> = Vec::new();
+            for (frame, placement) in placed {
+                if let Some(index) = c.counts(frame, has_fp)
+                    && let Some(location) = locations.get_mut(index)
+                {
+                    let now = placement.apply(*location);
+                    if now != *location {
+                        *location = now;
+                        moved.push((index, placement.code_start()));
+                    }
+                }
+            }
+            if moved.is_empty() {
+                continue;
+            }
+            let kept = c.kept.map(|k| k as usize);
+            let to = session.recount(pid, from, locations, kept, |sample| {
+                for &(index, code_start) in &moved {
+                    if let Some(kept) = sample.frames.get_mut(index) {
+                        kept.code_start = code_start;
+                    }
+                }
+            });
+            c.stack = to.0;
+        }
+    }
+
+    fn takes_snapshots(&self, session: u64) -> bool {
+        self.sessions
+            .get(&session)
+            .is_some_and(|s| s.state != State::Stopped)
+    }
+}
+
+/// Ends a stack at its first frame in generated code: a JIT that keeps no frame pointer
+/// (HotSpot without -XX:+PreserveFramePointer) leaves nothing a walk can trust beyond, and
+/// the stack says why it ends there.
+fn end_at_generated_code(frames: &mut Vec<SampleFrame>, end: &mut StackEnd) {
+    if let Some(first) = frames.iter().position(SampleFrame::is_generated) {
+        frames.truncate(first + 1);
+        *end = StackEnd::JitWithoutFramePointer;
+    }
+}
