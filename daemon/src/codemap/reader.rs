@@ -127,8 +127,6 @@ enum Mode {
 pub struct ReaderCounters {
     /// Reads sent out.
     pub reads: u64,
-    /// Reads that panicked (their sources were lost and are read afresh).
-    pub panicked: u64,
     /// Reader threads started.
     pub threads_started: u64,
     /// Reads served on the manager's thread because no reader thread could take them.

@@ -468,6 +468,10 @@ pub struct CodeMapCounters {
     pub reads_in_flight: u64,
     /// Reader threads alive now (a gauge).
     pub read_threads: u64,
+    /// Reader threads started (one per user with files to read, again after an idle spell).
+    pub read_threads_started: u64,
+    /// Reads served on the manager's thread because no reader thread could be started.
+    pub reads_served_inline: u64,
     /// Reads that came back for a process that exec'd or was forgotten meanwhile.
     pub reads_stale: u64,
     /// Reads that panicked (a bug: their sources were looked for afresh).
@@ -748,6 +752,8 @@ impl CodeMaps {
         c.reads_deferred = self.budgets.exhausted;
         let r = self.readers.counters();
         c.reads = r.reads;
+        c.read_threads_started = r.threads_started;
+        c.reads_served_inline = r.served_inline;
         c.reads_in_flight = self
             .processes
             .values()

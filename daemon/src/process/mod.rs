@@ -186,8 +186,6 @@ pub struct ProcessCounters {
     pub caller_refreshes: u64,
     /// Lines of /proc/PID/maps that could not be parsed.
     pub maps_bad_lines: u64,
-    /// `execve` events handled.
-    pub execs: u64,
     /// Processes found exited by [`ProcessTable::modules_in_use`].
     pub exits_noticed: u64,
     /// Reads of a known pid that found another process (another start time, or a running leader
@@ -357,7 +355,6 @@ impl ProcessTable {
     /// pid): it replaces the known one all the same, as what holds the pid now, and is returned
     /// for the caller to judge by its start time.
     pub fn exec(&mut self, pid: u32, now_ns: u64, comm: &str) -> &Process {
-        self.counters.execs += 1;
         let mut process = self.read_process(pid, now_ns);
         if process.command.is_empty() {
             process.command = comm.to_owned();
@@ -377,9 +374,7 @@ impl ProcessTable {
     /// Forgets a process (it exec'd and nobody needs it read at once): its next sample reads it
     /// afresh.
     pub fn forget(&mut self, pid: u32) {
-        if self.processes.remove(&pid).is_some() {
-            self.counters.execs += 1;
-        }
+        self.processes.remove(&pid);
     }
 
     /// Normalises a user-mode instruction pointer of `pid`.

@@ -159,6 +159,8 @@ impl Manager {
             ("code_map_sources", j.sources),
             ("code_map_reads_deferred", j.reads_deferred),
             ("code_map_reads", j.reads),
+            ("code_map_read_threads_started", j.read_threads_started),
+            ("code_map_reads_served_inline", j.reads_served_inline),
             ("code_map_reads_stale", j.reads_stale),
             ("code_map_reads_panicked", j.reads_panicked),
             ("code_map_source_failures", j.source_failures),
