@@ -1263,18 +1263,9 @@ mod tests {
     #[test]
     fn no_panic_on_mutations() {
         let (seed, _) = sample(Endian::Little);
-        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
-        for _ in 0..5000 {
-            let mut t = seed.clone();
-            for _ in 0..4 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let i = (rng as usize) % t.len();
-                t[i] = (rng >> 56) as u8;
-            }
-            let _ = read_all(&t);
-        }
+        crate::mutations::for_each_mutation(&seed, 0, 5000, 4, 0x2545_f491_4f6c_dd1d, |t, _| {
+            let _ = read_all(t);
+        });
     }
 
     /// A real file from V8, as node writes it with --perf-prof, for a script in a file (whose

@@ -474,21 +474,9 @@ mod tests {
     #[test]
     fn no_panic_on_mutations() {
         let full = std::fs::read("/proc/kallsyms").unwrap();
-        let seed = full.get(..64 * 1024).unwrap_or(&full).to_vec();
-        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
-        for _ in 0..200 {
-            let mut t = seed.clone();
-            for _ in 0..32 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let i = (rng as usize) % t.len().max(1);
-                if let Some(b) = t.get_mut(i) {
-                    *b = (rng >> 56) as u8;
-                }
-            }
-            let syms = parse_kallsyms(&t);
-            let _ = syms.lookup(rng);
-        }
+        let seed = full.get(..64 * 1024).unwrap_or(&full);
+        crate::mutations::for_each_mutation(seed, 0, 200, 32, 0x9e37_79b9_7f4a_7c15, |t, rng| {
+            let _ = parse_kallsyms(t).lookup(rng);
+        });
     }
 }

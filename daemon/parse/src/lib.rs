@@ -31,5 +31,7 @@ pub mod jitdump;
 pub mod jvm_options;
 pub mod kallsyms;
 pub mod maps;
+#[cfg(test)]
+mod mutations;
 pub mod perf_map;
 pub mod stat;

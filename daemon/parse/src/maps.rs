@@ -676,20 +676,9 @@ mod tests {
     /// Mutated real lines never panic (a poor man's fuzzer, deterministic).
     #[test]
     fn no_panic_on_mutations() {
-        let seed_text = std::fs::read("/proc/self/maps").unwrap();
-        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
-        for _ in 0..2000 {
-            let mut t = seed_text.clone();
-            for _ in 0..8 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let i = (rng as usize) % t.len().max(1);
-                if let Some(b) = t.get_mut(i) {
-                    *b = (rng >> 56) as u8;
-                }
-            }
-            let _ = parse_maps(&t);
-        }
+        let seed = std::fs::read("/proc/self/maps").unwrap();
+        crate::mutations::for_each_mutation(&seed, 0, 2000, 8, 0x2545_f491_4f6c_dd1d, |t, _| {
+            let _ = parse_maps(t);
+        });
     }
 }
