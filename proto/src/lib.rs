@@ -45,12 +45,3 @@ pub const STOPPED_ALL_TARGETS_EXITED: &str = "all targets exited";
 
 /// Environment variable that overrides [`DEFAULT_SOCKET`] for both the daemon and the CLI.
 pub const SOCKET_ENV: &str = "VMSCOPE_SOCKET";
-
-/// First 15 bytes of a code map file; a version byte follows (see `codemap.proto`).
-pub const CODEMAP_FILE_MAGIC: &[u8; 15] = b"VMSCOPE-CODEMAP";
-
-/// Version byte of the code map files this crate describes.
-pub const CODEMAP_FILE_VERSION: u8 = 1;
-
-/// Length of a code map file's header: magic and version byte.
-pub const CODEMAP_FILE_HEADER_LEN: usize = 16;

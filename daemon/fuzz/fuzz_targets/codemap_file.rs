@@ -4,6 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use vmscope_parse::codemap_file::{encode_event, next_event, parse_header};
+use vmscope_proto::v1::CodeMapEvent;
 
 fuzz_target!(|data: &[u8]| {
     // Records are read after the header when there is one, and from the start otherwise, so
@@ -12,12 +13,15 @@ fuzz_target!(|data: &[u8]| {
         Ok(Some(len)) => len,
         _ => 0,
     };
-    while let Ok(Some((event, used))) = next_event(&data[pos..]) {
+    while let Ok(Some((event, used))) = next_event::<CodeMapEvent>(&data[pos..]) {
         assert!(used > 0 && used <= data.len() - pos);
         // The same record cut short is incomplete, not an error: the daemon waits for it.
-        assert!(matches!(next_event(&data[pos..pos + used - 1]), Ok(None)));
+        assert!(matches!(
+            next_event::<CodeMapEvent>(&data[pos..pos + used - 1]),
+            Ok(None)
+        ));
         let record = encode_event(&event);
-        let (again, len) = next_event(&record)
+        let (again, len) = next_event::<CodeMapEvent>(&record)
             .expect("a re-encoded event decodes")
             .expect("a re-encoded event is complete");
         assert_eq!(len, record.len());

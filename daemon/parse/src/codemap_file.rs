@@ -19,13 +19,24 @@
 //! they need are all there. A record that cannot be decoded is an error, after which the caller
 //! stops reading the file: without a valid length nothing says where the next record starts.
 //! Whether the events follow the rules (Hello first, timestamps in order, addresses known) is
-//! the caller's to check, as for a stream; this module only decodes. Lengths above
+//! the caller's to check, as for a stream; this module only decodes.
+//!
+//! The records are decoded into the caller's message type (`vmscope_proto::v1::CodeMapEvent`
+//! for the daemon), so that this crate of pure parsers does not depend on the API crate; the
+//! file's framing (header, lengths, limits) is defined here. Lengths above
 //! [`MAX_EVENT_SIZE`] are refused before anything is buffered or decoded, and prost's decoding
 //! is bounded by the record's length.
 
 use prost::Message;
-use vmscope_proto::v1::CodeMapEvent;
-use vmscope_proto::{CODEMAP_FILE_HEADER_LEN, CODEMAP_FILE_MAGIC, CODEMAP_FILE_VERSION};
+
+/// First 15 bytes of a code map file; a version byte follows.
+pub const CODEMAP_FILE_MAGIC: &[u8; 15] = b"VMSCOPE-CODEMAP";
+
+/// Version byte of the code map files this module reads and writes.
+pub const CODEMAP_FILE_VERSION: u8 = 1;
+
+/// Length of a code map file's header: magic and version byte.
+pub const CODEMAP_FILE_HEADER_LEN: usize = 16;
 
 /// Largest event accepted, in bytes: 16 MiB, far above the pc map of any real method. It bounds
 /// what the daemon buffers while it waits for a record to be complete.
@@ -83,7 +94,9 @@ pub fn parse_header(bytes: &[u8]) -> Result<Option<usize>, CodeMapFileError> {
 /// Decodes the record at the start of `bytes`. `Ok(None)`: the record is not complete yet
 /// (wait for more data). `Ok(Some((event, consumed)))`: the next record starts `consumed` bytes
 /// later (never 0). An error means the file cannot be read further.
-pub fn next_event(bytes: &[u8]) -> Result<Option<(CodeMapEvent, usize)>, CodeMapFileError> {
+pub fn next_event<E: Message + Default>(
+    bytes: &[u8],
+) -> Result<Option<(E, usize)>, CodeMapFileError> {
     let Some((len, prefix)) = read_varint(bytes)? else {
         return Ok(None);
     };
@@ -95,8 +108,7 @@ pub fn next_event(bytes: &[u8]) -> Result<Option<(CodeMapEvent, usize)>, CodeMap
     let Some(record) = bytes.get(prefix..end) else {
         return Ok(None);
     };
-    let event =
-        CodeMapEvent::decode(record).map_err(|reason| CodeMapFileError::Decode { len, reason })?;
+    let event = E::decode(record).map_err(|reason| CodeMapFileError::Decode { len, reason })?;
     Ok(Some((event, end)))
 }
 
@@ -112,7 +124,7 @@ pub fn header() -> [u8; 16] {
 /// One event as a record of a code map file: its length as a varint, then its encoding. For
 /// writers (the demo VM, tests); appending whole records with one `write` keeps a reader from
 /// ever seeing half of one.
-pub fn encode_event(event: &CodeMapEvent) -> Vec<u8> {
+pub fn encode_event(event: &impl Message) -> Vec<u8> {
     event.encode_length_delimited_to_vec()
 }
 
@@ -139,6 +151,7 @@ fn read_varint(bytes: &[u8]) -> Result<Option<(u64, usize)>, CodeMapFileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmscope_proto::v1::CodeMapEvent;
     use vmscope_proto::v1::code_map_event::Event;
     use vmscope_proto::v1::{
         CodeEntry, CodeFree, CodeKind, CodeMove, CodeZone, Hello, InlinedFrame, PcMapping, PicCase,
@@ -393,13 +406,13 @@ mod tests {
             ),
         ];
         for (bytes, msg) in cases {
-            let err = next_event(bytes).unwrap_err();
+            let err = next_event::<CodeMapEvent>(bytes).unwrap_err();
             assert_eq!(err.to_string(), *msg, "{bytes:02x?}");
         }
         // A length of exactly the limit waits for its bytes.
-        assert_eq!(next_event(b"\x80\x80\x80\x08"), Ok(None));
+        assert_eq!(next_event::<CodeMapEvent>(b"\x80\x80\x80\x08"), Ok(None));
         // A varint cut short waits too, up to 9 bytes.
-        assert_eq!(next_event(&[0xff; 9]), Ok(None));
+        assert_eq!(next_event::<CodeMapEvent>(&[0xff; 9]), Ok(None));
         // A non-minimal varint is still a varint.
         let (event, used) = next_event(b"\x80\x00rest").unwrap().unwrap();
         assert_eq!((event, used), (CodeMapEvent::default(), 2));
