@@ -519,11 +519,17 @@ pub fn build_profile_unless(
     } else {
         0.0
     };
+    let lost_samples = snapshot.lost_per_cpu.iter().sum();
+    let (taken_frequency_hz, throttled) = taken_rate(
+        snapshot.total_samples + lost_samples,
+        snapshot.cpu_seconds,
+        snapshot.session.frequency_hz,
+    );
     Some(Profile {
         session: Some(snapshot.session),
         vm_executable: snapshot.vm_executable,
         total_samples: snapshot.total_samples,
-        lost_samples: snapshot.lost_per_cpu.iter().sum(),
+        lost_samples,
         lost_samples_per_cpu: snapshot.lost_per_cpu,
         duration_seconds,
         cpu_seconds: snapshot.cpu_seconds,
@@ -549,7 +555,31 @@ pub fn build_profile_unless(
         truncated_stacks: snapshot.truncated,
         stack_ends,
         pprof: Vec::new(),
+        taken_frequency_hz,
+        throttled,
     })
+}
+
+/// Below this share of the requested rate, samples taken (delivered plus lost) say the kernel
+/// throttled sampling: the rate a cpu-clock event keeps, bunched or stolen ticks included, is
+/// well above it.
+const THROTTLED_BELOW: f64 = 0.9;
+
+/// Least CPU time a throttling judgement is made over: below it, ticks are too few.
+const THROTTLE_MIN_CPU_SECONDS: f64 = 0.5;
+
+/// The rate the kernel took `taken` samples at, per busy CPU-second of `cpu_seconds`, and
+/// whether it throttled sampling below `requested_hz`: the kernel lowers
+/// `kernel.perf_event_max_sample_rate` when interrupts take too long, and no counter says so.
+fn taken_rate(taken: u64, cpu_seconds: f64, requested_hz: u32) -> (f64, bool) {
+    if cpu_seconds <= 0.0 {
+        return (0.0, false);
+    }
+    let rate = taken as f64 / cpu_seconds;
+    let throttled = requested_hz > 0
+        && cpu_seconds >= THROTTLE_MIN_CPU_SECONDS
+        && rate < THROTTLED_BELOW * f64::from(requested_hz);
+    (rate, throttled)
 }
 
 /// The kinds of interval the stacks were taken during, each once (in the order reports list
@@ -808,6 +838,23 @@ mod tests {
 
     /// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
     /// the profile's table; the same frames outside any interval stay one stack.
+    /// Throttling is judged once, here, for every report and client: samples taken (lost
+    /// ones included) under 90% of the asked rate, over half a CPU-second or more.
+    #[test]
+    fn throttling_is_judged_on_the_samples_taken() {
+        // 14,000 delivered + 16 lost over 10.012 CPU-seconds at 1400 Hz: the rate kept.
+        let (rate, throttled) = taken_rate(14_016, 10.012, 1400);
+        assert!((rate - 1400.0).abs() < 1.0 && !throttled, "{rate}");
+        // The same samples over twice the CPU time: half the rate.
+        let (rate, throttled) = taken_rate(14_016, 20.024, 1400);
+        assert!((rate - 700.0).abs() < 1.0 && throttled, "{rate}");
+        // Lost samples were taken: a full ring is not throttling.
+        assert!(!taken_rate(700 + 700, 1.0, 1400).1);
+        // Too little CPU time to judge, or none.
+        assert!(!taken_rate(100, 0.4, 1400).1);
+        assert_eq!(taken_rate(100, 0.0, 1400), (0.0, false));
+    }
+
     #[test]
     fn stacks_say_which_intervals_their_samples_were_taken_during() {
         use crate::stats::intervals::IntervalLog;

@@ -36,7 +36,9 @@ use vmscope_report::{
 /// `busy_cpus` (null when the targets used under 0.1 s of CPU, too little to measure a rate
 /// against), `cpu_seconds`, `host_steal_percent`, `total_samples`, `vm_samples`,
 /// `vm_percent_of_total`,
-/// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `call_graph` (`none`, `fp`, `dwarf`
+/// `lost_samples`, `lost_samples_per_cpu` (indexed by CPU), `taken_frequency_hz` (samples
+/// taken, delivered plus lost, per busy CPU-second), `throttled` (the kernel took clearly fewer
+/// samples than asked: under 90% over half a CPU-second or more), `call_graph` (`none`, `fp`, `dwarf`
 /// or `unknown`), `dwarf_stack_bytes` (with `dwarf`, else null), `complete`, `stop_reason` (or null),
 /// `incomplete_reason` (or null), `jit_samples_before_code_map` (provisional: attributed before
 /// their code map caught up), `jit_samples_awaiting_code_map` (of those, the ones that may
@@ -72,6 +74,8 @@ pub struct JsonReport<'a> {
     vm_percent_of_total: f64,
     lost_samples: u64,
     lost_samples_per_cpu: &'a [u64],
+    taken_frequency_hz: f64,
+    throttled: bool,
     call_graph: &'static str,
     dwarf_stack_bytes: Option<u32>,
     complete: bool,
@@ -509,6 +513,8 @@ pub fn render_json(report: &Report) -> JsonReport<'_> {
         vm_percent_of_total: round2(report.vm_percent_of_total),
         lost_samples: report.lost_samples,
         lost_samples_per_cpu: &report.lost_samples_per_cpu,
+        taken_frequency_hz: report.taken_frequency_hz,
+        throttled: report.throttled,
         call_graph: report.call_graph_mode,
         dwarf_stack_bytes: report.dwarf_stack_bytes,
         complete: report.complete,
@@ -767,6 +773,19 @@ mod tests {
                 "samples": 98
             })
         );
+    }
+
+    /// The daemon's throttling judgement reaches JSON, not only the text report's warning.
+    #[test]
+    fn throttling_reaches_json() {
+        let json = parsed(&Report::from_profile(&node_profile(), &OPTIONS));
+        assert_eq!(json["throttled"], false);
+        let mut throttled = node_profile();
+        throttled.taken_frequency_hz = 700.0;
+        throttled.throttled = true;
+        let json = parsed(&Report::from_profile(&throttled, &OPTIONS));
+        assert_eq!(json["throttled"], true);
+        assert_eq!(json["taken_frequency_hz"], 700.0);
     }
 
     #[test]

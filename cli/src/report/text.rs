@@ -595,20 +595,15 @@ pub fn steal_note(report: &Report) -> Option<String> {
     })
 }
 
-/// A warning when the kernel took clearly fewer samples than asked, beyond those lost: it
-/// throttles sampling when interrupts take too long (lowering
-/// `kernel.perf_event_max_sample_rate`), which no counter reports.
+/// A warning when the daemon judged that the kernel took clearly fewer samples than asked,
+/// beyond those lost (`Profile.throttled`): it throttles sampling when interrupts take too long
+/// (lowering `kernel.perf_event_max_sample_rate`), which no counter reports.
 pub fn rate_warning(report: &Report) -> Option<String> {
-    if report.cpu_seconds < 0.5 || report.requested_frequency_hz == 0 {
-        return None;
-    }
-    let taken =
-        report.total_samples.saturating_add(report.lost_samples) as f64 / report.cpu_seconds;
-    let requested = f64::from(report.requested_frequency_hz);
-    (taken < 0.9 * requested).then(|| {
+    report.throttled.then(|| {
         format!(
-            "warning: {taken:.0} samples per busy CPU-second were taken, {requested:.0} were asked: \
-             the kernel throttled sampling (see kernel.perf_event_max_sample_rate and dmesg)"
+            "warning: {:.0} samples per busy CPU-second were taken, {} were asked: the kernel \
+             throttled sampling (see kernel.perf_event_max_sample_rate and dmesg)",
+            report.taken_frequency_hz, report.requested_frequency_hz
         )
     })
 }
@@ -1435,8 +1430,11 @@ mod tests {
         // The fixture: 14000 samples + 16 lost over 10.012 CPU-seconds, 1400 Hz asked.
         let text = render(&node_profile(), &OPTIONS);
         assert!(!text.contains("throttled"), "{text}");
+        // The daemon's judgement, on 14,016 samples taken over twice the CPU time.
         let mut throttled = node_profile();
         throttled.cpu_seconds *= 2.0;
+        throttled.taken_frequency_hz = 14_016.0 / throttled.cpu_seconds;
+        throttled.throttled = true;
         let text = render(&throttled, &OPTIONS);
         assert!(
             text.contains("warning: 700 samples per busy CPU-second were taken, 1400 were asked"),

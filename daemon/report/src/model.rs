@@ -386,6 +386,10 @@ pub struct Report {
     pub vm_percent_of_total: f64,
     /// Samples the kernel took but could not deliver.
     pub lost_samples: u64,
+    /// Samples taken, delivered plus lost, per busy CPU-second (the daemon's figure).
+    pub taken_frequency_hz: f64,
+    /// The daemon judged that the kernel throttled sampling (see `Profile.throttled`).
+    pub throttled: bool,
     /// Lost samples indexed by CPU number.
     pub lost_samples_per_cpu: Vec<u64>,
     /// Whether the profile is whole: the session stopped and every sample taken before the stop
@@ -625,6 +629,8 @@ impl Report {
             vm_samples,
             vm_percent_of_total: percent(vm_samples, total),
             lost_samples: profile.lost_samples,
+            taken_frequency_hz: finite_or_zero(profile.taken_frequency_hz),
+            throttled: profile.throttled,
             lost_samples_per_cpu: profile.lost_samples_per_cpu.clone(),
             complete: profile.complete,
             stop_reason: (!session.stop_reason.is_empty()).then(|| session.stop_reason.clone()),
