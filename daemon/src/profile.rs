@@ -26,7 +26,9 @@ use crate::{
     codemap::code::Code,
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
     stats::vm::IntervalKind,
-    symbolize::{Issue, KERNEL_MODULE, Location, Resolved, SourceFrame, Symbolizer},
+    symbolize::{
+        Issue, KERNEL_MODULE, Location, Resolved, SourceFrame, Symbolizer, UnmappedReason,
+    },
     unwind::StackEnd,
 };
 
@@ -287,7 +289,7 @@ pub fn build_profile_unless(
 
     // Rows: self time from each stack's leaf, inclusive time from every location in it.
     let mut rows: Vec<RowSum> = (0..row_keys.len()).map(|_| RowSum::default()).collect();
-    let mut issues: HashMap<(String, String), u64> = HashMap::new();
+    let mut issues: HashMap<(String, pb::SymbolizationIssueKind, String), u64> = HashMap::new();
     let mut stack_rows: Vec<usize> = Vec::new();
     for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
         if cancelled(i) {
@@ -320,7 +322,11 @@ pub fn build_profile_unless(
         }
         if let Some(issue) = &leaf.resolved.issue {
             *issues
-                .entry((leaf.resolved.module.clone(), issue.describe().into_owned()))
+                .entry((
+                    leaf.resolved.module.clone(),
+                    issue_kind(issue),
+                    issue.describe().into_owned(),
+                ))
                 .or_insert(0) += samples;
         }
         stack_rows.clear();
@@ -456,16 +462,18 @@ pub fn build_profile_unless(
     });
     let mut issues: Vec<SymbolizationIssue> = issues
         .into_iter()
-        .map(|((module, reason), samples)| SymbolizationIssue {
+        .map(|((module, kind, reason), samples)| SymbolizationIssue {
             module,
             reason,
             samples,
+            kind: kind as i32,
         })
         .collect();
     issues.sort_by(|a, b| {
         b.samples
             .cmp(&a.samples)
             .then_with(|| a.module.cmp(&b.module))
+            .then_with(|| a.kind.cmp(&b.kind))
             .then_with(|| a.reason.cmp(&b.reason))
     });
 
@@ -558,6 +566,27 @@ pub fn build_profile_unless(
         taken_frequency_hz,
         throttled,
     })
+}
+
+/// What kind of issue a symbolisation issue is, for clients that group them.
+fn issue_kind(issue: &Issue) -> pb::SymbolizationIssueKind {
+    use pb::SymbolizationIssueKind as Kind;
+    match issue {
+        Issue::Binary(_) => Kind::BinaryUnreadable,
+        Issue::OutsideSegments => Kind::OutsideSegments,
+        Issue::Stripped => Kind::Stripped,
+        Issue::NoSymbol => Kind::NoSymbol,
+        Issue::ModuleClosed => Kind::BinaryClosed,
+        Issue::KernelAddressesHidden => Kind::KernelAddressesHidden,
+        Issue::NotInKallsyms => Kind::NotInKallsyms,
+        Issue::KernelHidden(_) => Kind::KernelNotShown,
+        Issue::Unexplained(_) => Kind::JitUnexplained,
+        Issue::Unmapped(UnmappedReason::ProcessGone) => Kind::ProcessGone,
+        Issue::Unmapped(UnmappedReason::NoMapping) => Kind::Unmapped,
+        Issue::Unmapped(UnmappedReason::Unreadable) => Kind::MappingsUnreadable,
+        Issue::Unmapped(UnmappedReason::Pseudo) => Kind::PseudoMapping,
+        Issue::UnregisteredModule | Issue::UnknownCode => Kind::DaemonBug,
+    }
 }
 
 /// Below this share of the requested rate, samples taken (delivered plus lost) say the kernel
@@ -990,16 +1019,24 @@ mod tests {
         assert_eq!(profile.lost_samples, 3);
         assert!((profile.measured_frequency_hz - 26.0).abs() < 1e-9);
         assert_eq!(profile.host_steal_percent, 4.5);
-        let issues: Vec<(&str, u64)> = profile
+        let issues: Vec<(pb::SymbolizationIssueKind, &str, u64)> = profile
             .symbolization_issues
             .iter()
-            .map(|i| (i.reason.as_str(), i.samples))
+            .map(|i| (i.kind(), i.reason.as_str(), i.samples))
             .collect();
         assert_eq!(
             issues,
             [
-                (UnmappedReason::ProcessGone.describe(), 5),
-                (UnmappedReason::NoMapping.describe(), 3)
+                (
+                    pb::SymbolizationIssueKind::ProcessGone,
+                    UnmappedReason::ProcessGone.describe(),
+                    5
+                ),
+                (
+                    pb::SymbolizationIssueKind::Unmapped,
+                    UnmappedReason::NoMapping.describe(),
+                    3
+                )
             ]
         );
     }

@@ -48,7 +48,9 @@ use vmscope_report::{
 /// frames `later_snapshot`), `processes` (how many), `process_totals` (every process with
 /// samples, most first: `pid`, `command`, `samples`, `percent_of_total`),
 /// `vm_modules` (modules other than the executable counted as the VM: `module`, `runtime` or
-/// null when `--vm-module` named it, `samples`), `sections`, `symbolization_issues` and
+/// null when `--vm-module` named it, `samples`), `sections`, `symbolization_issues` (`module`,
+/// `kind`: `stripped`, `no_symbol`, `jit_unexplained`, `process_gone`... as the proto's
+/// `SymbolizationIssueKind` names them, `reason` for a person, `samples`) and
 /// `kernel_events` (null system-wide; see [`JsonKernelEvents`]), `vm_statistics` (what the
 /// VMs published of themselves; see [`JsonVmStatistics`]).
 /// Measurements (seconds, hertz, busy CPUs) are not rounded: only percentages are.
@@ -490,6 +492,7 @@ struct JsonProcessTotal<'a> {
 #[derive(Debug, Serialize)]
 struct JsonIssue<'a> {
     module: &'a str,
+    kind: String,
     reason: &'a str,
     samples: u64,
 }
@@ -702,6 +705,7 @@ fn inlined(method: &InlinedRow) -> JsonInlined<'_> {
 fn issue(issue: &IssueRow) -> JsonIssue<'_> {
     JsonIssue {
         module: &issue.module,
+        kind: issue.kind_name(),
         reason: &issue.reason,
         samples: issue.samples,
     }
@@ -769,6 +773,7 @@ mod tests {
             json["symbolization_issues"][0],
             serde_json::json!({
                 "module": "libstdc++.so.6",
+                "kind": "no_symbol",
                 "reason": "no symbol covers the address",
                 "samples": 98
             })

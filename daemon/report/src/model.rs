@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use vmscope_proto::v1::{CallGraph, CodeKind, Profile, ProfileRow, Section, Session, StackEnd};
+use vmscope_proto::v1::{
+    CallGraph, CodeKind, Profile, ProfileRow, Section, Session, StackEnd, SymbolizationIssueKind,
+};
 
 use crate::{
     processes::{ProcessTotal, process_totals},
@@ -343,10 +345,24 @@ pub struct SectionReport {
 pub struct IssueRow {
     /// The module concerned, or `[unknown]`.
     pub module: String,
+    /// What went wrong, for a program (see [`IssueRow::kind_name`]).
+    pub kind: SymbolizationIssueKind,
     /// What went wrong, for a person.
     pub reason: String,
     /// Samples affected.
     pub samples: u64,
+}
+
+impl IssueRow {
+    /// The kind as scripts read it: the proto's name in lower case, without its prefix
+    /// (`stripped`, `no_symbol`, `jit_unexplained`...; `unspecified` from a daemon that does
+    /// not say).
+    pub fn kind_name(&self) -> String {
+        let name = self.kind.as_str_name();
+        name.strip_prefix("SYMBOLIZATION_ISSUE_KIND_")
+            .unwrap_or(name)
+            .to_ascii_lowercase()
+    }
 }
 
 /// A profile ready to render: header numbers, sections and symbolisation issues.
@@ -1078,25 +1094,26 @@ fn glob_match(pattern: &str, name: &str) -> bool {
     pattern[p..].iter().all(|&c| c == '*')
 }
 
-/// The daemon already groups issues by (module, reason); merging again costs nothing and keeps
-/// the "one row per pair" promise even if it did not.
+/// The daemon already groups issues by (module, kind, reason); merging again costs nothing and
+/// keeps the "one row per issue" promise even if it did not.
 fn merge_issues(profile: &Profile) -> Vec<IssueRow> {
-    let mut merged: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut merged: BTreeMap<(&str, SymbolizationIssueKind, &str), u64> = BTreeMap::new();
     for issue in &profile.symbolization_issues {
         let entry = merged
-            .entry((issue.module.as_str(), issue.reason.as_str()))
+            .entry((issue.module.as_str(), issue.kind(), issue.reason.as_str()))
             .or_default();
         *entry = entry.saturating_add(issue.samples);
     }
     let mut issues: Vec<IssueRow> = merged
         .into_iter()
-        .map(|((module, reason), samples)| IssueRow {
+        .map(|((module, kind, reason), samples)| IssueRow {
             module: module.to_owned(),
+            kind,
             reason: reason.to_owned(),
             samples,
         })
         .collect();
-    // Stable sort over the map's (module, reason) order: ties stay alphabetical.
+    // Stable sort over the map's (module, kind, reason) order: ties stay alphabetical.
     issues.sort_by_key(|issue| std::cmp::Reverse(issue.samples));
     issues
 }
@@ -1109,7 +1126,8 @@ pub mod fixtures {
 
     use vmscope_proto::v1::{
         CallGraph, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples, Profile, ProfileRow,
-        Section, Session, SessionState, Stack, SymbolizationIssue, TargetProcess,
+        Section, Session, SessionState, Stack, SymbolizationIssue, SymbolizationIssueKind,
+        TargetProcess,
     };
 
     /// 2026-11-22T10:00:00Z.
@@ -1358,11 +1376,13 @@ pub mod fixtures {
                 module: "[unknown]".to_owned(),
                 reason: "no mapping covers the address".to_owned(),
                 samples: 1,
+                kind: SymbolizationIssueKind::Unmapped as i32,
             },
             SymbolizationIssue {
                 module: "libstdc++.so.6".to_owned(),
                 reason: "no symbol covers the address".to_owned(),
                 samples: 98,
+                kind: SymbolizationIssueKind::NoSymbol as i32,
             },
         ];
         profile
@@ -2055,6 +2075,7 @@ mod tests {
             module: module.to_owned(),
             reason: reason.to_owned(),
             samples,
+            kind: SymbolizationIssueKind::NoSymbol as i32,
         };
         profile.symbolization_issues = vec![
             issue("liba.so", "stripped", 3),
