@@ -1023,19 +1023,19 @@ impl CodeMaps {
 
     /// Pids with samples waiting, parked or provisional.
     pub fn waiting(&self) -> Vec<u32> {
-        self.processes
-            .iter()
-            .filter(|(_, p)| p.busy())
-            .map(|(&pid, _)| pid)
-            .collect()
+        self.pids_where(ProcessCode::busy)
     }
 
     /// Pids with samples waiting or provisional, not only parked: those a batch of samples
     /// advances (see [`ProcessCode::counting`]).
     pub fn counting(&self) -> Vec<u32> {
+        self.pids_where(ProcessCode::counting)
+    }
+
+    fn pids_where(&self, wanted: impl Fn(&ProcessCode) -> bool) -> Vec<u32> {
         self.processes
             .iter()
-            .filter(|(_, p)| p.counting())
+            .filter(|(_, p)| wanted(p))
             .map(|(&pid, _)| pid)
             .collect()
     }
