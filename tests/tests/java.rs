@@ -109,6 +109,28 @@ fn jvm_lines(daemon: &Daemon) -> String {
         .join("\n")
 }
 
+/// The daemon's counters of its perf map requests to JVMs, and of samples in generated code,
+/// for a failure to show whether a request went unanswered.
+fn jvm_counters(daemon: &Daemon) -> String {
+    let out = daemon
+        .cli()
+        .args(["info", "--json"])
+        .output()
+        .expect("run vmscope info");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    info["counters"]
+        .as_object()
+        .map(|counters| {
+            counters
+                .iter()
+                .filter(|(name, _)| name.starts_with("jvm") || name.starts_with("jit_samples"))
+                .map(|(name, value)| format!("{name} {value}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
 /// Samples in generated code: (all, in code no map named).
 fn generated(report: &serde_json::Value) -> (u64, u64) {
     generated_rows(report).fold((0, 0), |(all, unnamed), r| {
@@ -129,7 +151,10 @@ fn a_jvm_recorded_from_its_start_without_flags_gets_its_java_methods_named() {
     // share of its CPU that grows on a busy machine: counted among the generated code only.
     let (jit, unnamed) = generated(&report);
     let (hot, _) = hot_row(&report);
-    eprintln!("generated code: {jit} samples, Hot.hot {hot}, unnamed {unnamed}");
+    eprintln!(
+        "generated code: {jit} samples, Hot.hot {hot}, unnamed {unnamed}; {}",
+        jvm_counters(&daemon)
+    );
     assert!(
         hot * 2 >= jit,
         "Hot.hot holds {hot} of {jit} samples in generated code: {report}"
@@ -139,8 +164,9 @@ fn a_jvm_recorded_from_its_start_without_flags_gets_its_java_methods_named() {
     assert!(
         unnamed * 10 <= hot,
         "{unnamed} samples in unnamed generated code against {hot} in Hot.hot: {report}\n\
-         the daemon's requests:\n{}",
-        jvm_lines(&daemon)
+         the daemon's requests:\n{}\nits counters: {}",
+        jvm_lines(&daemon),
+        jvm_counters(&daemon)
     );
 }
 
