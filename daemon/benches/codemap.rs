@@ -21,9 +21,9 @@ use vmscoped::{
         code::{Code, CodeSource, CodeStore},
         executable::Executable,
         live::LiveMap,
-        registry::{
-            CodeMaps, Counted, PUBLICATION_GRACE_NS, ParkedFrame, Placement, Recount, RoutedSample,
-            SampleFrame, Sink, Wanted,
+        registry::{CodeMaps, PUBLICATION_GRACE_NS},
+        sample::{
+            Counted, ParkedFrame, Placement, Recount, RoutedSample, SampleFrame, Sink, Wanted,
         },
         timeline::{Change, PendingSample, Timeline},
     },

@@ -39,7 +39,7 @@ pub use model::{
 /// `fixtures` feature) by the golden tests of the renderers.
 #[cfg(any(test, feature = "fixtures"))]
 #[doc(hidden)]
-pub use model::fixtures;
+pub mod fixtures;
 
 /// A hand-built profile with call stacks, shared by this crate's tests of the stack formats and
 /// (with the `fixtures` feature) by the end-to-end tests of pprof and flame graphs.

@@ -30,6 +30,7 @@ pub mod reader;
 pub mod reading;
 pub mod refusals;
 pub mod registry;
+pub mod sample;
 pub mod sources;
 pub mod timeline;
 pub mod vm;

@@ -62,9 +62,10 @@ use crate::{
         code::{CodeId, CodeStore},
         reader::{self, ReadReply, Readers},
         refusals::Reason,
-        registry::{
-            CodeMaps, Counted, FpStack, ParkedFrame, Placement, READ_GRACE_NS, Recount,
-            RoutedSample, SampleFrame, Sink, Wanted,
+        registry::{CodeMaps, READ_GRACE_NS},
+        sample::{
+            Counted, FpStack, ParkedFrame, Placement, Recount, RoutedSample, SampleFrame, Sink,
+            Wanted,
         },
         timeline::{Change, PendingSample},
     },

@@ -11,7 +11,7 @@ use super::SessionError;
 use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY, WANT_ROOT, WANT_STACKS, Wants};
 use vmscope_parse::stat;
 
-use crate::{codemap::registry::Wanted, sys};
+use crate::{codemap::sample::Wanted, sys};
 
 // The API's limits are the kernel side's.
 const _: () = assert!(
