@@ -485,11 +485,22 @@ impl ProcessCounters {
 
     /// The counts so far, or when frozen. A counter that cannot be read counts 0.
     pub fn counts(&self) -> Counts {
+        self.counts_of(|_| true)
+    }
+
+    /// The CPU time so far, or when frozen, in ns: its `task-clock` events alone are read.
+    pub fn cpu_ns(&self) -> u64 {
+        self.counts_of(|counter| counter == Counter::TaskClock)
+            .cpu_ns
+    }
+
+    /// The counts of the counters `wanted` picks (all of them once frozen).
+    fn counts_of(&self, wanted: impl Fn(Counter) -> bool) -> Counts {
         if let Some(frozen) = self.frozen {
             return frozen;
         }
         let mut counts = Counts::default();
-        for (counter, fd) in &self.events {
+        for (counter, fd) in self.events.iter().filter(|(c, _)| wanted(*c)) {
             match read_counter(fd) {
                 Ok(value) => counts.add_to(*counter, value),
                 Err(e) => tracing::debug!("cannot read {}: {e}", counter.name()),
@@ -620,7 +631,7 @@ impl SessionCounters {
             .counters
             .as_ref()
             .ok()?;
-        (counters.threads_left_out == 0).then(|| counters.counts().cpu_ns)
+        (counters.threads_left_out == 0).then(|| counters.cpu_ns())
     }
 
     /// Targets whose counters could not be opened.
