@@ -208,12 +208,15 @@ mod prog {
             return 0;
         }
         // Before any work on the stacks: a user's sample that would take the ring past its
-        // share costs the kernel one lookup and a count.
-        if !value.fits(
-            value.max_record_bytes(),
-            EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)),
-            EVENTS.query(u64::from(BPF_RB_RING_SIZE)),
-        ) {
+        // share costs the kernel one lookup and a count. Root's samples always fit: the ring
+        // is not even queried for them.
+        if !value.for_root()
+            && !value.fits(
+                value.max_record_bytes(),
+                EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)),
+                EVENTS.query(u64::from(BPF_RB_RING_SIZE)),
+            )
+        {
             count(&SHED, &SHED_UNKEYED, &key);
             return 0;
         }
