@@ -13,7 +13,10 @@
 //! `...others...` and percentages are the report's business (vmscope-report), so that every
 //! client gets every number.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, HashMap, HashSet},
+};
 
 use vmscope_proto::v1::{
     self as pb, AttributedSample, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples,
@@ -289,17 +292,18 @@ pub fn build_profile_unless(
 
     // Rows: self time from each stack's leaf, inclusive time from every location in it.
     let mut rows: Vec<RowSum> = (0..row_keys.len()).map(|_| RowSum::default()).collect();
-    let mut issues: HashMap<(String, pb::SymbolizationIssueKind, String), u64> = HashMap::new();
+    // Samples of each distinct leaf location with an issue: its issue is worded once, after.
+    let mut issue_samples: Vec<u64> = vec![0; placed.len()];
     let mut stack_rows: Vec<usize> = Vec::new();
     for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
         if cancelled(i) {
             return None;
         }
         let ids = stacks.ids_of(stack);
-        let Some(&leaf) = ids.first() else {
+        let Some(&leaf_id) = ids.first() else {
             continue;
         };
-        let leaf = &placed[leaf.0 as usize];
+        let leaf = &placed[leaf_id.0 as usize];
         let row = &mut rows[leaf.row];
         row.samples += samples;
         if leaf.later_snapshot {
@@ -320,14 +324,8 @@ pub fn build_profile_unless(
                 add(&mut row.inlined, method, samples);
             }
         }
-        if let Some(issue) = &leaf.resolved.issue {
-            *issues
-                .entry((
-                    leaf.resolved.module.clone(),
-                    issue_kind(issue),
-                    issue.describe().into_owned(),
-                ))
-                .or_insert(0) += samples;
+        if leaf.resolved.issue.is_some() {
+            issue_samples[leaf_id.0 as usize] += samples;
         }
         stack_rows.clear();
         stack_rows.extend(ids.iter().map(|id| placed[id.0 as usize].row));
@@ -460,11 +458,19 @@ pub fn build_profile_unless(
             .then_with(|| a.name.cmp(&b.name))
             .then_with(|| a.module.cmp(&b.module))
     });
+    let mut issues: HashMap<(&str, pb::SymbolizationIssueKind, Cow<'_, str>), u64> = HashMap::new();
+    for (leaf, samples) in placed.iter().zip(issue_samples) {
+        if let (Some(issue), 1..) = (&leaf.resolved.issue, samples) {
+            *issues
+                .entry((&leaf.resolved.module, issue_kind(issue), issue.describe()))
+                .or_insert(0) += samples;
+        }
+    }
     let mut issues: Vec<SymbolizationIssue> = issues
         .into_iter()
         .map(|((module, kind, reason), samples)| SymbolizationIssue {
-            module,
-            reason,
+            module: module.to_owned(),
+            reason: reason.into_owned(),
             samples,
             kind: kind as i32,
         })
