@@ -5,7 +5,7 @@
 use std::{process::Command, time::Duration};
 
 use vmscope_proto::v1::{GetProfileRequest, StartSessionRequest};
-use vmscope_tests::{Daemon, Running, dump, fixtures, rate_tolerance, record};
+use vmscope_tests::{Daemon, Running, dump, fixtures, json_report_file, rate_tolerance, record};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losses_are_counted_and_harmless() {
@@ -94,13 +94,7 @@ fn a_target_reaped_at_once_is_measured_to_its_exit() {
         .output()
         .expect("run vmscope record");
     reaper.join().expect("the reaper");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the report")).expect("JSON");
+    let report = json_report_file(&out, &json);
     let number = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
     let (rate, cpu, steal) = (
         number("measured_frequency_hz"),
