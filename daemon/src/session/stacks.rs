@@ -148,7 +148,8 @@ impl StackTable {
     /// Counts one more sample of `pid` in `stack`.
     pub fn add(&mut self, pid: u32, stack: StackId) {
         *self.counts.entry((pid, stack)).or_insert(0) += 1;
-        if self.cut_at_limit(stack) {
+        // Stacks are cut only once the table is full: below that, no sample looks.
+        if self.stacks.len() >= self.max_stacks && self.cut_at_limit(stack) {
             self.beyond_limit += 1;
         }
     }
