@@ -289,8 +289,9 @@ struct Store {
     entries: HashMap<CodeId, Entry, foldhash::fast::RandomState>,
     next_id: u64,
     held: Held,
-    /// Ids by the hash of their owner and code; equality is checked against `entries`.
-    ids: HashTable<CodeId>,
+    /// Ids by the hash of their owner and code, with that hash, so that growing the table
+    /// rehashes without a lookup in `entries` per code; equality is checked against `entries`.
+    ids: HashTable<(u64, CodeId)>,
     hasher: foldhash::fast::RandomState,
     epoch: u64,
     counters: StoreCounters,
@@ -367,11 +368,13 @@ impl CodeStore {
             ..
         } = &mut *store;
         let hash = hasher.hash_one((owner, &code));
-        let found = ids.find(hash, |id| {
-            let entry = &entries[id];
-            entry.owner == owner && *entry.code == code
+        let found = ids.find(hash, |&(h, id)| {
+            h == hash && {
+                let entry = &entries[&id];
+                entry.owner == owner && *entry.code == code
+            }
         });
-        if let Some(&id) = found {
+        if let Some(&(_, id)) = found {
             if let Some(entry) = entries.get_mut(&id) {
                 entry.seen = *epoch;
             }
@@ -401,7 +404,7 @@ impl CodeStore {
                 seen: *epoch,
             },
         );
-        ids.insert_unique(hash, id, |id| entries[id].hash);
+        ids.insert_unique(hash, (hash, id), |&(h, _)| h);
         Ok(id)
     }
 
@@ -436,7 +439,7 @@ impl CodeStore {
                 return true;
             }
             held.give_back(entry.owner, entry.bytes);
-            if let Ok(found) = ids.find_entry(entry.hash, |x| *x == id) {
+            if let Ok(found) = ids.find_entry(entry.hash, |&(_, x)| x == id) {
                 found.remove();
             }
             swept.codes += 1;
@@ -447,7 +450,7 @@ impl CodeStore {
         counters.reclaimed_bytes += swept.bytes as u64;
         if swept.codes > 0 && entries.len() < entries.capacity() / 4 {
             entries.shrink_to_fit();
-            ids.shrink_to_fit(|id| entries[id].hash);
+            ids.shrink_to_fit(|&(h, _)| h);
         }
         swept
     }
