@@ -20,7 +20,8 @@ use vmscope_proto::v1::CodeKind;
 use super::ranges::MergedRanges;
 use crate::shares::{Held, Refusal, ShareLimits};
 
-/// Identity of an interned [`Code`]; never reused, even once the code is reclaimed.
+/// Identity of an interned [`Code`]; never reused, even once the code is reclaimed: the store's
+/// slot in its low 32 bits, and how many codes that slot held before in its high 32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CodeId(pub u64);
 
@@ -284,10 +285,93 @@ struct Entry {
     seen: u64,
 }
 
+/// The store's entries, each in the slot its id names. New codes fill freed slots first, then
+/// the end: interning writes where the previous code went rather than at a random place in a
+/// hash table, and a lookup by id is an index.
+#[derive(Debug, Default)]
+struct Slots {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    len: usize,
+    /// The generation slots pushed anew start at: above any slot given back at the end, so
+    /// that an id is not issued twice.
+    fresh_generation: u32,
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+impl Slots {
+    fn id(index: usize, generation: u32) -> CodeId {
+        CodeId(u64::from(generation) << 32 | index as u64)
+    }
+
+    fn get(&self, id: CodeId) -> Option<&Entry> {
+        let slot = self.slots.get(id.0 as u32 as usize)?;
+        (slot.generation == (id.0 >> 32) as u32)
+            .then_some(slot.entry.as_ref())
+            .flatten()
+    }
+
+    fn get_mut(&mut self, id: CodeId) -> Option<&mut Entry> {
+        let slot = self.slots.get_mut(id.0 as u32 as usize)?;
+        (slot.generation == (id.0 >> 32) as u32)
+            .then_some(slot.entry.as_mut())
+            .flatten()
+    }
+
+    fn insert(&mut self, entry: Entry) -> CodeId {
+        self.len += 1;
+        let index = match self.free.pop() {
+            Some(index) => index as usize,
+            None => {
+                self.slots.push(Slot {
+                    generation: self.fresh_generation,
+                    entry: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.entry = Some(entry);
+        Slots::id(index, slot.generation)
+    }
+
+    /// Keeps the entries `keep` says to keep, freeing the others' slots under a new generation.
+    fn retain(&mut self, mut keep: impl FnMut(CodeId, &mut Entry) -> bool) {
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            let Some(entry) = slot.entry.as_mut() else {
+                continue;
+            };
+            if !keep(Slots::id(index, slot.generation), entry) {
+                slot.entry = None;
+                slot.generation = slot.generation.wrapping_add(1);
+                self.free.push(index as u32);
+                self.len -= 1;
+            }
+        }
+        while let Some(slot) = self.slots.last()
+            && slot.entry.is_none()
+        {
+            self.fresh_generation = self.fresh_generation.max(slot.generation);
+            self.slots.pop();
+        }
+        let end = self.slots.len() as u32;
+        self.free.retain(|&index| index < end);
+        if self.slots.len() < self.slots.capacity() / 4 {
+            self.slots.shrink_to_fit();
+            self.free.shrink_to_fit();
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Store {
-    entries: HashMap<CodeId, Entry, foldhash::fast::RandomState>,
-    next_id: u64,
+    entries: Slots,
+    interned: u64,
     held: Held,
     /// Ids by the hash of their owner and code, with that hash, so that growing the table
     /// rehashes without a lookup in `entries` per code; equality is checked against `entries`.
@@ -359,7 +443,7 @@ impl CodeStore {
         let mut store = self.write();
         let Store {
             entries,
-            next_id,
+            interned,
             held,
             ids,
             hasher,
@@ -369,13 +453,13 @@ impl CodeStore {
         } = &mut *store;
         let hash = hasher.hash_one((owner, &code));
         let found = ids.find(hash, |&(h, id)| {
-            h == hash && {
-                let entry = &entries[&id];
-                entry.owner == owner && *entry.code == code
-            }
+            h == hash
+                && entries
+                    .get(id)
+                    .is_some_and(|entry| entry.owner == owner && *entry.code == code)
         });
         if let Some(&(_, id)) = found {
-            if let Some(entry) = entries.get_mut(&id) {
+            if let Some(entry) = entries.get_mut(id) {
                 entry.seen = *epoch;
             }
             return Ok(id);
@@ -392,18 +476,14 @@ impl CodeStore {
                 used_mib: held.total() >> 20,
             });
         }
-        let id = CodeId(*next_id);
-        *next_id += 1;
-        entries.insert(
-            id,
-            Entry {
-                code: Arc::new(code),
-                owner,
-                bytes,
-                hash,
-                seen: *epoch,
-            },
-        );
+        *interned += 1;
+        let id = entries.insert(Entry {
+            code: Arc::new(code),
+            owner,
+            bytes,
+            hash,
+            seen: *epoch,
+        });
         ids.insert_unique(hash, (hash, id), |&(h, _)| h);
         Ok(id)
     }
@@ -424,7 +504,7 @@ impl CodeStore {
         *epoch += 1;
         let now = *epoch;
         let mut swept = Swept::default();
-        entries.retain(|&id, entry| {
+        entries.retain(|id, entry| {
             if keep(id) {
                 entry.seen = now;
                 return true;
@@ -448,8 +528,7 @@ impl CodeStore {
         });
         counters.reclaimed_codes += swept.codes as u64;
         counters.reclaimed_bytes += swept.bytes as u64;
-        if swept.codes > 0 && entries.len() < entries.capacity() / 4 {
-            entries.shrink_to_fit();
+        if swept.codes > 0 && entries.len < ids.capacity() / 4 {
             ids.shrink_to_fit(|&(h, _)| h);
         }
         swept
@@ -458,7 +537,7 @@ impl CodeStore {
     /// How many codes were ever interned: unchanged, no code appeared that a sweep could let
     /// go of.
     pub fn interned(&self) -> u64 {
-        self.read().next_id
+        self.read().interned
     }
 
     /// What was refused and reclaimed so far.
@@ -478,12 +557,12 @@ impl CodeStore {
 
     /// An interned code; `None` once reclaimed.
     pub fn get(&self, id: CodeId) -> Option<Arc<Code>> {
-        self.read().entries.get(&id).map(|e| e.code.clone())
+        self.read().entries.get(id).map(|e| e.code.clone())
     }
 
     /// Number of distinct codes.
     pub fn len(&self) -> usize {
-        self.read().entries.len()
+        self.read().entries.len
     }
 
     /// Whether it holds no code.
@@ -654,5 +733,37 @@ mod tests {
         drop(hold);
         store.sweep(|_| false);
         assert!(store.get(during).is_none() && store.is_empty());
+    }
+
+    #[test]
+    fn ids_are_never_issued_twice_as_slots_are_freed_and_filled() {
+        let store = CodeStore::new();
+        let mut issued = std::collections::HashSet::new();
+        let mut live = Vec::new();
+        for round in 0..6u64 {
+            // Some codes kept across rounds, the rest let go: freed slots in the middle are
+            // filled again, and those at the end given back.
+            for i in 0..50 {
+                let id = store.intern(method(&[(round * 100 + i, 1)]), 1000).unwrap();
+                assert!(issued.insert(id), "{id:?} issued twice");
+                live.push(id);
+            }
+            let keep: Vec<CodeId> = live.iter().copied().step_by(3).collect();
+            store.sweep(|id| keep.contains(&id));
+            store.sweep(|id| keep.contains(&id));
+            for &id in &live {
+                assert_eq!(store.get(id).is_some(), keep.contains(&id), "{id:?}");
+            }
+            live = keep;
+        }
+        store.sweep(|_| false);
+        store.sweep(|_| false);
+        assert!(store.is_empty());
+        let after = store.intern(method(&[(0x10, 1)]), 1000).unwrap();
+        assert!(
+            !issued.contains(&after),
+            "a slot given back and pushed anew gets a new id"
+        );
+        assert_eq!(store.interned(), issued.len() as u64 + 1);
     }
 }
