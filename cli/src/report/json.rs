@@ -23,7 +23,9 @@ use serde::Serialize;
 use vmscope_proto::v1 as pb;
 
 use vmscope_report::stack_view::ShownStacks;
-use vmscope_report::stats::{EventCount, KernelEventsReport, VmStatsReport, interval_key};
+use vmscope_report::stats::{
+    EventCount, KernelEventsReport, SettingValue, VmStatsReport, interval_key,
+};
 use vmscope_report::{
     CodeKindLabel, InlinedRow, IssueRow, RangeRow, Report, ReportRow, ReportTarget, SectionKind,
     SectionReport, rfc3339_seconds, round2,
@@ -187,10 +189,10 @@ fn vm_statistics(vm: &VmStatsReport) -> JsonVmStatistics<'_> {
             .iter()
             .map(|s| JsonSetting {
                 name: &s.name,
-                value: match (&s.number, &s.text) {
-                    (Some(n), _) => (*n).into(),
-                    (None, Some(t)) => t.as_str().into(),
-                    (None, None) => serde_json::Value::Null,
+                value: match &s.value {
+                    Some(SettingValue::Number(n)) => (*n).into(),
+                    Some(SettingValue::Text(t)) => t.as_str().into(),
+                    None => serde_json::Value::Null,
                 },
                 unit: &s.unit,
             })
@@ -650,10 +652,6 @@ fn section(section: &SectionReport) -> JsonSection<'_> {
 }
 
 fn row(row: &ReportRow) -> JsonRow<'_> {
-    let sole = match row.processes.as_slice() {
-        [only] => Some(only),
-        _ => None,
-    };
     JsonRow {
         name: &row.name,
         module: &row.module,
@@ -669,8 +667,8 @@ fn row(row: &ReportRow) -> JsonRow<'_> {
         optimised: row.optimised,
         ranges: row.ranges.iter().map(range).collect(),
         inlined: row.inlined.iter().map(inlined).collect(),
-        pid: sole.map(|p| p.pid),
-        command: sole.map(|p| p.command.as_str()),
+        pid: row.pid,
+        command: row.command.as_deref(),
         processes: row
             .processes
             .iter()

@@ -190,6 +190,12 @@ pub struct ReportRow {
     /// Optimised code: samples per method inlined into it, most first; the method's own code
     /// is listed under its own name. Empty for the fold.
     pub inlined: Vec<InlinedRow>,
+    /// The process all the row's samples are from, when they are one process's (`None` when
+    /// they are several's, or the daemon did not say): what tells rows of a system-wide or
+    /// multi-target profile apart.
+    pub pid: Option<u32>,
+    /// That process's name (comm), with `pid`.
+    pub command: Option<String>,
     /// The row's samples by process, most first (as many as the daemon said; for the fold, of
     /// every folded row).
     pub processes: Vec<ProcessShare>,
@@ -898,7 +904,13 @@ fn build_section(
     let mut running: u64 = 0;
     let mut push = |row: ReportRow| {
         running = running.saturating_add(row.samples);
+        let sole = match row.processes.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        };
         out.push(ReportRow {
+            pid: sole.map(|p| p.pid),
+            command: sole.map(|p| p.command.clone()),
             percent_of_section: percent(row.samples, samples),
             percent_of_total: percent(row.samples, total),
             cumulative_percent: percent(running, samples),
@@ -937,6 +949,8 @@ fn build_section(
             optimised: generated && row.optimised,
             ranges,
             inlined,
+            pid: None,
+            command: None,
             processes: row
                 .processes
                 .iter()
@@ -970,6 +984,8 @@ fn build_section(
             optimised: false,
             ranges: Vec::new(),
             inlined: Vec::new(),
+            pid: None,
+            command: None,
             processes: fold_processes(&folded),
             show_details: false,
             srcline: String::new(),
@@ -2150,6 +2166,15 @@ mod tests {
         let processes: Vec<(u32, u64)> =
             poll.processes.iter().map(|p| (p.pid, p.samples)).collect();
         assert_eq!(processes, [(1, 40), (2, 20)]);
+        assert_eq!(
+            (poll.pid, poll.command.as_deref()),
+            (None, None),
+            "two processes"
+        );
+        // Split by process, each row is one process's, and says which.
+        let report = Report::from_profile(&profile, &by_pid);
+        let node = find(&report, "node[3]");
+        assert_eq!((node.pid, node.command.as_deref()), (Some(3), Some("node")));
     }
 
     #[test]

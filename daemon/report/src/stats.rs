@@ -50,12 +50,19 @@ pub struct VmStatsReport {
 pub struct Setting {
     /// Its name ("eden size").
     pub name: String,
-    /// A number, if it is one.
-    pub number: Option<i64>,
-    /// Its text, if not a number.
-    pub text: Option<String>,
+    /// Its value; `None` when the VM published none.
+    pub value: Option<SettingValue>,
     /// A number's unit.
     pub unit: String,
+}
+
+/// The value of a VM's setting: a number or a text, as the VM published it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SettingValue {
+    /// A number (a size, a count).
+    Number(i64),
+    /// Anything else ("generational").
+    Text(String),
 }
 
 /// How a gauge changed.
@@ -224,14 +231,10 @@ impl VmStatsReport {
                 .iter()
                 .map(|c| Setting {
                     name: c.name.clone(),
-                    number: match &c.value {
-                        Some(configuration::Value::Number(n)) => Some(*n),
-                        _ => None,
-                    },
-                    text: match &c.value {
-                        Some(configuration::Value::Text(t)) => Some(t.clone()),
-                        _ => None,
-                    },
+                    value: c.value.as_ref().map(|value| match value {
+                        configuration::Value::Number(n) => SettingValue::Number(*n),
+                        configuration::Value::Text(t) => SettingValue::Text(t.clone()),
+                    }),
                     unit: c.unit.clone(),
                 })
                 .collect(),
@@ -496,7 +499,10 @@ mod tests {
             ..Profile::default()
         };
         let [vm] = VmStatsReport::from_profile(&profile).try_into().unwrap();
-        assert_eq!(vm.configuration[0].number, Some(3_801_936));
+        assert_eq!(
+            vm.configuration[0].value,
+            Some(SettingValue::Number(3_801_936))
+        );
         let gcs = vm.kind(IntervalKind::Scavenge).unwrap();
         assert_eq!(
             (gcs.key.as_str(), gcs.label.as_str()),
