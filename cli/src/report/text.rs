@@ -44,7 +44,7 @@
 use std::io::{self, Write};
 
 use vmscope_proto::v1::IntervalKind;
-use vmscope_report::stats::{DISAGREEMENT_POINTS, IntervalStats, VmStatsReport};
+use vmscope_report::stats::{DISAGREEMENT_POINTS, IntervalStats, SettingValue, VmStatsReport};
 use vmscope_report::{
     OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
     round2,
@@ -406,10 +406,10 @@ fn settings_line(vm: &VmStatsReport) -> Option<String> {
         .configuration
         .iter()
         .map(|s| {
-            let value = match (&s.number, &s.text) {
-                (Some(n), _) => grouped((*n).into()),
-                (None, Some(t)) => t.clone(),
-                (None, None) => String::new(),
+            let value = match &s.value {
+                Some(SettingValue::Number(n)) => grouped((*n).into()),
+                Some(SettingValue::Text(t)) => t.clone(),
+                None => String::new(),
             };
             format!("{}: {value} {}", s.name, s.unit)
                 .trim_end()

@@ -14,10 +14,13 @@
 //!   every frame) and recursion collapsed, computed once for all of them.
 //! - [`tree`]: call trees over the profile's stacks (top-down, callees and callers of a
 //!   function), with inclusive and self samples, after Pharo's MessageTally.
+//! - [`json`]: the JSON report, the model serialised with serde (its types derive
+//!   `Serialize`), and the profile's stack table after it.
 #![deny(missing_docs)]
 
 pub mod folded;
 mod functions;
+pub mod json;
 pub mod model;
 pub mod pprof;
 mod processes;

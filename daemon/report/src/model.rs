@@ -5,9 +5,15 @@
 //! Pure and free of I/O so that every rule can be unit-tested: the renderers (the CLI's text and
 //! JSON) only format what is computed here. Values stay unrounded; both renderers round
 //! through [`round2`], so that the text and the JSON always show the same two-decimal numbers.
+//!
+//! The types serialise themselves (serde) as the JSON report ([`crate::json`]): their fields
+//! are its fields, in declaration order, except those marked `#[serde(skip)]`, which JSON
+//! leaves out.
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
 
 use vmscope_proto::v1::{
     CallGraph, CodeKind, Profile, ProfileRow, Section, Session, StackEnd, SymbolizationIssueKind,
@@ -92,8 +98,10 @@ impl Default for ReportOptions {
     }
 }
 
-/// The three sections of a VMProfiler report, in report order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The three sections of a VMProfiler report, in report order. JSON spells them as
+/// [`SectionKind::as_str`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(into = "&'static str")]
 pub enum SectionKind {
     /// Code the VM generated at run time (JIT code).
     Generated,
@@ -132,8 +140,15 @@ impl SectionKind {
     }
 }
 
+impl From<SectionKind> for &'static str {
+    /// [`SectionKind::as_str`]: how JSON spells it.
+    fn from(kind: SectionKind) -> Self {
+        kind.as_str()
+    }
+}
+
 /// A process the session was started for, as the report header names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReportTarget {
     /// Process id.
     pub pid: u32,
@@ -148,7 +163,7 @@ pub struct ReportTarget {
 }
 
 /// One line of a section: a function (or module+offset), or the `...others...` fold.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReportRow {
     /// Symbol, `module+0xOFFSET`, `[unknown]`, or [`OTHERS_NAME`] for the fold.
     pub name: String,
@@ -156,8 +171,6 @@ pub struct ReportRow {
     pub module: String,
     /// Section the row belongs to.
     pub section: SectionKind,
-    /// Whether `name` is a real symbol (false for module+offset, `[unknown]` and the fold).
-    pub symbolized: bool,
     /// Samples in this row (summed over the folded rows for the fold).
     pub samples: u64,
     /// Samples whose stack holds this row's code anywhere, its callees' included (perf's
@@ -165,22 +178,31 @@ pub struct ReportRow {
     /// ([`Report::call_graph`]), for the fold (its rows' stacks overlap: the sum would count
     /// a sample once per folded row on its stack), and for rows grouped by `--sort` other than
     /// by function, whose inclusive time is not known.
+    #[serde(skip)]
     pub inclusive_samples: Option<u64>,
     /// `inclusive_samples` as a share of every sample of the targets, 0 to 100.
+    #[serde(skip)]
     pub inclusive_percent_of_total: Option<f64>,
     /// Share of the section's samples, 0 to 100.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent_of_section: f64,
     /// Share of every sample of the targets, 0 to 100.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent_of_total: f64,
     /// Running sum of `percent_of_section` down to this row; exactly 100 on a section's last row.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub cumulative_percent: f64,
+    /// Whether `name` is a real symbol (false for module+offset, `[unknown]` and the fold).
+    pub symbolized: bool,
     /// How many rows the fold stands for; 0 for every other row.
     pub folded_rows: usize,
     /// What kind of generated code the row is, as the code map says; `None` outside generated
     /// code, for the fold, and when the daemon did not say (or said something this CLI does not
     /// know).
     pub kind: Option<CodeKindLabel>,
-    /// The code map that named the row: "vm", "jitdump" or "perf map"; empty when none did.
+    /// The code map that named the row: "vm", "jitdump" or "perf map"; empty (JSON: null) when
+    /// none did.
+    #[serde(serialize_with = "crate::json::non_empty")]
     pub code_map: String,
     /// Optimised generated code: a method's optimised version, a row apart from its baseline.
     pub optimised: bool,
@@ -190,14 +212,23 @@ pub struct ReportRow {
     /// Optimised code: samples per method inlined into it, most first; the method's own code
     /// is listed under its own name. Empty for the fold.
     pub inlined: Vec<InlinedRow>,
+    /// The process all the row's samples are from, when they are one process's (`None` when
+    /// they are several's, or the daemon did not say): what tells rows of a system-wide or
+    /// multi-target profile apart.
+    pub pid: Option<u32>,
+    /// That process's name (comm), with `pid`.
+    pub command: Option<String>,
     /// The row's samples by process, most first (as many as the daemon said; for the fold, of
     /// every folded row).
     pub processes: Vec<ProcessShare>,
     /// Whether the text report lists `ranges` and `inlined` under the row: a generated code row
     /// that has some and holds at least [`ReportOptions::min_range_percent`] of the grand total.
+    /// JSON lists them for every row that has some.
+    #[serde(skip)]
     pub show_details: bool,
     /// Rows grouped by source line (`--sort srcline`): the line, `hot.c:12` (perf's `??:0` for
-    /// samples without one). Empty otherwise.
+    /// samples without one). Empty (JSON: null) otherwise.
+    #[serde(serialize_with = "crate::json::non_empty")]
     pub srcline: String,
     /// Of `samples`, those named from a perf map read after them, not from the map of their
     /// time.
@@ -205,7 +236,7 @@ pub struct ReportRow {
 }
 
 /// A process's share of a row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessShare {
     /// Process id.
     pub pid: u32,
@@ -216,7 +247,7 @@ pub struct ProcessShare {
 }
 
 /// A module counted as the VM's although it is not the main executable.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VmModule {
     /// Its file name.
     pub module: String,
@@ -226,8 +257,10 @@ pub struct VmModule {
     pub samples: u64,
 }
 
-/// What kind of generated code a row is, after Cog's code zone constituents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What kind of generated code a row is, after Cog's code zone constituents. JSON spells it as
+/// [`CodeKindLabel::as_str`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(into = "&'static str")]
 pub enum CodeKindLabel {
     /// A compiled method, optimised or not.
     Method,
@@ -294,35 +327,45 @@ impl CodeKindLabel {
     }
 }
 
+impl From<CodeKindLabel> for &'static str {
+    /// [`CodeKindLabel::as_str`]: how JSON spells it.
+    fn from(kind: CodeKindLabel) -> Self {
+        kind.as_str()
+    }
+}
+
 /// Samples in one range of a method's code: bytecodes (`1->23`, `38->end`), an inlined
 /// method's bytecodes (`Inline>>heavy 33->70`) or a source position (`app.js:12:5`, `start`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RangeRow {
     /// The range as the daemon labelled it.
     pub label: String,
     /// Samples in the range.
     pub samples: u64,
     /// Share of the method's samples, 0 to 100.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent_of_method: f64,
     /// Running sum of `percent_of_method` in code order, from exact sums: exactly 100 on the
     /// last range when the ranges hold all of the method's samples.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub cumulative_percent: f64,
 }
 
 /// Samples of an optimised method attributed to one method inlined into it (or to its own
 /// code, under its own name).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InlinedRow {
     /// The inlined method.
     pub name: String,
     /// Samples attributed to it.
     pub samples: u64,
     /// Share of the optimised method's samples, 0 to 100.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent_of_method: f64,
 }
 
 /// One section of the report with its rows, sorted and folded.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SectionReport {
     /// Which section this is.
     pub section: SectionKind,
@@ -332,8 +375,10 @@ pub struct SectionReport {
     pub samples: u64,
     /// Share of the VM's samples (generated + vanilla); `None` for other code, which is not
     /// part of the VM.
+    #[serde(serialize_with = "crate::json::rounded_or_null")]
     pub percent_of_vm: Option<f64>,
     /// Share of every sample of the targets.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent_of_total: f64,
     /// Most samples first, then by name; the fold, if any, last.
     pub rows: Vec<ReportRow>,
@@ -341,11 +386,12 @@ pub struct SectionReport {
 
 /// Samples that could not be symbolised, by module and reason: worth showing because they are
 /// why some rows read `module+0x...` or `[unknown]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IssueRow {
     /// The module concerned, or `[unknown]`.
     pub module: String,
-    /// What went wrong, for a program (see [`IssueRow::kind_name`]).
+    /// What went wrong, for a program; JSON spells it as [`IssueRow::kind_name`] does.
+    #[serde(serialize_with = "crate::json::issue_kind")]
     pub kind: SymbolizationIssueKind,
     /// What went wrong, for a person.
     pub reason: String,
@@ -358,15 +404,22 @@ impl IssueRow {
     /// (`stripped`, `no_symbol`, `jit_unexplained`...; `unspecified` from a daemon that does
     /// not say).
     pub fn kind_name(&self) -> String {
-        let name = self.kind.as_str_name();
-        name.strip_prefix("SYMBOLIZATION_ISSUE_KIND_")
-            .unwrap_or(name)
-            .to_ascii_lowercase()
+        issue_kind_name(self.kind)
     }
 }
 
+/// [`IssueRow::kind_name`] of `kind`.
+pub(crate) fn issue_kind_name(kind: SymbolizationIssueKind) -> String {
+    let name = kind.as_str_name();
+    name.strip_prefix("SYMBOLIZATION_ISSUE_KIND_")
+        .unwrap_or(name)
+        .to_ascii_lowercase()
+}
+
 /// A profile ready to render: header numbers, sections and symbolisation issues.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Serialised, the JSON report's fields (see [`crate::json`]), in this order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     /// The daemon's session id.
     pub session_id: u64,
@@ -377,7 +430,8 @@ pub struct Report {
     /// Main executable of the (first) target; empty system-wide.
     pub vm_executable: String,
     /// When sampling started; `None` when the daemon sent none or one outside 1970..=9999,
-    /// which could not be shown as a date anyway.
+    /// which could not be shown as a date anyway. JSON: RFC 3339 UTC to the second, or null.
+    #[serde(serialize_with = "crate::json::rfc3339")]
     pub started_at: Option<SystemTime>,
     /// Wall-clock time sampled.
     pub duration_seconds: f64,
@@ -390,6 +444,7 @@ pub struct Report {
     pub cpu_seconds: f64,
     /// Share of the host's CPU time a hypervisor stole meanwhile, in percent: a high figure
     /// explains a measured rate away from the requested one.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub host_steal_percent: f64,
     /// `cpu_seconds / duration_seconds`: how many CPUs were busy on average, which explains why
     /// the sample count exceeds duration x frequency; `None` with the measured frequency.
@@ -399,28 +454,45 @@ pub struct Report {
     /// Samples in generated and vanilla code ("samples in the VM").
     pub vm_samples: u64,
     /// `vm_samples` as a share of `total_samples`.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub vm_percent_of_total: f64,
     /// Samples the kernel took but could not deliver.
     pub lost_samples: u64,
-    /// Samples taken, delivered plus lost, per busy CPU-second (the daemon's figure).
-    pub taken_frequency_hz: f64,
-    /// The daemon judged that the kernel throttled sampling (see `Profile.throttled`).
-    pub throttled: bool,
     /// Lost samples indexed by CPU number.
     pub lost_samples_per_cpu: Vec<u64>,
+    /// Samples taken, delivered plus lost, per busy CPU-second (the daemon's figure).
+    pub taken_frequency_hz: f64,
+    /// The daemon judged that the kernel throttled sampling (see `Profile.throttled`): it
+    /// took clearly fewer samples than asked, under 90% over half a CPU-second or more.
+    pub throttled: bool,
+    /// Whether the session recorded call stacks: rows then carry inclusive time and the
+    /// profile's stacks can be read as call trees ([`crate::tree`]). False for sessions
+    /// without call graph and for profiles of daemons that do not say. Not in JSON, whose
+    /// `call_graph` is `call_graph_mode`.
+    #[serde(skip)]
+    pub call_graph: bool,
+    /// How the session recorded call stacks: `none`, `fp`, `dwarf`, or `unknown` from a daemon
+    /// that does not say. See [`Report::call_graph_label`]. JSON's `call_graph`.
+    #[serde(rename = "call_graph")]
+    pub call_graph_mode: &'static str,
+    /// With DWARF stacks, the bytes of user stack copied per sample at most.
+    pub dwarf_stack_bytes: Option<u32>,
     /// Whether the profile is whole: the session stopped and every sample taken before the stop
     /// was read and attributed.
     pub complete: bool,
+    /// Why the session stopped, if it did and the daemon said.
+    pub stop_reason: Option<String>,
     /// Why a stopped session's profile is not whole, if the daemon said.
     pub incomplete_reason: Option<String>,
     /// Samples in generated code attributed before their code map was known up to their time
-    /// (a VM that buffers its jitdump): they may show as unnamed or stale code.
+    /// (a VM that buffers its jitdump): they may show as unnamed or stale code. Provisional.
     pub jit_samples_before_code_map: u64,
     /// Of those, the ones whose code map may still catch up: the profile may change.
     pub jit_samples_awaiting_code_map: u64,
-    /// Samples placed again in the map of their time once it caught up.
+    /// Samples placed again, on time, in the map of their time once it caught up.
     pub jit_samples_caught_up: u64,
-    /// Samples named from a perf map read after them (no timestamps), not time-correct.
+    /// Samples named from a perf map read after them (no timestamps), not time-correct; their
+    /// rows say how many in `later_snapshot_samples`, their frames `later_snapshot`.
     pub jit_samples_from_later_snapshot: u64,
     /// Processes with samples in the profile (0 from a daemon that does not say).
     pub processes: u32,
@@ -431,39 +503,35 @@ pub struct Report {
     pub vm_modules: Vec<VmModule>,
     /// A module of other code big enough that it may well be part of the VM, for a hint to
     /// count it with `--vm-module`: its name and share of all samples.
+    #[serde(skip)]
     pub vm_module_hint: Option<(String, f64)>,
-    /// Why the session stopped, if it did and the daemon said.
-    pub stop_reason: Option<String>,
     /// Generated (when the targets have JIT code or it has rows), vanilla, other, in that order.
     pub sections: Vec<SectionReport>,
-    /// Symbolisation problems, one per (module, reason), most samples first.
+    /// Symbolisation problems, one per (module, reason), most samples first. JSON's
+    /// `symbolization_issues`.
+    #[serde(rename = "symbolization_issues")]
     pub issues: Vec<IssueRow>,
-    /// Whether the session recorded call stacks: rows then carry inclusive time and the
-    /// profile's stacks can be read as call trees ([`crate::tree`]). False for sessions
-    /// without call graph and for profiles of daemons that do not say.
-    pub call_graph: bool,
-    /// How the session recorded call stacks: `none`, `fp`, `dwarf`, or `unknown` from a daemon
-    /// that does not say. See [`Report::call_graph_label`].
-    pub call_graph_mode: &'static str,
-    /// With DWARF stacks, the bytes of user stack copied per sample at most.
-    pub dwarf_stack_bytes: Option<u32>,
+    /// What the kernel counted for the targets (VMProfiler's "Events"), when the daemon
+    /// counted: not for system-wide sessions (JSON: null).
+    pub kernel_events: Option<KernelEventsReport>,
+    /// What the VMs among the targets published of their own statistics, by pid.
+    pub vm_statistics: Vec<VmStatsReport>,
     /// Samples whose stack was cut at the depth limit (`kernel.perf_event_max_stack`): their
-    /// outermost callers are missing.
+    /// outermost callers are missing. JSON's stack table says it.
+    #[serde(skip)]
     pub truncated_stacks: u64,
     /// Samples whose stacks ended before their thread's entry point, per reason (the depth
     /// limit included), most first: what a reader must know before trusting callers' shares.
+    /// JSON's stack table says it (`stack_ends`).
+    #[serde(skip)]
     pub early_stack_ends: Vec<(StackEnd, u64)>,
     /// Share of all samples (percent) whose stacks run through V8's interpreter entry
     /// trampoline, behind which interpreted JavaScript callers stay nameless unless node runs
     /// with `--interpreted-frames-native-stack`: for a hint to use it. `None` below
     /// [`INTERPRETED_FRAMES_HINT_PERCENT`] or with the flag given (the trampoline then calls
     /// named per-function copies of itself).
+    #[serde(skip)]
     pub v8_interpreted_frames: Option<f64>,
-    /// What the kernel counted for the targets (VMProfiler's "Events"), when the daemon
-    /// counted: not for system-wide sessions.
-    pub kernel_events: Option<KernelEventsReport>,
-    /// What the VMs among the targets published of their own statistics, by pid.
-    pub vm_statistics: Vec<VmStatsReport>,
 }
 
 /// Least CPU time of the targets for the report to give a measured sampling rate. The kernel
@@ -898,7 +966,13 @@ fn build_section(
     let mut running: u64 = 0;
     let mut push = |row: ReportRow| {
         running = running.saturating_add(row.samples);
+        let sole = match row.processes.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        };
         out.push(ReportRow {
+            pid: sole.map(|p| p.pid),
+            command: sole.map(|p| p.command.clone()),
             percent_of_section: percent(row.samples, samples),
             percent_of_total: percent(row.samples, total),
             cumulative_percent: percent(running, samples),
@@ -937,6 +1011,8 @@ fn build_section(
             optimised: generated && row.optimised,
             ranges,
             inlined,
+            pid: None,
+            command: None,
             processes: row
                 .processes
                 .iter()
@@ -970,6 +1046,8 @@ fn build_section(
             optimised: false,
             ranges: Vec::new(),
             inlined: Vec::new(),
+            pid: None,
+            command: None,
             processes: fold_processes(&folded),
             show_details: false,
             srcline: String::new(),
@@ -2150,6 +2228,15 @@ mod tests {
         let processes: Vec<(u32, u64)> =
             poll.processes.iter().map(|p| (p.pid, p.samples)).collect();
         assert_eq!(processes, [(1, 40), (2, 20)]);
+        assert_eq!(
+            (poll.pid, poll.command.as_deref()),
+            (None, None),
+            "two processes"
+        );
+        // Split by process, each row is one process's, and says which.
+        let report = Report::from_profile(&profile, &by_pid);
+        let node = find(&report, "node[3]");
+        assert_eq!((node.pid, node.command.as_deref()), (Some(3), Some("node")));
     }
 
     #[test]

@@ -3,13 +3,15 @@
 
 use std::collections::HashMap;
 
+use serde::Serialize;
+
 use vmscope_proto::v1 as pb;
 
 use crate::model::percent;
 
 /// One process's samples in the profile: a system-wide profile splits a process's samples
 /// over its sections, and only this says how much of the whole is that process's.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProcessTotal {
     /// Process id.
     pub pid: u32,
@@ -18,6 +20,7 @@ pub struct ProcessTotal {
     /// Its samples.
     pub samples: u64,
     /// Their share of every sample, 0 to 100.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent_of_total: f64,
 }
 

@@ -52,6 +52,7 @@ use std::{
     collections::{HashMap, hash_map::Entry},
 };
 
+use serde::Serialize;
 use vmscope_proto::v1::{Frame, Profile, Stack};
 
 use crate::{
@@ -65,8 +66,9 @@ use crate::{
 /// comparisons per frame.
 pub const MAX_RECURSION_CYCLE: usize = 16;
 
-/// Which frames of each stack are shown.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// Which frames of each stack are shown. JSON spells it as [`FrameView::as_str`] does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(into = "&'static str")]
 pub enum FrameView {
     /// The language's frames and the native frames under the innermost of them; the VM's own
     /// frames above it hidden (see the module docs).
@@ -86,12 +88,21 @@ impl FrameView {
     }
 }
 
+impl From<FrameView> for &'static str {
+    /// [`FrameView::as_str`]: how JSON spells it.
+    fn from(view: FrameView) -> Self {
+        view.as_str()
+    }
+}
+
 /// How stacks are shown; chosen by the client, as the rest of [`ReportOptions`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct StackOptions {
-    /// Which frames.
+    /// Which frames: `language` (the VM's own frames above each stack's innermost language
+    /// frame hidden, the default) or `native` (every frame, `--native`).
     pub frames: FrameView,
-    /// Recursion collapsed to one level (one turn of a cycle).
+    /// Recursion collapsed to one level (one turn of a cycle; `--collapse-recursion`): a
+    /// function calling itself, directly or through a cycle, is one level.
     pub collapse_recursion: bool,
 }
 
@@ -104,18 +115,30 @@ impl StackOptions {
 }
 
 /// A profile with its stacks as [`StackOptions`] show them, and what the showing changed.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Serialised, the JSON's `stack_view` (`frames`, `collapse_recursion`,
+/// `samples_with_hidden_frames`, `samples_with_collapsed_recursion`): how the stacks are shown
+/// and what that changed. The stacks themselves are written by
+/// [`StackTable`](crate::json::StackTable).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShownStacks<'a> {
     /// The profile, its stacks replaced by the shown ones (borrowed when none changed). The
     /// frame table is the same: hidden frames stay in it, no stack names them.
+    #[serde(skip)]
     pub profile: Cow<'a, Profile>,
     /// How they are shown.
+    #[serde(flatten)]
     pub options: StackOptions,
     /// Samples whose stacks hold a language frame: those the language view can change.
+    #[serde(skip)]
     pub language_samples: u64,
-    /// Samples whose stacks lost frames of the VM to the language view.
+    /// Samples whose stacks lost frames of the VM to the language view. JSON's
+    /// `samples_with_hidden_frames`.
+    #[serde(rename = "samples_with_hidden_frames")]
     pub hidden_samples: u64,
-    /// Samples whose stacks had recursion collapsed.
+    /// Samples whose stacks had recursion collapsed. JSON's
+    /// `samples_with_collapsed_recursion`.
+    #[serde(rename = "samples_with_collapsed_recursion")]
     pub collapsed_samples: u64,
 }
 

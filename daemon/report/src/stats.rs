@@ -12,6 +12,8 @@
 
 use std::{borrow::Cow, collections::HashMap};
 
+use serde::Serialize;
+
 use vmscope_proto::v1::{
     IntervalKind, KernelCounts, KernelEvents, Profile, VmStatistics, configuration,
 };
@@ -26,12 +28,14 @@ pub const DISAGREEMENT_POINTS: f64 = 3.0;
 pub const TOP_DURING: usize = 5;
 
 /// One VM's statistics over the session, in VMProfiler's terms.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VmStatsReport {
     /// The VM's process.
     pub pid: u32,
     /// The VM's name ("jitvm 0.1").
     pub vm: String,
+    /// The window the percentages and rates are of, in seconds.
+    pub seconds: f64,
     /// Its settings, as the header prints them.
     pub configuration: Vec<Setting>,
     /// Its gauges' changes (VMProfiler's "Memory").
@@ -41,25 +45,32 @@ pub struct VmStatsReport {
     pub intervals: Vec<IntervalStats>,
     /// Its counters' growth, with rates (VMProfiler's "Events").
     pub counters: Vec<CounterGrowth>,
-    /// The window the percentages and rates are of, in seconds.
-    pub seconds: f64,
 }
 
 /// A VM's setting.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Setting {
     /// Its name ("eden size").
     pub name: String,
-    /// A number, if it is one.
-    pub number: Option<i64>,
-    /// Its text, if not a number.
-    pub text: Option<String>,
+    /// Its value; `None` (JSON: null) when the VM published none.
+    pub value: Option<SettingValue>,
     /// A number's unit.
     pub unit: String,
 }
 
+/// The value of a VM's setting: a number or a text, as the VM published it (and as JSON
+/// writes it: a number or a string).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SettingValue {
+    /// A number (a size, a count).
+    Number(i64),
+    /// Anything else ("generational").
+    Text(String),
+}
+
 /// How a gauge changed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GaugeChange {
     /// Its name ("old").
     pub name: String,
@@ -84,46 +95,56 @@ impl GaugeChange {
 }
 
 /// Intervals of one kind over the session.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IntervalStats {
     /// Stable key for scripts: `scavenge`, `full_gc`, `code_compaction`, `safepoint`, or the
-    /// VM's own name of the kind.
+    /// VM's own name of the kind. JSON's `kind`.
+    #[serde(rename = "kind")]
     pub key: String,
     /// What it is ("scavenges", or the VM's name).
+    #[serde(skip)]
     pub label: String,
-    /// The proto's kind.
+    /// The proto's kind. JSON says only whether it is the VM's own (`named`: true for the
+    /// VM's kinds, false for those the proto names).
+    #[serde(rename = "named", serialize_with = "crate::json::is_named")]
     pub kind: IntervalKind,
     /// Intervals begun in the session.
     pub count: u64,
     /// Their time in the session, in ms.
     pub total_ms: f64,
     /// `total_ms` as a percentage of the session's time.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent_of_elapsed: f64,
     /// `total_ms` over `count` (0 with none).
     pub average_ms: f64,
     /// The longest, in ms.
     pub longest_ms: f64,
-    /// What the samples saw of it; `None` where samples are not tagged (HotSpot's counters
-    /// have no times), or the process has none.
+    /// What the samples saw of it; `None` (JSON: null) where samples are not tagged
+    /// (HotSpot's counters have no times), or the process has none.
     pub sampled: Option<Sampled>,
 }
 
 /// What the samples saw of one kind of interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sampled {
     /// The process's samples taken during the kind.
     pub samples: u64,
     /// Their share of the process's samples, in percent.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent: f64,
-    /// `percent` minus the VM's own share of the elapsed time, when the two differ by more
-    /// than [`DISAGREEMENT_POINTS`].
+    /// `percent` minus the VM's own share of the elapsed time (`percent_of_elapsed`), when
+    /// the two differ by more than [`DISAGREEMENT_POINTS`]. JSON's `disagreement_points`.
+    #[serde(
+        rename = "disagreement_points",
+        serialize_with = "crate::json::rounded_or_null"
+    )]
     pub disagreement: Option<f64>,
     /// The functions its samples were in (their leaves), most first, at most [`TOP_DURING`].
     pub top: Vec<FunctionShare>,
 }
 
 /// A function's part of the samples taken during a kind of interval.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FunctionShare {
     /// Its name.
     pub name: String,
@@ -132,11 +153,12 @@ pub struct FunctionShare {
     /// Samples during the kind in it.
     pub samples: u64,
     /// Their share of the kind's samples, in percent.
+    #[serde(serialize_with = "crate::json::rounded")]
     pub percent: f64,
 }
 
 /// How a counter grew.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterGrowth {
     /// Its name ("Stack overflows").
     pub name: String,
@@ -224,14 +246,10 @@ impl VmStatsReport {
                 .iter()
                 .map(|c| Setting {
                     name: c.name.clone(),
-                    number: match &c.value {
-                        Some(configuration::Value::Number(n)) => Some(*n),
-                        _ => None,
-                    },
-                    text: match &c.value {
-                        Some(configuration::Value::Text(t)) => Some(t.clone()),
-                        _ => None,
-                    },
+                    value: c.value.as_ref().map(|value| match value {
+                        configuration::Value::Number(n) => SettingValue::Number(*n),
+                        configuration::Value::Text(t) => SettingValue::Text(t.clone()),
+                    }),
                     unit: c.unit.clone(),
                 })
                 .collect(),
@@ -322,11 +340,13 @@ fn per(amount: f64, seconds: f64) -> f64 {
 
 /// One count and its rate, as VMProfiler's "Events" lines read ("Process switches 38 (5 per
 /// second)").
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EventCount {
-    /// Stable name for scripts (`context_switches`, `minor_faults`...).
+    /// Stable name for scripts (`context_switches`, `minor_faults`...). JSON's `name`.
+    #[serde(rename = "name")]
     pub key: &'static str,
     /// Name for people ("Context switches").
+    #[serde(skip)]
     pub label: &'static str,
     /// The count over the session.
     pub count: u64,
@@ -334,11 +354,12 @@ pub struct EventCount {
     pub per_second: f64,
     /// A part of the line before it (voluntary and involuntary switches are parts of all
     /// switches): the text indents it.
+    #[serde(skip)]
     pub part: bool,
 }
 
 /// One target's events.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProcessEvents {
     /// Its pid.
     pub pid: u32,
@@ -346,14 +367,14 @@ pub struct ProcessEvents {
     pub command: String,
     /// Threads counted when the session started.
     pub threads: u32,
+    /// Why its counts are missing or partial (JSON: null when they are not).
+    pub note: Option<String>,
     /// Its counts; empty when none could be taken (see `note`).
     pub events: Vec<EventCount>,
-    /// Why its counts are missing or partial.
-    pub note: Option<String>,
 }
 
 /// What the kernel counted for the targets over the session.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KernelEventsReport {
     /// All targets together.
     pub total: Vec<EventCount>,
@@ -496,7 +517,10 @@ mod tests {
             ..Profile::default()
         };
         let [vm] = VmStatsReport::from_profile(&profile).try_into().unwrap();
-        assert_eq!(vm.configuration[0].number, Some(3_801_936));
+        assert_eq!(
+            vm.configuration[0].value,
+            Some(SettingValue::Number(3_801_936))
+        );
         let gcs = vm.kind(IntervalKind::Scavenge).unwrap();
         assert_eq!(
             (gcs.key.as_str(), gcs.label.as_str()),
