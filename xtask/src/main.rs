@@ -1,4 +1,5 @@
-//! vmscope's developer tasks: `cargo xtask setup | demo | test | lint | bench | fuzz`.
+//! vmscope's developer tasks: `cargo xtask setup | demo | test | lint | module-graph | bench |
+//! fuzz`.
 //!
 //! `setup` installs what a fresh machine lacks to build the eBPF program and run the tests
 //! (the nightly `rust-src` component, `bpf-linker` 0.10.0, gcc, a virtualenv with Python's
@@ -19,6 +20,7 @@ mod demo;
 #[path = "../../tests/src/fuse.rs"]
 #[allow(dead_code)] // The tests use all of it; the bench only hangs reads.
 mod fuse;
+mod module_graph;
 mod setup;
 
 use std::{
@@ -53,6 +55,13 @@ enum Task {
     Test,
     /// rustfmt and clippy, as CI checks them.
     Lint,
+    /// Print which of the daemon's top-level modules import which, their layers, and the
+    /// circles between them; fails if a circle spans more than one top-level module.
+    ModuleGraph {
+        /// Every place an edge of a circle is made, not only the first.
+        #[arg(long)]
+        sites: bool,
+    },
     /// Measure the profiler's cost and speed and print a table.
     Bench {
         /// Instead, run one session of this many seconds and print the daemon's memory over
@@ -110,6 +119,7 @@ fn main() -> ExitCode {
         Task::Demo { seconds } => setup::run().and_then(|()| demo::run(seconds)),
         Task::Test => setup::run().and_then(|()| test()),
         Task::Lint => setup::run().and_then(|()| lint()),
+        Task::ModuleGraph { sites } => module_graph::run(sites),
         Task::Bench { lines: true, .. } => setup::run().and_then(|()| bench_lines::run()),
         Task::Bench {
             jvm_perfmap: true, ..
