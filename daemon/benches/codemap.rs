@@ -27,8 +27,7 @@ use vmscoped::{
         },
         timeline::{Change, PendingSample, Timeline},
     },
-    symbolize::{Location, Unexplained},
-    unwind::StackEnd,
+    vocab::{Location, StackEnd, Unexplained},
 };
 
 const BASE: u64 = 0x7f00_0000_0000;

@@ -17,8 +17,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use vmscoped::{
     session::{DuringId, StackTable},
     stats::vm::{IntervalKind, StatEvent, VmState},
-    symbolize::Location,
-    unwind::StackEnd,
+    vocab::{Location, StackEnd},
 };
 
 const SAMPLES: u64 = 1_000_000;

@@ -13,7 +13,8 @@ use vmscoped::{
     process::ProcessTable,
     symbolize::Modules,
     sys,
-    unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
+    unwind::{ProcessMemory, StackCopy, Unwinder, UserRegs},
+    vocab::StackEnd,
 };
 
 #[path = "../src/unwind/own_stack.rs"]

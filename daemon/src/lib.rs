@@ -31,6 +31,7 @@ pub mod stats;
 pub mod symbolize;
 pub mod sys;
 pub mod unwind;
+pub mod vocab;
 
 use std::{path::PathBuf, sync::Arc};
 

@@ -29,10 +29,8 @@ use crate::{
     codemap::code::Code,
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
     stats::vm::IntervalKind,
-    symbolize::{
-        Issue, KERNEL_MODULE, Location, Resolved, SourceFrame, Symbolizer, UnmappedReason,
-    },
-    unwind::StackEnd,
+    symbolize::{Issue, KERNEL_MODULE, Resolved, SourceFrame, Symbolizer},
+    vocab::{Location, StackEnd, UnmappedReason},
 };
 
 /// Functions a thread starts in: a stack whose outermost frame is one of them is whole. A
@@ -819,7 +817,8 @@ mod tests {
     use super::*;
     use crate::{
         session::{StackSnapshot, StackTable},
-        symbolize::{UnmappedReason, tests::symbolizer},
+        symbolize::tests::symbolizer,
+        vocab::UnmappedReason,
     };
 
     /// Stacks of one location each, `n` samples per `(pid, location, n)`.
@@ -1327,7 +1326,7 @@ mod tests {
     /// call's line), which owns the address.
     #[test]
     fn native_inlined_functions_become_frames_over_their_holder() {
-        use crate::symbolize::ModuleId;
+        use crate::vocab::ModuleId;
         let location = Location::File {
             module: ModuleId(0),
             offset: 0x1234,

@@ -18,12 +18,10 @@ use hashbrown::{HashMap, HashTable};
 use vmscope_proto::v1::CodeKind;
 
 use super::ranges::MergedRanges;
-use crate::shares::{Held, Refusal, ShareLimits};
-
-/// Identity of an interned [`Code`]; never reused, even once the code is reclaimed: the store's
-/// slot in its low 32 bits, and how many codes that slot held before in its high 32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CodeId(pub u64);
+use crate::{
+    shares::{Held, Refusal, ShareLimits},
+    vocab::CodeId,
+};
 
 /// Which code map described the code.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -17,7 +17,7 @@ use std::{
     },
 };
 
-use super::code::CodeId;
+use crate::vocab::CodeId;
 
 /// An occupied address range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -40,7 +40,7 @@ use vmscope_parse::stat;
 
 use super::{
     budget::ReadBudgets,
-    code::{CodeId, CodeStore},
+    code::CodeStore,
     executable::Executable,
     live::LiveMap,
     reader::{self, ReadReply, ReadRequest, Readers},
@@ -51,8 +51,8 @@ use super::{
 };
 use crate::{
     stats::vm::StatEvent,
-    symbolize::{CodeMapKinds, Location, ModuleId, RefusedEntry, Unexplained},
     sys::{self, FileId},
+    vocab::{CodeId, CodeMapKinds, Location, ModuleId, RefusedEntry, Unexplained},
 };
 
 /// Most jitdump and code map files read for one process (a VM writes one or two): each is held
@@ -1295,9 +1295,9 @@ fn push_changes(process: &mut ProcessCode, now_ns: u64, changes: Vec<(u64, Chang
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codemap::code::{Code, CodeId, CodeSource};
+    use crate::codemap::code::{Code, CodeSource};
     use crate::codemap::sample::{Counted, Wanted};
-    use crate::unwind::StackEnd;
+    use crate::vocab::StackEnd;
     use std::collections::HashSet;
     use vmscope_proto::v1::CodeKind;
 

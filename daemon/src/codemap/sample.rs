@@ -4,11 +4,10 @@
 //! registry ([`super::registry`]) drives these; the session manager routes samples in and
 //! implements the sink.
 
-use super::{code::CodeId, live::LiveMap};
+use super::live::LiveMap;
 use crate::{
     stats::vm::StatEvent,
-    symbolize::{Location, Unexplained},
-    unwind::StackEnd,
+    vocab::{CodeId, Location, StackEnd, Unexplained},
 };
 
 /// Where a session counted a sample, so that it can move it when the sample's attribution

@@ -27,14 +27,14 @@ use vmscope_parse::{
 use vmscope_proto::v1::CodeKind;
 
 use super::{
-    code::{Code, CodeId, CodeSource, CodeStore, SourcePoint},
+    code::{Code, CodeSource, CodeStore, SourcePoint},
     executable::ExecRanges,
     outside::Outside,
     refusals::{Reason, Refusals},
     timeline::Change,
     vm::{Accepted, Publication},
 };
-use crate::{stats::vm::StatEvent, sys};
+use crate::{stats::vm::StatEvent, sys, vocab::CodeId};
 
 /// Largest perf map read: about 750,000 entries (a JVM with 10,000 compiled methods writes
 /// half a MiB). A bigger one is refused, with its reason counted, rather than read for seconds

@@ -11,10 +11,10 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use super::{
-    code::CodeId,
     live::{LiveMap, Refusal},
     refusals::{Reason, Refusals},
 };
+use crate::vocab::CodeId;
 
 /// Most changes one process may have waiting: far more than a VM makes while its samples wait
 /// (a second or so), yet a bound on what a publisher stamping changes in the future can make

@@ -43,8 +43,9 @@ use crate::{
         executable::Executable,
         registry::{MappedCodeMapFile, MappedFileKind},
     },
-    symbolize::{Location, ModuleId, Modules, Unexplained, UnmappedReason},
+    symbolize::Modules,
     sys::{self, FileId},
+    vocab::{Location, ModuleId, Unexplained, UnmappedReason},
 };
 
 pub mod access;

@@ -59,7 +59,7 @@ use super::{
 use crate::{
     bpf::{Batch, Guard, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
     codemap::{
-        code::{CodeId, CodeStore},
+        code::CodeStore,
         reader::{self, ReadReply, Readers},
         refusals::Reason,
         registry::{CodeMaps, READ_GRACE_NS},
@@ -79,11 +79,10 @@ use crate::{
         kernel::{self, SessionCounters},
         vm::{IntervalKind, StatEvent, VmState},
     },
-    symbolize::{
-        CodeMapKinds, Location, ModuleId, Modules, Unexplained, Warmer, warmer::MAX_BATCH,
-    },
+    symbolize::{Modules, Warmer, warmer::MAX_BATCH},
     sys,
-    unwind::{ProcessMemory, StackCopy, StackEnd, Unwinder, UserRegs},
+    unwind::{ProcessMemory, StackCopy, Unwinder, UserRegs},
+    vocab::{CodeId, CodeMapKinds, Location, ModuleId, StackEnd, Unexplained},
 };
 
 /// Longest time between two sweeps of the code store while nothing suggests one is needed: codes

@@ -31,8 +31,7 @@ use vmscope_proto::v1 as pb;
 use crate::{
     bpf::SamplerError,
     stats::{hotspot::SessionPerfData, intervals::During, kernel::SessionCounters, vm::Window},
-    symbolize::{CodeMapKinds, Location},
-    unwind::StackEnd,
+    vocab::{CodeMapKinds, Location, StackEnd},
 };
 
 /// Why a session request failed. The gRPC layer maps each to a status code.
@@ -499,10 +498,10 @@ mod tests {
             pid: 7,
             start: 0x1000,
             end: 0x2000,
-            why: crate::symbolize::Unexplained::NoCodeMap,
+            why: crate::vocab::Unexplained::NoCodeMap,
         };
         let named = Location::Jit {
-            code: crate::codemap::code::CodeId(3),
+            code: crate::vocab::CodeId(3),
             offset: 0x10,
             later_snapshot: false,
         };

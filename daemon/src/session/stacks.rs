@@ -30,10 +30,8 @@ use std::hash::BuildHasher;
 use hashbrown::{HashMap, HashSet, HashTable};
 
 use crate::{
-    codemap::code::CodeId,
     stats::{intervals::During, vm::IntervalKind},
-    symbolize::{Location, ModuleId},
-    unwind::StackEnd,
+    vocab::{CodeId, Location, ModuleId, StackEnd},
 };
 
 /// Most distinct sets of interval kinds one session tells apart; samples under way in more

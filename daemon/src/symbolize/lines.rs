@@ -30,8 +30,8 @@ use vmscope_parse::{
     elf::{GLOBAL_DEBUG_DIR, debug_file_candidates_in},
 };
 
-use super::module::{MAX_BINARY_BYTES, ModuleId};
-use crate::sys;
+use super::module::MAX_BINARY_BYTES;
+use crate::{sys, vocab::ModuleId};
 
 /// Default budget of line tables: what an always-on daemon can live with. Tables weigh what
 /// their lookups read and parsed, not their binaries' debug sections (see the module's doc).

@@ -10,7 +10,6 @@
 //! those lookups ahead, while sessions sample, so that a profile finds them done.
 
 pub mod lines;
-mod location;
 mod module;
 pub mod vdso;
 pub mod warmer;
@@ -18,15 +17,17 @@ pub mod warmer;
 use std::sync::Arc;
 
 pub use lines::{Asker, LineCounters, LineTables};
-pub use location::{CodeMapKinds, Location, RefusedEntry, Unexplained, UnmappedReason};
-pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, ModuleId, Modules};
+pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, Modules};
 pub use vmscope_parse::dwarf::SourceFrame;
 use vmscope_proto::v1::Section;
 pub use warmer::Warmer;
 
 use vmscope_parse::{elf::ElfSymbols, kallsyms::KernelSymbols};
 
-use crate::codemap::code::{CodeSource, CodeStore};
+use crate::{
+    codemap::code::{CodeSource, CodeStore},
+    vocab::{Location, Unexplained, UnmappedReason},
+};
 
 /// Module name of kernel code, as perf writes it.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
@@ -308,7 +309,10 @@ pub(crate) mod tests {
     use vmscope_parse::kallsyms::parse_kallsyms;
 
     use super::*;
-    use crate::sys::FileId;
+    use crate::{
+        sys::FileId,
+        vocab::{CodeMapKinds, ModuleId},
+    };
 
     /// A symbolizer with no modules, two kernel symbols (`_stext`, `do_work` at +0x100) and
     /// no vDSO: for tests here and of the profiles built on it.

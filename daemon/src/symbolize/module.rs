@@ -48,12 +48,8 @@ use super::lines::{Asker, Binary, LineTables};
 use crate::{
     sys::{self, FileId},
     unwind::tables::{self, UnwindTables},
+    vocab::ModuleId,
 };
-
-/// Index of a registered binary. Never reused, even after the binary is closed: 64 bits do not
-/// run out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ModuleId(pub u64);
 
 /// Largest binary the daemon will parse. Bigger files are refused with a reason rather than
 /// risk reading gigabytes on behalf of a hostile process.

@@ -24,7 +24,8 @@ use std::{
     thread,
 };
 
-use super::{Location, Modules, lines::Asker};
+use super::{Modules, lines::Asker};
+use crate::vocab::Location;
 
 /// Batches waiting for the warmer, at most.
 const QUEUED_BATCHES: usize = 4;

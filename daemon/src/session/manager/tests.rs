@@ -14,10 +14,7 @@ use vmscope_proto::v1 as pb;
 use super::*;
 use crate::{
     bpf::fake::{FakeKernel, FakeSampler},
-    codemap::{
-        code::{CodeId, CodeStore},
-        timeline::Change,
-    },
+    codemap::{code::CodeStore, timeline::Change},
 };
 
 const MAX_HZ: u32 = 10_000;

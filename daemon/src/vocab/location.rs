@@ -3,11 +3,10 @@
 //! Normalise early, symbolise late: the session manager turns each `(pid, ip)` into a
 //! [`Location`] as the sample arrives, while `/proc/PID/maps` still describes the process, and
 //! aggregates counts per location. Names are only looked up when a profile is built, once per
-//! distinct location, by [`super::Symbolizer`]. A location holds no reference to the process, so
-//! a process that exited stays fully symbolisable.
+//! distinct location, by [`crate::symbolize::Symbolizer`]. A location holds no reference to the
+//! process, so a process that exited stays fully symbolisable.
 
-use super::ModuleId;
-use crate::codemap::code::CodeId;
+use super::{CodeId, ModuleId};
 
 /// A normalised code address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

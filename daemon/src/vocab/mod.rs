@@ -1,0 +1,17 @@
+//! The daemon's shared vocabulary: the types its folders hand one another (where a sample was,
+//! why its stack ended, which code map files a process maps, which of its ranges are
+//! executable), one concept per file.
+//!
+//! This is the layer under `process/`, `codemap/`, `symbolize/` and `unwind/`: it imports
+//! nothing of the daemon but [`crate::sys`], so that each of them can use it without importing
+//! the others. What needs a higher layer (naming a location, unwinding to a stack end) stays
+//! in that layer. `cargo xtask module-graph` shows the layers and fails on an import circle
+//! across top-level modules (see `docs/architecture.md`).
+
+mod ids;
+mod location;
+mod stack_end;
+
+pub use ids::{CodeId, ModuleId};
+pub use location::{CodeMapKinds, Location, RefusedEntry, Unexplained, UnmappedReason};
+pub use stack_end::StackEnd;
