@@ -19,7 +19,6 @@ use vmscope_proto::v1::CodeKind;
 use vmscoped::{
     codemap::{
         code::{Code, CodeSource, CodeStore},
-        executable::Executable,
         live::LiveMap,
         registry::{CodeMaps, PUBLICATION_GRACE_NS},
         sample::{
@@ -27,7 +26,7 @@ use vmscoped::{
         },
         timeline::{Change, PendingSample, Timeline},
     },
-    vocab::{Location, StackEnd, Unexplained},
+    vocab::{Executable, Location, StackEnd, Unexplained},
 };
 
 const BASE: u64 = 0x7f00_0000_0000;

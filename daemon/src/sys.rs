@@ -56,6 +56,15 @@ pub fn read_status(pid: u32) -> io::Result<vmscope_parse::stat::ProcStatus> {
         .map_err(|e| io::Error::other(format!("/proc/{pid}/status: {e}")))
 }
 
+/// The start time of a process (`/proc/PID/stat`, in clock ticks after boot), if it still runs:
+/// what tells it from a later process at its pid.
+pub fn read_start_time(pid: u32) -> Option<u64> {
+    let text = read_proc(pid, "stat").ok()?;
+    vmscope_parse::stat::parse_stat(&text)
+        .ok()
+        .map(|s| s.start_time_ticks)
+}
+
 /// The kernel's current sampling-rate limit, in Hz.
 pub fn perf_event_max_sample_rate() -> io::Result<u32> {
     let text = read_bounded(Path::new(MAX_SAMPLE_RATE_SYSCTL), 64)?;

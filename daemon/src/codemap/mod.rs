@@ -14,15 +14,14 @@
 //! - [`sources`]: perf maps, jitdump and code map files read as they grow.
 //! - [`reading`]: one read of a process's files, apart from everything else.
 //! - [`reader`]: reads on their own threads, one per user, so that none stalls the manager.
-//! - [`executable`]: the executable ranges a read checks entries against.
-//! - [`outside`]: entries outside those ranges, held for the reads that follow.
+//! - [`outside`]: entries outside the executable ranges a read checks them against
+//!   ([`crate::vocab::Executable`]), held for the reads that follow.
 //! - [`budget`]: how many bytes of those files each user's processes may have read.
 //! - [`refusals`]: what was refused, counted by reason and summarised in the log.
 //! - [`registry`]: every process's timeline and sources, driven by the session manager.
 
 pub mod budget;
 pub mod code;
-pub mod executable;
 pub mod live;
 pub mod outside;
 pub mod ranges;

@@ -22,11 +22,12 @@ use tokio::sync::mpsc as tokio_mpsc;
 
 use super::{
     code::{CodeStore, Hold},
-    executable::Executable,
     reading::{ReadJob, ReadOutcome, Sources},
-    registry::MappedCodeMapFile,
 };
-use crate::sys;
+use crate::{
+    sys,
+    vocab::{Executable, MappedCodeMapFile},
+};
 
 /// Most reader threads at once (root's aside); beyond, other users share the least busy one.
 pub const MAX_READER_THREADS: usize = 64;

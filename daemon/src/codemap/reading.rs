@@ -14,17 +14,18 @@ use std::{
     os::fd::{AsFd, OwnedFd},
 };
 
-use super::registry::{
-    MAX_FILES_PER_PROCESS, MappedCodeMapFile, MappedFileKind, PERF_MAP_RECHECK_NS,
-};
+use super::registry::{MAX_FILES_PER_PROCESS, PERF_MAP_RECHECK_NS};
 use super::{
     code::CodeStore,
-    executable::ExecRanges,
     refusals::Refusals,
     sources::{CodeMapFileSource, ExecCheck, JitdumpSource, PerfMapSource},
     timeline::Change,
 };
-use crate::{stats::vm::StatEvent, sys::FileId};
+use crate::{
+    stats::vm::StatEvent,
+    sys::FileId,
+    vocab::{ExecRanges, MappedCodeMapFile, MappedFileKind},
+};
 
 /// The code map files of one process, and the state of reading them.
 #[derive(Debug, Default)]

@@ -32,16 +32,12 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    path::{Path, PathBuf},
     sync::Arc,
 };
-
-use vmscope_parse::stat;
 
 use super::{
     budget::ReadBudgets,
     code::CodeStore,
-    executable::Executable,
     live::LiveMap,
     reader::{self, ReadReply, ReadRequest, Readers},
     reading::{ReadJob, Sources, Status},
@@ -51,8 +47,11 @@ use super::{
 };
 use crate::{
     stats::vm::StatEvent,
-    sys::{self, FileId},
-    vocab::{CodeId, CodeMapKinds, Location, ModuleId, RefusedEntry, Unexplained},
+    sys,
+    vocab::{
+        CodeId, CodeMapKinds, Executable, Location, MappedCodeMapFile, ModuleId, RefusedEntry,
+        Unexplained,
+    },
 };
 
 /// Most jitdump and code map files read for one process (a VM writes one or two): each is held
@@ -91,53 +90,6 @@ pub const MAX_PARKED: usize = 500_000;
 /// Ranges of entries refused for not being executable, remembered per process to say why a
 /// sample there is unexplained.
 const MAX_REFUSED_RANGES: usize = 256;
-
-/// Where a code map file of a process is, as its mappings show it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MappedCodeMapFile {
-    /// Path as mapped.
-    pub path: PathBuf,
-    /// A mapping of it, to open it through /proc/PID/map_files.
-    pub start: u64,
-    /// End of that mapping.
-    pub end: u64,
-    /// Its identity.
-    pub id: FileId,
-    /// jitdump (`jit-PID.dump`) or vmscope (`vmscope-PID.codemap`).
-    pub kind: MappedFileKind,
-}
-
-/// The two kinds of code map files found through mappings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MappedFileKind {
-    /// Linux perf's jitdump.
-    Jitdump,
-    /// vmscope's own format.
-    CodeMap,
-}
-
-impl MappedFileKind {
-    /// The kind of a mapped file, by its name.
-    pub fn of(path: &Path) -> Option<MappedFileKind> {
-        let name = path.file_name()?.to_str()?;
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if let Some(pid) = name
-            .strip_prefix("jit-")
-            .and_then(|n| n.strip_suffix(".dump"))
-            && digits(pid)
-        {
-            return Some(MappedFileKind::Jitdump);
-        }
-        if let Some(pid) = name
-            .strip_prefix("vmscope-")
-            .and_then(|n| n.strip_suffix(".codemap"))
-            && digits(pid)
-        {
-            return Some(MappedFileKind::CodeMap);
-        }
-        None
-    }
-}
 
 /// Counters of all code maps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -485,7 +437,7 @@ impl CodeMaps {
                 new_files: Vec::new(),
                 reread_perf_map: false,
                 perf_map_changed: false,
-                start_time_ticks: read_start_time(pid),
+                start_time_ticks: sys::read_start_time(pid),
                 streams: 0,
                 published_until_ns: 0,
                 exited: false,
@@ -575,7 +527,7 @@ impl CodeMaps {
         let mut replaced = false;
         if let Some(known) = self.processes.get(&pid)
             && !known.busy()
-            && known.start_time_ticks != read_start_time(pid)
+            && known.start_time_ticks != sys::read_start_time(pid)
             && let Some(gone) = self.processes.remove(&pid)
         {
             gone.retire(&mut self.counters);
@@ -662,7 +614,7 @@ impl CodeMaps {
             let found_ns = match process.gone_ns {
                 Some(found_ns) => found_ns,
                 None => {
-                    let now = read_start_time(pid);
+                    let now = sys::read_start_time(pid);
                     if now.is_some() && now == process.start_time_ticks {
                         continue;
                     }
@@ -779,7 +731,7 @@ impl CodeMaps {
             if process.busy()
                 && !process.exited
                 && (process.start_time_ticks.is_none()
-                    || read_start_time(pid) != process.start_time_ticks)
+                    || sys::read_start_time(pid) != process.start_time_ticks)
             {
                 process.exited = true;
             }
@@ -1254,14 +1206,6 @@ fn name_from_snapshot(parked: &Parked, content: &LiveMap) -> Vec<(ParkedFrame, P
         .collect()
 }
 
-/// The start time of a process, if it still runs.
-pub(crate) fn read_start_time(pid: u32) -> Option<u64> {
-    sys::read_proc(pid, "stat")
-        .ok()
-        .and_then(|t| stat::parse_stat(&t).ok())
-        .map(|s| s.start_time_ticks)
-}
-
 /// The effective uid of a process, if it still runs.
 fn read_uid(pid: u32) -> Option<u32> {
     sys::read_status(pid).ok().map(|s| s.uids.effective)
@@ -1297,23 +1241,10 @@ mod tests {
     use super::*;
     use crate::codemap::code::{Code, CodeSource};
     use crate::codemap::sample::{Counted, Wanted};
-    use crate::vocab::StackEnd;
-    use std::collections::HashSet;
+    use crate::sys::FileId;
+    use crate::vocab::{MappedFileKind, StackEnd};
+    use std::{collections::HashSet, path::PathBuf};
     use vmscope_proto::v1::CodeKind;
-
-    #[test]
-    fn mapped_code_map_files_are_known_by_name() {
-        let kind = |p: &str| MappedFileKind::of(Path::new(p));
-        assert_eq!(kind("/home/u/jit-4242.dump"), Some(MappedFileKind::Jitdump));
-        assert_eq!(
-            kind("/tmp/vmscope-7.codemap"),
-            Some(MappedFileKind::CodeMap)
-        );
-        assert_eq!(kind("/tmp/jit-.dump"), None);
-        assert_eq!(kind("/tmp/jit-42.dump.old"), None);
-        assert_eq!(kind("/usr/lib/libjit-1.dump"), None);
-        assert_eq!(kind("/tmp/vmscope-x.codemap"), None);
-    }
 
     /// A process's root directory is held until its perf map has been looked for once after it
     /// exited, and closed then: nothing opens through it any more, and a host running many

@@ -28,13 +28,16 @@ use vmscope_proto::v1::CodeKind;
 
 use super::{
     code::{Code, CodeSource, CodeStore, SourcePoint},
-    executable::ExecRanges,
     outside::Outside,
     refusals::{Reason, Refusals},
     timeline::Change,
     vm::{Accepted, Publication},
 };
-use crate::{stats::vm::StatEvent, sys, vocab::CodeId};
+use crate::{
+    stats::vm::StatEvent,
+    sys,
+    vocab::{CodeId, ExecRanges},
+};
 
 /// Largest perf map read: about 750,000 entries (a JVM with 10,000 compiled methods writes
 /// half a MiB). A bigger one is refused, with its reason counted, rather than read for seconds

@@ -39,13 +39,12 @@ use vmscope_parse::{
 };
 
 use crate::{
-    codemap::{
-        executable::Executable,
-        registry::{MappedCodeMapFile, MappedFileKind},
-    },
     symbolize::Modules,
     sys::{self, FileId},
-    vocab::{Location, ModuleId, Unexplained, UnmappedReason},
+    vocab::{
+        Executable, Location, MappedCodeMapFile, MappedFileKind, ModuleId, Unexplained,
+        UnmappedReason,
+    },
 };
 
 pub mod access;

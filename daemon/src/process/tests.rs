@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::*;
-use crate::codemap::executable::ExecRanges;
+use crate::vocab::ExecRanges;
 
 fn table() -> ProcessTable {
     ProcessTable::new(Arc::new(Modules::new()))

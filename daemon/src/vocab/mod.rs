@@ -8,10 +8,14 @@
 //! in that layer. `cargo xtask module-graph` shows the layers and fails on an import circle
 //! across top-level modules (see `docs/architecture.md`).
 
+mod executable;
 mod ids;
 mod location;
+mod mapped_file;
 mod stack_end;
 
+pub use executable::{ExecRanges, Executable};
 pub use ids::{CodeId, ModuleId};
 pub use location::{CodeMapKinds, Location, RefusedEntry, Unexplained, UnmappedReason};
+pub use mapped_file::{MappedCodeMapFile, MappedFileKind};
 pub use stack_end::StackEnd;

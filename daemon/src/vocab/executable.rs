@@ -5,12 +5,12 @@
 //! yet. The session manager hands each read a copy of the mappings it knows; an entry outside
 //! them may be code mapped since (a new JIT code zone), so the read looks at `/proc/PID/maps`
 //! again, once, and believes it only if the pid is still the same process. What is still
-//! outside is held for later reads ([`super::outside`]), which check it against the ranges
+//! outside is held for later reads ([`crate::codemap::outside`]), which check it against the ranges
 //! they are handed, reading nothing more.
 
 use vmscope_parse::maps::{self, MapPath};
 
-use super::registry::{MappedFileKind, read_start_time};
+use super::MappedFileKind;
 use crate::sys;
 
 /// Which address ranges a read of code map files takes for executable code.
@@ -86,7 +86,7 @@ impl Executable {
     fn read_again(&self) -> Option<Vec<(u64, u64)>> {
         let text = sys::read_proc(self.pid, "maps").ok()?;
         // Read after the maps: the same start time then means they were this process's.
-        if read_start_time(self.pid) != self.start_time {
+        if sys::read_start_time(self.pid) != self.start_time {
             return None;
         }
         Some(executable_ranges(&text))
@@ -158,7 +158,7 @@ mod tests {
     #[test]
     fn a_miss_reads_the_mappings_again_once_if_the_process_is_the_same() {
         let me = std::process::id();
-        let start = read_start_time(me);
+        let start = sys::read_start_time(me);
         let text = sys::read_proc(me, "maps").unwrap();
         let (s, e) = executable_ranges(&text)[0];
         let mut stale = Executable::new(me, start, Vec::new(), true);
