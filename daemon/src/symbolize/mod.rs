@@ -7,10 +7,12 @@
 //! which profiles count per module. No answer is an
 //! error: a sample is never dropped for want of a name. [`Symbolizer::source_frames`] adds the
 //! file:line and inlined functions of native code from DWARF ([`lines`]). The [`warmer`] does
-//! those lookups ahead, while sessions sample, so that a profile finds them done.
+//! those lookups ahead, while sessions sample, so that a profile finds them done. The registry
+//! also loads each binary's unwind sections ([`unwind_tables`]) for the unwinder (`unwind/`).
 
 pub mod lines;
 mod module;
+pub mod unwind_tables;
 pub mod vdso;
 pub mod warmer;
 

@@ -44,10 +44,12 @@ use vmscope_parse::{
     elf::{DebugLink, ElfSymbols, debug_file_candidates_in},
 };
 
-use super::lines::{Asker, Binary, LineTables};
+use super::{
+    lines::{Asker, Binary, LineTables},
+    unwind_tables::{self, UnwindTables},
+};
 use crate::{
     sys::{self, FileId},
-    unwind::tables::{self, UnwindTables},
     vocab::ModuleId,
 };
 
@@ -541,7 +543,7 @@ fn load_unwind_tables(
     let cache = open_binary(file)?;
     // The build-id (headers and one note) spares loading the sections of a binary already seen
     // under another inode.
-    let build_id = tables::read_build_id(&cache).map_err(|e| e.to_string())?;
+    let build_id = unwind_tables::read_build_id(&cache).map_err(|e| e.to_string())?;
     if let Some(tables) = build_id
         .as_deref()
         .and_then(|id| shared(&modules.unwind_by_build_id, id))

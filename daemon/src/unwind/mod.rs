@@ -6,7 +6,8 @@
 //!
 //! - native code by its DWARF call frame information: `.eh_frame` through `.eh_frame_hdr`,
 //!   `.eh_frame` alone, or `.debug_frame` (of a separate debug file when the binary has none),
-//!   loaded once per binary and shared by build id ([`tables`], `Module::unwind_sections`);
+//!   loaded once per binary by the module registry and shared by build id
+//!   ([`crate::symbolize::unwind_tables`], `Module::unwind_sections`);
 //! - code in no binary (JIT code) by frame pointers, framehop's fallback;
 //! - CPython 3.12's perf trampolines, which have neither, by their known frame layout
 //!   ([`cpython`]), recognised by their bytes read from the live process ([`ReadCode`]).
@@ -21,7 +22,6 @@
 pub mod cpython;
 mod memory;
 mod process;
-pub mod tables;
 
 use std::{cell::Cell, collections::HashMap, fmt, sync::Arc};
 
@@ -32,9 +32,12 @@ use framehop::{
 pub use memory::{MAX_CACHED_READS, MemoryCounters, ProcessMemory, ReadCode};
 pub use vmscope_common::MAX_STACK_FRAMES;
 
-use crate::{process::Process, symbolize::Modules, vocab::StackEnd};
+use crate::{
+    process::Process,
+    symbolize::{Modules, unwind_tables::UnwindTables},
+    vocab::StackEnd,
+};
 use process::ProcessUnwinder;
-use tables::UnwindTables;
 
 /// The user registers a sample carries, from the task's `pt_regs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

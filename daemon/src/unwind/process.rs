@@ -4,11 +4,14 @@ use std::{ops::Range, sync::Arc};
 
 use framehop::{Module, Unwinder as _, x86_64::UnwinderX86_64};
 
-use super::{
-    UnwindCounters,
-    tables::{SectionBytes, UnwindTables},
+use super::UnwindCounters;
+use crate::{
+    process::Process,
+    symbolize::{
+        Modules,
+        unwind_tables::{SectionBytes, UnwindTables},
+    },
 };
-use crate::{process::Process, symbolize::Modules};
 
 /// framehop's unwinder over a process's mappings, rebuilt when they change.
 ///

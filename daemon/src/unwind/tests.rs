@@ -9,7 +9,7 @@ use super::{own_stack, *};
 use crate::{
     codemap::code::CodeStore,
     process::ProcessTable,
-    symbolize::Symbolizer,
+    symbolize::{Symbolizer, unwind_tables::tests::libc_path},
     sys::{self, FileId},
 };
 
@@ -267,16 +267,6 @@ fn unreadable_binaries_are_counted_with_a_reason() {
         .unwrap_err();
     assert!(err.contains("malformed"), "{err}");
     assert_eq!(modules.counters().unwind_failures, 2);
-}
-
-/// The libc this test process maps.
-pub(super) fn libc_path() -> std::path::PathBuf {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.contains("/libc.so"))
-        .expect("libc is mapped")
-        .into()
 }
 
 /// An anonymous executable page of this process, standing for a JIT's code zone.

@@ -348,9 +348,18 @@ fn section_bytes<'data, R: ReadRef<'data>>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::unwind::tests::libc_path;
+
+    /// The libc this test process maps.
+    pub(crate) fn libc_path() -> std::path::PathBuf {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so"))
+            .expect("libc is mapped")
+            .into()
+    }
 
     #[test]
     fn own_executable_and_libc_have_eh_frame_with_hdr() {
