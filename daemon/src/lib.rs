@@ -298,9 +298,6 @@ async fn stop_sessions(manager: &session::ManagerHandle) {
     }
 }
 
-/// The name of the daemon's own frequency ceiling among the limits `GetDaemonInfo` shows.
-pub const MAX_FREQUENCY_LIMIT: &str = "max_frequency_hz";
-
 /// The limits `GetDaemonInfo` shows, by name.
 fn daemon_limits(
     config: &DaemonConfig,
@@ -320,7 +317,7 @@ fn daemon_limits(
         ("running_sessions_per_user", m.max_running_per_user as u64),
         ("running_sessions_total", m.max_running_sessions as u64),
         ("stopped_sessions_per_user", m.max_stopped_per_user as u64),
-        (MAX_FREQUENCY_LIMIT, u64::from(m.max_frequency_hz)),
+        (server::MAX_FREQUENCY_LIMIT, u64::from(m.max_frequency_hz)),
         (
             "frequency_hz_per_user",
             u64::from(m.sampling_share.frequency_hz),

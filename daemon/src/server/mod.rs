@@ -54,6 +54,9 @@ pub const WATCHES: ShareLimits = ShareLimits {
     total: 256,
 };
 
+/// The name of the daemon's own frequency ceiling among the limits `GetDaemonInfo` shows.
+pub const MAX_FREQUENCY_LIMIT: &str = "max_frequency_hz";
+
 /// Implementation of `vmscope.v1.Profiler`.
 #[derive(Debug, Clone)]
 pub struct ProfilerService {
@@ -281,7 +284,7 @@ impl pb::profiler_server::Profiler for ProfilerService {
     ) -> Result<Response<pb::DaemonInfo>, Status> {
         let daemon_hz = self
             .limits
-            .get(crate::MAX_FREQUENCY_LIMIT)
+            .get(MAX_FREQUENCY_LIMIT)
             .map_or(u32::MAX, |&hz| u32::try_from(hz).unwrap_or(u32::MAX));
         let max_frequency_hz = FrequencyLimits::read(daemon_hz)
             .map_err(|e| {
