@@ -12,9 +12,10 @@
 //!
 //! Folders follow that path: `bpf/` is all that talks to the kernel's BPF side, `process/` reads
 //! `/proc`, `symbolize/` names code, `unwind/` walks user stack copies, `session/` owns sessions,
-//! `jvm/` asks HotSpot JVMs for their perf maps, `server/` speaks gRPC. The parsers live in their own crate, `vmscope-parse` (`daemon/parse`):
-//! pure functions over bytes, unit-tested and fuzzed, with no I/O; here I/O stays at the edges,
-//! in [`sys`].
+//! `jvm/` asks HotSpot JVMs for their perf maps, `server/` speaks gRPC; `vocab/` holds the types
+//! they share, under all of them (`docs/architecture.md` has the layers). The parsers live in
+//! their own crate, `vmscope-parse` (`daemon/parse`): pure functions over bytes, unit-tested and
+//! fuzzed, with no I/O; here I/O stays at the edges, in [`sys`].
 #![deny(missing_docs)]
 
 pub mod bpf;

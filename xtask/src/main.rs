@@ -53,7 +53,8 @@ enum Task {
     },
     /// Run every test (unit, integration against real BPF: needs root).
     Test,
-    /// rustfmt and clippy, as CI checks them.
+    /// rustfmt, clippy, and the daemon's module graph (no import circle across top-level
+    /// modules), as CI checks them.
     Lint,
     /// Print which of the daemon's top-level modules import which, their layers, and the
     /// circles between them; fails if a circle spans more than one top-level module.
@@ -206,7 +207,8 @@ fn lint() -> anyhow::Result<()> {
         "--",
         "-D",
         "warnings",
-    ]))
+    ]))?;
+    module_graph::run(false)
 }
 
 fn fuzz(seconds: u64) -> anyhow::Result<()> {
