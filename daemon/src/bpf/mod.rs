@@ -233,6 +233,10 @@ pub struct Sampler {
     system_wide: BpfHashMap<MapData, u64, Wants>,
     tracked: BpfHashMap<MapData, u32, Tracked>,
     creds_changed: BpfHashMap<MapData, u32, u64>,
+    /// How many entries the kernel has put in `creds_changed`, and that count when the map was
+    /// last looked through.
+    creds_changes: PerCpuArray<MapData, u64>,
+    creds_changes_seen: u64,
     config: Array<MapData, u32>,
     lost: PerCpuHashMap<MapData, TargetKey, u64>,
     lost_unkeyed: PerCpuArray<MapData, u64>,
@@ -335,6 +339,8 @@ impl Sampler {
             system_wide: take_map(&mut ebpf, "SYSTEM_WIDE")?,
             tracked: take_map(&mut ebpf, "TRACKED")?,
             creds_changed: take_map(&mut ebpf, "CREDS_CHANGED")?,
+            creds_changes: take_map(&mut ebpf, "CREDS_CHANGES")?,
+            creds_changes_seen: 0,
             config,
             lost: take_map(&mut ebpf, "LOST")?,
             lost_unkeyed: take_map(&mut ebpf, "LOST_UNKEYED")?,
@@ -454,6 +460,15 @@ impl SamplerControl for Sampler {
     }
 
     fn take_creds_changed(&mut self) -> Vec<(u32, u64)> {
+        // Read before the map: an entry added after the read moves the count again, and is
+        // found at the next call. A failed read looks through the map anyway.
+        if let Ok(counts) = self.creds_changes.get(&0, 0) {
+            let count = counts.iter().fold(0u64, |sum, &n| sum.wrapping_add(n));
+            if count == self.creds_changes_seen {
+                return Vec::new();
+            }
+            self.creds_changes_seen = count;
+        }
         let changed: Vec<(u32, u64)> = self.creds_changed.iter().filter_map(Result::ok).collect();
         for (tgid, _) in &changed {
             // Removed after it was read: a tick in between only finds it present.

@@ -139,6 +139,12 @@ mod prog {
     #[map]
     static CREDS_CHANGED: HashMap<u32, u64> = HashMap::with_max_entries(MAX_TARGETS, 0);
 
+    /// How many processes each CPU put in `CREDS_CHANGED`: the daemon looks through that map
+    /// only when their sum moved, rather than walk every bucket of an empty hash table for each
+    /// batch of samples.
+    #[map]
+    static CREDS_CHANGES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
     /// Small settings: [`CONFIG_SYSTEM_WIDE`] holds the number of system-wide sessions,
     /// [`CONFIG_MAX_STACK`] the stack depth limit (0 until the daemon sets it: then
     /// [`MAX_STACK_FRAMES`]).
@@ -262,7 +268,16 @@ mod prog {
                 // SAFETY: the helper has no preconditions.
                 let now = unsafe { bpf_ktime_get_ns() };
                 // Present already: the daemon has yet to read it, and the first time stays.
-                let _ = CREDS_CHANGED.insert(tgid, now, u64::from(BPF_NOEXIST));
+                if CREDS_CHANGED
+                    .insert(tgid, now, u64::from(BPF_NOEXIST))
+                    .is_ok()
+                    && let Some(count) = CREDS_CHANGES.get_ptr_mut(0)
+                {
+                    // Counted after the insert: a daemon that sees the new count finds the
+                    // entry. SAFETY: this CPU's slot, valid for the program's run; perf event
+                    // programs do not nest on one CPU, so the increment cannot race.
+                    unsafe { *count += 1 };
+                }
                 false
             }
             // GUARD_HELD, or a value this program does not know: nothing.
