@@ -338,6 +338,15 @@ impl Target {
 /// looked at again: a JVM started by `vmscope record` maps it during its first second.
 pub const LOOK_FOR_NS: u64 = 30_000_000_000;
 
+/// The wait after the first look again at targets with no performance data file; each look
+/// that finds some still missing doubles it, up to [`MAX_LOOK_EVERY_NS`]. A look reads and
+/// parses the target's whole `/proc/PID/maps`: at every tick for 30 s, a session on programs
+/// that are not JVMs spent more on it than on their samples.
+const FIRST_LOOK_EVERY_NS: u64 = 100_000_000;
+
+/// The longest wait between two looks for a missing performance data file.
+const MAX_LOOK_EVERY_NS: u64 = 1_600_000_000;
+
 /// The performance data of a session's JVM targets.
 #[derive(Debug, Default)]
 pub struct SessionPerfData {
@@ -349,6 +358,10 @@ pub struct SessionPerfData {
     missing: Vec<u32>,
     /// When the heap's levels were last read (CLOCK_MONOTONIC).
     levels_read_ns: u64,
+    /// When missing files are looked for next (CLOCK_MONOTONIC; 0: at the next tick), and the
+    /// wait after that.
+    next_look_ns: u64,
+    look_every_ns: u64,
 }
 
 impl SessionPerfData {
@@ -417,6 +430,20 @@ impl SessionPerfData {
     /// Whether some targets have no file yet.
     pub fn missing(&self) -> bool {
         !self.missing.is_empty()
+    }
+
+    /// Whether some targets have no file yet and it is time to look for them again at `now_ns`:
+    /// at the first tick, then 0.1 s later, 0.2 s after that, 0.4... up to every 1.6 s.
+    pub fn look_due(&mut self, now_ns: u64) -> bool {
+        if self.missing.is_empty() || now_ns < self.next_look_ns {
+            return false;
+        }
+        self.look_every_ns = match self.look_every_ns {
+            0 => FIRST_LOOK_EVERY_NS,
+            every => (every * 2).min(MAX_LOOK_EVERY_NS),
+        };
+        self.next_look_ns = now_ns + self.look_every_ns;
+        true
     }
 
     /// Stops looking for `pid`'s file: the session no longer samples it.
@@ -501,6 +528,21 @@ mod tests {
     use vmscope_parse::hsperfdata::{Entry, Units, Value, Variability};
 
     use super::*;
+
+    #[test]
+    fn missing_files_are_looked_for_less_and_less_often() {
+        let mut data = SessionPerfData::new([1, 2], 0);
+        let ms = 1_000_000;
+        let due: Vec<u64> = (1..=60)
+            .map(|tick| tick * 100 * ms)
+            .filter(|&now| data.look_due(now))
+            .map(|now| now / ms)
+            .collect();
+        assert_eq!(due, [100, 200, 400, 800, 1600, 3200, 4800]);
+        data.forget_missing(1);
+        data.forget_missing(2);
+        assert!(!data.look_due(10_000 * ms), "nothing missing: no look");
+    }
 
     fn data(entries: &[(&str, Value)]) -> PerfData {
         PerfData {

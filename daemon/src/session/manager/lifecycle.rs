@@ -267,6 +267,10 @@ impl Manager {
             kernel.freeze_all();
         }
         if let Some(hotspot) = &mut session.hotspot {
+            // A JVM that mapped its file since the last look still has its statistics.
+            if hotspot.missing() {
+                count_perf_data(&mut self.counters, hotspot.look_again());
+            }
             hotspot.freeze_all();
         }
         session.state = State::Stopping;

@@ -21,7 +21,7 @@ impl Manager {
             // JVM targets still starting: their performance data file comes within a second.
             if now.saturating_sub(session.start_ns) < hotspot::LOOK_FOR_NS
                 && let Some(perf_data) = &mut session.hotspot
-                && perf_data.missing()
+                && perf_data.look_due(now)
             {
                 count_perf_data(&mut self.counters, perf_data.look_again());
             }
