@@ -21,6 +21,7 @@
 //! - [`registry`]: every process's timeline and sources, driven by the session manager.
 
 pub mod budget;
+pub mod change_queue;
 pub mod code;
 pub mod live;
 pub mod outside;

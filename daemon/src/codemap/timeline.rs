@@ -8,9 +8,10 @@
 //! is still found where it was, and code that later took over its addresses is not blamed:
 //! this is what a map read once at the end (VMProfiler's way) gets wrong.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use super::{
+    change_queue::ChangeQueue,
     live::{LiveMap, Refusal},
     refusals::{Reason, Refusals},
 };
@@ -91,10 +92,9 @@ pub struct Timeline<T> {
     map: LiveMap,
     /// Every change stamped at or before this has been applied.
     applied_ns: u64,
-    /// Changes not applied yet, by (timestamp, arrival).
-    changes: BTreeMap<(u64, u64), Change>,
+    /// Changes not applied yet.
+    changes: ChangeQueue,
     samples: Vec<PendingSample<T>>,
-    arrivals: u64,
     counters: TimelineCounters,
     /// The ranges of the last loads refused.
     refused_loads: VecDeque<(u64, u64)>,
@@ -107,9 +107,8 @@ impl<T> Default for Timeline<T> {
         Timeline {
             map: LiveMap::default(),
             applied_ns: 0,
-            changes: BTreeMap::new(),
+            changes: ChangeQueue::default(),
             samples: Vec::new(),
-            arrivals: 0,
             counters: TimelineCounters::default(),
             refused_loads: VecDeque::new(),
             refusals: Refusals::new(0, "code map changes"),
@@ -132,8 +131,7 @@ impl<T> Timeline<T> {
             ));
             return;
         }
-        self.arrivals += 1;
-        self.changes.insert((timestamp_ns, self.arrivals), change);
+        self.changes.push(timestamp_ns, change);
     }
 
     /// Records a sample to attribute once changes up to its time are known. The caller must
@@ -187,7 +185,7 @@ impl<T> Timeline<T> {
     /// yet.
     pub fn codes(&self, keep: &mut impl Extend<CodeId>) {
         keep.extend(self.map.codes());
-        for change in self.changes.values() {
+        for change in self.changes.iter() {
             match change {
                 Change::Load { code, .. } => keep.extend([*code]),
                 Change::FreeCodes(codes) => keep.extend(codes.iter().copied()),
@@ -228,10 +226,7 @@ impl<T> Timeline<T> {
     }
 
     fn apply_until(&mut self, ts: u64) {
-        while let Some(entry) = self.changes.first_entry()
-            && entry.key().0 <= ts
-        {
-            let change = entry.remove();
+        while let Some(change) = self.changes.pop_until(ts) {
             self.apply(change);
         }
     }
