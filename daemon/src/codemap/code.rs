@@ -13,7 +13,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use hashbrown::{HashMap, HashTable};
+use hashbrown::{HashMap, HashTable, hash_table};
 
 use vmscope_proto::v1::CodeKind;
 
@@ -450,18 +450,26 @@ impl CodeStore {
             ..
         } = &mut *store;
         let hash = hasher.hash_one((owner, &code));
-        let found = ids.find(hash, |&(h, id)| {
-            h == hash
-                && entries
-                    .get(id)
-                    .is_some_and(|entry| entry.owner == owner && *entry.code == code)
-        });
-        if let Some(&(_, id)) = found {
-            if let Some(entry) = entries.get_mut(id) {
-                entry.seen = *epoch;
+        // One probe of the table, whether the code is new or not.
+        let slot = match ids.entry(
+            hash,
+            |&(h, id)| {
+                h == hash
+                    && entries
+                        .get(id)
+                        .is_some_and(|entry| entry.owner == owner && *entry.code == code)
+            },
+            |&(h, _)| h,
+        ) {
+            hash_table::Entry::Occupied(found) => {
+                let id = found.get().1;
+                if let Some(entry) = entries.get_mut(id) {
+                    entry.seen = *epoch;
+                }
+                return Ok(id);
             }
-            return Ok(id);
-        }
+            hash_table::Entry::Vacant(slot) => slot,
+        };
         let bytes = code.approx_bytes();
         if let Err(refusal) = held.take(&self.limits, owner, bytes) {
             match refusal {
@@ -482,7 +490,7 @@ impl CodeStore {
             hash,
             seen: *epoch,
         });
-        ids.insert_unique(hash, (hash, id), |&(h, _)| h);
+        slot.insert((hash, id));
         Ok(id)
     }
 
