@@ -24,6 +24,8 @@ use vmscope_proto::v1::{
     SymbolizationIssue,
 };
 
+use vmscope_report::rank::{most_first, rank};
+
 use crate::{
     cancel::Cancel,
     codemap::code::Code,
@@ -373,15 +375,12 @@ pub fn build_profile_unless(
             samples,
         })
         .collect();
-    stack_ends.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.end.cmp(&b.end)));
-    profile_stacks.sort_by(|a, b| {
-        b.samples
-            .cmp(&a.samples)
-            .then_with(|| a.pid.cmp(&b.pid))
-            .then_with(|| a.frames.cmp(&b.frames))
-            .then_with(|| a.end.cmp(&b.end))
-            .then_with(|| a.during.cmp(&b.during))
-    });
+    rank(&mut stack_ends, |e| e.samples, |a, b| a.end.cmp(&b.end));
+    rank(
+        &mut profile_stacks,
+        |s| s.samples,
+        |a, b| (a.pid, &a.frames, a.end, &a.during).cmp(&(b.pid, &b.frames, b.end, &b.during)),
+    );
 
     let mut rows: Vec<ProfileRow> = rows
         .into_iter()
@@ -393,7 +392,7 @@ pub fn build_profile_unless(
                 .into_iter()
                 .map(|(name, samples)| InlinedMethod { name, samples })
                 .collect();
-            inlined.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+            rank(&mut inlined, |i| i.samples, |a, b| a.name.cmp(&b.name));
             let mut processes: Vec<ProcessSamples> = sum
                 .processes
                 .into_iter()
@@ -403,7 +402,7 @@ pub fn build_profile_unless(
                     samples,
                 })
                 .collect();
-            processes.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
+            rank(&mut processes, |p| p.samples, |a, b| a.pid.cmp(&b.pid));
             let mut lines: Vec<SourceLineSamples> = sum
                 .lines
                 .into_iter()
@@ -417,13 +416,11 @@ pub fn build_profile_unless(
                     }
                 })
                 .collect();
-            lines.sort_by(|a, b| {
-                b.samples
-                    .cmp(&a.samples)
-                    .then_with(|| a.file.cmp(&b.file))
-                    .then_with(|| a.line.cmp(&b.line))
-                    .then_with(|| a.pid.cmp(&b.pid))
-            });
+            rank(
+                &mut lines,
+                |l| l.samples,
+                |a, b| (&a.file, a.line, a.pid).cmp(&(&b.file, b.line, b.pid)),
+            );
             ProfileRow {
                 section: section as i32,
                 name,
@@ -448,14 +445,16 @@ pub fn build_profile_unless(
         })
         .collect();
     // Callers only (no self time) are rows too, with 0 samples: after every row with some.
-    rows.sort_by(|a, b| {
-        b.samples
-            .cmp(&a.samples)
-            .then_with(|| b.inclusive_samples.cmp(&a.inclusive_samples))
-            .then_with(|| a.section.cmp(&b.section))
-            .then_with(|| a.name.cmp(&b.name))
-            .then_with(|| a.module.cmp(&b.module))
-    });
+    rank(
+        &mut rows,
+        |r| r.samples,
+        |a, b| {
+            most_first(a.inclusive_samples, b.inclusive_samples)
+                .then_with(|| a.section.cmp(&b.section))
+                .then_with(|| a.name.cmp(&b.name))
+                .then_with(|| a.module.cmp(&b.module))
+        },
+    );
     let mut issues: HashMap<(&str, pb::SymbolizationIssueKind, Cow<'_, str>), u64> = HashMap::new();
     for (leaf, samples) in placed.iter().zip(issue_samples) {
         if let (Some(issue), 1..) = (&leaf.resolved.issue, samples) {
@@ -473,13 +472,11 @@ pub fn build_profile_unless(
             kind: kind as i32,
         })
         .collect();
-    issues.sort_by(|a, b| {
-        b.samples
-            .cmp(&a.samples)
-            .then_with(|| a.module.cmp(&b.module))
-            .then_with(|| a.kind.cmp(&b.kind))
-            .then_with(|| a.reason.cmp(&b.reason))
-    });
+    rank(
+        &mut issues,
+        |i| i.samples,
+        |a, b| (&a.module, a.kind, &a.reason).cmp(&(&b.module, b.kind, &b.reason)),
+    );
 
     let mut kept: Vec<&crate::session::KeptSample> = snapshot
         .kept

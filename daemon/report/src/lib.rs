@@ -24,6 +24,7 @@ pub mod json;
 pub mod model;
 pub mod pprof;
 mod processes;
+pub mod rank;
 pub mod runtimes;
 pub mod sort_keys;
 pub mod stack_view;

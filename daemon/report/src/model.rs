@@ -21,6 +21,7 @@ use vmscope_proto::v1::{
 
 use crate::{
     processes::{ProcessTotal, process_totals},
+    rank::rank,
     runtimes::known_runtime,
     sort_keys::{self, SortKey},
     stack_view::StackOptions,
@@ -623,11 +624,11 @@ impl Report {
             by_section[kind.index()].push(row);
         }
         let mut vm_modules: Vec<VmModule> = vm_modules.into_values().collect();
-        vm_modules.sort_by(|a, b| {
-            b.samples
-                .cmp(&a.samples)
-                .then_with(|| a.module.cmp(&b.module))
-        });
+        rank(
+            &mut vm_modules,
+            |m| m.samples,
+            |a, b| a.module.cmp(&b.module),
+        );
         // System-wide, other code is every other program's: no hint about the VM there.
         let vm_module_hint = (!session.system_wide)
             .then(|| vm_module_hint(&by_section[SectionKind::Other.index()], total))
@@ -953,12 +954,11 @@ fn build_section(
         .partition(|row| !is_small(row.samples, total, options.min_percent));
     // Module breaks the last tie so that equal (samples, name) rows still come out in one order
     // whatever order the daemon sent them in.
-    kept.sort_by(|a, b| {
-        b.samples
-            .cmp(&a.samples)
-            .then_with(|| a.name.cmp(&b.name))
-            .then_with(|| a.module.cmp(&b.module))
-    });
+    rank(
+        &mut kept,
+        |r| r.samples,
+        |a, b| (&a.name, &a.module).cmp(&(&b.name, &b.module)),
+    );
 
     let mut out = Vec::with_capacity(kept.len() + 1);
     // Cumulative percentages come from the running sum of samples, not of rounded
@@ -1114,7 +1114,7 @@ fn range_rows(row: &ProfileRow) -> Vec<RangeRow> {
 /// without empty ones.
 fn inlined_rows(row: &ProfileRow) -> Vec<InlinedRow> {
     let mut inlined: Vec<_> = row.inlined.iter().filter(|i| i.samples > 0).collect();
-    inlined.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
+    rank(&mut inlined, |i| i.samples, |a, b| a.name.cmp(&b.name));
     let whole = method_whole(
         row,
         inlined
@@ -1192,7 +1192,7 @@ fn merge_issues(profile: &Profile) -> Vec<IssueRow> {
         })
         .collect();
     // Stable sort over the map's (module, kind, reason) order: ties stay alphabetical.
-    issues.sort_by_key(|issue| std::cmp::Reverse(issue.samples));
+    rank(&mut issues, |i| i.samples, |_, _| std::cmp::Ordering::Equal);
     issues
 }
 

@@ -43,7 +43,7 @@ pub(crate) fn process_totals(profile: &pb::Profile) -> Vec<ProcessTotal> {
             percent_of_total: percent(samples, profile.total_samples),
         })
         .collect();
-    totals.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+    crate::rank::rank(&mut totals, |t| t.samples, |a, b| a.pid.cmp(&b.pid));
     totals
 }
 

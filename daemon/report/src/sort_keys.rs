@@ -245,7 +245,7 @@ pub fn sum_by_process<'a>(
         sum.samples = sum.samples.saturating_add(part.samples);
     }
     let mut processes: Vec<ProcessSamples> = by_pid.into_values().collect();
-    processes.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
+    crate::rank::rank(&mut processes, |p| p.samples, |a, b| a.pid.cmp(&b.pid));
     processes
 }
 

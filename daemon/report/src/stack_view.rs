@@ -227,7 +227,7 @@ impl<'a> ShownStacks<'a> {
         }
         let profile = if changed {
             // Stable: stacks of equal samples keep the daemon's order.
-            stacks.sort_by_key(|s| std::cmp::Reverse(s.samples));
+            crate::rank::rank(&mut stacks, |s| s.samples, |_, _| std::cmp::Ordering::Equal);
             let mut shown = profile.clone();
             shown.stacks = stacks;
             Cow::Owned(shown)

@@ -218,12 +218,11 @@ impl VmStatsReport {
                     percent: percent(samples, totals.sampled),
                 })
                 .collect();
-            top.sort_by(|a, b| {
-                b.samples
-                    .cmp(&a.samples)
-                    .then_with(|| a.name.cmp(&b.name))
-                    .then_with(|| a.module.cmp(&b.module))
-            });
+            crate::rank::rank(
+                &mut top,
+                |r| r.samples,
+                |a, b| a.name.cmp(&b.name).then_with(|| a.module.cmp(&b.module)),
+            );
             top.truncate(TOP_DURING);
             let share = percent(totals.sampled, stats.samples);
             let difference = share - interval.percent_of_elapsed;

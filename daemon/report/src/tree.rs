@@ -499,8 +499,7 @@ impl Arena {
             };
             children.sort_by(|&a, &b| {
                 let (a, b) = (&self.nodes[a], &self.nodes[b]);
-                b.inclusive
-                    .cmp(&a.inclusive)
+                crate::rank::most_first(a.inclusive, b.inclusive)
                     .then_with(|| name(a).cmp(name(b)))
                     .then_with(|| a.key_order().cmp(&b.key_order()))
             });
@@ -571,7 +570,7 @@ fn sorted_sites(sites: BTreeMap<String, u64>) -> Vec<CallSite> {
         .map(|(range, samples)| CallSite { range, samples })
         .collect();
     // Stable over the map's order: ties stay sorted by range.
-    sites.sort_by_key(|site| std::cmp::Reverse(site.samples));
+    crate::rank::rank(&mut sites, |s| s.samples, |_, _| std::cmp::Ordering::Equal);
     sites
 }
 
