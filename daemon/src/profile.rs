@@ -538,7 +538,8 @@ pub fn build_profile_unless(
         snapshot.session.frequency_hz,
     );
     Some(Profile {
-        session: Some(snapshot.session),
+        // The server shows the session as the API does, beside the profile.
+        session: None,
         vm_executable: snapshot.vm_executable,
         total_samples: snapshot.total_samples,
         lost_samples,
@@ -849,7 +850,23 @@ mod tests {
     /// A snapshot of `counts` in process 7 (named "vm").
     fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         Snapshot {
-            session: pb::Session::default(),
+            session: crate::session::SessionInfo {
+                id: 1,
+                state: crate::session::State::Stopped,
+                targets: Vec::new(),
+                system_wide: false,
+                frequency_hz: 0,
+                started_at: std::time::SystemTime::UNIX_EPOCH,
+                elapsed: Duration::ZERO,
+                duration_limit: None,
+                stop_reason: None,
+                owner_uid: 0,
+                samples: 0,
+                call_graph: Default::default(),
+                awaiting_code_map_samples: 0,
+                max_stacks: 0,
+                stack_limit_samples: 0,
+            },
             total_samples: counts.iter().map(|(_, n)| n).sum(),
             stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
             truncated: 0,

@@ -49,8 +49,8 @@ use vmscope_parse::stat;
 use vmscope_proto::v1 as pb;
 
 use super::{
-    HostCpu, KeptFrame, KeptSample, KeptSamples, Session, SessionError, Snapshot, StackId, State,
-    Target,
+    HostCpu, KeptFrame, KeptSample, KeptSamples, STOPPED_ALL_TARGETS_EXITED, Session, SessionError,
+    SessionInfo, SessionRequest, Snapshot, StackId, State, Target,
     jvm::{JvmReply, JvmSnapshots},
     request::{self, Caller},
     routes::Routes,
@@ -189,23 +189,23 @@ pub struct DaemonCounters {
 enum Command {
     Start {
         caller: Caller,
-        request: pb::StartSessionRequest,
-        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+        request: SessionRequest,
+        reply: oneshot::Sender<Result<SessionInfo, SessionError>>,
     },
     Stop {
         caller: Caller,
         id: u64,
         reason: String,
-        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+        reply: oneshot::Sender<Result<SessionInfo, SessionError>>,
     },
     List {
         caller: Caller,
-        reply: oneshot::Sender<Vec<pb::Session>>,
+        reply: oneshot::Sender<Vec<SessionInfo>>,
     },
     Get {
         caller: Caller,
         id: u64,
-        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+        reply: oneshot::Sender<Result<SessionInfo, SessionError>>,
     },
     Snapshot {
         caller: Caller,
@@ -265,8 +265,8 @@ impl ManagerHandle {
     pub async fn start(
         &self,
         caller: Caller,
-        request: pb::StartSessionRequest,
-    ) -> Result<pb::Session, SessionError> {
+        request: SessionRequest,
+    ) -> Result<SessionInfo, SessionError> {
         self.ask(|reply| Command::Start {
             caller,
             request,
@@ -282,7 +282,7 @@ impl ManagerHandle {
         caller: Caller,
         id: u64,
         reason: &str,
-    ) -> Result<pb::Session, SessionError> {
+    ) -> Result<SessionInfo, SessionError> {
         let reason = stop_reason(reason);
         self.ask(|reply| Command::Stop {
             caller,
@@ -294,12 +294,12 @@ impl ManagerHandle {
     }
 
     /// The caller's sessions.
-    pub async fn list(&self, caller: Caller) -> Result<Vec<pb::Session>, SessionError> {
+    pub async fn list(&self, caller: Caller) -> Result<Vec<SessionInfo>, SessionError> {
         self.ask(|reply| Command::List { caller, reply }).await
     }
 
     /// One session.
-    pub async fn get(&self, caller: Caller, id: u64) -> Result<pb::Session, SessionError> {
+    pub async fn get(&self, caller: Caller, id: u64) -> Result<SessionInfo, SessionError> {
         self.ask(|reply| Command::Get { caller, id, reply }).await?
     }
 
@@ -386,7 +386,7 @@ pub fn spawn_manager(
     Ok((ManagerHandle { tx }, thread))
 }
 
-type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
+type Reply = oneshot::Sender<Result<SessionInfo, SessionError>>;
 
 /// A profile request waiting for reads of its targets' code map files.
 struct SnapshotWaiter {
@@ -577,13 +577,13 @@ impl Manager {
                     .sessions
                     .values()
                     .filter(|s| caller.owns(s.owner_uid))
-                    .map(|s| s.to_proto(now))
+                    .map(|s| s.info(now))
                     .collect();
                 let _ = reply.send(list);
             }
             Command::Get { caller, id, reply } => {
                 let now = sys::monotonic_ns();
-                let _ = reply.send(self.visible(caller, id).map(|s| s.to_proto(now)));
+                let _ = reply.send(self.visible(caller, id).map(|s| s.info(now)));
             }
             // Its client went away while the request waited: no copy for nobody.
             Command::Snapshot { reply, .. } if reply.is_closed() => {}

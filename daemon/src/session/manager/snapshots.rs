@@ -65,7 +65,7 @@ impl Manager {
             .iter()
             .any(|l| matches!(l, Location::Anonymous { .. }));
         Snapshot {
-            session: session.to_proto(now),
+            session: session.info(now),
             stacks,
             truncated: session.truncated,
             commands: session.commands.clone(),
