@@ -241,7 +241,7 @@ pub fn build_profile_unless(
                 row_keys.len() - 1
             });
             let detail = code.as_ref().map(|(code, offset)| CodeDetail {
-                kind: code.kind,
+                kind: code_kind(code.kind),
                 code_map: code.source.label(),
                 range: code.range_label(*offset),
                 inlined_method: optimised.then(|| code.attributed_method(*offset).to_owned()),
@@ -573,6 +573,21 @@ pub fn build_profile_unless(
     })
 }
 
+/// A kind of generated code as the API says it.
+fn code_kind(kind: crate::vocab::CodeKind) -> CodeKind {
+    use crate::vocab::CodeKind as Kind;
+    match kind {
+        Kind::Method => CodeKind::Method,
+        Kind::Block => CodeKind::Block,
+        Kind::Trampoline => CodeKind::Trampoline,
+        Kind::Enilopmart => CodeKind::Enilopmart,
+        Kind::ClosedPic => CodeKind::ClosedPic,
+        Kind::OpenPic => CodeKind::OpenPic,
+        Kind::Stub => CodeKind::Stub,
+        Kind::Unknown => CodeKind::Unknown,
+    }
+}
+
 /// What kind of issue a symbolisation issue is, for clients that group them.
 fn issue_kind(issue: &Issue) -> pb::SymbolizationIssueKind {
     use pb::SymbolizationIssueKind as Kind;
@@ -753,7 +768,7 @@ fn jit_frames(
         name: name.to_owned(),
         module: resolved.module.clone(),
         symbolized: resolved.symbolized,
-        kind: code.kind as i32,
+        kind: code_kind(code.kind) as i32,
         range,
         inlined,
         code_map: code.source.label().to_owned(),
@@ -1063,12 +1078,27 @@ mod tests {
         );
     }
 
+    /// A kind a publication gives is the kind the profile shows; none, or one this daemon does
+    /// not know, is unknown.
+    #[test]
+    fn code_kinds_come_back_as_published() {
+        for kind in 1..=8 {
+            assert_eq!(code_kind(crate::codemap::vm::code_kind(kind)) as i32, kind);
+        }
+        for unknown in [0, 9, -1] {
+            assert_eq!(
+                code_kind(crate::codemap::vm::code_kind(unknown)),
+                CodeKind::Unknown
+            );
+        }
+    }
+
     /// A method's baseline and optimised versions: separate rows, each with its own ranges in
     /// code order, the optimised one with its time per inlined method (its own code included).
     #[test]
     fn jit_versions_get_rows_of_their_own() {
         use crate::codemap::code::{Code, CodeSource, PcPoint};
-        use vmscope_proto::v1::CodeKind;
+        use crate::vocab::CodeKind as Kind;
         let symbolizer = symbolizer();
         let method = |pcs: &[(u64, u32, &str)]| Code {
             pc_map: pcs
@@ -1083,7 +1113,7 @@ mod tests {
                     },
                 })
                 .collect(),
-            ..Code::named(CodeKind::Method, "Foo>>bar", CodeSource::Vm("vm".into()))
+            ..Code::named(Kind::Method, "Foo>>bar", CodeSource::Vm("vm".into()))
         };
         let codes = symbolizer.codes();
         let baseline = codes
@@ -1186,7 +1216,7 @@ mod tests {
     #[test]
     fn stacks_expand_into_frames_and_give_inclusive_time() {
         use crate::codemap::code::{Code, CodeSource, PcPoint};
-        use vmscope_proto::v1::CodeKind;
+        use crate::vocab::CodeKind as Kind;
         let symbolizer = symbolizer();
         let codes = symbolizer.codes();
         let point = |offset, bcpc, inlined: &[(&str, u32)]| PcPoint {
@@ -1202,7 +1232,7 @@ mod tests {
                         point(0x20, 4, &[("Outer>>mid", 2), ("Inner>>leaf", 6)]),
                         point(0x30, 9, &[]),
                     ],
-                    ..Code::named(CodeKind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
+                    ..Code::named(Kind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
                 },
                 0,
             )
@@ -1211,11 +1241,7 @@ mod tests {
             .intern(
                 Code {
                     pc_map: vec![point(0x10, 73, &[]), point(0x40, 77, &[])],
-                    ..Code::named(
-                        CodeKind::Method,
-                        "Bar>>benchmark",
-                        CodeSource::Vm("vm".into()),
-                    )
+                    ..Code::named(Kind::Method, "Bar>>benchmark", CodeSource::Vm("vm".into()))
                 },
                 0,
             )
