@@ -28,7 +28,11 @@ use crate::{
     cancel::Cancel,
     codemap::code::Code,
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
-    stats::vm::IntervalKind,
+    stats::{
+        kernel::{Counts, KernelEvents},
+        summary::VmStatistics,
+        vm::{ConfigValue, IntervalKind},
+    },
     symbolize::{Issue, KERNEL_MODULE, Resolved, SourceFrame, Symbolizer},
     vocab::{Location, StackEnd, UnmappedReason},
 };
@@ -555,8 +559,12 @@ pub fn build_profile_unless(
         samples_not_kept: snapshot.not_kept,
         host_steal_percent: snapshot.host_steal_percent,
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
-        kernel_events: snapshot.kernel_events,
-        vm_statistics: snapshot.vm_statistics,
+        kernel_events: snapshot.kernel_events.map(kernel_events),
+        vm_statistics: snapshot
+            .vm_statistics
+            .into_iter()
+            .map(vm_statistics)
+            .collect(),
         vm_interval_kinds,
         jit_samples_before_code_map: snapshot.jit.provisional,
         jit_samples_awaiting_code_map: snapshot.jit.awaiting,
@@ -571,6 +579,111 @@ pub fn build_profile_unless(
         taken_frequency_hz,
         throttled,
     })
+}
+
+/// A kind of interval as the API says it: its kind, and the name a VM gave its own.
+fn interval_kind(kind: &IntervalKind) -> (pb::IntervalKind, String) {
+    match kind {
+        IntervalKind::Scavenge => (pb::IntervalKind::Scavenge, String::new()),
+        IntervalKind::FullGc => (pb::IntervalKind::FullGc, String::new()),
+        IntervalKind::CodeCompaction => (pb::IntervalKind::CodeCompaction, String::new()),
+        IntervalKind::Safepoint => (pb::IntervalKind::Safepoint, String::new()),
+        IntervalKind::Named(name) => (pb::IntervalKind::Named, name.clone()),
+    }
+}
+
+/// A VM's statistics as the API carries them.
+fn vm_statistics(stats: VmStatistics) -> pb::VmStatistics {
+    pb::VmStatistics {
+        pid: stats.pid,
+        vm: stats.vm,
+        configuration: stats
+            .configuration
+            .into_iter()
+            .map(|setting| pb::Configuration {
+                name: setting.name,
+                value: Some(match setting.value {
+                    ConfigValue::Number(n) => pb::configuration::Value::Number(n),
+                    ConfigValue::Text(t) => pb::configuration::Value::Text(t),
+                }),
+                unit: setting.unit,
+            })
+            .collect(),
+        counters: stats
+            .counters
+            .into_iter()
+            .map(|c| pb::CounterDelta {
+                name: c.name,
+                unit: c.unit,
+                delta: c.delta,
+                last: c.last,
+            })
+            .collect(),
+        gauges: stats
+            .gauges
+            .into_iter()
+            .map(|g| pb::GaugeDelta {
+                name: g.name,
+                unit: g.unit,
+                delta: g.delta,
+                last: g.last,
+                low: g.low,
+                high: g.high,
+            })
+            .collect(),
+        intervals: stats
+            .intervals
+            .into_iter()
+            .map(|t| {
+                let (kind, name) = interval_kind(&t.kind);
+                pb::IntervalTotals {
+                    kind: kind as i32,
+                    name,
+                    count: t.count,
+                    total_ns: t.total_ns,
+                    longest_ns: t.longest_ns,
+                    sampled: t.sampled,
+                }
+            })
+            .collect(),
+        window_ns: stats.window_ns,
+        samples: stats.samples,
+    }
+}
+
+/// What the kernel counted as the API carries it.
+fn kernel_events(events: KernelEvents) -> pb::KernelEvents {
+    pb::KernelEvents {
+        total: Some(kernel_counts(&events.total)),
+        processes: events
+            .processes
+            .into_iter()
+            .map(|p| pb::ProcessKernelCounts {
+                pid: p.pid,
+                command: p.command,
+                counts: Some(kernel_counts(&p.counts)),
+                threads: p.threads,
+                note: p.note.unwrap_or_default(),
+            })
+            .collect(),
+        unavailable: events.unavailable,
+    }
+}
+
+/// One set of kernel counts as the API carries it.
+fn kernel_counts(counts: &Counts) -> pb::KernelCounts {
+    let switches = counts.switches();
+    pb::KernelCounts {
+        context_switches: counts.context_switches,
+        voluntary_context_switches: switches.map(|(voluntary, _)| voluntary),
+        involuntary_context_switches: switches.map(|(_, involuntary)| involuntary),
+        cpu_migrations: counts.cpu_migrations,
+        minor_faults: counts.minor_faults,
+        major_faults: counts.major_faults,
+        cycles: counts.cycles,
+        instructions: counts.instructions,
+        cache_misses: counts.cache_misses,
+    }
 }
 
 /// A kind of generated code as the API says it.
@@ -654,7 +767,7 @@ fn interval_kinds(stacks: &StackSnapshot) -> (Vec<pb::VmIntervalKind>, Vec<Vec<u
     let table = kinds
         .into_iter()
         .map(|kind| {
-            let (kind, name) = kind.to_proto();
+            let (kind, name) = interval_kind(kind);
             pb::VmIntervalKind {
                 kind: kind as i32,
                 name,
@@ -1075,6 +1188,33 @@ mod tests {
                     3
                 )
             ]
+        );
+    }
+
+    /// Switches the kernel tells apart show as voluntary and involuntary, never more than all;
+    /// a VM's own kind of interval keeps its name.
+    #[test]
+    fn statistics_show_as_the_api_carries_them() {
+        let counts = Counts {
+            context_switches: 10,
+            voluntary_switches: Some(12),
+            ..Counts::default()
+        };
+        let shown = kernel_counts(&counts);
+        assert_eq!(shown.voluntary_context_switches, Some(10));
+        assert_eq!(shown.involuntary_context_switches, Some(0));
+        let unknown = Counts {
+            context_switches: 10,
+            ..Counts::default()
+        };
+        assert_eq!(kernel_counts(&unknown).involuntary_context_switches, None);
+        assert_eq!(
+            interval_kind(&IntervalKind::Named("JIT".into())),
+            (pb::IntervalKind::Named, "JIT".to_owned())
+        );
+        assert_eq!(
+            interval_kind(&IntervalKind::Safepoint),
+            (pb::IntervalKind::Safepoint, String::new())
         );
     }
 

@@ -46,7 +46,6 @@ use vmscope_common::{
     FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
 use vmscope_parse::stat;
-use vmscope_proto::v1 as pb;
 
 use super::{
     HostCpu, KeptFrame, KeptSample, KeptSamples, STOPPED_ALL_TARGETS_EXITED, Session, SessionError,
@@ -77,7 +76,8 @@ use crate::{
         hotspot::{self, SessionPerfData},
         intervals::During,
         kernel::{self, SessionCounters},
-        vm::{IntervalKind, StatEvent, VmState},
+        summary::VmStatistics,
+        vm::{StatEvent, VmState},
     },
     symbolize::{Modules, Warmer, warmer::MAX_BATCH},
     sys,
@@ -453,21 +453,19 @@ struct Manager {
 ///
 /// Published intervals have times, so each kind's total says beside it how many of the
 /// process's samples were taken during it; HotSpot's counters have none.
-fn vm_statistics(session: &Session, now_ns: u64) -> Vec<pb::VmStatistics> {
+fn vm_statistics(session: &Session, now_ns: u64) -> Vec<VmStatistics> {
     let end_ns = session.stop_ns.unwrap_or(now_ns);
     let samples = session.stacks.samples_during();
-    let mut all: Vec<pb::VmStatistics> = session
+    let mut all: Vec<VmStatistics> = session
         .vm
         .iter()
         .filter(|(_, window)| window.has_statistics())
         .map(|(&pid, window)| {
-            let mut stats = window.to_proto(pid, end_ns);
+            let mut stats = window.summary(pid, end_ns);
             if let Some(samples) = samples.get(&pid) {
                 stats.samples = samples.total;
                 for totals in &mut stats.intervals {
-                    if let Ok(kind) = IntervalKind::from_proto(totals.kind, &totals.name) {
-                        totals.sampled = samples.during.get(&kind).copied().unwrap_or(0);
-                    }
+                    totals.sampled = samples.during.get(&totals.kind).copied().unwrap_or(0);
                 }
             }
             stats
@@ -475,7 +473,7 @@ fn vm_statistics(session: &Session, now_ns: u64) -> Vec<pb::VmStatistics> {
         .collect();
     if let Some(hotspot) = &session.hotspot {
         let window_ns = end_ns.saturating_sub(session.start_ns);
-        for jvm in hotspot.to_proto(window_ns) {
+        for jvm in hotspot.summary(window_ns) {
             if !all.iter().any(|s| s.pid == jvm.pid) {
                 all.push(jvm);
             }

@@ -26,11 +26,16 @@ pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spa
 pub use request::{CallGraph, CallGraphMode, Caller, SessionRequest, SessionSpec};
 pub use stacks::{DuringId, LocationId, StackId, StackSnapshot, StackTable};
 use vmscope_parse::stat::CpuTimes;
-use vmscope_proto::v1 as pb;
 
 use crate::{
     bpf::SamplerError,
-    stats::{hotspot::SessionPerfData, intervals::During, kernel::SessionCounters, vm::Window},
+    stats::{
+        hotspot::SessionPerfData,
+        intervals::During,
+        kernel::{KernelEvents, SessionCounters},
+        summary::VmStatistics,
+        vm::Window,
+    },
     vocab::{CodeMapKinds, Location, StackEnd},
 };
 
@@ -458,9 +463,9 @@ pub struct Snapshot {
     /// Samples beyond the keep limit.
     pub not_kept: u64,
     /// What the kernel counted for the targets.
-    pub kernel_events: Option<pb::KernelEvents>,
+    pub kernel_events: Option<KernelEvents>,
     /// What the VMs published of their statistics over the window.
-    pub vm_statistics: Vec<pb::VmStatistics>,
+    pub vm_statistics: Vec<VmStatistics>,
 }
 
 #[cfg(test)]

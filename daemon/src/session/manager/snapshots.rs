@@ -90,7 +90,7 @@ impl Manager {
             kernel_events: session
                 .kernel
                 .as_ref()
-                .map(|kernel| kernel.to_proto(|pid| session.commands.get(&pid).cloned())),
+                .map(|kernel| kernel.summary(|pid| session.commands.get(&pid).cloned())),
             vm_statistics: vm_statistics(session, now),
         }
     }

@@ -9,13 +9,13 @@ use std::{
 
 use tokio::sync::mpsc;
 use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_TARGET, TargetKey};
-use vmscope_proto::v1 as pb;
 
 use super::*;
 use crate::{
     bpf::fake::{FakeKernel, FakeSampler},
     codemap::{code::CodeStore, timeline::Change},
     session::CallGraphMode,
+    stats::vm::IntervalKind,
 };
 
 const MAX_HZ: u32 = 10_000;
@@ -1769,13 +1769,14 @@ async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time(
         panic!("one VM: {:?}", done.vm_statistics);
     };
     assert_eq!(vm.samples, 4);
-    let sampled: Vec<(i32, u64)> = vm.intervals.iter().map(|i| (i.kind, i.sampled)).collect();
+    let sampled: Vec<(IntervalKind, u64)> = vm
+        .intervals
+        .iter()
+        .map(|i| (i.kind.clone(), i.sampled))
+        .collect();
     assert_eq!(
         sampled,
-        [
-            (pb::IntervalKind::Scavenge as i32, 1),
-            (pb::IntervalKind::Safepoint as i32, 1)
-        ]
+        [(IntervalKind::Scavenge, 1), (IntervalKind::Safepoint, 1)]
     );
 }
 
