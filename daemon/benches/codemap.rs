@@ -15,7 +15,7 @@ use std::{hint::black_box, time::Duration};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use vmscope_parse::{jitdump, perf_map};
-use vmscope_proto::v1::CodeKind;
+use vmscoped::vocab::CodeKind;
 use vmscoped::{
     codemap::{
         code::{Code, CodeSource, CodeStore},

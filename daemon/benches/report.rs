@@ -19,11 +19,10 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use tokio::sync::mpsc;
 use vmscope_common::{EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_STACK, FLAG_TARGET};
 use vmscope_parse::{kallsyms, maps};
-use vmscope_proto::v1 as pb;
 use vmscoped::{
     bpf::{Batch, fake::FakeSampler, period_of},
     profile::{ProfileOptions, build_profile},
-    session::{Caller, ManagerConfig, ManagerHandle, Snapshot, spawn_manager},
+    session::{Caller, ManagerConfig, ManagerHandle, SessionRequest, Snapshot, spawn_manager},
     symbolize::{Modules, Symbolizer},
     sys,
 };
@@ -122,10 +121,10 @@ impl Harness {
     }
 
     async fn start(&self) -> u64 {
-        let request = pb::StartSessionRequest {
+        let request = SessionRequest {
             pids: vec![std::process::id()],
             system_wide: false,
-            frequency_hz: Some(HZ),
+            frequency_hz: HZ,
             duration: None,
             keep_samples: 0,
             ..Default::default()

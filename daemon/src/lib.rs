@@ -280,7 +280,7 @@ async fn stop_sessions(manager: &session::ManagerHandle) {
     };
     let running = sessions
         .into_iter()
-        .filter(|s| s.state() != vmscope_proto::v1::SessionState::Stopped)
+        .filter(|s| s.state != session::State::Stopped)
         .map(|s| {
             let manager = manager.clone();
             tokio::spawn(async move {

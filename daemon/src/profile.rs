@@ -30,7 +30,11 @@ use crate::{
     cancel::Cancel,
     codemap::code::Code,
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
-    stats::vm::IntervalKind,
+    stats::{
+        kernel::{Counts, KernelEvents},
+        summary::VmStatistics,
+        vm::{ConfigValue, IntervalKind},
+    },
     symbolize::{Issue, KERNEL_MODULE, Resolved, SourceFrame, Symbolizer},
     vocab::{Location, StackEnd, UnmappedReason},
 };
@@ -243,7 +247,7 @@ pub fn build_profile_unless(
                 row_keys.len() - 1
             });
             let detail = code.as_ref().map(|(code, offset)| CodeDetail {
-                kind: code.kind,
+                kind: code_kind(code.kind),
                 code_map: code.source.label(),
                 range: code.range_label(*offset),
                 inlined_method: optimised.then(|| code.attributed_method(*offset).to_owned()),
@@ -535,7 +539,8 @@ pub fn build_profile_unless(
         snapshot.session.frequency_hz,
     );
     Some(Profile {
-        session: Some(snapshot.session),
+        // The server shows the session as the API does, beside the profile.
+        session: None,
         vm_executable: snapshot.vm_executable,
         total_samples: snapshot.total_samples,
         lost_samples,
@@ -551,8 +556,12 @@ pub fn build_profile_unless(
         samples_not_kept: snapshot.not_kept,
         host_steal_percent: snapshot.host_steal_percent,
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
-        kernel_events: snapshot.kernel_events,
-        vm_statistics: snapshot.vm_statistics,
+        kernel_events: snapshot.kernel_events.map(kernel_events),
+        vm_statistics: snapshot
+            .vm_statistics
+            .into_iter()
+            .map(vm_statistics)
+            .collect(),
         vm_interval_kinds,
         jit_samples_before_code_map: snapshot.jit.provisional,
         jit_samples_awaiting_code_map: snapshot.jit.awaiting,
@@ -567,6 +576,126 @@ pub fn build_profile_unless(
         taken_frequency_hz,
         throttled,
     })
+}
+
+/// A kind of interval as the API says it: its kind, and the name a VM gave its own.
+fn interval_kind(kind: &IntervalKind) -> (pb::IntervalKind, String) {
+    match kind {
+        IntervalKind::Scavenge => (pb::IntervalKind::Scavenge, String::new()),
+        IntervalKind::FullGc => (pb::IntervalKind::FullGc, String::new()),
+        IntervalKind::CodeCompaction => (pb::IntervalKind::CodeCompaction, String::new()),
+        IntervalKind::Safepoint => (pb::IntervalKind::Safepoint, String::new()),
+        IntervalKind::Named(name) => (pb::IntervalKind::Named, name.clone()),
+    }
+}
+
+/// A VM's statistics as the API carries them.
+fn vm_statistics(stats: VmStatistics) -> pb::VmStatistics {
+    pb::VmStatistics {
+        pid: stats.pid,
+        vm: stats.vm,
+        configuration: stats
+            .configuration
+            .into_iter()
+            .map(|setting| pb::Configuration {
+                name: setting.name,
+                value: Some(match setting.value {
+                    ConfigValue::Number(n) => pb::configuration::Value::Number(n),
+                    ConfigValue::Text(t) => pb::configuration::Value::Text(t),
+                }),
+                unit: setting.unit,
+            })
+            .collect(),
+        counters: stats
+            .counters
+            .into_iter()
+            .map(|c| pb::CounterDelta {
+                name: c.name,
+                unit: c.unit,
+                delta: c.delta,
+                last: c.last,
+            })
+            .collect(),
+        gauges: stats
+            .gauges
+            .into_iter()
+            .map(|g| pb::GaugeDelta {
+                name: g.name,
+                unit: g.unit,
+                delta: g.delta,
+                last: g.last,
+                low: g.low,
+                high: g.high,
+            })
+            .collect(),
+        intervals: stats
+            .intervals
+            .into_iter()
+            .map(|t| {
+                let (kind, name) = interval_kind(&t.kind);
+                pb::IntervalTotals {
+                    kind: kind as i32,
+                    name,
+                    count: t.count,
+                    total_ns: t.total_ns,
+                    longest_ns: t.longest_ns,
+                    sampled: t.sampled,
+                }
+            })
+            .collect(),
+        window_ns: stats.window_ns,
+        samples: stats.samples,
+    }
+}
+
+/// What the kernel counted as the API carries it.
+fn kernel_events(events: KernelEvents) -> pb::KernelEvents {
+    pb::KernelEvents {
+        total: Some(kernel_counts(&events.total)),
+        processes: events
+            .processes
+            .into_iter()
+            .map(|p| pb::ProcessKernelCounts {
+                pid: p.pid,
+                command: p.command,
+                counts: Some(kernel_counts(&p.counts)),
+                threads: p.threads,
+                note: p.note.unwrap_or_default(),
+            })
+            .collect(),
+        unavailable: events.unavailable,
+    }
+}
+
+/// One set of kernel counts as the API carries it.
+fn kernel_counts(counts: &Counts) -> pb::KernelCounts {
+    let switches = counts.switches();
+    pb::KernelCounts {
+        context_switches: counts.context_switches,
+        voluntary_context_switches: switches.map(|(voluntary, _)| voluntary),
+        involuntary_context_switches: switches.map(|(_, involuntary)| involuntary),
+        cpu_migrations: counts.cpu_migrations,
+        minor_faults: counts.minor_faults,
+        major_faults: counts.major_faults,
+        cycles: counts.cycles,
+        instructions: counts.instructions,
+        cache_misses: counts.cache_misses,
+    }
+}
+
+/// A kind of generated code as the API says it.
+fn code_kind(kind: crate::vocab::CodeKind) -> CodeKind {
+    use crate::vocab::CodeKind as Kind;
+    match kind {
+        Kind::Method => CodeKind::Method,
+        Kind::Block => CodeKind::Block,
+        Kind::Trampoline => CodeKind::Trampoline,
+        Kind::Enilopmart => CodeKind::Enilopmart,
+        Kind::ClosedPic => CodeKind::ClosedPic,
+        Kind::OpenPic => CodeKind::OpenPic,
+        Kind::Stub => CodeKind::Stub,
+        Kind::Unknown => CodeKind::Unknown,
+    }
 }
 
 /// What kind of issue a symbolisation issue is, for clients that group them.
@@ -635,7 +764,7 @@ fn interval_kinds(stacks: &StackSnapshot) -> (Vec<pb::VmIntervalKind>, Vec<Vec<u
     let table = kinds
         .into_iter()
         .map(|kind| {
-            let (kind, name) = kind.to_proto();
+            let (kind, name) = interval_kind(kind);
             pb::VmIntervalKind {
                 kind: kind as i32,
                 name,
@@ -749,7 +878,7 @@ fn jit_frames(
         name: name.to_owned(),
         module: resolved.module.clone(),
         symbolized: resolved.symbolized,
-        kind: code.kind as i32,
+        kind: code_kind(code.kind) as i32,
         range,
         inlined,
         code_map: code.source.label().to_owned(),
@@ -846,7 +975,23 @@ mod tests {
     /// A snapshot of `counts` in process 7 (named "vm").
     fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         Snapshot {
-            session: pb::Session::default(),
+            session: crate::session::SessionInfo {
+                id: 1,
+                state: crate::session::State::Stopped,
+                targets: Vec::new(),
+                system_wide: false,
+                frequency_hz: 0,
+                started_at: std::time::SystemTime::UNIX_EPOCH,
+                elapsed: Duration::ZERO,
+                duration_limit: None,
+                stop_reason: None,
+                owner_uid: 0,
+                samples: 0,
+                call_graph: Default::default(),
+                awaiting_code_map_samples: 0,
+                max_stacks: 0,
+                stack_limit_samples: 0,
+            },
             total_samples: counts.iter().map(|(_, n)| n).sum(),
             stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
             truncated: 0,
@@ -1043,12 +1188,54 @@ mod tests {
         );
     }
 
+    /// Switches the kernel tells apart show as voluntary and involuntary, never more than all;
+    /// a VM's own kind of interval keeps its name.
+    #[test]
+    fn statistics_show_as_the_api_carries_them() {
+        let counts = Counts {
+            context_switches: 10,
+            voluntary_switches: Some(12),
+            ..Counts::default()
+        };
+        let shown = kernel_counts(&counts);
+        assert_eq!(shown.voluntary_context_switches, Some(10));
+        assert_eq!(shown.involuntary_context_switches, Some(0));
+        let unknown = Counts {
+            context_switches: 10,
+            ..Counts::default()
+        };
+        assert_eq!(kernel_counts(&unknown).involuntary_context_switches, None);
+        assert_eq!(
+            interval_kind(&IntervalKind::Named("JIT".into())),
+            (pb::IntervalKind::Named, "JIT".to_owned())
+        );
+        assert_eq!(
+            interval_kind(&IntervalKind::Safepoint),
+            (pb::IntervalKind::Safepoint, String::new())
+        );
+    }
+
+    /// A kind a publication gives is the kind the profile shows; none, or one this daemon does
+    /// not know, is unknown.
+    #[test]
+    fn code_kinds_come_back_as_published() {
+        for kind in 1..=8 {
+            assert_eq!(code_kind(crate::codemap::vm::code_kind(kind)) as i32, kind);
+        }
+        for unknown in [0, 9, -1] {
+            assert_eq!(
+                code_kind(crate::codemap::vm::code_kind(unknown)),
+                CodeKind::Unknown
+            );
+        }
+    }
+
     /// A method's baseline and optimised versions: separate rows, each with its own ranges in
     /// code order, the optimised one with its time per inlined method (its own code included).
     #[test]
     fn jit_versions_get_rows_of_their_own() {
         use crate::codemap::code::{Code, CodeSource, PcPoint};
-        use vmscope_proto::v1::CodeKind;
+        use crate::vocab::CodeKind as Kind;
         let symbolizer = symbolizer();
         let method = |pcs: &[(u64, u32, &str)]| Code {
             pc_map: pcs
@@ -1063,7 +1250,7 @@ mod tests {
                     },
                 })
                 .collect(),
-            ..Code::named(CodeKind::Method, "Foo>>bar", CodeSource::Vm("vm".into()))
+            ..Code::named(Kind::Method, "Foo>>bar", CodeSource::Vm("vm".into()))
         };
         let codes = symbolizer.codes();
         let baseline = codes
@@ -1166,7 +1353,7 @@ mod tests {
     #[test]
     fn stacks_expand_into_frames_and_give_inclusive_time() {
         use crate::codemap::code::{Code, CodeSource, PcPoint};
-        use vmscope_proto::v1::CodeKind;
+        use crate::vocab::CodeKind as Kind;
         let symbolizer = symbolizer();
         let codes = symbolizer.codes();
         let point = |offset, bcpc, inlined: &[(&str, u32)]| PcPoint {
@@ -1182,7 +1369,7 @@ mod tests {
                         point(0x20, 4, &[("Outer>>mid", 2), ("Inner>>leaf", 6)]),
                         point(0x30, 9, &[]),
                     ],
-                    ..Code::named(CodeKind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
+                    ..Code::named(Kind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
                 },
                 0,
             )
@@ -1191,11 +1378,7 @@ mod tests {
             .intern(
                 Code {
                     pc_map: vec![point(0x10, 73, &[]), point(0x40, 77, &[])],
-                    ..Code::named(
-                        CodeKind::Method,
-                        "Bar>>benchmark",
-                        CodeSource::Vm("vm".into()),
-                    )
+                    ..Code::named(Kind::Method, "Bar>>benchmark", CodeSource::Vm("vm".into()))
                 },
                 0,
             )

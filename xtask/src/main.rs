@@ -54,10 +54,11 @@ enum Task {
     /// Run every test (unit, integration against real BPF: needs root).
     Test,
     /// rustfmt, clippy, and the daemon's module graph (no import circle across top-level
-    /// modules), as CI checks them.
+    /// modules, the API crate named only at the edges), as CI checks them.
     Lint,
     /// Print which of the daemon's top-level modules import which, their layers, and the
-    /// circles between them; fails if a circle spans more than one top-level module.
+    /// circles between them; fails if a circle spans more than one top-level module, or if
+    /// the API crate is named outside the daemon's edges (`API_EDGES`) and its tests.
     ModuleGraph {
         /// Every place an edge of a circle is made, not only the first.
         #[arg(long)]

@@ -13,6 +13,11 @@
 //! the layers are those of the code the daemon is built from, and the report shows apart the
 //! circles that test code alone would close. Either kind fails the check: a test may use the
 //! layers under its module, not those above.
+//!
+//! The same reading finds where the daemon names the API crate (`vmscope_proto`, or a path
+//! through its usual alias `pb::`): outside the files of [`API_EDGES`], and outside test code,
+//! that fails the check too. The daemon's core works on its own types; the API's are turned
+//! into them and back at its edges (issue 24).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -24,6 +29,35 @@ use anyhow::{Context, bail};
 
 /// The node of the crate's root, `lib.rs`, for its own items.
 pub const ROOT: &str = "crate";
+
+/// The files of `daemon/src` (a path, or a folder ending in `/`) that may name the API crate
+/// outside test code, and why. Everywhere else the daemon works on its own types.
+pub const API_EDGES: &[(&str, &str)] = &[
+    (
+        "server/",
+        "the gRPC face: turns the API's messages into the daemon's types and back",
+    ),
+    (
+        "lib.rs",
+        "the crate's root: wires the gRPC services and their descriptors",
+    ),
+    (
+        "profile.rs",
+        "builds the API's Profile from a snapshot, until the profile model of its own",
+    ),
+    (
+        "codemap/vm.rs",
+        "decodes a VM's code map publication into changes of the code map",
+    ),
+    (
+        "stats/vm.rs",
+        "decodes the statistics events of that publication into the VM's statistics",
+    ),
+    (
+        "symbolize/mod.rs",
+        "names a location's section with the API's Section, until it has one of its own",
+    ),
+];
 
 /// One place a module names another.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,6 +79,8 @@ pub struct Graph {
     pub modules: BTreeSet<String>,
     /// From module, to module: the places the first names the second.
     pub edges: BTreeMap<(String, String), Vec<Site>>,
+    /// The places the crate names the API crate (`vmscope_proto`, `pb::`).
+    pub api: Vec<Site>,
 }
 
 impl Graph {
@@ -161,6 +197,42 @@ impl Graph {
         );
         for (i, layer) in self.layers().iter().enumerate() {
             let _ = writeln!(out, "  {i}: {}", layer.join(", "));
+        }
+        out
+    }
+
+    /// The places the API crate is named outside [`API_EDGES`] and outside test code.
+    pub fn api_outside_edges(&self) -> Vec<&Site> {
+        self.api
+            .iter()
+            .filter(|site| !site.test && !is_api_edge(&site.file))
+            .collect()
+    }
+
+    /// What `cargo xtask module-graph` says of the API crate's places.
+    pub fn api_report(&self) -> String {
+        let mut out = String::new();
+        let outside = self.api_outside_edges();
+        if outside.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nThe API crate is named only at the edges (and in tests): {}.",
+                API_EDGES
+                    .iter()
+                    .map(|(file, _)| *file)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "\nThe API crate named outside the edges ({}): use the daemon's own types, \
+                 converted at an edge, or add the file to API_EDGES with a reason:",
+                outside.len()
+            );
+            for site in outside {
+                let _ = writeln!(out, "    {}:{}: {}", site.file, site.line, site.path);
+            }
         }
         out
     }
@@ -304,12 +376,26 @@ pub fn graph_of(sources: &[(String, String)]) -> Graph {
     }
     let mut test_modules: BTreeSet<Vec<String>> = BTreeSet::new();
     let mut sites: Vec<(Vec<String>, String, Site)> = Vec::new();
+    let mut api: Vec<(Vec<String>, Site)> = Vec::new();
     for (file, text) in sources {
         let module = module_path(file);
         let scanned = scan(file, &module, text, &graph.modules);
         test_modules.extend(scanned.test_modules);
         sites.extend(scanned.sites);
+        api.extend(scanned.api);
     }
+    let in_test_module = |module: &[String]| {
+        test_modules
+            .iter()
+            .any(|t| module.len() >= t.len() && module[..t.len()] == t[..])
+    };
+    graph.api = api
+        .into_iter()
+        .map(|(module, mut site)| {
+            site.test |= in_test_module(&module);
+            site
+        })
+        .collect();
     for (module, to, mut site) in sites {
         // lib.rs and its inline modules are the root.
         let from = module
@@ -320,9 +406,7 @@ pub fn graph_of(sources: &[(String, String)]) -> Graph {
         if from == to {
             continue;
         }
-        site.test |= test_modules
-            .iter()
-            .any(|t| module.len() >= t.len() && module[..t.len()] == t[..]);
+        site.test |= in_test_module(&module);
         graph.edges.entry((from, to)).or_default().push(site);
     }
     for sites in graph.edges.values_mut() {
@@ -467,6 +551,22 @@ struct Scanned {
     sites: Vec<(Vec<String>, String, Site)>,
     /// Modules declared under `#[cfg(test)]`.
     test_modules: Vec<Vec<String>>,
+    /// (the module, the place) where the API crate is named.
+    api: Vec<(Vec<String>, Site)>,
+}
+
+/// Whether `file` (relative to `src`) is one of [`API_EDGES`].
+fn is_api_edge(file: &str) -> bool {
+    API_EDGES.iter().any(|(edge, _)| covers(edge, file))
+}
+
+/// Whether an entry of [`API_EDGES`] (a file, or a folder ending in `/`) covers `file`.
+fn covers(edge: &str, file: &str) -> bool {
+    if edge.ends_with('/') {
+        file.starts_with(edge)
+    } else {
+        file == edge
+    }
 }
 
 /// The paths into the crate that one file names.
@@ -480,6 +580,7 @@ fn scan(file: &str, module: &[String], text: &str, modules: &BTreeSet<String>) -
     let mut scanned = Scanned {
         sites: Vec::new(),
         test_modules: Vec::new(),
+        api: Vec::new(),
     };
     // Open braces: the inline module each opens, if any, and whether it is test code.
     let mut braces: Vec<(Option<String>, bool)> = Vec::new();
@@ -524,6 +625,22 @@ fn scan(file: &str, module: &[String], text: &str, modules: &BTreeSet<String>) -
                     declared.push(name.to_string());
                     scanned.test_modules.push(declared);
                 }
+            }
+            Token::Ident(word)
+                if !is(i.wrapping_sub(1), &Token::PathSep)
+                    && (word == "vmscope_proto"
+                        || (word == "pb" && is(i + 1, &Token::PathSep))) =>
+            {
+                let end = path_end(&tokens, i);
+                scanned.api.push((
+                    here.clone(),
+                    Site {
+                        file: file.to_string(),
+                        line: tokens[i].1,
+                        path: render(&tokens[i..end.max(i + 1)]),
+                        test: in_test,
+                    },
+                ));
             }
             Token::Ident(word) if !is(i.wrapping_sub(1), &Token::PathSep) => {
                 let mut j = i;
@@ -694,12 +811,20 @@ pub fn run(all_sites: bool) -> anyhow::Result<()> {
     let src = crate::root().join("daemon/src");
     let graph = read(&src)?;
     print!("{}", graph.report(all_sites));
+    print!("{}", graph.api_report());
     // Test code only adds edges: every circle of the code alone is inside one of these.
     let circles = graph.circles(true);
     if !circles.is_empty() {
         bail!(
             "{} import circle(s) span more than one top-level module of daemon/src",
             circles.len()
+        );
+    }
+    let outside = graph.api_outside_edges();
+    if !outside.is_empty() {
+        bail!(
+            "the API crate is named {} time(s) outside the edges of daemon/src",
+            outside.len()
         );
     }
     Ok(())
@@ -825,5 +950,70 @@ mod tests {
             graph.edges.keys()
         );
         assert!(graph.circles(true).is_empty(), "{}", graph.report(true));
+    }
+
+    /// The API crate named in the core fails; at an edge, in test code (of the file or in a
+    /// file a test module declares), in a comment or a string, it does not.
+    #[test]
+    fn the_api_crate_is_found_outside_the_edges() {
+        let g = graph(&[
+            ("lib.rs", "mod server; mod session;"),
+            (
+                "server/mod.rs",
+                "use vmscope_proto::v1 as pb;\nfn f(r: pb::StartSessionRequest) {}",
+            ),
+            (
+                "session/mod.rs",
+                "#[cfg(test)]\nmod tests;\n// vmscope_proto in a comment\n\
+                 fn f() { let _ = \"pb::Session\"; }\n\
+                 fn g() -> vmscope_proto::v1::Session { todo!() }\n\
+                 #[cfg(test)]\nmod inline { use vmscope_proto::v1 as pb; }",
+            ),
+            ("session/tests.rs", "use vmscope_proto::v1 as pb;"),
+            (
+                "session/manager.rs",
+                "use super::*;\nfn h(s: pb::Session) {}\nfn k() { tonic_health::pb::X; }",
+            ),
+        ]);
+        let outside: Vec<(&str, usize, &str)> = g
+            .api_outside_edges()
+            .into_iter()
+            .map(|s| (s.file.as_str(), s.line, s.path.as_str()))
+            .collect();
+        assert_eq!(
+            outside,
+            [
+                ("session/mod.rs", 5, "vmscope_proto::v1::Session"),
+                ("session/manager.rs", 2, "pb::Session"),
+            ]
+        );
+        assert_eq!(g.api.len(), 6, "{:?}", g.api);
+        assert!(g.api_report().contains("session/manager.rs:2: pb::Session"));
+    }
+
+    /// The daemon names the API crate only at its edges ([`API_EDGES`]) and in tests (issue
+    /// 24): its core works on its own types. `cargo xtask module-graph` lists the places.
+    #[test]
+    fn the_daemon_names_the_api_only_at_its_edges() {
+        let graph = read(&crate::root().join("daemon/src")).expect("daemon/src");
+        assert!(
+            graph.api.iter().any(|site| site.file == "server/mod.rs"),
+            "no use of the API read in server/mod.rs"
+        );
+        assert!(
+            graph.api_outside_edges().is_empty(),
+            "{}",
+            graph.api_report()
+        );
+        // Every edge is still one: a file that no longer names the API comes off the list.
+        for (edge, _) in API_EDGES {
+            assert!(
+                graph
+                    .api
+                    .iter()
+                    .any(|site| !site.test && covers(edge, &site.file)),
+                "{edge} names the API crate no more: take it off API_EDGES"
+            );
+        }
     }
 }

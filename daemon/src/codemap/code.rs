@@ -15,7 +15,7 @@ use std::{
 
 use hashbrown::{HashMap, HashTable, hash_table};
 
-use vmscope_proto::v1::CodeKind;
+use crate::vocab::CodeKind;
 
 use super::ranges::MergedRanges;
 use crate::{

@@ -136,7 +136,7 @@ fn source_label(points: &[SourcePoint], range: usize) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use vmscope_proto::v1::CodeKind;
+    use crate::vocab::CodeKind;
 
     use super::*;
     use crate::codemap::code::CodeSource;

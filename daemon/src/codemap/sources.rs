@@ -24,7 +24,6 @@ use vmscope_parse::{
     codemap_file, jitdump,
     perf_map::{self, PerfMapEntry},
 };
-use vmscope_proto::v1::CodeKind;
 
 use super::{
     code::{Code, CodeSource, CodeStore, SourcePoint},
@@ -36,7 +35,7 @@ use super::{
 use crate::{
     stats::vm::StatEvent,
     sys,
-    vocab::{CodeId, ExecRanges},
+    vocab::{CodeId, CodeKind, ExecRanges},
 };
 
 /// Largest perf map read: about 750,000 entries (a JVM with 10,000 compiled methods writes

@@ -6,7 +6,7 @@
 //! statistics (settings, counters, gauges, intervals) come on the same publication, under the
 //! same order in time, and are checked here too ([`crate::stats::vm::Rules`]).
 
-use vmscope_proto::v1::{CodeKind, CodeMapEvent, code_map_event::Event};
+use vmscope_proto::v1::{self as pb, CodeMapEvent, code_map_event::Event};
 
 use super::{
     code::{Code, CodeSource, CodeStore, PcPoint},
@@ -17,7 +17,23 @@ use super::{
 use crate::{
     stats::vm::{Broken, Rules, StatEvent},
     sys,
+    vocab::CodeKind,
 };
+
+/// The kind a publication gives an entry: unspecified, or unknown to this daemon, is
+/// [`CodeKind::Unknown`].
+pub fn code_kind(kind: i32) -> CodeKind {
+    match pb::CodeKind::try_from(kind) {
+        Ok(pb::CodeKind::Method) => CodeKind::Method,
+        Ok(pb::CodeKind::Block) => CodeKind::Block,
+        Ok(pb::CodeKind::Trampoline) => CodeKind::Trampoline,
+        Ok(pb::CodeKind::Enilopmart) => CodeKind::Enilopmart,
+        Ok(pb::CodeKind::ClosedPic) => CodeKind::ClosedPic,
+        Ok(pb::CodeKind::OpenPic) => CodeKind::OpenPic,
+        Ok(pb::CodeKind::Stub) => CodeKind::Stub,
+        Ok(pb::CodeKind::Unknown | pb::CodeKind::Unspecified) | Err(_) => CodeKind::Unknown,
+    }
+}
 
 /// What an accepted event makes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,10 +292,7 @@ impl Publication {
             });
         }
         pc_map.sort_by_key(|p| p.offset);
-        let kind = match CodeKind::try_from(entry.kind) {
-            Ok(CodeKind::Unspecified) | Err(_) => CodeKind::Unknown,
-            Ok(kind) => kind,
-        };
+        let kind = code_kind(entry.kind);
         let mut name = entry.name.clone();
         if kind == CodeKind::ClosedPic && !entry.cases.is_empty() {
             // The cases are part of what a closed PIC is; they tell PICs of one selector apart.
@@ -333,7 +346,7 @@ mod tests {
         event(
             ts,
             Event::Load(CodeEntry {
-                kind: CodeKind::Method as i32,
+                kind: pb::CodeKind::Method as i32,
                 name: "Integer>>benchFib".into(),
                 start,
                 size,

@@ -9,6 +9,7 @@
 pub mod authority;
 pub mod builds;
 pub mod connections;
+pub mod convert;
 mod listen;
 mod publish;
 mod status;
@@ -114,6 +115,7 @@ impl ProfilerService {
     ) -> Result<pb::Profile, Status> {
         let (guard, cancel) = CancelOnDrop::new();
         let snapshot = self.manager.snapshot(caller, id).await.map_err(to_status)?;
+        let session = convert::session(&snapshot.session);
         let symbolizer = self.symbolizer.clone();
         let options = profile_options(caller);
         let builds = self.builds.clone();
@@ -128,6 +130,7 @@ impl ProfilerService {
                 builds.counters.cancelled.fetch_add(1, Relaxed);
                 return Err(Status::cancelled("the client went away"));
             };
+            profile.session = Some(session);
             if pprof {
                 profile.pprof = vmscope_report::pprof::encode(&profile).map_err(|e| {
                     Status::internal(format!("encoding the profile as pprof failed: {e}"))
@@ -187,9 +190,9 @@ impl pb::profiler_server::Profiler for ProfilerService {
     ) -> Result<Response<pb::Session>, Status> {
         let caller = caller(&request)?;
         self.manager
-            .start(caller, request.into_inner())
+            .start(caller, convert::session_request(request.into_inner()))
             .await
-            .map(Response::new)
+            .map(|session| Response::new(convert::session(&session)))
             .map_err(to_status)
     }
 
@@ -202,7 +205,7 @@ impl pb::profiler_server::Profiler for ProfilerService {
         self.manager
             .stop(caller, request.session_id, &request.reason)
             .await
-            .map(Response::new)
+            .map(|session| Response::new(convert::session(&session)))
             .map_err(to_status)
     }
 
@@ -212,7 +215,9 @@ impl pb::profiler_server::Profiler for ProfilerService {
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
         let caller = caller(&request)?;
         let sessions = self.manager.list(caller).await.map_err(to_status)?;
-        Ok(Response::new(pb::ListSessionsResponse { sessions }))
+        Ok(Response::new(pb::ListSessionsResponse {
+            sessions: sessions.iter().map(convert::session).collect(),
+        }))
     }
 
     async fn get_session(
@@ -223,7 +228,7 @@ impl pb::profiler_server::Profiler for ProfilerService {
         self.manager
             .get(caller, request.get_ref().session_id)
             .await
-            .map(Response::new)
+            .map(|session| Response::new(convert::session(&session)))
             .map_err(to_status)
     }
 

@@ -46,11 +46,10 @@ use vmscope_common::{
     FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
 use vmscope_parse::stat;
-use vmscope_proto::v1 as pb;
 
 use super::{
-    HostCpu, KeptFrame, KeptSample, KeptSamples, Session, SessionError, Snapshot, StackId, State,
-    Target,
+    HostCpu, KeptFrame, KeptSample, KeptSamples, STOPPED_ALL_TARGETS_EXITED, Session, SessionError,
+    SessionInfo, SessionRequest, Snapshot, StackId, State, Target,
     jvm::{JvmReply, JvmSnapshots},
     request::{self, Caller},
     routes::Routes,
@@ -77,7 +76,8 @@ use crate::{
         hotspot::{self, SessionPerfData},
         intervals::During,
         kernel::{self, SessionCounters},
-        vm::{IntervalKind, StatEvent, VmState},
+        summary::VmStatistics,
+        vm::{StatEvent, VmState},
     },
     symbolize::{Modules, Warmer, warmer::MAX_BATCH},
     sys,
@@ -189,23 +189,23 @@ pub struct DaemonCounters {
 enum Command {
     Start {
         caller: Caller,
-        request: pb::StartSessionRequest,
-        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+        request: SessionRequest,
+        reply: oneshot::Sender<Result<SessionInfo, SessionError>>,
     },
     Stop {
         caller: Caller,
         id: u64,
         reason: String,
-        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+        reply: oneshot::Sender<Result<SessionInfo, SessionError>>,
     },
     List {
         caller: Caller,
-        reply: oneshot::Sender<Vec<pb::Session>>,
+        reply: oneshot::Sender<Vec<SessionInfo>>,
     },
     Get {
         caller: Caller,
         id: u64,
-        reply: oneshot::Sender<Result<pb::Session, SessionError>>,
+        reply: oneshot::Sender<Result<SessionInfo, SessionError>>,
     },
     Snapshot {
         caller: Caller,
@@ -265,8 +265,8 @@ impl ManagerHandle {
     pub async fn start(
         &self,
         caller: Caller,
-        request: pb::StartSessionRequest,
-    ) -> Result<pb::Session, SessionError> {
+        request: SessionRequest,
+    ) -> Result<SessionInfo, SessionError> {
         self.ask(|reply| Command::Start {
             caller,
             request,
@@ -282,7 +282,7 @@ impl ManagerHandle {
         caller: Caller,
         id: u64,
         reason: &str,
-    ) -> Result<pb::Session, SessionError> {
+    ) -> Result<SessionInfo, SessionError> {
         let reason = stop_reason(reason);
         self.ask(|reply| Command::Stop {
             caller,
@@ -294,12 +294,12 @@ impl ManagerHandle {
     }
 
     /// The caller's sessions.
-    pub async fn list(&self, caller: Caller) -> Result<Vec<pb::Session>, SessionError> {
+    pub async fn list(&self, caller: Caller) -> Result<Vec<SessionInfo>, SessionError> {
         self.ask(|reply| Command::List { caller, reply }).await
     }
 
     /// One session.
-    pub async fn get(&self, caller: Caller, id: u64) -> Result<pb::Session, SessionError> {
+    pub async fn get(&self, caller: Caller, id: u64) -> Result<SessionInfo, SessionError> {
         self.ask(|reply| Command::Get { caller, id, reply }).await?
     }
 
@@ -386,7 +386,7 @@ pub fn spawn_manager(
     Ok((ManagerHandle { tx }, thread))
 }
 
-type Reply = oneshot::Sender<Result<pb::Session, SessionError>>;
+type Reply = oneshot::Sender<Result<SessionInfo, SessionError>>;
 
 /// A profile request waiting for reads of its targets' code map files.
 struct SnapshotWaiter {
@@ -453,21 +453,19 @@ struct Manager {
 ///
 /// Published intervals have times, so each kind's total says beside it how many of the
 /// process's samples were taken during it; HotSpot's counters have none.
-fn vm_statistics(session: &Session, now_ns: u64) -> Vec<pb::VmStatistics> {
+fn vm_statistics(session: &Session, now_ns: u64) -> Vec<VmStatistics> {
     let end_ns = session.stop_ns.unwrap_or(now_ns);
     let samples = session.stacks.samples_during();
-    let mut all: Vec<pb::VmStatistics> = session
+    let mut all: Vec<VmStatistics> = session
         .vm
         .iter()
         .filter(|(_, window)| window.has_statistics())
         .map(|(&pid, window)| {
-            let mut stats = window.to_proto(pid, end_ns);
+            let mut stats = window.summary(pid, end_ns);
             if let Some(samples) = samples.get(&pid) {
                 stats.samples = samples.total;
                 for totals in &mut stats.intervals {
-                    if let Ok(kind) = IntervalKind::from_proto(totals.kind, &totals.name) {
-                        totals.sampled = samples.during.get(&kind).copied().unwrap_or(0);
-                    }
+                    totals.sampled = samples.during.get(&totals.kind).copied().unwrap_or(0);
                 }
             }
             stats
@@ -475,7 +473,7 @@ fn vm_statistics(session: &Session, now_ns: u64) -> Vec<pb::VmStatistics> {
         .collect();
     if let Some(hotspot) = &session.hotspot {
         let window_ns = end_ns.saturating_sub(session.start_ns);
-        for jvm in hotspot.to_proto(window_ns) {
+        for jvm in hotspot.summary(window_ns) {
             if !all.iter().any(|s| s.pid == jvm.pid) {
                 all.push(jvm);
             }
@@ -577,13 +575,13 @@ impl Manager {
                     .sessions
                     .values()
                     .filter(|s| caller.owns(s.owner_uid))
-                    .map(|s| s.to_proto(now))
+                    .map(|s| s.info(now))
                     .collect();
                 let _ = reply.send(list);
             }
             Command::Get { caller, id, reply } => {
                 let now = sys::monotonic_ns();
-                let _ = reply.send(self.visible(caller, id).map(|s| s.to_proto(now)));
+                let _ = reply.send(self.visible(caller, id).map(|s| s.info(now)));
             }
             // Its client went away while the request waited: no copy for nobody.
             Command::Snapshot { reply, .. } if reply.is_closed() => {}

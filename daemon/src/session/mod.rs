@@ -23,16 +23,25 @@ use std::{
 
 pub use kept::{KeptFrame, KeptSample, KeptSamples};
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
-pub use request::{CallGraph, Caller, SessionSpec};
+pub use request::{CallGraph, CallGraphMode, Caller, SessionRequest, SessionSpec};
 pub use stacks::{DuringId, LocationId, StackId, StackSnapshot, StackTable};
 use vmscope_parse::stat::CpuTimes;
-use vmscope_proto::v1 as pb;
 
 use crate::{
     bpf::SamplerError,
-    stats::{hotspot::SessionPerfData, intervals::During, kernel::SessionCounters, vm::Window},
+    stats::{
+        hotspot::SessionPerfData,
+        intervals::During,
+        kernel::{KernelEvents, SessionCounters},
+        summary::VmStatistics,
+        vm::Window,
+    },
     vocab::{CodeMapKinds, Location, StackEnd},
 };
+
+/// The stop reason of a session whose targets all exited (clients recognise it: the server
+/// checks that it is the API's `STOPPED_ALL_TARGETS_EXITED`).
+pub const STOPPED_ALL_TARGETS_EXITED: &str = "all targets exited";
 
 /// Why a session request failed. The gRPC layer maps each to a status code.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +88,57 @@ pub enum State {
     Stopping,
     /// Final.
     Stopped,
+}
+
+/// A session as clients see it, at one instant: what the API's `Session` says, in the daemon's
+/// terms (the server turns it into the API's).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionInfo {
+    /// Session id.
+    pub id: u64,
+    /// Life-cycle state.
+    pub state: State,
+    /// Its targets (none system-wide).
+    pub targets: Vec<TargetInfo>,
+    /// Whether it samples every process.
+    pub system_wide: bool,
+    /// Its frequency.
+    pub frequency_hz: u32,
+    /// Wall-clock time of its start.
+    pub started_at: SystemTime,
+    /// Time sampled so far (or in all, once stopping).
+    pub elapsed: Duration,
+    /// The duration it was asked to stop after.
+    pub duration_limit: Option<Duration>,
+    /// Why it stopped.
+    pub stop_reason: Option<String>,
+    /// Who started it.
+    pub owner_uid: u32,
+    /// Samples counted.
+    pub samples: u64,
+    /// How it records call stacks.
+    pub call_graph: CallGraph,
+    /// Samples in generated code waiting for their code map.
+    pub awaiting_code_map_samples: u64,
+    /// Most distinct stacks it keeps.
+    pub max_stacks: u64,
+    /// Samples beyond that limit.
+    pub stack_limit_samples: u64,
+}
+
+/// A target process as clients see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetInfo {
+    /// Process id.
+    pub pid: u32,
+    /// `comm`.
+    pub command: String,
+    /// Main executable.
+    pub executable: String,
+    /// Whether it exited.
+    pub exited: bool,
+    /// Why sampling it ended early.
+    pub note: Option<String>,
 }
 
 /// A target process as the session sees it.
@@ -333,39 +393,31 @@ impl Session {
             .steal_percent_since(&self.host_cpu.0.times)
     }
 
-    /// The session as the API shows it.
-    pub fn to_proto(&self, now_ns: u64) -> pb::Session {
-        pb::Session {
+    /// The session as clients see it at `now_ns`.
+    pub fn info(&self, now_ns: u64) -> SessionInfo {
+        SessionInfo {
             id: self.id,
-            state: match self.state {
-                State::Running => pb::SessionState::Running,
-                State::Stopping => pb::SessionState::Stopping,
-                State::Stopped => pb::SessionState::Stopped,
-            } as i32,
+            state: self.state,
             targets: self
                 .targets
                 .iter()
-                .map(|t| pb::TargetProcess {
+                .map(|t| TargetInfo {
                     pid: t.pid,
                     command: t.command.clone(),
                     executable: t.executable.clone(),
                     exited: t.exited,
-                    note: t.note.clone().unwrap_or_default(),
+                    note: t.note.clone(),
                 })
                 .collect(),
             system_wide: self.spec.system_wide,
             frequency_hz: self.spec.frequency_hz,
-            started_at: Some(self.started_at.into()),
-            elapsed: prost_types::Duration::try_from(self.elapsed(now_ns)).ok(),
-            duration_limit: self
-                .spec
-                .duration
-                .and_then(|d| prost_types::Duration::try_from(d).ok()),
-            stop_reason: self.stop_reason.clone().unwrap_or_default(),
+            started_at: self.started_at,
+            elapsed: self.elapsed(now_ns),
+            duration_limit: self.spec.duration,
+            stop_reason: self.stop_reason.clone(),
             owner_uid: self.owner_uid,
             samples: self.total,
-            call_graph: self.spec.call_graph.to_proto() as i32,
-            dwarf_stack_bytes: self.spec.call_graph.dwarf_stack_bytes(),
+            call_graph: self.spec.call_graph,
             awaiting_code_map_samples: self.jit.awaiting,
             max_stacks: self.stacks.max_stacks() as u64,
             stack_limit_samples: self.stacks.beyond_limit(),
@@ -377,8 +429,8 @@ impl Session {
 /// that symbolisation never holds up sampling.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    /// The session as the API shows it.
-    pub session: pb::Session,
+    /// The session as clients see it.
+    pub session: SessionInfo,
     /// Samples per process and call stack.
     pub stacks: StackSnapshot,
     /// Samples whose stack was cut at the depth limit.
@@ -411,9 +463,9 @@ pub struct Snapshot {
     /// Samples beyond the keep limit.
     pub not_kept: u64,
     /// What the kernel counted for the targets.
-    pub kernel_events: Option<pb::KernelEvents>,
+    pub kernel_events: Option<KernelEvents>,
     /// What the VMs published of their statistics over the window.
-    pub vm_statistics: Vec<pb::VmStatistics>,
+    pub vm_statistics: Vec<VmStatistics>,
 }
 
 #[cfg(test)]

@@ -2,22 +2,11 @@
 
 use std::time::Duration;
 
-use vmscope_proto::{
-    DEFAULT_FREQUENCY_HZ,
-    v1::{self as pb, StartSessionRequest},
-};
-
 use super::SessionError;
 use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY, WANT_ROOT, WANT_STACKS, Wants};
 use vmscope_parse::stat;
 
 use crate::{codemap::sample::Wanted, sys};
-
-// The API's limits are the kernel side's.
-const _: () = assert!(
-    vmscope_proto::DEFAULT_DWARF_STACK_BYTES == DEFAULT_USER_COPY
-        && vmscope_proto::MAX_DWARF_STACK_BYTES == MAX_USER_COPY
-);
 
 /// Most processes one session may name.
 pub const MAX_TARGETS_PER_SESSION: usize = 1024;
@@ -109,6 +98,42 @@ impl Caller {
     }
 }
 
+/// What a client asks of a new session, before any check: the API's `StartSessionRequest` in
+/// the daemon's terms (the server turns one into the other, filling in the API's defaults).
+/// [`validate`] checks it into a [`SessionSpec`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionRequest {
+    /// Target pids, as given (duplicates and all).
+    pub pids: Vec<u32>,
+    /// Sample every process.
+    pub system_wide: bool,
+    /// Requested frequency (the API's default when the client named none).
+    pub frequency_hz: u32,
+    /// Stop after this long; a duration that is not positive is [`Duration::ZERO`].
+    pub duration: Option<Duration>,
+    /// Samples to keep one by one.
+    pub keep_samples: u32,
+    /// How to record call stacks.
+    pub call_graph: CallGraphMode,
+    /// Bytes of user stack to copy, given with [`CallGraphMode::Dwarf`] only.
+    pub dwarf_stack_bytes: Option<u32>,
+    /// Never ask HotSpot targets for their perf map.
+    pub no_jvm_attach: bool,
+}
+
+/// How a request asks for call stacks, before the size of a DWARF copy is checked (the API's
+/// `CallGraph`: unspecified is the default, frame pointers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CallGraphMode {
+    /// The interrupted instruction only.
+    None,
+    /// Frame pointers.
+    #[default]
+    FramePointers,
+    /// A copy of the top of the user stack, unwound in the daemon.
+    Dwarf,
+}
+
 /// A validated start request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionSpec {
@@ -166,12 +191,15 @@ pub enum CallGraph {
 }
 
 impl CallGraph {
-    /// From the request's fields: an unset or unknown mode is the default; `dwarf_stack_bytes`
-    /// goes with [`pb::CallGraph::Dwarf`] only, and is checked as perf checks it.
-    pub fn from_proto(value: i32, dwarf_stack_bytes: Option<u32>) -> Result<CallGraph, String> {
-        let call_graph = match pb::CallGraph::try_from(value) {
-            Ok(pb::CallGraph::None) => CallGraph::None,
-            Ok(pb::CallGraph::Dwarf) => {
+    /// From the request's fields: `dwarf_stack_bytes` goes with [`CallGraphMode::Dwarf`] only,
+    /// and is checked as perf checks it.
+    pub fn from_request(
+        mode: CallGraphMode,
+        dwarf_stack_bytes: Option<u32>,
+    ) -> Result<CallGraph, String> {
+        let call_graph = match mode {
+            CallGraphMode::None => CallGraph::None,
+            CallGraphMode::Dwarf => {
                 let stack_bytes = dwarf_stack_bytes.unwrap_or(DEFAULT_USER_COPY);
                 if stack_bytes == 0 || stack_bytes > MAX_USER_COPY || !stack_bytes.is_multiple_of(8)
                 {
@@ -183,7 +211,7 @@ impl CallGraph {
                 }
                 return Ok(CallGraph::Dwarf { stack_bytes });
             }
-            _ => CallGraph::FramePointers,
+            CallGraphMode::FramePointers => CallGraph::FramePointers,
         };
         match dwarf_stack_bytes {
             Some(_) => Err(
@@ -195,12 +223,12 @@ impl CallGraph {
         }
     }
 
-    /// As the API says it.
-    pub fn to_proto(self) -> pb::CallGraph {
+    /// The mode, without the size of a DWARF copy.
+    pub fn mode(self) -> CallGraphMode {
         match self {
-            CallGraph::None => pb::CallGraph::None,
-            CallGraph::FramePointers => pb::CallGraph::Fp,
-            CallGraph::Dwarf { .. } => pb::CallGraph::Dwarf,
+            CallGraph::None => CallGraphMode::None,
+            CallGraph::FramePointers => CallGraphMode::FramePointers,
+            CallGraph::Dwarf { .. } => CallGraphMode::Dwarf,
         }
     }
 
@@ -245,7 +273,7 @@ impl CallGraph {
 /// Checks the shape of a request against the sampling-rate limits. Existence of the processes
 /// and permissions are checked by [`authorize`].
 pub fn validate(
-    request: &StartSessionRequest,
+    request: &SessionRequest,
     limits: FrequencyLimits,
 ) -> Result<SessionSpec, SessionError> {
     let invalid = |m: String| Err(SessionError::InvalidArgument(m));
@@ -275,20 +303,19 @@ pub fn validate(
         .copied()
         .filter(|pid| seen.insert(*pid))
         .collect();
-    let frequency_hz = request.frequency_hz.unwrap_or(DEFAULT_FREQUENCY_HZ);
+    let frequency_hz = request.frequency_hz;
     if frequency_hz == 0 {
         return invalid("frequency must be at least 1 Hz".into());
     }
     if let Some(refusal) = limits.refusal(frequency_hz) {
         return invalid(refusal);
     }
-    let duration = match &request.duration {
+    let duration = match request.duration {
         None => None,
         Some(d) => {
-            if d.seconds < 0 || d.nanos < 0 || (d.seconds == 0 && d.nanos == 0) {
+            if d.is_zero() {
                 return invalid("duration must be positive".into());
             }
-            let d = Duration::new(d.seconds as u64, d.nanos as u32);
             if d > MAX_DURATION {
                 return invalid(format!(
                     "duration {}s is longer than the {}s a session may run",
@@ -305,7 +332,7 @@ pub fn validate(
             request.keep_samples
         ));
     }
-    let call_graph = CallGraph::from_proto(request.call_graph, request.dwarf_stack_bytes)
+    let call_graph = CallGraph::from_request(request.call_graph, request.dwarf_stack_bytes)
         .map_err(SessionError::InvalidArgument)?;
     Ok(SessionSpec {
         pids,
@@ -408,20 +435,15 @@ pub fn owner_may_profile(owner: u32, pid: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use prost_types::Duration as PbDuration;
-
     use super::*;
 
-    fn request(pids: &[u32], system_wide: bool, freq: Option<u32>) -> StartSessionRequest {
-        StartSessionRequest {
+    /// A request; no frequency is the API's default, 1400 Hz (the server fills it in).
+    fn request(pids: &[u32], system_wide: bool, freq: Option<u32>) -> SessionRequest {
+        SessionRequest {
             pids: pids.to_vec(),
             system_wide,
-            frequency_hz: freq,
-            duration: None,
-            keep_samples: 0,
-            call_graph: 0,
-            dwarf_stack_bytes: None,
-            no_jvm_attach: false,
+            frequency_hz: freq.unwrap_or(1400),
+            ..Default::default()
         }
     }
 
@@ -495,20 +517,9 @@ mod tests {
         );
         assert!(validate(&request(&[1], false, Some(100)), limits(100)).is_ok());
         let mut r = request(&[1], false, Some(100));
-        r.duration = Some(PbDuration {
-            seconds: 0,
-            nanos: 0,
-        });
+        r.duration = Some(Duration::ZERO);
         assert!(message(validate(&r, limits(100))).contains("positive"));
-        r.duration = Some(PbDuration {
-            seconds: -3,
-            nanos: 0,
-        });
-        assert!(message(validate(&r, limits(100))).contains("positive"));
-        r.duration = Some(PbDuration {
-            seconds: 1,
-            nanos: 500_000_000,
-        });
+        r.duration = Some(Duration::from_millis(1500));
         assert_eq!(
             validate(&r, limits(100)).unwrap().duration,
             Some(Duration::from_millis(1500))
@@ -549,7 +560,7 @@ mod tests {
     fn dwarf_stack_sizes_follow_perf() {
         let dwarf = |bytes: Option<u32>| {
             let mut r = request(&[1], false, None);
-            r.call_graph = pb::CallGraph::Dwarf as i32;
+            r.call_graph = CallGraphMode::Dwarf;
             r.dwarf_stack_bytes = bytes;
             validate(&r, limits(100_000)).map(|s| s.call_graph)
         };

@@ -1,6 +1,6 @@
 //! HotSpot's own statistics with no JVM flags: its performance data file
 //! (`/tmp/hsperfdata_<user>/<pid>`, what `jstat` reads), read at a session's start and when the
-//! session stops sampling the JVM, and turned into the same [`pb::VmStatistics`] a VM that
+//! session stops sampling the JVM, and turned into the same [`VmStatistics`] a VM that
 //! publishes its statistics gets: collections (`sun.gc.collector.0` young, `.1` full, others by
 //! their name), safepoints, JIT compilations, heap generations in use. In between, it is read
 //! every [`GAUGE_PERIOD_NS`] for the heap's levels alone: their lowest and highest values, which
@@ -15,13 +15,15 @@
 
 use std::{fs::File, os::unix::fs::FileExt as _, os::unix::fs::MetadataExt as _, path::Path};
 
+use super::{
+    summary::{CounterDelta, GaugeDelta, IntervalTotals, Setting, VmStatistics},
+    vm::{ConfigValue, IntervalKind},
+};
+use crate::sys;
 use vmscope_parse::{
     hsperfdata::{PerfData, parse_hsperfdata},
     maps::{MapPath, parse_maps},
 };
-use vmscope_proto::v1::{self as pb, IntervalKind};
-
-use crate::sys;
 
 /// Largest performance data file read: HotSpot's default is 64 KiB (`-XX:PerfDataMemorySize`).
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
@@ -195,7 +197,7 @@ pub fn statistics(
     last: &PerfData,
     ranges: &LevelRanges,
     window_ns: u64,
-) -> pb::VmStatistics {
+) -> VmStatistics {
     let long = |data: &PerfData, name: &str| data.long(name).unwrap_or(0);
     let grown = |name: &str| long(last, name).saturating_sub(long(first, name)).max(0) as u64;
     // Times are in ticks of the high-resolution timer.
@@ -205,9 +207,9 @@ pub fn statistics(
     let mut configuration = Vec::new();
     let mut setting = |name: &str, value: String| {
         if !value.is_empty() {
-            configuration.push(pb::Configuration {
+            configuration.push(Setting {
                 name: name.into(),
-                value: Some(pb::configuration::Value::Text(value)),
+                value: ConfigValue::Text(value),
                 unit: String::new(),
             });
         }
@@ -219,19 +221,18 @@ pub fn statistics(
         let Some(name) = last.string(&format!("{prefix}.name")) else {
             break;
         };
-        let (kind, named) = match n {
-            0 => (IntervalKind::Scavenge, String::new()),
-            1 => (IntervalKind::FullGc, String::new()),
-            _ => (IntervalKind::Named, name.to_owned()),
+        let kind = match n {
+            0 => IntervalKind::Scavenge,
+            1 => IntervalKind::FullGc,
+            _ => IntervalKind::Named(name.to_owned()),
         };
         match n {
             0 => setting("young collector", name.to_owned()),
             1 => setting("full collector", name.to_owned()),
             _ => {}
         }
-        intervals.push(pb::IntervalTotals {
-            kind: kind as i32,
-            name: named,
+        intervals.push(IntervalTotals {
+            kind,
             count: grown(&format!("{prefix}.invocations")),
             total_ns: ns(grown(&format!("{prefix}.time"))),
             longest_ns: 0,
@@ -239,9 +240,8 @@ pub fn statistics(
         });
     }
     if last.long("sun.rt.safepoints").is_some() {
-        intervals.push(pb::IntervalTotals {
-            kind: IntervalKind::Safepoint as i32,
-            name: String::new(),
+        intervals.push(IntervalTotals {
+            kind: IntervalKind::Safepoint,
             count: grown("sun.rt.safepoints"),
             total_ns: ns(grown("sun.rt.safepointTime")),
             longest_ns: 0,
@@ -249,9 +249,8 @@ pub fn statistics(
         });
     }
     if last.long("sun.ci.totalCompiles").is_some() {
-        intervals.push(pb::IntervalTotals {
-            kind: IntervalKind::Named as i32,
-            name: "JIT compilations".into(),
+        intervals.push(IntervalTotals {
+            kind: IntervalKind::Named("JIT compilations".into()),
             count: grown("sun.ci.totalCompiles"),
             total_ns: ns(grown("java.ci.totalTime")),
             longest_ns: 0,
@@ -267,7 +266,7 @@ pub fn statistics(
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map_or(first, |&(_, v)| v);
-            pb::GaugeDelta {
+            GaugeDelta {
                 delta: after.saturating_sub(start),
                 last: after,
                 low: low.min(after),
@@ -283,7 +282,7 @@ pub fn statistics(
     ]
     .into_iter()
     .filter(|(_, name)| last.long(name).is_some())
-    .map(|(label, name)| pb::CounterDelta {
+    .map(|(label, name)| CounterDelta {
         name: label.into(),
         unit: String::new(),
         delta: grown(name),
@@ -297,7 +296,7 @@ pub fn statistics(
     .join(" ")
     .trim()
     .to_owned();
-    pb::VmStatistics {
+    VmStatistics {
         pid,
         vm,
         configuration,
@@ -490,7 +489,7 @@ impl SessionPerfData {
 
     /// The statistics of each JVM from the session's start to its last reading, or to now
     /// while it is still sampled; `window_ns` is the session's time sampled.
-    pub fn to_proto(&self, window_ns: u64) -> Vec<pb::VmStatistics> {
+    pub fn summary(&self, window_ns: u64) -> Vec<VmStatistics> {
         self.targets
             .iter()
             .map(|t| {
@@ -654,24 +653,20 @@ mod tests {
         }
         let stats = statistics(7, &first, &last, &ranges, 1);
         assert_eq!(stats.vm, "OpenJDK 64-Bit Server VM 17.0.15");
-        let kinds: Vec<(i32, &str, u64, u64)> = stats
+        let kinds: Vec<(IntervalKind, u64, u64)> = stats
             .intervals
             .iter()
-            .map(|i| (i.kind, i.name.as_str(), i.count, i.total_ns))
+            .map(|i| (i.kind.clone(), i.count, i.total_ns))
             .collect();
+        let named = |name: &str| IntervalKind::Named(name.into());
         assert_eq!(
             kinds,
             [
-                (IntervalKind::Scavenge as i32, "", 7, 7_000_000),
-                (IntervalKind::FullGc as i32, "", 0, 0),
-                (
-                    IntervalKind::Named as i32,
-                    "G1 concurrent cycle pauses",
-                    0,
-                    0
-                ),
-                (IntervalKind::Safepoint as i32, "", 7, 14_000_000),
-                (IntervalKind::Named as i32, "JIT compilations", 7, 0),
+                (IntervalKind::Scavenge, 7, 7_000_000),
+                (IntervalKind::FullGc, 0, 0),
+                (named("G1 concurrent cycle pauses"), 0, 0),
+                (IntervalKind::Safepoint, 7, 14_000_000),
+                (named("JIT compilations"), 7, 0),
             ]
         );
         let used = &stats.gauges[0];

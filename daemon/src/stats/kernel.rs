@@ -27,7 +27,6 @@ use std::{
 };
 
 use perf_event_open_sys::{self as perf, bindings};
-use vmscope_proto::v1 as pb;
 
 /// Where tracefs says the id of `sched:sched_switch`, mounted on its own or under debugfs.
 const SCHED_SWITCH_ID: [&str; 2] = [
@@ -395,24 +394,41 @@ impl Counts {
         }
     }
 
-    /// The counts as the API carries them.
-    pub fn to_proto(&self) -> pb::KernelCounts {
+    /// The context switches that were voluntary and those that were not, when the kernel
+    /// tells them apart.
+    pub fn switches(&self) -> Option<(u64, u64)> {
         // Switches are read one counter after the other: a few may land between the reads.
         let voluntary = self
             .voluntary_switches
-            .map(|v| v.min(self.context_switches));
-        pb::KernelCounts {
-            context_switches: self.context_switches,
-            voluntary_context_switches: voluntary,
-            involuntary_context_switches: voluntary.map(|v| self.context_switches - v),
-            cpu_migrations: self.cpu_migrations,
-            minor_faults: self.minor_faults,
-            major_faults: self.major_faults,
-            cycles: self.cycles,
-            instructions: self.instructions,
-            cache_misses: self.cache_misses,
-        }
+            .map(|v| v.min(self.context_switches))?;
+        Some((voluntary, self.context_switches - voluntary))
     }
+}
+
+/// What the kernel counted for a session's targets, for a profile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelEvents {
+    /// All targets together.
+    pub total: Counts,
+    /// Each target.
+    pub processes: Vec<ProcessKernelCounts>,
+    /// Counters not counted, and why, for a person.
+    pub unavailable: Vec<String>,
+}
+
+/// What the kernel counted for one target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessKernelCounts {
+    /// Its pid.
+    pub pid: u32,
+    /// Its name.
+    pub command: String,
+    /// Its counts.
+    pub counts: Counts,
+    /// Its threads counted.
+    pub threads: u32,
+    /// Why its counts are missing or partial.
+    pub note: Option<String>,
 }
 
 /// The counters of one target: one event per counter and thread, until frozen.
@@ -639,9 +655,9 @@ impl SessionCounters {
         self.targets.iter().filter(|t| t.counters.is_err()).count()
     }
 
-    /// The counts so far (running) or final (frozen), as the API carries them; `command_of`
-    /// names a target as it is now (after its exec), else it keeps its name at the start.
-    pub fn to_proto(&self, command_of: impl Fn(u32) -> Option<String>) -> pb::KernelEvents {
+    /// The counts so far (running) or final (frozen), for a profile; `command_of` names a
+    /// target as it is now (after its exec), else it keeps its name at the start.
+    pub fn summary(&self, command_of: impl Fn(u32) -> Option<String>) -> KernelEvents {
         let mut total = Counts::default();
         let processes = self
             .targets
@@ -652,17 +668,17 @@ impl SessionCounters {
                     Err(why) => (Counts::default(), 0, Some(why.clone())),
                 };
                 total.add(&counts);
-                pb::ProcessKernelCounts {
+                ProcessKernelCounts {
                     pid: target.pid,
                     command: command_of(target.pid).unwrap_or_else(|| target.command.clone()),
-                    counts: Some(counts.to_proto()),
+                    counts,
                     threads,
-                    note: note.unwrap_or_default(),
+                    note,
                 }
             })
             .collect();
-        pb::KernelEvents {
-            total: Some(total.to_proto()),
+        KernelEvents {
+            total,
             processes,
             unavailable: self.unavailable.clone(),
         }
@@ -693,14 +709,12 @@ mod tests {
             voluntary_switches: Some(12),
             ..Counts::default()
         };
-        let proto = counts.to_proto();
-        assert_eq!(proto.voluntary_context_switches, Some(10));
-        assert_eq!(proto.involuntary_context_switches, Some(0));
+        assert_eq!(counts.switches(), Some((10, 0)));
         let unknown = Counts {
             context_switches: 10,
             ..Counts::default()
         };
-        assert_eq!(unknown.to_proto().involuntary_context_switches, None);
+        assert_eq!(unknown.switches(), None);
     }
 
     #[test]

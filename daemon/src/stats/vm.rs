@@ -18,7 +18,10 @@ use std::collections::{HashMap, HashSet};
 use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
 use vmscope_report::stats::interval_key;
 
-use super::intervals::{During, IntervalLog};
+use super::{
+    intervals::{During, IntervalLog},
+    summary::{CounterDelta, GaugeDelta, IntervalTotals, Setting, VmStatistics},
+};
 
 /// Most distinct names (configuration, counters and gauges together) one publication may
 /// use: a VM reports tens; a publisher inventing names is refused past this.
@@ -97,14 +100,11 @@ impl IntervalKind {
         }
     }
 
-    /// The proto's kind and name.
-    pub fn to_proto(&self) -> (PbKind, String) {
+    /// The name a VM gave the kind; empty for the protocol's own kinds.
+    pub fn name(&self) -> &str {
         match self {
-            IntervalKind::Scavenge => (PbKind::Scavenge, String::new()),
-            IntervalKind::FullGc => (PbKind::FullGc, String::new()),
-            IntervalKind::CodeCompaction => (PbKind::CodeCompaction, String::new()),
-            IntervalKind::Safepoint => (PbKind::Safepoint, String::new()),
-            IntervalKind::Named(name) => (PbKind::Named, name.clone()),
+            IntervalKind::Named(name) => name,
+            _ => "",
         }
     }
 }
@@ -280,7 +280,7 @@ impl Rules {
     /// off mid-collection says no more, and its samples after must not count in it.
     pub fn close(&mut self) -> Vec<StatEvent> {
         let mut open: Vec<(IntervalKind, u64)> = self.open.drain().collect();
-        open.sort_by_cached_key(|(kind, id)| (kind.rank(), kind.to_proto().1, *id));
+        open.sort_by_cached_key(|(kind, id)| (kind.rank(), kind.name().to_owned(), *id));
         open.into_iter()
             .map(|(kind, id)| StatEvent::End { kind, id })
             .collect()
@@ -538,19 +538,16 @@ impl Window {
     }
 
     /// The window up to `end_ns`, for a profile.
-    pub fn to_proto(&self, pid: u32, end_ns: u64) -> pb::VmStatistics {
-        pb::VmStatistics {
+    pub fn summary(&self, pid: u32, end_ns: u64) -> VmStatistics {
+        VmStatistics {
             pid,
             vm: self.vm.clone(),
             configuration: self
                 .config
                 .iter()
-                .map(|(name, value, unit)| pb::Configuration {
+                .map(|(name, value, unit)| Setting {
                     name: name.clone(),
-                    value: Some(match value {
-                        ConfigValue::Number(n) => pb::configuration::Value::Number(*n),
-                        ConfigValue::Text(t) => pb::configuration::Value::Text(t.clone()),
-                    }),
+                    value: value.clone(),
                     unit: unit.clone(),
                 })
                 .collect(),
@@ -559,7 +556,7 @@ impl Window {
                 .iter()
                 .filter_map(|l| {
                     let (first, last) = l.ends()?;
-                    Some(pb::CounterDelta {
+                    Some(CounterDelta {
                         name: l.name.clone(),
                         unit: l.unit.clone(),
                         delta: last.saturating_sub(first),
@@ -573,7 +570,7 @@ impl Window {
                 .filter_map(|l| {
                     let (first, last) = l.ends()?;
                     let (low, high) = l.range()?;
-                    Some(pb::GaugeDelta {
+                    Some(GaugeDelta {
                         name: l.name.clone(),
                         unit: l.unit.clone(),
                         delta: last.saturating_sub(first),
@@ -586,16 +583,12 @@ impl Window {
             intervals: self
                 .kinds(end_ns)
                 .into_iter()
-                .map(|(kind, t)| {
-                    let (kind, name) = kind.to_proto();
-                    pb::IntervalTotals {
-                        kind: kind as i32,
-                        name,
-                        count: t.count,
-                        total_ns: t.total_ns,
-                        longest_ns: t.longest_ns,
-                        sampled: 0,
-                    }
+                .map(|(kind, t)| IntervalTotals {
+                    kind,
+                    count: t.count,
+                    total_ns: t.total_ns,
+                    longest_ns: t.longest_ns,
+                    sampled: 0,
                 })
                 .collect(),
             window_ns: end_ns.saturating_sub(self.start_ns),
@@ -712,7 +705,7 @@ mod tests {
         w.apply(250, &counter("sends", 900), Some(200));
         w.apply(120, &gauge("old", 1000), None);
         w.apply(190, &gauge("old", 600), None);
-        let p = w.to_proto(7, 200);
+        let p = w.summary(7, 200);
         assert_eq!(
             (p.counters[0].delta, p.counters[0].last),
             (90, 130),
@@ -734,12 +727,12 @@ mod tests {
         w.apply(130, &gauge("young", 800), None);
         w.apply(150, &gauge("young", 700), Some(200));
         w.apply(250, &gauge("young", 99_999), Some(200));
-        let young = &w.to_proto(7, 200).gauges[0];
+        let young = &w.summary(7, 200).gauges[0];
         assert_eq!((young.delta, young.last), (200, 700), "700 - 500");
         assert_eq!((young.low, young.high), (500, 4_000));
         // The next window starts at the last level: nothing published yet, its range is that.
         let next = w.carried(200);
-        let young = &next.to_proto(7, 300).gauges[0];
+        let young = &next.summary(7, 300).gauges[0];
         assert_eq!((young.delta, young.low, young.high), (0, 700, 700));
     }
 
@@ -798,7 +791,7 @@ mod tests {
         let mut w = state.window(50);
         w.apply(60, &end(IntervalKind::CodeCompaction, 0), None);
         w.apply(70, &counter("sends", 10), None);
-        let p = w.to_proto(1, 100);
+        let p = w.summary(1, 100);
         assert_eq!(p.vm, "jitvm 0.1");
         assert_eq!(p.counters[0].delta, 3);
         assert_eq!((p.intervals[0].count, p.intervals[0].total_ns), (0, 10));

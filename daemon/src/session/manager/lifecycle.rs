@@ -7,8 +7,8 @@ impl Manager {
     pub(super) fn start(
         &mut self,
         caller: Caller,
-        request: &pb::StartSessionRequest,
-    ) -> Result<pb::Session, SessionError> {
+        request: &SessionRequest,
+    ) -> Result<SessionInfo, SessionError> {
         let kernel_hz = (self.max_frequency_hz)().map_err(|e| {
             SessionError::Internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
         })?;
@@ -195,7 +195,7 @@ impl Manager {
         for &pid in &pids {
             self.arm(pid, start_ns);
         }
-        let reply = self.sessions[&id].to_proto(start_ns);
+        let reply = self.sessions[&id].info(start_ns);
         // Read the targets' code maps now: entries present at the start count from the start.
         let now = sys::monotonic_ns();
         for &pid in &pids {
@@ -391,7 +391,7 @@ impl Manager {
                     self.by_period.remove(&session.period_ns);
                 }
             }
-            let reply = session.to_proto(now_ns);
+            let reply = session.info(now_ns);
             tracing::info!(id, samples = session.total, "session stopped");
             for waiter in self.stop_waiters.remove(&id).unwrap_or_default() {
                 let _ = waiter.send(Ok(reply.clone()));

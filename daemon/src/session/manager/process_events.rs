@@ -188,7 +188,7 @@ impl Manager {
         // Its code maps are read one last time, and change no more.
         self.codemaps.exited(pid);
         if all_exited {
-            self.begin_stop(id, vmscope_proto::STOPPED_ALL_TARGETS_EXITED, stop_ns);
+            self.begin_stop(id, STOPPED_ALL_TARGETS_EXITED, stop_ns);
         } else {
             self.release_target(id, pid, until_ns, "exited");
         }

@@ -65,7 +65,7 @@ impl Manager {
             .iter()
             .any(|l| matches!(l, Location::Anonymous { .. }));
         Snapshot {
-            session: session.to_proto(now),
+            session: session.info(now),
             stacks,
             truncated: session.truncated,
             commands: session.commands.clone(),
@@ -90,7 +90,7 @@ impl Manager {
             kernel_events: session
                 .kernel
                 .as_ref()
-                .map(|kernel| kernel.to_proto(|pid| session.commands.get(&pid).cloned())),
+                .map(|kernel| kernel.summary(|pid| session.commands.get(&pid).cloned())),
             vm_statistics: vm_statistics(session, now),
         }
     }

@@ -9,12 +9,13 @@ use std::{
 
 use tokio::sync::mpsc;
 use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_TARGET, TargetKey};
-use vmscope_proto::v1 as pb;
 
 use super::*;
 use crate::{
     bpf::fake::{FakeKernel, FakeSampler},
     codemap::{code::CodeStore, timeline::Change},
+    session::CallGraphMode,
+    stats::vm::IntervalKind,
 };
 
 const MAX_HZ: u32 = 10_000;
@@ -75,11 +76,11 @@ fn harness_with_store(store: Arc<CodeStore>) -> Harness {
 const ROOT: Caller = Caller { uid: 0, pid: None };
 const NOBODY_UID: u32 = 65534;
 
-fn start_request(pids: &[u32], hz: u32) -> pb::StartSessionRequest {
-    pb::StartSessionRequest {
+fn start_request(pids: &[u32], hz: u32) -> SessionRequest {
+    SessionRequest {
         pids: pids.to_vec(),
         system_wide: false,
-        frequency_hz: Some(hz),
+        frequency_hz: hz,
         duration: None,
         keep_samples: 0,
         ..Default::default()
@@ -142,7 +143,7 @@ impl Harness {
             .await;
     }
 
-    async fn stop(&self, id: u64) -> Result<pb::Session, SessionError> {
+    async fn stop(&self, id: u64) -> Result<SessionInfo, SessionError> {
         let manager = self.manager.clone();
         let stop = tokio::spawn(async move { manager.stop(ROOT, id, "").await });
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -171,7 +172,7 @@ async fn start_and_stop_set_and_clear_the_kernel_filters() {
         .start(ROOT, start_request(&[me()], 1000))
         .await
         .unwrap();
-    assert_eq!(session.state(), pb::SessionState::Running);
+    assert_eq!(session.state, State::Running);
     assert_eq!(session.frequency_hz, 1000);
     let k = h.kernel();
     assert_eq!(k.periods, [1_000_000].into());
@@ -179,8 +180,8 @@ async fn start_and_stop_set_and_clear_the_kernel_filters() {
     assert_eq!(k.tracked, [me()].into());
 
     let stopped = h.stop(session.id).await.unwrap();
-    assert_eq!(stopped.state(), pb::SessionState::Stopped);
-    assert_eq!(stopped.stop_reason, "stopped by client");
+    assert_eq!(stopped.state, State::Stopped);
+    assert_eq!(stopped.stop_reason.as_deref(), Some("stopped by client"));
     assert_eq!(
         h.kernel(),
         FakeKernel {
@@ -333,9 +334,14 @@ async fn clients_may_say_why_they_stop() {
     assert!(
         stopped
             .stop_reason
+            .as_deref()
+            .unwrap_or_default()
             .starts_with("the recorded command exitedxxx")
     );
-    assert_eq!(stopped.stop_reason.chars().count(), MAX_STOP_REASON_CHARS);
+    assert_eq!(
+        stopped.stop_reason.unwrap_or_default().chars().count(),
+        MAX_STOP_REASON_CHARS
+    );
 }
 
 #[tokio::test]
@@ -406,10 +412,7 @@ async fn a_failed_start_leaves_nothing_behind() {
 async fn duration_and_exit_end_sessions_by_themselves() {
     let h = harness();
     let mut timed = start_request(&[me()], 100);
-    timed.duration = Some(prost_types::Duration {
-        seconds: 0,
-        nanos: 100_000_000,
-    });
+    timed.duration = Some(Duration::from_millis(100));
     let timed = h.manager.start(ROOT, timed).await.unwrap();
     let mut child = sleeper("0.2");
     let exiting = h
@@ -426,26 +429,23 @@ async fn duration_and_exit_end_sessions_by_themselves() {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let get = |id| h.manager.get(ROOT, id);
         let t = get(timed.id).await.unwrap();
-        if t.state() == pb::SessionState::Stopped {
+        if t.state == State::Stopped {
             timed_done = Some(t);
         }
         let e = get(exiting.id).await.unwrap();
-        if e.state() == pb::SessionState::Stopped {
+        if e.state == State::Stopped {
             exit_done = Some(e);
         }
     }
     let timed = timed_done.expect("the timed session stopped");
-    assert_eq!(timed.stop_reason, "duration elapsed");
+    assert_eq!(timed.stop_reason.as_deref(), Some("duration elapsed"));
     assert_eq!(
         timed.elapsed,
-        Some(prost_types::Duration {
-            seconds: 0,
-            nanos: 100_000_000
-        }),
+        Duration::from_millis(100),
         "a timed session covers exactly its duration"
     );
     let exited = exit_done.expect("the session of the exited process stopped");
-    assert_eq!(exited.stop_reason, "all targets exited");
+    assert_eq!(exited.stop_reason.as_deref(), Some("all targets exited"));
     assert!(exited.targets[0].exited);
 }
 
@@ -484,7 +484,7 @@ async fn a_second_stop_waits_for_the_first() {
     let first = tokio::spawn(async move { a.stop(ROOT, s.id, "first").await });
     tokio::time::sleep(Duration::from_millis(10)).await;
     let stopping = h.manager.get(ROOT, s.id).await.unwrap();
-    assert_eq!(stopping.state(), pb::SessionState::Stopping);
+    assert_eq!(stopping.state, State::Stopping);
     let second = tokio::spawn(async move { b.stop(ROOT, s.id, "second").await });
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(!second.is_finished(), "the second stop must wait, not fail");
@@ -493,9 +493,9 @@ async fn a_second_stop_waits_for_the_first() {
         first.await.unwrap().unwrap(),
         second.await.unwrap().unwrap(),
     );
-    assert_eq!(first.stop_reason, "first");
-    assert_eq!(second.stop_reason, "first");
-    assert_eq!(second.state(), pb::SessionState::Stopped);
+    assert_eq!(first.stop_reason.as_deref(), Some("first"));
+    assert_eq!(second.stop_reason.as_deref(), Some("first"));
+    assert_eq!(second.state, State::Stopped);
 }
 
 /// An address in the executable code of `pid`'s main binary, once the process is loaded: its
@@ -553,9 +553,9 @@ async fn binaries_stay_open_while_a_process_or_a_kept_session_needs_them() {
         .manager
         .start(
             ROOT,
-            pb::StartSessionRequest {
+            SessionRequest {
                 system_wide: true,
-                frequency_hz: Some(1000),
+                frequency_hz: 1000,
                 ..Default::default()
             },
         )
@@ -648,7 +648,7 @@ async fn a_stop_asks_again_for_its_flush_after_an_earlier_one_was_served() {
     h.reader.flush_at(earlier);
     let manager = h.manager.clone();
     let stop = tokio::spawn(async move { manager.stop(ROOT, s.id, "").await });
-    while h.manager.get(ROOT, s.id).await.unwrap().state() != pb::SessionState::Stopping {
+    while h.manager.get(ROOT, s.id).await.unwrap().state != State::Stopping {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(h.reader.pending_flush(), earlier);
@@ -662,10 +662,7 @@ async fn a_stop_asks_again_for_its_flush_after_an_earlier_one_was_served() {
         "the stop's flush must be asked for again, or the stop waits for its timeout: {pending}"
     );
     h.pass_watermark().await;
-    assert_eq!(
-        stop.await.unwrap().unwrap().state(),
-        pb::SessionState::Stopped
-    );
+    assert_eq!(stop.await.unwrap().unwrap().state, State::Stopped);
 }
 
 #[tokio::test]
@@ -696,9 +693,9 @@ async fn an_exited_target_stops_being_sampled_at_once() {
     )
     .await;
     let session = h.manager.get(ROOT, s.id).await.unwrap();
-    assert_eq!(session.state(), pb::SessionState::Running);
+    assert_eq!(session.state, State::Running);
     assert_eq!(session.samples, 1);
-    assert_eq!(session.targets[0].note, "exited");
+    assert_eq!(session.targets[0].note.as_deref(), Some("exited"));
     h.stop(s.id).await.unwrap();
     assert!(h.kernel().targets.is_empty(), "{:?}", h.kernel());
     drop(long);
@@ -776,7 +773,11 @@ async fn a_target_that_execs_a_setuid_program_is_dropped() {
     let session = h.manager.get(NOBODY, s.id).await.unwrap();
     assert_eq!(session.samples, 0, "a sample after the exec was counted");
     assert!(
-        session.targets[0].note.contains("another user"),
+        session.targets[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("another user"),
         "{session:?}"
     );
     assert_eq!(
@@ -813,7 +814,11 @@ async fn a_credentials_change_seen_by_the_kernel_alone_revokes_the_target() {
     let session = h.manager.get(NOBODY, s.id).await.unwrap();
     assert_eq!(session.samples, 1, "the sample from before the change");
     assert!(
-        session.targets[0].note.contains("runs as uid 0"),
+        session.targets[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("runs as uid 0"),
         "{session:?}"
     );
     let counters = h.manager.counters().await.unwrap().values;
@@ -862,7 +867,14 @@ async fn guards_follow_the_owners_of_a_process() {
     let root = h.manager.get(ROOT, root.id).await.unwrap();
     let user = h.manager.get(NOBODY, user.id).await.unwrap();
     assert_eq!((root.samples, user.samples), (1, 0));
-    assert!(user.targets[0].note.contains("another user"), "{user:?}");
+    assert!(
+        user.targets[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("another user"),
+        "{user:?}"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -881,7 +893,7 @@ async fn target_sessions_count_only_what_the_kernel_kept_for_them() {
         .manager
         .start(
             ROOT,
-            pb::StartSessionRequest {
+            SessionRequest {
                 pids: vec![],
                 system_wide: true,
                 ..start_request(&[], 100)
@@ -1050,7 +1062,7 @@ async fn a_stop_the_reader_never_catches_up_with_is_marked_incomplete() {
         .await
         .expect("the stop ends at its deadline")
         .unwrap();
-    assert_eq!(stopped.state(), pb::SessionState::Stopped);
+    assert_eq!(stopped.state, State::Stopped);
     let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
     assert!(!snapshot.complete, "{snapshot:?}");
     let reason = snapshot.incomplete_reason.unwrap_or_default();
@@ -1293,9 +1305,9 @@ async fn a_system_wide_stop_waits_for_code_maps_only_so_long() {
         .manager
         .start(
             ROOT,
-            pb::StartSessionRequest {
+            SessionRequest {
                 system_wide: true,
-                frequency_hz: Some(100),
+                frequency_hz: 100,
                 ..Default::default()
             },
         )
@@ -1348,9 +1360,9 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
         .manager
         .start(
             ROOT,
-            pb::StartSessionRequest {
+            SessionRequest {
                 keep_samples: 10,
-                call_graph: pb::CallGraph::Fp as i32,
+                call_graph: CallGraphMode::FramePointers,
                 ..start_request(&[me()], 100)
             },
         )
@@ -1360,8 +1372,8 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
         .manager
         .start(
             ROOT,
-            pb::StartSessionRequest {
-                call_graph: pb::CallGraph::None as i32,
+            SessionRequest {
+                call_graph: CallGraphMode::None,
                 ..start_request(&[me()], 100)
             },
         )
@@ -1486,15 +1498,15 @@ async fn samples_with_a_user_copy_get_the_user_ip_under_the_kernel_frames() {
         .manager
         .start(
             ROOT,
-            pb::StartSessionRequest {
-                call_graph: pb::CallGraph::Dwarf as i32,
+            SessionRequest {
+                call_graph: CallGraphMode::Dwarf,
                 ..start_request(&[me()], 100)
             },
         )
         .await
         .unwrap();
-    assert_eq!(session.call_graph(), pb::CallGraph::Dwarf);
-    assert_eq!(session.dwarf_stack_bytes, 8192);
+    assert_eq!(session.call_graph.mode(), CallGraphMode::Dwarf);
+    assert_eq!(session.call_graph.dwarf_stack_bytes(), 8192);
     let wants = h
         .kernel
         .lock()
@@ -1757,13 +1769,14 @@ async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time(
         panic!("one VM: {:?}", done.vm_statistics);
     };
     assert_eq!(vm.samples, 4);
-    let sampled: Vec<(i32, u64)> = vm.intervals.iter().map(|i| (i.kind, i.sampled)).collect();
+    let sampled: Vec<(IntervalKind, u64)> = vm
+        .intervals
+        .iter()
+        .map(|i| (i.kind.clone(), i.sampled))
+        .collect();
     assert_eq!(
         sampled,
-        [
-            (pb::IntervalKind::Scavenge as i32, 1),
-            (pb::IntervalKind::Safepoint as i32, 1)
-        ]
+        [(IntervalKind::Scavenge, 1), (IntervalKind::Safepoint, 1)]
     );
 }
 

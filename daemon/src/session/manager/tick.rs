@@ -57,7 +57,7 @@ impl Manager {
                 self.codemaps.exited(pid);
             }
             if all_exited {
-                self.begin_stop(id, vmscope_proto::STOPPED_ALL_TARGETS_EXITED, now);
+                self.begin_stop(id, STOPPED_ALL_TARGETS_EXITED, now);
                 continue;
             }
             // An exited target's pid may be reused by anyone: stop sampling it now. (Its exit

@@ -143,7 +143,7 @@ async fn an_exit_event_ends_the_target_at_its_time() {
         h.manager.counters().await.unwrap()
     );
     assert!(session.targets[0].exited && !session.targets[1].exited);
-    assert_eq!(session.targets[0].note, "exited");
+    assert_eq!(session.targets[0].note.as_deref(), Some("exited"));
     let k = h.kernel();
     assert_eq!(k.targets, [(period_of(100), long_pid)].into());
     assert_eq!(k.tracked, [long_pid].into());
@@ -157,8 +157,8 @@ async fn an_exit_event_ends_the_target_at_its_time() {
     h.send(vec![exit_event(long_pid, long_pid, at)], at + 1)
         .await;
     let session = h.manager.get(ROOT, s.id).await.unwrap();
-    assert_ne!(session.state(), pb::SessionState::Running);
-    assert_eq!(session.stop_reason, "all targets exited");
+    assert_ne!(session.state, State::Running);
+    assert_eq!(session.stop_reason.as_deref(), Some("all targets exited"));
     assert!(h.kernel().targets.is_empty() && h.kernel().tracked.is_empty());
 }
 
@@ -188,7 +188,7 @@ async fn a_target_whose_leader_exits_first_is_armed_for_any_threads_exit() {
     assert_eq!(k.tracked, [pid].into(), "armed again");
     assert_eq!(k.tracked_any_thread, [pid].into());
     let session = h.manager.get(ROOT, s.id).await.unwrap();
-    assert_eq!(session.state(), pb::SessionState::Running);
+    assert_eq!(session.state, State::Running);
     assert!(!session.targets[0].exited);
     assert_eq!(session.samples, 1, "its thread runs on, sampled");
     assert_eq!(h.counter("exits_process_ran_on").await, 1);
@@ -200,7 +200,7 @@ async fn a_target_whose_leader_exits_first_is_armed_for_any_threads_exit() {
     h.kernel_exit(pid);
     h.send(vec![exit_event(pid, pid + 1, at)], at + 1).await;
     let session = h.manager.get(ROOT, s.id).await.unwrap();
-    assert_eq!(session.stop_reason, "all targets exited");
+    assert_eq!(session.stop_reason.as_deref(), Some("all targets exited"));
     assert!(session.targets[0].exited);
     assert!(h.kernel().tracked.is_empty());
 }
@@ -218,7 +218,7 @@ async fn a_target_that_ended_before_its_filter_was_armed_is_never_sampled() {
         .await
         .unwrap();
     assert!(s.targets[0].exited, "{s:?}");
-    assert_eq!(s.stop_reason, "all targets exited");
+    assert_eq!(s.stop_reason.as_deref(), Some("all targets exited"));
     let k = h.kernel();
     assert!(
         k.tracked.is_empty() && k.targets.is_empty(),
