@@ -30,7 +30,7 @@
 //! Ratios come from one run on one machine; these machines are shared, so read them as such.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
 };
@@ -169,9 +169,8 @@ fn run_once(
     Ok((cpu_seconds(&output.stdout)?, samples))
 }
 
-/// Runs the benchmarks and prints the table; with `soak_seconds`, the soak test instead.
-pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
-    let built: Built = demo::build()?;
+/// Builds `stackloop` (with frame pointers) into the build's directory.
+pub(crate) fn stackloop(built: &Built) -> anyhow::Result<PathBuf> {
     let stackloop = built.dir.join("stackloop");
     run_checked(
         Command::new("gcc")
@@ -179,6 +178,21 @@ pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
             .arg(&stackloop)
             .arg(root().join("tests/fixtures/stackloop.c")),
     )?;
+    Ok(stackloop)
+}
+
+/// stackloop's arguments in the benchmarks: its work and the depth of its call chains.
+pub(crate) const STACKLOOP_ARGS: [&str; 2] = [WORK, DEPTH];
+
+/// The `total_samples` of a JSON report.
+pub(crate) fn total_samples(json: &str) -> anyhow::Result<u64> {
+    Ok(serde_json_lite::parse(json)?.total_samples)
+}
+
+/// Runs the benchmarks and prints the table; with `soak_seconds`, the soak test instead.
+pub fn run(soak_seconds: Option<u64>) -> anyhow::Result<()> {
+    let built: Built = demo::build()?;
+    let stackloop = stackloop(&built)?;
     let daemon = Daemon::start_or_reuse(&built, false)?;
     let pid = daemon
         .pid()

@@ -87,21 +87,28 @@ impl Daemon {
         if !setup::is_root() {
             bail!("vmscoped loads BPF programs and needs root: run `sudo -E cargo xtask ...`");
         }
-        let socket = built.dir.join("vmscoped.sock");
-        let log = built.dir.join("vmscoped.log");
+        Daemon::start_binary(&built.daemon, &built.dir, "vmscoped")
+    }
+
+    /// Starts the daemon `binary` on the socket `NAME.sock` in `dir`, its log in `NAME.log`,
+    /// and waits until it serves.
+    pub fn start_binary(binary: &Path, dir: &Path, name: &str) -> anyhow::Result<Daemon> {
+        let socket = dir.join(format!("{name}.sock"));
+        let log = dir.join(format!("{name}.log"));
+        let _ = std::fs::remove_file(&socket);
         println!(
             "xtask: starting {} --socket {} (log: {})",
-            built.daemon.display(),
+            binary.display(),
             socket.display(),
             log.display()
         );
-        let child = Command::new(&built.daemon)
+        let child = Command::new(binary)
             .arg("--socket")
             .arg(&socket)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()
-            .context("cannot start vmscoped")?;
+            .with_context(|| format!("cannot start {}", binary.display()))?;
         let mut daemon = Daemon {
             socket,
             started: Some(child),

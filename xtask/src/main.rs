@@ -9,6 +9,7 @@
 
 mod bench;
 mod bench_attacks;
+mod bench_daemon_cpu;
 mod bench_exit;
 mod bench_jvm;
 mod bench_late;
@@ -100,8 +101,13 @@ enum Task {
         /// a quiet host and with 60 busy programs: how long after its duration it is reported.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory"])]
         stop: bool,
-        /// With --memory or --stop, run the same first against this `vmscoped` binary (an
-        /// earlier build) and print both, measured in one run.
+        /// Instead, the daemon's CPU time per 1,000 samples and per session in each
+        /// call-graph mode (stackloop in rounds of none, fp and dwarf, after a warm-up round),
+        /// and its peak RSS.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop"])]
+        daemon_cpu: bool,
+        /// With --memory, --stop or --daemon-cpu, run the same against this `vmscoped` binary
+        /// (an earlier build) too and print both, measured in one run.
         #[arg(long, value_name = "VMSCOPED")]
         baseline: Option<PathBuf>,
     },
@@ -134,6 +140,11 @@ fn main() -> ExitCode {
             exit_cost: true, ..
         } => setup::run().and_then(|()| bench_exit::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
+        Task::Bench {
+            daemon_cpu: true,
+            baseline,
+            ..
+        } => setup::run().and_then(|()| bench_daemon_cpu::run(baseline)),
         Task::Bench {
             memory: true,
             baseline,
