@@ -42,7 +42,7 @@ pub const API_EDGES: &[(&str, &str)] = &[
         "the crate's root: wires the gRPC services and their descriptors",
     ),
     (
-        "profile.rs",
+        "profile/",
         "builds the API's Profile from a snapshot, until the profile model of its own",
     ),
     (

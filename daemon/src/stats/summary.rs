@@ -1,6 +1,6 @@
 //! What a profile shows of a VM's statistics over a session's window, whoever gave them: a VM
 //! that publishes its own ([`super::vm::Window::summary`]) or HotSpot's performance data
-//! ([`super::hotspot::statistics`]). `profile.rs` shows them as the API's `VmStatistics`.
+//! ([`super::hotspot::statistics`]). `profile/api.rs` shows them as the API's `VmStatistics`.
 
 use super::vm::{ConfigValue, IntervalKind};
 

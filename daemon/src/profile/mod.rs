@@ -1,0 +1,158 @@
+//! Turning a session [`Snapshot`] into the API's [`Profile`]: symbolise each distinct location
+//! once, expand it into the frames a stack shows (a JIT frame of optimised code into its
+//! inlined methods, a native frame into the functions inlined at its address, with their source
+//! lines, from DWARF), then aggregate:
+//!
+//! - rows by (section, module, name), from each stack's leaf (self time), each with its samples
+//!   per process, its ranges and inlined methods, its samples per source line of the leaf, and
+//!   its inclusive samples (stacks holding it anywhere, once per stack);
+//! - stacks of frames per process;
+//! - problems by (module, reason).
+//!
+//! Rows are sent unfolded and sorted, most samples first; folding small rows into
+//! `...others...` and percentages are the report's business (vmscope-report), so that every
+//! client gets every number.
+
+mod api;
+mod placed;
+mod rows;
+mod stacks;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashSet;
+
+use vmscope_proto::v1::Profile;
+
+#[cfg(test)]
+use self::{
+    api::{code_kind, interval_kind, kernel_counts},
+    placed::native_frames,
+};
+use self::{
+    api::{kernel_events, vm_statistics},
+    placed::place_locations,
+    rows::{api_rows, issues, sum_rows},
+    stacks::{api_stacks, interval_kinds, kept_samples},
+};
+use crate::{cancel::Cancel, session::Snapshot, symbolize::Symbolizer};
+
+/// What a profile may show its reader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileOptions {
+    /// Name kernel functions. When false, kernel samples are one `[kernel]` row, with this
+    /// reason.
+    pub hide_kernel: Option<String>,
+}
+
+/// Builds the profile of a snapshot. Runs on a blocking thread: the first profile of a session
+/// may parse binaries.
+pub fn build_profile(
+    snapshot: Snapshot,
+    symbolizer: &Symbolizer,
+    options: &ProfileOptions,
+) -> Profile {
+    build_profile_unless(snapshot, symbolizer, options, &Cancel::never()).expect("never cancelled")
+}
+
+/// Locations or stacks handled between two looks at the cancellation flag.
+const CANCEL_CHECK_EVERY: usize = 1024;
+
+/// [`build_profile`], given up (`None`) soon after `cancel` is set: nobody waits for it.
+pub fn build_profile_unless(
+    snapshot: Snapshot,
+    symbolizer: &Symbolizer,
+    options: &ProfileOptions,
+    cancel: &Cancel,
+) -> Option<Profile> {
+    let cancelled = |i: usize| i.is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_set();
+    let stacks = &snapshot.stacks;
+    let mut placement = place_locations(stacks, symbolizer, options, cancelled)?;
+    let (row_sums, issue_samples) = sum_rows(stacks, &placement, cancelled)?;
+    let (vm_interval_kinds, during) = interval_kinds(stacks);
+    let hidden_kernel = options.hide_kernel.is_some();
+    let (profile_stacks, stack_ends) =
+        api_stacks(stacks, &placement.placed, hidden_kernel, &during, cancelled)?;
+    let rows = api_rows(row_sums, &placement, &snapshot.commands);
+    let issues = issues(&placement.placed, issue_samples);
+    let samples = kept_samples(&snapshot, &placement.placed, &during);
+    let frames = std::mem::take(&mut placement.frames);
+    let processes = stacks
+        .counts
+        .iter()
+        .map(|&(pid, _, _)| pid)
+        .collect::<HashSet<_>>()
+        .len() as u32;
+    let duration_seconds = snapshot.duration.as_secs_f64();
+    let measured_frequency_hz = if snapshot.cpu_seconds > 0.0 {
+        snapshot.total_samples as f64 / snapshot.cpu_seconds
+    } else {
+        0.0
+    };
+    let lost_samples = snapshot.lost_per_cpu.iter().sum();
+    let (taken_frequency_hz, throttled) = taken_rate(
+        snapshot.total_samples + lost_samples,
+        snapshot.cpu_seconds,
+        snapshot.session.frequency_hz,
+    );
+    Some(Profile {
+        // The server shows the session as the API does, beside the profile.
+        session: None,
+        vm_executable: snapshot.vm_executable,
+        total_samples: snapshot.total_samples,
+        lost_samples,
+        lost_samples_per_cpu: snapshot.lost_per_cpu,
+        duration_seconds,
+        cpu_seconds: snapshot.cpu_seconds,
+        measured_frequency_hz,
+        rows,
+        symbolization_issues: issues,
+        has_generated_code: snapshot.has_generated_code,
+        complete: snapshot.complete,
+        samples,
+        samples_not_kept: snapshot.not_kept,
+        host_steal_percent: snapshot.host_steal_percent,
+        incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
+        kernel_events: snapshot.kernel_events.map(kernel_events),
+        vm_statistics: snapshot
+            .vm_statistics
+            .into_iter()
+            .map(vm_statistics)
+            .collect(),
+        vm_interval_kinds,
+        jit_samples_before_code_map: snapshot.jit.provisional,
+        jit_samples_awaiting_code_map: snapshot.jit.awaiting,
+        jit_samples_caught_up: snapshot.jit.caught_up,
+        jit_samples_from_later_snapshot: snapshot.jit.later_snapshot,
+        processes,
+        frames: frames.frames,
+        stacks: profile_stacks,
+        truncated_stacks: snapshot.truncated,
+        stack_ends,
+        pprof: Vec::new(),
+        taken_frequency_hz,
+        throttled,
+    })
+}
+
+/// Below this share of the requested rate, samples taken (delivered plus lost) say the kernel
+/// throttled sampling: the rate a cpu-clock event keeps, bunched or stolen ticks included, is
+/// well above it.
+const THROTTLED_BELOW: f64 = 0.9;
+
+/// Least CPU time a throttling judgement is made over: below it, ticks are too few.
+const THROTTLE_MIN_CPU_SECONDS: f64 = 0.5;
+
+/// The rate the kernel took `taken` samples at, per busy CPU-second of `cpu_seconds`, and
+/// whether it throttled sampling below `requested_hz`: the kernel lowers
+/// `kernel.perf_event_max_sample_rate` when interrupts take too long, and no counter says so.
+fn taken_rate(taken: u64, cpu_seconds: f64, requested_hz: u32) -> (f64, bool) {
+    if cpu_seconds <= 0.0 {
+        return (0.0, false);
+    }
+    let rate = taken as f64 / cpu_seconds;
+    let throttled = requested_hz > 0
+        && cpu_seconds >= THROTTLE_MIN_CPU_SECONDS
+        && rate < THROTTLED_BELOW * f64::from(requested_hz);
+    (rate, throttled)
+}

@@ -1,0 +1,220 @@
+//! Rows by (section, module, name), from each stack's leaf (self time), each with its samples
+//! per process, its ranges and inlined methods, its samples per source line of the leaf, and
+//! its inclusive samples (stacks holding it anywhere, once per stack); and the symbolisation
+//! issues of the leaves, by (module, kind, reason).
+
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, HashMap},
+};
+
+use vmscope_proto::v1::{
+    self as pb, CodeKind, CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples,
+    SymbolizationIssue,
+};
+use vmscope_report::rank::{most_first, rank};
+
+use super::{
+    api::issue_kind,
+    placed::{Placed, Placement},
+};
+use crate::session::StackSnapshot;
+
+/// What one row accumulates.
+#[derive(Debug, Default)]
+pub(super) struct RowSum {
+    pub(super) samples: u64,
+    pub(super) inclusive: u64,
+    pub(super) symbolized: bool,
+    pub(super) kind: CodeKind,
+    pub(super) code_map: &'static str,
+    /// Samples per range, in code order (range index, then label).
+    pub(super) ranges: BTreeMap<(usize, String), u64>,
+    /// Samples per inlined method (optimised code).
+    pub(super) inlined: BTreeMap<String, u64>,
+    /// Samples per process.
+    pub(super) processes: HashMap<u32, u64>,
+    /// Samples per (source line of the leaf, as an index into [`SourceLinesTable`], process).
+    pub(super) lines: HashMap<(u32, u32), u64>,
+    /// Samples named from a perf map read after them.
+    pub(super) later_snapshot: u64,
+}
+
+/// What the stacks' samples add up to per row, and the samples of each distinct leaf location
+/// with an issue (its issue is worded once, after); `None` once `cancelled` says so.
+pub(super) fn sum_rows(
+    stacks: &StackSnapshot,
+    placement: &Placement,
+    cancelled: impl Fn(usize) -> bool,
+) -> Option<(Vec<RowSum>, Vec<u64>)> {
+    let placed = &placement.placed;
+    // Rows: self time from each stack's leaf, inclusive time from every location in it.
+    let mut rows: Vec<RowSum> = (0..placement.row_keys.len())
+        .map(|_| RowSum::default())
+        .collect();
+    let mut issue_samples: Vec<u64> = vec![0; placed.len()];
+    let mut stack_rows: Vec<usize> = Vec::new();
+    for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
+        if cancelled(i) {
+            return None;
+        }
+        let ids = stacks.ids_of(stack);
+        let Some(&leaf_id) = ids.first() else {
+            continue;
+        };
+        let leaf = &placed[leaf_id.0 as usize];
+        let row = &mut rows[leaf.row];
+        row.samples += samples;
+        if leaf.later_snapshot {
+            row.later_snapshot += samples;
+        }
+        *row.processes.entry(pid).or_insert(0) += samples;
+        if let Some(line) = leaf.line {
+            *row.lines.entry((line, pid)).or_insert(0) += samples;
+        }
+        row.symbolized = leaf.resolved.symbolized;
+        if let Some(code) = &leaf.code {
+            row.kind = code.kind;
+            row.code_map = code.code_map;
+            if let Some(range) = &code.range {
+                add(&mut row.ranges, range, samples);
+            }
+            if let Some(method) = &code.inlined_method {
+                add(&mut row.inlined, method, samples);
+            }
+        }
+        if leaf.resolved.issue.is_some() {
+            issue_samples[leaf_id.0 as usize] += samples;
+        }
+        stack_rows.clear();
+        stack_rows.extend(ids.iter().map(|id| placed[id.0 as usize].row));
+        stack_rows.sort_unstable();
+        stack_rows.dedup();
+        for &row in &stack_rows {
+            rows[row].inclusive += samples;
+        }
+    }
+
+    Some((rows, issue_samples))
+}
+
+/// The rows as the API carries them, most samples first; rows of callers only (no self time)
+/// after every row with some.
+pub(super) fn api_rows(
+    rows: Vec<RowSum>,
+    placement: &Placement,
+    commands: &HashMap<u32, String, foldhash::fast::RandomState>,
+) -> Vec<ProfileRow> {
+    let source_lines = &placement.source_lines;
+    let mut rows: Vec<ProfileRow> = rows
+        .into_iter()
+        .zip(placement.row_keys.iter().cloned())
+        .filter(|(sum, _)| sum.samples > 0 || sum.inclusive > 0)
+        .map(|(sum, (section, module, name, optimised))| {
+            let mut inlined: Vec<InlinedMethod> = sum
+                .inlined
+                .into_iter()
+                .map(|(name, samples)| InlinedMethod { name, samples })
+                .collect();
+            rank(&mut inlined, |i| i.samples, |a, b| a.name.cmp(&b.name));
+            let mut processes: Vec<ProcessSamples> = sum
+                .processes
+                .into_iter()
+                .map(|(pid, samples)| ProcessSamples {
+                    pid,
+                    command: commands.get(&pid).cloned().unwrap_or_default(),
+                    samples,
+                })
+                .collect();
+            rank(&mut processes, |p| p.samples, |a, b| a.pid.cmp(&b.pid));
+            let mut lines: Vec<SourceLineSamples> = sum
+                .lines
+                .into_iter()
+                .map(|((line, pid), samples)| {
+                    let (file, line) = &source_lines.lines[line as usize];
+                    SourceLineSamples {
+                        file: file.clone(),
+                        line: *line,
+                        pid,
+                        samples,
+                    }
+                })
+                .collect();
+            rank(
+                &mut lines,
+                |l| l.samples,
+                |a, b| (&a.file, a.line, a.pid).cmp(&(&b.file, b.line, b.pid)),
+            );
+            ProfileRow {
+                section: section as i32,
+                name,
+                module,
+                samples: sum.samples,
+                later_snapshot_samples: sum.later_snapshot,
+                symbolized: sum.symbolized,
+                kind: sum.kind as i32,
+                ranges: sum
+                    .ranges
+                    .into_iter()
+                    .map(|((_, label), samples)| CodeRange { label, samples })
+                    .collect(),
+                inlined,
+                code_map: sum.code_map.to_owned(),
+                optimised,
+                processes,
+                inclusive_samples: sum.inclusive,
+                srcline: String::new(),
+                source_lines: lines,
+            }
+        })
+        .collect();
+    rank(
+        &mut rows,
+        |r| r.samples,
+        |a, b| {
+            most_first(a.inclusive_samples, b.inclusive_samples)
+                .then_with(|| a.section.cmp(&b.section))
+                .then_with(|| a.name.cmp(&b.name))
+                .then_with(|| a.module.cmp(&b.module))
+        },
+    );
+    rows
+}
+
+/// The symbolisation issues of the leaves, by (module, kind, reason), most samples first.
+pub(super) fn issues(placed: &[Placed], issue_samples: Vec<u64>) -> Vec<SymbolizationIssue> {
+    let mut issues: HashMap<(&str, pb::SymbolizationIssueKind, Cow<'_, str>), u64> = HashMap::new();
+    for (leaf, samples) in placed.iter().zip(issue_samples) {
+        if let (Some(issue), 1..) = (&leaf.resolved.issue, samples) {
+            *issues
+                .entry((&leaf.resolved.module, issue_kind(issue), issue.describe()))
+                .or_insert(0) += samples;
+        }
+    }
+    let mut issues: Vec<SymbolizationIssue> = issues
+        .into_iter()
+        .map(|((module, kind, reason), samples)| SymbolizationIssue {
+            module: module.to_owned(),
+            reason: reason.into_owned(),
+            samples,
+            kind: kind as i32,
+        })
+        .collect();
+    rank(
+        &mut issues,
+        |i| i.samples,
+        |a, b| (&a.module, a.kind, &a.reason).cmp(&(&b.module, b.kind, &b.reason)),
+    );
+
+    issues
+}
+
+/// Adds `samples` to `key`'s count, cloning the key only the first time it is seen.
+pub(super) fn add<K: Ord + Clone>(counts: &mut BTreeMap<K, u64>, key: &K, samples: u64) {
+    match counts.get_mut(key) {
+        Some(count) => *count += samples,
+        None => {
+            counts.insert(key.clone(), samples);
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Stacks of frames per process, merged where distinct locations name the same frames, with how
+//! each ended; and the samples a session kept, each with its stack.
+
+use std::collections::{BTreeMap, HashMap};
+
+use vmscope_proto::v1::{
+    self as pb, AttributedSample, Section, Stack, StackEndSamples, StackFrame,
+};
+use vmscope_report::rank::rank;
+
+use super::{api::interval_kind, placed::Placed};
+use crate::{
+    session::{DuringId, LocationId, Snapshot, StackSnapshot},
+    stats::vm::IntervalKind,
+    symbolize::{Issue, KERNEL_MODULE},
+    vocab::{Location, StackEnd},
+};
+
+/// Functions a thread starts in: a stack whose outermost frame is one of them is whole. A
+/// frame-pointer walk ending anywhere else was cut by code without frame pointers. With glibc,
+/// the main thread's walk ends at `__libc_start_call_main` (libc keeps no frame pointer, so
+/// the walk stops in the frame that called `main`), other threads' at `start_thread` or
+/// `clone3`.
+pub(super) const THREAD_ENTRY_POINTS: [&str; 9] = [
+    "_start",
+    "__libc_start_call_main",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+];
+
+/// How the API says a stack ended. A frame-pointer walk that simply ended is whole when its
+/// outermost frame is a thread's entry point (or kernel code: a kernel thread), and was cut by
+/// code without frame pointers otherwise.
+pub(super) fn stack_end(end: Option<StackEnd>, outermost: Option<&Placed>) -> pb::StackEnd {
+    if outermost.is_some_and(|p| p.stack_limit) {
+        return pb::StackEnd::StackLimit;
+    }
+    let Some(end) = end else {
+        return pb::StackEnd::Unspecified;
+    };
+    match end {
+        StackEnd::Complete => pb::StackEnd::Complete,
+        StackEnd::FrameLimit => pb::StackEnd::DepthLimit,
+        StackEnd::NoFramePointer => pb::StackEnd::NoFramePointer,
+        StackEnd::JitWithoutFramePointer => pb::StackEnd::JitNoFramePointer,
+        StackEnd::Unmapped => pb::StackEnd::UnmappedReturn,
+        StackEnd::CopyTooSmall => pb::StackEnd::CopyTooSmall,
+        StackEnd::CopyFaulted => pb::StackEnd::CopyFaulted,
+        StackEnd::NoProgress
+        | StackEnd::NullReturnAddress
+        | StackEnd::FramePointerBackwards
+        | StackEnd::BadAddress => pb::StackEnd::UnwindFailed,
+        StackEnd::FramePointerChainEnded => match outermost {
+            Some(p)
+                if p.resolved.module == KERNEL_MODULE
+                    || THREAD_ENTRY_POINTS.contains(&p.resolved.name.as_str()) =>
+            {
+                pb::StackEnd::Complete
+            }
+            _ => pb::StackEnd::NoFramePointer,
+        },
+    }
+}
+
+/// The stacks as the API carries them, most samples first, and the samples per way they ended;
+/// `during` gives each set of interval kinds as indices (see [`interval_kinds`]). `None` once
+/// `cancelled` says so.
+pub(super) fn api_stacks(
+    stacks: &StackSnapshot,
+    placed: &[Placed],
+    hidden_kernel: bool,
+    during: &[Vec<u32>],
+    cancelled: impl Fn(usize) -> bool,
+) -> Option<(Vec<Stack>, Vec<StackEndSamples>)> {
+    let mut by_frames: HashMap<(u32, Vec<u32>, pb::StackEnd, DuringId), u64> = HashMap::new();
+    let mut ends: BTreeMap<pb::StackEnd, u64> = BTreeMap::new();
+    for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
+        if cancelled(i) {
+            return None;
+        }
+        let ids = stacks.ids_of(stack);
+        let frame_ids = stack_frames(ids, placed, hidden_kernel);
+        let outermost = ids.last().map(|id| &placed[id.0 as usize]);
+        let span = &stacks.stacks[stack.0 as usize];
+        let end = stack_end(span.end, outermost);
+        if end != pb::StackEnd::Unspecified {
+            *ends.entry(end).or_insert(0) += samples;
+        }
+        *by_frames
+            .entry((pid, frame_ids, end, span.during))
+            .or_insert(0) += samples;
+    }
+    let mut profile_stacks: Vec<Stack> = by_frames
+        .into_iter()
+        .map(|((pid, frames, end, during_id), samples)| Stack {
+            frames,
+            pid,
+            samples,
+            truncated: end == pb::StackEnd::DepthLimit,
+            end: end as i32,
+            during: during[during_id.0 as usize].clone(),
+        })
+        .collect();
+    let mut stack_ends: Vec<StackEndSamples> = ends
+        .into_iter()
+        .map(|(end, samples)| StackEndSamples {
+            end: end as i32,
+            samples,
+        })
+        .collect();
+    rank(&mut stack_ends, |e| e.samples, |a, b| a.end.cmp(&b.end));
+    rank(
+        &mut profile_stacks,
+        |s| s.samples,
+        |a, b| (a.pid, &a.frames, a.end, &a.during).cmp(&(b.pid, &b.frames, b.end, &b.during)),
+    );
+
+    Some((profile_stacks, stack_ends))
+}
+
+/// The samples the session kept, oldest first, each with its stack.
+pub(super) fn kept_samples(
+    snapshot: &Snapshot,
+    placed: &[Placed],
+    during: &[Vec<u32>],
+) -> Vec<AttributedSample> {
+    let stacks = &snapshot.stacks;
+    let mut kept: Vec<&crate::session::KeptSample> = snapshot
+        .kept
+        .iter()
+        .flat_map(|chunk| chunk.iter())
+        .collect();
+    kept.sort_by_key(|k| k.timestamp_ns);
+    kept.into_iter()
+        .map(|kept| {
+            let ids = stacks.ids_of(kept.stack);
+            let stack: Vec<StackFrame> = ids
+                .iter()
+                .zip(kept.frames.iter())
+                .map(|(id, frame)| StackFrame {
+                    address: frame.address,
+                    kernel: matches!(stacks.location(*id), Location::Kernel { .. }),
+                    frame: placed[id.0 as usize].own_frame,
+                    code_start: frame.code_start,
+                })
+                .collect();
+            let leaf = ids.first().map(|id| &placed[id.0 as usize].resolved);
+            AttributedSample {
+                timestamp_ns: kept.timestamp_ns,
+                pid: kept.pid,
+                tid: kept.tid,
+                ip: kept.frames.first().map_or(0, |f| f.address),
+                kernel: kept.kernel,
+                section: leaf.map_or(Section::Other, |r| r.section) as i32,
+                name: leaf.map(|r| r.name.clone()).unwrap_or_default(),
+                module: leaf.map(|r| r.module.clone()).unwrap_or_default(),
+                code_start: kept.frames.first().map_or(0, |f| f.code_start),
+                stack,
+                truncated: stacks.stacks[kept.stack.0 as usize].truncated(),
+                during: during[stacks.stacks[kept.stack.0 as usize].during.0 as usize].clone(),
+            }
+        })
+        .collect()
+}
+
+/// The kinds of interval the stacks were taken during, each once (in the order reports list
+/// them: scavenges, full GCs, compactions, safepoints, then the VMs' own by name), and each of
+/// the snapshot's sets of kinds as indices into them.
+pub(super) fn interval_kinds(stacks: &StackSnapshot) -> (Vec<pb::VmIntervalKind>, Vec<Vec<u32>>) {
+    let mut kinds: Vec<&IntervalKind> = stacks.during.iter().flatten().collect();
+    kinds.sort_by_key(|kind| (kind.rank(), *kind));
+    kinds.dedup();
+    let sets = stacks
+        .during
+        .iter()
+        .map(|set| {
+            let mut indices: Vec<u32> = set
+                .iter()
+                .filter_map(|kind| kinds.iter().position(|k| *k == kind))
+                .map(|i| i as u32)
+                .collect();
+            indices.sort_unstable();
+            indices
+        })
+        .collect::<Vec<_>>();
+    let table = kinds
+        .into_iter()
+        .map(|kind| {
+            let (kind, name) = interval_kind(kind);
+            pb::VmIntervalKind {
+                kind: kind as i32,
+                name,
+            }
+        })
+        .collect();
+    // A snapshot with no interval has no sets at all: every stack is in none.
+    let sets = if sets.is_empty() {
+        vec![Vec::new()]
+    } else {
+        sets
+    };
+    (table, sets)
+}
+
+/// The frames of a stack of locations, leaf first; hidden kernel frames are one `[kernel]`.
+pub(super) fn stack_frames(ids: &[LocationId], placed: &[Placed], hidden_kernel: bool) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::with_capacity(ids.len());
+    let mut previous_hidden = false;
+    for id in ids {
+        let placed = &placed[id.0 as usize];
+        let hidden = hidden_kernel && matches!(placed.resolved.issue, Some(Issue::KernelHidden(_)));
+        if hidden && previous_hidden {
+            continue;
+        }
+        previous_hidden = hidden;
+        out.extend_from_slice(&placed.frames);
+    }
+    out
+}

@@ -1,0 +1,625 @@
+use std::time::Duration;
+
+use vmscope_proto::v1::{self as pb, CodeKind, Section};
+
+use super::{placed::Frames, *};
+use crate::{
+    session::{DuringId, StackSnapshot, StackTable},
+    stats::{kernel::Counts, vm::IntervalKind},
+    symbolize::{Resolved, SourceFrame, tests::symbolizer},
+    vocab::{Location, StackEnd, UnmappedReason},
+};
+
+/// Stacks of one location each, `n` samples per `(pid, location, n)`.
+fn leaves(counts: impl IntoIterator<Item = (u32, Location, u64)>) -> StackSnapshot {
+    stacks(
+        counts
+            .into_iter()
+            .map(|(pid, l, n)| (pid, vec![l], false, n)),
+    )
+}
+
+/// Stacks (leaf first) with their samples.
+fn stacks(counts: impl IntoIterator<Item = (u32, Vec<Location>, bool, u64)>) -> StackSnapshot {
+    let mut table = StackTable::default();
+    for (pid, locations, truncated, n) in counts {
+        for _ in 0..n {
+            let end = if truncated {
+                StackEnd::FrameLimit
+            } else {
+                StackEnd::Complete
+            };
+            table.count(pid, locations.iter().copied(), Some(end), DuringId(0));
+        }
+    }
+    table.snapshot()
+}
+
+/// A snapshot of `counts` in process 7 (named "vm").
+fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
+    Snapshot {
+        session: crate::session::SessionInfo {
+            id: 1,
+            state: crate::session::State::Stopped,
+            targets: Vec::new(),
+            system_wide: false,
+            frequency_hz: 0,
+            started_at: std::time::SystemTime::UNIX_EPOCH,
+            elapsed: Duration::ZERO,
+            duration_limit: None,
+            stop_reason: None,
+            owner_uid: 0,
+            samples: 0,
+            call_graph: Default::default(),
+            awaiting_code_map_samples: 0,
+            max_stacks: 0,
+            stack_limit_samples: 0,
+        },
+        total_samples: counts.iter().map(|(_, n)| n).sum(),
+        stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
+        truncated: 0,
+        commands: [(7, "vm".to_owned())].into_iter().collect(),
+        lost_per_cpu: vec![1, 0, 2],
+        duration: Duration::from_secs(2),
+        cpu_seconds: 2.5,
+        host_steal_percent: 4.5,
+        vm_executable: "/usr/bin/vm".into(),
+        has_generated_code: false,
+        complete: true,
+        incomplete_reason: None,
+        jit: Default::default(),
+        kept: Vec::new(),
+        not_kept: 0,
+        kernel_events: None,
+        vm_statistics: Vec::new(),
+    }
+}
+
+/// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
+/// the profile's table; the same frames outside any interval stay one stack.
+/// Throttling is judged once, here, for every report and client: samples taken (lost
+/// ones included) under 90% of the asked rate, over half a CPU-second or more.
+#[test]
+fn throttling_is_judged_on_the_samples_taken() {
+    // 14,000 delivered + 16 lost over 10.012 CPU-seconds at 1400 Hz: the rate kept.
+    let (rate, throttled) = taken_rate(14_016, 10.012, 1400);
+    assert!((rate - 1400.0).abs() < 1.0 && !throttled, "{rate}");
+    // The same samples over twice the CPU time: half the rate.
+    let (rate, throttled) = taken_rate(14_016, 20.024, 1400);
+    assert!((rate - 700.0).abs() < 1.0 && throttled, "{rate}");
+    // Lost samples were taken: a full ring is not throttling.
+    assert!(!taken_rate(700 + 700, 1.0, 1400).1);
+    // Too little CPU time to judge, or none.
+    assert!(!taken_rate(100, 0.4, 1400).1);
+    assert_eq!(taken_rate(100, 0.0, 1400), (0.0, false));
+}
+
+#[test]
+fn stacks_say_which_intervals_their_samples_were_taken_during() {
+    use crate::stats::intervals::IntervalLog;
+    let kernel = Location::Kernel {
+        ip: 0xffff_ffff_8100_0101,
+    };
+    let mut log = IntervalLog::default();
+    let jit = IntervalKind::Named("JIT".into());
+    log.begin(100, &jit, 0);
+    log.begin(200, &IntervalKind::Safepoint, 0);
+    log.begin(300, &IntervalKind::Scavenge, 0);
+    let mut table = StackTable::default();
+    for (ts, n) in [(50, 4), (150, 3), (250, 2), (350, 1), (60, 5)] {
+        let during = table.during(Some(log.during(ts)).filter(|d| !d.set.is_empty()));
+        for _ in 0..n {
+            table.count(7, [kernel], None, during);
+        }
+    }
+    let mut snap = snapshot(Vec::new());
+    snap.stacks = table.snapshot();
+    let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+    let kinds: Vec<(i32, &str)> = profile
+        .vm_interval_kinds
+        .iter()
+        .map(|k| (k.kind, k.name.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (pb::IntervalKind::Scavenge as i32, ""),
+            (pb::IntervalKind::Safepoint as i32, ""),
+            (pb::IntervalKind::Named as i32, "JIT"),
+        ],
+        "in the reports' order, whatever the order first seen"
+    );
+    let stacks: Vec<(u64, &[u32])> = profile
+        .stacks
+        .iter()
+        .map(|s| (s.samples, s.during.as_slice()))
+        .collect();
+    assert_eq!(
+        stacks,
+        [
+            (9, &[][..]),
+            (3, &[2][..]),
+            (2, &[1, 2][..]),
+            (1, &[0, 1, 2][..])
+        ]
+    );
+    assert_eq!(
+        profile.rows[0].samples, 15,
+        "rows are the frames', whatever the time"
+    );
+}
+
+/// A build whose client went away gives up; stacks cut at the session's limit end as such,
+/// under their own row, and every sample is still in a stack.
+#[test]
+fn cancelled_builds_give_up_and_cut_stacks_say_so() {
+    let kernel = |ip| Location::Kernel { ip };
+    let mut snap = snapshot(vec![(kernel(1), 6)]);
+    let mut table = StackTable::with_limit(4);
+    for caller in [2, 6, 7, 8] {
+        table.count(
+            7,
+            [kernel(1), kernel(caller)],
+            Some(StackEnd::Complete),
+            DuringId(0),
+        );
+    }
+    table.count(
+        7,
+        [kernel(3), kernel(4)],
+        Some(StackEnd::Complete),
+        DuringId(0),
+    );
+    table.count(
+        7,
+        [kernel(3), kernel(5)],
+        Some(StackEnd::Complete),
+        DuringId(0),
+    );
+    snap.stacks = table.snapshot();
+    let symbolizer = symbolizer();
+    let options = ProfileOptions { hide_kernel: None };
+    let (guard, cancel) = crate::cancel::CancelOnDrop::new();
+    drop(guard);
+    assert!(build_profile_unless(snap.clone(), &symbolizer, &options, &cancel).is_none());
+    let profile = build_profile(snap, &symbolizer, &options);
+    let ends: Vec<(i32, u64)> = profile
+        .stack_ends
+        .iter()
+        .map(|e| (e.end, e.samples))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (pb::StackEnd::Complete as i32, 4),
+            (pb::StackEnd::StackLimit as i32, 2)
+        ]
+    );
+    let marker = profile
+        .rows
+        .iter()
+        .find(|r| r.name == crate::symbolize::STACK_LIMIT_FRAME)
+        .expect("a row for the cut stacks' caller");
+    assert_eq!((marker.samples, marker.inclusive_samples), (0, 2));
+    assert_eq!(profile.stacks.iter().map(|s| s.samples).sum::<u64>(), 6);
+}
+
+#[test]
+fn rows_and_issues_are_aggregated_and_ordered() {
+    let kernel = |ip| Location::Kernel { ip };
+    let counts = vec![
+        (kernel(0xffff_ffff_8100_0101), 30),
+        (kernel(0xffff_ffff_8100_0180), 20), // same function: one row of 50
+        (kernel(0xffff_ffff_8100_0010), 7),
+        (Location::Unmapped(UnmappedReason::ProcessGone), 5),
+        (Location::Unmapped(UnmappedReason::NoMapping), 3),
+    ];
+    let profile = build_profile(
+        snapshot(counts),
+        &symbolizer(),
+        &ProfileOptions { hide_kernel: None },
+    );
+    let rows: Vec<(&str, u64)> = profile
+        .rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.samples))
+        .collect();
+    assert_eq!(rows, [("do_work", 50), ("[unknown]", 8), ("_stext", 7)]);
+    assert_eq!(profile.total_samples, 65);
+    assert_eq!(profile.lost_samples, 3);
+    assert!((profile.measured_frequency_hz - 26.0).abs() < 1e-9);
+    assert_eq!(profile.host_steal_percent, 4.5);
+    let issues: Vec<(pb::SymbolizationIssueKind, &str, u64)> = profile
+        .symbolization_issues
+        .iter()
+        .map(|i| (i.kind(), i.reason.as_str(), i.samples))
+        .collect();
+    assert_eq!(
+        issues,
+        [
+            (
+                pb::SymbolizationIssueKind::ProcessGone,
+                UnmappedReason::ProcessGone.describe(),
+                5
+            ),
+            (
+                pb::SymbolizationIssueKind::Unmapped,
+                UnmappedReason::NoMapping.describe(),
+                3
+            )
+        ]
+    );
+}
+
+/// Switches the kernel tells apart show as voluntary and involuntary, never more than all;
+/// a VM's own kind of interval keeps its name.
+#[test]
+fn statistics_show_as_the_api_carries_them() {
+    let counts = Counts {
+        context_switches: 10,
+        voluntary_switches: Some(12),
+        ..Counts::default()
+    };
+    let shown = kernel_counts(&counts);
+    assert_eq!(shown.voluntary_context_switches, Some(10));
+    assert_eq!(shown.involuntary_context_switches, Some(0));
+    let unknown = Counts {
+        context_switches: 10,
+        ..Counts::default()
+    };
+    assert_eq!(kernel_counts(&unknown).involuntary_context_switches, None);
+    assert_eq!(
+        interval_kind(&IntervalKind::Named("JIT".into())),
+        (pb::IntervalKind::Named, "JIT".to_owned())
+    );
+    assert_eq!(
+        interval_kind(&IntervalKind::Safepoint),
+        (pb::IntervalKind::Safepoint, String::new())
+    );
+}
+
+/// A kind a publication gives is the kind the profile shows; none, or one this daemon does
+/// not know, is unknown.
+#[test]
+fn code_kinds_come_back_as_published() {
+    for kind in 1..=8 {
+        assert_eq!(code_kind(crate::codemap::vm::code_kind(kind)) as i32, kind);
+    }
+    for unknown in [0, 9, -1] {
+        assert_eq!(
+            code_kind(crate::codemap::vm::code_kind(unknown)),
+            CodeKind::Unknown
+        );
+    }
+}
+
+/// A method's baseline and optimised versions: separate rows, each with its own ranges in
+/// code order, the optimised one with its time per inlined method (its own code included).
+#[test]
+fn jit_versions_get_rows_of_their_own() {
+    use crate::codemap::code::{Code, CodeSource, PcPoint};
+    use crate::vocab::CodeKind as Kind;
+    let symbolizer = symbolizer();
+    let method = |pcs: &[(u64, u32, &str)]| Code {
+        pc_map: pcs
+            .iter()
+            .map(|&(offset, bcpc, inlined)| PcPoint {
+                offset,
+                bcpc,
+                inlined: if inlined.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![(inlined.to_owned(), 0)]
+                },
+            })
+            .collect(),
+        ..Code::named(Kind::Method, "Foo>>bar", CodeSource::Vm("vm".into()))
+    };
+    let codes = symbolizer.codes();
+    let baseline = codes
+        .intern(method(&[(0x10, 0, ""), (0x20, 4, "")]), 0)
+        .unwrap();
+    let optimised = codes
+        .intern(method(&[(0x10, 0, ""), (0x20, 4, "Foo>>inlined")]), 0)
+        .unwrap();
+    let jit = |code, offset| Location::Jit {
+        code,
+        offset,
+        later_snapshot: false,
+    };
+    let counts = vec![
+        (jit(baseline, 0x5), 10), // before the first pc: "1->1"
+        (jit(baseline, 0x18), 20),
+        (jit(optimised, 0x18), 7), // the method's own code
+        (jit(optimised, 0x28), 3), // inlined
+    ];
+    let profile = build_profile(
+        snapshot(counts),
+        &symbolizer,
+        &ProfileOptions { hide_kernel: None },
+    );
+    let rows: Vec<(&str, u64, bool)> = profile
+        .rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.samples, r.optimised))
+        .collect();
+    assert_eq!(rows, [("Foo>>bar", 30, false), ("Foo>>bar", 10, true)]);
+    let base = &profile.rows[0];
+    assert_eq!(base.kind(), CodeKind::Method);
+    assert_eq!(base.code_map, "vm");
+    let ranges: Vec<u64> = base.ranges.iter().map(|r| r.samples).collect();
+    assert_eq!(ranges, [10, 20], "in code order: {:?}", base.ranges);
+    assert!(base.inlined.is_empty());
+    let inlined: Vec<(&str, u64)> = profile.rows[1]
+        .inlined
+        .iter()
+        .map(|m| (m.name.as_str(), m.samples))
+        .collect();
+    assert_eq!(inlined, [("Foo>>bar", 7), ("Foo>>inlined", 3)]);
+}
+
+#[test]
+fn rows_carry_their_samples_per_process() {
+    let kernel = Location::Kernel {
+        ip: 0xffff_ffff_8100_0101,
+    };
+    let mut snap = snapshot(Vec::new());
+    snap.stacks = leaves([(10, kernel, 3), (11, kernel, 5), (10, kernel, 1)]);
+    snap.total_samples = 9;
+    snap.commands = [(10, "vmscoped".to_owned()), (11, "vmscoped".to_owned())]
+        .into_iter()
+        .collect();
+    let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+    assert_eq!(profile.processes, 2);
+    assert_eq!(profile.rows.len(), 1);
+    let by_process: Vec<(u32, &str, u64)> = profile.rows[0]
+        .processes
+        .iter()
+        .map(|p| (p.pid, p.command.as_str(), p.samples))
+        .collect();
+    assert_eq!(by_process, [(11, "vmscoped", 5), (10, "vmscoped", 4)]);
+}
+
+#[test]
+fn kernel_functions_can_be_hidden_but_stay_counted() {
+    let counts = vec![
+        (
+            Location::Kernel {
+                ip: 0xffff_ffff_8100_0101,
+            },
+            30,
+        ),
+        (
+            Location::Kernel {
+                ip: 0xffff_ffff_8100_0010,
+            },
+            7,
+        ),
+    ];
+    let reason = "kernel functions are shown to root only".to_owned();
+    let profile = build_profile(
+        snapshot(counts),
+        &symbolizer(),
+        &ProfileOptions {
+            hide_kernel: Some(reason.clone()),
+        },
+    );
+    assert_eq!(profile.rows.len(), 1);
+    assert_eq!(profile.rows[0].name, "[kernel]");
+    assert_eq!(profile.rows[0].samples, 37);
+    assert_eq!(profile.symbolization_issues[0].reason, reason);
+}
+
+/// Stacks become frames: optimised code expands into its inlined methods (innermost
+/// first, each with its range), recursion counts once in inclusive time, and a caller
+/// with no time of its own still gets a row with its inclusive time.
+#[test]
+fn stacks_expand_into_frames_and_give_inclusive_time() {
+    use crate::codemap::code::{Code, CodeSource, PcPoint};
+    use crate::vocab::CodeKind as Kind;
+    let symbolizer = symbolizer();
+    let codes = symbolizer.codes();
+    let point = |offset, bcpc, inlined: &[(&str, u32)]| PcPoint {
+        offset,
+        bcpc,
+        inlined: inlined.iter().map(|&(m, pc)| (m.to_owned(), pc)).collect(),
+    };
+    let optimised = codes
+        .intern(
+            Code {
+                pc_map: vec![
+                    point(0x10, 1, &[]),
+                    point(0x20, 4, &[("Outer>>mid", 2), ("Inner>>leaf", 6)]),
+                    point(0x30, 9, &[]),
+                ],
+                ..Code::named(Kind::Method, "Foo>>opt", CodeSource::Vm("vm".into()))
+            },
+            0,
+        )
+        .unwrap();
+    let plain = codes
+        .intern(
+            Code {
+                pc_map: vec![point(0x10, 73, &[]), point(0x40, 77, &[])],
+                ..Code::named(Kind::Method, "Bar>>benchmark", CodeSource::Vm("vm".into()))
+            },
+            0,
+        )
+        .unwrap();
+    let jit = |code, offset| Location::Jit {
+        code,
+        offset,
+        later_snapshot: false,
+    };
+    let kernel = Location::Kernel {
+        ip: 0xffff_ffff_8100_0101,
+    };
+    let snap = Snapshot {
+        stacks: stacks([
+            // Inside the inlined Inner>>leaf, called from benchmark's send at 74->78.
+            (7, vec![jit(optimised, 0x24), jit(plain, 0x20)], false, 6),
+            // Recursion: benchmark under benchmark counts once in its inclusive time.
+            (7, vec![kernel, jit(plain, 0x44), jit(plain, 0x20)], true, 4),
+        ]),
+        total_samples: 10,
+        truncated: 4,
+        ..snapshot(Vec::new())
+    };
+    let profile = build_profile(snap, &symbolizer, &ProfileOptions { hide_kernel: None });
+    let frame = |i: u32| {
+        let f = &profile.frames[i as usize];
+        format!(
+            "{}{}{}",
+            f.name,
+            if f.range.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", f.range)
+            },
+            if f.inlined { " (inlined)" } else { "" }
+        )
+    };
+    let mut stacks: Vec<(Vec<String>, bool, u64)> = profile
+        .stacks
+        .iter()
+        .map(|s| {
+            (
+                s.frames.iter().map(|&i| frame(i)).collect(),
+                s.truncated,
+                s.samples,
+            )
+        })
+        .collect();
+    stacks.sort();
+    assert_eq!(
+        stacks,
+        [
+            (
+                vec![
+                    "Inner>>leaf 7->end (inlined)".to_owned(),
+                    "Outer>>mid @3 (inlined)".into(),
+                    "Foo>>opt @5".into(),
+                    "Bar>>benchmark 74->78".into(),
+                ],
+                false,
+                6
+            ),
+            (
+                vec![
+                    "do_work".to_owned(),
+                    "Bar>>benchmark 78->end".into(),
+                    "Bar>>benchmark 74->78".into(),
+                ],
+                true,
+                4
+            ),
+        ]
+    );
+    assert_eq!(profile.truncated_stacks, 4);
+    let rows: Vec<(&str, u64, u64)> = profile
+        .rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.samples, r.inclusive_samples))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("Foo>>opt", 6, 6),
+            ("do_work", 4, 4),
+            ("Bar>>benchmark", 0, 10)
+        ]
+    );
+}
+
+#[test]
+fn hidden_kernel_frames_are_one_frame() {
+    let k = |ip| Location::Kernel { ip };
+    let snap = Snapshot {
+        stacks: stacks([(
+            7,
+            vec![
+                k(0xffff_ffff_8100_0101),
+                k(0xffff_ffff_8100_0010),
+                k(0xffff_ffff_8100_0020),
+            ],
+            false,
+            2,
+        )]),
+        total_samples: 2,
+        ..snapshot(Vec::new())
+    };
+    let profile = build_profile(
+        snap,
+        &symbolizer(),
+        &ProfileOptions {
+            hide_kernel: Some("root only".into()),
+        },
+    );
+    assert_eq!(profile.stacks.len(), 1);
+    let names: Vec<&str> = profile.stacks[0]
+        .frames
+        .iter()
+        .map(|&i| profile.frames[i as usize].name.as_str())
+        .collect();
+    assert_eq!(names, ["[kernel]"]);
+}
+
+/// A native address in inlined code: the inlined functions (DWARF names, innermost first,
+/// each with its line) over the containing function (its ELF symbol, with the outermost
+/// call's line), which owns the address.
+#[test]
+fn native_inlined_functions_become_frames_over_their_holder() {
+    use crate::vocab::ModuleId;
+    let location = Location::File {
+        module: ModuleId(0),
+        offset: 0x1234,
+        main_executable: true,
+    };
+    let resolved = Resolved {
+        section: Section::Vanilla,
+        module: "vm".into(),
+        name: "interpret".into(),
+        symbolized: true,
+        issue: None,
+        build_id: Some("abcd".into()),
+    };
+    let source = |function: &str, line, inlined| SourceFrame {
+        function: Some(function.to_owned()),
+        file: Some("/src/vm/interp.c".to_owned()),
+        line,
+        inlined,
+    };
+    let mut frames = Frames::default();
+    let (ids, own) = native_frames(
+        &mut frames,
+        &resolved,
+        &location,
+        &[
+            source("push", 40, true),
+            source("send", 120, true),
+            source("interpret_dwarf_name", 812, false),
+        ],
+    );
+    assert_eq!(ids.len(), 3);
+    assert_eq!(own, ids[2]);
+    let shown: Vec<(&str, u32, bool, &str)> = ids
+        .iter()
+        .map(|&i| {
+            let f = &frames.frames[i as usize];
+            (f.name.as_str(), f.line, f.inlined, f.build_id.as_str())
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("push", 40, true, "abcd"),
+            ("send", 120, true, "abcd"),
+            ("interpret", 812, false, "abcd")
+        ]
+    );
+    assert!(frames.frames.iter().all(|f| f.file == "/src/vm/interp.c"));
+    // Without DWARF: the one frame of today, without a line.
+    let (ids, own) = native_frames(&mut frames, &resolved, &location, &[]);
+    assert_eq!(ids, [own]);
+    assert_eq!(frames.frames[own as usize].line, 0);
+}
