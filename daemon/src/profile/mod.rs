@@ -24,11 +24,6 @@ use std::collections::HashSet;
 
 use vmscope_proto::v1::Profile;
 
-#[cfg(test)]
-use self::{
-    api::{code_kind, interval_kind, kernel_counts},
-    placed::native_frames,
-};
 use self::{
     api::{kernel_events, vm_statistics},
     placed::place_locations,

@@ -2,7 +2,11 @@ use std::time::Duration;
 
 use vmscope_proto::v1::{self as pb, CodeKind, Section};
 
-use super::{placed::Frames, *};
+use super::{
+    api::{code_kind, interval_kind, kernel_counts},
+    placed::{Frames, native_frames},
+    *,
+};
 use crate::{
     session::{DuringId, StackSnapshot, StackTable},
     stats::{kernel::Counts, vm::IntervalKind},
