@@ -9,104 +9,10 @@ impl Manager {
         caller: Caller,
         request: &SessionRequest,
     ) -> Result<SessionInfo, SessionError> {
-        let kernel_hz = (self.max_frequency_hz)().map_err(|e| {
-            SessionError::Internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
-        })?;
-        let limits = request::FrequencyLimits {
-            kernel_hz,
-            daemon_hz: self.config.max_frequency_hz,
-        };
-        let mut spec = request::validate(request, limits)?;
-        spec.root = caller.is_root();
-        let running = self.running().count();
-        if running >= self.config.max_running_sessions {
-            return Err(SessionError::ResourceExhausted(format!(
-                "{running} sessions are running, the most this daemon allows; stop one first"
-            )));
-        }
-        let mine = self.running().filter(|s| s.owner_uid == caller.uid).count();
-        if !caller.is_root() && mine >= self.config.max_running_per_user {
-            return Err(SessionError::ResourceExhausted(format!(
-                "you (uid {}) already run {mine} sessions, the most one user may; stop one first",
-                caller.uid
-            )));
-        }
-        if !caller.is_root() {
-            let specs: Vec<&request::SessionSpec> = self
-                .running()
-                .filter(|s| s.owner_uid == caller.uid)
-                .map(|s| &s.spec)
-                .collect();
-            if let Some(refusal) =
-                self.config
-                    .sampling_share
-                    .refusal(caller.uid, specs.iter().copied(), &spec)
-            {
-                return Err(SessionError::ResourceExhausted(refusal));
-            }
-        }
-        // The processes named, by start time, before the caller is authorized for them: the
-        // targets read after must be these, not others given their pids in between.
-        let named: Vec<Option<u64>> = spec
-            .pids
-            .iter()
-            .map(|&pid| life::probe(pid, None).start_time())
-            .collect();
-        request::authorize(&caller, &spec)?;
+        let (spec, named) = self.admit(&caller, request)?;
         let now = sys::monotonic_ns();
-        let unfetched = self
-            .sessions
-            .values()
-            .filter(|s| s.owner_uid == caller.uid && self.protected(s, now))
-            .count();
-        if !caller.is_root() && unfetched >= self.config.max_stopped_per_user {
-            return Err(SessionError::ResourceExhausted(format!(
-                "you (uid {}) have {unfetched} stopped sessions whose profiles nobody took, the \
-                 most one user may: take them (vmscope report ID) or wait until they are {} s \
-                 old",
-                caller.uid,
-                self.config.unfetched_kept_for.as_secs()
-            )));
-        }
-
-        let mut targets = Vec::with_capacity(spec.pids.len());
-        for (&pid, &named_start) in spec.pids.iter().zip(&named) {
-            // Read the process now, while it surely lives: a target that exits right away is
-            // still symbolised. What the table knows of an earlier process under the pid is not
-            // this one.
-            let process = self.processes.identify(pid, now);
-            if named_start.is_none() || process.start_time != named_start {
-                if named_start.is_some() && process.start_time.is_some() {
-                    self.counters.pid_reuses += 1;
-                }
-                return Err(SessionError::NoSuchProcess(pid));
-            }
-            let mut target = Target {
-                pid,
-                start_time: process.start_time,
-                command: process.command.clone(),
-                executable: process
-                    .executable
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                exited: false,
-                until_ns: None,
-                note: None,
-                cpu_ticks_start: 0,
-                cpu_ticks_last: 0,
-                code_maps_after: CodeMapKinds::default(),
-            };
-            match life::probe(pid, target.start_time) {
-                Life::Alive { cpu_ticks, .. } | Life::Exited { cpu_ticks, .. } => {
-                    target.cpu_ticks_start = cpu_ticks;
-                    target.cpu_ticks_last = cpu_ticks;
-                }
-                Life::Gone | Life::Reused { .. } => return Err(SessionError::NoSuchProcess(pid)),
-            }
-            targets.push(target);
-        }
-
+        self.check_unfetched(&caller, now)?;
+        let targets = self.identify_targets(&spec, &named, now)?;
         self.routes
             .acquire(self.sampler.as_mut(), &spec)
             .map_err(|e| {
@@ -191,14 +97,147 @@ impl Manager {
         self.reader.set_active(true);
         self.counters.sessions_started += 1;
         // The filters are in place: arm each target for its own exit, and check it still lives.
-        // One that ended meanwhile is released with no sample, whoever took its pid.
+        // One that ended meanwhile is released with no sample, whoever took its pid: the reply
+        // says so.
         for &pid in &pids {
             self.arm(pid, start_ns);
         }
         let reply = self.sessions[&id].info(start_ns);
+        self.after_start(id, &pids);
+        Ok(reply)
+    }
+
+    /// Checks a start request against the frequency limits, the daemon's and the caller's
+    /// shares, and the caller's right to profile its targets. Answers the validated request
+    /// and the start times of the processes it names, read before the authorization: the
+    /// targets read after must be these, not others given their pids in between.
+    fn admit(
+        &self,
+        caller: &Caller,
+        request: &SessionRequest,
+    ) -> Result<(request::SessionSpec, Vec<Option<u64>>), SessionError> {
+        let kernel_hz = (self.max_frequency_hz)().map_err(|e| {
+            SessionError::Internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
+        })?;
+        let limits = request::FrequencyLimits {
+            kernel_hz,
+            daemon_hz: self.config.max_frequency_hz,
+        };
+        let mut spec = request::validate(request, limits)?;
+        spec.root = caller.is_root();
+        let running = self.running().count();
+        if running >= self.config.max_running_sessions {
+            return Err(SessionError::ResourceExhausted(format!(
+                "{running} sessions are running, the most this daemon allows; stop one first"
+            )));
+        }
+        let mine = self.running().filter(|s| s.owner_uid == caller.uid).count();
+        if !caller.is_root() && mine >= self.config.max_running_per_user {
+            return Err(SessionError::ResourceExhausted(format!(
+                "you (uid {}) already run {mine} sessions, the most one user may; stop one first",
+                caller.uid
+            )));
+        }
+        if !caller.is_root() {
+            let specs: Vec<&request::SessionSpec> = self
+                .running()
+                .filter(|s| s.owner_uid == caller.uid)
+                .map(|s| &s.spec)
+                .collect();
+            if let Some(refusal) =
+                self.config
+                    .sampling_share
+                    .refusal(caller.uid, specs.iter().copied(), &spec)
+            {
+                return Err(SessionError::ResourceExhausted(refusal));
+            }
+        }
+        // The processes named, by start time, before the caller is authorized for them: the
+        // targets read after must be these, not others given their pids in between.
+        let named: Vec<Option<u64>> = spec
+            .pids
+            .iter()
+            .map(|&pid| life::probe(pid, None).start_time())
+            .collect();
+        request::authorize(caller, &spec)?;
+        Ok((spec, named))
+    }
+
+    /// Refuses a user who left too many stopped sessions whose profiles nobody took.
+    fn check_unfetched(&self, caller: &Caller, now: u64) -> Result<(), SessionError> {
+        let unfetched = self
+            .sessions
+            .values()
+            .filter(|s| s.owner_uid == caller.uid && self.protected(s, now))
+            .count();
+        if !caller.is_root() && unfetched >= self.config.max_stopped_per_user {
+            return Err(SessionError::ResourceExhausted(format!(
+                "you (uid {}) have {unfetched} stopped sessions whose profiles nobody took, the \
+                 most one user may: take them (vmscope report ID) or wait until they are {} s \
+                 old",
+                caller.uid,
+                self.config.unfetched_kept_for.as_secs()
+            )));
+        }
+
+        Ok(())
+    }
+
+    /// The targets of `spec`, read now, while they surely live, each checked to be the
+    /// process `named` (by start time) when the request came.
+    fn identify_targets(
+        &mut self,
+        spec: &request::SessionSpec,
+        named: &[Option<u64>],
+        now: u64,
+    ) -> Result<Vec<Target>, SessionError> {
+        let mut targets = Vec::with_capacity(spec.pids.len());
+        for (&pid, &named_start) in spec.pids.iter().zip(named) {
+            // Read the process now, while it surely lives: a target that exits right away is
+            // still symbolised. What the table knows of an earlier process under the pid is not
+            // this one.
+            let process = self.processes.identify(pid, now);
+            if named_start.is_none() || process.start_time != named_start {
+                if named_start.is_some() && process.start_time.is_some() {
+                    self.counters.pid_reuses += 1;
+                }
+                return Err(SessionError::NoSuchProcess(pid));
+            }
+            let mut target = Target {
+                pid,
+                start_time: process.start_time,
+                command: process.command.clone(),
+                executable: process
+                    .executable
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                exited: false,
+                until_ns: None,
+                note: None,
+                cpu_ticks_start: 0,
+                cpu_ticks_last: 0,
+                code_maps_after: CodeMapKinds::default(),
+            };
+            match life::probe(pid, target.start_time) {
+                Life::Alive { cpu_ticks, .. } | Life::Exited { cpu_ticks, .. } => {
+                    target.cpu_ticks_start = cpu_ticks;
+                    target.cpu_ticks_last = cpu_ticks;
+                }
+                Life::Gone | Life::Reused { .. } => return Err(SessionError::NoSuchProcess(pid)),
+            }
+            targets.push(target);
+        }
+
+        Ok(targets)
+    }
+
+    /// What follows a start once its targets are armed and its reply made: their code maps
+    /// read, HotSpot targets asked for their perf map.
+    fn after_start(&mut self, id: u64, pids: &[u32]) {
         // Read the targets' code maps now: entries present at the start count from the start.
         let now = sys::monotonic_ns();
-        for &pid in &pids {
+        for &pid in pids {
             self.touch_code_maps(pid);
             self.advance_code_maps(pid, now);
         }
@@ -210,7 +249,6 @@ impl Manager {
                 self.ask_jvm(pid, now, true);
             }
         }
-        Ok(reply)
     }
 
     /// Opens the kernel counters of a new session's `targets`, within the daemon's share of
