@@ -96,17 +96,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         );
     }
     let mut signals = signals::Signals::catch();
-    let mut max_fds = 1024;
-    for (resource, name) in [
-        (libc::RLIMIT_NOFILE, "RLIMIT_NOFILE"),
-        (libc::RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK"),
-    ] {
-        match sys::raise_limit(resource) {
-            Ok(limit) if resource == libc::RLIMIT_NOFILE => max_fds = limit,
-            Ok(_) => {}
-            Err(e) => tracing::warn!("cannot raise {name}: {e}"),
-        }
-    }
+    let max_fds = raise_limits();
     let connection_limits = config.connections.fitted_to(max_fds);
     if connection_limits != config.connections {
         tracing::warn!(
@@ -131,19 +121,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let online_cpus = sampler.cpus().len() as u32;
     tracing::info!(cpus = online_cpus, "BPF sampler loaded");
 
-    let kernel = match sys::read_bounded("/proc/kallsyms".as_ref(), MAX_KALLSYMS_BYTES) {
-        Ok(text) => kallsyms::parse_kallsyms(&text),
-        Err(e) => {
-            tracing::warn!("cannot read /proc/kallsyms, kernel samples stay unnamed: {e}");
-            kallsyms::parse_kallsyms(b"")
-        }
-    };
-    if kernel.addresses_hidden() {
-        tracing::warn!(
-            "/proc/kallsyms hides addresses (kernel.kptr_restrict); kernel samples stay unnamed"
-        );
-    }
-    tracing::info!(symbols = kernel.len(), "kernel symbols read");
+    let kernel = kernel_symbols();
     let vdso = symbolize::vdso::load();
     if let Err(e) = &vdso {
         tracing::warn!("vDSO samples stay unnamed: {e}");
@@ -239,15 +217,42 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         }
         () = signals.shutdown() => {}
     }
+    shut_down(
+        &config.socket,
+        &manager,
+        &accepting,
+        &shutdown,
+        &connections,
+        drained,
+        served,
+    )
+    .await;
+    // Perf events, filters and maps are file descriptors: they go when the process exits.
+    tracing::info!("vmscoped stopped");
+    Ok(())
+}
+
+/// The daemon's exit after SIGINT or SIGTERM, within [`SHUTDOWN_WITHIN`] whatever happens: new
+/// clients find no socket, running sessions stop, clients take their final profiles, then the
+/// connections still open get a GOAWAY and are closed at the deadline.
+async fn shut_down<F: std::future::Future>(
+    socket: &std::path::Path,
+    manager: &session::ManagerHandle,
+    accepting: &tokio::sync::watch::Sender<bool>,
+    shutdown: &tokio::sync::watch::Sender<bool>,
+    connections: &server::Connections,
+    drained: tokio::sync::oneshot::Sender<()>,
+    served: std::pin::Pin<&mut F>,
+) {
     let deadline = tokio::time::Instant::now() + SHUTDOWN_WITHIN;
     signals::exit_by(
         deadline.into_std() + signals::EXIT_SLACK,
-        config.socket.clone(),
+        socket.to_path_buf(),
     );
     // New clients find no socket; those connected keep their connection for now.
     let _ = accepting.send(false);
-    let _ = std::fs::remove_file(&config.socket);
-    let stopped = tokio::time::timeout(STOP_SESSIONS_WITHIN, stop_sessions(&manager)).await;
+    let _ = std::fs::remove_file(socket);
+    let stopped = tokio::time::timeout(STOP_SESSIONS_WITHIN, stop_sessions(manager)).await;
     if stopped.is_err() {
         tracing::warn!("sessions still stopping after {STOP_SESSIONS_WITHIN:?}: exiting anyway");
     }
@@ -261,15 +266,45 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let _ = drained.send(());
-    if tokio::time::timeout_at(deadline, &mut served)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout_at(deadline, served).await.is_err() {
         tracing::info!("connections still open at the shutdown deadline: closing them");
     }
-    // Perf events, filters and maps are file descriptors: they go when the process exits.
-    tracing::info!("vmscoped stopped");
-    Ok(())
+}
+
+/// Raises the limits on open files and locked memory as far as the daemon may (perf events and
+/// BPF maps need both); answers the open-file limit.
+fn raise_limits() -> u64 {
+    let mut max_fds = 1024;
+    for (resource, name) in [
+        (libc::RLIMIT_NOFILE, "RLIMIT_NOFILE"),
+        (libc::RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK"),
+    ] {
+        match sys::raise_limit(resource) {
+            Ok(limit) if resource == libc::RLIMIT_NOFILE => max_fds = limit,
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot raise {name}: {e}"),
+        }
+    }
+    max_fds
+}
+
+/// The kernel's symbols from `/proc/kallsyms`; none (kernel samples stay unnamed, and the log
+/// says why) when it cannot be read or hides its addresses.
+fn kernel_symbols() -> kallsyms::KernelSymbols {
+    let kernel = match sys::read_bounded("/proc/kallsyms".as_ref(), MAX_KALLSYMS_BYTES) {
+        Ok(text) => kallsyms::parse_kallsyms(&text),
+        Err(e) => {
+            tracing::warn!("cannot read /proc/kallsyms, kernel samples stay unnamed: {e}");
+            kallsyms::parse_kallsyms(b"")
+        }
+    };
+    if kernel.addresses_hidden() {
+        tracing::warn!(
+            "/proc/kallsyms hides addresses (kernel.kptr_restrict); kernel samples stay unnamed"
+        );
+    }
+    tracing::info!(symbols = kernel.len(), "kernel symbols read");
+    kernel
 }
 
 /// Stops every running session, as a client's StopSession would, with the reason clients see.
