@@ -362,6 +362,7 @@ pub fn spawn_manager(
         reader,
         next_id: 1,
         watermark_ns: 0,
+        host_cpu_read_ns: 0,
         config,
         max_frequency_hz,
         clock_ticks: sys::clock_ticks_per_second(),
@@ -415,6 +416,8 @@ struct Manager {
     reader: Arc<ReaderControl>,
     next_id: u64,
     watermark_ns: u64,
+    /// When the tick last read the host's CPU times (see [`HOST_CPU_EVERY_NS`]).
+    host_cpu_read_ns: u64,
     config: ManagerConfig,
     max_frequency_hz: Box<dyn Fn() -> std::io::Result<u32> + Send>,
     clock_ticks: u64,

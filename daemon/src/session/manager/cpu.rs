@@ -15,12 +15,15 @@ pub(super) fn read_host_cpu() -> HostCpu {
     }
 }
 
-/// Takes the CPU times of the session's targets, and the host's (read once for all sessions);
+/// Takes the CPU times of the session's targets, and the host's when read (once for all
+/// sessions);
 /// marks the targets found ended as exited. A process under a target's pid with another start
 /// time is not the target.
-pub(super) fn update_cpu(session: &mut Session, host: HostCpu) -> CpuUpdate {
+pub(super) fn update_cpu(session: &mut Session, host: Option<HostCpu>) -> CpuUpdate {
     let mut update = CpuUpdate::default();
-    if host.times.total_ticks() >= session.host_cpu.1.times.total_ticks() {
+    if let Some(host) = host
+        && host.times.total_ticks() >= session.host_cpu.1.times.total_ticks()
+    {
         session.host_cpu.1 = host;
     }
     if session.spec.system_wide {

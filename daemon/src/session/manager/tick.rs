@@ -3,16 +3,23 @@
 
 use super::*;
 
+/// How often the tick reads the host's CPU times (`/proc/stat`, whose interrupt counts make it
+/// long to generate: it was 9% of the daemon's CPU at a read per tick).
+const HOST_CPU_EVERY_NS: u64 = 1_000_000_000;
+
 impl Manager {
     pub(super) fn tick(&mut self) {
         let now = sys::monotonic_ns();
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
-        // An idle daemon reads nothing.
-        let host = if running.is_empty() {
-            HostCpu::default()
-        } else {
-            read_host_cpu()
-        };
+        // An idle daemon reads nothing; a busy one the host's times once a second: a session's
+        // start, its snapshots and its stop read them afresh, and its steal is measured between
+        // those.
+        let host = (!running.is_empty()
+            && now.saturating_sub(self.host_cpu_read_ns) >= HOST_CPU_EVERY_NS)
+            .then(|| {
+                self.host_cpu_read_ns = now;
+                read_host_cpu()
+            });
         let mut leaderless = Vec::new();
         for id in running {
             let Some(session) = self.sessions.get_mut(&id) else {
