@@ -321,11 +321,17 @@ impl ProcessTable {
 
     /// Makes sure a process is known, reading its mappings if it is not, and returns it.
     pub fn observe(&mut self, pid: u32, now_ns: u64) -> &Process {
+        self.know(pid, now_ns);
+        &self.processes[&pid]
+    }
+
+    /// Reads `pid` unless the table knows it: [`ProcessTable::observe`] without the answer,
+    /// for the per-frame paths, which look the process up next anyway.
+    fn know(&mut self, pid: u32, now_ns: u64) {
         if !self.processes.contains_key(&pid) {
             let process = self.read_process(pid, now_ns);
             self.processes.insert(pid, process);
         }
-        &self.processes[&pid]
     }
 
     /// Re-reads a process's mappings if they were read more than `age_ns` ago (a VM maps its
@@ -379,7 +385,7 @@ impl ProcessTable {
 
     /// Normalises a user-mode instruction pointer of `pid`.
     pub fn normalize(&mut self, pid: u32, ip: u64, now_ns: u64) -> Location {
-        self.observe(pid, now_ns);
+        self.know(pid, now_ns);
         if let Some(location) = self.lookup(pid, ip, now_ns) {
             return location;
         }
@@ -415,7 +421,7 @@ impl ProcessTable {
     /// Normalises a caller's return address of `pid` (minus one). A miss reads the mappings
     /// again when [`ProcessTable::refresh_for_caller`] allows.
     pub fn normalize_caller(&mut self, pid: u32, address: u64, now_ns: u64) -> Location {
-        self.observe(pid, now_ns);
+        self.know(pid, now_ns);
         if let Some(location) = self.lookup(pid, address, now_ns) {
             return location;
         }
