@@ -163,6 +163,24 @@ pub struct ReportTarget {
     pub note: String,
 }
 
+impl ReportTarget {
+    /// A target as the profile's session names it.
+    fn from_proto(target: &vmscope_proto::v1::TargetProcess) -> ReportTarget {
+        ReportTarget {
+            pid: target.pid,
+            command: target.command.clone(),
+            executable: target.executable.clone(),
+            exited: target.exited,
+            // "exited" says nothing that `exited` does not.
+            note: if target.note == "exited" {
+                String::new()
+            } else {
+                target.note.clone()
+            },
+        }
+    }
+}
+
 /// One line of a section: a function (or module+offset), or the `...others...` fold.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReportRow {
@@ -599,36 +617,7 @@ impl Report {
             CallGraph::Dwarf => "dwarf",
         };
 
-        let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-        let mut vm_modules: BTreeMap<&str, VmModule> = BTreeMap::new();
-        // Rows with no time of their own (callers only, in sessions with stacks) carry
-        // inclusive time for trees and formats; the flat report is about self time.
-        for row in profile
-            .rows
-            .iter()
-            .filter(|r| r.samples > 0 || r.inclusive_samples == 0)
-        {
-            let mut kind = SectionKind::from_proto(row.section());
-            // Before anything is summed, so that every number agrees with the move.
-            if kind == SectionKind::Other
-                && let Some(runtime) = vm_module(options, &row.module)
-            {
-                kind = SectionKind::Vanilla;
-                let module = vm_modules.entry(&row.module).or_insert_with(|| VmModule {
-                    module: file_name(&row.module).to_owned(),
-                    runtime,
-                    samples: 0,
-                });
-                module.samples = module.samples.saturating_add(row.samples);
-            }
-            by_section[kind.index()].push(row);
-        }
-        let mut vm_modules: Vec<VmModule> = vm_modules.into_values().collect();
-        rank(
-            &mut vm_modules,
-            |m| m.samples,
-            |a, b| a.module.cmp(&b.module),
-        );
+        let (mut by_section, vm_modules) = rows_by_section(profile, options);
         // System-wide, other code is every other program's: no hint about the VM there.
         let vm_module_hint = (!session.system_wide)
             .then(|| vm_module_hint(&by_section[SectionKind::Other.index()], total))
@@ -655,16 +644,15 @@ impl Report {
         // A section of generated code with nothing in it says nothing (CPython's perf
         // trampolines are JIT code that no sample may land in).
         let show_generated = section_samples(SectionKind::Generated) > 0;
-        let mut sections = Vec::with_capacity(3);
-        for (kind, title) in [
+        let sections = [
             (SectionKind::Generated, "generated vm code"),
             (SectionKind::Vanilla, vanilla_title),
             (SectionKind::Other, "other code (libraries, kernel)"),
-        ] {
-            if kind == SectionKind::Generated && !show_generated {
-                continue;
-            }
-            sections.push(build_section(
+        ]
+        .into_iter()
+        .filter(|&(kind, _)| kind != SectionKind::Generated || show_generated)
+        .map(|(kind, title)| {
+            build_section(
                 kind,
                 title,
                 &by_section[kind.index()],
@@ -672,8 +660,9 @@ impl Report {
                 vm_samples,
                 call_graph,
                 options,
-            ));
-        }
+            )
+        })
+        .collect();
 
         let duration_seconds = finite_or_zero(profile.duration_seconds);
         let cpu_seconds = finite_or_zero(profile.cpu_seconds);
@@ -685,18 +674,7 @@ impl Report {
             targets: session
                 .targets
                 .iter()
-                .map(|t| ReportTarget {
-                    pid: t.pid,
-                    command: t.command.clone(),
-                    executable: t.executable.clone(),
-                    exited: t.exited,
-                    // "exited" says nothing that `exited` does not.
-                    note: if t.note == "exited" {
-                        String::new()
-                    } else {
-                        t.note.clone()
-                    },
-                })
+                .map(ReportTarget::from_proto)
                 .collect(),
             system_wide: session.system_wide,
             vm_executable: profile.vm_executable.clone(),
@@ -936,6 +914,44 @@ fn sum_samples(rows: &[&ProfileRow]) -> u64 {
 /// of 10000 at 0.01%) compares equal and stays.
 fn is_small(samples: u64, total: u64, min_percent: f64) -> bool {
     (samples as f64) * 100.0 < min_percent * total as f64
+}
+
+/// The rows of a profile by section, with no-self-time rows (callers only, in sessions with
+/// stacks: they carry inclusive time for trees and formats) left out, and rows of modules
+/// `--vm-module` or a known runtime makes the VM's moved to vanilla VM code before anything is
+/// summed, so that every number agrees with the move; with those modules, most samples first.
+fn rows_by_section<'a>(
+    profile: &'a Profile,
+    options: &ReportOptions,
+) -> ([Vec<&'a ProfileRow>; 3], Vec<VmModule>) {
+    let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut vm_modules: BTreeMap<&str, VmModule> = BTreeMap::new();
+    for row in profile
+        .rows
+        .iter()
+        .filter(|r| r.samples > 0 || r.inclusive_samples == 0)
+    {
+        let mut kind = SectionKind::from_proto(row.section());
+        if kind == SectionKind::Other
+            && let Some(runtime) = vm_module(options, &row.module)
+        {
+            kind = SectionKind::Vanilla;
+            let module = vm_modules.entry(&row.module).or_insert_with(|| VmModule {
+                module: file_name(&row.module).to_owned(),
+                runtime,
+                samples: 0,
+            });
+            module.samples = module.samples.saturating_add(row.samples);
+        }
+        by_section[kind.index()].push(row);
+    }
+    let mut vm_modules: Vec<VmModule> = vm_modules.into_values().collect();
+    rank(
+        &mut vm_modules,
+        |m| m.samples,
+        |a, b| a.module.cmp(&b.module),
+    );
+    (by_section, vm_modules)
 }
 
 fn build_section(
