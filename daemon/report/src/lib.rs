@@ -10,6 +10,8 @@
 //! - [`stats`]: the statistics after the code (VMProfiler's "Events"): what the kernel
 //!   counted for the targets, with rates.
 //! - [`runtimes`]: language runtimes that live in a shared library and count as the VM.
+//! - [`module_pattern`]: shell-style patterns of module file names (`--vm-module`, the
+//!   runtimes' libraries); `vm_modules` says which modules of other code count as the VM's.
 //! - [`stack_view`]: which frames of each stack the stack outputs show (the language view, or
 //!   every frame) and recursion collapsed, computed once for all of them.
 //! - [`tree`]: call trees over the profile's stacks (top-down, callees and callers of a
@@ -22,6 +24,7 @@ pub mod folded;
 mod functions;
 pub mod json;
 pub mod model;
+pub mod module_pattern;
 pub mod pprof;
 mod processes;
 pub mod rank;
@@ -30,13 +33,16 @@ pub mod sort_keys;
 pub mod stack_view;
 pub mod stats;
 pub mod tree;
+mod vm_modules;
 
 pub use processes::ProcessTotal;
 
+pub use module_pattern::module_matches;
+
 pub use model::{
     CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
-    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
-    rfc3339_seconds, round2, stack_end_reason,
+    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, rfc3339_seconds,
+    round2, stack_end_reason,
 };
 
 /// Hand-built profiles whose numbers are known, shared by this crate's tests and (with the

@@ -20,13 +20,14 @@ use vmscope_proto::v1::{
 };
 
 use crate::{
+    module_pattern::file_name,
     processes::{ProcessTotal, process_totals},
     rank::rank,
-    runtimes::known_runtime,
     sort_keys::{self, SortKey},
     stack_view::StackOptions,
     stats::{KernelEventsReport, VmStatsReport},
     tree::TreeOptions,
+    vm_modules::{vm_module, vm_module_hint},
 };
 
 /// Name of the row that stands for all the rows folded away in a section, as VMProfiler
@@ -51,7 +52,7 @@ pub struct ReportOptions {
     /// ranges and inlined methods under them in the text report (1 by default: "each JIT method
     /// with enough samples"). JSON carries them for every row whatever this says.
     pub min_range_percent: f64,
-    /// Shell-style patterns (`*`, `?`; see [`module_matches`]) of module file names that belong
+    /// Shell-style patterns (`*`, `?`; see [`module_matches`](crate::module_matches)) of module file names that belong
     /// to the VM although they are not its executable (`libv8*`, a VM's plugins): rows of other
     /// code in such modules count as vanilla vm code, before any section is computed.
     pub vm_modules: Vec<String>,
@@ -804,64 +805,6 @@ impl Report {
     }
 }
 
-/// Whether other code in `module` counts as the VM's: `Some(runtime)` if so, the runtime it is
-/// (`None` when a `--vm-module` pattern named it).
-pub(crate) fn vm_module(options: &ReportOptions, module: &str) -> Option<Option<&'static str>> {
-    if options
-        .vm_modules
-        .iter()
-        .any(|pattern| module_matches(pattern, module))
-    {
-        return Some(None);
-    }
-    options
-        .runtime_modules
-        .then(|| known_runtime(module))
-        .flatten()
-        .map(Some)
-}
-
-/// Modules of other code that are never a VM's own.
-fn is_system_module(module: &str) -> bool {
-    let name = file_name(module);
-    name.starts_with('[')
-        || [
-            "libc.so",
-            "libm.so",
-            "ld-linux",
-            "libpthread",
-            "libstdc++",
-            "libgcc_s",
-        ]
-        .iter()
-        .any(|prefix| name.starts_with(prefix))
-}
-
-/// Share of all samples at which a module of other code is worth a hint (see
-/// [`Report::vm_module_hint`]).
-const VM_MODULE_HINT_PERCENT: f64 = 20.0;
-
-/// The biggest module of other code, if it holds at least [`VM_MODULE_HINT_PERCENT`] of all
-/// samples and is not a system library or the kernel: a VM in a shared library that no
-/// runtime pattern knows (a VM's plugins, an embedded interpreter) shows up like this.
-fn vm_module_hint(other: &[&ProfileRow], total: u64) -> Option<(String, f64)> {
-    let mut by_module: BTreeMap<&str, u64> = BTreeMap::new();
-    for row in other {
-        *by_module.entry(&row.module).or_default() += row.samples;
-    }
-    by_module
-        .into_iter()
-        .filter(|(module, _)| !module.is_empty() && !is_system_module(module))
-        .max_by_key(|&(_, samples)| samples)
-        .map(|(module, samples)| (file_name(module).to_owned(), percent(samples, total)))
-        .filter(|&(_, share)| share >= VM_MODULE_HINT_PERCENT)
-}
-
-/// The file name of a module path.
-fn file_name(module: &str) -> &str {
-    module.rsplit('/').next().unwrap_or(module)
-}
-
 /// Rounds a percentage (or any value) to two decimals, half away from zero. Both renderers
 /// go through it so that text and JSON agree to the last digit; `format!("{:.2}")` alone
 /// rounds half to even on the binary value and could differ from the JSON by 0.01.
@@ -1145,47 +1088,6 @@ fn inlined_rows(row: &ProfileRow) -> Vec<InlinedRow> {
             percent_of_method: percent(method.samples, whole),
         })
         .collect()
-}
-
-/// Whether `module` (a module file name as rows carry it, or a path, whose file name is then
-/// used) matches the shell-style `pattern`: `*` matches any run of characters, `?` any one
-/// character, anything else itself. The whole name must match; case matters, as in file
-/// names. No character classes or escapes: module names need only these two.
-pub fn module_matches(pattern: &str, module: &str) -> bool {
-    glob_match(pattern, file_name(module))
-}
-
-/// `*`/`?` matching by backtracking to the last `*` only, which is enough for these two
-/// wildcards and linear in practice (quadratic at worst, on names of a few dozen characters).
-fn glob_match(pattern: &str, name: &str) -> bool {
-    let pattern: Vec<char> = pattern.chars().collect();
-    let name: Vec<char> = name.chars().collect();
-    let (mut p, mut n) = (0, 0);
-    // After the last `*` seen: where the pattern resumes, and the first name char it has not
-    // yet swallowed.
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        match pattern.get(p) {
-            Some('*') => {
-                star = Some((p + 1, n));
-                p += 1;
-            }
-            Some(&c) if c == '?' || c == name[n] => {
-                p += 1;
-                n += 1;
-            }
-            _ => match star {
-                // Let the last `*` swallow one more character and try again.
-                Some((resume, swallowed)) => {
-                    star = Some((resume, swallowed + 1));
-                    p = resume;
-                    n = swallowed + 1;
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|&c| c == '*')
 }
 
 /// The daemon already groups issues by (module, kind, reason); merging again costs nothing and
@@ -2253,43 +2155,6 @@ mod tests {
         let report = Report::from_profile(&profile, &by_pid);
         let node = find(&report, "node[3]");
         assert_eq!((node.pid, node.command.as_deref()), (Some(3), Some("node")));
-    }
-
-    #[test]
-    fn module_patterns_match_file_names_like_a_shell() {
-        for (pattern, module, expected) in [
-            ("libv8*", "libv8.so", true),
-            ("libv8*", "libv8_libbase.so.1", true),
-            ("libv8*", "libnode.so", false),
-            ("libv8*", "xlibv8.so", false),
-            ("*.so", "libFilePlugin.so", true),
-            ("*.so", "libc.so.6", false),
-            ("*.so*", "libc.so.6", true),
-            ("lib?.so", "libm.so", true),
-            ("lib?.so", "lib.so", false),
-            ("lib?.so", "libmm.so", false),
-            ("lib?.so", "libλ.so", true),
-            ("libc.so.6", "libc.so.6", true),
-            ("libc.so.6", "libc.so.60", false),
-            ("libc.so.6", "LIBC.so.6", false),
-            ("*Plugin*", "libSocketPlugin.so", true),
-            ("*a*b*c", "xxaxxbxbxxc", true),
-            ("*a*b*c", "xxaxxbxbxxcx", false),
-            ("*", "", true),
-            ("?", "", false),
-            ("", "", true),
-            ("", "x", false),
-            ("**", "anything", true),
-            ("[kernel.kallsyms]", "[kernel.kallsyms]", true),
-            ("libjvm.so", "/usr/lib/jvm/lib/server/libjvm.so", true),
-            ("server", "/usr/lib/jvm/lib/server/libjvm.so", false),
-        ] {
-            assert_eq!(
-                module_matches(pattern, module),
-                expected,
-                "{pattern:?} against {module:?}"
-            );
-        }
     }
 
     #[test]

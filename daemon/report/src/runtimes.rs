@@ -10,7 +10,7 @@
 //! This is the one place the list lives. Patterns are matched like `--vm-module` patterns:
 //! shell-style `*` and `?` against the module's file name.
 
-use crate::model::module_matches;
+use crate::module_pattern::module_matches;
 
 /// Known runtime libraries: (file name pattern, the runtime it is).
 pub const KNOWN_VM_RUNTIMES: &[(&str, &str)] = &[

@@ -57,7 +57,8 @@ use vmscope_proto::v1::{Frame, Profile, Stack};
 
 use crate::{
     functions::Functions,
-    model::{CodeKindLabel, ReportOptions, SectionKind, V8_INTERPRETER_ENTRY, percent, vm_module},
+    model::{CodeKindLabel, ReportOptions, SectionKind, V8_INTERPRETER_ENTRY, percent},
+    vm_modules::vm_module,
 };
 
 /// The longest cycle of functions that collapsing recursion recognises: enough for a language
