@@ -25,6 +25,7 @@ pub mod change_queue;
 pub mod code;
 pub mod live;
 pub mod outside;
+mod process_code;
 pub mod ranges;
 pub mod reader;
 pub mod reading;

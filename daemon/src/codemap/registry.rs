@@ -39,6 +39,7 @@ use super::{
     budget::ReadBudgets,
     code::CodeStore,
     live::LiveMap,
+    process_code::ProcessCode,
     reader::{self, ReadReply, ReadRequest, Readers},
     reading::{ReadJob, Sources, Status},
     refusals::{Reason, Refusals},
@@ -146,183 +147,6 @@ pub struct CodeMapCounters {
     pub sources: u64,
     /// Processes whose code maps were forgotten.
     pub forgotten: u64,
-}
-
-#[derive(Debug)]
-struct ProcessCode {
-    timeline: Timeline<RoutedSample>,
-    /// Samples counted provisionally, in a timeline that moves only as far as the sources
-    /// vouch (see the module's doc); their frames as normalised, before any placement.
-    replay: Timeline<Parked>,
-    /// Samples the map of their time left unexplained, waiting for the perf map to change
-    /// after their time: (time, sample).
-    snapshot_parked: Vec<Parked>,
-    /// The perf map's entries as last read, for samples named from a later snapshot.
-    perf_content: LiveMap,
-    /// Ranges of entries refused for lying outside executable mappings.
-    refused_ranges: std::collections::VecDeque<(u64, u64)>,
-    /// When each kind of code map was first found, by kind bit.
-    found_ns: [u64; 4],
-    /// Samples left unexplained by the map of their time since the perf map was last
-    /// rewritten by request: what makes asking a JVM again worth it.
-    unexplained_since_snapshot: u64,
-    /// Samples a perf map read after their time named: whether asking a JVM again is worth
-    /// it.
-    named_by_snapshots: u64,
-    uid: Option<u32>,
-    nspid: u32,
-    /// Its files, and the state of reading them; `None` while out to a reader.
-    sources: Option<Sources>,
-    /// What the sources said when they last came back from a read.
-    status: Status,
-    /// The time of the last read taken back (0: none yet): what the sources are known up to.
-    read_ns: u64,
-    /// A read made after the process exited was taken back: its map is complete.
-    read_after_exit: bool,
-    /// The current checkout of the sources: replies of another are stale.
-    generation: u64,
-    /// Files it maps that may be new, to be opened by the next read.
-    new_files: Vec<MappedCodeMapFile>,
-    /// Its perf map was rewritten while its sources were out: read it again, whole.
-    reread_perf_map: bool,
-    /// Its perf map changed since samples waiting for a later snapshot were last settled.
-    perf_map_changed: bool,
-    /// The process's start time (`/proc/PID/stat`): what tells it from a later one at its pid.
-    start_time_ticks: Option<u64>,
-    /// gRPC publications open, and how far they are known.
-    streams: u32,
-    published_until_ns: u64,
-    exited: bool,
-    /// When [`CodeMaps::forget_gone`] first found it gone.
-    gone_ns: Option<u64>,
-}
-
-impl ProcessCode {
-    /// Whether samples of it wait, are parked, or are provisional.
-    fn busy(&self) -> bool {
-        self.counting() || !self.snapshot_parked.is_empty()
-    }
-
-    /// Whether samples of it wait for their map, or are provisional: samples that the next
-    /// read or the reader's watermark may let through. (Parked samples wait for the perf map
-    /// to change, which a read now and then finds as well as one per batch.)
-    fn counting(&self) -> bool {
-        self.timeline.pending_samples() > 0 || self.replay.pending_samples() > 0
-    }
-
-    /// The kinds of code map it has.
-    fn kinds(&self) -> CodeMapKinds {
-        let mut kinds = CodeMapKinds::default();
-        if self.status.perf_map {
-            kinds = kinds.with(CodeMapKinds::PERF_MAP);
-        }
-        if self.status.jitdumps {
-            kinds = kinds.with(CodeMapKinds::JITDUMP);
-        }
-        if self.status.files {
-            kinds = kinds.with(CodeMapKinds::CODE_MAP_FILE);
-        }
-        if self.streams > 0 || self.published_until_ns > 0 {
-            kinds = kinds.with(CodeMapKinds::PUBLICATION);
-        }
-        kinds
-    }
-
-    /// Notes the kinds of code map it has now, with when each was first seen.
-    fn note_found(&mut self, now_ns: u64) {
-        let kinds = self.kinds();
-        for (bit, found) in self.found_ns.iter_mut().enumerate() {
-            if kinds.0 & (1 << bit) != 0 && *found == 0 {
-                *found = now_ns.max(1);
-            }
-        }
-    }
-
-    /// What each of its sources (when not out to a reader), and its timeline, refused.
-    fn refusals(&mut self) -> impl Iterator<Item = &mut Refusals> {
-        self.sources
-            .iter_mut()
-            .flat_map(|s| s.refusals())
-            .chain(std::iter::once(&mut self.timeline.refusals))
-    }
-
-    /// Whether a read of its files is under way, or due at once (its perf map was rewritten).
-    fn reading(&self) -> bool {
-        self.sources.is_none() || self.reread_perf_map
-    }
-
-    /// Hands what its sources refused since last time to the daemon's counters: before the
-    /// sources go (their refusals would be lost with them).
-    fn count_refusals(&mut self, counters: &mut CodeMapCounters) {
-        for refusals in self.refusals() {
-            count_refusals(counters, refusals);
-        }
-    }
-
-    /// Adds what the process counted to the registry's counters as it is forgotten: the
-    /// daemon's counters only go up, whatever processes come and go.
-    fn retire(mut self, counters: &mut CodeMapCounters) {
-        counters.forgotten += 1;
-        if let Some(sources) = &mut self.sources {
-            sources.give_up_held();
-        }
-        self.count_refusals(counters);
-        let t = self.timeline.counters();
-        counters.changes += t.applied;
-        counters.changes_late += t.late;
-        counters.samples_late += t.late_samples;
-    }
-
-    /// Up to when its sources vouch for the map themselves: [`ProcessCode::known_until`]
-    /// without its bounded waits. A sample attributed later than this was attributed before
-    /// its code map caught up (a buffered jitdump, a silent publication).
-    fn vouched_until(&self, now_ns: u64) -> u64 {
-        self.until(now_ns, false)
-    }
-
-    /// Up to when every change of the process is known (see the module's doc).
-    fn known_until(&self, now_ns: u64) -> u64 {
-        self.until(now_ns, true)
-    }
-
-    /// What the sources vouch for, and with `bounded`, no less than their bounded waits allow:
-    /// a process with no source yet is waited for [`DISCOVERY_WAIT_NS`], a silent publication
-    /// [`PUBLICATION_GRACE_NS`], a buffered jitdump [`JITDUMP_MAX_WAIT_NS`], a read under way
-    /// [`READ_GRACE_NS`].
-    fn until(&self, now_ns: u64, bounded: bool) -> u64 {
-        if self.exited && self.read_after_exit {
-            return u64::MAX;
-        }
-        let at_least = |wait: u64| {
-            if bounded {
-                now_ns.saturating_sub(wait)
-            } else {
-                0
-            }
-        };
-        let no_source_yet = !self.status.any() && self.streams == 0;
-        // Without any source, nothing is vouched for and nothing waited for but the discovery.
-        let mut until = if no_source_yet && bounded {
-            now_ns.saturating_sub(DISCOVERY_WAIT_NS)
-        } else {
-            now_ns
-        };
-        if self.streams > 0 {
-            until = until.min(self.published_until_ns.max(at_least(PUBLICATION_GRACE_NS)));
-        }
-        if let Some(file) = self.status.files_known_until {
-            until = until.min(file.max(at_least(PUBLICATION_GRACE_NS)));
-        }
-        if let Some(jitdump) = self.status.jitdumps_last_ns {
-            until = until.min(jitdump.max(at_least(JITDUMP_MAX_WAIT_NS)));
-        }
-        // Files are known up to the last read: what a read under way brings is not known yet.
-        // (A process never read, only published for, is known as far as its publications.)
-        if self.read_ns > 0 || self.sources.is_none() {
-            until = until.min(self.read_ns.max(at_least(READ_GRACE_NS)));
-        }
-        until
-    }
 }
 
 /// Code maps by pid.
@@ -499,7 +323,7 @@ impl CodeMaps {
         self.process(pid);
         let process = self.processes.get_mut(&pid).expect("made above");
         process.note_found(sys::monotonic_ns());
-        push_changes(process, sys::monotonic_ns(), changes);
+        process.push_changes(sys::monotonic_ns(), changes);
         process.published_until_ns = process.published_until_ns.max(until_ns);
         count_refusals(&mut self.counters, &mut process.timeline.refusals);
     }
@@ -959,7 +783,7 @@ impl CodeMaps {
         if !read.stats.is_empty() {
             self.stats.push((job.pid, read.stats));
         }
-        push_changes(process, now_ns, read.changes);
+        process.push_changes(now_ns, read.changes);
         // The changes are in the timeline, which keeps its codes from the sweeps.
         drop(hold);
         true
@@ -1212,7 +1036,7 @@ fn read_uid(pid: u32) -> Option<u32> {
 }
 
 /// Adds what `refusals` refused since it was last counted to the daemon's counters.
-fn count_refusals(counters: &mut CodeMapCounters, refusals: &mut Refusals) {
+pub(super) fn count_refusals(counters: &mut CodeMapCounters, refusals: &mut Refusals) {
     for (reason, n) in refusals.take_uncounted() {
         *counters.refused.entry(reason).or_default() += n;
     }
@@ -1221,20 +1045,6 @@ fn count_refusals(counters: &mut CodeMapCounters, refusals: &mut Refusals) {
 /// Changes stamped further ahead than this are refused: clocks agree far better, and a change
 /// in the future would wait (held in memory) until then.
 pub const MAX_FUTURE_NS: u64 = 10_000_000_000;
-
-fn push_changes(process: &mut ProcessCode, now_ns: u64, changes: Vec<(u64, Change)>) {
-    for (ts, change) in changes {
-        if ts > now_ns.saturating_add(MAX_FUTURE_NS) {
-            process.timeline.refuse(format!(
-                "a change stamped {:.1} s in the future",
-                (ts - now_ns) as f64 / 1e9
-            ));
-        } else {
-            process.replay.push_change(ts, change.clone());
-            process.timeline.push_change(ts, change);
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
