@@ -478,21 +478,7 @@ pub fn profile_of_stacks(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> 
         .collect();
     let mut profile = profile_with(rows);
     profile.truncated_stacks = stacks.iter().filter(|s| s.2).map(|s| s.1).sum();
-    profile.stacks = stacks
-        .iter()
-        .map(|&(stack, samples, truncated)| Stack {
-            frames: stack.to_vec(),
-            pid: 4242,
-            samples,
-            truncated,
-            end: if truncated {
-                vmscope_proto::v1::StackEnd::DepthLimit
-            } else {
-                vmscope_proto::v1::StackEnd::Complete
-            } as i32,
-            during: Vec::new(),
-        })
-        .collect();
+    profile.stacks = stacks_of(stacks);
     profile.frames = frames;
     profile.has_generated_code = true;
     // 1400 Hz on one busy CPU: not throttled.
@@ -563,4 +549,24 @@ pub fn stacks_profile() -> Profile {
             (&[20, 1, 0], 6, false),
         ],
     )
+}
+
+/// Stacks of process 4242 from (frame indices leaf first, samples, truncated): complete, or
+/// cut at the depth limit when truncated.
+pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> Vec<Stack> {
+    stacks
+        .iter()
+        .map(|&(frames, samples, truncated)| Stack {
+            frames: frames.to_vec(),
+            pid: 4242,
+            samples,
+            truncated,
+            end: if truncated {
+                vmscope_proto::v1::StackEnd::DepthLimit
+            } else {
+                vmscope_proto::v1::StackEnd::Complete
+            } as i32,
+            during: Vec::new(),
+        })
+        .collect()
 }

@@ -663,21 +663,7 @@ mod tests {
     /// A profile of `frames` and `stacks` (frame indices leaf first, samples, truncated),
     /// whose total is the stacks' sum.
     fn profile(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> Profile {
-        let stacks: Vec<Stack> = stacks
-            .iter()
-            .map(|&(frames, samples, truncated)| Stack {
-                frames: frames.to_vec(),
-                pid: 4242,
-                samples,
-                truncated,
-                end: if truncated {
-                    vmscope_proto::v1::StackEnd::DepthLimit
-                } else {
-                    vmscope_proto::v1::StackEnd::Complete
-                } as i32,
-                during: Vec::new(),
-            })
-            .collect();
+        let stacks: Vec<Stack> = crate::fixtures::stacks_of(stacks);
         Profile {
             total_samples: stacks.iter().map(|s| s.samples).sum(),
             frames,
