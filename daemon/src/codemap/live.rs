@@ -312,7 +312,10 @@ impl LiveMap {
         if let Some(index) = self.index.get() {
             return index.lookup(addr);
         }
-        let lookups = self.tree_lookups.fetch_add(1, Ordering::Relaxed) + 1;
+        // A load and a store, not an atomic add: lookups come from one thread at a time, and a
+        // count that lost an increment to a race would only build the index a lookup later.
+        let lookups = self.tree_lookups.load(Ordering::Relaxed) + 1;
+        self.tree_lookups.store(lookups, Ordering::Relaxed);
         if lookups
             >= (self.entries.len() / LOOKUPS_PER_ENTRY_BEFORE_INDEX).max(MIN_LOOKUPS_BEFORE_INDEX)
         {
