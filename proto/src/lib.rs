@@ -4,7 +4,8 @@
 //! `proto/vmscope/v1/codemap.proto` (code maps published by VMs); their comments document every
 //! call and field. [`pprof`] holds the messages of google/pprof's `profile.proto`, which
 //! vmscope writes pprof files with. Generated at build time with a vendored `protoc`, so users
-//! need no protobuf toolchain. Without the default `grpc` feature, only the messages are built.
+//! need no protobuf toolchain. [`model`] carries the profile model (`vmscope-model`) as these
+//! messages, both ways. Without the default `grpc` feature, only the messages are built.
 #![deny(missing_docs)]
 
 /// Messages, client and server of `vmscope.v1`.
@@ -16,6 +17,8 @@ pub mod v1 {
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/vmscope_v1_descriptor.bin"));
 }
+
+pub mod model;
 
 /// google/pprof's `profile.proto` (package `perftools.profiles`), vendored in
 /// `proto/google/pprof/profile.proto`: the messages of a pprof file, before gzip. Its comments

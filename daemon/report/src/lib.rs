@@ -27,7 +27,7 @@ pub mod model;
 pub mod module_pattern;
 pub mod pprof;
 mod processes;
-pub mod rank;
+pub use vmscope_model::rank;
 pub mod runtimes;
 pub mod sort_keys;
 pub mod stack_view;

@@ -1,0 +1,46 @@
+//! The vmscope profile model: what one session measured, in the daemon's and the reports'
+//! own types.
+//!
+//! The daemon's aggregator (`vmscoped`'s `profile/`) builds a [`Profile`]; `vmscope-proto`
+//! carries it over gRPC as `vmscope.v1.Profile` (its `model` module converts both ways, the only
+//! place the two meet); `vmscope-report` renders every output from it (text, JSON, pprof,
+//! folded stacks, flame graphs, call trees). Neither the daemon's core nor the renderers see a
+//! protobuf type: an enum here is a Rust enum, a timestamp a [`std::time::SystemTime`].
+//!
+//! Pure: no I/O, no gRPC. Every type serialises with serde.
+//!
+//! - [`profile`]: the [`Profile`] and its session-wide facts, each judged once (throttling).
+//! - [`frame`]: a distinct frame ([`Frame`]): its section, name, module, code kind, range and
+//!   source line.
+//! - [`stack`]: samples per (process, stack of frames), how each stack ended, the VM's intervals
+//!   they were taken during, and kept samples.
+//! - [`row`]: self and inclusive samples per (section, module, name), with their ranges,
+//!   inlined methods, processes and source lines.
+//! - [`issue`]: samples that could not be symbolised, by module and typed reason.
+//! - [`session`]: the session a profile is of.
+//! - [`vm_stats`], [`kernel`]: what the VMs published of their own statistics, and what the
+//!   kernel counted.
+//! - [`rank`]: the one order of every ranked list.
+#![deny(missing_docs)]
+
+pub mod frame;
+pub mod issue;
+pub mod kernel;
+pub mod profile;
+pub mod rank;
+pub mod row;
+pub mod session;
+pub mod stack;
+pub mod vm_stats;
+
+pub use frame::{CodeKind, Frame, Section};
+pub use issue::{IssueKind, SymbolizationIssue};
+pub use kernel::{KernelCounts, KernelEvents, ProcessKernelCounts};
+pub use profile::Profile;
+pub use row::{CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples};
+pub use session::{CallGraph, Session, SessionState, TargetProcess};
+pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame};
+pub use vm_stats::{
+    ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
+    VmStatistics,
+};

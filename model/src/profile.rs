@@ -1,0 +1,140 @@
+//! A session's profile: its facts, frames, stacks, rows and notes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AttributedSample, Frame, IntervalKind, KernelEvents, ProfileRow, Session, Stack,
+    StackEndSamples, SymbolizationIssue, VmStatistics,
+};
+
+/// What one session measured, aggregated and symbolised: every report renders from it.
+///
+/// Frames are interned: each distinct frame once in [`Profile::frames`], stacks name them by
+/// index. Rows are the stacks summed by leaf (self) and by every frame (inclusive), with the
+/// detail of where in the code samples fell.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// The session, as when the profile was built.
+    pub session: Option<Session>,
+    /// Main executable of the (first) target; empty for system-wide sessions.
+    pub vm_executable: String,
+    /// Every sample of the targets: "samples in the whole program".
+    pub total_samples: u64,
+    /// Samples the kernel took but could not deliver (the ring buffer, or a user's share of
+    /// it, was full). Never hidden.
+    pub lost_samples: u64,
+    /// `lost_samples` by CPU, indexed by CPU number.
+    pub lost_samples_per_cpu: Vec<u64>,
+    /// Wall-clock time sampled.
+    pub duration_seconds: f64,
+    /// CPU time the targets (or, system-wide, all processes) used while sampled.
+    pub cpu_seconds: f64,
+    /// `total_samples / cpu_seconds`: samples per second per busy CPU.
+    pub measured_frequency_hz: f64,
+    /// Samples the kernel took, delivered plus lost, per busy CPU-second.
+    pub taken_frequency_hz: f64,
+    /// The kernel took clearly fewer samples than asked ([`taken_rate`]): judged once, for
+    /// every report and client.
+    pub throttled: bool,
+    /// Rows, one per (section, module, name), most samples first; not folded.
+    pub rows: Vec<ProfileRow>,
+    /// Samples that could not be symbolised, by module and reason.
+    pub symbolization_issues: Vec<SymbolizationIssue>,
+    /// Whether any target has anonymous executable mappings (JIT code).
+    pub has_generated_code: bool,
+    /// The session stopped and every sample taken before the stop was read and attributed.
+    pub complete: bool,
+    /// Why a stopped session's profile is not complete, for a person; empty otherwise.
+    pub incomplete_reason: String,
+    /// Kept samples, in time order.
+    pub samples: Vec<AttributedSample>,
+    /// Samples beyond those kept, counted but not kept.
+    pub samples_not_kept: u64,
+    /// Share of the host's CPU time a hypervisor took for others while the session ran, in
+    /// percent.
+    pub host_steal_percent: f64,
+    /// Samples in generated code attributed before their code map was known up to their time.
+    pub jit_samples_before_code_map: u64,
+    /// Of those, the ones whose code map may still catch up.
+    pub jit_samples_awaiting_code_map: u64,
+    /// Samples first counted provisionally, then placed again in the map of their time.
+    pub jit_samples_caught_up: u64,
+    /// Samples in generated code named from a perf map read after them: not time-correct.
+    pub jit_samples_from_later_snapshot: u64,
+    /// Distinct processes with samples.
+    pub processes: u32,
+    /// Each distinct frame once.
+    pub frames: Vec<Frame>,
+    /// Samples per distinct (process, stack, end, intervals), most first. Every sample is in
+    /// exactly one.
+    pub stacks: Vec<Stack>,
+    /// Samples whose stack was cut at the depth limit.
+    pub truncated_stacks: u64,
+    /// Samples per way their stacks ended (sessions with a call graph), most first.
+    pub stack_ends: Vec<StackEndSamples>,
+    /// What the kernel counted for the targets; `None` for system-wide sessions.
+    pub kernel_events: Option<KernelEvents>,
+    /// What the VMs among the targets published of their own statistics, by pid.
+    pub vm_statistics: Vec<VmStatistics>,
+    /// The kinds of VM interval that [`Stack::during`] and kept samples name, each once.
+    pub vm_interval_kinds: Vec<IntervalKind>,
+}
+
+/// Below this share of the requested rate, samples taken (delivered plus lost) say the kernel
+/// throttled sampling: the rate a cpu-clock event keeps, bunched or stolen ticks included, is
+/// well above it.
+pub const THROTTLED_BELOW: f64 = 0.9;
+
+/// Least CPU time a throttling judgement is made over: below it, ticks are too few.
+pub const THROTTLE_MIN_CPU_SECONDS: f64 = 0.5;
+
+/// The rate the kernel took `taken` samples at, per busy CPU-second of `cpu_seconds`, and
+/// whether it throttled sampling below `requested_hz`: the kernel lowers
+/// `kernel.perf_event_max_sample_rate` when interrupts take too long, and no counter says so.
+pub fn taken_rate(taken: u64, cpu_seconds: f64, requested_hz: u32) -> (f64, bool) {
+    if cpu_seconds <= 0.0 {
+        return (0.0, false);
+    }
+    let rate = taken as f64 / cpu_seconds;
+    let throttled = requested_hz > 0
+        && cpu_seconds >= THROTTLE_MIN_CPU_SECONDS
+        && rate < THROTTLED_BELOW * f64::from(requested_hz);
+    (rate, throttled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttled_below_nine_tenths_of_the_rate_over_enough_cpu_time() {
+        assert_eq!(taken_rate(1000, 1.0, 1000), (1000.0, false));
+        assert_eq!(taken_rate(899, 1.0, 1000), (899.0, true));
+        // Too little CPU time to judge, or no time at all.
+        assert_eq!(taken_rate(100, 0.4, 1000), (250.0, false));
+        assert_eq!(taken_rate(100, 0.0, 1000), (0.0, false));
+    }
+
+    #[test]
+    fn a_profile_reads_back_from_its_json() {
+        let profile = Profile {
+            total_samples: 3,
+            frames: vec![Frame {
+                name: "hot".into(),
+                kind: Some(crate::CodeKind::ClosedPic),
+                ..Frame::default()
+            }],
+            stacks: vec![Stack {
+                frames: vec![0],
+                samples: 3,
+                end: Some(crate::StackEnd::Complete),
+                ..Stack::default()
+            }],
+            vm_interval_kinds: vec![IntervalKind::Named("marking".into())],
+            ..Profile::default()
+        };
+        let json = serde_json::to_string(&profile).unwrap();
+        assert!(json.contains(r#""kind":"closed_pic""#), "{json}");
+        assert_eq!(serde_json::from_str::<Profile>(&json).unwrap(), profile);
+    }
+}

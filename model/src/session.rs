@@ -1,0 +1,97 @@
+//! The session a profile is of, as its header names it.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// A sampling session: what was asked, and where it stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// The daemon's id for it.
+    pub id: u64,
+    /// Where it stands; `None` from a daemon that does not say.
+    pub state: Option<SessionState>,
+    /// The processes it was started for; empty for a system-wide session.
+    pub targets: Vec<TargetProcess>,
+    /// It samples every process of the host.
+    pub system_wide: bool,
+    /// Samples per second per busy CPU asked for.
+    pub frequency_hz: u32,
+    /// When it started.
+    pub started_at: Option<SystemTime>,
+    /// How long it has sampled (to its stop, once stopped).
+    pub elapsed: Option<Duration>,
+    /// When it stops by itself, if it does.
+    pub duration_limit: Option<Duration>,
+    /// Why it stopped, for a person; empty while it runs.
+    pub stop_reason: String,
+    /// The user that started it.
+    pub owner_uid: u32,
+    /// Samples so far.
+    pub samples: u64,
+    /// How it records call stacks; `None` from a daemon that does not say.
+    pub call_graph: Option<CallGraph>,
+    /// `dwarf` stacks: the bytes of stack copied per sample.
+    pub dwarf_stack_bytes: u32,
+    /// Samples in generated code waiting for their code map to catch up.
+    pub awaiting_code_map_samples: u64,
+    /// Most distinct stacks it keeps.
+    pub max_stacks: u64,
+    /// Samples counted by leaf alone once it held `max_stacks`.
+    pub stack_limit_samples: u64,
+}
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Sampling.
+    Running,
+    /// Stopped; waiting for the last samples to be read.
+    Stopping,
+    /// Stopped.
+    Stopped,
+}
+
+/// How a session records call stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallGraph {
+    /// The leaf only.
+    None,
+    /// The kernel walks frame pointers.
+    Fp,
+    /// The daemon unwinds copies of the stack with DWARF CFI.
+    Dwarf,
+}
+
+impl CallGraph {
+    /// How the report and `--call-graph` spell it: `none`, `fp` or `dwarf`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Fp => "fp",
+            Self::Dwarf => "dwarf",
+        }
+    }
+
+    /// Whether samples carry stacks of callers.
+    pub fn has_stacks(self) -> bool {
+        self != Self::None
+    }
+}
+
+/// A process a session was started for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetProcess {
+    /// Its pid.
+    pub pid: u32,
+    /// Its command (`comm`).
+    pub command: String,
+    /// Its main executable.
+    pub executable: String,
+    /// It exited during the session: its samples are still in the profile.
+    pub exited: bool,
+    /// Why sampling of it ended before the session did, other than exiting (empty if not).
+    pub note: String,
+}

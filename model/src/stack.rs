@@ -1,0 +1,117 @@
+//! Samples per stack of frames, how stacks ended, and samples kept one by one.
+
+use serde::{Deserialize, Serialize};
+
+/// Samples of one process with one stack of frames, ended one way, during one set of VM
+/// intervals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stack {
+    /// Indices into [`crate::Profile::frames`], leaf first: kernel frames (when the tick landed
+    /// in the kernel), then the user frames under them, outermost caller last.
+    pub frames: Vec<u32>,
+    /// The process.
+    pub pid: u32,
+    /// Its samples.
+    pub samples: u64,
+    /// Cut at the depth limit: callers beyond the last frame are missing.
+    pub truncated: bool,
+    /// How the walk ended; `None` for a session without call graph (or a daemon that does not
+    /// say).
+    pub end: Option<StackEnd>,
+    /// The intervals its VM had under way when these samples were taken, as indices into
+    /// [`crate::Profile::vm_interval_kinds`]; empty outside any.
+    pub during: Vec<u32>,
+}
+
+/// How a stack's walk ended, as a report groups stacks: whole, or why callers are missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StackEnd {
+    /// The walk reached the thread's entry point.
+    Complete,
+    /// Cut at the depth limit (`kernel.perf_event_max_stack`).
+    DepthLimit,
+    /// A caller was built without frame pointers.
+    NoFramePointer,
+    /// A return address lay outside every mapping.
+    UnmappedReturn,
+    /// The unwinder went past the stack copy (`--call-graph dwarf,SIZE`).
+    CopyTooSmall,
+    /// The stack copy was cut by unreadable memory.
+    CopyFaulted,
+    /// Neither unwind information nor a frame pointer led further.
+    UnwindFailed,
+    /// Code a JIT compiled without frame pointers (HotSpot without
+    /// `-XX:+PreserveFramePointer`).
+    JitNoFramePointer,
+    /// New once the session held its most distinct stacks: counted by leaf alone.
+    StackLimit,
+}
+
+impl StackEnd {
+    /// How JSON spells it: the variant in snake case (`complete`, `no_frame_pointer`...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::DepthLimit => "depth_limit",
+            Self::NoFramePointer => "no_frame_pointer",
+            Self::UnmappedReturn => "unmapped_return",
+            Self::CopyTooSmall => "copy_too_small",
+            Self::CopyFaulted => "copy_faulted",
+            Self::UnwindFailed => "unwind_failed",
+            Self::JitNoFramePointer => "jit_no_frame_pointer",
+            Self::StackLimit => "stack_limit",
+        }
+    }
+}
+
+/// Samples whose stacks ended one way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackEndSamples {
+    /// How they ended.
+    pub end: StackEnd,
+    /// How many.
+    pub samples: u64,
+}
+
+/// One sample kept as it was taken (`--keep-samples`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttributedSample {
+    /// CLOCK_MONOTONIC time of the sample.
+    pub timestamp_ns: u64,
+    /// Its process.
+    pub pid: u32,
+    /// Its thread.
+    pub tid: u32,
+    /// The interrupted instruction pointer.
+    pub ip: u64,
+    /// Taken in the kernel.
+    pub kernel: bool,
+    /// The section of the row it was counted in.
+    pub section: super::Section,
+    /// The name of the row it was counted in.
+    pub name: String,
+    /// The module of the row it was counted in.
+    pub module: String,
+    /// Generated code: the start of the code entry it fell in, at the sample's time.
+    pub code_start: u64,
+    /// Its call stack, leaf first (the leaf alone without call graph).
+    pub stack: Vec<StackFrame>,
+    /// Its stack was cut at the depth limit.
+    pub truncated: bool,
+    /// Its VM's intervals under way when it was taken (as [`Stack::during`]).
+    pub during: Vec<u32>,
+}
+
+/// One frame of a kept sample's stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackFrame {
+    /// The address (a return address for callers).
+    pub address: u64,
+    /// Kernel code.
+    pub kernel: bool,
+    /// Its frame, as an index into [`crate::Profile::frames`].
+    pub frame: u32,
+    /// Generated code: the start of the code entry it fell in, at the sample's time.
+    pub code_start: u64,
+}

@@ -1,0 +1,819 @@
+//! The profile model ([`vmscope_model`]) carried as `vmscope.v1` messages, both ways: the
+//! daemon turns its [`vmscope_model::Profile`] into a [`v1::Profile`] at the gRPC boundary, a
+//! client turns what it received back. The only place the two meet.
+//!
+//! Both ways are total. A value this build does not know (an enum from a newer daemon) becomes
+//! what the model says of unknowns: the section `Other`, code of `Unknown` kind, no stack end,
+//! no issue kind.
+
+use std::time::{Duration, SystemTime};
+
+use vmscope_model as m;
+
+use crate::v1;
+
+impl From<m::Profile> for v1::Profile {
+    fn from(p: m::Profile) -> Self {
+        v1::Profile {
+            session: p.session.map(Into::into),
+            vm_executable: p.vm_executable,
+            total_samples: p.total_samples,
+            lost_samples: p.lost_samples,
+            lost_samples_per_cpu: p.lost_samples_per_cpu,
+            duration_seconds: p.duration_seconds,
+            cpu_seconds: p.cpu_seconds,
+            measured_frequency_hz: p.measured_frequency_hz,
+            rows: p.rows.into_iter().map(Into::into).collect(),
+            symbolization_issues: p.symbolization_issues.into_iter().map(Into::into).collect(),
+            has_generated_code: p.has_generated_code,
+            complete: p.complete,
+            samples: p.samples.into_iter().map(Into::into).collect(),
+            samples_not_kept: p.samples_not_kept,
+            host_steal_percent: p.host_steal_percent,
+            incomplete_reason: p.incomplete_reason,
+            jit_samples_before_code_map: p.jit_samples_before_code_map,
+            processes: p.processes,
+            frames: p.frames.into_iter().map(Into::into).collect(),
+            stacks: p.stacks.into_iter().map(Into::into).collect(),
+            truncated_stacks: p.truncated_stacks,
+            stack_ends: p
+                .stack_ends
+                .into_iter()
+                .map(|e| v1::StackEndSamples {
+                    end: stack_end(Some(e.end)) as i32,
+                    samples: e.samples,
+                })
+                .collect(),
+            pprof: Vec::new(),
+            jit_samples_awaiting_code_map: p.jit_samples_awaiting_code_map,
+            jit_samples_caught_up: p.jit_samples_caught_up,
+            jit_samples_from_later_snapshot: p.jit_samples_from_later_snapshot,
+            kernel_events: p.kernel_events.map(Into::into),
+            vm_statistics: p.vm_statistics.into_iter().map(Into::into).collect(),
+            vm_interval_kinds: p
+                .vm_interval_kinds
+                .iter()
+                .map(|kind| {
+                    let (kind, name) = interval_kind(kind);
+                    v1::VmIntervalKind {
+                        kind: kind as i32,
+                        name,
+                    }
+                })
+                .collect(),
+            taken_frequency_hz: p.taken_frequency_hz,
+            throttled: p.throttled,
+        }
+    }
+}
+
+impl From<v1::Profile> for m::Profile {
+    /// The profile a daemon sent; its `pprof` bytes, an encoding of the same profile, are left
+    /// behind.
+    fn from(p: v1::Profile) -> Self {
+        m::Profile {
+            session: p.session.map(Into::into),
+            vm_executable: p.vm_executable,
+            total_samples: p.total_samples,
+            lost_samples: p.lost_samples,
+            lost_samples_per_cpu: p.lost_samples_per_cpu,
+            duration_seconds: p.duration_seconds,
+            cpu_seconds: p.cpu_seconds,
+            measured_frequency_hz: p.measured_frequency_hz,
+            taken_frequency_hz: p.taken_frequency_hz,
+            throttled: p.throttled,
+            rows: p.rows.into_iter().map(Into::into).collect(),
+            symbolization_issues: p.symbolization_issues.into_iter().map(Into::into).collect(),
+            has_generated_code: p.has_generated_code,
+            complete: p.complete,
+            incomplete_reason: p.incomplete_reason,
+            samples: p.samples.into_iter().map(Into::into).collect(),
+            samples_not_kept: p.samples_not_kept,
+            host_steal_percent: p.host_steal_percent,
+            jit_samples_before_code_map: p.jit_samples_before_code_map,
+            jit_samples_awaiting_code_map: p.jit_samples_awaiting_code_map,
+            jit_samples_caught_up: p.jit_samples_caught_up,
+            jit_samples_from_later_snapshot: p.jit_samples_from_later_snapshot,
+            processes: p.processes,
+            frames: p.frames.into_iter().map(Into::into).collect(),
+            stacks: p.stacks.into_iter().map(Into::into).collect(),
+            truncated_stacks: p.truncated_stacks,
+            stack_ends: p
+                .stack_ends
+                .into_iter()
+                .filter_map(|e| {
+                    Some(m::StackEndSamples {
+                        end: model_stack_end(e.end)?,
+                        samples: e.samples,
+                    })
+                })
+                .collect(),
+            kernel_events: p.kernel_events.map(Into::into),
+            vm_statistics: p.vm_statistics.into_iter().map(Into::into).collect(),
+            vm_interval_kinds: p
+                .vm_interval_kinds
+                .into_iter()
+                .map(|k| model_interval_kind(k.kind, k.name))
+                .collect(),
+        }
+    }
+}
+
+// Sessions.
+
+impl From<m::Session> for v1::Session {
+    fn from(s: m::Session) -> Self {
+        v1::Session {
+            id: s.id,
+            state: s
+                .state
+                .map_or(v1::SessionState::Unspecified, |state| match state {
+                    m::SessionState::Running => v1::SessionState::Running,
+                    m::SessionState::Stopping => v1::SessionState::Stopping,
+                    m::SessionState::Stopped => v1::SessionState::Stopped,
+                }) as i32,
+            targets: s.targets.into_iter().map(Into::into).collect(),
+            system_wide: s.system_wide,
+            frequency_hz: s.frequency_hz,
+            started_at: s.started_at.map(Into::into),
+            elapsed: s
+                .elapsed
+                .and_then(|d| prost_types::Duration::try_from(d).ok()),
+            duration_limit: s
+                .duration_limit
+                .and_then(|d| prost_types::Duration::try_from(d).ok()),
+            stop_reason: s.stop_reason,
+            owner_uid: s.owner_uid,
+            samples: s.samples,
+            call_graph: s
+                .call_graph
+                .map_or(v1::CallGraph::Unspecified, |c| match c {
+                    m::CallGraph::None => v1::CallGraph::None,
+                    m::CallGraph::Fp => v1::CallGraph::Fp,
+                    m::CallGraph::Dwarf => v1::CallGraph::Dwarf,
+                }) as i32,
+            dwarf_stack_bytes: s.dwarf_stack_bytes,
+            awaiting_code_map_samples: s.awaiting_code_map_samples,
+            max_stacks: s.max_stacks,
+            stack_limit_samples: s.stack_limit_samples,
+        }
+    }
+}
+
+impl From<v1::Session> for m::Session {
+    fn from(s: v1::Session) -> Self {
+        m::Session {
+            id: s.id,
+            state: match v1::SessionState::try_from(s.state) {
+                Ok(v1::SessionState::Running) => Some(m::SessionState::Running),
+                Ok(v1::SessionState::Stopping) => Some(m::SessionState::Stopping),
+                Ok(v1::SessionState::Stopped) => Some(m::SessionState::Stopped),
+                _ => None,
+            },
+            targets: s.targets.into_iter().map(Into::into).collect(),
+            system_wide: s.system_wide,
+            frequency_hz: s.frequency_hz,
+            started_at: s.started_at.and_then(|t| SystemTime::try_from(t).ok()),
+            elapsed: s.elapsed.and_then(|d| Duration::try_from(d).ok()),
+            duration_limit: s.duration_limit.and_then(|d| Duration::try_from(d).ok()),
+            stop_reason: s.stop_reason,
+            owner_uid: s.owner_uid,
+            samples: s.samples,
+            call_graph: match v1::CallGraph::try_from(s.call_graph) {
+                Ok(v1::CallGraph::None) => Some(m::CallGraph::None),
+                Ok(v1::CallGraph::Fp) => Some(m::CallGraph::Fp),
+                Ok(v1::CallGraph::Dwarf) => Some(m::CallGraph::Dwarf),
+                _ => None,
+            },
+            dwarf_stack_bytes: s.dwarf_stack_bytes,
+            awaiting_code_map_samples: s.awaiting_code_map_samples,
+            max_stacks: s.max_stacks,
+            stack_limit_samples: s.stack_limit_samples,
+        }
+    }
+}
+
+impl From<m::TargetProcess> for v1::TargetProcess {
+    fn from(t: m::TargetProcess) -> Self {
+        v1::TargetProcess {
+            pid: t.pid,
+            command: t.command,
+            executable: t.executable,
+            exited: t.exited,
+            note: t.note,
+        }
+    }
+}
+
+impl From<v1::TargetProcess> for m::TargetProcess {
+    fn from(t: v1::TargetProcess) -> Self {
+        m::TargetProcess {
+            pid: t.pid,
+            command: t.command,
+            executable: t.executable,
+            exited: t.exited,
+            note: t.note,
+        }
+    }
+}
+
+// Frames, stacks, kept samples.
+
+/// A section as the API says it.
+pub fn section(section: m::Section) -> v1::Section {
+    match section {
+        m::Section::Generated => v1::Section::Generated,
+        m::Section::Vanilla => v1::Section::Vanilla,
+        m::Section::Other => v1::Section::Other,
+    }
+}
+
+/// The section of a row or frame as a daemon labelled it: unspecified (or unknown, from a
+/// newer daemon) goes to `Other`, whose definition is "everything else", rather than vanish.
+pub fn model_section(section: i32) -> m::Section {
+    match v1::Section::try_from(section) {
+        Ok(v1::Section::Generated) => m::Section::Generated,
+        Ok(v1::Section::Vanilla) => m::Section::Vanilla,
+        _ => m::Section::Other,
+    }
+}
+
+/// A kind of code as the API says it; native code has none.
+pub fn code_kind(kind: Option<m::CodeKind>) -> v1::CodeKind {
+    match kind {
+        None => v1::CodeKind::Unspecified,
+        Some(m::CodeKind::Method) => v1::CodeKind::Method,
+        Some(m::CodeKind::Block) => v1::CodeKind::Block,
+        Some(m::CodeKind::Trampoline) => v1::CodeKind::Trampoline,
+        Some(m::CodeKind::Enilopmart) => v1::CodeKind::Enilopmart,
+        Some(m::CodeKind::ClosedPic) => v1::CodeKind::ClosedPic,
+        Some(m::CodeKind::OpenPic) => v1::CodeKind::OpenPic,
+        Some(m::CodeKind::Stub) => v1::CodeKind::Stub,
+        Some(m::CodeKind::Unknown) => v1::CodeKind::Unknown,
+    }
+}
+
+/// The kind of code a daemon said; a kind from a newer daemon is code of unknown kind.
+pub fn model_code_kind(kind: i32) -> Option<m::CodeKind> {
+    Some(match v1::CodeKind::try_from(kind) {
+        Ok(v1::CodeKind::Unspecified) => return None,
+        Ok(v1::CodeKind::Method) => m::CodeKind::Method,
+        Ok(v1::CodeKind::Block) => m::CodeKind::Block,
+        Ok(v1::CodeKind::Trampoline) => m::CodeKind::Trampoline,
+        Ok(v1::CodeKind::Enilopmart) => m::CodeKind::Enilopmart,
+        Ok(v1::CodeKind::ClosedPic) => m::CodeKind::ClosedPic,
+        Ok(v1::CodeKind::OpenPic) => m::CodeKind::OpenPic,
+        Ok(v1::CodeKind::Stub) => m::CodeKind::Stub,
+        Ok(v1::CodeKind::Unknown) | Err(_) => m::CodeKind::Unknown,
+    })
+}
+
+impl From<m::Frame> for v1::Frame {
+    fn from(f: m::Frame) -> Self {
+        v1::Frame {
+            section: section(f.section) as i32,
+            name: f.name,
+            module: f.module,
+            symbolized: f.symbolized,
+            kind: code_kind(f.kind) as i32,
+            range: f.range,
+            inlined: f.inlined,
+            code_map: f.code_map,
+            optimised: f.optimised,
+            build_id: f.build_id,
+            kernel: f.kernel,
+            file: f.file,
+            line: f.line,
+            later_snapshot: f.later_snapshot,
+        }
+    }
+}
+
+impl From<v1::Frame> for m::Frame {
+    fn from(f: v1::Frame) -> Self {
+        m::Frame {
+            section: model_section(f.section),
+            name: f.name,
+            module: f.module,
+            symbolized: f.symbolized,
+            kind: model_code_kind(f.kind),
+            range: f.range,
+            inlined: f.inlined,
+            code_map: f.code_map,
+            optimised: f.optimised,
+            build_id: f.build_id,
+            kernel: f.kernel,
+            file: f.file,
+            line: f.line,
+            later_snapshot: f.later_snapshot,
+        }
+    }
+}
+
+/// How a stack ended as the API says it; unknown is unspecified.
+pub fn stack_end(end: Option<m::StackEnd>) -> v1::StackEnd {
+    match end {
+        None => v1::StackEnd::Unspecified,
+        Some(m::StackEnd::Complete) => v1::StackEnd::Complete,
+        Some(m::StackEnd::DepthLimit) => v1::StackEnd::DepthLimit,
+        Some(m::StackEnd::NoFramePointer) => v1::StackEnd::NoFramePointer,
+        Some(m::StackEnd::UnmappedReturn) => v1::StackEnd::UnmappedReturn,
+        Some(m::StackEnd::CopyTooSmall) => v1::StackEnd::CopyTooSmall,
+        Some(m::StackEnd::CopyFaulted) => v1::StackEnd::CopyFaulted,
+        Some(m::StackEnd::UnwindFailed) => v1::StackEnd::UnwindFailed,
+        Some(m::StackEnd::JitNoFramePointer) => v1::StackEnd::JitNoFramePointer,
+        Some(m::StackEnd::StackLimit) => v1::StackEnd::StackLimit,
+    }
+}
+
+/// How a stack ended as a daemon said it; `None` when it did not say, or said something this
+/// build does not know.
+pub fn model_stack_end(end: i32) -> Option<m::StackEnd> {
+    Some(match v1::StackEnd::try_from(end).ok()? {
+        v1::StackEnd::Unspecified => return None,
+        v1::StackEnd::Complete => m::StackEnd::Complete,
+        v1::StackEnd::DepthLimit => m::StackEnd::DepthLimit,
+        v1::StackEnd::NoFramePointer => m::StackEnd::NoFramePointer,
+        v1::StackEnd::UnmappedReturn => m::StackEnd::UnmappedReturn,
+        v1::StackEnd::CopyTooSmall => m::StackEnd::CopyTooSmall,
+        v1::StackEnd::CopyFaulted => m::StackEnd::CopyFaulted,
+        v1::StackEnd::UnwindFailed => m::StackEnd::UnwindFailed,
+        v1::StackEnd::JitNoFramePointer => m::StackEnd::JitNoFramePointer,
+        v1::StackEnd::StackLimit => m::StackEnd::StackLimit,
+    })
+}
+
+impl From<m::Stack> for v1::Stack {
+    fn from(s: m::Stack) -> Self {
+        v1::Stack {
+            frames: s.frames,
+            pid: s.pid,
+            samples: s.samples,
+            truncated: s.truncated,
+            end: stack_end(s.end) as i32,
+            during: s.during,
+        }
+    }
+}
+
+impl From<v1::Stack> for m::Stack {
+    fn from(s: v1::Stack) -> Self {
+        m::Stack {
+            frames: s.frames,
+            pid: s.pid,
+            samples: s.samples,
+            truncated: s.truncated,
+            end: model_stack_end(s.end),
+            during: s.during,
+        }
+    }
+}
+
+impl From<m::AttributedSample> for v1::AttributedSample {
+    fn from(s: m::AttributedSample) -> Self {
+        v1::AttributedSample {
+            timestamp_ns: s.timestamp_ns,
+            pid: s.pid,
+            tid: s.tid,
+            ip: s.ip,
+            kernel: s.kernel,
+            section: section(s.section) as i32,
+            name: s.name,
+            module: s.module,
+            code_start: s.code_start,
+            stack: s
+                .stack
+                .into_iter()
+                .map(|f| v1::StackFrame {
+                    address: f.address,
+                    kernel: f.kernel,
+                    frame: f.frame,
+                    code_start: f.code_start,
+                })
+                .collect(),
+            truncated: s.truncated,
+            during: s.during,
+        }
+    }
+}
+
+impl From<v1::AttributedSample> for m::AttributedSample {
+    fn from(s: v1::AttributedSample) -> Self {
+        m::AttributedSample {
+            timestamp_ns: s.timestamp_ns,
+            pid: s.pid,
+            tid: s.tid,
+            ip: s.ip,
+            kernel: s.kernel,
+            section: model_section(s.section),
+            name: s.name,
+            module: s.module,
+            code_start: s.code_start,
+            stack: s
+                .stack
+                .into_iter()
+                .map(|f| m::StackFrame {
+                    address: f.address,
+                    kernel: f.kernel,
+                    frame: f.frame,
+                    code_start: f.code_start,
+                })
+                .collect(),
+            truncated: s.truncated,
+            during: s.during,
+        }
+    }
+}
+
+// Rows and issues.
+
+impl From<m::ProfileRow> for v1::ProfileRow {
+    fn from(r: m::ProfileRow) -> Self {
+        v1::ProfileRow {
+            section: section(r.section) as i32,
+            name: r.name,
+            module: r.module,
+            samples: r.samples,
+            symbolized: r.symbolized,
+            kind: code_kind(r.kind) as i32,
+            ranges: r
+                .ranges
+                .into_iter()
+                .map(|c| v1::CodeRange {
+                    label: c.label,
+                    samples: c.samples,
+                })
+                .collect(),
+            inlined: r
+                .inlined
+                .into_iter()
+                .map(|i| v1::InlinedMethod {
+                    name: i.name,
+                    samples: i.samples,
+                })
+                .collect(),
+            code_map: r.code_map,
+            optimised: r.optimised,
+            processes: r
+                .processes
+                .into_iter()
+                .map(|p| v1::ProcessSamples {
+                    pid: p.pid,
+                    command: p.command,
+                    samples: p.samples,
+                })
+                .collect(),
+            inclusive_samples: r.inclusive_samples,
+            srcline: r.srcline,
+            source_lines: r
+                .source_lines
+                .into_iter()
+                .map(|l| v1::SourceLineSamples {
+                    file: l.file,
+                    line: l.line,
+                    pid: l.pid,
+                    samples: l.samples,
+                })
+                .collect(),
+            later_snapshot_samples: r.later_snapshot_samples,
+        }
+    }
+}
+
+impl From<v1::ProfileRow> for m::ProfileRow {
+    fn from(r: v1::ProfileRow) -> Self {
+        m::ProfileRow {
+            section: model_section(r.section),
+            name: r.name,
+            module: r.module,
+            samples: r.samples,
+            symbolized: r.symbolized,
+            kind: model_code_kind(r.kind),
+            ranges: r
+                .ranges
+                .into_iter()
+                .map(|c| m::CodeRange {
+                    label: c.label,
+                    samples: c.samples,
+                })
+                .collect(),
+            inlined: r
+                .inlined
+                .into_iter()
+                .map(|i| m::InlinedMethod {
+                    name: i.name,
+                    samples: i.samples,
+                })
+                .collect(),
+            code_map: r.code_map,
+            optimised: r.optimised,
+            processes: r
+                .processes
+                .into_iter()
+                .map(|p| m::ProcessSamples {
+                    pid: p.pid,
+                    command: p.command,
+                    samples: p.samples,
+                })
+                .collect(),
+            inclusive_samples: r.inclusive_samples,
+            srcline: r.srcline,
+            source_lines: r
+                .source_lines
+                .into_iter()
+                .map(|l| m::SourceLineSamples {
+                    file: l.file,
+                    line: l.line,
+                    pid: l.pid,
+                    samples: l.samples,
+                })
+                .collect(),
+            later_snapshot_samples: r.later_snapshot_samples,
+        }
+    }
+}
+
+/// A kind of symbolisation issue as the API says it.
+pub fn issue_kind(kind: Option<m::IssueKind>) -> v1::SymbolizationIssueKind {
+    use m::IssueKind as K;
+    use v1::SymbolizationIssueKind as P;
+    match kind {
+        None => P::Unspecified,
+        Some(K::BinaryUnreadable) => P::BinaryUnreadable,
+        Some(K::OutsideSegments) => P::OutsideSegments,
+        Some(K::Stripped) => P::Stripped,
+        Some(K::NoSymbol) => P::NoSymbol,
+        Some(K::BinaryClosed) => P::BinaryClosed,
+        Some(K::KernelAddressesHidden) => P::KernelAddressesHidden,
+        Some(K::NotInKallsyms) => P::NotInKallsyms,
+        Some(K::KernelNotShown) => P::KernelNotShown,
+        Some(K::JitUnexplained) => P::JitUnexplained,
+        Some(K::ProcessGone) => P::ProcessGone,
+        Some(K::Unmapped) => P::Unmapped,
+        Some(K::MappingsUnreadable) => P::MappingsUnreadable,
+        Some(K::PseudoMapping) => P::PseudoMapping,
+        Some(K::DaemonBug) => P::DaemonBug,
+    }
+}
+
+/// A kind of symbolisation issue as a daemon said it; `None` when it did not say, or said
+/// something this build does not know.
+pub fn model_issue_kind(kind: i32) -> Option<m::IssueKind> {
+    use m::IssueKind as K;
+    use v1::SymbolizationIssueKind as P;
+    Some(match P::try_from(kind).ok()? {
+        P::Unspecified => return None,
+        P::BinaryUnreadable => K::BinaryUnreadable,
+        P::OutsideSegments => K::OutsideSegments,
+        P::Stripped => K::Stripped,
+        P::NoSymbol => K::NoSymbol,
+        P::BinaryClosed => K::BinaryClosed,
+        P::KernelAddressesHidden => K::KernelAddressesHidden,
+        P::NotInKallsyms => K::NotInKallsyms,
+        P::KernelNotShown => K::KernelNotShown,
+        P::JitUnexplained => K::JitUnexplained,
+        P::ProcessGone => K::ProcessGone,
+        P::Unmapped => K::Unmapped,
+        P::MappingsUnreadable => K::MappingsUnreadable,
+        P::PseudoMapping => K::PseudoMapping,
+        P::DaemonBug => K::DaemonBug,
+    })
+}
+
+impl From<m::SymbolizationIssue> for v1::SymbolizationIssue {
+    fn from(i: m::SymbolizationIssue) -> Self {
+        v1::SymbolizationIssue {
+            module: i.module,
+            reason: i.reason,
+            samples: i.samples,
+            kind: issue_kind(i.kind) as i32,
+        }
+    }
+}
+
+impl From<v1::SymbolizationIssue> for m::SymbolizationIssue {
+    fn from(i: v1::SymbolizationIssue) -> Self {
+        m::SymbolizationIssue {
+            module: i.module,
+            reason: i.reason,
+            samples: i.samples,
+            kind: model_issue_kind(i.kind),
+        }
+    }
+}
+
+// The kernel's counts.
+
+impl From<m::KernelEvents> for v1::KernelEvents {
+    fn from(e: m::KernelEvents) -> Self {
+        v1::KernelEvents {
+            total: e.total.map(Into::into),
+            processes: e
+                .processes
+                .into_iter()
+                .map(|p| v1::ProcessKernelCounts {
+                    pid: p.pid,
+                    command: p.command,
+                    counts: p.counts.map(Into::into),
+                    threads: p.threads,
+                    note: p.note,
+                })
+                .collect(),
+            unavailable: e.unavailable,
+        }
+    }
+}
+
+impl From<v1::KernelEvents> for m::KernelEvents {
+    fn from(e: v1::KernelEvents) -> Self {
+        m::KernelEvents {
+            total: e.total.map(Into::into),
+            processes: e
+                .processes
+                .into_iter()
+                .map(|p| m::ProcessKernelCounts {
+                    pid: p.pid,
+                    command: p.command,
+                    counts: p.counts.map(Into::into),
+                    threads: p.threads,
+                    note: p.note,
+                })
+                .collect(),
+            unavailable: e.unavailable,
+        }
+    }
+}
+
+impl From<m::KernelCounts> for v1::KernelCounts {
+    fn from(c: m::KernelCounts) -> Self {
+        v1::KernelCounts {
+            context_switches: c.context_switches,
+            voluntary_context_switches: c.voluntary_context_switches,
+            involuntary_context_switches: c.involuntary_context_switches,
+            cpu_migrations: c.cpu_migrations,
+            minor_faults: c.minor_faults,
+            major_faults: c.major_faults,
+            cycles: c.cycles,
+            instructions: c.instructions,
+            cache_misses: c.cache_misses,
+        }
+    }
+}
+
+impl From<v1::KernelCounts> for m::KernelCounts {
+    fn from(c: v1::KernelCounts) -> Self {
+        m::KernelCounts {
+            context_switches: c.context_switches,
+            voluntary_context_switches: c.voluntary_context_switches,
+            involuntary_context_switches: c.involuntary_context_switches,
+            cpu_migrations: c.cpu_migrations,
+            minor_faults: c.minor_faults,
+            major_faults: c.major_faults,
+            cycles: c.cycles,
+            instructions: c.instructions,
+            cache_misses: c.cache_misses,
+        }
+    }
+}
+
+// VM statistics.
+
+/// A kind of interval as the API says it: its kind, and the name a VM gave its own.
+pub fn interval_kind(kind: &m::IntervalKind) -> (v1::IntervalKind, String) {
+    match kind {
+        m::IntervalKind::Scavenge => (v1::IntervalKind::Scavenge, String::new()),
+        m::IntervalKind::FullGc => (v1::IntervalKind::FullGc, String::new()),
+        m::IntervalKind::CodeCompaction => (v1::IntervalKind::CodeCompaction, String::new()),
+        m::IntervalKind::Safepoint => (v1::IntervalKind::Safepoint, String::new()),
+        m::IntervalKind::Named(name) => (v1::IntervalKind::Named, name.clone()),
+    }
+}
+
+/// A kind of interval as a daemon said it: a kind this build does not know goes by its name,
+/// as reports key it.
+pub fn model_interval_kind(kind: i32, name: String) -> m::IntervalKind {
+    match v1::IntervalKind::try_from(kind) {
+        Ok(v1::IntervalKind::Scavenge) => m::IntervalKind::Scavenge,
+        Ok(v1::IntervalKind::FullGc) => m::IntervalKind::FullGc,
+        Ok(v1::IntervalKind::CodeCompaction) => m::IntervalKind::CodeCompaction,
+        Ok(v1::IntervalKind::Safepoint) => m::IntervalKind::Safepoint,
+        _ => m::IntervalKind::Named(name),
+    }
+}
+
+impl From<m::VmStatistics> for v1::VmStatistics {
+    fn from(s: m::VmStatistics) -> Self {
+        v1::VmStatistics {
+            pid: s.pid,
+            vm: s.vm,
+            configuration: s
+                .configuration
+                .into_iter()
+                .map(|c| v1::Configuration {
+                    name: c.name,
+                    value: Some(match c.value {
+                        m::ConfigValue::Number(n) => v1::configuration::Value::Number(n),
+                        m::ConfigValue::Text(t) => v1::configuration::Value::Text(t),
+                    }),
+                    unit: c.unit,
+                })
+                .collect(),
+            counters: s
+                .counters
+                .into_iter()
+                .map(|c| v1::CounterDelta {
+                    name: c.name,
+                    unit: c.unit,
+                    delta: c.delta,
+                    last: c.last,
+                })
+                .collect(),
+            gauges: s
+                .gauges
+                .into_iter()
+                .map(|g| v1::GaugeDelta {
+                    name: g.name,
+                    unit: g.unit,
+                    delta: g.delta,
+                    last: g.last,
+                    low: g.low,
+                    high: g.high,
+                })
+                .collect(),
+            intervals: s
+                .intervals
+                .into_iter()
+                .map(|t| {
+                    let (kind, name) = interval_kind(&t.kind);
+                    v1::IntervalTotals {
+                        kind: kind as i32,
+                        name,
+                        count: t.count,
+                        total_ns: t.total_ns,
+                        longest_ns: t.longest_ns,
+                        sampled: t.sampled,
+                    }
+                })
+                .collect(),
+            window_ns: s.window_ns,
+            samples: s.samples,
+        }
+    }
+}
+
+impl From<v1::VmStatistics> for m::VmStatistics {
+    fn from(s: v1::VmStatistics) -> Self {
+        m::VmStatistics {
+            pid: s.pid,
+            vm: s.vm,
+            configuration: s
+                .configuration
+                .into_iter()
+                .map(|c| m::Configuration {
+                    name: c.name,
+                    value: match c.value {
+                        Some(v1::configuration::Value::Number(n)) => m::ConfigValue::Number(n),
+                        Some(v1::configuration::Value::Text(t)) => m::ConfigValue::Text(t),
+                        None => m::ConfigValue::Text(String::new()),
+                    },
+                    unit: c.unit,
+                })
+                .collect(),
+            counters: s
+                .counters
+                .into_iter()
+                .map(|c| m::CounterDelta {
+                    name: c.name,
+                    unit: c.unit,
+                    delta: c.delta,
+                    last: c.last,
+                })
+                .collect(),
+            gauges: s
+                .gauges
+                .into_iter()
+                .map(|g| m::GaugeDelta {
+                    name: g.name,
+                    unit: g.unit,
+                    delta: g.delta,
+                    last: g.last,
+                    low: g.low,
+                    high: g.high,
+                })
+                .collect(),
+            intervals: s
+                .intervals
+                .into_iter()
+                .map(|t| m::IntervalTotals {
+                    kind: model_interval_kind(t.kind, t.name),
+                    count: t.count,
+                    total_ns: t.total_ns,
+                    longest_ns: t.longest_ns,
+                    sampled: t.sampled,
+                })
+                .collect(),
+            window_ns: s.window_ns,
+            samples: s.samples,
+        }
+    }
+}
