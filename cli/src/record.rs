@@ -136,7 +136,7 @@ pub async fn record(
         let reason =
             wait_for_end(&mut client, id, exited, forwarder.as_mut(), &mut signals).await?;
         stop(&mut client, id, reason).await?;
-        let mut profile = client
+        let mut profile: vmscope_model::Profile = client
             .get_profile(pb::GetProfileRequest {
                 session_id: id,
                 pprof: false,
@@ -144,7 +144,8 @@ pub async fn record(
             .await
             .map_err(client::status_error)
             .context("fetching the profile")?
-            .into_inner();
+            .into_inner()
+            .into();
         // The daemon sees the command's exit too (its exit tracepoint), and may stop the
         // session first; its only target is the command, so that is the same end, said as the
         // user knows it.

@@ -75,7 +75,7 @@ pub async fn report(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let mut client = client::connect(socket).await?;
-    let profile = client
+    let profile: vmscope_model::Profile = client
         .get_profile(pb::GetProfileRequest {
             session_id: id,
             pprof: false,
@@ -83,7 +83,8 @@ pub async fn report(
         .await
         .map_err(client::status_error)
         .with_context(|| format!("cannot get the profile of session {id}"))?
-        .into_inner();
+        .into_inner()
+        .into();
     crate::report::render_profile(&profile, options, format, out)?;
     Ok(())
 }

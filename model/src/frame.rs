@@ -19,6 +19,18 @@ pub enum Section {
 }
 
 impl Section {
+    /// Every section, in report order.
+    pub const ALL: [Section; 3] = [Section::Generated, Section::Vanilla, Section::Other];
+
+    /// Its place in report order: an index into [`Section::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Self::Generated => 0,
+            Self::Vanilla => 1,
+            Self::Other => 2,
+        }
+    }
+
     /// How JSON and pprof labels spell it: `generated`, `vanilla` or `other`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,7 +62,7 @@ pub enum CodeKind {
     OpenPic,
     /// Other runtime code.
     Stub,
-    /// Code known by name only (perf maps, jitdump), or of a kind this build does not know.
+    /// Code known by name only (perf maps, jitdump).
     #[default]
     Unknown,
 }

@@ -44,3 +44,71 @@ pub use vm_stats::{
     ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
     VmStatistics,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// JSON (serde) and the text, pprof and `--sort` renderers (`as_str`) spell every enum
+    /// value the same way: two spellings that could drift apart are checked here.
+    #[test]
+    fn serde_spells_every_enum_as_as_str_does() {
+        fn same<T: serde::Serialize + std::fmt::Debug>(values: &[T], as_str: impl Fn(&T) -> &str) {
+            for value in values {
+                let json = serde_json::to_string(value).unwrap();
+                assert_eq!(json, format!("\"{}\"", as_str(value)), "{value:?}");
+            }
+        }
+        same(&Section::ALL, |s| s.as_str());
+        same(
+            &[
+                CodeKind::Method,
+                CodeKind::Block,
+                CodeKind::Trampoline,
+                CodeKind::Enilopmart,
+                CodeKind::ClosedPic,
+                CodeKind::OpenPic,
+                CodeKind::Stub,
+                CodeKind::Unknown,
+            ],
+            |k| k.as_str(),
+        );
+        same(
+            &[
+                StackEnd::Complete,
+                StackEnd::DepthLimit,
+                StackEnd::NoFramePointer,
+                StackEnd::UnmappedReturn,
+                StackEnd::CopyTooSmall,
+                StackEnd::CopyFaulted,
+                StackEnd::UnwindFailed,
+                StackEnd::JitNoFramePointer,
+                StackEnd::StackLimit,
+            ],
+            |e| e.as_str(),
+        );
+        same(
+            &[
+                IssueKind::BinaryUnreadable,
+                IssueKind::OutsideSegments,
+                IssueKind::Stripped,
+                IssueKind::NoSymbol,
+                IssueKind::BinaryClosed,
+                IssueKind::KernelAddressesHidden,
+                IssueKind::NotInKallsyms,
+                IssueKind::KernelNotShown,
+                IssueKind::JitUnexplained,
+                IssueKind::ProcessGone,
+                IssueKind::Unmapped,
+                IssueKind::MappingsUnreadable,
+                IssueKind::PseudoMapping,
+                IssueKind::DaemonBug,
+            ],
+            |k| k.as_str(),
+        );
+        same(&[CallGraph::None, CallGraph::Fp, CallGraph::Dwarf], |c| {
+            c.as_str()
+        });
+        same(&IntervalKind::PROTOCOL, |k| k.key());
+    }
+}

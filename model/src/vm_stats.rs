@@ -29,15 +29,16 @@ pub struct VmStatistics {
 pub struct Configuration {
     /// Its name, as the report prints it.
     pub name: String,
-    /// Its value.
-    pub value: ConfigValue,
+    /// Its value; `None` when the VM published none.
+    pub value: Option<ConfigValue>,
     /// Its unit (may be empty).
     pub unit: String,
 }
 
-/// A setting's value.
+/// A setting's value, as the VM published it: a number or a text (serialised as a JSON number
+/// or string).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum ConfigValue {
     /// A number (`eden size: 3,801,936`).
     Number(i64),
@@ -69,10 +70,18 @@ pub struct GaugeDelta {
     pub delta: i64,
     /// Its last value.
     pub last: i64,
-    /// Its lowest value.
+    /// Its lowest value over the window, its level at the start included.
     pub low: i64,
-    /// Its highest value.
+    /// Its highest value over the window: a heap's high-water mark.
     pub high: i64,
+}
+
+impl GaugeDelta {
+    /// Whether the gauge moved during the window: one that stayed at one level has no change
+    /// to report ("young +0 bytes"), only its level.
+    pub fn moved(&self) -> bool {
+        self.delta != 0 || self.low != self.high
+    }
 }
 
 /// The intervals of one kind over the window.

@@ -3,8 +3,8 @@
 //! client turns what it received back. The only place the two meet.
 //!
 //! Both ways are total. A value this build does not know (an enum from a newer daemon) becomes
-//! what the model says of unknowns: the section `Other`, code of `Unknown` kind, no stack end,
-//! no issue kind.
+//! what the model says of unknowns: the section `Other`, no code kind, no stack end, no issue
+//! kind, an interval kind known by its name.
 
 use std::time::{Duration, SystemTime};
 
@@ -253,18 +253,19 @@ pub fn code_kind(kind: Option<m::CodeKind>) -> v1::CodeKind {
     }
 }
 
-/// The kind of code a daemon said; a kind from a newer daemon is code of unknown kind.
+/// The kind of code a daemon said; `None` when it did not say, or said something this build
+/// does not know.
 pub fn model_code_kind(kind: i32) -> Option<m::CodeKind> {
-    Some(match v1::CodeKind::try_from(kind) {
-        Ok(v1::CodeKind::Unspecified) => return None,
-        Ok(v1::CodeKind::Method) => m::CodeKind::Method,
-        Ok(v1::CodeKind::Block) => m::CodeKind::Block,
-        Ok(v1::CodeKind::Trampoline) => m::CodeKind::Trampoline,
-        Ok(v1::CodeKind::Enilopmart) => m::CodeKind::Enilopmart,
-        Ok(v1::CodeKind::ClosedPic) => m::CodeKind::ClosedPic,
-        Ok(v1::CodeKind::OpenPic) => m::CodeKind::OpenPic,
-        Ok(v1::CodeKind::Stub) => m::CodeKind::Stub,
-        Ok(v1::CodeKind::Unknown) | Err(_) => m::CodeKind::Unknown,
+    Some(match v1::CodeKind::try_from(kind).ok()? {
+        v1::CodeKind::Unspecified => return None,
+        v1::CodeKind::Method => m::CodeKind::Method,
+        v1::CodeKind::Block => m::CodeKind::Block,
+        v1::CodeKind::Trampoline => m::CodeKind::Trampoline,
+        v1::CodeKind::Enilopmart => m::CodeKind::Enilopmart,
+        v1::CodeKind::ClosedPic => m::CodeKind::ClosedPic,
+        v1::CodeKind::OpenPic => m::CodeKind::OpenPic,
+        v1::CodeKind::Stub => m::CodeKind::Stub,
+        v1::CodeKind::Unknown => m::CodeKind::Unknown,
     })
 }
 
@@ -711,7 +712,7 @@ impl From<m::VmStatistics> for v1::VmStatistics {
                 .into_iter()
                 .map(|c| v1::Configuration {
                     name: c.name,
-                    value: Some(match c.value {
+                    value: c.value.map(|value| match value {
                         m::ConfigValue::Number(n) => v1::configuration::Value::Number(n),
                         m::ConfigValue::Text(t) => v1::configuration::Value::Text(t),
                     }),
@@ -771,11 +772,10 @@ impl From<v1::VmStatistics> for m::VmStatistics {
                 .into_iter()
                 .map(|c| m::Configuration {
                     name: c.name,
-                    value: match c.value {
-                        Some(v1::configuration::Value::Number(n)) => m::ConfigValue::Number(n),
-                        Some(v1::configuration::Value::Text(t)) => m::ConfigValue::Text(t),
-                        None => m::ConfigValue::Text(String::new()),
-                    },
+                    value: c.value.map(|value| match value {
+                        v1::configuration::Value::Number(n) => m::ConfigValue::Number(n),
+                        v1::configuration::Value::Text(t) => m::ConfigValue::Text(t),
+                    }),
                     unit: c.unit,
                 })
                 .collect(),
@@ -815,5 +815,177 @@ impl From<v1::VmStatistics> for m::VmStatistics {
             window_ns: s.window_ns,
             samples: s.samples,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile with one of everything, every enum away from its default.
+    fn everything() -> m::Profile {
+        let started = SystemTime::UNIX_EPOCH + Duration::new(1_795_341_600, 500);
+        m::Profile {
+            session: Some(m::Session {
+                id: 7,
+                state: Some(m::SessionState::Stopping),
+                targets: vec![m::TargetProcess {
+                    pid: 42,
+                    command: "jitvm".into(),
+                    executable: "/usr/bin/jitvm".into(),
+                    exited: true,
+                    note: "gone".into(),
+                }],
+                frequency_hz: 997,
+                started_at: Some(started),
+                elapsed: Some(Duration::from_millis(1500)),
+                duration_limit: Some(Duration::from_secs(3)),
+                stop_reason: "asked".into(),
+                call_graph: Some(m::CallGraph::Dwarf),
+                dwarf_stack_bytes: 16384,
+                ..m::Session::default()
+            }),
+            total_samples: 10,
+            throttled: true,
+            taken_frequency_hz: 300.5,
+            frames: vec![m::Frame {
+                section: m::Section::Generated,
+                name: "at:put:".into(),
+                kind: Some(m::CodeKind::ClosedPic),
+                range: "@12".into(),
+                line: 3,
+                later_snapshot: true,
+                ..m::Frame::default()
+            }],
+            stacks: vec![m::Stack {
+                frames: vec![0],
+                pid: 42,
+                samples: 10,
+                end: Some(m::StackEnd::JitNoFramePointer),
+                during: vec![0],
+                ..m::Stack::default()
+            }],
+            stack_ends: vec![m::StackEndSamples {
+                end: m::StackEnd::CopyFaulted,
+                samples: 10,
+            }],
+            rows: vec![m::ProfileRow {
+                section: m::Section::Vanilla,
+                name: "main".into(),
+                kind: Some(m::CodeKind::Stub),
+                ranges: vec![m::CodeRange {
+                    label: "1->end".into(),
+                    samples: 10,
+                }],
+                processes: vec![m::ProcessSamples {
+                    pid: 42,
+                    command: "jitvm".into(),
+                    samples: 10,
+                }],
+                source_lines: vec![m::SourceLineSamples {
+                    file: "a.c".into(),
+                    line: 2,
+                    pid: 42,
+                    samples: 4,
+                }],
+                ..m::ProfileRow::default()
+            }],
+            symbolization_issues: vec![m::SymbolizationIssue {
+                module: "libx.so".into(),
+                reason: "stripped".into(),
+                samples: 3,
+                kind: Some(m::IssueKind::PseudoMapping),
+            }],
+            samples: vec![m::AttributedSample {
+                section: m::Section::Generated,
+                stack: vec![m::StackFrame {
+                    address: 0x1000,
+                    kernel: true,
+                    frame: 0,
+                    code_start: 0xf00,
+                }],
+                ..m::AttributedSample::default()
+            }],
+            kernel_events: Some(m::KernelEvents {
+                total: Some(m::KernelCounts {
+                    cycles: Some(5),
+                    ..m::KernelCounts::default()
+                }),
+                processes: vec![m::ProcessKernelCounts {
+                    pid: 42,
+                    counts: None,
+                    note: "not counted".into(),
+                    ..m::ProcessKernelCounts::default()
+                }],
+                unavailable: vec!["no PMU".into()],
+            }),
+            vm_statistics: vec![m::VmStatistics {
+                pid: 42,
+                configuration: vec![
+                    m::Configuration {
+                        name: "eden".into(),
+                        value: Some(m::ConfigValue::Number(-1)),
+                        unit: "bytes".into(),
+                    },
+                    m::Configuration {
+                        name: "unset".into(),
+                        value: None,
+                        unit: String::new(),
+                    },
+                ],
+                gauges: vec![m::GaugeDelta {
+                    name: "old".into(),
+                    delta: -5,
+                    ..m::GaugeDelta::default()
+                }],
+                intervals: vec![m::IntervalTotals {
+                    kind: m::IntervalKind::Named("marking".into()),
+                    count: 1,
+                    total_ns: 2,
+                    longest_ns: 2,
+                    sampled: 1,
+                }],
+                ..m::VmStatistics::default()
+            }],
+            vm_interval_kinds: vec![
+                m::IntervalKind::Safepoint,
+                m::IntervalKind::Named("marking".into()),
+            ],
+            ..m::Profile::default()
+        }
+    }
+
+    #[test]
+    fn a_profile_crosses_the_api_and_back_unchanged() {
+        let profile = everything();
+        let sent = v1::Profile::from(profile.clone());
+        assert_eq!(sent.frames[0].kind, v1::CodeKind::ClosedPic as i32);
+        assert_eq!(
+            sent.vm_interval_kinds[1].kind,
+            v1::IntervalKind::Named as i32
+        );
+        assert_eq!(m::Profile::from(sent), profile);
+    }
+
+    /// What a newer daemon may say that this build does not know: never lost, never a panic.
+    #[test]
+    fn unknown_values_become_what_the_model_says_of_unknowns() {
+        assert_eq!(model_section(0), m::Section::Other);
+        assert_eq!(model_section(99), m::Section::Other);
+        assert_eq!(model_code_kind(0), None);
+        assert_eq!(model_code_kind(99), None);
+        assert_eq!(model_stack_end(0), None);
+        assert_eq!(model_stack_end(99), None);
+        assert_eq!(model_issue_kind(99), None);
+        assert_eq!(
+            model_interval_kind(99, "future".into()),
+            m::IntervalKind::Named("future".into())
+        );
+        let session = m::Session::from(v1::Session {
+            state: 99,
+            call_graph: 99,
+            ..v1::Session::default()
+        });
+        assert_eq!((session.state, session.call_graph), (None, None));
     }
 }

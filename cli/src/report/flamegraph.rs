@@ -18,7 +18,7 @@ use inferno::flamegraph::{
     self, Options, Palette,
     color::{Color, MultiPalette, PaletteMap},
 };
-use vmscope_proto::v1 as pb;
+use vmscope_model as pb;
 use vmscope_report::{
     folded::{self, FoldedOptions},
     stack_view::ShownStacks,

@@ -25,7 +25,7 @@ pub fn render_json_with_stacks<'a>(
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
-    use vmscope_proto::v1::{self as pb, Profile};
+    use vmscope_model::{self as pb, Profile};
 
     use super::super::{Format, render};
     use super::*;
@@ -108,7 +108,7 @@ mod tests {
     fn dwarf_sessions_say_how_much_stack_they_copied() {
         let mut profile = node_profile();
         let session = profile.session.get_or_insert_with(Default::default);
-        session.call_graph = pb::CallGraph::Dwarf as i32;
+        session.call_graph = Some(pb::CallGraph::Dwarf);
         session.dwarf_stack_bytes = 65528;
         let json = parsed(&Report::from_profile(&profile, &OPTIONS));
         assert_eq!(json["call_graph"], "dwarf");
@@ -290,7 +290,7 @@ mod tests {
         let mut profile = jit_profile();
         profile.frames = vec![
             pb::Frame {
-                section: pb::Section::Vanilla as i32,
+                section: pb::Section::Vanilla,
                 name: "interpret".into(),
                 module: "squeak".into(),
                 symbolized: true,
@@ -300,11 +300,11 @@ mod tests {
                 ..Default::default()
             },
             pb::Frame {
-                section: pb::Section::Generated as i32,
+                section: pb::Section::Generated,
                 name: "Inline>>heavy".into(),
                 module: "[anon]".into(),
                 symbolized: true,
-                kind: pb::CodeKind::Method as i32,
+                kind: Some(pb::CodeKind::Method),
                 range: "33->70".into(),
                 inlined: true,
                 code_map: "vm".into(),
@@ -312,7 +312,7 @@ mod tests {
                 ..Default::default()
             },
             pb::Frame {
-                section: pb::Section::Other as i32,
+                section: pb::Section::Other,
                 name: "ksys_write".into(),
                 module: "[kernel.kallsyms]".into(),
                 kernel: true,
@@ -325,7 +325,7 @@ mod tests {
                 pid: 42,
                 samples: 9000,
                 truncated: false,
-                end: pb::StackEnd::Complete as i32,
+                end: Some(pb::StackEnd::Complete),
                 during: Vec::new(),
             },
             pb::Stack {
@@ -333,14 +333,11 @@ mod tests {
                 pid: 42,
                 samples: 1000,
                 truncated: true,
-                end: pb::StackEnd::DepthLimit as i32,
+                end: Some(pb::StackEnd::DepthLimit),
                 during: vec![0],
             },
         ];
-        profile.vm_interval_kinds = vec![pb::VmIntervalKind {
-            kind: pb::IntervalKind::Scavenge as i32,
-            name: String::new(),
-        }];
+        profile.vm_interval_kinds = vec![pb::IntervalKind::Scavenge];
         profile.truncated_stacks = 1000;
         let report = Report::from_profile(&profile, &OPTIONS);
         let native = ReportOptions {

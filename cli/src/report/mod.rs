@@ -25,7 +25,7 @@
 //! of the method, (samples) and (cumulative % of the method), then for optimised code the
 //! methods inlined into it. The JSON carries the ranges and inlined methods of every row.
 //!
-//! The daemon sends every row unfolded ([`vmscope_proto::v1::Profile`]); the CLI decides the
+//! The daemon sends every row unfolded ([`vmscope_model::Profile`]); the CLI decides the
 //! presentation (threshold, name width, text or JSON). [`Report::from_profile`] (in the shared
 //! `vmscope-report` crate, so that every client computes the same numbers) does all the
 //! arithmetic once, then [`render_text`] or [`render_json`] only formats it.
@@ -44,7 +44,7 @@ mod text;
 use std::io::{self, Write};
 
 use anyhow::Context as _;
-use vmscope_proto::v1::Profile;
+use vmscope_model::Profile;
 use vmscope_report::stack_view::{FrameView, ShownStacks};
 use vmscope_report::{
     folded::{self, FoldedOptions},
@@ -57,9 +57,9 @@ pub use names::{elide_middle, shorten, shorten_all};
 pub use text::{render_stats_text, render_text, render_tree_text};
 pub use vmscope_report::tree::{self, CallTree, DEFAULT_FOLD_PERCENT, TreeOptions, TreeView};
 pub use vmscope_report::{
-    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
-    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, module_matches,
-    round2, runtimes, sort_keys, stack_view,
+    CodeKind, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report, ReportOptions,
+    ReportRow, ReportTarget, Section, SectionReport, VmModule, module_matches, round2, runtimes,
+    sort_keys, stack_view,
 };
 
 /// Output format of the report, as the CLI's `--format` chooses it.

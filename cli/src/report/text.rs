@@ -43,11 +43,11 @@
 
 use std::io::{self, Write};
 
-use vmscope_proto::v1::IntervalKind;
-use vmscope_report::stats::{DISAGREEMENT_POINTS, IntervalStats, SettingValue, VmStatsReport};
+use vmscope_model::ConfigValue;
+use vmscope_model::IntervalKind;
+use vmscope_report::stats::{DISAGREEMENT_POINTS, IntervalStats, VmStatsReport};
 use vmscope_report::{
-    OTHERS_NAME, Report, ReportOptions, ReportRow, SectionKind, SectionReport, rfc3339_seconds,
-    round2,
+    OTHERS_NAME, Report, ReportOptions, ReportRow, Section, SectionReport, rfc3339_seconds, round2,
 };
 mod tree;
 mod wide;
@@ -276,7 +276,7 @@ fn write_vm_sections(vm: &VmStatsReport, out: &mut impl Write) -> io::Result<()>
     let named: Vec<&IntervalStats> = vm
         .intervals
         .iter()
-        .filter(|i| i.kind == IntervalKind::Named)
+        .filter(|i| matches!(i.kind, IntervalKind::Named(_)))
         .collect();
     if !named.is_empty() {
         writeln!(out)?;
@@ -407,8 +407,8 @@ fn settings_line(vm: &VmStatsReport) -> Option<String> {
         .iter()
         .map(|s| {
             let value = match &s.value {
-                Some(SettingValue::Number(n)) => grouped((*n).into()),
-                Some(SettingValue::Text(t)) => t.clone(),
+                Some(ConfigValue::Number(n)) => grouped((*n).into()),
+                Some(ConfigValue::Text(t)) => t.clone(),
                 None => String::new(),
             };
             format!("{}: {value} {}", s.name, s.unit)
@@ -1041,11 +1041,11 @@ fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
 /// already carry it.
 fn shows_module(report: &Report, section: &SectionReport, row: &ReportRow) -> bool {
     match section.section {
-        SectionKind::Other => true,
-        SectionKind::Vanilla => {
+        Section::Other => true,
+        Section::Vanilla => {
             report.system_wide || report.vm_modules.iter().any(|m| m.module == row.module)
         }
-        SectionKind::Generated => false,
+        Section::Generated => false,
     }
 }
 
@@ -1129,9 +1129,9 @@ fn count(n: u64, noun: &str) -> String {
 mod tests {
     use std::path::Path;
 
-    use vmscope_proto::v1::{Profile, Section};
+    use vmscope_model::{Profile, Section};
 
-    use vmscope_proto::v1::CodeKind;
+    use vmscope_model::CodeKind;
 
     use super::super::names::elide_middle;
     use super::*;
@@ -1174,7 +1174,7 @@ mod tests {
     /// The node profile with the kernel's counts of two targets, one counted in part, on a
     /// machine without PMU.
     fn profile_with_events() -> Profile {
-        use vmscope_proto::v1::{KernelCounts, KernelEvents, ProcessKernelCounts};
+        use vmscope_model::{KernelCounts, KernelEvents, ProcessKernelCounts};
         let counts = |switches, voluntary, faults| KernelCounts {
             context_switches: switches,
             voluntary_context_switches: Some(voluntary),
@@ -1216,9 +1216,9 @@ mod tests {
     /// Compiled Code Compactions, its other intervals, and its counters before the kernel's.
     #[test]
     fn golden_vm_statistics() {
-        use vmscope_proto::v1::{
-            Configuration, CounterDelta, Frame, GaugeDelta, IntervalTotals, Stack, VmIntervalKind,
-            VmStatistics, configuration,
+        use vmscope_model::{
+            ConfigValue, Configuration, CounterDelta, Frame, GaugeDelta, IntervalTotals, Stack,
+            VmStatistics,
         };
         let mut profile = profile_with_events();
         // Samples taken during the VM's intervals: in the collector and in memcpy during
@@ -1231,13 +1231,7 @@ mod tests {
                 ..Frame::default()
             });
         }
-        profile.vm_interval_kinds = [IntervalKind::Scavenge, IntervalKind::CodeCompaction]
-            .into_iter()
-            .map(|kind| VmIntervalKind {
-                kind: kind as i32,
-                name: String::new(),
-            })
-            .collect();
+        profile.vm_interval_kinds = vec![IntervalKind::Scavenge, IntervalKind::CodeCompaction];
         for (frame, samples, during) in [
             (collector, 45, 0),
             (collector + 1, 18, 0),
@@ -1253,18 +1247,16 @@ mod tests {
         }
         let setting = |name: &str, n, unit: &str| Configuration {
             name: name.into(),
-            value: Some(configuration::Value::Number(n)),
+            value: Some(ConfigValue::Number(n)),
             unit: unit.into(),
         };
-        let intervals =
-            |kind: IntervalKind, name: &str, count, total_ns, longest_ns| IntervalTotals {
-                kind: kind as i32,
-                name: name.into(),
-                count,
-                total_ns,
-                longest_ns,
-                sampled: 0,
-            };
+        let intervals = |kind: IntervalKind, count, total_ns, longest_ns| IntervalTotals {
+            kind,
+            count,
+            total_ns,
+            longest_ns,
+            sampled: 0,
+        };
         let sampled = |sampled, totals: IntervalTotals| IntervalTotals { sampled, ..totals };
         let counter = |name: &str, delta| CounterDelta {
             name: name.into(),
@@ -1288,7 +1280,7 @@ mod tests {
                 setting("stack pages", 50, ""),
                 Configuration {
                     name: "collector".into(),
-                    value: Some(configuration::Value::Text("generation scavenger".into())),
+                    value: Some(ConfigValue::Text("generation scavenger".into())),
                     unit: String::new(),
                 },
             ],
@@ -1304,15 +1296,14 @@ mod tests {
             intervals: vec![
                 sampled(
                     63,
-                    intervals(IntervalKind::Scavenge, "", 182, 57_000_000, 1_200_000),
+                    intervals(IntervalKind::Scavenge, 182, 57_000_000, 1_200_000),
                 ),
                 sampled(
                     300,
-                    intervals(IntervalKind::CodeCompaction, "", 3, 2_400_000, 900_000),
+                    intervals(IntervalKind::CodeCompaction, 3, 2_400_000, 900_000),
                 ),
                 intervals(
-                    IntervalKind::Named,
-                    "JIT compile",
+                    IntervalKind::Named("JIT compile".into()),
                     12,
                     30_500_000,
                     4_000_000,
@@ -1812,7 +1803,7 @@ mod tests {
         // Without stacks, the same rows show no inclusive column at all.
         let mut profile = stacks_profile();
         if let Some(session) = profile.session.as_mut() {
-            session.call_graph = vmscope_proto::v1::CallGraph::None as i32;
+            session.call_graph = Some(vmscope_model::CallGraph::None);
         }
         let text = render(&profile, &stacks_options());
         assert!(
@@ -1867,7 +1858,7 @@ call graph: unknown
         let session = profile.session.as_mut().expect("fixture has a session");
         session.system_wide = false;
         session.targets[0].exited = true;
-        session.targets.push(vmscope_proto::v1::TargetProcess {
+        session.targets.push(vmscope_model::TargetProcess {
             pid: 99,
             command: "worker".into(),
             executable: "/usr/bin/node".into(),
@@ -1890,7 +1881,7 @@ call graph: unknown
         profile.total_samples = 100;
         // 12 processes: pid 1000 with 34 samples, then 11 with 6 each.
         profile.stacks = (0..12)
-            .map(|i| vmscope_proto::v1::Stack {
+            .map(|i| vmscope_model::Stack {
                 pid: 1000 + i,
                 samples: if i == 0 { 34 } else { 6 },
                 ..Default::default()
@@ -1900,7 +1891,7 @@ call graph: unknown
         session.system_wide = true;
         session.targets.clear();
         profile.processes = 12;
-        profile.rows[0].processes = vec![vmscope_proto::v1::ProcessSamples {
+        profile.rows[0].processes = vec![vmscope_model::ProcessSamples {
             pid: 1000,
             command: "python3.12".into(),
             samples: 34,
@@ -1948,7 +1939,7 @@ call graph: unknown
     #[test]
     fn unchanged_gauges_and_rates_read_like_their_counts() {
         let mut profile = profile_with(vec![row(Section::Vanilla, "main", "jitvm", 10)]);
-        let gauge = |name: &str, level: i64| vmscope_proto::v1::GaugeDelta {
+        let gauge = |name: &str, level: i64| vmscope_model::GaugeDelta {
             name: name.into(),
             unit: "bytes".into(),
             delta: 0,
@@ -1956,7 +1947,7 @@ call graph: unknown
             low: level,
             high: level,
         };
-        profile.vm_statistics = vec![vmscope_proto::v1::VmStatistics {
+        profile.vm_statistics = vec![vmscope_model::VmStatistics {
             pid: 4242,
             vm: "jitvm 0.1".into(),
             window_ns: 4_000_000_000,
@@ -1965,7 +1956,7 @@ call graph: unknown
                 gauge("free", 67_106_416),
                 gauge("young", 0),
             ],
-            counters: vec![vmscope_proto::v1::CounterDelta {
+            counters: vec![vmscope_model::CounterDelta {
                 name: "Sends".into(),
                 delta: 274_780_028,
                 last: 274_780_028,

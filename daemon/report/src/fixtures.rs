@@ -4,10 +4,9 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use vmscope_proto::v1::{
-    CallGraph, CodeKind, CodeRange, Frame, InlinedMethod, ProcessSamples, Profile, ProfileRow,
-    Section, Session, SessionState, Stack, SymbolizationIssue, SymbolizationIssueKind,
-    TargetProcess,
+use vmscope_model::{
+    CallGraph, CodeKind, CodeRange, Frame, InlinedMethod, IssueKind, ProcessSamples, Profile,
+    ProfileRow, Section, Session, SessionState, Stack, SymbolizationIssue, TargetProcess,
 };
 
 /// 2026-11-22T10:00:00Z.
@@ -15,7 +14,7 @@ pub const STARTED_AT_SECS: u64 = 1_795_341_600;
 
 pub fn row(section: Section, name: &str, module: &str, samples: u64) -> ProfileRow {
     ProfileRow {
-        section: section as i32,
+        section,
         name: name.to_owned(),
         module: module.to_owned(),
         samples,
@@ -40,7 +39,7 @@ pub fn jit_row(
         sum(ranges)
     };
     ProfileRow {
-        kind: kind as i32,
+        kind: Some(kind),
         code_map: "vm".to_owned(),
         optimised: !inlined.is_empty(),
         ranges: ranges
@@ -185,7 +184,7 @@ pub fn profile_with(rows: Vec<ProfileRow>) -> Profile {
     Profile {
         session: Some(Session {
             id: 7,
-            state: SessionState::Stopped as i32,
+            state: Some(SessionState::Stopped),
             targets: vec![TargetProcess {
                 pid: 4242,
                 command: "node".to_owned(),
@@ -194,7 +193,7 @@ pub fn profile_with(rows: Vec<ProfileRow>) -> Profile {
                 note: String::new(),
             }],
             frequency_hz: 1400,
-            started_at: Some((UNIX_EPOCH + Duration::from_secs(STARTED_AT_SECS)).into()),
+            started_at: Some(UNIX_EPOCH + Duration::from_secs(STARTED_AT_SECS)),
             stop_reason: "all targets exited".to_owned(),
             samples: total,
             ..Session::default()
@@ -256,13 +255,13 @@ pub fn node_profile() -> Profile {
             module: "[unknown]".to_owned(),
             reason: "no mapping covers the address".to_owned(),
             samples: 1,
-            kind: SymbolizationIssueKind::Unmapped as i32,
+            kind: Some(IssueKind::Unmapped),
         },
         SymbolizationIssue {
             module: "libstdc++.so.6".to_owned(),
             reason: "no symbol covers the address".to_owned(),
             samples: 98,
-            kind: SymbolizationIssueKind::NoSymbol as i32,
+            kind: Some(IssueKind::NoSymbol),
         },
     ];
     profile
@@ -390,15 +389,11 @@ pub fn names_profile() -> Profile {
 pub fn frame(section: Section, name: &str, module: &str, range: &str) -> Frame {
     let generated = section == Section::Generated;
     Frame {
-        section: section as i32,
+        section,
         name: name.to_owned(),
         module: module.to_owned(),
         symbolized: true,
-        kind: if generated {
-            CodeKind::Method as i32
-        } else {
-            0
-        },
+        kind: generated.then_some(CodeKind::Method),
         range: range.to_owned(),
         code_map: if generated {
             "vm".to_owned()
@@ -416,7 +411,7 @@ pub fn frame(section: Section, name: &str, module: &str, range: &str) -> Frame {
 /// samples (stacks holding it anywhere, once each); a one-target session that recorded
 /// stacks by frame pointers.
 pub fn profile_of_stacks(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> Profile {
-    type Key = (i32, String, String, bool);
+    type Key = (Section, String, String, bool);
     let key = |f: &Frame| (f.section, f.module.clone(), f.name.clone(), f.optimised);
     let mut rows: Vec<(Key, ProfileRow)> = Vec::new();
     let mut inclusive: Vec<(Key, u64)> = Vec::new();
@@ -431,7 +426,7 @@ pub fn profile_of_stacks(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> 
                         kind: leaf.kind,
                         code_map: leaf.code_map.clone(),
                         optimised: leaf.optimised,
-                        ..row(leaf.section(), &leaf.name, &leaf.module, 0)
+                        ..row(leaf.section, &leaf.name, &leaf.module, 0)
                     },
                 ));
                 rows.len() - 1
@@ -486,7 +481,7 @@ pub fn profile_of_stacks(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> 
     profile.measured_frequency_hz = 1400.0;
     profile.vm_executable = "/usr/bin/jitvm".to_owned();
     if let Some(session) = profile.session.as_mut() {
-        session.call_graph = CallGraph::Fp as i32;
+        session.call_graph = Some(CallGraph::Fp);
         session.targets[0].command = "jitvm".to_owned();
         session.targets[0].executable = "/usr/bin/jitvm".to_owned();
     }
@@ -514,11 +509,11 @@ pub fn stacks_profile() -> Profile {
         frame(G, "Integer>>benchFib", "[anon]", "31->34"),  // 9
         frame(G, "Array>>at:put:", "[anon]", "1->5"),       // 10
         Frame {
-            kind: CodeKind::ClosedPic as i32,
+            kind: Some(CodeKind::ClosedPic),
             ..frame(G, "at:put:", "[anon]", "")
         }, // 11
         Frame {
-            kind: CodeKind::Trampoline as i32,
+            kind: Some(CodeKind::Trampoline),
             ..frame(G, "ceSendMissTrampoline", "[anon]", "")
         }, // 12
         frame(V, "primitiveStringReplace", "jitvm", ""),    // 13
@@ -561,11 +556,11 @@ pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> Vec<Stack> {
             pid: 4242,
             samples,
             truncated,
-            end: if truncated {
-                vmscope_proto::v1::StackEnd::DepthLimit
+            end: Some(if truncated {
+                vmscope_model::StackEnd::DepthLimit
             } else {
-                vmscope_proto::v1::StackEnd::Complete
-            } as i32,
+                vmscope_model::StackEnd::Complete
+            }),
             during: Vec::new(),
         })
         .collect()

@@ -23,7 +23,7 @@ use std::{
     io::{self, Write},
 };
 
-use vmscope_proto::v1 as pb;
+use vmscope_model as pb;
 
 use crate::processes::process_names;
 
@@ -101,7 +101,7 @@ pub fn frame_name(frame: &pb::Frame) -> String {
         name.push_str("_[k]");
     } else if frame.inlined {
         name.push_str("_[i]");
-    } else if frame.section() == pb::Section::Generated {
+    } else if frame.section == pb::Section::Generated {
         name.push_str("_[j]");
     }
     name
@@ -166,7 +166,7 @@ mod tests {
             pid: 300,
             samples: 1,
             truncated: false,
-            end: vmscope_proto::v1::StackEnd::Complete as i32,
+            end: Some(vmscope_model::StackEnd::Complete),
             during: Vec::new(),
         });
         let folded = fold(&profile, FoldedOptions { by_process: true });

@@ -8,9 +8,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use vmscope_proto::v1::Frame;
+use vmscope_model::Frame;
 
-use crate::model::SectionKind;
+use vmscope_model::Section;
 
 /// One id per function of a frame table, and each frame's id.
 pub(crate) struct Functions<'a> {
@@ -24,7 +24,7 @@ pub(crate) struct Functions<'a> {
 impl<'a> Functions<'a> {
     /// The functions of `frames`, numbered in the order of their first frame.
     pub(crate) fn new(frames: &'a [Frame]) -> Self {
-        type FunctionKey<'k> = (SectionKind, &'k str, &'k str, bool, bool);
+        type FunctionKey<'k> = (Section, &'k str, &'k str, bool, bool);
         let mut ids: HashMap<FunctionKey<'a>, u32> = HashMap::new();
         let mut first_frame = Vec::new();
         let of_frame = frames
@@ -32,7 +32,7 @@ impl<'a> Functions<'a> {
             .enumerate()
             .map(|(index, frame)| {
                 let key = (
-                    SectionKind::from_proto(frame.section()),
+                    frame.section,
                     frame.module.as_str(),
                     frame.name.as_str(),
                     frame.optimised,
@@ -75,13 +75,13 @@ impl<'a> Functions<'a> {
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::Section;
+    use vmscope_model::Section;
 
     use super::*;
 
     fn frame(name: &str, range: &str, optimised: bool) -> Frame {
         Frame {
-            section: Section::Generated as i32,
+            section: Section::Generated,
             name: name.to_owned(),
             module: "[anon]".to_owned(),
             range: range.to_owned(),

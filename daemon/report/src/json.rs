@@ -30,11 +30,10 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 use serde::ser::{SerializeStruct as _, Serializer};
-use vmscope_proto::v1::{self as pb, IntervalKind, Profile, StackEnd, SymbolizationIssueKind};
+use vmscope_model::{self as pb, IntervalKind, IssueKind, Profile, StackEnd};
 
-use crate::model::{CodeKindLabel, Report, SectionKind, rfc3339_seconds, round2};
+use crate::model::{Report, rfc3339_seconds, round2};
 use crate::stack_view::ShownStacks;
-use crate::stats::interval_key;
 
 /// The JSON document: `report`'s fields, then the stack table if there is one. Not a copy of
 /// either: both are serialised where they are.
@@ -137,9 +136,9 @@ impl Serialize for InProfile<'_, pb::Frame> {
         let mut object = serializer.serialize_struct("Frame", 14)?;
         object.serialize_field("name", &frame.name)?;
         object.serialize_field("module", &frame.module)?;
-        object.serialize_field("section", &SectionKind::from_proto(frame.section()))?;
+        object.serialize_field("section", &frame.section)?;
         object.serialize_field("symbolized", &frame.symbolized)?;
-        object.serialize_field("kind", &CodeKindLabel::from_proto(frame.kind))?;
+        object.serialize_field("kind", &frame.kind)?;
         object.serialize_field("range", &non_empty_str(&frame.range))?;
         object.serialize_field("inlined", &frame.inlined)?;
         object.serialize_field("code_map", &non_empty_str(&frame.code_map))?;
@@ -160,14 +159,14 @@ impl Serialize for InProfile<'_, pb::Stack> {
             .during
             .iter()
             .filter_map(|&i| profile.vm_interval_kinds.get(i as usize))
-            .map(|k| interval_key(k.kind, &k.name))
+            .map(IntervalKind::key)
             .collect();
         let mut object = serializer.serialize_struct("Stack", 6)?;
         object.serialize_field("frames", &stack.frames)?;
         object.serialize_field("pid", &stack.pid)?;
         object.serialize_field("samples", &stack.samples)?;
         object.serialize_field("truncated", &stack.truncated)?;
-        object.serialize_field("end", &stack_end_name(stack.end))?;
+        object.serialize_field("end", &stack.end.map(StackEnd::as_str))?;
         object.serialize_field("during", &during)?;
         object.end()
     }
@@ -176,27 +175,10 @@ impl Serialize for InProfile<'_, pb::Stack> {
 impl Serialize for InProfile<'_, pb::StackEndSamples> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut object = serializer.serialize_struct("StackEndSamples", 2)?;
-        object.serialize_field("end", &stack_end_name(self.0.end))?;
+        object.serialize_field("end", &self.0.end.as_str())?;
         object.serialize_field("samples", &self.0.samples)?;
         object.end()
     }
-}
-
-/// The JSON spelling of a stack end: the proto name without its prefix, lower case; `None`
-/// (null) when unspecified or unknown.
-fn stack_end_name(end: i32) -> Option<&'static str> {
-    Some(match StackEnd::try_from(end).ok()? {
-        StackEnd::Unspecified => return None,
-        StackEnd::Complete => "complete",
-        StackEnd::DepthLimit => "depth_limit",
-        StackEnd::NoFramePointer => "no_frame_pointer",
-        StackEnd::JitNoFramePointer => "jit_no_frame_pointer",
-        StackEnd::UnmappedReturn => "unmapped_return",
-        StackEnd::CopyTooSmall => "copy_too_small",
-        StackEnd::CopyFaulted => "copy_faulted",
-        StackEnd::UnwindFailed => "unwind_failed",
-        StackEnd::StackLimit => "stack_limit",
-    })
 }
 
 fn non_empty_str(s: &str) -> Option<&str> {
@@ -233,10 +215,10 @@ pub(crate) fn rfc3339<S: Serializer>(
 
 /// A symbolisation issue's kind as scripts read it ([`crate::IssueRow::kind_name`]).
 pub(crate) fn issue_kind<S: Serializer>(
-    kind: &SymbolizationIssueKind,
+    kind: &Option<IssueKind>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&crate::model::issue_kind_name(*kind))
+    serializer.serialize_str(crate::model::issue_kind_name(*kind))
 }
 
 /// Whether a kind of interval is one the VM named itself (`named`), not one the proto names.
@@ -244,7 +226,7 @@ pub(crate) fn is_named<S: Serializer>(
     kind: &IntervalKind,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    serializer.serialize_bool(*kind == IntervalKind::Named)
+    serializer.serialize_bool(matches!(kind, IntervalKind::Named(_)))
 }
 
 #[cfg(test)]
@@ -252,9 +234,9 @@ mod tests {
     use std::fmt;
 
     use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
-    use vmscope_proto::v1::{
-        Configuration, CounterDelta, GaugeDelta, IntervalTotals, KernelCounts, KernelEvents,
-        ProcessKernelCounts, VmStatistics, configuration,
+    use vmscope_model::{
+        ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalTotals, KernelCounts,
+        KernelEvents, ProcessKernelCounts, VmStatistics,
     };
 
     use super::*;
@@ -389,12 +371,12 @@ mod tests {
                 configuration: vec![
                     Configuration {
                         name: "eden size".into(),
-                        value: Some(configuration::Value::Number(3_801_936)),
+                        value: Some(ConfigValue::Number(3_801_936)),
                         unit: "bytes".into(),
                     },
                     Configuration {
                         name: "gc".into(),
-                        value: Some(configuration::Value::Text("generational".into())),
+                        value: Some(ConfigValue::Text("generational".into())),
                         unit: String::new(),
                     },
                     Configuration {
@@ -419,16 +401,14 @@ mod tests {
                 }],
                 intervals: vec![
                     IntervalTotals {
-                        kind: IntervalKind::Scavenge as i32,
-                        name: String::new(),
+                        kind: IntervalKind::Scavenge,
                         count: 3,
                         total_ns: 57_123_456,
                         longest_ns: 30_000_000,
                         sampled: 0,
                     },
                     IntervalTotals {
-                        kind: IntervalKind::Named as i32,
-                        name: "mark".into(),
+                        kind: IntervalKind::Named("mark".into()),
                         count: 0,
                         total_ns: 0,
                         longest_ns: 0,

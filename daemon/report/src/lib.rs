@@ -1,6 +1,6 @@
 //! The vmscope report model, shared by the daemon and the command line.
 //!
-//! A [`vmscope_proto::v1::Profile`] is what the daemon measured; this crate says what it means,
+//! A [`vmscope_model::Profile`] is what the daemon measured; this crate says what it means,
 //! once, for every client: the daemon encodes pprof with it for `GetProfile`, the CLI renders
 //! its text, JSON, folded stacks and flame graphs from it.
 //!
@@ -39,10 +39,11 @@ pub use processes::ProcessTotal;
 
 pub use module_pattern::module_matches;
 
+pub use vmscope_model::{CodeKind, Section};
+
 pub use model::{
-    CodeKindLabel, InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report,
-    ReportOptions, ReportRow, ReportTarget, SectionKind, SectionReport, VmModule, rfc3339_seconds,
-    round2, stack_end_reason,
+    InlinedRow, IssueRow, OTHERS_NAME, ProcessShare, RangeRow, Report, ReportOptions, ReportRow,
+    ReportTarget, SectionReport, VmModule, rfc3339_seconds, round2, stack_end_reason,
 };
 
 /// Hand-built profiles whose numbers are known, shared by this crate's tests and (with the

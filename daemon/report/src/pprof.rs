@@ -44,7 +44,8 @@ use std::{
 use crate::{processes::process_names, stack_view::ShownStacks};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
-use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp, v1 as pb};
+use vmscope_model as pb;
+use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp};
 
 /// The profile as a gzipped pprof file. Fails only if gzip fails to write into memory, which
 /// it does not in practice; the error is kept rather than hidden behind a panic.
@@ -197,7 +198,7 @@ impl<'a> Builder<'a> {
         let interval_values: Vec<i64> = profile
             .vm_interval_kinds
             .iter()
-            .map(|k| self.string(&crate::stats::interval_key(k.kind, &k.name)))
+            .map(|k| self.string(k.key()))
             .collect();
 
         // pprof takes the first mapping for the main binary ("File:" in its reports): the VM
@@ -264,9 +265,12 @@ impl<'a> Builder<'a> {
         }
 
         let session = profile.session.as_ref();
-        let time_nanos = session.and_then(|s| s.started_at).map_or(0, |t| {
-            t.seconds.saturating_mul(1_000_000_000) + i64::from(t.nanos)
-        });
+        let time_nanos = session
+            .and_then(|s| s.started_at)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |since| {
+                i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
+            });
         let duration_nanos = (profile.duration_seconds * 1e9).round() as i64;
         let comment = self.comments();
 
@@ -424,7 +428,7 @@ impl<'a> Builder<'a> {
         }
         let file = if !frame.file.is_empty() {
             frame.file.as_str()
-        } else if frame.section() == pb::Section::Generated && !frame.code_map.is_empty() {
+        } else if frame.section == pb::Section::Generated && !frame.code_map.is_empty() {
             frame.code_map.as_str()
         } else {
             self.executables
@@ -580,7 +584,7 @@ mod tests {
         assert_eq!(total, profile.total_samples as i64);
         assert_eq!(
             p.time_nanos,
-            STARTED_AT_SECS * 1_000_000_000 + 500,
+            STARTED_AT_SECS as i64 * 1_000_000_000 + 500,
             "session start"
         );
         assert_eq!(p.duration_nanos, 2_500_000_000);
@@ -742,14 +746,8 @@ mod tests {
     fn stacks_taken_during_intervals_are_labelled_with_their_kinds() {
         let mut profile = fixture::profile();
         profile.vm_interval_kinds = vec![
-            pb::VmIntervalKind {
-                kind: pb::IntervalKind::Safepoint as i32,
-                name: String::new(),
-            },
-            pb::VmIntervalKind {
-                kind: pb::IntervalKind::Named as i32,
-                name: "JIT compile".into(),
-            },
+            pb::IntervalKind::Safepoint,
+            pb::IntervalKind::Named("JIT compile".into()),
         ];
         profile.stacks[0].during = vec![0, 1];
         profile.stacks[1].during = vec![1];

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use vmscope_proto::v1 as pb;
+use vmscope_model as pb;
 
 use crate::model::percent;
 

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use vmscope_proto::v1::{ProcessSamples, ProfileRow, SourceLineSamples};
+use vmscope_model::{ProcessSamples, ProfileRow, SourceLineSamples};
 
 /// A key that rows are grouped by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -297,7 +297,7 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
         },
         samples: group.samples,
         symbolized: by_symbol && first.symbolized,
-        kind: if by_symbol { first.kind } else { 0 },
+        kind: if by_symbol { first.kind } else { None },
         ranges: if whole_source {
             first.ranges.clone()
         } else {
@@ -337,13 +337,13 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::{CodeRange, Section};
+    use vmscope_model::{CodeRange, Section};
 
     use super::*;
 
     fn row(name: &str, module: &str, processes: &[(u32, &str, u64)]) -> ProfileRow {
         ProfileRow {
-            section: Section::Other as i32,
+            section: Section::Other,
             name: name.to_owned(),
             module: module.to_owned(),
             samples: processes.iter().map(|p| p.2).sum(),

@@ -4,13 +4,13 @@
 //! (pprof read back by `go tool pprof`, flame graphs). Numbers are chosen so that sums are easy
 //! to check by hand.
 
-use vmscope_proto::v1::{
+use vmscope_model::{
     CallGraph, CodeKind, Frame, ProcessSamples, Profile, ProfileRow, Section, Session, Stack,
     StackEnd, TargetProcess,
 };
 
 /// 2026-11-22T10:00:00Z.
-pub const STARTED_AT_SECS: i64 = 1_795_341_600;
+pub const STARTED_AT_SECS: u64 = 1_795_341_600;
 /// 1000 Hz: one sample is 1 ms of CPU.
 pub const FREQUENCY_HZ: u32 = 1000;
 
@@ -38,7 +38,7 @@ pub const HOSTILE_NAME: &str = "weird;name\nwith\rbreaks";
 
 fn native(name: &str, module: &str, section: Section, build_id: &str) -> Frame {
     Frame {
-        section: section as i32,
+        section,
         name: name.into(),
         module: module.into(),
         symbolized: true,
@@ -49,11 +49,11 @@ fn native(name: &str, module: &str, section: Section, build_id: &str) -> Frame {
 
 fn jit(name: &str, range: &str, inlined: bool, optimised: bool) -> Frame {
     Frame {
-        section: Section::Generated as i32,
+        section: Section::Generated,
         name: name.into(),
         module: "[anon]".into(),
         symbolized: true,
-        kind: CodeKind::Method as i32,
+        kind: Some(CodeKind::Method),
         range: range.into(),
         inlined,
         code_map: "vm".into(),
@@ -68,11 +68,11 @@ fn stack(frames: &[u32], pid: u32, samples: u64, truncated: bool) -> Stack {
         pid,
         samples,
         truncated,
-        end: if truncated {
+        end: Some(if truncated {
             StackEnd::DepthLimit
         } else {
             StackEnd::Complete
-        } as i32,
+        }),
         during: Vec::new(),
     }
 }
@@ -121,7 +121,7 @@ pub fn profile() -> Profile {
         stack(&[HOSTILE, INTERPRETER], 100, 10, true),
     ];
     let rows = vec![ProfileRow {
-        section: Section::Generated as i32,
+        section: Section::Generated,
         name: "Integer>>benchFib".into(),
         module: "[anon]".into(),
         samples: 740,
@@ -143,10 +143,9 @@ pub fn profile() -> Profile {
         session: Some(Session {
             id: 7,
             frequency_hz: FREQUENCY_HZ,
-            started_at: Some(prost_types::Timestamp {
-                seconds: STARTED_AT_SECS,
-                nanos: 500,
-            }),
+            started_at: Some(
+                std::time::UNIX_EPOCH + std::time::Duration::new(STARTED_AT_SECS, 500),
+            ),
             targets: vec![TargetProcess {
                 pid: 100,
                 command: "jitvm".into(),
@@ -154,7 +153,7 @@ pub fn profile() -> Profile {
                 ..Default::default()
             }],
             samples: 1000,
-            call_graph: CallGraph::Fp as i32,
+            call_graph: Some(CallGraph::Fp),
             ..Default::default()
         }),
         vm_executable: "/opt/jitvm/bin/jitvm".into(),

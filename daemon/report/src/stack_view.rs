@@ -53,11 +53,11 @@ use std::{
 };
 
 use serde::Serialize;
-use vmscope_proto::v1::{Frame, Profile, Stack};
+use vmscope_model::{CodeKind, Frame, Profile, Section, Stack, StackEnd};
 
 use crate::{
     functions::Functions,
-    model::{CodeKindLabel, ReportOptions, SectionKind, V8_INTERPRETER_ENTRY, percent},
+    model::{ReportOptions, V8_INTERPRETER_ENTRY, percent},
     vm_modules::vm_module,
 };
 
@@ -277,7 +277,7 @@ struct StackKey {
     frames: Vec<u32>,
     pid: u32,
     truncated: bool,
-    end: i32,
+    end: Option<StackEnd>,
     during: Vec<u32>,
 }
 
@@ -294,23 +294,21 @@ enum Role {
 
 /// The role of `frame`, with the VM's modules as `options` counts them (see the module docs).
 fn role(frame: &Frame, options: &ReportOptions) -> Role {
-    match SectionKind::from_proto(frame.section()) {
-        SectionKind::Generated => match CodeKindLabel::from_proto(frame.kind) {
+    match frame.section {
+        Section::Generated => match frame.kind {
             Some(
-                CodeKindLabel::Trampoline
-                | CodeKindLabel::Enilopmart
-                | CodeKindLabel::ClosedPic
-                | CodeKindLabel::OpenPic
-                | CodeKindLabel::Stub,
+                CodeKind::Trampoline
+                | CodeKind::Enilopmart
+                | CodeKind::ClosedPic
+                | CodeKind::OpenPic
+                | CodeKind::Stub,
             ) => Role::Vm,
             _ => Role::Language,
         },
         _ if frame.name == V8_INTERPRETER_ENTRY => Role::Language,
-        SectionKind::Vanilla => Role::Vm,
-        SectionKind::Other if !frame.kernel && vm_module(options, &frame.module).is_some() => {
-            Role::Vm
-        }
-        SectionKind::Other => Role::Other,
+        Section::Vanilla => Role::Vm,
+        Section::Other if !frame.kernel && vm_module(options, &frame.module).is_some() => Role::Vm,
+        Section::Other => Role::Other,
     }
 }
 
@@ -365,7 +363,7 @@ fn collapse_recursion(
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::{CodeKind, Section, StackEnd};
+    use vmscope_model::{CodeKind, Section, StackEnd};
 
     use super::*;
 
@@ -387,7 +385,7 @@ mod tests {
 
     fn native(name: &str, module: &str, section: Section) -> Frame {
         Frame {
-            section: section as i32,
+            section,
             name: name.to_owned(),
             module: module.to_owned(),
             symbolized: true,
@@ -397,11 +395,11 @@ mod tests {
 
     fn python(name: &str) -> Frame {
         Frame {
-            section: Section::Generated as i32,
+            section: Section::Generated,
             name: format!("py::{name}:app.py"),
             module: "[anon]".to_owned(),
             symbolized: true,
-            kind: CodeKind::Unknown as i32,
+            kind: Some(CodeKind::Unknown),
             code_map: "perf map".to_owned(),
             ..Frame::default()
         }
@@ -445,7 +443,7 @@ mod tests {
             pid: 7,
             samples,
             truncated: false,
-            end: StackEnd::Complete as i32,
+            end: Some(StackEnd::Complete),
             during: Vec::new(),
         }
     }
@@ -636,10 +634,10 @@ mod tests {
     #[test]
     fn the_vms_glue_and_v8s_interpreted_frames() {
         let jit = |name: &str, kind: CodeKind| Frame {
-            section: Section::Generated as i32,
+            section: Section::Generated,
             name: name.to_owned(),
             module: "[anon]".to_owned(),
-            kind: kind as i32,
+            kind: Some(kind),
             ..Frame::default()
         };
         let frames = vec![
@@ -655,7 +653,8 @@ mod tests {
             // Generated code nothing names is the program's as far as anyone knows.
             Frame {
                 symbolized: false,
-                ..jit("[anonymous code]", CodeKind::Unspecified)
+                kind: None,
+                ..jit("[anonymous code]", CodeKind::Unknown)
             },
         ];
         let profile = profile(
@@ -685,10 +684,10 @@ mod tests {
     /// `main` calling `fib` 4 deep (at two call sites) and `even`/`odd` 3 turns deep.
     fn recursive_profile() -> Profile {
         let method = |name: &str, range: &str| Frame {
-            section: Section::Generated as i32,
+            section: Section::Generated,
             name: name.to_owned(),
             module: "[anon]".to_owned(),
-            kind: CodeKind::Method as i32,
+            kind: Some(CodeKind::Method),
             range: range.to_owned(),
             ..Frame::default()
         };
@@ -812,7 +811,7 @@ mod tests {
         });
         profile.stacks.push(Stack {
             truncated: true,
-            end: StackEnd::DepthLimit as i32,
+            end: Some(StackEnd::DepthLimit),
             ..base.clone()
         });
         profile.stacks.push(Stack {

@@ -10,12 +10,12 @@
 //! collector that blocks (its time is not CPU time), a VM that is not on a CPU all the time,
 //! or intervals published late, show as a disagreement.
 
-use std::{borrow::Cow, collections::HashMap};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
-use vmscope_proto::v1::{
-    IntervalKind, KernelCounts, KernelEvents, Profile, VmStatistics, configuration,
+use vmscope_model::{
+    Configuration, GaugeDelta, IntervalKind, KernelCounts, KernelEvents, Profile, VmStatistics,
 };
 
 use crate::model::percent;
@@ -37,61 +37,14 @@ pub struct VmStatsReport {
     /// The window the percentages and rates are of, in seconds.
     pub seconds: f64,
     /// Its settings, as the header prints them.
-    pub configuration: Vec<Setting>,
+    pub configuration: Vec<Configuration>,
     /// Its gauges' changes (VMProfiler's "Memory").
-    pub gauges: Vec<GaugeChange>,
+    pub gauges: Vec<GaugeDelta>,
     /// Its intervals per kind: scavenges, full GCs, code compactions, safepoints, then the
     /// kinds it named.
     pub intervals: Vec<IntervalStats>,
     /// Its counters' growth, with rates (VMProfiler's "Events").
     pub counters: Vec<CounterGrowth>,
-}
-
-/// A VM's setting.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Setting {
-    /// Its name ("eden size").
-    pub name: String,
-    /// Its value; `None` (JSON: null) when the VM published none.
-    pub value: Option<SettingValue>,
-    /// A number's unit.
-    pub unit: String,
-}
-
-/// The value of a VM's setting: a number or a text, as the VM published it (and as JSON
-/// writes it: a number or a string).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum SettingValue {
-    /// A number (a size, a count).
-    Number(i64),
-    /// Anything else ("generational").
-    Text(String),
-}
-
-/// How a gauge changed.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GaugeChange {
-    /// Its name ("old").
-    pub name: String,
-    /// Its unit ("bytes").
-    pub unit: String,
-    /// Change over the session.
-    pub delta: i64,
-    /// Its last value.
-    pub last: i64,
-    /// Its lowest value over the session, its level at the start included.
-    pub low: i64,
-    /// Its highest value over the session: a heap's high-water mark.
-    pub high: i64,
-}
-
-impl GaugeChange {
-    /// Whether the gauge moved during the session: a gauge that stayed at one level has no
-    /// change to report ("young +0 bytes"), only its level.
-    pub fn moved(&self) -> bool {
-        self.delta != 0 || self.low != self.high
-    }
 }
 
 /// Intervals of one kind over the session.
@@ -195,7 +148,7 @@ impl VmStatsReport {
             let index = profile
                 .vm_interval_kinds
                 .iter()
-                .position(|k| k.kind == totals.kind && k.name == totals.name)
+                .position(|k| *k == totals.kind)
                 .map(|i| i as u32);
             let mut leaves: HashMap<(&str, &str), u64> = HashMap::new();
             for stack in &profile.stacks {
@@ -240,42 +193,20 @@ impl VmStatsReport {
         VmStatsReport {
             pid: stats.pid,
             vm: stats.vm.clone(),
-            configuration: stats
-                .configuration
-                .iter()
-                .map(|c| Setting {
-                    name: c.name.clone(),
-                    value: c.value.as_ref().map(|value| match value {
-                        configuration::Value::Number(n) => SettingValue::Number(*n),
-                        configuration::Value::Text(t) => SettingValue::Text(t.clone()),
-                    }),
-                    unit: c.unit.clone(),
-                })
-                .collect(),
-            gauges: stats
-                .gauges
-                .iter()
-                .map(|g| GaugeChange {
-                    name: g.name.clone(),
-                    unit: g.unit.clone(),
-                    delta: g.delta,
-                    last: g.last,
-                    low: g.low,
-                    high: g.high,
-                })
-                .collect(),
+            configuration: stats.configuration.clone(),
+            gauges: stats.gauges.clone(),
             intervals: stats
                 .intervals
                 .iter()
                 .map(|i| {
-                    let kind = IntervalKind::try_from(i.kind).unwrap_or(IntervalKind::Named);
-                    let key = interval_key(i.kind, &i.name).into_owned();
-                    let label = match kind {
+                    let kind = i.kind.clone();
+                    let key = kind.key().to_owned();
+                    let label = match &kind {
                         IntervalKind::Scavenge => "scavenges".into(),
                         IntervalKind::FullGc => "full".into(),
                         IntervalKind::CodeCompaction => "compactions".into(),
                         IntervalKind::Safepoint => "safepoints".into(),
-                        IntervalKind::Named | IntervalKind::Unspecified => i.name.clone(),
+                        IntervalKind::Named(name) => name.clone(),
                     };
                     let total_ms = i.total_ns as f64 / 1e6;
                     IntervalStats {
@@ -313,18 +244,6 @@ impl VmStatsReport {
     /// The intervals of `kind` (a kind the proto names), if the VM published any.
     pub fn kind(&self, kind: IntervalKind) -> Option<&IntervalStats> {
         self.intervals.iter().find(|i| i.kind == kind)
-    }
-}
-
-/// The stable name of a kind of interval (proto kind and name) for scripts, JSON and pprof
-/// labels: `scavenge`, `full_gc`, `code_compaction`, `safepoint`, or the VM's own name of it.
-pub fn interval_key(kind: i32, name: &str) -> Cow<'_, str> {
-    match IntervalKind::try_from(kind) {
-        Ok(IntervalKind::Scavenge) => "scavenge".into(),
-        Ok(IntervalKind::FullGc) => "full_gc".into(),
-        Ok(IntervalKind::CodeCompaction) => "code_compaction".into(),
-        Ok(IntervalKind::Safepoint) => "safepoint".into(),
-        _ => name.into(),
     }
 }
 
@@ -471,8 +390,8 @@ fn event_counts(counts: &KernelCounts, seconds: f64) -> Vec<EventCount> {
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::{
-        Configuration, CounterDelta, GaugeDelta, IntervalTotals, ProcessKernelCounts,
+    use vmscope_model::{
+        ConfigValue, CounterDelta, GaugeDelta, IntervalTotals, ProcessKernelCounts,
     };
 
     use super::*;
@@ -485,7 +404,7 @@ mod tests {
                 vm: "jitvm 0.1".into(),
                 configuration: vec![Configuration {
                     name: "eden size".into(),
-                    value: Some(configuration::Value::Number(3_801_936)),
+                    value: Some(ConfigValue::Number(3_801_936)),
                     unit: "bytes".into(),
                 }],
                 counters: vec![CounterDelta {
@@ -503,8 +422,7 @@ mod tests {
                     high: 1 << 21,
                 }],
                 intervals: vec![IntervalTotals {
-                    kind: IntervalKind::Scavenge as i32,
-                    name: String::new(),
+                    kind: IntervalKind::Scavenge,
                     count: 182,
                     total_ns: 57_000_000,
                     longest_ns: 1_000_000,
@@ -518,7 +436,7 @@ mod tests {
         let [vm] = VmStatsReport::from_profile(&profile).try_into().unwrap();
         assert_eq!(
             vm.configuration[0].value,
-            Some(SettingValue::Number(3_801_936))
+            Some(ConfigValue::Number(3_801_936))
         );
         let gcs = vm.kind(IntervalKind::Scavenge).unwrap();
         assert_eq!(
@@ -543,7 +461,7 @@ mod tests {
     /// disagrees with the VM's own share of the time.
     #[test]
     fn samples_during_each_kind_are_set_beside_the_vms_own_time() {
-        use vmscope_proto::v1::{Frame, Stack, VmIntervalKind};
+        use vmscope_model::{Frame, Stack};
         let frame = |name: &str, module: &str| Frame {
             name: name.into(),
             module: module.into(),
@@ -557,8 +475,7 @@ mod tests {
             ..Stack::default()
         };
         let totals = |kind: IntervalKind, total_ns, sampled| IntervalTotals {
-            kind: kind as i32,
-            name: String::new(),
+            kind,
             count: 10,
             total_ns,
             longest_ns: 0,
@@ -570,16 +487,7 @@ mod tests {
                 frame("main", "jitvm"),
                 frame("memset", "libc.so.6"),
             ],
-            vm_interval_kinds: vec![
-                VmIntervalKind {
-                    kind: IntervalKind::Scavenge as i32,
-                    name: String::new(),
-                },
-                VmIntervalKind {
-                    kind: IntervalKind::FullGc as i32,
-                    name: String::new(),
-                },
-            ],
+            vm_interval_kinds: vec![IntervalKind::Scavenge, IntervalKind::FullGc],
             stacks: vec![
                 stack(42, 0, 60, &[0]),
                 stack(42, 2, 20, &[0]),

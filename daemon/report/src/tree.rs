@@ -47,11 +47,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use vmscope_proto::v1::{Profile, Stack};
+use vmscope_model::{CodeKind, Profile, Section, Stack};
 
 use crate::{
     functions::Functions,
-    model::{CodeKindLabel, OTHERS_NAME, SectionKind, percent},
+    model::{OTHERS_NAME, percent},
 };
 
 /// Name of the pseudo-node under which the top-down view puts stacks cut at the depth limit,
@@ -123,17 +123,17 @@ fn close_names_suffix(close: &[String]) -> String {
 /// A function as a node of the tree shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeFunction {
-    /// The function's name, as [`Frame::name`](vmscope_proto::v1::Frame::name).
+    /// The function's name, as [`Frame::name`](vmscope_model::Frame::name).
     pub name: String,
     /// File name of its module.
     pub module: String,
     /// Section of its code.
-    pub section: SectionKind,
+    pub section: Section,
     /// Whether `name` is a real symbol.
     pub symbolized: bool,
     /// Generated code: what kind of code it is (as the first of its frames says); `None`
     /// elsewhere and when unknown.
-    pub kind: Option<CodeKindLabel>,
+    pub kind: Option<CodeKind>,
     /// Part of optimised code.
     pub optimised: bool,
     /// A method inlined into the compiled code of its caller.
@@ -175,7 +175,7 @@ impl NodeLabel {
 /// Samples of one call site: a range of a generated code caller's frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallSite {
-    /// The range as [`Frame::range`](vmscope_proto::v1::Frame::range) labels it (`74->78`,
+    /// The range as [`Frame::range`](vmscope_model::Frame::range) labels it (`74->78`,
     /// `app.js:12:5`).
     pub range: String,
     /// Samples that went through it.
@@ -413,14 +413,14 @@ fn valid_frames(stack: &Stack, frames: usize) -> Vec<usize> {
 /// A node's function as the tree shows it: the first of its frames describes it.
 fn describe(functions: &Functions<'_>, id: u32) -> TreeFunction {
     let frame = functions.frame(id);
-    let section = SectionKind::from_proto(frame.section());
+    let section = frame.section;
     TreeFunction {
         name: frame.name.clone(),
         module: frame.module.clone(),
         section,
         symbolized: frame.symbolized,
-        kind: if section == SectionKind::Generated {
-            CodeKindLabel::from_proto(frame.kind)
+        kind: if section == Section::Generated {
+            frame.kind
         } else {
             None
         },
@@ -630,7 +630,7 @@ fn edit_distance(a: &str, b: &str, budget: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::{CodeKind, Frame, Section};
+    use vmscope_model::{CodeKind, Frame, Section};
 
     use super::*;
     use crate::stack_view::{FrameView, ShownStacks, StackOptions};
@@ -638,7 +638,7 @@ mod tests {
     /// A native frame of the `fixture` executable.
     fn native(name: &str) -> Frame {
         Frame {
-            section: Section::Vanilla as i32,
+            section: Section::Vanilla,
             name: name.to_owned(),
             module: "fixture".to_owned(),
             symbolized: true,
@@ -649,11 +649,11 @@ mod tests {
     /// A JIT method's frame whose pc is in `range`.
     fn jit(name: &str, range: &str) -> Frame {
         Frame {
-            section: Section::Generated as i32,
+            section: Section::Generated,
             name: name.to_owned(),
             module: "[anon]".to_owned(),
             symbolized: true,
-            kind: CodeKind::Method as i32,
+            kind: Some(CodeKind::Method),
             range: range.to_owned(),
             code_map: "vm".to_owned(),
             ..Frame::default()
@@ -775,7 +775,7 @@ mod tests {
         let function = main.label.function().expect("a function");
         assert_eq!(
             (function.section, function.module.as_str(), function.kind),
-            (SectionKind::Vanilla, "fixture", None)
+            (Section::Vanilla, "fixture", None)
         );
     }
 
@@ -808,7 +808,7 @@ mod tests {
             pid: 1,
             samples: 5,
             truncated: false,
-            end: vmscope_proto::v1::StackEnd::Complete as i32,
+            end: Some(vmscope_model::StackEnd::Complete),
             during: Vec::new(),
         });
         profile.total_samples += 5;
@@ -896,7 +896,7 @@ mod tests {
     #[test]
     fn the_language_view_puts_jit_callees_under_their_jit_callers() {
         let mut pic = jit("at:put:", "");
-        pic.kind = CodeKind::ClosedPic as i32;
+        pic.kind = Some(CodeKind::ClosedPic);
         let frames = vec![
             native("main"),
             native("interpret"),
@@ -1019,8 +1019,8 @@ mod tests {
         );
         let at_put = tree.walk()[2].0;
         let function = tree.nodes[at_put].label.function().expect("a function");
-        assert_eq!(function.kind, Some(CodeKindLabel::Method));
-        assert_eq!(function.section, SectionKind::Generated);
+        assert_eq!(function.kind, Some(CodeKind::Method));
+        assert_eq!(function.section, Section::Generated);
         // Bottom-up, the caller's own frame holds the site where it calls its parent.
         let tree = build(
             &profile,

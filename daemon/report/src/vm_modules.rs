@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use vmscope_proto::v1::ProfileRow;
+use vmscope_model::ProfileRow;
 
 use crate::{
     model::{ReportOptions, percent},

@@ -27,7 +27,7 @@
 use std::io::{self, Write};
 
 use vmscope_report::{
-    Report, SectionKind,
+    Report, Section,
     stack_view::ShownStacks,
     tree::{CallTree, NodeLabel, TreeFunction, TreeNode, TreeView},
 };
@@ -203,7 +203,7 @@ fn label(node: &TreeNode) -> String {
 /// module, unless its name already says it (`libfoo.so+0x1f0`), and `(inlined)` for a function
 /// the compiler inlined into its caller.
 fn suffix(function: &TreeFunction) -> String {
-    if function.section == SectionKind::Generated {
+    if function.section == Section::Generated {
         let mut suffix = String::new();
         if let Some(tag) = function.kind.and_then(|kind| kind.text_tag()) {
             suffix.push_str(&format!(" [{tag}]"));
@@ -233,7 +233,7 @@ fn suffix(function: &TreeFunction) -> String {
 
 #[cfg(test)]
 mod tests {
-    use vmscope_proto::v1::{CallGraph, Profile};
+    use vmscope_model::{CallGraph, Profile};
     use vmscope_report::{
         ReportOptions,
         fixtures::stacks_profile,
@@ -478,7 +478,7 @@ mod tests {
         );
         let mut profile = stacks_profile();
         if let Some(session) = profile.session.as_mut() {
-            session.call_graph = CallGraph::None as i32;
+            session.call_graph = Some(CallGraph::None);
         }
         let error = render(&profile, TreeView::TopDown).expect_err("no stacks");
         assert!(
