@@ -1,8 +1,10 @@
 //! Rows: samples per (section, module, name), with where inside the code they fell.
 
+use std::cmp::Ordering;
+
 use serde::{Deserialize, Serialize};
 
-use crate::{CodeKind, Section};
+use crate::{CodeKind, Section, rank::most_first};
 
 /// One row: the self and inclusive samples of one piece of code (a function, a method, a
 /// stub) in one section.
@@ -43,6 +45,20 @@ pub struct ProfileRow {
     pub later_snapshot_samples: u64,
 }
 
+impl ProfileRow {
+    /// The one order of rows, wherever they are listed (the daemon's profile, a report's
+    /// section, rows regrouped by `--sort`): most samples first, then most inclusive samples
+    /// (so that code with no sample of its own comes by how much it called), then section,
+    /// name and module, so that the order never depends on input or hash order.
+    pub fn order(a: &ProfileRow, b: &ProfileRow) -> Ordering {
+        most_first(a.samples, b.samples)
+            .then_with(|| most_first(a.inclusive_samples, b.inclusive_samples))
+            .then_with(|| a.section.cmp(&b.section))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.module.cmp(&b.module))
+    }
+}
+
 /// Samples of a row at one source line, in one process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceLineSamples {
@@ -67,6 +83,13 @@ pub struct ProcessSamples {
     pub samples: u64,
 }
 
+impl ProcessSamples {
+    /// The one order of a row's processes: most samples first, then lowest pid.
+    pub fn order(a: &ProcessSamples, b: &ProcessSamples) -> Ordering {
+        most_first(a.samples, b.samples).then_with(|| a.pid.cmp(&b.pid))
+    }
+}
+
 /// Samples in one range of a method's code.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodeRange {
@@ -83,4 +106,11 @@ pub struct InlinedMethod {
     pub name: String,
     /// Samples.
     pub samples: u64,
+}
+
+impl InlinedMethod {
+    /// The one order of a row's inlined methods: most samples first, then by name.
+    pub fn order(a: &InlinedMethod, b: &InlinedMethod) -> Ordering {
+        most_first(a.samples, b.samples).then_with(|| a.name.cmp(&b.name))
+    }
 }

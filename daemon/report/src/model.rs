@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use vmscope_model::{
-    CallGraph, CodeKind, IssueKind, Profile, ProfileRow, Section, Session, StackEnd,
+    CallGraph, CodeKind, InlinedMethod, IssueKind, Profile, ProfileRow, Section, Session, StackEnd,
 };
 
 use crate::{
@@ -545,9 +545,7 @@ impl Report {
                 .collect(),
             system_wide: session.system_wide,
             vm_executable: profile.vm_executable.clone(),
-            started_at: session
-                .started_at
-                .filter(|t| is_formattable(*t)),
+            started_at: session.started_at.filter(|t| is_formattable(*t)),
             duration_seconds,
             requested_frequency_hz: session.frequency_hz,
             measured_frequency_hz: measured.then(|| finite_or_zero(profile.measured_frequency_hz)),
@@ -776,13 +774,9 @@ fn build_section(
         .iter()
         .copied()
         .partition(|row| !is_small(row.samples, total, options.min_percent));
-    // Module breaks the last tie so that equal (samples, name) rows still come out in one order
-    // whatever order the daemon sent them in.
-    rank(
-        &mut kept,
-        |r| r.samples,
-        |a, b| (&a.name, &a.module).cmp(&(&b.name, &b.module)),
-    );
+    // Rows regrouped by `--sort` come in their groups' order, and a daemon's order is not
+    // trusted: the model's one order, again.
+    kept.sort_by(|a, b| ProfileRow::order(a, b));
 
     let mut out = Vec::with_capacity(kept.len() + 1);
     // Cumulative percentages come from the running sum of samples, not of rounded
@@ -934,7 +928,7 @@ fn range_rows(row: &ProfileRow) -> Vec<RangeRow> {
 /// without empty ones.
 fn inlined_rows(row: &ProfileRow) -> Vec<InlinedRow> {
     let mut inlined: Vec<_> = row.inlined.iter().filter(|i| i.samples > 0).collect();
-    rank(&mut inlined, |i| i.samples, |a, b| a.name.cmp(&b.name));
+    inlined.sort_by(|a, b| InlinedMethod::order(a, b));
     let whole = method_whole(
         row,
         inlined

@@ -245,7 +245,7 @@ pub fn sum_by_process<'a>(
         sum.samples = sum.samples.saturating_add(part.samples);
     }
     let mut processes: Vec<ProcessSamples> = by_pid.into_values().collect();
-    crate::rank::rank(&mut processes, |p| p.samples, |a, b| a.pid.cmp(&b.pid));
+    processes.sort_by(ProcessSamples::order);
     processes
 }
 
