@@ -4,12 +4,10 @@
 
 use vmscope_proto::v1::{self as pb, CodeKind};
 
+use vmscope_model::{ConfigValue, IntervalKind, VmStatistics};
+
 use crate::{
-    stats::{
-        kernel::{Counts, KernelEvents},
-        summary::VmStatistics,
-        vm::{ConfigValue, IntervalKind},
-    },
+    stats::kernel::{Counts, KernelEvents},
     symbolize::Issue,
     vocab::UnmappedReason,
 };
@@ -120,8 +118,8 @@ pub(super) fn kernel_counts(counts: &Counts) -> pb::KernelCounts {
 }
 
 /// A kind of generated code as the API says it.
-pub(super) fn code_kind(kind: crate::vocab::CodeKind) -> CodeKind {
-    use crate::vocab::CodeKind as Kind;
+pub(super) fn code_kind(kind: vmscope_model::CodeKind) -> CodeKind {
+    use vmscope_model::CodeKind as Kind;
     match kind {
         Kind::Method => CodeKind::Method,
         Kind::Block => CodeKind::Block,

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use vmscope_model::IntervalKind;
 use vmscope_proto::v1::{
     self as pb, AttributedSample, Section, Stack, StackEndSamples, StackFrame,
 };
@@ -11,7 +12,6 @@ use vmscope_report::rank::rank;
 use super::{api::interval_kind, placed::Placed};
 use crate::{
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
-    stats::vm::IntervalKind,
     symbolize::{Issue, KERNEL_MODULE},
     vocab::{Location, StackEnd},
 };

@@ -1,15 +1,16 @@
 use std::time::Duration;
 
+use vmscope_model::IntervalKind;
 use vmscope_proto::v1::{self as pb, CodeKind, Section};
 
 use super::{
-    api::{code_kind, interval_kind, kernel_counts},
+    api::{interval_kind, kernel_counts},
     placed::{Frames, native_frames},
     *,
 };
 use crate::{
     session::{DuringId, StackSnapshot, StackTable},
-    stats::{kernel::Counts, vm::IntervalKind},
+    stats::kernel::Counts,
     symbolize::{Resolved, SourceFrame, tests::symbolizer},
     vocab::{Location, StackEnd, UnmappedReason},
 };
@@ -282,27 +283,12 @@ fn statistics_show_as_the_api_carries_them() {
     );
 }
 
-/// A kind a publication gives is the kind the profile shows; none, or one this daemon does
-/// not know, is unknown.
-#[test]
-fn code_kinds_come_back_as_published() {
-    for kind in 1..=8 {
-        assert_eq!(code_kind(crate::codemap::vm::code_kind(kind)) as i32, kind);
-    }
-    for unknown in [0, 9, -1] {
-        assert_eq!(
-            code_kind(crate::codemap::vm::code_kind(unknown)),
-            CodeKind::Unknown
-        );
-    }
-}
-
 /// A method's baseline and optimised versions: separate rows, each with its own ranges in
 /// code order, the optimised one with its time per inlined method (its own code included).
 #[test]
 fn jit_versions_get_rows_of_their_own() {
     use crate::codemap::code::{Code, CodeSource, PcPoint};
-    use crate::vocab::CodeKind as Kind;
+    use vmscope_model::CodeKind as Kind;
     let symbolizer = symbolizer();
     let method = |pcs: &[(u64, u32, &str)]| Code {
         pc_map: pcs
@@ -420,7 +406,7 @@ fn kernel_functions_can_be_hidden_but_stay_counted() {
 #[test]
 fn stacks_expand_into_frames_and_give_inclusive_time() {
     use crate::codemap::code::{Code, CodeSource, PcPoint};
-    use crate::vocab::CodeKind as Kind;
+    use vmscope_model::CodeKind as Kind;
     let symbolizer = symbolizer();
     let codes = symbolizer.codes();
     let point = |offset, bcpc, inlined: &[(&str, u32)]| PcPoint {

@@ -25,6 +25,7 @@ pub use kept::{KeptFrame, KeptSample, KeptSamples};
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
 pub use request::{CallGraph, CallGraphMode, Caller, SessionRequest, SessionSpec};
 pub use stacks::{DuringId, LocationId, StackId, StackSnapshot, StackTable};
+use vmscope_model::VmStatistics;
 use vmscope_parse::stat::CpuTimes;
 
 use crate::{
@@ -33,7 +34,6 @@ use crate::{
         hotspot::SessionPerfData,
         intervals::During,
         kernel::{KernelEvents, SessionCounters},
-        summary::VmStatistics,
         vm::Window,
     },
     vocab::{CodeMapKinds, Location, StackEnd},
@@ -570,14 +570,14 @@ mod tests {
         assert_eq!(first, other);
         // Taken during a scavenge: a stack of its own, which it keeps when placed again.
         let mut log = crate::stats::intervals::IntervalLog::default();
-        log.begin(0, &crate::stats::vm::IntervalKind::Scavenge, 1);
+        log.begin(0, &vmscope_model::IntervalKind::Scavenge, 1);
         let (in_gc, _) = s.count(7, [anon], None, Some(log.during(1)), kept);
         assert_ne!(in_gc, first);
         let in_gc_named = s.recount(7, in_gc, [named], None, |_| {});
         let snapshot = s.stacks.snapshot();
         assert_eq!(
             snapshot.during_of(in_gc_named),
-            [crate::stats::vm::IntervalKind::Scavenge]
+            [vmscope_model::IntervalKind::Scavenge]
         );
         let before = s.kept.snapshot();
         let frames = |sample: &mut KeptSample| {
