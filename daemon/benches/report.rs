@@ -218,7 +218,9 @@ fn bench(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
-    let profile = build_profile(snapshot.clone(), &warm, &SHOW_ALL);
+    // TODO(model-port): encode the model itself once vmscope-report takes it.
+    let profile: vmscope_proto::v1::Profile =
+        build_profile(snapshot.clone(), &warm, &SHOW_ALL).into();
     group.bench_function("pprof", |b| {
         b.iter(|| black_box(vmscope_report::pprof::encode(&profile).unwrap().len()))
     });

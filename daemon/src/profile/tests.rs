@@ -1,10 +1,9 @@
 use std::time::Duration;
 
-use vmscope_model::IntervalKind;
-use vmscope_proto::v1::{self as pb, CodeKind, Section};
+use vmscope_model::{self as model, CodeKind, IntervalKind, IssueKind, Section};
 
 use super::{
-    api::{interval_kind, kernel_counts},
+    kernel::kernel_counts,
     placed::{Frames, native_frames},
     *,
 };
@@ -80,10 +79,9 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
     }
 }
 
-/// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
-/// the profile's table; the same frames outside any interval stay one stack.
-/// Throttling is judged once, here, for every report and client: samples taken (lost
-/// ones included) under 90% of the asked rate, over half a CPU-second or more.
+/// Throttling is judged once, for every report and client: samples taken (lost ones included,
+/// as [`build_profile`] counts them) under 90% of the asked rate, over half a CPU-second or
+/// more.
 #[test]
 fn throttling_is_judged_on_the_samples_taken() {
     // 14,000 delivered + 16 lost over 10.012 CPU-seconds at 1400 Hz: the rate kept.
@@ -99,6 +97,8 @@ fn throttling_is_judged_on_the_samples_taken() {
     assert_eq!(taken_rate(100, 0.0, 1400), (0.0, false));
 }
 
+/// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
+/// the profile's table; the same frames outside any interval stay one stack.
 #[test]
 fn stacks_say_which_intervals_their_samples_were_taken_during() {
     use crate::stats::intervals::IntervalLog;
@@ -120,17 +120,12 @@ fn stacks_say_which_intervals_their_samples_were_taken_during() {
     let mut snap = snapshot(Vec::new());
     snap.stacks = table.snapshot();
     let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
-    let kinds: Vec<(i32, &str)> = profile
-        .vm_interval_kinds
-        .iter()
-        .map(|k| (k.kind, k.name.as_str()))
-        .collect();
     assert_eq!(
-        kinds,
+        profile.vm_interval_kinds,
         [
-            (pb::IntervalKind::Scavenge as i32, ""),
-            (pb::IntervalKind::Safepoint as i32, ""),
-            (pb::IntervalKind::Named as i32, "JIT"),
+            IntervalKind::Scavenge,
+            IntervalKind::Safepoint,
+            IntervalKind::Named("JIT".into()),
         ],
         "in the reports' order, whatever the order first seen"
     );
@@ -188,7 +183,7 @@ fn cancelled_builds_give_up_and_cut_stacks_say_so() {
     drop(guard);
     assert!(build_profile_unless(snap.clone(), &symbolizer, &options, &cancel).is_none());
     let profile = build_profile(snap, &symbolizer, &options);
-    let ends: Vec<(i32, u64)> = profile
+    let ends: Vec<(model::StackEnd, u64)> = profile
         .stack_ends
         .iter()
         .map(|e| (e.end, e.samples))
@@ -196,8 +191,8 @@ fn cancelled_builds_give_up_and_cut_stacks_say_so() {
     assert_eq!(
         ends,
         [
-            (pb::StackEnd::Complete as i32, 4),
-            (pb::StackEnd::StackLimit as i32, 2)
+            (model::StackEnd::Complete, 4),
+            (model::StackEnd::StackLimit, 2)
         ]
     );
     let marker = profile
@@ -234,21 +229,21 @@ fn rows_and_issues_are_aggregated_and_ordered() {
     assert_eq!(profile.lost_samples, 3);
     assert!((profile.measured_frequency_hz - 26.0).abs() < 1e-9);
     assert_eq!(profile.host_steal_percent, 4.5);
-    let issues: Vec<(pb::SymbolizationIssueKind, &str, u64)> = profile
+    let issues: Vec<(Option<IssueKind>, &str, u64)> = profile
         .symbolization_issues
         .iter()
-        .map(|i| (i.kind(), i.reason.as_str(), i.samples))
+        .map(|i| (i.kind, i.reason.as_str(), i.samples))
         .collect();
     assert_eq!(
         issues,
         [
             (
-                pb::SymbolizationIssueKind::ProcessGone,
+                Some(IssueKind::ProcessGone),
                 UnmappedReason::ProcessGone.describe(),
                 5
             ),
             (
-                pb::SymbolizationIssueKind::Unmapped,
+                Some(IssueKind::Unmapped),
                 UnmappedReason::NoMapping.describe(),
                 3
             )
@@ -257,9 +252,10 @@ fn rows_and_issues_are_aggregated_and_ordered() {
 }
 
 /// Switches the kernel tells apart show as voluntary and involuntary, never more than all;
-/// a VM's own kind of interval keeps its name.
+/// a VM's own kind of interval keeps its name as the API carries it.
 #[test]
 fn statistics_show_as_the_api_carries_them() {
+    use vmscope_proto::{model::interval_kind, v1 as pb};
     let counts = Counts {
         context_switches: 10,
         voluntary_switches: Some(12),
@@ -335,7 +331,7 @@ fn jit_versions_get_rows_of_their_own() {
         .collect();
     assert_eq!(rows, [("Foo>>bar", 30, false), ("Foo>>bar", 10, true)]);
     let base = &profile.rows[0];
-    assert_eq!(base.kind(), CodeKind::Method);
+    assert_eq!(base.kind, Some(CodeKind::Method));
     assert_eq!(base.code_map, "vm");
     let ranges: Vec<u64> = base.ranges.iter().map(|r| r.samples).collect();
     assert_eq!(ranges, [10, 20], "in code order: {:?}", base.ranges);

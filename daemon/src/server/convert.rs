@@ -1,6 +1,7 @@
 //! The API's messages turned into the daemon's own types and back: the session manager and
 //! what lies below it never see a `vmscope.v1` type, except the code map publication, decoded
-//! where it is read (`codemap/vm.rs`), and the profile, built in `profile/`.
+//! where it is read (`codemap/vm.rs`). Sessions and profiles are the profile model's
+//! (`vmscope_model`), carried as the API's by `vmscope_proto`'s `From`s.
 //!
 //! A request is turned as it is, without checks: [`crate::session::request::validate`] checks
 //! it, in the order and with the messages clients know. Only the API's defaults are filled in.
