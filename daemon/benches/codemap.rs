@@ -14,8 +14,8 @@
 use std::{hint::black_box, time::Duration};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use vmscope_model::CodeKind;
 use vmscope_parse::{jitdump, perf_map};
-use vmscoped::vocab::CodeKind;
 use vmscoped::{
     codemap::{
         code::{Code, CodeSource, CodeStore},

@@ -14,9 +14,10 @@
 use std::{hint::black_box, time::Duration};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use vmscope_model::IntervalKind;
 use vmscoped::{
     session::{DuringId, StackTable},
-    stats::vm::{IntervalKind, StatEvent, VmState},
+    stats::vm::{StatEvent, VmState},
     vocab::{Location, StackEnd},
 };
 

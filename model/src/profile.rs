@@ -106,13 +106,22 @@ pub fn taken_rate(taken: u64, cpu_seconds: f64, requested_hz: u32) -> (f64, bool
 mod tests {
     use super::*;
 
+    /// Throttling is judged once, for every report and client: samples taken (lost ones included,
+    /// as the daemon counts them) under 90% of the asked rate, over half a CPU-second or
+    /// more.
     #[test]
-    fn throttled_below_nine_tenths_of_the_rate_over_enough_cpu_time() {
-        assert_eq!(taken_rate(1000, 1.0, 1000), (1000.0, false));
-        assert_eq!(taken_rate(899, 1.0, 1000), (899.0, true));
-        // Too little CPU time to judge, or no time at all.
-        assert_eq!(taken_rate(100, 0.4, 1000), (250.0, false));
-        assert_eq!(taken_rate(100, 0.0, 1000), (0.0, false));
+    fn throttling_is_judged_on_the_samples_taken() {
+        // 14,000 delivered + 16 lost over 10.012 CPU-seconds at 1400 Hz: the rate kept.
+        let (rate, throttled) = taken_rate(14_016, 10.012, 1400);
+        assert!((rate - 1400.0).abs() < 1.0 && !throttled, "{rate}");
+        // The same samples over twice the CPU time: half the rate.
+        let (rate, throttled) = taken_rate(14_016, 20.024, 1400);
+        assert!((rate - 700.0).abs() < 1.0 && throttled, "{rate}");
+        // Lost samples were taken: a full ring is not throttling.
+        assert!(!taken_rate(700 + 700, 1.0, 1400).1);
+        // Too little CPU time to judge, or none.
+        assert!(!taken_rate(100, 0.4, 1400).1);
+        assert_eq!(taken_rate(100, 0.0, 1400), (0.0, false));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use quick_xml::{escape::resolve_predefined_entity, events::Event};
 use vmscope::report::{Format, ReportOptions, render};
-use vmscope_proto::v1::{Frame, Section};
+use vmscope_model::{Frame, Section};
 use vmscope_report::{
     folded::sanitize,
     stack_fixture,
@@ -117,7 +117,7 @@ fn code(frame: &Frame) -> Code {
         Code::Kernel
     } else if frame.inlined {
         Code::Inlined
-    } else if frame.section() == Section::Generated {
+    } else if frame.section == Section::Generated {
         Code::Jit
     } else {
         Code::Native

@@ -12,9 +12,10 @@ use std::{
 };
 
 use prost::Message as _;
+use vmscope_model::{IntervalKind, Profile};
 use vmscope_proto::{
     pprof,
-    v1::{GetProfileRequest, Profile, StartSessionRequest},
+    v1::{GetProfileRequest, StartSessionRequest},
 };
 use vmscope_report::stack_fixture;
 use vmscope_tests::{Daemon, Running, fixtures, go_pprof, stop_and_profile};
@@ -291,16 +292,7 @@ async fn get_profile_returns_pprof_bytes_on_request() {
 #[test]
 fn go_tool_pprof_cuts_a_profile_to_a_vms_intervals() {
     let mut profile = profile();
-    profile.vm_interval_kinds = vec![
-        vmscope_proto::v1::VmIntervalKind {
-            kind: vmscope_proto::v1::IntervalKind::Scavenge as i32,
-            name: String::new(),
-        },
-        vmscope_proto::v1::VmIntervalKind {
-            kind: vmscope_proto::v1::IntervalKind::Safepoint as i32,
-            name: String::new(),
-        },
-    ];
+    profile.vm_interval_kinds = vec![IntervalKind::Scavenge, IntervalKind::Safepoint];
     // The write to the kernel (50) during a scavenge inside a safepoint; benchFib of the
     // second process (40) during a safepoint alone.
     profile.stacks[2].during = vec![0, 1];

@@ -42,20 +42,12 @@ pub const API_EDGES: &[(&str, &str)] = &[
         "the crate's root: wires the gRPC services and their descriptors",
     ),
     (
-        "profile/",
-        "builds the API's Profile from a snapshot, until the profile model of its own",
-    ),
-    (
         "codemap/vm.rs",
         "decodes a VM's code map publication into changes of the code map",
     ),
     (
         "stats/vm.rs",
         "decodes the statistics events of that publication into the VM's statistics",
-    ),
-    (
-        "symbolize/mod.rs",
-        "names a location's section with the API's Section, until it has one of its own",
     ),
 ];
 

@@ -15,7 +15,7 @@ use std::{
 
 use hashbrown::{HashMap, HashTable, hash_table};
 
-use crate::vocab::CodeKind;
+use vmscope_model::CodeKind;
 
 use super::ranges::MergedRanges;
 use crate::{

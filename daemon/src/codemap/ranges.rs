@@ -136,7 +136,7 @@ fn source_label(points: &[SourcePoint], range: usize) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use crate::vocab::CodeKind;
+    use vmscope_model::CodeKind;
 
     use super::*;
     use crate::codemap::code::CodeSource;

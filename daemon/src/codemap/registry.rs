@@ -1052,9 +1052,9 @@ mod tests {
     use crate::codemap::code::{Code, CodeSource};
     use crate::codemap::sample::{Counted, Wanted};
     use crate::sys::FileId;
-    use crate::vocab::CodeKind;
     use crate::vocab::{MappedFileKind, StackEnd};
     use std::{collections::HashSet, path::PathBuf};
+    use vmscope_model::CodeKind;
 
     /// A process's root directory is held until its perf map has been looked for once after it
     /// exited, and closed then: nothing opens through it any more, and a host running many

@@ -20,6 +20,7 @@ use std::{
     sync::Arc,
 };
 
+use vmscope_model::CodeKind;
 use vmscope_parse::{
     codemap_file, jitdump,
     perf_map::{self, PerfMapEntry},
@@ -35,7 +36,7 @@ use super::{
 use crate::{
     stats::vm::StatEvent,
     sys,
-    vocab::{CodeId, CodeKind, ExecRanges},
+    vocab::{CodeId, ExecRanges},
 };
 
 /// Largest perf map read: about 750,000 entries (a JVM with 10,000 compiled methods writes
@@ -1261,7 +1262,7 @@ mod tests {
             [(
                 25,
                 StatEvent::End {
-                    kind: crate::stats::vm::IntervalKind::Scavenge,
+                    kind: vmscope_model::IntervalKind::Scavenge,
                     id: 5
                 }
             )]

@@ -6,7 +6,8 @@
 //! statistics (settings, counters, gauges, intervals) come on the same publication, under the
 //! same order in time, and are checked here too ([`crate::stats::vm::Rules`]).
 
-use vmscope_proto::v1::{self as pb, CodeMapEvent, code_map_event::Event};
+use vmscope_model::CodeKind;
+use vmscope_proto::v1::{CodeMapEvent, code_map_event::Event};
 
 use super::{
     code::{Code, CodeSource, CodeStore, PcPoint},
@@ -17,22 +18,12 @@ use super::{
 use crate::{
     stats::vm::{Broken, Rules, StatEvent},
     sys,
-    vocab::CodeKind,
 };
 
 /// The kind a publication gives an entry: unspecified, or unknown to this daemon, is
-/// [`CodeKind::Unknown`].
+/// [`CodeKind::Unknown`] (the proto's own reading of a kind, but every entry has one).
 pub fn code_kind(kind: i32) -> CodeKind {
-    match pb::CodeKind::try_from(kind) {
-        Ok(pb::CodeKind::Method) => CodeKind::Method,
-        Ok(pb::CodeKind::Block) => CodeKind::Block,
-        Ok(pb::CodeKind::Trampoline) => CodeKind::Trampoline,
-        Ok(pb::CodeKind::Enilopmart) => CodeKind::Enilopmart,
-        Ok(pb::CodeKind::ClosedPic) => CodeKind::ClosedPic,
-        Ok(pb::CodeKind::OpenPic) => CodeKind::OpenPic,
-        Ok(pb::CodeKind::Stub) => CodeKind::Stub,
-        Ok(pb::CodeKind::Unknown | pb::CodeKind::Unspecified) | Err(_) => CodeKind::Unknown,
-    }
+    vmscope_proto::model::model_code_kind(kind).unwrap_or(CodeKind::Unknown)
 }
 
 /// What an accepted event makes.
@@ -320,7 +311,7 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use vmscope_proto::v1::{
-        CodeEntry, CodeFree, CodeMove, CodeZone, Hello, InlinedFrame, PcMapping, Sync,
+        self as pb, CodeEntry, CodeFree, CodeMove, CodeZone, Hello, InlinedFrame, PcMapping, Sync,
     };
 
     use super::*;
@@ -534,7 +525,7 @@ mod tests {
     /// at the time it was known up to, and counts each as a begin without its end.
     #[test]
     fn a_closing_publication_ends_the_intervals_it_left_open() {
-        use crate::stats::vm::IntervalKind;
+        use vmscope_model::IntervalKind;
         use vmscope_proto::v1::{IntervalBegin, IntervalEnd, IntervalKind as Kind};
         let store = CodeStore::new();
         let mut p = Publication::default();
@@ -588,5 +579,20 @@ mod tests {
         );
         assert_eq!(p.refused, 2);
         assert!(p.close().is_empty(), "closed once");
+    }
+
+    /// A kind a publication gives is the kind the profile shows (and the API carries back);
+    /// none, or one this daemon does not know, is unknown.
+    #[test]
+    fn code_kinds_come_back_as_published() {
+        for kind in 1..=8 {
+            assert_eq!(
+                vmscope_proto::model::code_kind(Some(code_kind(kind))) as i32,
+                kind
+            );
+        }
+        for unknown in [0, 9, -1] {
+            assert_eq!(code_kind(unknown), CodeKind::Unknown);
+        }
     }
 }

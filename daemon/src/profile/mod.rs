@@ -1,7 +1,7 @@
-//! Turning a session [`Snapshot`] into the API's [`Profile`]: symbolise each distinct location
-//! once, expand it into the frames a stack shows (a JIT frame of optimised code into its
-//! inlined methods, a native frame into the functions inlined at its address, with their source
-//! lines, from DWARF), then aggregate:
+//! Turning a session [`Snapshot`] into the profile model's [`Profile`], which the server carries
+//! as the API's: symbolise each distinct location once, expand it into the frames a stack shows
+//! (a JIT frame of optimised code into its inlined methods, a native frame into the functions
+//! inlined at its address, with their source lines, from DWARF), then aggregate:
 //!
 //! - rows by (section, module, name), from each stack's leaf (self time), each with its samples
 //!   per process, its ranges and inlined methods, its samples per source line of the leaf, and
@@ -13,7 +13,7 @@
 //! `...others...` and percentages are the report's business (vmscope-report), so that every
 //! client gets every number.
 
-mod api;
+mod kernel;
 mod placed;
 mod rows;
 mod stacks;
@@ -22,13 +22,13 @@ mod tests;
 
 use std::collections::HashSet;
 
-use vmscope_proto::v1::Profile;
+use vmscope_model::{Profile, profile::taken_rate};
 
 use self::{
-    api::{kernel_events, vm_statistics},
+    kernel::kernel_events,
     placed::place_locations,
-    rows::{api_rows, issues, sum_rows},
-    stacks::{api_stacks, interval_kinds, kept_samples},
+    rows::{issues, profile_rows, sum_rows},
+    stacks::{interval_kinds, kept_samples, profile_stacks},
 };
 use crate::{cancel::Cancel, session::Snapshot, symbolize::Symbolizer};
 
@@ -66,9 +66,9 @@ pub fn build_profile_unless(
     let (row_sums, issue_samples) = sum_rows(stacks, &placement, cancelled)?;
     let (vm_interval_kinds, during) = interval_kinds(stacks);
     let hidden_kernel = options.hide_kernel.is_some();
-    let (profile_stacks, stack_ends) =
-        api_stacks(stacks, &placement.placed, hidden_kernel, &during, cancelled)?;
-    let rows = api_rows(row_sums, &placement, &snapshot.commands);
+    let (frame_stacks, stack_ends) =
+        profile_stacks(stacks, &placement.placed, hidden_kernel, &during, cancelled)?;
+    let rows = profile_rows(row_sums, &placement, &snapshot.commands);
     let issues = issues(&placement.placed, issue_samples);
     let samples = kept_samples(&snapshot, &placement.placed, &during);
     let frames = std::mem::take(&mut placement.frames);
@@ -91,8 +91,7 @@ pub fn build_profile_unless(
         snapshot.session.frequency_hz,
     );
     Some(Profile {
-        // The server shows the session as the API does, beside the profile.
-        session: None,
+        session: Some(snapshot.session.to_model()),
         vm_executable: snapshot.vm_executable,
         total_samples: snapshot.total_samples,
         lost_samples,
@@ -109,11 +108,7 @@ pub fn build_profile_unless(
         host_steal_percent: snapshot.host_steal_percent,
         incomplete_reason: snapshot.incomplete_reason.unwrap_or_default(),
         kernel_events: snapshot.kernel_events.map(kernel_events),
-        vm_statistics: snapshot
-            .vm_statistics
-            .into_iter()
-            .map(vm_statistics)
-            .collect(),
+        vm_statistics: snapshot.vm_statistics,
         vm_interval_kinds,
         jit_samples_before_code_map: snapshot.jit.provisional,
         jit_samples_awaiting_code_map: snapshot.jit.awaiting,
@@ -121,33 +116,10 @@ pub fn build_profile_unless(
         jit_samples_from_later_snapshot: snapshot.jit.later_snapshot,
         processes,
         frames: frames.frames,
-        stacks: profile_stacks,
+        stacks: frame_stacks,
         truncated_stacks: snapshot.truncated,
         stack_ends,
-        pprof: Vec::new(),
         taken_frequency_hz,
         throttled,
     })
-}
-
-/// Below this share of the requested rate, samples taken (delivered plus lost) say the kernel
-/// throttled sampling: the rate a cpu-clock event keeps, bunched or stolen ticks included, is
-/// well above it.
-const THROTTLED_BELOW: f64 = 0.9;
-
-/// Least CPU time a throttling judgement is made over: below it, ticks are too few.
-const THROTTLE_MIN_CPU_SECONDS: f64 = 0.5;
-
-/// The rate the kernel took `taken` samples at, per busy CPU-second of `cpu_seconds`, and
-/// whether it throttled sampling below `requested_hz`: the kernel lowers
-/// `kernel.perf_event_max_sample_rate` when interrupts take too long, and no counter says so.
-fn taken_rate(taken: u64, cpu_seconds: f64, requested_hz: u32) -> (f64, bool) {
-    if cpu_seconds <= 0.0 {
-        return (0.0, false);
-    }
-    let rate = taken as f64 / cpu_seconds;
-    let throttled = requested_hz > 0
-        && cpu_seconds >= THROTTLE_MIN_CPU_SECONDS
-        && rate < THROTTLED_BELOW * f64::from(requested_hz);
-    (rate, throttled)
 }

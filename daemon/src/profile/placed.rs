@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
-use vmscope_proto::v1::{CodeKind, Frame, Section};
+use vmscope_model::{CodeKind, Frame, Section};
 
-use super::{ProfileOptions, api::code_kind};
+use super::ProfileOptions;
 use crate::{
     codemap::code::Code,
     session::StackSnapshot,
@@ -140,7 +140,7 @@ pub(super) fn place_locations(
                 row_keys.len() - 1
             });
             let detail = code.as_ref().map(|(code, offset)| CodeDetail {
-                kind: code_kind(code.kind),
+                kind: code.kind,
                 code_map: code.source.label(),
                 range: code.range_label(*offset),
                 inlined_method: optimised.then(|| code.attributed_method(*offset).to_owned()),
@@ -216,7 +216,7 @@ pub(super) fn resolve(
 /// The frame of a location outside generated code with a code map.
 pub(super) fn native_frame(resolved: &Resolved, location: &Location) -> Frame {
     Frame {
-        section: resolved.section as i32,
+        section: resolved.section,
         name: resolved.name.clone(),
         module: resolved.module.clone(),
         symbolized: resolved.symbolized,
@@ -282,11 +282,11 @@ pub(super) fn jit_frames(
 ) -> (Vec<u32>, u32) {
     let optimised = code.is_optimised();
     let frame = |name: &str, range: String, inlined: bool| Frame {
-        section: resolved.section as i32,
+        section: resolved.section,
         name: name.to_owned(),
         module: resolved.module.clone(),
         symbolized: resolved.symbolized,
-        kind: code_kind(code.kind) as i32,
+        kind: Some(code.kind),
         range,
         inlined,
         code_map: code.source.label().to_owned(),

@@ -8,16 +8,12 @@ use std::{
     collections::{BTreeMap, HashMap},
 };
 
-use vmscope_proto::v1::{
-    self as pb, CodeKind, CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples,
-    SymbolizationIssue,
+use vmscope_model::{
+    CodeKind, CodeRange, InlinedMethod, IssueKind, ProcessSamples, ProfileRow, SourceLineSamples,
+    SymbolizationIssue, rank::rank,
 };
-use vmscope_report::rank::{most_first, rank};
 
-use super::{
-    api::issue_kind,
-    placed::{Placed, Placement},
-};
+use super::placed::{Placed, Placement};
 use crate::session::StackSnapshot;
 
 /// What one row accumulates.
@@ -26,7 +22,8 @@ pub(super) struct RowSum {
     pub(super) samples: u64,
     pub(super) inclusive: u64,
     pub(super) symbolized: bool,
-    pub(super) kind: CodeKind,
+    /// Generated code a code map names: its kind; none for native code.
+    pub(super) kind: Option<CodeKind>,
     pub(super) code_map: &'static str,
     /// Samples per range, in code order (range index, then label).
     pub(super) ranges: BTreeMap<(usize, String), u64>,
@@ -74,7 +71,7 @@ pub(super) fn sum_rows(
         }
         row.symbolized = leaf.resolved.symbolized;
         if let Some(code) = &leaf.code {
-            row.kind = code.kind;
+            row.kind = Some(code.kind);
             row.code_map = code.code_map;
             if let Some(range) = &code.range {
                 add(&mut row.ranges, range, samples);
@@ -98,9 +95,9 @@ pub(super) fn sum_rows(
     Some((rows, issue_samples))
 }
 
-/// The rows as the API carries them, most samples first; rows of callers only (no self time)
-/// after every row with some.
-pub(super) fn api_rows(
+/// The rows of the profile, most samples first; rows of callers only (no self time) after
+/// every row with some.
+pub(super) fn profile_rows(
     rows: Vec<RowSum>,
     placement: &Placement,
     commands: &HashMap<u32, String, foldhash::fast::RandomState>,
@@ -116,7 +113,7 @@ pub(super) fn api_rows(
                 .into_iter()
                 .map(|(name, samples)| InlinedMethod { name, samples })
                 .collect();
-            rank(&mut inlined, |i| i.samples, |a, b| a.name.cmp(&b.name));
+            inlined.sort_by(InlinedMethod::order);
             let mut processes: Vec<ProcessSamples> = sum
                 .processes
                 .into_iter()
@@ -126,7 +123,7 @@ pub(super) fn api_rows(
                     samples,
                 })
                 .collect();
-            rank(&mut processes, |p| p.samples, |a, b| a.pid.cmp(&b.pid));
+            processes.sort_by(ProcessSamples::order);
             let mut lines: Vec<SourceLineSamples> = sum
                 .lines
                 .into_iter()
@@ -146,13 +143,13 @@ pub(super) fn api_rows(
                 |a, b| (&a.file, a.line, a.pid).cmp(&(&b.file, b.line, b.pid)),
             );
             ProfileRow {
-                section: section as i32,
+                section,
                 name,
                 module,
                 samples: sum.samples,
                 later_snapshot_samples: sum.later_snapshot,
                 symbolized: sum.symbolized,
-                kind: sum.kind as i32,
+                kind: sum.kind,
                 ranges: sum
                     .ranges
                     .into_iter()
@@ -168,26 +165,17 @@ pub(super) fn api_rows(
             }
         })
         .collect();
-    rank(
-        &mut rows,
-        |r| r.samples,
-        |a, b| {
-            most_first(a.inclusive_samples, b.inclusive_samples)
-                .then_with(|| a.section.cmp(&b.section))
-                .then_with(|| a.name.cmp(&b.name))
-                .then_with(|| a.module.cmp(&b.module))
-        },
-    );
+    rows.sort_by(ProfileRow::order);
     rows
 }
 
 /// The symbolisation issues of the leaves, by (module, kind, reason), most samples first.
 pub(super) fn issues(placed: &[Placed], issue_samples: Vec<u64>) -> Vec<SymbolizationIssue> {
-    let mut issues: HashMap<(&str, pb::SymbolizationIssueKind, Cow<'_, str>), u64> = HashMap::new();
+    let mut issues: HashMap<(&str, IssueKind, Cow<'_, str>), u64> = HashMap::new();
     for (leaf, samples) in placed.iter().zip(issue_samples) {
         if let (Some(issue), 1..) = (&leaf.resolved.issue, samples) {
             *issues
-                .entry((&leaf.resolved.module, issue_kind(issue), issue.describe()))
+                .entry((&leaf.resolved.module, issue.kind(), issue.describe()))
                 .or_insert(0) += samples;
         }
     }
@@ -197,7 +185,7 @@ pub(super) fn issues(placed: &[Placed], issue_samples: Vec<u64>) -> Vec<Symboliz
             module: module.to_owned(),
             reason: reason.into_owned(),
             samples,
-            kind: kind as i32,
+            kind: Some(kind),
         })
         .collect();
     rank(

@@ -3,15 +3,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use vmscope_proto::v1::{
-    self as pb, AttributedSample, Section, Stack, StackEndSamples, StackFrame,
+use vmscope_model::{
+    self as model, AttributedSample, IntervalKind, Section, Stack, StackEndSamples, StackFrame,
+    rank::rank,
 };
-use vmscope_report::rank::rank;
 
-use super::{api::interval_kind, placed::Placed};
+use super::placed::Placed;
 use crate::{
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
-    stats::vm::IntervalKind,
     symbolize::{Issue, KERNEL_MODULE},
     vocab::{Location, StackEnd},
 };
@@ -33,52 +32,54 @@ pub(super) const THREAD_ENTRY_POINTS: [&str; 9] = [
     "__clone3",
 ];
 
-/// How the API says a stack ended. A frame-pointer walk that simply ended is whole when its
-/// outermost frame is a thread's entry point (or kernel code: a kernel thread), and was cut by
-/// code without frame pointers otherwise.
-pub(super) fn stack_end(end: Option<StackEnd>, outermost: Option<&Placed>) -> pb::StackEnd {
+/// How a profile says a stack ended, as reports group stacks; `None` without a call graph. A
+/// frame-pointer walk that simply ended is whole when its outermost frame is a thread's entry
+/// point (or kernel code: a kernel thread), and was cut by code without frame pointers
+/// otherwise.
+pub(super) fn stack_end(
+    end: Option<StackEnd>,
+    outermost: Option<&Placed>,
+) -> Option<model::StackEnd> {
     if outermost.is_some_and(|p| p.stack_limit) {
-        return pb::StackEnd::StackLimit;
+        return Some(model::StackEnd::StackLimit);
     }
-    let Some(end) = end else {
-        return pb::StackEnd::Unspecified;
-    };
-    match end {
-        StackEnd::Complete => pb::StackEnd::Complete,
-        StackEnd::FrameLimit => pb::StackEnd::DepthLimit,
-        StackEnd::NoFramePointer => pb::StackEnd::NoFramePointer,
-        StackEnd::JitWithoutFramePointer => pb::StackEnd::JitNoFramePointer,
-        StackEnd::Unmapped => pb::StackEnd::UnmappedReturn,
-        StackEnd::CopyTooSmall => pb::StackEnd::CopyTooSmall,
-        StackEnd::CopyFaulted => pb::StackEnd::CopyFaulted,
+    Some(match end? {
+        StackEnd::Complete => model::StackEnd::Complete,
+        StackEnd::FrameLimit => model::StackEnd::DepthLimit,
+        StackEnd::NoFramePointer => model::StackEnd::NoFramePointer,
+        StackEnd::JitWithoutFramePointer => model::StackEnd::JitNoFramePointer,
+        StackEnd::Unmapped => model::StackEnd::UnmappedReturn,
+        StackEnd::CopyTooSmall => model::StackEnd::CopyTooSmall,
+        StackEnd::CopyFaulted => model::StackEnd::CopyFaulted,
         StackEnd::NoProgress
         | StackEnd::NullReturnAddress
         | StackEnd::FramePointerBackwards
-        | StackEnd::BadAddress => pb::StackEnd::UnwindFailed,
+        | StackEnd::BadAddress => model::StackEnd::UnwindFailed,
         StackEnd::FramePointerChainEnded => match outermost {
             Some(p)
                 if p.resolved.module == KERNEL_MODULE
                     || THREAD_ENTRY_POINTS.contains(&p.resolved.name.as_str()) =>
             {
-                pb::StackEnd::Complete
+                model::StackEnd::Complete
             }
-            _ => pb::StackEnd::NoFramePointer,
+            _ => model::StackEnd::NoFramePointer,
         },
-    }
+    })
 }
 
-/// The stacks as the API carries them, most samples first, and the samples per way they ended;
-/// `during` gives each set of interval kinds as indices (see [`interval_kinds`]). `None` once
+/// The stacks of the profile, most samples first, and the samples per way they ended; `during`
+/// gives each set of interval kinds as indices (see [`interval_kinds`]). `None` once
 /// `cancelled` says so.
-pub(super) fn api_stacks(
+pub(super) fn profile_stacks(
     stacks: &StackSnapshot,
     placed: &[Placed],
     hidden_kernel: bool,
     during: &[Vec<u32>],
     cancelled: impl Fn(usize) -> bool,
 ) -> Option<(Vec<Stack>, Vec<StackEndSamples>)> {
-    let mut by_frames: HashMap<(u32, Vec<u32>, pb::StackEnd, DuringId), u64> = HashMap::new();
-    let mut ends: BTreeMap<pb::StackEnd, u64> = BTreeMap::new();
+    let mut by_frames: HashMap<(u32, Vec<u32>, Option<model::StackEnd>, DuringId), u64> =
+        HashMap::new();
+    let mut ends: BTreeMap<model::StackEnd, u64> = BTreeMap::new();
     for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
         if cancelled(i) {
             return None;
@@ -88,7 +89,7 @@ pub(super) fn api_stacks(
         let outermost = ids.last().map(|id| &placed[id.0 as usize]);
         let span = &stacks.stacks[stack.0 as usize];
         let end = stack_end(span.end, outermost);
-        if end != pb::StackEnd::Unspecified {
+        if let Some(end) = end {
             *ends.entry(end).or_insert(0) += samples;
         }
         *by_frames
@@ -101,17 +102,14 @@ pub(super) fn api_stacks(
             frames,
             pid,
             samples,
-            truncated: end == pb::StackEnd::DepthLimit,
-            end: end as i32,
+            truncated: end == Some(model::StackEnd::DepthLimit),
+            end,
             during: during[during_id.0 as usize].clone(),
         })
         .collect();
     let mut stack_ends: Vec<StackEndSamples> = ends
         .into_iter()
-        .map(|(end, samples)| StackEndSamples {
-            end: end as i32,
-            samples,
-        })
+        .map(|(end, samples)| StackEndSamples { end, samples })
         .collect();
     rank(&mut stack_ends, |e| e.samples, |a, b| a.end.cmp(&b.end));
     rank(
@@ -156,7 +154,7 @@ pub(super) fn kept_samples(
                 tid: kept.tid,
                 ip: kept.frames.first().map_or(0, |f| f.address),
                 kernel: kept.kernel,
-                section: leaf.map_or(Section::Other, |r| r.section) as i32,
+                section: leaf.map_or(Section::Other, |r| r.section),
                 name: leaf.map(|r| r.name.clone()).unwrap_or_default(),
                 module: leaf.map(|r| r.module.clone()).unwrap_or_default(),
                 code_start: kept.frames.first().map_or(0, |f| f.code_start),
@@ -171,7 +169,7 @@ pub(super) fn kept_samples(
 /// The kinds of interval the stacks were taken during, each once (in the order reports list
 /// them: scavenges, full GCs, compactions, safepoints, then the VMs' own by name), and each of
 /// the snapshot's sets of kinds as indices into them.
-pub(super) fn interval_kinds(stacks: &StackSnapshot) -> (Vec<pb::VmIntervalKind>, Vec<Vec<u32>>) {
+pub(super) fn interval_kinds(stacks: &StackSnapshot) -> (Vec<IntervalKind>, Vec<Vec<u32>>) {
     let mut kinds: Vec<&IntervalKind> = stacks.during.iter().flatten().collect();
     kinds.sort_by_key(|kind| (kind.rank(), *kind));
     kinds.dedup();
@@ -188,16 +186,7 @@ pub(super) fn interval_kinds(stacks: &StackSnapshot) -> (Vec<pb::VmIntervalKind>
             indices
         })
         .collect::<Vec<_>>();
-    let table = kinds
-        .into_iter()
-        .map(|kind| {
-            let (kind, name) = interval_kind(kind);
-            pb::VmIntervalKind {
-                kind: kind as i32,
-                name,
-            }
-        })
-        .collect();
+    let table = kinds.into_iter().cloned().collect();
     // A snapshot with no interval has no sets at all: every stack is in none.
     let sets = if sets.is_empty() {
         vec![Vec::new()]

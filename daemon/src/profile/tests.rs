@@ -1,15 +1,15 @@
 use std::time::Duration;
 
-use vmscope_proto::v1::{self as pb, CodeKind, Section};
+use vmscope_model::{self as model, CodeKind, IntervalKind, IssueKind, Section};
 
 use super::{
-    api::{code_kind, interval_kind, kernel_counts},
+    kernel::kernel_counts,
     placed::{Frames, native_frames},
     *,
 };
 use crate::{
     session::{DuringId, StackSnapshot, StackTable},
-    stats::{kernel::Counts, vm::IntervalKind},
+    stats::kernel::Counts,
     symbolize::{Resolved, SourceFrame, tests::symbolizer},
     vocab::{Location, StackEnd, UnmappedReason},
 };
@@ -81,23 +81,6 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
 
 /// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
 /// the profile's table; the same frames outside any interval stay one stack.
-/// Throttling is judged once, here, for every report and client: samples taken (lost
-/// ones included) under 90% of the asked rate, over half a CPU-second or more.
-#[test]
-fn throttling_is_judged_on_the_samples_taken() {
-    // 14,000 delivered + 16 lost over 10.012 CPU-seconds at 1400 Hz: the rate kept.
-    let (rate, throttled) = taken_rate(14_016, 10.012, 1400);
-    assert!((rate - 1400.0).abs() < 1.0 && !throttled, "{rate}");
-    // The same samples over twice the CPU time: half the rate.
-    let (rate, throttled) = taken_rate(14_016, 20.024, 1400);
-    assert!((rate - 700.0).abs() < 1.0 && throttled, "{rate}");
-    // Lost samples were taken: a full ring is not throttling.
-    assert!(!taken_rate(700 + 700, 1.0, 1400).1);
-    // Too little CPU time to judge, or none.
-    assert!(!taken_rate(100, 0.4, 1400).1);
-    assert_eq!(taken_rate(100, 0.0, 1400), (0.0, false));
-}
-
 #[test]
 fn stacks_say_which_intervals_their_samples_were_taken_during() {
     use crate::stats::intervals::IntervalLog;
@@ -119,17 +102,12 @@ fn stacks_say_which_intervals_their_samples_were_taken_during() {
     let mut snap = snapshot(Vec::new());
     snap.stacks = table.snapshot();
     let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
-    let kinds: Vec<(i32, &str)> = profile
-        .vm_interval_kinds
-        .iter()
-        .map(|k| (k.kind, k.name.as_str()))
-        .collect();
     assert_eq!(
-        kinds,
+        profile.vm_interval_kinds,
         [
-            (pb::IntervalKind::Scavenge as i32, ""),
-            (pb::IntervalKind::Safepoint as i32, ""),
-            (pb::IntervalKind::Named as i32, "JIT"),
+            IntervalKind::Scavenge,
+            IntervalKind::Safepoint,
+            IntervalKind::Named("JIT".into()),
         ],
         "in the reports' order, whatever the order first seen"
     );
@@ -187,7 +165,7 @@ fn cancelled_builds_give_up_and_cut_stacks_say_so() {
     drop(guard);
     assert!(build_profile_unless(snap.clone(), &symbolizer, &options, &cancel).is_none());
     let profile = build_profile(snap, &symbolizer, &options);
-    let ends: Vec<(i32, u64)> = profile
+    let ends: Vec<(model::StackEnd, u64)> = profile
         .stack_ends
         .iter()
         .map(|e| (e.end, e.samples))
@@ -195,8 +173,8 @@ fn cancelled_builds_give_up_and_cut_stacks_say_so() {
     assert_eq!(
         ends,
         [
-            (pb::StackEnd::Complete as i32, 4),
-            (pb::StackEnd::StackLimit as i32, 2)
+            (model::StackEnd::Complete, 4),
+            (model::StackEnd::StackLimit, 2)
         ]
     );
     let marker = profile
@@ -233,21 +211,21 @@ fn rows_and_issues_are_aggregated_and_ordered() {
     assert_eq!(profile.lost_samples, 3);
     assert!((profile.measured_frequency_hz - 26.0).abs() < 1e-9);
     assert_eq!(profile.host_steal_percent, 4.5);
-    let issues: Vec<(pb::SymbolizationIssueKind, &str, u64)> = profile
+    let issues: Vec<(Option<IssueKind>, &str, u64)> = profile
         .symbolization_issues
         .iter()
-        .map(|i| (i.kind(), i.reason.as_str(), i.samples))
+        .map(|i| (i.kind, i.reason.as_str(), i.samples))
         .collect();
     assert_eq!(
         issues,
         [
             (
-                pb::SymbolizationIssueKind::ProcessGone,
+                Some(IssueKind::ProcessGone),
                 UnmappedReason::ProcessGone.describe(),
                 5
             ),
             (
-                pb::SymbolizationIssueKind::Unmapped,
+                Some(IssueKind::Unmapped),
                 UnmappedReason::NoMapping.describe(),
                 3
             )
@@ -256,9 +234,10 @@ fn rows_and_issues_are_aggregated_and_ordered() {
 }
 
 /// Switches the kernel tells apart show as voluntary and involuntary, never more than all;
-/// a VM's own kind of interval keeps its name.
+/// a VM's own kind of interval keeps its name as the API carries it.
 #[test]
 fn statistics_show_as_the_api_carries_them() {
+    use vmscope_proto::{model::interval_kind, v1 as pb};
     let counts = Counts {
         context_switches: 10,
         voluntary_switches: Some(12),
@@ -282,27 +261,12 @@ fn statistics_show_as_the_api_carries_them() {
     );
 }
 
-/// A kind a publication gives is the kind the profile shows; none, or one this daemon does
-/// not know, is unknown.
-#[test]
-fn code_kinds_come_back_as_published() {
-    for kind in 1..=8 {
-        assert_eq!(code_kind(crate::codemap::vm::code_kind(kind)) as i32, kind);
-    }
-    for unknown in [0, 9, -1] {
-        assert_eq!(
-            code_kind(crate::codemap::vm::code_kind(unknown)),
-            CodeKind::Unknown
-        );
-    }
-}
-
 /// A method's baseline and optimised versions: separate rows, each with its own ranges in
 /// code order, the optimised one with its time per inlined method (its own code included).
 #[test]
 fn jit_versions_get_rows_of_their_own() {
     use crate::codemap::code::{Code, CodeSource, PcPoint};
-    use crate::vocab::CodeKind as Kind;
+    use vmscope_model::CodeKind as Kind;
     let symbolizer = symbolizer();
     let method = |pcs: &[(u64, u32, &str)]| Code {
         pc_map: pcs
@@ -349,7 +313,7 @@ fn jit_versions_get_rows_of_their_own() {
         .collect();
     assert_eq!(rows, [("Foo>>bar", 30, false), ("Foo>>bar", 10, true)]);
     let base = &profile.rows[0];
-    assert_eq!(base.kind(), CodeKind::Method);
+    assert_eq!(base.kind, Some(CodeKind::Method));
     assert_eq!(base.code_map, "vm");
     let ranges: Vec<u64> = base.ranges.iter().map(|r| r.samples).collect();
     assert_eq!(ranges, [10, 20], "in code order: {:?}", base.ranges);
@@ -420,7 +384,7 @@ fn kernel_functions_can_be_hidden_but_stay_counted() {
 #[test]
 fn stacks_expand_into_frames_and_give_inclusive_time() {
     use crate::codemap::code::{Code, CodeSource, PcPoint};
-    use crate::vocab::CodeKind as Kind;
+    use vmscope_model::CodeKind as Kind;
     let symbolizer = symbolizer();
     let codes = symbolizer.codes();
     let point = |offset, bcpc, inlined: &[(&str, u32)]| PcPoint {

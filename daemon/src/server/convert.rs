@@ -1,6 +1,7 @@
 //! The API's messages turned into the daemon's own types and back: the session manager and
 //! what lies below it never see a `vmscope.v1` type, except the code map publication, decoded
-//! where it is read (`codemap/vm.rs`), and the profile, built in `profile/`.
+//! where it is read (`codemap/vm.rs`). Sessions and profiles are the profile model's
+//! (`vmscope_model`), carried as the API's by `vmscope_proto`'s `From`s.
 //!
 //! A request is turned as it is, without checks: [`crate::session::request::validate`] checks
 //! it, in the order and with the messages clients know. Only the API's defaults are filled in.
@@ -10,9 +11,7 @@ use std::time::Duration;
 use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
 
-use crate::session::{
-    self, CallGraph, CallGraphMode, SessionInfo, SessionRequest, State, TargetInfo,
-};
+use crate::session::{self, CallGraphMode, SessionInfo, SessionRequest};
 
 // The API's limits are the kernel side's.
 const _: () = assert!(
@@ -68,56 +67,10 @@ pub fn session_request(request: pb::StartSessionRequest) -> SessionRequest {
     }
 }
 
-/// A session as the API shows it.
+/// A session as the API shows it: as the model shows it ([`SessionInfo::to_model`]), carried
+/// as the API's.
 pub fn session(session: &SessionInfo) -> pb::Session {
-    pb::Session {
-        id: session.id,
-        state: session_state(session.state) as i32,
-        targets: session.targets.iter().map(target).collect(),
-        system_wide: session.system_wide,
-        frequency_hz: session.frequency_hz,
-        started_at: Some(session.started_at.into()),
-        elapsed: prost_types::Duration::try_from(session.elapsed).ok(),
-        duration_limit: session
-            .duration_limit
-            .and_then(|d| prost_types::Duration::try_from(d).ok()),
-        stop_reason: session.stop_reason.clone().unwrap_or_default(),
-        owner_uid: session.owner_uid,
-        samples: session.samples,
-        call_graph: call_graph(session.call_graph) as i32,
-        dwarf_stack_bytes: session.call_graph.dwarf_stack_bytes(),
-        awaiting_code_map_samples: session.awaiting_code_map_samples,
-        max_stacks: session.max_stacks,
-        stack_limit_samples: session.stack_limit_samples,
-    }
-}
-
-fn target(target: &TargetInfo) -> pb::TargetProcess {
-    pb::TargetProcess {
-        pid: target.pid,
-        command: target.command.clone(),
-        executable: target.executable.clone(),
-        exited: target.exited,
-        note: target.note.clone().unwrap_or_default(),
-    }
-}
-
-/// A life-cycle state as the API says it.
-pub fn session_state(state: State) -> pb::SessionState {
-    match state {
-        State::Running => pb::SessionState::Running,
-        State::Stopping => pb::SessionState::Stopping,
-        State::Stopped => pb::SessionState::Stopped,
-    }
-}
-
-/// A call graph mode as the API says it.
-fn call_graph(call_graph: CallGraph) -> pb::CallGraph {
-    match call_graph.mode() {
-        CallGraphMode::None => pb::CallGraph::None,
-        CallGraphMode::FramePointers => pb::CallGraph::Fp,
-        CallGraphMode::Dwarf => pb::CallGraph::Dwarf,
-    }
+    session.to_model().into()
 }
 
 #[cfg(test)]
@@ -128,7 +81,7 @@ mod tests {
 
     use super::*;
     use crate::session::{
-        SessionError,
+        CallGraph, SessionError, State, TargetInfo,
         request::{FrequencyLimits, validate},
     };
 

@@ -96,8 +96,9 @@ impl ProfilerService {
     }
 
     /// The session's profile, built on a blocking thread under one of the caller's shares of
-    /// builds (waiting [`builds::BUILD_WAIT`] at most for one); with `pprof`, also encoded as pprof on that thread
-    /// (gzip of a large profile takes milliseconds the async threads should not spend).
+    /// builds (waiting [`builds::BUILD_WAIT`] at most for one) and carried as the API's; with
+    /// `pprof`, also encoded as pprof on that thread (gzip of a large profile takes
+    /// milliseconds the async threads should not spend).
     async fn profile(&self, caller: Caller, id: u64, pprof: bool) -> Result<pb::Profile, Status> {
         let share = self.builds.take(caller.uid, builds::BUILD_WAIT).await?;
         self.build(share, caller, id, pprof).await
@@ -115,7 +116,6 @@ impl ProfilerService {
     ) -> Result<pb::Profile, Status> {
         let (guard, cancel) = CancelOnDrop::new();
         let snapshot = self.manager.snapshot(caller, id).await.map_err(to_status)?;
-        let session = convert::session(&snapshot.session);
         let symbolizer = self.symbolizer.clone();
         let options = profile_options(caller);
         let builds = self.builds.clone();
@@ -126,17 +126,21 @@ impl ProfilerService {
                 build_profile_unless(snapshot, &symbolizer, &options, &cancel)
             });
             drop(in_use);
-            let Some(mut profile) = profile else {
+            let Some(profile) = profile else {
                 builds.counters.cancelled.fetch_add(1, Relaxed);
                 return Err(Status::cancelled("the client went away"));
             };
-            profile.session = Some(session);
-            if pprof {
-                profile.pprof = vmscope_report::pprof::encode(&profile).map_err(|e| {
+            let pprof = if pprof {
+                vmscope_report::pprof::encode(&profile).map_err(|e| {
                     Status::internal(format!("encoding the profile as pprof failed: {e}"))
-                })?;
-            }
-            Ok(profile)
+                })?
+            } else {
+                Vec::new()
+            };
+            Ok(pb::Profile {
+                pprof,
+                ..profile.into()
+            })
         })
         .await;
         guard.disarm();

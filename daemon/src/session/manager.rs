@@ -45,6 +45,7 @@ use vmscope_common::{
     EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET,
     FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
+use vmscope_model::VmStatistics;
 use vmscope_parse::stat;
 
 use super::{
@@ -76,7 +77,6 @@ use crate::{
         hotspot::{self, SessionPerfData},
         intervals::During,
         kernel::{self, SessionCounters},
-        summary::VmStatistics,
         vm::{StatEvent, VmState},
     },
     symbolize::{Modules, Warmer, warmer::MAX_BATCH},

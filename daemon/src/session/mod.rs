@@ -25,6 +25,7 @@ pub use kept::{KeptFrame, KeptSample, KeptSamples};
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
 pub use request::{CallGraph, CallGraphMode, Caller, SessionRequest, SessionSpec};
 pub use stacks::{DuringId, LocationId, StackId, StackSnapshot, StackTable};
+use vmscope_model::VmStatistics;
 use vmscope_parse::stat::CpuTimes;
 
 use crate::{
@@ -33,7 +34,6 @@ use crate::{
         hotspot::SessionPerfData,
         intervals::During,
         kernel::{KernelEvents, SessionCounters},
-        summary::VmStatistics,
         vm::Window,
     },
     vocab::{CodeMapKinds, Location, StackEnd},
@@ -90,8 +90,9 @@ pub enum State {
     Stopped,
 }
 
-/// A session as clients see it, at one instant: what the API's `Session` says, in the daemon's
-/// terms (the server turns it into the API's).
+/// A session as clients see it, at one instant, in the daemon's terms: shown as the profile
+/// model's [`vmscope_model::Session`] ([`SessionInfo::to_model`]), which the server carries as
+/// the API's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionInfo {
     /// Session id.
@@ -139,6 +140,53 @@ pub struct TargetInfo {
     pub exited: bool,
     /// Why sampling it ended early.
     pub note: Option<String>,
+}
+
+impl SessionInfo {
+    /// The session as the model shows it: one path for a profile's header (`profile/`) and
+    /// for the sessions the server lists, so that both say the same.
+    pub fn to_model(&self) -> vmscope_model::Session {
+        use vmscope_model::{CallGraph as Shown, SessionState};
+        vmscope_model::Session {
+            id: self.id,
+            state: Some(match self.state {
+                State::Running => SessionState::Running,
+                State::Stopping => SessionState::Stopping,
+                State::Stopped => SessionState::Stopped,
+            }),
+            targets: self.targets.iter().map(TargetInfo::to_model).collect(),
+            system_wide: self.system_wide,
+            frequency_hz: self.frequency_hz,
+            started_at: Some(self.started_at),
+            elapsed: Some(self.elapsed),
+            duration_limit: self.duration_limit,
+            stop_reason: self.stop_reason.clone().unwrap_or_default(),
+            owner_uid: self.owner_uid,
+            samples: self.samples,
+            call_graph: Some(match self.call_graph.mode() {
+                CallGraphMode::None => Shown::None,
+                CallGraphMode::FramePointers => Shown::Fp,
+                CallGraphMode::Dwarf => Shown::Dwarf,
+            }),
+            dwarf_stack_bytes: self.call_graph.dwarf_stack_bytes(),
+            awaiting_code_map_samples: self.awaiting_code_map_samples,
+            max_stacks: self.max_stacks,
+            stack_limit_samples: self.stack_limit_samples,
+        }
+    }
+}
+
+impl TargetInfo {
+    /// The target as the model shows it.
+    pub fn to_model(&self) -> vmscope_model::TargetProcess {
+        vmscope_model::TargetProcess {
+            pid: self.pid,
+            command: self.command.clone(),
+            executable: self.executable.clone(),
+            exited: self.exited,
+            note: self.note.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// A target process as the session sees it.
@@ -570,14 +618,14 @@ mod tests {
         assert_eq!(first, other);
         // Taken during a scavenge: a stack of its own, which it keeps when placed again.
         let mut log = crate::stats::intervals::IntervalLog::default();
-        log.begin(0, &crate::stats::vm::IntervalKind::Scavenge, 1);
+        log.begin(0, &vmscope_model::IntervalKind::Scavenge, 1);
         let (in_gc, _) = s.count(7, [anon], None, Some(log.during(1)), kept);
         assert_ne!(in_gc, first);
         let in_gc_named = s.recount(7, in_gc, [named], None, |_| {});
         let snapshot = s.stacks.snapshot();
         assert_eq!(
             snapshot.during_of(in_gc_named),
-            [crate::stats::vm::IntervalKind::Scavenge]
+            [vmscope_model::IntervalKind::Scavenge]
         );
         let before = s.kept.snapshot();
         let frames = |sample: &mut KeptSample| {

@@ -29,8 +29,10 @@ use std::hash::BuildHasher;
 
 use hashbrown::{HashMap, HashSet, HashTable};
 
+use vmscope_model::IntervalKind;
+
 use crate::{
-    stats::{intervals::During, vm::IntervalKind},
+    stats::intervals::During,
     vocab::{CodeId, Location, ModuleId, StackEnd},
 };
 

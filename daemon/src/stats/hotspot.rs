@@ -15,11 +15,11 @@
 
 use std::{fs::File, os::unix::fs::FileExt as _, os::unix::fs::MetadataExt as _, path::Path};
 
-use super::{
-    summary::{CounterDelta, GaugeDelta, IntervalTotals, Setting, VmStatistics},
-    vm::{ConfigValue, IntervalKind},
-};
 use crate::sys;
+use vmscope_model::{
+    ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
+    VmStatistics,
+};
 use vmscope_parse::{
     hsperfdata::{PerfData, parse_hsperfdata},
     maps::{MapPath, parse_maps},
@@ -207,9 +207,9 @@ pub fn statistics(
     let mut configuration = Vec::new();
     let mut setting = |name: &str, value: String| {
         if !value.is_empty() {
-            configuration.push(Setting {
+            configuration.push(Configuration {
                 name: name.into(),
-                value: ConfigValue::Text(value),
+                value: Some(ConfigValue::Text(value)),
                 unit: String::new(),
             });
         }

@@ -16,7 +16,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use super::vm::IntervalKind;
+use vmscope_model::IntervalKind;
 
 /// How far back before its newest event the log keeps closed intervals: a sample waits for
 /// its publication a second or two (five for a buffered jitdump), far less than this.

@@ -9,12 +9,10 @@
 //!   read with no JVM flags at the start and the stop.
 //! - [`vm`]: what a VM publishes of itself beside its code map (settings, counters, gauges,
 //!   GCs and other intervals), over each session's window.
-//! - [`summary`]: what a profile shows of a VM's statistics, from either of the two above.
 //! - [`intervals`]: the VM's intervals through time, to tell which were under way when a
 //!   sample was taken.
 
 pub mod hotspot;
 pub mod intervals;
 pub mod kernel;
-pub mod summary;
 pub mod vm;

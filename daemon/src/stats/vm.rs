@@ -15,13 +15,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
-use vmscope_report::stats::interval_key;
-
-use super::{
-    intervals::{During, IntervalLog},
-    summary::{CounterDelta, GaugeDelta, IntervalTotals, Setting, VmStatistics},
+use vmscope_model::{
+    ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
+    VmStatistics,
 };
+use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
+
+use super::intervals::{During, IntervalLog};
 
 /// Most distinct names (configuration, counters and gauges together) one publication may
 /// use: a VM reports tens; a publisher inventing names is refused past this.
@@ -33,89 +33,35 @@ pub const MAX_OPEN_INTERVALS: usize = 1024;
 /// Longest name of a statistic or a kind, and longest unit or text value.
 pub const MAX_NAME_BYTES: usize = 128;
 
-/// What an interval is.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IntervalKind {
-    /// A young-generation collection.
-    Scavenge,
-    /// A collection of the whole heap.
-    FullGc,
-    /// A compaction of the code zone.
-    CodeCompaction,
-    /// Threads stopped for the VM's own work.
-    Safepoint,
-    /// A kind the VM named.
-    Named(String),
-}
-
-impl IntervalKind {
-    /// The kind of a published interval, or why there is none.
-    pub fn from_proto(kind: i32, name: &str) -> Result<IntervalKind, (Broken, String)> {
-        let invalid = |e: String| (Broken::Invalid, e);
-        match PbKind::try_from(kind) {
-            Ok(PbKind::Scavenge) => Ok(IntervalKind::Scavenge),
-            Ok(PbKind::FullGc) => Ok(IntervalKind::FullGc),
-            Ok(PbKind::CodeCompaction) => Ok(IntervalKind::CodeCompaction),
-            Ok(PbKind::Safepoint) => Ok(IntervalKind::Safepoint),
-            Ok(PbKind::Named) if name.is_empty() => Err(invalid(
-                "an interval of INTERVAL_KIND_NAMED without a name".into(),
-            )),
-            // Reports and pprof labels name kinds by these keys: a kind of the VM's own
-            // under one of them could not be told from the protocol's.
-            Ok(PbKind::Named)
-                if [
-                    PbKind::Scavenge,
-                    PbKind::FullGc,
-                    PbKind::CodeCompaction,
-                    PbKind::Safepoint,
-                ]
-                .iter()
-                .any(|&k| interval_key(k as i32, "") == name) =>
-            {
-                Err(invalid(format!(
-                    "an interval of INTERVAL_KIND_NAMED named {name:?}, the key of a kind the \
-                     protocol has: publish it as that kind"
-                )))
-            }
-            Ok(PbKind::Named) => Ok(IntervalKind::Named(
-                checked_name(name, "interval kind").map_err(invalid)?,
-            )),
-            Ok(PbKind::Unspecified) => Err(invalid("an interval without a kind".into())),
-            Err(_) => Err((
-                Broken::UnknownKind,
-                format!("an interval of unknown kind {kind}"),
-            )),
+/// The kind of a published interval, or why there is none: a kind of the VM's own may not be
+/// nameless, nor take the name of one of the protocol's.
+pub fn interval_kind_from_proto(kind: i32, name: &str) -> Result<IntervalKind, (Broken, String)> {
+    let invalid = |e: String| (Broken::Invalid, e);
+    match PbKind::try_from(kind) {
+        Ok(PbKind::Scavenge) => Ok(IntervalKind::Scavenge),
+        Ok(PbKind::FullGc) => Ok(IntervalKind::FullGc),
+        Ok(PbKind::CodeCompaction) => Ok(IntervalKind::CodeCompaction),
+        Ok(PbKind::Safepoint) => Ok(IntervalKind::Safepoint),
+        Ok(PbKind::Named) if name.is_empty() => Err(invalid(
+            "an interval of INTERVAL_KIND_NAMED without a name".into(),
+        )),
+        // Reports and pprof labels name kinds by these keys: a kind of the VM's own under one
+        // of them could not be told from the protocol's.
+        Ok(PbKind::Named) if IntervalKind::PROTOCOL.iter().any(|k| k.key() == name) => {
+            Err(invalid(format!(
+                "an interval of INTERVAL_KIND_NAMED named {name:?}, the key of a kind the \
+                 protocol has: publish it as that kind"
+            )))
         }
+        Ok(PbKind::Named) => Ok(IntervalKind::Named(
+            checked_name(name, "interval kind").map_err(invalid)?,
+        )),
+        Ok(PbKind::Unspecified) => Err(invalid("an interval without a kind".into())),
+        Err(_) => Err((
+            Broken::UnknownKind,
+            format!("an interval of unknown kind {kind}"),
+        )),
     }
-
-    /// Where reports list it: scavenges, full GCs, code compactions, safepoints, then the VM's
-    /// own kinds.
-    pub fn rank(&self) -> u8 {
-        match self {
-            IntervalKind::Scavenge => 0,
-            IntervalKind::FullGc => 1,
-            IntervalKind::CodeCompaction => 2,
-            IntervalKind::Safepoint => 3,
-            IntervalKind::Named(_) => 4,
-        }
-    }
-
-    /// The name a VM gave the kind; empty for the protocol's own kinds.
-    pub fn name(&self) -> &str {
-        match self {
-            IntervalKind::Named(name) => name,
-            _ => "",
-        }
-    }
-}
-
-/// A setting's value.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConfigValue {
-    /// A number ("eden size: 3,801,936").
-    Number(i64),
-    /// Anything else.
-    Text(String),
 }
 
 /// One statistics event, checked ([`super::super::codemap::vm::Publication`]).
@@ -320,7 +266,7 @@ impl Rules {
     }
 
     fn kind(&mut self, kind: i32, name: &str) -> Result<IntervalKind, (Broken, String)> {
-        let kind = IntervalKind::from_proto(kind, name)?;
+        let kind = interval_kind_from_proto(kind, name)?;
         if let IntervalKind::Named(name) = &kind
             && !self.named_kinds.contains(name)
         {
@@ -545,9 +491,9 @@ impl Window {
             configuration: self
                 .config
                 .iter()
-                .map(|(name, value, unit)| Setting {
+                .map(|(name, value, unit)| Configuration {
                     name: name.clone(),
-                    value: value.clone(),
+                    value: Some(value.clone()),
                     unit: unit.clone(),
                 })
                 .collect(),

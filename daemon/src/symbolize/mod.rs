@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 pub use lines::{Asker, LineCounters, LineTables};
 pub use module::{MAX_BINARY_BYTES, Module, ModuleCounters, Modules};
+use vmscope_model::{IssueKind, Section};
 pub use vmscope_parse::dwarf::SourceFrame;
-use vmscope_proto::v1::Section;
 pub use warmer::Warmer;
 
 use vmscope_parse::{elf::ElfSymbols, kallsyms::KernelSymbols};
@@ -39,7 +39,7 @@ pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 pub const STACK_LIMIT_FRAME: &str = "[truncated: stack limit]";
 
 /// Why a location has no name: each is counted per module in profiles, and said in words only
-/// there, at the API boundary.
+/// there, as a profile is built.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Issue {
     /// The binary could not be opened or parsed; the loader's reason.
@@ -90,6 +90,26 @@ impl Issue {
             Issue::UnknownCode => Borrowed("unknown code (daemon bug)"),
             Issue::Unexplained(why) => std::borrow::Cow::Owned(why.describe()),
             Issue::Unmapped(reason) => Borrowed(reason.describe()),
+        }
+    }
+
+    /// What kind of issue it is, for clients that group issues.
+    pub fn kind(&self) -> IssueKind {
+        match self {
+            Issue::Binary(_) => IssueKind::BinaryUnreadable,
+            Issue::OutsideSegments => IssueKind::OutsideSegments,
+            Issue::Stripped => IssueKind::Stripped,
+            Issue::NoSymbol => IssueKind::NoSymbol,
+            Issue::ModuleClosed => IssueKind::BinaryClosed,
+            Issue::KernelAddressesHidden => IssueKind::KernelAddressesHidden,
+            Issue::NotInKallsyms => IssueKind::NotInKallsyms,
+            Issue::KernelHidden(_) => IssueKind::KernelNotShown,
+            Issue::Unexplained(_) => IssueKind::JitUnexplained,
+            Issue::Unmapped(UnmappedReason::ProcessGone) => IssueKind::ProcessGone,
+            Issue::Unmapped(UnmappedReason::NoMapping) => IssueKind::Unmapped,
+            Issue::Unmapped(UnmappedReason::Unreadable) => IssueKind::MappingsUnreadable,
+            Issue::Unmapped(UnmappedReason::Pseudo) => IssueKind::PseudoMapping,
+            Issue::UnregisteredModule | Issue::UnknownCode => IssueKind::DaemonBug,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The daemon's shared vocabulary: the types its folders hand one another (where a sample was,
-//! what kind of generated code it was in, why its stack ended, which code map files a process
-//! maps, which of its ranges are executable), one concept per file.
+//! why its stack ended, which code map files a process maps, which of its ranges are
+//! executable), one concept per file. The kind of a piece of generated code is the profile
+//! model's [`vmscope_model::CodeKind`], as reports show it.
 //!
 //! This is the layer under `process/`, `codemap/`, `symbolize/` and `unwind/`: it imports
 //! nothing of the daemon but [`crate::sys`], so that each of them can use it without importing
@@ -8,14 +9,12 @@
 //! in that layer. `cargo xtask module-graph` shows the layers and fails on an import circle
 //! across top-level modules (see `docs/architecture.md`).
 
-mod code_kind;
 mod executable;
 mod ids;
 mod location;
 mod mapped_file;
 mod stack_end;
 
-pub use code_kind::CodeKind;
 pub use executable::{ExecRanges, Executable};
 pub use ids::{CodeId, ModuleId};
 pub use location::{CodeMapKinds, Location, RefusedEntry, Unexplained, UnmappedReason};

@@ -9,13 +9,13 @@ use std::{
 
 use tokio::sync::mpsc;
 use vmscope_common::{EVENT_EXEC, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE, FLAG_TARGET, TargetKey};
+use vmscope_model::IntervalKind;
 
 use super::*;
 use crate::{
     bpf::fake::{FakeKernel, FakeSampler},
     codemap::{code::CodeStore, timeline::Change},
     session::CallGraphMode,
-    stats::vm::IntervalKind,
 };
 
 const MAX_HZ: u32 = 10_000;
@@ -1611,7 +1611,7 @@ async fn publish_stats(h: &Harness, stats: Vec<(u64, StatEvent)>) {
 
 #[tokio::test]
 async fn vm_statistics_are_taken_over_the_session_window() {
-    use crate::stats::vm::IntervalKind::Scavenge;
+    use vmscope_model::IntervalKind::Scavenge;
     let h = harness();
     let counter = |value| StatEvent::Counter {
         name: "sends".into(),
@@ -1679,7 +1679,7 @@ async fn vm_statistics_are_taken_over_the_session_window() {
 /// before the scavenge's begin reached the daemon is still counted in it.
 #[tokio::test]
 async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time() {
-    use crate::stats::vm::IntervalKind::Scavenge;
+    use vmscope_model::IntervalKind::Scavenge;
     let h = harness();
     let s = h
         .manager
