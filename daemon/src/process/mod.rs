@@ -440,6 +440,15 @@ impl ProcessTable {
         }
     }
 
+    /// The generation of the known mappings of `pid` (none if the process is not known yet),
+    /// for a sample placed as an earlier one of the same raw stack was: it counts as a sample
+    /// of the process, as a lookup of its frames would.
+    pub fn placed_generation(&mut self, pid: u32, now_ns: u64) -> Option<u64> {
+        let process = self.processes.get_mut(&pid)?;
+        process.last_sample_ns = now_ns;
+        Some(process.maps_generation)
+    }
+
     /// Whether `address` lies in an executable mapping of `pid` as known.
     pub fn maps_address(&self, pid: u32, address: u64) -> bool {
         self.processes

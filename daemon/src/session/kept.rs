@@ -59,6 +59,11 @@ impl KeptSamples {
         }
     }
 
+    /// Most samples it keeps: 0 when it keeps none.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Keeps a sample while there is room (making it only then), else counts it as not kept.
     /// Returns its index when kept.
     pub fn keep(&mut self, sample: impl FnOnce() -> KeptSample) -> Option<usize> {

@@ -375,6 +375,7 @@ pub fn spawn_manager(
         idle_since: None,
         code_sweep: CodeSweep::default(),
         user_scratch: Vec::new(),
+        placements: Placements::default(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -435,6 +436,8 @@ struct Manager {
     code_sweep: CodeSweep,
     /// Reused for each sample's user stack, so that routing allocates nothing for it.
     user_scratch: Vec<u64>,
+    /// Raw stacks placed before, placed again without a look at their process.
+    placements: Placements,
     /// Unwinds the user stack copies of `--call-graph dwarf` samples.
     unwinder: Unwinder,
     /// Code bytes of live processes, for the unwinder's CPython trampoline rule.
@@ -669,6 +672,7 @@ mod counters;
 mod cpu;
 mod jvms;
 mod lifecycle;
+mod placements;
 mod process_events;
 mod routing;
 mod snapshots;
@@ -677,6 +681,7 @@ mod tick;
 use counters::Counters;
 use cpu::{lost_for, read_host_cpu, refresh_lost, update_cpu};
 use lifecycle::stop_reason;
+use placements::Placements;
 use routing::SessionSink;
 use tick::CodeSweep;
 

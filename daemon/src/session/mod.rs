@@ -345,6 +345,36 @@ impl Session {
         (stack, self.kept.keep(|| kept(stack)))
     }
 
+    /// [`Session::count`] of a stack the manager placed before (`placement`, see
+    /// `manager/placements.rs`): its leaf alone when `leaf_only`. Only for a session that keeps
+    /// no samples one by one ([`Session::keeps_samples`]), outside any interval.
+    pub fn count_placed(
+        &mut self,
+        pid: u32,
+        placement: u64,
+        leaf_only: bool,
+        locations: &[Location],
+        end: StackEnd,
+    ) {
+        let (locations, end) = if leaf_only {
+            (&locations[..1], None)
+        } else {
+            (locations, Some(end))
+        };
+        let stack = self
+            .stacks
+            .intern_placed(placement, leaf_only, locations, end);
+        self.stacks.add(pid, stack);
+        if end == Some(StackEnd::FrameLimit) {
+            self.truncated += 1;
+        }
+    }
+
+    /// Whether it keeps samples one by one (`keep_samples`).
+    pub fn keeps_samples(&self) -> bool {
+        self.kept.limit() > 0
+    }
+
     /// Moves one sample of `pid` counted in stack `from` to the stack `locations` (its
     /// attribution changed; how its walk ended and when it was taken did not), and its kept
     /// copy at `kept` with it (`update` fixes its frames). Returns the new stack.

@@ -106,7 +106,14 @@ pub struct StackTable {
     max_stacks: usize,
     /// Samples counted now in stacks cut at the limit.
     beyond_limit: u64,
+    /// The stacks interned for placements of raw stacks the manager keeps, by (placement id,
+    /// leaf alone): see [`StackTable::intern_placed`].
+    placed: HashMap<(u64, bool), StackId, foldhash::fast::RandomState>,
 }
+
+/// Most placements a session remembers its stacks of ([`StackTable::intern_placed`]); beyond,
+/// it forgets them all and interns again as they come.
+pub const MAX_PLACED_STACKS: usize = 8192;
 
 impl Default for StackTable {
     fn default() -> Self {
@@ -132,6 +139,7 @@ impl StackTable {
             scratch: Vec::new(),
             max_stacks,
             beyond_limit: 0,
+            placed: HashMap::default(),
         }
     }
 
@@ -193,6 +201,32 @@ impl StackTable {
             self.intern_beyond_limit(&mut ids, locations, end, during)
         };
         self.scratch = ids;
+        stack
+    }
+
+    /// The stack of a raw stack the manager placed before (`placement`, an id never reused
+    /// for other locations): [`StackTable::intern`] once, then found by the id, so that a hot
+    /// loop's samples intern no location again. Taken outside any interval. A stack interned
+    /// past the limit is not remembered: what it becomes there depends on how full the table
+    /// is.
+    pub fn intern_placed(
+        &mut self,
+        placement: u64,
+        leaf_only: bool,
+        locations: &[Location],
+        end: Option<StackEnd>,
+    ) -> StackId {
+        if let Some(&stack) = self.placed.get(&(placement, leaf_only)) {
+            return stack;
+        }
+        let whole = self.stacks.len() < self.max_stacks;
+        let stack = self.intern(locations.iter().copied(), end, DuringId(0));
+        if whole {
+            if self.placed.len() >= MAX_PLACED_STACKS {
+                self.placed.clear();
+            }
+            self.placed.insert((placement, leaf_only), stack);
+        }
         stack
     }
 
@@ -567,6 +601,24 @@ mod tests {
         let mut modules: Vec<ModuleId> = table.modules().collect();
         modules.sort();
         assert_eq!(modules, [ModuleId(3), ModuleId(4)]);
+    }
+
+    /// A placement's stack is interned once and then found by its id; past the limit, where
+    /// what a new stack becomes depends on how full the table is, it is interned each time.
+    #[test]
+    fn placed_stacks_are_found_by_their_placement_below_the_limit_only() {
+        let mut table = StackTable::with_limit(2);
+        let stack = table.intern_placed(1, false, &[k(1), k(100)], DONE);
+        assert_eq!(table.locations_of(stack), [k(1), k(100)]);
+        // Found by its id, whatever the locations say now.
+        assert_eq!(table.intern_placed(1, false, &[k(9)], DONE), stack);
+        let leaf = table.intern_placed(1, true, &[k(1)], None);
+        assert_ne!(leaf, stack);
+        assert_eq!(table.stacks.len(), 2);
+        assert_eq!(table.placed.len(), 2);
+        let cut = table.intern_placed(2, false, &[k(20), k(200)], DONE);
+        assert_eq!(table.locations_of(cut), [Location::StackLimit]);
+        assert_eq!(table.placed.len(), 2, "not remembered past the limit");
     }
 
     /// Past its most stacks, a table finds known stacks, counts a new one by its leaf under

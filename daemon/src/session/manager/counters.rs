@@ -32,6 +32,9 @@ pub(super) struct Counters {
     /// and the process was checked again.
     pub(super) target_creds_changed: u64,
     pub(super) stacks_truncated: u64,
+    /// Samples whose raw stack was placed before (`placements.rs`), counted without a look
+    /// at their process: what the cache saves, against `samples_routed`.
+    pub(super) stacks_placed_before: u64,
     pub(super) user_stacks_failed: u64,
     pub(super) stack_frames_unmapped: u64,
     /// Samples that came with a copy of the user stack, and its bytes in all.
@@ -83,6 +86,7 @@ impl Manager {
             ("targets_revoked", c.targets_revoked),
             ("target_creds_changed", c.target_creds_changed),
             ("stacks_truncated", c.stacks_truncated),
+            ("stacks_placed_before", c.stacks_placed_before),
             ("user_stacks_failed", c.user_stacks_failed),
             ("stack_frames_unmapped", c.stack_frames_unmapped),
             ("user_copies", c.user_copies),

@@ -79,6 +79,39 @@ impl Manager {
         }
         let whole = wanting.iter().any(|&(_, w)| w != Wanted::Leaf);
         let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
+        // A stack the kernel walked, of a process whose samples need nothing of their time,
+        // for sessions that keep no samples one by one: placed as before if seen before.
+        let placeable = copy.is_none()
+            && !self.vms.holds(pid)
+            && wanting.iter().all(|(id, _)| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|session| !session.keeps_samples())
+            });
+        let generation = if placeable {
+            self.placements.note(event, kernel, user, whole);
+            self.processes.placed_generation(pid, now_ns)
+        } else {
+            None
+        };
+        if let Some(generation) = generation
+            && let Some(placement) = self.placements.find(pid, generation)
+        {
+            self.counters.stacks_placed_before += 1;
+            count_stack_flags(&mut self.counters, event, whole);
+            for &(id, wanted) in &wanting {
+                if let Some(session) = self.sessions.get_mut(&id) {
+                    session.count_placed(
+                        pid,
+                        placement.id,
+                        wanted == Wanted::Leaf,
+                        &placement.locations,
+                        placement.end,
+                    );
+                }
+            }
+            return;
+        }
         let (mut frames, mut end, mut fp) =
             self.frames_of(event, kernel, user, copy, (whole, fp_too), now_ns);
         // Past Java code compiled without frame pointers, a walk reads garbage.
@@ -106,6 +139,14 @@ impl Manager {
                 None,
                 |_| {},
             );
+            // Placed against the mappings it was looked up in: not if they were read again
+            // meanwhile.
+            if let Some(generation) = generation
+                && self.processes.placed_generation(pid, now_ns) == Some(generation)
+            {
+                self.placements
+                    .keep(pid, generation, &routed.frames, routed.end);
+            }
             return;
         }
         // Generated code is attributed once the code maps are known up to its time (its
@@ -174,12 +215,9 @@ impl Manager {
             }
             return (frames, StackEnd::FramePointerChainEnded, None);
         }
-        if event.flags & FLAG_USER_STACK_FAILED != 0 {
-            self.counters.user_stacks_failed += 1;
-        }
+        count_stack_flags(&mut self.counters, event, whole);
         let mut end = StackEnd::FramePointerChainEnded;
         if event.flags & (FLAG_KERNEL_TRUNCATED | FLAG_USER_TRUNCATED) != 0 {
-            self.counters.stacks_truncated += 1;
             end = StackEnd::FrameLimit;
         }
         if let Some(copy) = &copy {
@@ -326,6 +364,20 @@ impl Manager {
             lookup,
             code_start: 0,
         }
+    }
+}
+
+/// Counts what the kernel's flags say of a sample's stacks, when sessions take them
+/// (`whole`): a user stack not walked, stacks cut at the depth limit.
+fn count_stack_flags(counters: &mut Counters, event: &Event, whole: bool) {
+    if !whole || event.flags & FLAG_STACK == 0 {
+        return;
+    }
+    if event.flags & FLAG_USER_STACK_FAILED != 0 {
+        counters.user_stacks_failed += 1;
+    }
+    if event.flags & (FLAG_KERNEL_TRUNCATED | FLAG_USER_TRUNCATED) != 0 {
+        counters.stacks_truncated += 1;
     }
 }
 

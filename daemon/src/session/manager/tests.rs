@@ -1845,3 +1845,106 @@ async fn shed_samples_are_the_users_own_and_shares_hold_users_only() {
     let _ = theirs.kill();
     let _ = theirs.wait();
 }
+
+/// A raw stack seen before is counted as it was placed, in every session, without a look at
+/// its process; once the process's mappings are read again (an exec), it is placed afresh.
+#[tokio::test]
+async fn a_stack_seen_before_is_placed_as_before_until_the_mappings_are_read_again() {
+    use vmscope_common::{FLAG_STACK, FLAG_USER_TRUNCATED};
+    let h = harness();
+    let with_stacks = h
+        .manager
+        .start(
+            ROOT,
+            SessionRequest {
+                call_graph: CallGraphMode::FramePointers,
+                ..start_request(&[me()], 100)
+            },
+        )
+        .await
+        .unwrap();
+    let leaf_only = h
+        .manager
+        .start(
+            ROOT,
+            SessionRequest {
+                call_graph: CallGraphMode::None,
+                ..start_request(&[me()], 100)
+            },
+        )
+        .await
+        .unwrap();
+    let leaf = code_address();
+    let caller = sample as fn(u32, u32, u64) -> Event as usize as u64 + 1;
+    let stacked = |ts, flags| Event {
+        flags: FLAG_TARGET | FLAG_STACK | flags,
+        ip: leaf,
+        ..sample(me(), 100, ts)
+    };
+    let placed_before = async || h.manager.counters().await.unwrap().values["stacks_placed_before"];
+    let t0 = sys::monotonic_ns();
+    let mut batch = Batch {
+        watermark_ns: t0 + 10,
+        ..Batch::default()
+    };
+    for i in 0..3 {
+        batch.push(stacked(t0 + i, 0), &[], &[leaf, caller]);
+    }
+    // The same addresses cut at the depth limit: another stack.
+    batch.push(stacked(t0 + 3, FLAG_USER_TRUNCATED), &[], &[leaf, caller]);
+    h.send_batch(batch).await;
+    assert_eq!(placed_before().await, 2, "the 2nd and 3rd sample");
+
+    let exec = Event {
+        kind: EVENT_EXEC,
+        tgid: me(),
+        tid: me(),
+        timestamp_ns: t0 + 20,
+        ..Event::default()
+    };
+    let mut batch = Batch {
+        watermark_ns: t0 + 40,
+        ..Batch::default()
+    };
+    batch.push(exec, &[], &[]);
+    batch.push(stacked(t0 + 30, 0), &[], &[leaf, caller]);
+    batch.push(stacked(t0 + 31, 0), &[], &[leaf, caller]);
+    h.send_batch(batch).await;
+    assert_eq!(
+        placed_before().await,
+        3,
+        "placed afresh after the exec, then as before"
+    );
+
+    h.stop(with_stacks.id).await.unwrap();
+    h.stop(leaf_only.id).await.unwrap();
+    let whole = h.manager.snapshot(ROOT, with_stacks.id).await.unwrap();
+    assert_eq!((whole.total_samples, whole.truncated), (6, 1));
+    let mut stacks: Vec<(usize, bool, u64)> = whole
+        .stacks
+        .counts
+        .iter()
+        .map(|&(_, stack, n)| {
+            let ids = whole.stacks.ids_of(stack);
+            assert!(
+                ids.iter()
+                    .all(|&id| matches!(whole.stacks.location(id), Location::File { .. })),
+                "every frame is in this test's binary"
+            );
+            (
+                ids.len(),
+                whole.stacks.stacks[stack.0 as usize].truncated(),
+                n,
+            )
+        })
+        .collect();
+    stacks.sort();
+    assert_eq!(stacks, [(2, false, 5), (2, true, 1)]);
+    let leaves = h.manager.snapshot(ROOT, leaf_only.id).await.unwrap();
+    assert_eq!(leaves.total_samples, 6);
+    assert_eq!(
+        leaves.stacks.leaf_counts().len(),
+        1,
+        "one leaf, counted 6 times"
+    );
+}
