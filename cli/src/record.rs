@@ -67,8 +67,14 @@ pub struct RecordOptions {
     pub report: ReportOptions,
 }
 
-/// How often the CLI checks whether the daemon ended the session by itself.
-const POLL: Duration = Duration::from_millis(200);
+/// How often the CLI checks whether the daemon ended the session by itself (its targets
+/// exited or were dropped): each check is a request the daemon serves, and at 5 a second they
+/// were a third of what an idle session cost it.
+const POLL: Duration = Duration::from_secs(1);
+
+/// How often it checks once the session's duration has elapsed, until the daemon says it
+/// stopped.
+const POLL_AT_END: Duration = Duration::from_millis(50);
 
 /// The stop reason of a recording that ended with its command.
 const COMMAND_EXITED: &str = "the recorded command exited";
@@ -106,6 +112,7 @@ pub async fn record(
         }
     };
     let id = session.id;
+    let ends_at = options.duration.map(|d| tokio::time::Instant::now() + d);
     // Signals are caught from here on: the session must be stopped (and the command, if any,
     // waited for) however vmscope is asked to end.
     let mut signals = Signals::new().context("cannot catch signals")?;
@@ -133,8 +140,15 @@ pub async fn record(
         tokio::task::spawn_blocking(move || spawn::wait_exited(pid))
     });
     let reported = async {
-        let reason =
-            wait_for_end(&mut client, id, exited, forwarder.as_mut(), &mut signals).await?;
+        let reason = wait_for_end(
+            &mut client,
+            id,
+            exited,
+            forwarder.as_mut(),
+            &mut signals,
+            ends_at,
+        )
+        .await?;
         stop(&mut client, id, reason).await?;
         let mut profile: vmscope_model::Profile = client
             .get_profile(pb::GetProfileRequest {
@@ -322,8 +336,15 @@ async fn wait_for_end(
     mut exited: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     mut forwarder: Option<&mut Forwarder>,
     signals: &mut Signals,
+    ends_at: Option<tokio::time::Instant>,
 ) -> anyhow::Result<&'static str> {
     loop {
+        // A session with a duration is looked at when it should have ended, not up to a poll
+        // later.
+        let pause = ends_at.map_or(POLL, |end| {
+            end.saturating_duration_since(tokio::time::Instant::now())
+                .clamp(POLL_AT_END, POLL)
+        });
         tokio::select! {
             received = signals.next() => match forwarder.as_deref_mut() {
                 Some(forwarder) => forwarder.pass_on(received),
@@ -337,7 +358,7 @@ async fn wait_for_end(
                 result.context("waiting for the command")?.context("waiting for the command")?;
                 return Ok(COMMAND_EXITED);
             }
-            _ = tokio::time::sleep(POLL) => {
+            _ = tokio::time::sleep(pause) => {
                 let session = client
                     .get_session(pb::GetSessionRequest { session_id: id })
                     .await
