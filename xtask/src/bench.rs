@@ -45,9 +45,9 @@ use crate::{
 
 const ROUNDS: usize = 5;
 /// Millions of steps per stackloop run (about 1.4 s here).
-const WORK: &str = "1500";
+pub(crate) const WORK: &str = "1500";
 /// Depth of the call chains of stackloop: stacks of up to DEPTH + 3 frames.
-const DEPTH: &str = "32";
+pub(crate) const DEPTH: &str = "32";
 
 fn cpu_seconds(stdout: &[u8]) -> anyhow::Result<f64> {
     String::from_utf8_lossy(stdout)
@@ -180,9 +180,6 @@ pub(crate) fn stackloop(built: &Built) -> anyhow::Result<PathBuf> {
     )?;
     Ok(stackloop)
 }
-
-/// stackloop's arguments in the benchmarks: its work and the depth of its call chains.
-pub(crate) const STACKLOOP_ARGS: [&str; 2] = [WORK, DEPTH];
 
 /// The `total_samples` of a JSON report.
 pub(crate) fn total_samples(json: &str) -> anyhow::Result<u64> {

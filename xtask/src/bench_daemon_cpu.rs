@@ -37,10 +37,16 @@ struct Load {
     peak_rss_kib: u64,
 }
 
-/// Runs the rounds against this build's daemon, and the baseline's when given.
-pub fn run(baseline: Option<PathBuf>) -> anyhow::Result<()> {
+/// How much longer `--long-sessions` sessions are.
+const LONG: u64 = 6;
+
+/// Runs the rounds against this build's daemon, and the baseline's when given; with `long`,
+/// sessions [`LONG`] times as long.
+pub fn run(baseline: Option<PathBuf>, long: bool) -> anyhow::Result<()> {
     let built = demo::build()?;
     let stackloop = stackloop(&built)?;
+    let work: u64 = crate::bench::WORK.parse()?;
+    let work = (if long { work * LONG } else { work }).to_string();
     let mut daemons = Vec::new();
     if let Some(binary) = &baseline {
         daemons.push((
@@ -58,7 +64,7 @@ pub fn run(baseline: Option<PathBuf>) -> anyhow::Result<()> {
             for ((_, daemon), load) in daemons.iter().zip(&mut loads) {
                 let pid = daemon.pid().context("a daemon of our own")?;
                 let before = daemon_cpu_ns(pid)?;
-                let samples = record(&built, daemon, &stackloop, mode)?;
+                let samples = record(&built, daemon, &stackloop, &work, mode)?;
                 let spent = daemon_cpu_ns(pid)?.saturating_sub(before);
                 if round > 0 {
                     let entry = load.by_mode.entry(mode).or_default();
@@ -113,8 +119,15 @@ pub fn run(baseline: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Records stackloop in `mode` against `daemon`: the samples the report counted.
-fn record(built: &Built, daemon: &Daemon, stackloop: &Path, mode: &str) -> anyhow::Result<u64> {
+/// Records stackloop (doing `work`) in `mode` against `daemon`: the samples the report
+/// counted.
+fn record(
+    built: &Built,
+    daemon: &Daemon,
+    stackloop: &Path,
+    work: &str,
+    mode: &str,
+) -> anyhow::Result<u64> {
     let json = built.dir.join("daemon-cpu.json");
     let output = Command::new(&built.cli)
         .arg("--socket")
@@ -123,7 +136,7 @@ fn record(built: &Built, daemon: &Daemon, stackloop: &Path, mode: &str) -> anyho
         .arg(&json)
         .arg("--")
         .arg(stackloop)
-        .args(crate::bench::STACKLOOP_ARGS)
+        .args([work, crate::bench::DEPTH])
         .output()?;
     if !output.status.success() {
         bail!(
