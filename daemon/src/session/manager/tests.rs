@@ -154,6 +154,23 @@ impl Harness {
     fn kernel(&self) -> FakeKernel {
         self.kernel.lock().unwrap().clone()
     }
+
+    /// Two sessions on this process at 100 Hz: one with frame-pointer stacks that keeps
+    /// `keep_samples` samples one by one, one of leaves alone.
+    async fn stack_and_leaf_sessions(&self, keep_samples: u32) -> (SessionInfo, SessionInfo) {
+        let start = async |call_graph, keep_samples| {
+            let request = SessionRequest {
+                keep_samples,
+                call_graph,
+                ..start_request(&[me()], 100)
+            };
+            self.manager.start(ROOT, request).await.unwrap()
+        };
+        (
+            start(CallGraphMode::FramePointers, keep_samples).await,
+            start(CallGraphMode::None, 0).await,
+        )
+    }
 }
 
 fn me() -> u32 {
@@ -1356,29 +1373,7 @@ async fn every_frame_of_a_stack_is_attributed_at_the_samples_time() {
     let page = JitPage::new();
     let caller = code(&store, "Caller>>run", &[(0x10, 3), (0x20, 7)]);
     let decoy = code(&store, "Decoy>>neverRuns", &[]);
-    let with_stacks = h
-        .manager
-        .start(
-            ROOT,
-            SessionRequest {
-                keep_samples: 10,
-                call_graph: CallGraphMode::FramePointers,
-                ..start_request(&[me()], 100)
-            },
-        )
-        .await
-        .unwrap();
-    let leaf_only = h
-        .manager
-        .start(
-            ROOT,
-            SessionRequest {
-                call_graph: CallGraphMode::None,
-                ..start_request(&[me()], 100)
-            },
-        )
-        .await
-        .unwrap();
+    let (with_stacks, leaf_only) = h.stack_and_leaf_sessions(10).await;
     let t0 = sys::monotonic_ns();
     h.manager.publish(me(), Publication::Opened).await.unwrap();
     // Caller>>run at +0x100 from t0+10, moved to +0x800 at t0+20; a decoy at +0x100 from t0+30.
@@ -1852,28 +1847,7 @@ async fn shed_samples_are_the_users_own_and_shares_hold_users_only() {
 async fn a_stack_seen_before_is_placed_as_before_until_the_mappings_are_read_again() {
     use vmscope_common::{FLAG_STACK, FLAG_USER_TRUNCATED};
     let h = harness();
-    let with_stacks = h
-        .manager
-        .start(
-            ROOT,
-            SessionRequest {
-                call_graph: CallGraphMode::FramePointers,
-                ..start_request(&[me()], 100)
-            },
-        )
-        .await
-        .unwrap();
-    let leaf_only = h
-        .manager
-        .start(
-            ROOT,
-            SessionRequest {
-                call_graph: CallGraphMode::None,
-                ..start_request(&[me()], 100)
-            },
-        )
-        .await
-        .unwrap();
+    let (with_stacks, leaf_only) = h.stack_and_leaf_sessions(0).await;
     let leaf = code_address();
     let caller = sample as fn(u32, u32, u64) -> Event as usize as u64 + 1;
     let stacked = |ts, flags| Event {
