@@ -21,11 +21,18 @@ use crate::{
 /// Most placements kept; beyond, they are all forgotten and made again as samples come.
 pub const MAX_PLACEMENTS: usize = 8192;
 
+/// Most frames all placements hold together: a frame takes at most 32 bytes (its address and
+/// its location), and stacks may be 254 frames deep, so the count of placements alone would let
+/// them hold 64 MiB. This bounds them to 4 MiB.
+pub const MAX_PLACED_FRAMES: usize = 1 << 17;
+
 /// The placements of raw stacks.
 #[derive(Default)]
 pub struct Placements {
     index: HashTable<u32>,
     entries: Vec<Placement>,
+    /// Frames the entries hold together.
+    frames: usize,
     /// Ids are never reused, even after the placements are forgotten: sessions may still hold
     /// stacks under old ones.
     next_id: u64,
@@ -89,10 +96,12 @@ impl Placements {
         if !placeable || frames.is_empty() {
             return;
         }
-        if self.entries.len() >= MAX_PLACEMENTS {
+        if self.entries.len() >= MAX_PLACEMENTS || self.frames + frames.len() > MAX_PLACED_FRAMES {
             self.entries.clear();
             self.index.clear();
+            self.frames = 0;
         }
+        self.frames += frames.len();
         let hash = self.hash(pid, generation, &self.key);
         let id = self.next_id;
         self.next_id += 1;
@@ -205,6 +214,25 @@ mod tests {
             placements.keep(7, 1, &[frame(file(0)), frame(odd)], StackEnd::Complete);
             assert!(placements.find(7, 1).is_none(), "{odd:?}");
         }
+    }
+
+    /// [`MAX_PLACED_FRAMES`]'s bound in bytes holds.
+    #[test]
+    fn a_placed_frame_takes_at_most_32_bytes() {
+        assert!(size_of::<u64>() + size_of::<Location>() <= 32);
+    }
+
+    #[test]
+    fn past_the_most_frames_all_are_forgotten() {
+        let mut placements = Placements::default();
+        let deep = vec![frame(file(0)); 254];
+        let fit = MAX_PLACED_FRAMES / deep.len();
+        for ip in 0..=fit as u64 {
+            placements.note(&event(ip, 0), &[], &[], false);
+            placements.keep(7, 1, &deep, StackEnd::Complete);
+        }
+        assert_eq!(placements.entries.len(), 1);
+        assert_eq!(placements.frames, deep.len());
     }
 
     #[test]
