@@ -75,7 +75,7 @@ impl Placements {
 
     /// The placement of the noted raw stack of `pid` under its mappings' `generation`.
     pub fn find(&self, pid: u32, generation: u64) -> Option<&Placement> {
-        let hash = self.hash(pid, generation, &self.key);
+        let hash = hash_of(&self.hasher, pid, generation, &self.key);
         self.index
             .find(hash, |&i| {
                 let entry = &self.entries[i as usize];
@@ -102,7 +102,7 @@ impl Placements {
             self.frames = 0;
         }
         self.frames += frames.len();
-        let hash = self.hash(pid, generation, &self.key);
+        let hash = hash_of(&self.hasher, pid, generation, &self.key);
         let id = self.next_id;
         self.next_id += 1;
         self.entries.push(Placement {
@@ -119,10 +119,6 @@ impl Placements {
                 let e = &entries[i as usize];
                 hash_of(hasher, e.pid, e.generation, &e.raw)
             });
-    }
-
-    fn hash(&self, pid: u32, generation: u64, raw: &[u64]) -> u64 {
-        hash_of(&self.hasher, pid, generation, raw)
     }
 }
 

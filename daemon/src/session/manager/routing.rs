@@ -45,6 +45,8 @@ impl Manager {
         copy: Option<UserCopy<'_>>,
         now_ns: u64,
     ) {
+        // Whether a session that wants it keeps samples one by one (placements serve none).
+        let mut kept_one_by_one = false;
         let wanting: Vec<(u64, Wanted)> = self
             .by_period
             .get(&event.period_ns)
@@ -54,9 +56,10 @@ impl Manager {
                 let session = self.sessions.get(id)?;
                 // A target session counts only what the kernel kept for target sessions: not a
                 // sample taken for system-wide ones of a process whose guard refused it.
-                (session.wants(event.tgid, event.timestamp_ns)
-                    && (session.spec.system_wide || event.flags & FLAG_TARGET != 0))
-                    .then_some((*id, session.spec.call_graph.wanted()))
+                let wants = session.wants(event.tgid, event.timestamp_ns)
+                    && (session.spec.system_wide || event.flags & FLAG_TARGET != 0);
+                kept_one_by_one |= wants && session.keeps_samples();
+                wants.then_some((*id, session.spec.call_graph.wanted()))
             })
             .collect();
         if wanting.is_empty() {
@@ -81,13 +84,7 @@ impl Manager {
         let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
         // A stack the kernel walked, of a process whose samples need nothing of their time,
         // for sessions that keep no samples one by one: placed as before if seen before.
-        let placeable = copy.is_none()
-            && !self.vms.holds(pid)
-            && wanting.iter().all(|(id, _)| {
-                self.sessions
-                    .get(id)
-                    .is_some_and(|session| !session.keeps_samples())
-            });
+        let placeable = copy.is_none() && !kept_one_by_one && !self.vms.holds(pid);
         let generation = if placeable {
             self.placements.note(event, kernel, user, whole);
             self.processes.placed_generation(pid, now_ns)

@@ -1922,3 +1922,38 @@ async fn a_stack_seen_before_is_placed_as_before_until_the_mappings_are_read_aga
         "one leaf, counted 6 times"
     );
 }
+
+/// A session that keeps samples one by one gets each with its frames: while it samples, no
+/// sample of any session is placed from what was placed before.
+#[tokio::test]
+async fn samples_kept_one_by_one_are_never_placed_from_before() {
+    use vmscope_common::FLAG_STACK;
+    let h = harness();
+    let (keeping, _leaves) = h.stack_and_leaf_sessions(10).await;
+    let leaf = code_address();
+    let caller = sample as fn(u32, u32, u64) -> Event as usize as u64 + 1;
+    let t0 = sys::monotonic_ns();
+    let mut batch = Batch {
+        watermark_ns: t0 + 10,
+        ..Batch::default()
+    };
+    for i in 0..3 {
+        let event = Event {
+            flags: FLAG_TARGET | FLAG_STACK,
+            ip: leaf,
+            ..sample(me(), 100, t0 + i)
+        };
+        batch.push(event, &[], &[leaf, caller]);
+    }
+    h.send_batch(batch).await;
+    let counters = h.manager.counters().await.unwrap();
+    assert_eq!(counters.values["stacks_placed_before"], 0);
+    h.stop(keeping.id).await.unwrap();
+    let kept = h.manager.snapshot(ROOT, keeping.id).await.unwrap();
+    let frames: Vec<usize> = kept
+        .kept
+        .iter()
+        .flat_map(|chunk| chunk.iter().map(|s| s.frames.len()))
+        .collect();
+    assert_eq!(frames, [2, 2, 2]);
+}
