@@ -315,6 +315,7 @@ impl Sink for Counting {
             .iter()
             .map(|&(session, wanted)| Counted {
                 session,
+                tid: sample.tid,
                 wanted,
                 stack: 0,
                 kept: None,

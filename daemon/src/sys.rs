@@ -56,6 +56,14 @@ pub fn read_status(pid: u32) -> io::Result<vmscope_parse::stat::ProcStatus> {
         .map_err(|e| io::Error::other(format!("/proc/{pid}/status: {e}")))
 }
 
+/// The name (`comm`) of thread `tid` of process `pid`, from `/proc/PID/task/TID/comm`: what a
+/// runtime named it (`C2 CompilerThread0`, `GC Thread#0`), at most 15 bytes.
+pub fn thread_name(pid: u32, tid: u32) -> io::Result<String> {
+    let text = read_bounded(&proc_path(pid, &format!("task/{tid}/comm")), 64)?;
+    let text = text.strip_suffix(b"\n").unwrap_or(&text);
+    Ok(String::from_utf8_lossy(text).into_owned())
+}
+
 /// The start time of a process (`/proc/PID/stat`, in clock ticks after boot), if it still runs:
 /// what tells it from a later process at its pid.
 pub fn read_start_time(pid: u32) -> Option<u64> {
@@ -666,6 +674,27 @@ mod tests {
         assert_eq!(read_bounded(&path, 100).unwrap().len(), 100);
         let err = read_bounded(&path, 99).unwrap_err();
         assert!(err.to_string().contains("larger than 99 bytes"), "{err}");
+    }
+
+    /// A thread's name is what it set itself, without the newline `/proc` ends it with.
+    #[test]
+    fn a_thread_name_is_read_as_the_thread_set_it() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::Builder::new()
+            .name("vmscope-named".into())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() } as u32).unwrap();
+                done_rx.recv().ok();
+            })
+            .unwrap();
+        let tid = rx.recv().unwrap();
+        let name = thread_name(std::process::id(), tid);
+        done_tx.send(()).unwrap();
+        worker.join().unwrap();
+        assert_eq!(name.unwrap(), "vmscope-named");
+        assert!(thread_name(std::process::id(), u32::MAX).is_err());
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! - [`profile`]: the [`Profile`] and its session-wide facts, each judged once (throttling).
 //! - [`frame`]: a distinct frame ([`Frame`]): its section, name, module, code kind, range and
 //!   source line.
-//! - [`stack`]: samples per (process, stack of frames), how each stack ended, the VM's intervals
-//!   they were taken during, and kept samples.
+//! - [`stack`]: values per (process, thread, stack of frames), how each stack ended, the VM's
+//!   intervals they were taken during, and kept samples.
+//! - [`sample_type`]: what a stack's values measure (samples, the CPU time they stand for).
+//! - [`thread`]: the threads samples were taken in, with their names.
 //! - [`row`]: self and inclusive samples per (section, module, name), with their ranges,
 //!   inlined methods, processes and source lines.
 //! - [`issue`]: samples that could not be symbolised, by module and typed reason.
@@ -29,8 +31,10 @@ pub mod kernel;
 pub mod profile;
 pub mod rank;
 pub mod row;
+pub mod sample_type;
 pub mod session;
 pub mod stack;
+pub mod thread;
 pub mod vm_stats;
 
 pub use frame::{CodeKind, Frame, Section};
@@ -38,8 +42,10 @@ pub use issue::{IssueKind, SymbolizationIssue};
 pub use kernel::{KernelCounts, KernelEvents, ProcessKernelCounts};
 pub use profile::Profile;
 pub use row::{CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples};
+pub use sample_type::SampleType;
 pub use session::{CallGraph, Session, SessionState, TargetProcess};
 pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame};
+pub use thread::Thread;
 pub use vm_stats::{
     ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
     VmStatistics,
@@ -110,5 +116,6 @@ mod tests {
             c.as_str()
         });
         same(&IntervalKind::PROTOCOL, |k| k.key());
+        same(&[SampleType::Samples, SampleType::CpuTime], |t| t.as_str());
     }
 }

@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AttributedSample, Frame, IntervalKind, KernelEvents, ProfileRow, Session, Stack,
-    StackEndSamples, SymbolizationIssue, VmStatistics,
+    AttributedSample, Frame, IntervalKind, KernelEvents, ProfileRow, SampleType, Session, Stack,
+    StackEndSamples, SymbolizationIssue, Thread, VmStatistics,
 };
 
 /// What one session measured, aggregated and symbolised: every report renders from it.
@@ -65,9 +65,13 @@ pub struct Profile {
     pub processes: u32,
     /// Each distinct frame once.
     pub frames: Vec<Frame>,
-    /// Samples per distinct (process, stack, end, intervals), most first. Every sample is in
-    /// exactly one.
+    /// What each stack's [`Stack::values`] measure, in order: [`SampleType::Samples`] first.
+    pub sample_types: Vec<SampleType>,
+    /// Values per distinct (process, thread, stack, end, intervals), most samples first. Every
+    /// sample is in exactly one.
     pub stacks: Vec<Stack>,
+    /// The threads the stacks name, most samples first.
+    pub threads: Vec<Thread>,
     /// Samples whose stack was cut at the depth limit.
     pub truncated_stacks: u64,
     /// Samples per way their stacks ended (sessions with a call graph), most first.
@@ -78,6 +82,14 @@ pub struct Profile {
     pub vm_statistics: Vec<VmStatistics>,
     /// The kinds of VM interval that [`Stack::during`] and kept samples name, each once.
     pub vm_interval_kinds: Vec<IntervalKind>,
+}
+
+impl Profile {
+    /// Where values of `kind` are in each stack's [`Stack::values`]; `None` when the profile
+    /// does not measure it.
+    pub fn value_index(&self, kind: SampleType) -> Option<usize> {
+        self.sample_types.iter().position(|&t| t == kind)
+    }
 }
 
 /// Below this share of the requested rate, samples taken (delivered plus lost) say the kernel
@@ -133,9 +145,10 @@ mod tests {
                 kind: Some(crate::CodeKind::ClosedPic),
                 ..Frame::default()
             }],
+            sample_types: vec![SampleType::Samples, SampleType::CpuTime],
             stacks: vec![Stack {
                 frames: vec![0],
-                samples: 3,
+                values: vec![3, 3_000_000],
                 end: Some(crate::StackEnd::Complete),
                 ..Stack::default()
             }],

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Samples of one process with one stack of frames, ended one way, during one set of VM
+/// Samples of one thread with one stack of frames, ended one way, during one set of VM
 /// intervals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stack {
@@ -11,8 +11,10 @@ pub struct Stack {
     pub frames: Vec<u32>,
     /// The process.
     pub pid: u32,
-    /// Its samples.
-    pub samples: u64,
+    /// The thread (its kernel task id; the process's id for its main thread).
+    pub tid: u32,
+    /// One value per [`crate::Profile::sample_types`], in that order: its samples first.
+    pub values: Vec<u64>,
     /// Cut at the depth limit: callers beyond the last frame are missing.
     pub truncated: bool,
     /// How the walk ended; `None` for a session without call graph (or a daemon that does not
@@ -21,6 +23,23 @@ pub struct Stack {
     /// The intervals its VM had under way when these samples were taken, as indices into
     /// [`crate::Profile::vm_interval_kinds`]; empty outside any.
     pub during: Vec<u32>,
+}
+
+impl Stack {
+    /// Its samples: the first of its values ([`crate::SampleType::Samples`]).
+    pub fn samples(&self) -> u64 {
+        self.values.first().copied().unwrap_or(0)
+    }
+
+    /// Adds `other`'s values to its own, type by type: the stack two merged stacks make.
+    pub fn add_values(&mut self, other: &[u64]) {
+        if self.values.len() < other.len() {
+            self.values.resize(other.len(), 0);
+        }
+        for (mine, theirs) in self.values.iter_mut().zip(other) {
+            *mine = mine.saturating_add(*theirs);
+        }
+    }
 }
 
 /// How a stack's walk ended, as a report groups stacks: whole, or why callers are missing.

@@ -35,6 +35,12 @@ impl From<m::Profile> for v1::Profile {
             processes: p.processes,
             frames: p.frames.into_iter().map(Into::into).collect(),
             stacks: p.stacks.into_iter().map(Into::into).collect(),
+            sample_types: p
+                .sample_types
+                .into_iter()
+                .map(|t| sample_type(t) as i32)
+                .collect(),
+            threads: p.threads.into_iter().map(Into::into).collect(),
             truncated_stacks: p.truncated_stacks,
             stack_ends: p
                 .stack_ends
@@ -71,6 +77,7 @@ impl From<v1::Profile> for m::Profile {
     /// The profile a daemon sent; its `pprof` bytes, an encoding of the same profile, are left
     /// behind.
     fn from(p: v1::Profile) -> Self {
+        let (sample_types, stacks) = model_stacks(&p.sample_types, p.stacks);
         m::Profile {
             session: p.session.map(Into::into),
             vm_executable: p.vm_executable,
@@ -96,7 +103,9 @@ impl From<v1::Profile> for m::Profile {
             jit_samples_from_later_snapshot: p.jit_samples_from_later_snapshot,
             processes: p.processes,
             frames: p.frames.into_iter().map(Into::into).collect(),
-            stacks: p.stacks.into_iter().map(Into::into).collect(),
+            sample_types,
+            stacks,
+            threads: p.threads.into_iter().map(Into::into).collect(),
             truncated_stacks: p.truncated_stacks,
             stack_ends: p
                 .stack_ends
@@ -347,9 +356,11 @@ pub fn model_stack_end(end: i32) -> Option<m::StackEnd> {
 impl From<m::Stack> for v1::Stack {
     fn from(s: m::Stack) -> Self {
         v1::Stack {
+            samples: s.samples(),
             frames: s.frames,
             pid: s.pid,
-            samples: s.samples,
+            tid: s.tid,
+            values: s.values,
             truncated: s.truncated,
             end: stack_end(s.end) as i32,
             during: s.during,
@@ -357,15 +368,86 @@ impl From<m::Stack> for v1::Stack {
     }
 }
 
-impl From<v1::Stack> for m::Stack {
-    fn from(s: v1::Stack) -> Self {
-        m::Stack {
-            frames: s.frames,
-            pid: s.pid,
-            samples: s.samples,
-            truncated: s.truncated,
-            end: model_stack_end(s.end),
-            during: s.during,
+/// The API's spelling of a sample type.
+pub fn sample_type(kind: m::SampleType) -> v1::SampleType {
+    match kind {
+        m::SampleType::Samples => v1::SampleType::Samples,
+        m::SampleType::CpuTime => v1::SampleType::CpuTime,
+    }
+}
+
+/// A sample type as a daemon said it; `None` when unspecified or unknown to this build.
+pub fn model_sample_type(kind: i32) -> Option<m::SampleType> {
+    match v1::SampleType::try_from(kind).ok()? {
+        v1::SampleType::Unspecified => None,
+        v1::SampleType::Samples => Some(m::SampleType::Samples),
+        v1::SampleType::CpuTime => Some(m::SampleType::CpuTime),
+    }
+}
+
+/// The sample types and stacks a daemon sent, as the model holds them: values of a type this
+/// build does not know are dropped with their type, and a daemon that sent no types (older
+/// than sample types) measured samples alone, in `Stack.samples`. Samples are always first.
+fn model_stacks(types: &[i32], stacks: Vec<v1::Stack>) -> (Vec<m::SampleType>, Vec<m::Stack>) {
+    let known: Vec<(usize, m::SampleType)> = types
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &t)| Some((i, model_sample_type(t)?)))
+        .collect();
+    let samples_at = known.iter().position(|&(_, t)| t == m::SampleType::Samples);
+    // Samples first, the other known types in the daemon's order.
+    let columns: Vec<(Option<usize>, m::SampleType)> =
+        std::iter::once((samples_at.map(|k| known[k].0), m::SampleType::Samples))
+            .chain(
+                known
+                    .iter()
+                    .filter(|&&(_, t)| t != m::SampleType::Samples)
+                    .map(|&(i, t)| (Some(i), t)),
+            )
+            .collect();
+    let stacks = stacks
+        .into_iter()
+        .map(|s| {
+            let values = columns
+                .iter()
+                .map(|&(at, kind)| match at.and_then(|i| s.values.get(i)) {
+                    Some(&value) => value,
+                    None if kind == m::SampleType::Samples => s.samples,
+                    None => 0,
+                })
+                .collect();
+            m::Stack {
+                frames: s.frames,
+                pid: s.pid,
+                tid: s.tid,
+                values,
+                truncated: s.truncated,
+                end: model_stack_end(s.end),
+                during: s.during,
+            }
+        })
+        .collect();
+    (columns.into_iter().map(|(_, t)| t).collect(), stacks)
+}
+
+impl From<m::Thread> for v1::Thread {
+    fn from(t: m::Thread) -> Self {
+        v1::Thread {
+            pid: t.pid,
+            tid: t.tid,
+            name: t.name,
+            samples: t.samples,
+        }
+    }
+}
+
+impl From<v1::Thread> for m::Thread {
+    fn from(t: v1::Thread) -> Self {
+        m::Thread {
+            pid: t.pid,
+            tid: t.tid,
+            name: t.name,
+            samples: t.samples,
         }
     }
 }
@@ -857,10 +939,18 @@ mod tests {
                 later_snapshot: true,
                 ..m::Frame::default()
             }],
+            sample_types: vec![m::SampleType::Samples, m::SampleType::CpuTime],
+            threads: vec![m::Thread {
+                pid: 42,
+                tid: 43,
+                name: "GC Thread#0".into(),
+                samples: 10,
+            }],
             stacks: vec![m::Stack {
                 frames: vec![0],
                 pid: 42,
-                samples: 10,
+                tid: 43,
+                values: vec![10, 10_030_090],
                 end: Some(m::StackEnd::JitNoFramePointer),
                 during: vec![0],
                 ..m::Stack::default()
@@ -987,5 +1077,37 @@ mod tests {
             ..v1::Session::default()
         });
         assert_eq!((session.state, session.call_graph), (None, None));
+    }
+
+    /// A newer daemon's sample type is dropped with its values, and samples come first
+    /// wherever the daemon put them; a daemon older than sample types measured samples alone.
+    #[test]
+    fn values_of_unknown_sample_types_are_dropped_with_their_type() {
+        let stack = |values: Vec<u64>, samples| v1::Stack {
+            values,
+            samples,
+            ..v1::Stack::default()
+        };
+        let newer = m::Profile::from(v1::Profile {
+            sample_types: vec![
+                99,
+                v1::SampleType::CpuTime as i32,
+                v1::SampleType::Samples as i32,
+            ],
+            stacks: vec![stack(vec![7, 2_000, 2], 2)],
+            ..v1::Profile::default()
+        });
+        assert_eq!(
+            newer.sample_types,
+            [m::SampleType::Samples, m::SampleType::CpuTime]
+        );
+        assert_eq!(newer.stacks[0].values, [2, 2_000]);
+        let older = m::Profile::from(v1::Profile {
+            stacks: vec![stack(Vec::new(), 5)],
+            ..v1::Profile::default()
+        });
+        assert_eq!(older.sample_types, [m::SampleType::Samples]);
+        assert_eq!(older.stacks[0].values, [5]);
+        assert_eq!(older.stacks[0].samples(), 5);
     }
 }

@@ -6,7 +6,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use vmscope_model::{
     CallGraph, CodeKind, CodeRange, Frame, InlinedMethod, IssueKind, ProcessSamples, Profile,
-    ProfileRow, Section, Session, SessionState, Stack, SymbolizationIssue, TargetProcess,
+    ProfileRow, SampleType, Section, Session, SessionState, Stack, SymbolizationIssue,
+    TargetProcess,
 };
 
 /// 2026-11-22T10:00:00Z.
@@ -473,6 +474,7 @@ pub fn profile_of_stacks(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> 
         .collect();
     let mut profile = profile_with(rows);
     profile.truncated_stacks = stacks.iter().filter(|s| s.2).map(|s| s.1).sum();
+    profile.sample_types = vec![SampleType::Samples, SampleType::CpuTime];
     profile.stacks = stacks_of(stacks);
     profile.frames = frames;
     profile.has_generated_code = true;
@@ -547,14 +549,15 @@ pub fn stacks_profile() -> Profile {
 }
 
 /// Stacks of process 4242 from (frame indices leaf first, samples, truncated): complete, or
-/// cut at the depth limit when truncated.
+/// cut at the depth limit when truncated; each sample 1/1400 s of CPU time.
 pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> Vec<Stack> {
     stacks
         .iter()
         .map(|&(frames, samples, truncated)| Stack {
             frames: frames.to_vec(),
             pid: 4242,
-            samples,
+            tid: 4242,
+            values: vec![samples, samples * 714_286],
             truncated,
             end: Some(if truncated {
                 vmscope_model::StackEnd::DepthLimit

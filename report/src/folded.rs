@@ -49,7 +49,7 @@ pub fn fold(profile: &pb::Profile, options: FoldedOptions) -> BTreeMap<String, u
     };
     let mut lines = BTreeMap::new();
     let mut line = String::new();
-    for stack in profile.stacks.iter().filter(|s| s.samples > 0) {
+    for stack in profile.stacks.iter().filter(|s| s.samples() > 0) {
         line.clear();
         let mut push = |frame: &str| {
             if !line.is_empty() {
@@ -73,7 +73,7 @@ pub fn fold(profile: &pb::Profile, options: FoldedOptions) -> BTreeMap<String, u
                     .map_or("[missing frame]", String::as_str),
             );
         }
-        *lines.entry(line.clone()).or_insert(0) += stack.samples;
+        *lines.entry(line.clone()).or_insert(0) += stack.samples();
     }
     lines
 }
@@ -164,7 +164,8 @@ mod tests {
         profile.stacks.push(pb::Stack {
             frames: vec![fixture::MAIN],
             pid: 300,
-            samples: 1,
+            tid: 300,
+            values: vec![1, 1_000_000],
             truncated: false,
             end: Some(vmscope_model::StackEnd::Complete),
             during: Vec::new(),

@@ -67,7 +67,7 @@ impl<'a> JsonReport<'a> {
 }
 
 /// The profile's call stacks, after the flat report's fields: `stack_view`, `frames`,
-/// `stacks`, `truncated_stacks`, `stack_ends`. Every sample is in exactly one stack, so
+/// `sample_types`, `stacks`, `threads`, `truncated_stacks`, `stack_ends`. Every sample is in exactly one stack, so
 /// stacks' samples add up to `total_samples`.
 ///
 /// - `stack_view`: how the stacks are shown ([`ShownStacks`]: `frames`, `collapse_recursion`,
@@ -80,14 +80,18 @@ impl<'a> JsonReport<'a> {
 ///   into it), `code_map` (or null), `optimised`, `build_id` (hex, or null), `kernel`, for
 ///   native code with DWARF `file` and `line` (its line, for a caller its call's; null when
 ///   unknown), and `later_snapshot` (named from a perf map read after its samples).
-/// - `stacks`: samples per distinct (process, stack), most first: `frames` (indices into
-///   `frames`, **leaf first**: kernel frames, then user frames, outermost caller last), `pid`,
-///   `samples`, `truncated` (cut at the depth limit: outermost callers missing), `end` (how the
+/// - `sample_types`: what each stack's `values` measure, in order: `samples` first, then
+///   `cpu_time` (nanoseconds of CPU the samples stand for, one sampling interval each).
+/// - `stacks`: values per distinct (thread, stack), most samples first: `frames` (indices
+///   into `frames`, **leaf first**: kernel frames, then user frames, outermost caller last),
+///   `pid`, `tid`, `samples`, `values` (one per `sample_types`), `truncated` (cut at the depth limit: outermost callers missing), `end` (how the
 ///   walk ended: `complete`, `depth_limit`, `no_frame_pointer`, `jit_no_frame_pointer`,
 ///   `unmapped_return`, `copy_too_small`, `copy_faulted`, `unwind_failed`, `stack_limit`;
 ///   null without call graph), `during` (the kinds of interval its VM had under way when its
 ///   samples were taken, as `vm_statistics` names them: `scavenge`, `full_gc`,
 ///   `code_compaction`, `safepoint`, or the VM's own name; empty for most stacks).
+/// - `threads`: the threads the stacks name, most samples first: `pid`, `tid`, `name` (its
+///   `comm` when first sampled, or null) and `samples`.
 /// - `truncated_stacks`: samples whose stack was truncated.
 /// - `stack_ends`: samples per way their stacks ended (`end`, `samples`), most first.
 ///
@@ -104,10 +108,12 @@ pub struct StackTable<'a> {
 impl Serialize for StackTable<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let profile: &Profile = &self.shown.profile;
-        let mut table = serializer.serialize_struct("StackTable", 5)?;
+        let mut table = serializer.serialize_struct("StackTable", 7)?;
         table.serialize_field("stack_view", self.shown)?;
         table.serialize_field("frames", &InProfile(profile.frames.as_slice(), profile))?;
+        table.serialize_field("sample_types", &profile.sample_types)?;
         table.serialize_field("stacks", &InProfile(profile.stacks.as_slice(), profile))?;
+        table.serialize_field("threads", &InProfile(profile.threads.as_slice(), profile))?;
         table.serialize_field("truncated_stacks", &profile.truncated_stacks)?;
         table.serialize_field(
             "stack_ends",
@@ -161,13 +167,27 @@ impl Serialize for InProfile<'_, pb::Stack> {
             .filter_map(|&i| profile.vm_interval_kinds.get(i as usize))
             .map(IntervalKind::key)
             .collect();
-        let mut object = serializer.serialize_struct("Stack", 6)?;
+        let mut object = serializer.serialize_struct("Stack", 8)?;
         object.serialize_field("frames", &stack.frames)?;
         object.serialize_field("pid", &stack.pid)?;
-        object.serialize_field("samples", &stack.samples)?;
+        object.serialize_field("tid", &stack.tid)?;
+        object.serialize_field("samples", &stack.samples())?;
+        object.serialize_field("values", &stack.values)?;
         object.serialize_field("truncated", &stack.truncated)?;
         object.serialize_field("end", &stack.end.map(StackEnd::as_str))?;
         object.serialize_field("during", &during)?;
+        object.end()
+    }
+}
+
+impl Serialize for InProfile<'_, pb::Thread> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let thread = self.0;
+        let mut object = serializer.serialize_struct("Thread", 4)?;
+        object.serialize_field("pid", &thread.pid)?;
+        object.serialize_field("tid", &thread.tid)?;
+        object.serialize_field("name", &non_empty_str(&thread.name))?;
+        object.serialize_field("samples", &thread.samples)?;
         object.end()
     }
 }

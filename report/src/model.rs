@@ -458,7 +458,7 @@ fn v8_interpreted_frames(profile: &Profile) -> Option<f64> {
                 .iter()
                 .any(|&i| entry.get(i as usize).copied().unwrap_or(false))
         })
-        .map(|s| s.samples)
+        .map(|s| s.samples())
         .sum();
     Some(percent(samples, profile.total_samples))
         .filter(|&share| share >= INTERPRETED_FRAMES_HINT_PERCENT)
@@ -1130,7 +1130,7 @@ mod tests {
         let mut profile = profile_with(vec![row(V, "main", "vm", 10)]);
         let stack = |pid, samples| vmscope_model::Stack {
             pid,
-            samples,
+            values: vec![samples],
             ..Default::default()
         };
         profile.total_samples = 10;
@@ -2023,7 +2023,8 @@ mod tests {
         profile.stacks.push(Stack {
             frames: vec![0, base],
             pid: 1,
-            samples: extra,
+            tid: 1,
+            values: vec![extra],
             truncated: false,
             end: Some(vmscope_model::StackEnd::Complete),
             during: Vec::new(),

@@ -3,11 +3,13 @@
 //!
 //! The mapping from a [`pb::Profile`]:
 //!
-//! - Two sample types, `samples/count` and `cpu/nanoseconds` (the default, being last); one
-//!   period is `1e9 / frequency` nanoseconds of CPU, the sampling interval the session asked
-//!   for, so `cpu` is samples × period. `period_type` is `cpu/nanoseconds`.
+//! - The profile's sample types ([`pb::Profile::sample_types`]) in its order, named as pprof
+//!   names them: `samples/count` and `cpu/nanoseconds` from the daemon (the default, being
+//!   last), each sample's values its stack's. One period is `1e9 / frequency` nanoseconds of
+//!   CPU, the sampling interval the session asked for; `period_type` is `cpu/nanoseconds`.
 //! - One pprof `Sample` per [`pb::Stack`], its locations leaf first as both formats want, with
-//!   the labels `pid` (number), `comm` (the process's name, when known), `truncated` = `true`
+//!   the labels `pid` (number), `comm` (the process's name, when known), `thread.id` (number)
+//!   and `thread.name` (when known), `truncated` = `true`
 //!   for stacks cut at the depth limit, and `attribution` = `later_snapshot` for stacks with
 //!   generated code named from a perf map read after the sample (not time-correct), and one
 //!   `vm_interval` label per kind of interval its VM had under way when the samples were
@@ -44,7 +46,7 @@ use std::{
 use crate::{processes::process_names, stack_view::ShownStacks};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
-use vmscope_model as pb;
+use vmscope_model::{self as pb, SampleType};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp};
 
 /// The profile as a gzipped pprof file. Fails only if gzip fails to write into memory, which
@@ -181,10 +183,16 @@ impl<'a> Builder<'a> {
     fn build(mut self) -> pp::Profile {
         let profile = self.profile;
         let period = period_nanos(profile);
-        let sample_type = vec![
-            self.value_type("samples", "count"),
-            self.value_type("cpu", "nanoseconds"),
-        ];
+        // A profile that names no type (built by hand) measured samples.
+        let types: &[SampleType] = if profile.sample_types.is_empty() {
+            &[SampleType::Samples]
+        } else {
+            &profile.sample_types
+        };
+        let sample_type: Vec<pp::ValueType> = types
+            .iter()
+            .map(|t| self.value_type(t.name(), t.unit()))
+            .collect();
         let period_type = Some(self.value_type("cpu", "nanoseconds"));
         let (pid_key, comm_key, truncated_key, true_value) = (
             self.string("pid"),
@@ -192,6 +200,13 @@ impl<'a> Builder<'a> {
             self.string("truncated"),
             self.string("true"),
         );
+        let (tid_key, thread_name_key) = (self.string("thread.id"), self.string("thread.name"));
+        let thread_names: HashMap<(u32, u32), &str> = profile
+            .threads
+            .iter()
+            .filter(|t| !t.name.is_empty())
+            .map(|t| ((t.pid, t.tid), t.name.as_str()))
+            .collect();
         let (attribution_key, later_snapshot_value) =
             (self.string("attribution"), self.string("later_snapshot"));
         let interval_key = self.string("vm_interval");
@@ -215,7 +230,6 @@ impl<'a> Builder<'a> {
         let mut samples = Vec::with_capacity(profile.stacks.len());
         for stack in &profile.stacks {
             let location_id = self.stack_locations(&stack.frames);
-            let samples_count = i64::try_from(stack.samples).unwrap_or(i64::MAX);
             let mut label = vec![pp::Label {
                 key: pid_key,
                 num: i64::from(stack.pid),
@@ -225,6 +239,18 @@ impl<'a> Builder<'a> {
                 label.push(pp::Label {
                     key: comm_key,
                     str: self.string(command),
+                    ..Default::default()
+                });
+            }
+            label.push(pp::Label {
+                key: tid_key,
+                num: i64::from(stack.tid),
+                ..Default::default()
+            });
+            if let Some(&name) = thread_names.get(&(stack.pid, stack.tid)) {
+                label.push(pp::Label {
+                    key: thread_name_key,
+                    str: self.string(name),
                     ..Default::default()
                 });
             }
@@ -259,7 +285,13 @@ impl<'a> Builder<'a> {
             }
             samples.push(pp::Sample {
                 location_id,
-                value: vec![samples_count, samples_count.saturating_mul(period)],
+                // One value per type, 0 where a stack has fewer than the profile's types.
+                value: (0..types.len())
+                    .map(|i| {
+                        let value = stack.values.get(i).copied().unwrap_or(0);
+                        i64::try_from(value).unwrap_or(i64::MAX)
+                    })
+                    .collect(),
                 label,
             });
         }
@@ -577,8 +609,8 @@ mod tests {
         assert_eq!(p.period, 1_000_000_000 / i64::from(FREQUENCY_HZ));
         assert_eq!(p.sample.len(), profile.stacks.len());
         for (sample, stack) in p.sample.iter().zip(&profile.stacks) {
-            assert_eq!(sample.value[0], stack.samples as i64);
-            assert_eq!(sample.value[1], stack.samples as i64 * p.period);
+            assert_eq!(sample.value[0], stack.samples() as i64);
+            assert_eq!(sample.value[1], stack.samples() as i64 * p.period);
         }
         let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
         assert_eq!(total, profile.total_samples as i64);
@@ -741,6 +773,39 @@ mod tests {
         );
     }
 
+    /// Each sample's values are its stack's, type by type (not derived here), and it is
+    /// labelled with its thread, named where the profile knows the name.
+    #[test]
+    fn values_and_threads_come_from_the_model() {
+        let mut profile = fixture::profile();
+        profile.stacks[0].tid = 101;
+        profile.stacks[0].values = vec![7, 123];
+        profile.threads = vec![pb::Thread {
+            pid: 100,
+            tid: 101,
+            name: "C2 CompilerThre".into(),
+            samples: 7,
+        }];
+        let p = to_pprof(&profile);
+        assert_eq!(p.sample[0].value, [7, 123]);
+        let tid = label(&p, &p.sample[0], "thread.id").expect("thread.id");
+        assert_eq!(tid.num, 101);
+        let name = label(&p, &p.sample[0], "thread.name").expect("thread.name");
+        assert_eq!(string(&p, name.str), "C2 CompilerThre");
+        // A thread the profile has no name for has its id alone.
+        assert_eq!(
+            label(&p, &p.sample[1], "thread.id").map(|l| l.num),
+            Some(i64::from(profile.stacks[1].tid))
+        );
+        assert!(label(&p, &p.sample[1], "thread.name").is_none());
+
+        // A profile built by hand that names no type measured samples.
+        profile.sample_types.clear();
+        let p = to_pprof(&profile);
+        assert_eq!(p.sample_type.len(), 1);
+        assert_eq!(p.sample[0].value, [7]);
+    }
+
     /// A stack taken during a VM's intervals has one `vm_interval` label per kind.
     #[test]
     fn stacks_taken_during_intervals_are_labelled_with_their_kinds() {
@@ -802,6 +867,7 @@ mod tests {
         let p = decode(&encode(&pb::Profile::default()).expect("encode"));
         assert_eq!(p.string_table[0], "");
         assert!(p.sample.is_empty() && p.location.is_empty());
-        assert_eq!(p.sample_type.len(), 2);
+        // It names no sample type: samples alone (the CPU time is the daemon's to say).
+        assert_eq!(p.sample_type.len(), 1);
     }
 }

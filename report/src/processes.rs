@@ -30,7 +30,7 @@ pub(crate) fn process_totals(profile: &pb::Profile) -> Vec<ProcessTotal> {
     let mut samples: HashMap<u32, u64> = HashMap::new();
     for stack in &profile.stacks {
         let count = samples.entry(stack.pid).or_insert(0);
-        *count = count.saturating_add(stack.samples);
+        *count = count.saturating_add(stack.samples());
     }
     let names = process_names(profile);
     let mut totals: Vec<ProcessTotal> = samples

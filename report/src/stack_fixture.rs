@@ -5,8 +5,8 @@
 //! to check by hand.
 
 use vmscope_model::{
-    CallGraph, CodeKind, Frame, ProcessSamples, Profile, ProfileRow, Section, Session, Stack,
-    StackEnd, TargetProcess,
+    CallGraph, CodeKind, Frame, ProcessSamples, Profile, ProfileRow, SampleType, Section, Session,
+    Stack, StackEnd, TargetProcess,
 };
 
 /// 2026-11-22T10:00:00Z.
@@ -66,7 +66,8 @@ fn stack(frames: &[u32], pid: u32, samples: u64, truncated: bool) -> Stack {
     Stack {
         frames: frames.to_vec(),
         pid,
-        samples,
+        tid: pid,
+        values: vec![samples, samples * 1_000_000],
         truncated,
         end: Some(if truncated {
             StackEnd::DepthLimit
@@ -162,6 +163,7 @@ pub fn profile() -> Profile {
         duration_seconds: 2.5,
         rows,
         frames,
+        sample_types: vec![SampleType::Samples, SampleType::CpuTime],
         stacks,
         truncated_stacks: 10,
         processes: 2,

@@ -174,7 +174,7 @@ impl<'a> ShownStacks<'a> {
                 .stacks
                 .iter()
                 .filter(|s| holds_language(s))
-                .fold(0u64, |sum, s| sum.saturating_add(s.samples));
+                .fold(0u64, |sum, s| sum.saturating_add(s.samples()));
             return ShownStacks {
                 profile: Cow::Borrowed(profile),
                 options: stack_options,
@@ -189,25 +189,26 @@ impl<'a> ShownStacks<'a> {
         let (mut viewed, mut collapsed) = (Vec::new(), Vec::new());
         for stack in &profile.stacks {
             if holds_language(stack) {
-                language_samples = language_samples.saturating_add(stack.samples);
+                language_samples = language_samples.saturating_add(stack.samples());
             }
             let mut frames: &[u32] = &stack.frames;
             if stack_options.frames == FrameView::Language
                 && language_view(frames, &roles, &mut viewed)
             {
-                hidden_samples = hidden_samples.saturating_add(stack.samples);
+                hidden_samples = hidden_samples.saturating_add(stack.samples());
                 frames = &viewed;
             }
             if stack_options.collapse_recursion
                 && collapse_recursion(frames, function_of, &mut collapsed)
             {
-                collapsed_samples = collapsed_samples.saturating_add(stack.samples);
+                collapsed_samples = collapsed_samples.saturating_add(stack.samples());
                 frames = &collapsed;
             }
             changed |= frames.len() != stack.frames.len();
             let key = StackKey {
                 frames: frames.to_vec(),
                 pid: stack.pid,
+                tid: stack.tid,
                 truncated: stack.truncated,
                 end: stack.end,
                 during: stack.during.clone(),
@@ -215,7 +216,7 @@ impl<'a> ShownStacks<'a> {
             match index.entry(key) {
                 Entry::Occupied(at) => {
                     let shown = &mut stacks[*at.get()];
-                    shown.samples = shown.samples.saturating_add(stack.samples);
+                    shown.add_values(&stack.values);
                 }
                 Entry::Vacant(at) => {
                     stacks.push(Stack {
@@ -228,7 +229,11 @@ impl<'a> ShownStacks<'a> {
         }
         let profile = if changed {
             // Stable: stacks of equal samples keep the daemon's order.
-            crate::rank::rank(&mut stacks, |s| s.samples, |_, _| std::cmp::Ordering::Equal);
+            crate::rank::rank(
+                &mut stacks,
+                |s| s.samples(),
+                |_, _| std::cmp::Ordering::Equal,
+            );
             let mut shown = profile.clone();
             shown.stacks = stacks;
             Cow::Owned(shown)
@@ -276,6 +281,7 @@ impl<'a> ShownStacks<'a> {
 struct StackKey {
     frames: Vec<u32>,
     pid: u32,
+    tid: u32,
     truncated: bool,
     end: Option<StackEnd>,
     during: Vec<u32>,
@@ -441,7 +447,8 @@ mod tests {
         Stack {
             frames: root_first.iter().rev().copied().collect(),
             pid: 7,
-            samples,
+            tid: 7,
+            values: vec![samples],
             truncated: false,
             end: Some(StackEnd::Complete),
             during: Vec::new(),
@@ -450,7 +457,7 @@ mod tests {
 
     fn profile(frames: Vec<Frame>, stacks: Vec<Stack>) -> Profile {
         Profile {
-            total_samples: stacks.iter().map(|s| s.samples).sum(),
+            total_samples: stacks.iter().map(|s| s.samples()).sum(),
             frames,
             stacks,
             ..Profile::default()
@@ -485,7 +492,7 @@ mod tests {
                             .map_or("?", |f| f.name.as_str())
                     })
                     .collect();
-                (names.join(";"), s.samples)
+                (names.join(";"), s.samples())
             })
             .collect()
     }
@@ -763,7 +770,7 @@ mod tests {
             let mut by_name = std::collections::BTreeMap::<String, u64>::new();
             for s in &p.stacks {
                 for name in functions(p, s) {
-                    *by_name.entry(name).or_default() += s.samples;
+                    *by_name.entry(name).or_default() += s.samples();
                 }
             }
             by_name
@@ -818,17 +825,17 @@ mod tests {
             during: vec![0],
             ..base.clone()
         });
-        profile.total_samples += 3 * base.samples;
+        profile.total_samples += 3 * base.samples();
         let shown = ShownStacks::new(&profile, &options(FrameView::Native, true));
         let fib: Vec<&Stack> = shown
             .profile
             .stacks
             .iter()
-            .filter(|s| s.frames.len() == 3 && s.samples >= 20)
+            .filter(|s| s.frames.len() == 3 && s.samples() >= 20)
             .collect();
         assert_eq!(
             fib.iter()
-                .map(|s| (s.samples, s.pid, s.truncated, s.during.len()))
+                .map(|s| (s.samples(), s.pid, s.truncated, s.during.len()))
                 .collect::<Vec<_>>(),
             [
                 (70, 7, false, 0),
@@ -837,7 +844,7 @@ mod tests {
                 (20, 7, false, 1)
             ]
         );
-        let samples: u64 = shown.profile.stacks.iter().map(|s| s.samples).sum();
+        let samples: u64 = shown.profile.stacks.iter().map(|s| s.samples()).sum();
         assert_eq!(samples, profile.total_samples);
     }
 

@@ -160,7 +160,7 @@ impl VmStatsReport {
                     .first()
                     .and_then(|&f| profile.frames.get(f as usize));
                 let key = leaf.map_or(("[unknown]", ""), |f| (&f.name, &f.module));
-                *leaves.entry(key).or_insert(0) += stack.samples;
+                *leaves.entry(key).or_insert(0) += stack.samples();
             }
             let mut top: Vec<FunctionShare> = leaves
                 .into_iter()
@@ -470,7 +470,7 @@ mod tests {
         let stack = |pid, frame, samples, during: &[u32]| Stack {
             frames: vec![frame],
             pid,
-            samples,
+            values: vec![samples],
             during: during.to_vec(),
             ..Stack::default()
         };

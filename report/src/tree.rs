@@ -284,12 +284,12 @@ impl CallTree {
         let stack_samples = profile
             .stacks
             .iter()
-            .fold(0u64, |sum, s| sum.saturating_add(s.samples));
+            .fold(0u64, |sum, s| sum.saturating_add(s.samples()));
         // The path of one stack, root of the view first: (function, frame index of the call
         // site in the caller that led to it, if any, the node's own frame).
         let mut path: Vec<(Key, Option<usize>, Option<usize>)> = Vec::new();
         for stack in &profile.stacks {
-            if stack.samples == 0 {
+            if stack.samples() == 0 {
                 continue;
             }
             let frames = valid_frames(stack, profile.frames.len());
@@ -342,19 +342,19 @@ impl CallTree {
             if path.is_empty() {
                 continue;
             }
-            tree_samples = tree_samples.saturating_add(stack.samples);
+            tree_samples = tree_samples.saturating_add(stack.samples());
             if stack.truncated {
-                truncated_samples = truncated_samples.saturating_add(stack.samples);
+                truncated_samples = truncated_samples.saturating_add(stack.samples());
             }
             let top_down = !matches!(options.view, TreeView::Callers(_));
             let mut parent = ROOT;
             for (depth, &(key, site, own)) in path.iter().enumerate() {
                 let node = arena.child(parent, key);
                 let raw = &mut arena.nodes[node];
-                raw.inclusive = raw.inclusive.saturating_add(stack.samples);
+                raw.inclusive = raw.inclusive.saturating_add(stack.samples());
                 let is_leaf = depth + 1 == path.len();
                 if (top_down && is_leaf) || (!top_down && leaf_is_self) {
-                    raw.self_samples = raw.self_samples.saturating_add(stack.samples);
+                    raw.self_samples = raw.self_samples.saturating_add(stack.samples());
                 }
                 if let Some(range) = site
                     .map(|f| profile.frames[f].range.as_str())
@@ -363,17 +363,17 @@ impl CallTree {
                     // Looked up by &str first: most stacks pass known sites, and a String per
                     // frame per stack would be most of the work on a million stacks.
                     match raw.call_sites.get_mut(range) {
-                        Some(samples) => *samples = samples.saturating_add(stack.samples),
+                        Some(samples) => *samples = samples.saturating_add(stack.samples()),
                         None => {
-                            raw.call_sites.insert(range.to_owned(), stack.samples);
+                            raw.call_sites.insert(range.to_owned(), stack.samples());
                         }
                     }
                 }
                 if let Some(line) = own.and_then(|f| line_labels[f].as_deref()) {
                     match raw.lines.get_mut(line) {
-                        Some(samples) => *samples = samples.saturating_add(stack.samples),
+                        Some(samples) => *samples = samples.saturating_add(stack.samples()),
                         None => {
-                            raw.lines.insert(line.to_owned(), stack.samples);
+                            raw.lines.insert(line.to_owned(), stack.samples());
                         }
                     }
                 }
@@ -665,7 +665,7 @@ mod tests {
     fn profile(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> Profile {
         let stacks: Vec<Stack> = crate::fixtures::stacks_of(stacks);
         Profile {
-            total_samples: stacks.iter().map(|s| s.samples).sum(),
+            total_samples: stacks.iter().map(|s| s.samples()).sum(),
             frames,
             stacks,
             ..Profile::default()
@@ -806,7 +806,8 @@ mod tests {
         profile.stacks.push(Stack {
             frames: vec![3, 0],
             pid: 1,
-            samples: 5,
+            tid: 1,
+            values: vec![5, 5_000_000],
             truncated: false,
             end: Some(vmscope_model::StackEnd::Complete),
             during: Vec::new(),

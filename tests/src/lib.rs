@@ -125,6 +125,9 @@ pub struct Fixtures {
     /// `stubs FILE SECONDS [THREADS [STUBS]]`: random call paths 24 deep through (65,536)
     /// file-backed stubs, so that nearly every sample is a stack never seen before.
     pub stubs: PathBuf,
+    /// `threads SECONDS`: threads `spin-two` and `spin-one` take turns burning 8 ms in
+    /// `hot_two` and 4 ms in `hot_one` of their own CPU time: 2/3 and 1/3 of the samples.
+    pub threads: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -188,6 +191,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
     gcc(&["-o", &s(&p("waiter")), "waiter.c"])?;
     gcc(&["-pthread", "-o", &s(&p("events")), "events.c"])?;
     gcc(&["-pthread", "-o", &s(&p("stubs")), "stubs.c"])?;
+    gcc(&["-pthread", "-o", &s(&p("threads")), "threads.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -197,6 +201,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         waiter: p("waiter"),
         events: p("events"),
         stubs: p("stubs"),
+        threads: p("threads"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

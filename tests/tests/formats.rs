@@ -7,7 +7,11 @@
 //! The fixture is `hotspots`, whose split is known by construction (hot_a, hot_b and hot_c take
 //! 60%, 30% and 10% of its loop), so the top three rows and their order are fixed.
 //!
-//! The second test makes the kernel throttle sampling for real: it lowers
+//! The second records `threads`, whose two named threads take turns burning 8 ms and 4 ms of
+//! their own CPU time each in a function of their own: each sample must be under its thread,
+//! with its name, in the gRPC profile, JSON and pprof alike, and the threads' split 2:1.
+//!
+//! The third test makes the kernel throttle sampling for real: it lowers
 //! `kernel.perf_event_max_sample_rate` under a running session, as the kernel itself does when
 //! interrupts take too long, and checks that the warning reaches gRPC and JSON clients, not
 //! only the text report. The sysctl is global, so the two tests take turns.
@@ -84,6 +88,27 @@ async fn record_hotspots(
             None
         }
     };
+    let profile = stop_and_profile(&mut client, session.id).await;
+    (session.id, profile)
+}
+
+/// Records `threads` at 1400 Hz with frame-pointer stacks for `seconds`; its session's id and
+/// final gRPC profile.
+async fn record_threads(daemon: &Daemon, seconds: f64) -> (u64, Profile) {
+    let target =
+        Running::start(Command::new(&fixtures().threads).arg(format!("{}", seconds as u64 + 10)));
+    let mut client = daemon.client().await;
+    let session = client
+        .start_session(StartSessionRequest {
+            pids: vec![target.pid()],
+            frequency_hz: Some(1400),
+            call_graph: vmscope_proto::v1::CallGraph::Fp as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("start a session")
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
     let profile = stop_and_profile(&mut client, session.id).await;
     (session.id, profile)
 }
@@ -315,6 +340,129 @@ async fn every_format_tells_the_same_totals_and_top_rows() {
             parenthesised_count(tree_line),
             Some(inclusive),
             "the tree's {name}: {tree_line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_sample_is_under_its_thread_in_every_format() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let daemon = Daemon::start();
+    let (id, profile) = record_threads(&daemon, 1.5).await;
+    let total = profile.total_samples;
+    assert!(total > 300, "1.5 s at 1400 Hz: {total} samples");
+
+    // gRPC: what each stack measures, and each thread's samples and name.
+    use vmscope_proto::v1::SampleType;
+    assert_eq!(
+        profile.sample_types,
+        [SampleType::Samples as i32, SampleType::CpuTime as i32]
+    );
+    let period = 1_000_000_000u64.div_ceil(1400);
+    for stack in &profile.stacks {
+        assert_eq!(stack.values[0], stack.samples);
+        let cpu = stack.values[1];
+        assert!(
+            cpu.abs_diff(stack.samples * period) <= stack.samples,
+            "one period of CPU per sample: {stack:?}"
+        );
+    }
+    let named = |name: &str| {
+        profile
+            .threads
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("thread {name} in {:?}", profile.threads))
+    };
+    let (two, one) = (named("spin-two"), named("spin-one"));
+    let ratio = two.samples as f64 / one.samples as f64;
+    assert!(
+        (1.6..2.5).contains(&ratio),
+        "8 ms against 4 ms of CPU per turn: {} against {} samples",
+        two.samples,
+        one.samples
+    );
+    let thread_total: u64 = profile.threads.iter().map(|t| t.samples).sum();
+    assert_eq!(thread_total, total, "every sample has its thread");
+    // Each thread's samples are in its own function, never in the other's.
+    let holds = |stack: &vmscope_proto::v1::Stack, function: &str| {
+        stack
+            .frames
+            .iter()
+            .any(|&f| profile.frames[f as usize].name == function)
+    };
+    for stack in &profile.stacks {
+        if stack.tid == two.tid {
+            assert!(!holds(stack, "hot_one"), "spin-two in hot_one: {stack:?}");
+        }
+        if stack.tid == one.tid {
+            assert!(!holds(stack, "hot_two"), "spin-one in hot_two: {stack:?}");
+        }
+    }
+    let in_function = |tid: u32, function: &str| -> u64 {
+        profile
+            .stacks
+            .iter()
+            .filter(|s| s.tid == tid && holds(s, function))
+            .map(|s| s.samples)
+            .sum()
+    };
+    assert!(in_function(two.tid, "hot_two") * 10 >= two.samples * 9);
+    assert!(in_function(one.tid, "hot_one") * 10 >= one.samples * 9);
+
+    // JSON: the same threads, names and samples, and the stacks' threads and values.
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let dir = dir.path();
+    let json: serde_json::Value = serde_json::from_slice(&report_file(
+        &daemon,
+        id,
+        &["--format", "json", "--native"],
+        &dir.join("report.json"),
+    ))
+    .expect("JSON");
+    assert_eq!(
+        json["sample_types"],
+        serde_json::json!(["samples", "cpu_time"])
+    );
+    for thread in [two, one] {
+        let listed = json["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["tid"] == thread.tid)
+            .unwrap_or_else(|| panic!("thread {} in JSON", thread.tid));
+        assert_eq!(listed["name"], thread.name.as_str());
+        assert_eq!(listed["samples"], thread.samples);
+        let in_stacks: u64 = json["stacks"]
+            .as_array()
+            .expect("stacks")
+            .iter()
+            .filter(|s| s["tid"] == thread.tid)
+            .map(|s| s["values"][0].as_u64().expect("a value"))
+            .sum();
+        assert_eq!(
+            in_stacks, thread.samples,
+            "JSON's stacks of {}",
+            thread.name
+        );
+    }
+
+    // pprof, read by go tool pprof: cut to each thread by its name label.
+    let pprof = dir.join("profile.pb.gz");
+    report_file(&daemon, id, &["--format", "pprof"], &pprof);
+    for thread in [two, one] {
+        let focus = format!("-tagfocus=thread.name={}", thread.name);
+        let top = go_pprof(
+            &["-top", "-sample_index=samples", "-nodefraction=0", &focus],
+            &pprof,
+        );
+        // With -nodefraction=0, every node of the thread's samples is shown.
+        assert!(
+            top.contains(&format!("accounting for {}, ", thread.samples))
+                && top.contains(&format!(" of {total} total")),
+            "pprof cut to {} ({} samples):\n{top}",
+            thread.name,
+            thread.samples
         );
     }
 }

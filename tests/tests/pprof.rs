@@ -49,10 +49,10 @@ fn samples_by_name(profile: &Profile) -> BTreeMap<String, (u64, u64)> {
             .map(|&i| profile.frames[i as usize].name.as_str())
             .collect();
         if let Some(leaf) = names.first() {
-            by_name.entry((*leaf).to_owned()).or_default().0 += stack.samples;
+            by_name.entry((*leaf).to_owned()).or_default().0 += stack.samples();
         }
         for name in names.iter().collect::<BTreeSet<_>>() {
-            by_name.entry((*name).to_owned()).or_default().1 += stack.samples;
+            by_name.entry((*name).to_owned()).or_default().1 += stack.samples();
         }
     }
     by_name
@@ -196,7 +196,7 @@ fn go_tool_pprof_traces_are_the_profiles_stacks_with_their_labels() {
             }
             Trace {
                 labels,
-                samples: stack.samples,
+                samples: stack.samples(),
                 frames: stack
                     .frames
                     .iter()

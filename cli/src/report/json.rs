@@ -323,7 +323,8 @@ mod tests {
             pb::Stack {
                 frames: vec![1, 0],
                 pid: 42,
-                samples: 9000,
+                tid: 43,
+                values: vec![9000, 9000 * 714_286],
                 truncated: false,
                 end: Some(pb::StackEnd::Complete),
                 during: Vec::new(),
@@ -331,7 +332,8 @@ mod tests {
             pb::Stack {
                 frames: vec![2, 0],
                 pid: 42,
-                samples: 1000,
+                tid: 42,
+                values: vec![1000, 1000 * 714_286],
                 truncated: true,
                 end: Some(pb::StackEnd::DepthLimit),
                 during: vec![0],

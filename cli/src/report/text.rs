@@ -1240,7 +1240,7 @@ mod tests {
             profile.stacks.push(Stack {
                 frames: vec![frame],
                 pid: 4242,
-                samples,
+                values: vec![samples],
                 during: vec![during],
                 ..Stack::default()
             });
@@ -1883,7 +1883,7 @@ call graph: unknown
         profile.stacks = (0..12)
             .map(|i| vmscope_model::Stack {
                 pid: 1000 + i,
-                samples: if i == 0 { 34 } else { 6 },
+                values: vec![if i == 0 { 34 } else { 6 }],
                 ..Default::default()
             })
             .collect();
@@ -1913,7 +1913,7 @@ call graph: unknown
 
         // One process: no list, and the header is the VM's.
         profile.stacks.truncate(1);
-        profile.stacks[0].samples = 100;
+        profile.stacks[0].values = vec![100];
         let session = profile.session.as_mut().expect("fixture has a session");
         session.system_wide = false;
         let text = render(&profile, &OPTIONS);

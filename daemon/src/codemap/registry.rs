@@ -1118,6 +1118,7 @@ mod tests {
                 .iter()
                 .map(|&(session, wanted)| Counted {
                     session,
+                    tid: sample.tid,
                     wanted,
                     stack,
                     kept: None,

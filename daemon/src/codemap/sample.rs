@@ -16,6 +16,8 @@ use crate::{
 pub struct Counted {
     /// The session.
     pub session: u64,
+    /// The sample's thread, which its count is under.
+    pub tid: u32,
     /// Which of the sample's stacks the session counted.
     pub wanted: Wanted,
     /// The stack it was counted in (the session's stack table's id).

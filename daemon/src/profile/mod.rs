@@ -6,7 +6,8 @@
 //! - rows by (section, module, name), from each stack's leaf (self time), each with its samples
 //!   per process, its ranges and inlined methods, its samples per source line of the leaf, and
 //!   its inclusive samples (stacks holding it anywhere, once per stack);
-//! - stacks of frames per process;
+//! - stacks of frames per thread, with their samples and the CPU time they stand for;
+//! - the threads sampled, with their names;
 //! - problems by (module, reason).
 //!
 //! Rows are sent unfolded and sorted, most samples first; folding small rows into
@@ -28,7 +29,7 @@ use self::{
     kernel::kernel_events,
     placed::place_locations,
     rows::{issues, profile_rows, sum_rows},
-    stacks::{interval_kinds, kept_samples, profile_stacks},
+    stacks::{SAMPLE_TYPES, interval_kinds, kept_samples, profile_stacks, threads},
 };
 use crate::{cancel::Cancel, session::Snapshot, symbolize::Symbolizer};
 
@@ -66,8 +67,15 @@ pub fn build_profile_unless(
     let (row_sums, issue_samples) = sum_rows(stacks, &placement, cancelled)?;
     let (vm_interval_kinds, during) = interval_kinds(stacks);
     let hidden_kernel = options.hide_kernel.is_some();
-    let (frame_stacks, stack_ends) =
-        profile_stacks(stacks, &placement.placed, hidden_kernel, &during, cancelled)?;
+    let (frame_stacks, stack_ends) = profile_stacks(
+        stacks,
+        &placement.placed,
+        hidden_kernel,
+        &during,
+        snapshot.period_ns,
+        cancelled,
+    )?;
+    let threads = threads(&snapshot);
     let rows = profile_rows(row_sums, &placement, &snapshot.commands);
     let issues = issues(&placement.placed, issue_samples);
     let samples = kept_samples(&snapshot, &placement.placed, &during);
@@ -75,7 +83,7 @@ pub fn build_profile_unless(
     let processes = stacks
         .counts
         .iter()
-        .map(|&(pid, _, _)| pid)
+        .map(|&(task, _, _)| task.pid)
         .collect::<HashSet<_>>()
         .len() as u32;
     let duration_seconds = snapshot.duration.as_secs_f64();
@@ -116,7 +124,9 @@ pub fn build_profile_unless(
         jit_samples_from_later_snapshot: snapshot.jit.later_snapshot,
         processes,
         frames: frames.frames,
+        sample_types: SAMPLE_TYPES.to_vec(),
         stacks: frame_stacks,
+        threads,
         truncated_stacks: snapshot.truncated,
         stack_ends,
         taken_frequency_hz,

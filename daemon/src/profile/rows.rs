@@ -51,7 +51,7 @@ pub(super) fn sum_rows(
         .collect();
     let mut issue_samples: Vec<u64> = vec![0; placed.len()];
     let mut stack_rows: Vec<usize> = Vec::new();
-    for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
+    for (i, &(task, stack, samples)) in stacks.counts.iter().enumerate() {
         if cancelled(i) {
             return None;
         }
@@ -65,9 +65,9 @@ pub(super) fn sum_rows(
         if leaf.later_snapshot {
             row.later_snapshot += samples;
         }
-        *row.processes.entry(pid).or_insert(0) += samples;
+        *row.processes.entry(task.pid).or_insert(0) += samples;
         if let Some(line) = leaf.line {
-            *row.lines.entry((line, pid)).or_insert(0) += samples;
+            *row.lines.entry((line, task.pid)).or_insert(0) += samples;
         }
         row.symbolized = leaf.resolved.symbolized;
         if let Some(code) = &leaf.code {

@@ -4,16 +4,19 @@
 use std::collections::{BTreeMap, HashMap};
 
 use vmscope_model::{
-    self as model, AttributedSample, IntervalKind, Section, Stack, StackEndSamples, StackFrame,
-    rank::rank,
+    self as model, AttributedSample, IntervalKind, SampleType, Section, Stack, StackEndSamples,
+    StackFrame, Thread, rank::rank,
 };
 
 use super::placed::Placed;
 use crate::{
     session::{DuringId, LocationId, Snapshot, StackSnapshot},
     symbolize::{Issue, KERNEL_MODULE},
-    vocab::{Location, StackEnd},
+    vocab::{Location, StackEnd, Task},
 };
+
+/// What each stack of a profile measures: its samples, and the CPU time they stand for.
+pub(super) const SAMPLE_TYPES: [SampleType; 2] = [SampleType::Samples, SampleType::CpuTime];
 
 /// Functions a thread starts in: a stack whose outermost frame is one of them is whole. A
 /// frame-pointer walk ending anywhere else was cut by code without frame pointers. With glibc,
@@ -67,7 +70,8 @@ pub(super) fn stack_end(
     })
 }
 
-/// The stacks of the profile, most samples first, and the samples per way they ended; `during`
+/// The stacks of the profile, most samples first, with their values of [`SAMPLE_TYPES`] (one
+/// sample stands for `period_ns` of CPU time), and the samples per way they ended; `during`
 /// gives each set of interval kinds as indices (see [`interval_kinds`]). `None` once
 /// `cancelled` says so.
 pub(super) fn profile_stacks(
@@ -75,12 +79,13 @@ pub(super) fn profile_stacks(
     placed: &[Placed],
     hidden_kernel: bool,
     during: &[Vec<u32>],
+    period_ns: u64,
     cancelled: impl Fn(usize) -> bool,
 ) -> Option<(Vec<Stack>, Vec<StackEndSamples>)> {
-    let mut by_frames: HashMap<(u32, Vec<u32>, Option<model::StackEnd>, DuringId), u64> =
+    let mut by_frames: HashMap<(Task, Vec<u32>, Option<model::StackEnd>, DuringId), u64> =
         HashMap::new();
     let mut ends: BTreeMap<model::StackEnd, u64> = BTreeMap::new();
-    for (i, &(pid, stack, samples)) in stacks.counts.iter().enumerate() {
+    for (i, &(task, stack, samples)) in stacks.counts.iter().enumerate() {
         if cancelled(i) {
             return None;
         }
@@ -93,15 +98,16 @@ pub(super) fn profile_stacks(
             *ends.entry(end).or_insert(0) += samples;
         }
         *by_frames
-            .entry((pid, frame_ids, end, span.during))
+            .entry((task, frame_ids, end, span.during))
             .or_insert(0) += samples;
     }
     let mut profile_stacks: Vec<Stack> = by_frames
         .into_iter()
-        .map(|((pid, frames, end, during_id), samples)| Stack {
+        .map(|((task, frames, end, during_id), samples)| Stack {
             frames,
-            pid,
-            samples,
+            pid: task.pid,
+            tid: task.tid,
+            values: vec![samples, samples.saturating_mul(period_ns)],
             truncated: end == Some(model::StackEnd::DepthLimit),
             end,
             during: during[during_id.0 as usize].clone(),
@@ -114,11 +120,39 @@ pub(super) fn profile_stacks(
     rank(&mut stack_ends, |e| e.samples, |a, b| a.end.cmp(&b.end));
     rank(
         &mut profile_stacks,
-        |s| s.samples,
-        |a, b| (a.pid, &a.frames, a.end, &a.during).cmp(&(b.pid, &b.frames, b.end, &b.during)),
+        |s| s.samples(),
+        |a, b| {
+            (a.pid, a.tid, &a.frames, a.end, &a.during)
+                .cmp(&(b.pid, b.tid, &b.frames, b.end, &b.during))
+        },
     );
 
     Some((profile_stacks, stack_ends))
+}
+
+/// The threads the snapshot's samples were taken in, most samples first, each with the name it
+/// had when the session first sampled it (where noted).
+pub(super) fn threads(snapshot: &Snapshot) -> Vec<Thread> {
+    let mut samples: HashMap<Task, u64> = HashMap::new();
+    for &(task, _, n) in &snapshot.stacks.counts {
+        *samples.entry(task).or_insert(0) += n;
+    }
+    let mut threads: Vec<Thread> = samples
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(task, samples)| Thread {
+            pid: task.pid,
+            tid: task.tid,
+            name: snapshot
+                .thread_names
+                .get(&task)
+                .cloned()
+                .unwrap_or_default(),
+            samples,
+        })
+        .collect();
+    threads.sort_by(Thread::order);
+    threads
 }
 
 /// The samples the session kept, oldest first, each with its stack.

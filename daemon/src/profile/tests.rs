@@ -11,7 +11,7 @@ use crate::{
     session::{DuringId, StackSnapshot, StackTable},
     stats::kernel::Counts,
     symbolize::{Resolved, SourceFrame, tests::symbolizer},
-    vocab::{Location, StackEnd, UnmappedReason},
+    vocab::{Location, StackEnd, Task, UnmappedReason},
 };
 
 /// Stacks of one location each, `n` samples per `(pid, location, n)`.
@@ -63,6 +63,8 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
         truncated: 0,
         commands: [(7, "vm".to_owned())].into_iter().collect(),
+        thread_names: [(Task::from(7), "vm".to_owned())].into_iter().collect(),
+        period_ns: 1_000_000,
         lost_per_cpu: vec![1, 0, 2],
         duration: Duration::from_secs(2),
         cpu_seconds: 2.5,
@@ -77,6 +79,59 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         kernel_events: None,
         vm_statistics: Vec::new(),
     }
+}
+
+/// Each thread's samples are a stack of their own with its thread, valued in samples and the
+/// CPU time they stand for; the threads are listed with the names the session noted, most
+/// samples first, and rows and processes are the threads' together.
+#[test]
+fn stacks_are_per_thread_with_their_samples_and_cpu_time() {
+    let kernel = Location::Kernel {
+        ip: 0xffff_ffff_8100_0101,
+    };
+    let mut table = StackTable::default();
+    for (task, n) in [
+        (Task::from(7), 2),
+        (Task::new(7, 9), 5),
+        (Task::new(7, 8), 1),
+    ] {
+        for _ in 0..n {
+            table.count(task, [kernel], None, DuringId(0));
+        }
+    }
+    let mut snap = snapshot(Vec::new());
+    snap.stacks = table.snapshot();
+    snap.total_samples = 8;
+    snap.thread_names
+        .insert(Task::new(7, 9), "GC Thread#0".into());
+    let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+    assert_eq!(
+        profile.sample_types,
+        [model::SampleType::Samples, model::SampleType::CpuTime]
+    );
+    let stacks: Vec<(u32, u32, &[u64])> = profile
+        .stacks
+        .iter()
+        .map(|s| (s.pid, s.tid, s.values.as_slice()))
+        .collect();
+    assert_eq!(
+        stacks,
+        [
+            (7, 9, &[5, 5_000_000][..]),
+            (7, 7, &[2, 2_000_000][..]),
+            (7, 8, &[1, 1_000_000][..]),
+        ],
+        "one period (1 ms here) of CPU per sample"
+    );
+    let threads: Vec<(u32, &str, u64)> = profile
+        .threads
+        .iter()
+        .map(|t| (t.tid, t.name.as_str(), t.samples))
+        .collect();
+    assert_eq!(threads, [(9, "GC Thread#0", 5), (7, "vm", 2), (8, "", 1)]);
+    assert_eq!(profile.processes, 1);
+    assert_eq!(profile.rows[0].samples, 8);
+    assert_eq!(profile.rows[0].processes[0].samples, 8);
 }
 
 /// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
@@ -114,7 +169,7 @@ fn stacks_say_which_intervals_their_samples_were_taken_during() {
     let stacks: Vec<(u64, &[u32])> = profile
         .stacks
         .iter()
-        .map(|s| (s.samples, s.during.as_slice()))
+        .map(|s| (s.samples(), s.during.as_slice()))
         .collect();
     assert_eq!(
         stacks,
@@ -183,7 +238,7 @@ fn cancelled_builds_give_up_and_cut_stacks_say_so() {
         .find(|r| r.name == crate::symbolize::STACK_LIMIT_FRAME)
         .expect("a row for the cut stacks' caller");
     assert_eq!((marker.samples, marker.inclusive_samples), (0, 2));
-    assert_eq!(profile.stacks.iter().map(|s| s.samples).sum::<u64>(), 6);
+    assert_eq!(profile.stacks.iter().map(|s| s.samples()).sum::<u64>(), 6);
 }
 
 #[test]
@@ -454,7 +509,7 @@ fn stacks_expand_into_frames_and_give_inclusive_time() {
             (
                 s.frames.iter().map(|&i| frame(i)).collect(),
                 s.truncated,
-                s.samples,
+                s.samples(),
             )
         })
         .collect();

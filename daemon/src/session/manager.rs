@@ -49,8 +49,8 @@ use vmscope_model::VmStatistics;
 use vmscope_parse::stat;
 
 use super::{
-    HostCpu, KeptFrame, KeptSample, KeptSamples, STOPPED_ALL_TARGETS_EXITED, Session, SessionError,
-    SessionInfo, SessionRequest, Snapshot, StackId, State, Target,
+    HostCpu, KeptFrame, KeptSample, KeptSamples, MAX_THREAD_NAMES, STOPPED_ALL_TARGETS_EXITED,
+    Session, SessionError, SessionInfo, SessionRequest, Snapshot, StackId, State, Target,
     jvm::{JvmReply, JvmSnapshots},
     request::{self, Caller},
     routes::Routes,
@@ -82,7 +82,7 @@ use crate::{
     symbolize::{Modules, Warmer, warmer::MAX_BATCH},
     sys,
     unwind::{ProcessMemory, StackCopy, Unwinder, UserRegs},
-    vocab::{CodeId, CodeMapKinds, Location, ModuleId, StackEnd, Unexplained},
+    vocab::{CodeId, CodeMapKinds, Location, ModuleId, StackEnd, Task, Unexplained},
 };
 
 /// Longest time between two sweeps of the code store while nothing suggests one is needed: codes

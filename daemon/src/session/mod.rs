@@ -36,12 +36,17 @@ use crate::{
         kernel::{KernelEvents, SessionCounters},
         vm::Window,
     },
-    vocab::{CodeMapKinds, Location, StackEnd},
+    vocab::{CodeMapKinds, Location, StackEnd, Task},
 };
 
 /// The stop reason of a session whose targets all exited (clients recognise it: the server
 /// checks that it is the API's `STOPPED_ALL_TARGETS_EXITED`).
 pub const STOPPED_ALL_TARGETS_EXITED: &str = "all targets exited";
+
+/// Most threads a session notes the names of: the threads of a large JVM many times over, while
+/// a target that starts thread after thread costs a bounded amount. Threads beyond are counted
+/// as any other, by id, without a name.
+pub const MAX_THREAD_NAMES: usize = 16_384;
 
 /// Why a session request failed. The gRPC layer maps each to a status code.
 #[derive(Debug, thiserror::Error)]
@@ -261,6 +266,9 @@ pub struct Session {
     /// The name (comm) of every process sampled, from its first sample or its latest exec:
     /// rows say which processes their samples came from, even once they exited.
     pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
+    /// The name of every thread sampled, from its first sample, up to [`MAX_THREAD_NAMES`]
+    /// threads: empty where it could not be read.
+    pub thread_names: HashMap<Task, String, foldhash::fast::RandomState>,
     /// All samples.
     pub total: u64,
     /// The host's CPU times (`/proc/stat`) at start and at the last reading: work time is a
@@ -326,19 +334,19 @@ impl Session {
                 .any(|t| t.pid == pid && t.until_ns.is_none_or(|until| timestamp_ns < until))
     }
 
-    /// Counts one sample of `pid` whose stack is `locations` (leaf first), taken `during`
+    /// Counts one sample of `task` whose stack is `locations` (leaf first), taken `during`
     /// those intervals of its VM, and keeps it while there is room: `kept` is called only
     /// then, for its addresses.
     pub fn count(
         &mut self,
-        pid: u32,
+        task: impl Into<Task>,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
         during: Option<During<'_>>,
         kept: impl FnOnce(StackId) -> KeptSample,
     ) -> (StackId, Option<usize>) {
         let during = self.stacks.during(during);
-        let stack = self.stacks.count(pid, locations, end, during);
+        let stack = self.stacks.count(task, locations, end, during);
         if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
         }
@@ -350,7 +358,7 @@ impl Session {
     /// no samples one by one ([`Session::keeps_samples`]), outside any interval.
     pub fn count_placed(
         &mut self,
-        pid: u32,
+        task: Task,
         placement: u64,
         leaf_only: bool,
         locations: &[Location],
@@ -364,7 +372,7 @@ impl Session {
         let stack = self
             .stacks
             .intern_placed(placement, leaf_only, locations, end);
-        self.stacks.add(pid, stack);
+        self.stacks.add(task, stack);
         if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
         }
@@ -375,12 +383,12 @@ impl Session {
         self.kept.limit() > 0
     }
 
-    /// Moves one sample of `pid` counted in stack `from` to the stack `locations` (its
+    /// Moves one sample of `task` counted in stack `from` to the stack `locations` (its
     /// attribution changed; how its walk ended and when it was taken did not), and its kept
     /// copy at `kept` with it (`update` fixes its frames). Returns the new stack.
     pub fn recount(
         &mut self,
-        pid: u32,
+        task: impl Into<Task>,
         from: StackId,
         locations: impl IntoIterator<Item = Location>,
         kept: Option<usize>,
@@ -388,8 +396,9 @@ impl Session {
     ) -> StackId {
         let to = self.stacks.restack(from, locations);
         if to != from {
-            self.stacks.uncount(pid, from);
-            self.stacks.add(pid, to);
+            let task = task.into();
+            self.stacks.uncount(task, from);
+            self.stacks.add(task, to);
             if let Some(index) = kept {
                 self.kept.update(index, |sample| {
                     sample.stack = to;
@@ -515,6 +524,10 @@ pub struct Snapshot {
     pub truncated: u64,
     /// The name of every process sampled.
     pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
+    /// The name of every thread sampled, where noted.
+    pub thread_names: HashMap<Task, String, foldhash::fast::RandomState>,
+    /// CPU time one sample stands for: the sampling interval, in nanoseconds.
+    pub period_ns: u64,
     /// All samples.
     pub total_samples: u64,
     /// Lost samples per CPU.
@@ -573,6 +586,7 @@ mod tests {
             targets: Vec::new(),
             stacks: StackTable::default(),
             commands: HashMap::default(),
+            thread_names: HashMap::default(),
             total: 0,
             host_cpu: (first, last),
             lost_baseline: Vec::new(),
@@ -668,14 +682,14 @@ mod tests {
         assert_ne!(to, in_gc_named);
         assert!(s.stacks.snapshot().during_of(to).is_empty());
         assert_ne!(to, first);
-        assert_eq!(s.stacks.counts.get(&(7, first)), Some(&1));
-        assert_eq!(s.stacks.counts.get(&(7, to)), Some(&1));
+        assert_eq!(s.stacks.counts.get(&(Task::from(7), first)), Some(&1));
+        assert_eq!(s.stacks.counts.get(&(Task::from(7), to)), Some(&1));
         let after = s.kept.snapshot();
         assert_eq!(after[0][0].stack, to);
         assert_eq!(after[0][0].frames[0].code_start, 0x1000);
         assert_eq!(before[0][0].stack, first, "a snapshot never changes");
         // Moved to where it already is: nothing changes.
         assert_eq!(s.recount(7, to, [named], index, frames), to);
-        assert_eq!(s.stacks.counts.get(&(7, to)), Some(&1));
+        assert_eq!(s.stacks.counts.get(&(Task::from(7), to)), Some(&1));
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Every distinct location is stored once and named by a [`LocationId`]; every distinct stack
 //! (a sequence of locations, leaf first, and how its walk ended) once, named
-//! by a [`StackId`]; and the session counts samples per `(pid, stack)`. A long session on a
+//! by a [`StackId`]; and the session counts samples per `(thread, stack)` ([`Task`]). A long session on a
 //! steady workload thus grows with the number of distinct stacks it meets, not with its
 //! samples. A session without call graph has stacks of one location, and costs what the flat
 //! counts it replaces did.
@@ -33,7 +33,7 @@ use vmscope_model::IntervalKind;
 
 use crate::{
     stats::intervals::During,
-    vocab::{CodeId, Location, ModuleId, StackEnd},
+    vocab::{CodeId, Location, ModuleId, StackEnd, Task},
 };
 
 /// Most distinct sets of interval kinds one session tells apart; samples under way in more
@@ -79,7 +79,7 @@ impl StackSpan {
     }
 }
 
-/// The interned locations and stacks of one session, and its samples per `(pid, stack)`.
+/// The interned locations and stacks of one session, and its samples per `(thread, stack)`.
 #[derive(Clone, Debug)]
 pub struct StackTable {
     /// Distinct locations, by [`LocationId`].
@@ -88,8 +88,8 @@ pub struct StackTable {
     pub frames: Vec<LocationId>,
     /// Distinct stacks, by [`StackId`].
     pub stacks: Vec<StackSpan>,
-    /// Samples per process and stack.
-    pub counts: HashMap<(u32, StackId), u64, foldhash::fast::RandomState>,
+    /// Samples per thread and stack.
+    pub counts: HashMap<(Task, StackId), u64, foldhash::fast::RandomState>,
     /// Distinct sets of interval kinds, by [`DuringId`] (0, the empty set, included).
     pub during: Vec<Box<[IntervalKind]>>,
     during_index: HashMap<Box<[IntervalKind]>, DuringId, foldhash::fast::RandomState>,
@@ -153,9 +153,9 @@ impl StackTable {
         self.beyond_limit
     }
 
-    /// Counts one more sample of `pid` in `stack`.
-    pub fn add(&mut self, pid: u32, stack: StackId) {
-        *self.counts.entry((pid, stack)).or_insert(0) += 1;
+    /// Counts one more sample of `task` in `stack`.
+    pub fn add(&mut self, task: impl Into<Task>, stack: StackId) {
+        *self.counts.entry((task.into(), stack)).or_insert(0) += 1;
         // Stacks are cut only once the table is full: below that, no sample looks.
         if self.stacks.len() >= self.max_stacks && self.cut_at_limit(stack) {
             self.beyond_limit += 1;
@@ -171,17 +171,17 @@ impl StackTable {
         })
     }
 
-    /// Counts one sample of `pid` whose stack is `locations` (leaf first), taken `during`
+    /// Counts one sample of `task` whose stack is `locations` (leaf first), taken `during`
     /// those intervals, returning its stack.
     pub fn count(
         &mut self,
-        pid: u32,
+        task: impl Into<Task>,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
         during: DuringId,
     ) -> StackId {
         let stack = self.intern(locations, end, during);
-        self.add(pid, stack);
+        self.add(task, stack);
         stack
     }
 
@@ -352,12 +352,13 @@ impl StackTable {
         self.intern(locations, end, during)
     }
 
-    /// Takes back one sample of `pid` counted in `stack` (it is counted elsewhere now).
-    pub fn uncount(&mut self, pid: u32, stack: StackId) {
-        if let Some(n) = self.counts.get_mut(&(pid, stack)) {
+    /// Takes back one sample of `task` counted in `stack` (it is counted elsewhere now).
+    pub fn uncount(&mut self, task: impl Into<Task>, stack: StackId) {
+        let key = (task.into(), stack);
+        if let Some(n) = self.counts.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
-                self.counts.remove(&(pid, stack));
+                self.counts.remove(&key);
             }
             if self.cut_at_limit(stack) {
                 self.beyond_limit -= 1;
@@ -456,8 +457,8 @@ impl StackTable {
     /// statistics compare their own time in each kind with.
     pub fn samples_during(&self) -> std::collections::HashMap<u32, SamplesDuring> {
         let mut by_pid: std::collections::HashMap<u32, SamplesDuring> = Default::default();
-        for (&(pid, stack), &n) in &self.counts {
-            let of_pid = by_pid.entry(pid).or_default();
+        for (&(task, stack), &n) in &self.counts {
+            let of_pid = by_pid.entry(task.pid).or_default();
             of_pid.total += n;
             let during = self.stacks[stack.0 as usize].during.0 as usize;
             for kind in self.during.get(during).into_iter().flatten() {
@@ -476,7 +477,7 @@ impl StackTable {
             counts: self
                 .counts
                 .iter()
-                .map(|(&(pid, stack), &n)| (pid, stack, n))
+                .map(|(&(task, stack), &n)| (task, stack, n))
                 .collect(),
             during: self.during.clone(),
         }
@@ -501,8 +502,8 @@ pub struct StackSnapshot {
     pub frames: Vec<LocationId>,
     /// Distinct stacks, by [`StackId`].
     pub stacks: Vec<StackSpan>,
-    /// Samples per process and stack.
-    pub counts: Vec<(u32, StackId, u64)>,
+    /// Samples per thread and stack.
+    pub counts: Vec<(Task, StackId, u64)>,
     /// Sets of interval kinds, by [`DuringId`] (empty when no sample was in one).
     pub during: Vec<Box<[IntervalKind]>>,
 }
@@ -530,9 +531,9 @@ impl StackSnapshot {
     pub fn leaf_counts(&self) -> Vec<(u32, Location, u64)> {
         let mut leaves: std::collections::HashMap<(u32, Location), u64> =
             std::collections::HashMap::new();
-        for &(pid, stack, n) in &self.counts {
+        for &(task, stack, n) in &self.counts {
             if let Some(&leaf) = self.ids_of(stack).first() {
-                *leaves.entry((pid, self.location(leaf))).or_insert(0) += n;
+                *leaves.entry((task.pid, self.location(leaf))).or_insert(0) += n;
             }
         }
         leaves.into_iter().map(|((p, l), n)| (p, l, n)).collect()
@@ -550,6 +551,21 @@ mod tests {
         Location::Kernel { ip }
     }
 
+    /// Threads of one process share its stacks and are counted apart.
+    #[test]
+    fn each_thread_is_counted_apart_in_the_same_stack() {
+        let mut table = StackTable::default();
+        let main = table.count(7, [k(1), k(2)], DONE, NONE);
+        let worker = table.count(Task::new(7, 8), [k(1), k(2)], DONE, NONE);
+        table.count(Task::new(7, 8), [k(1), k(2)], DONE, NONE);
+        assert_eq!(main, worker);
+        assert_eq!(table.counts[&(Task::new(7, 7), main)], 1);
+        assert_eq!(table.counts[&(Task::new(7, 8), main)], 2);
+        table.uncount(Task::new(7, 8), main);
+        assert_eq!(table.counts[&(Task::new(7, 8), main)], 1);
+        assert_eq!(table.samples_during()[&7].total, 2, "one process");
+    }
+
     #[test]
     fn stacks_and_locations_are_stored_once() {
         let mut table = StackTable::default();
@@ -565,8 +581,8 @@ mod tests {
         assert_eq!(table.locations.len(), 3);
         assert_eq!(table.stacks.len(), 3);
         assert_eq!(table.frames.len(), 3 + 3 + 2);
-        assert_eq!(table.counts[&(1, a)], 2);
-        assert_eq!(table.counts[&(2, a)], 1);
+        assert_eq!(table.counts[&(Task::from(1), a)], 2);
+        assert_eq!(table.counts[&(Task::from(2), a)], 1);
         let snapshot = table.snapshot();
         let other_locations: Vec<Location> = snapshot
             .ids_of(other)
@@ -658,7 +674,7 @@ mod tests {
         table.uncount(2, cut);
         table.add(2, known);
         assert_eq!(table.beyond_limit(), 4);
-        assert!(!table.counts.contains_key(&(1, cut)));
+        assert!(!table.counts.contains_key(&(Task::from(1), cut)));
     }
 
     #[test]

@@ -14,9 +14,11 @@ mod ids;
 mod location;
 mod mapped_file;
 mod stack_end;
+mod task;
 
 pub use executable::{ExecRanges, Executable};
 pub use ids::{CodeId, ModuleId};
 pub use location::{CodeMapKinds, Location, RefusedEntry, Unexplained, UnmappedReason};
 pub use mapped_file::{MappedCodeMapFile, MappedFileKind};
 pub use stack_end::StackEnd;
+pub use task::Task;

@@ -35,6 +35,8 @@ pub(super) struct Counters {
     /// Samples whose raw stack was placed before (`placements.rs`), counted without a look
     /// at their process: what the cache saves, against `samples_routed`.
     pub(super) stacks_placed_before: u64,
+    /// Threads whose names were read, once for all the sessions that sampled them.
+    pub(super) thread_names_read: u64,
     pub(super) user_stacks_failed: u64,
     pub(super) stack_frames_unmapped: u64,
     /// Samples that came with a copy of the user stack, and its bytes in all.
@@ -87,6 +89,7 @@ impl Manager {
             ("target_creds_changed", c.target_creds_changed),
             ("stacks_truncated", c.stacks_truncated),
             ("stacks_placed_before", c.stacks_placed_before),
+            ("thread_names_read", c.thread_names_read),
             ("user_stacks_failed", c.user_stacks_failed),
             ("stack_frames_unmapped", c.stack_frames_unmapped),
             ("user_copies", c.user_copies),

@@ -59,6 +59,7 @@ impl Manager {
             targets,
             stacks: crate::session::StackTable::with_limit(self.config.max_stacks_per_session),
             commands,
+            thread_names: Default::default(),
             total: 0,
             host_cpu: (host, host),
             lost: vec![0; lost_baseline.len()],

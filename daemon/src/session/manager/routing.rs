@@ -70,6 +70,9 @@ impl Manager {
         let pid = event.tgid;
         // A sample stamped after the known process under its pid ended is another's.
         self.processes.sampled(pid, event.timestamp_ns, now_ns);
+        let task = Task::new(pid, event.tid);
+        // Read once for all the sessions that have not named the thread yet.
+        let mut thread_name: Option<String> = None;
         for (id, _) in &wanting {
             if let Some(session) = self.sessions.get_mut(id) {
                 session.total += 1;
@@ -77,6 +80,18 @@ impl Manager {
                 if let std::collections::hash_map::Entry::Vacant(name) = session.commands.entry(pid)
                 {
                     name.insert(self.processes.observe(pid, now_ns).command.clone());
+                }
+                // And their threads, as long as it has room.
+                if session.thread_names.len() < MAX_THREAD_NAMES
+                    && !session.thread_names.contains_key(&task)
+                {
+                    let name = thread_name
+                        .get_or_insert_with(|| {
+                            self.counters.thread_names_read += 1;
+                            name_thread(&mut self.processes, task, now_ns)
+                        })
+                        .clone();
+                    session.thread_names.insert(task, name);
                 }
             }
         }
@@ -99,7 +114,7 @@ impl Manager {
             for &(id, wanted) in &wanting {
                 if let Some(session) = self.sessions.get_mut(&id) {
                     session.count_placed(
-                        pid,
+                        task,
                         placement.id,
                         wanted == Wanted::Leaf,
                         &placement.locations,
@@ -396,7 +411,8 @@ fn count_routed(
         };
         let (frames, end) = sample.stack_for(wanted);
         let locations = frames.iter().map(|f| f.location);
-        let (stack, kept) = session.count(pid, locations, end, during, |stack| KeptSample {
+        let task = Task::new(pid, sample.tid);
+        let (stack, kept) = session.count(task, locations, end, during, |stack| KeptSample {
             timestamp_ns,
             pid,
             tid: sample.tid,
@@ -406,11 +422,21 @@ fn count_routed(
         });
         counted(Counted {
             session: id,
+            tid: sample.tid,
             wanted,
             stack: stack.0,
             kept: kept.map(|k| k as u32),
         });
     }
+}
+
+/// The name of a sampled thread: its process's command for the main thread (read with the
+/// process), else `/proc/PID/task/TID/comm`; empty once the thread is gone.
+fn name_thread(processes: &mut ProcessTable, task: Task, now_ns: u64) -> String {
+    if task.tid == task.pid {
+        return processes.observe(task.pid, now_ns).command.clone();
+    }
+    sys::thread_name(task.pid, task.tid).unwrap_or_default()
 }
 
 fn kept_frames(frames: &[SampleFrame]) -> Box<[KeptFrame]> {
@@ -504,7 +530,7 @@ impl Sink for SessionSink<'_> {
                 continue;
             }
             let kept = c.kept.map(|k| k as usize);
-            let to = session.recount(pid, from, locations, kept, |sample| {
+            let to = session.recount(Task::new(pid, c.tid), from, locations, kept, |sample| {
                 for &(index, code_start) in &moved {
                     if let Some(kept) = sample.frames.get_mut(index) {
                         kept.code_start = code_start;

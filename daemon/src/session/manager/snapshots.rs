@@ -69,6 +69,8 @@ impl Manager {
             stacks,
             truncated: session.truncated,
             commands: session.commands.clone(),
+            thread_names: session.thread_names.clone(),
+            period_ns: session.period_ns,
             total_samples: session.total,
             lost_per_cpu: session.lost.clone(),
             duration: session.elapsed(now),

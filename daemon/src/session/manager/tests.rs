@@ -208,6 +208,62 @@ async fn start_and_stop_set_and_clear_the_kernel_filters() {
     );
 }
 
+/// Samples of two threads of one process are counted under each thread, and each session
+/// notes each thread's name from its first sample, read once for all sessions.
+#[tokio::test]
+async fn samples_are_counted_by_thread_and_threads_are_named_once() {
+    let h = harness();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::Builder::new()
+        .name("vmscope-worker".into())
+        .spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            done_rx.recv().ok();
+        })
+        .unwrap();
+    let tid = tid_rx.recv().unwrap();
+    let (a, b) = h.stack_and_leaf_sessions(0).await;
+    let now = sys::monotonic_ns();
+    let on_worker = |t| Event {
+        tid,
+        ..sample(me(), 100, t)
+    };
+    let read_before = h.manager.counters().await.unwrap().values["thread_names_read"];
+    h.send(
+        vec![on_worker(now), sample(me(), 100, now), on_worker(now + 1)],
+        now,
+    )
+    .await;
+    done_tx.send(()).unwrap();
+    worker.join().unwrap();
+    for s in [&a, &b] {
+        let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
+        let mut counts: Vec<(Task, u64)> = snapshot
+            .stacks
+            .counts
+            .iter()
+            .map(|&(task, _, n)| (task, n))
+            .collect();
+        counts.sort();
+        let mut expected = vec![(Task::from(me()), 1), (Task::new(me(), tid), 2)];
+        expected.sort();
+        assert_eq!(counts, expected);
+        assert_eq!(
+            snapshot.thread_names[&Task::new(me(), tid)],
+            "vmscope-worker"
+        );
+        assert_eq!(
+            snapshot.thread_names[&Task::from(me())],
+            snapshot.commands[&me()],
+            "the main thread is named as its process"
+        );
+    }
+    let read = h.manager.counters().await.unwrap().values["thread_names_read"] - read_before;
+    assert_eq!(read, 2, "each thread read once, for both sessions");
+}
+
 #[tokio::test]
 async fn samples_count_by_period_pid_and_time_window() {
     let h = harness();
