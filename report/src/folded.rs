@@ -23,7 +23,7 @@ use std::{
     io::{self, Write},
 };
 
-use vmscope_model as pb;
+use vmscope_model as model;
 
 use crate::processes::process_names;
 
@@ -40,7 +40,7 @@ pub struct FoldedOptions {
 
 /// The folded stacks of `profile`: each distinct line (without its count) and its samples, in
 /// byte order of the lines.
-pub fn fold(profile: &pb::Profile, options: FoldedOptions) -> BTreeMap<String, u64> {
+pub fn fold(profile: &model::Profile, options: FoldedOptions) -> BTreeMap<String, u64> {
     let names: Vec<String> = profile.frames.iter().map(frame_name).collect();
     let commands = if options.by_process {
         process_names(profile)
@@ -80,7 +80,7 @@ pub fn fold(profile: &pb::Profile, options: FoldedOptions) -> BTreeMap<String, u
 
 /// Writes `profile`'s folded stacks to `out`, one `frames count` line each.
 pub fn write(
-    profile: &pb::Profile,
+    profile: &model::Profile,
     options: FoldedOptions,
     out: &mut impl Write,
 ) -> io::Result<()> {
@@ -91,7 +91,7 @@ pub fn write(
 }
 
 /// A frame as a folded stack names it: its name made safe for the format, and its annotation.
-pub fn frame_name(frame: &pb::Frame) -> String {
+pub fn frame_name(frame: &model::Frame) -> String {
     let mut name = if frame.name.is_empty() {
         "[unknown]".to_owned()
     } else {
@@ -101,7 +101,7 @@ pub fn frame_name(frame: &pb::Frame) -> String {
         name.push_str("_[k]");
     } else if frame.inlined {
         name.push_str("_[i]");
-    } else if frame.section == pb::Section::Generated {
+    } else if frame.section == model::Section::Generated {
         name.push_str("_[j]");
     }
     name
@@ -124,7 +124,7 @@ mod tests {
     use super::*;
     use crate::stack_fixture as fixture;
 
-    fn text(profile: &pb::Profile, options: FoldedOptions) -> String {
+    fn text(profile: &model::Profile, options: FoldedOptions) -> String {
         let mut out = Vec::new();
         write(profile, options, &mut out).expect("write to memory");
         String::from_utf8(out).expect("UTF-8")
@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn by_process_puts_the_command_first() {
         let mut profile = fixture::profile();
-        profile.stacks.push(pb::Stack {
+        profile.stacks.push(model::Stack {
             frames: vec![fixture::MAIN],
             pid: 300,
             tid: 300,
@@ -218,6 +218,6 @@ mod tests {
 
     #[test]
     fn an_empty_profile_folds_to_nothing() {
-        assert!(text(&pb::Profile::default(), FoldedOptions::default()).is_empty());
+        assert!(text(&model::Profile::default(), FoldedOptions::default()).is_empty());
     }
 }

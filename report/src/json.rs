@@ -30,7 +30,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 use serde::ser::{SerializeStruct as _, Serializer};
-use vmscope_model::{self as pb, IntervalKind, IssueKind, Profile, StackEnd};
+use vmscope_model::{self as model, IntervalKind, IssueKind, Profile, StackEnd};
 
 use crate::model::{Report, rfc3339_seconds, round2};
 use crate::stack_view::ShownStacks;
@@ -136,7 +136,7 @@ where
     }
 }
 
-impl Serialize for InProfile<'_, pb::Frame> {
+impl Serialize for InProfile<'_, model::Frame> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let frame = self.0;
         let mut object = serializer.serialize_struct("Frame", 14)?;
@@ -158,7 +158,7 @@ impl Serialize for InProfile<'_, pb::Frame> {
     }
 }
 
-impl Serialize for InProfile<'_, pb::Stack> {
+impl Serialize for InProfile<'_, model::Stack> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (stack, profile) = (self.0, self.1);
         let during: Vec<_> = stack
@@ -180,7 +180,7 @@ impl Serialize for InProfile<'_, pb::Stack> {
     }
 }
 
-impl Serialize for InProfile<'_, pb::Thread> {
+impl Serialize for InProfile<'_, model::Thread> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let thread = self.0;
         let mut object = serializer.serialize_struct("Thread", 4)?;
@@ -192,7 +192,7 @@ impl Serialize for InProfile<'_, pb::Thread> {
     }
 }
 
-impl Serialize for InProfile<'_, pb::StackEndSamples> {
+impl Serialize for InProfile<'_, model::StackEndSamples> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut object = serializer.serialize_struct("StackEndSamples", 2)?;
         object.serialize_field("end", &self.0.end.as_str())?;

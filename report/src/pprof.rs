@@ -1,13 +1,13 @@
 //! A profile as pprof: gzipped google/pprof `profile.proto`, for `go tool pprof`, Pyroscope,
 //! Parca and speedscope.
 //!
-//! The mapping from a [`pb::Profile`]:
+//! The mapping from a [`model::Profile`]:
 //!
-//! - The profile's sample types ([`pb::Profile::sample_types`]) in its order, named as pprof
+//! - The profile's sample types ([`model::Profile::sample_types`]) in its order, named as pprof
 //!   names them: `samples/count` and `cpu/nanoseconds` from the daemon (the default, being
 //!   last), each sample's values its stack's. One period is `1e9 / frequency` nanoseconds of
 //!   CPU, the sampling interval the session asked for; `period_type` is `cpu/nanoseconds`.
-//! - One pprof `Sample` per [`pb::Stack`], its locations leaf first as both formats want, with
+//! - One pprof `Sample` per [`model::Stack`], its locations leaf first as both formats want, with
 //!   the labels `pid` (number), `comm` (the process's name, when known), `thread.id` (number)
 //!   and `thread.name` (when known), `truncated` = `true`
 //!   for stacks cut at the depth limit, and `attribution` = `later_snapshot` for stacks with
@@ -21,14 +21,14 @@
 //!   have address 0; every mapping says it has functions, so pprof never tries to symbolise
 //!   them again from the local disk.
 //! - One `Function` per (name, module): `name` and `system_name` are the frame's name,
-//!   `filename` its source file where DWARF gave one ([`pb::Frame::file`], so that `-list`
+//!   `filename` its source file where DWARF gave one ([`model::Frame::file`], so that `-list`
 //!   finds the source), else the module (or for generated code the code map that named it:
 //!   `vm`, `jitdump`, `perf map`).
 //! - One `Location` per frame, whose `Line.line` is where in the function the frame is: the
-//!   source line DWARF gave ([`pb::Frame::line`]), or the first bytecode pc of its range
+//!   source line DWARF gave ([`model::Frame::line`]), or the first bytecode pc of its range
 //!   (`74->78` gives 74, so `-lines` shows call sites), or a source position's line and column
 //!   (`app.js:12:5`). Inlined functions are folded the way pprof represents inlining: a run of
-//!   frames marked [`pb::Frame::inlined`] (methods inlined into optimised JIT code, C functions
+//!   frames marked [`model::Frame::inlined`] (methods inlined into optimised JIT code, C functions
 //!   inlined by the compiler) and the frame after them that holds them become **one**
 //!   `Location` with one `Line` per function, innermost first, holder last. So pprof's
 //!   inclusive time counts a function and those inlined into it the way it does for C.
@@ -46,12 +46,12 @@ use std::{
 use crate::{processes::process_names, stack_view::ShownStacks};
 use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
-use vmscope_model::{self as pb, SampleType};
+use vmscope_model::{self as model, SampleType};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp};
 
 /// The profile as a gzipped pprof file. Fails only if gzip fails to write into memory, which
 /// it does not in practice; the error is kept rather than hidden behind a panic.
-pub fn encode(profile: &pb::Profile) -> io::Result<Vec<u8>> {
+pub fn encode(profile: &model::Profile) -> io::Result<Vec<u8>> {
     gzip(&to_pprof(profile))
 }
 
@@ -78,13 +78,13 @@ fn gzip(pprof: &pp::Profile) -> io::Result<Vec<u8>> {
 
 /// The profile as pprof's message, before gzip: what [`encode`] writes, for callers that embed
 /// it or check it.
-pub fn to_pprof(profile: &pb::Profile) -> pp::Profile {
+pub fn to_pprof(profile: &model::Profile) -> pp::Profile {
     Builder::new(profile).build()
 }
 
 /// Nanoseconds of CPU time one sample stands for: the interval of the session's frequency
 /// (1400 Hz when the profile does not say).
-pub fn period_nanos(profile: &pb::Profile) -> i64 {
+pub fn period_nanos(profile: &model::Profile) -> i64 {
     let hz = profile
         .session
         .as_ref()
@@ -116,7 +116,7 @@ pub fn range_position(range: &str) -> (i64, i64) {
 
 /// Interns strings, functions, mappings and locations while the samples are written.
 struct Builder<'a> {
-    profile: &'a pb::Profile,
+    profile: &'a model::Profile,
     strings: Vec<String>,
     string_ids: HashMap<String, i64>,
     mappings: Vec<pp::Mapping>,
@@ -136,7 +136,7 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(profile: &'a pb::Profile) -> Self {
+    fn new(profile: &'a model::Profile) -> Self {
         let mut executables = HashMap::new();
         for target in profile.session.iter().flat_map(|s| &s.targets) {
             if let Some(name) = Path::new(&target.executable)
@@ -382,7 +382,7 @@ impl<'a> Builder<'a> {
         }
         let profile = self.profile;
         let frame =
-            |i: u32| -> &'a pb::Frame { profile.frames.get(i as usize).unwrap_or(&MISSING) };
+            |i: u32| -> &'a model::Frame { profile.frames.get(i as usize).unwrap_or(&MISSING) };
         // The compiled method's frame (the run's last) owns the code, hence the mapping.
         let outermost = frame(*run.last().expect("runs are never empty"));
         let mapping_id = self.mapping(outermost);
@@ -418,7 +418,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The mapping of a frame's module, 0 (none) for a frame without one.
-    fn mapping(&mut self, frame: &'a pb::Frame) -> u64 {
+    fn mapping(&mut self, frame: &'a model::Frame) -> u64 {
         if frame.module.is_empty() {
             return 0;
         }
@@ -448,7 +448,7 @@ impl<'a> Builder<'a> {
 
     /// The function of a frame: one per (name, module), named after its source file as soon as
     /// one of its frames has one.
-    fn function(&mut self, frame: &'a pb::Frame) -> u64 {
+    fn function(&mut self, frame: &'a model::Frame) -> u64 {
         let key = (frame.name.as_str(), frame.module.as_str());
         if let Some(&id) = self.function_ids.get(&key) {
             let index = id as usize - 1;
@@ -460,7 +460,7 @@ impl<'a> Builder<'a> {
         }
         let file = if !frame.file.is_empty() {
             frame.file.as_str()
-        } else if frame.section == pb::Section::Generated && !frame.code_map.is_empty() {
+        } else if frame.section == model::Section::Generated && !frame.code_map.is_empty() {
             frame.code_map.as_str()
         } else {
             self.executables
@@ -486,7 +486,7 @@ impl<'a> Builder<'a> {
 
 /// Stands in for a frame index beyond Profile.frames (a daemon bug), so that the sample still
 /// counts and the gap shows.
-static MISSING: LazyLock<pb::Frame> = LazyLock::new(|| pb::Frame {
+static MISSING: LazyLock<model::Frame> = LazyLock::new(|| model::Frame {
     name: "[missing frame]".into(),
     ..Default::default()
 });
@@ -780,7 +780,7 @@ mod tests {
         let mut profile = fixture::profile();
         profile.stacks[0].tid = 101;
         profile.stacks[0].values = vec![7, 123];
-        profile.threads = vec![pb::Thread {
+        profile.threads = vec![model::Thread {
             pid: 100,
             tid: 101,
             name: "C2 CompilerThre".into(),
@@ -811,8 +811,8 @@ mod tests {
     fn stacks_taken_during_intervals_are_labelled_with_their_kinds() {
         let mut profile = fixture::profile();
         profile.vm_interval_kinds = vec![
-            pb::IntervalKind::Safepoint,
-            pb::IntervalKind::Named("JIT compile".into()),
+            model::IntervalKind::Safepoint,
+            model::IntervalKind::Named("JIT compile".into()),
         ];
         profile.stacks[0].during = vec![0, 1];
         profile.stacks[1].during = vec![1];
@@ -850,7 +850,7 @@ mod tests {
     #[test]
     fn period_follows_the_frequency_and_defaults_to_1400_hz() {
         assert_eq!(period_nanos(&fixture::profile()), 1_000_000);
-        assert_eq!(period_nanos(&pb::Profile::default()), 714_286);
+        assert_eq!(period_nanos(&model::Profile::default()), 714_286);
     }
 
     #[test]
@@ -864,7 +864,7 @@ mod tests {
 
     #[test]
     fn an_empty_profile_is_a_valid_empty_pprof() {
-        let p = decode(&encode(&pb::Profile::default()).expect("encode"));
+        let p = decode(&encode(&model::Profile::default()).expect("encode"));
         assert_eq!(p.string_table[0], "");
         assert!(p.sample.is_empty() && p.location.is_empty());
         // It names no sample type: samples alone (the CPU time is the daemon's to say).

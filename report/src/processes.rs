@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use vmscope_model as pb;
+use vmscope_model as model;
 
 use crate::model::percent;
 
@@ -26,7 +26,7 @@ pub struct ProcessTotal {
 
 /// Every process with samples, most samples first (then by pid), from the profile's stacks,
 /// which hold every sample once.
-pub(crate) fn process_totals(profile: &pb::Profile) -> Vec<ProcessTotal> {
+pub(crate) fn process_totals(profile: &model::Profile) -> Vec<ProcessTotal> {
     let mut samples: HashMap<u32, u64> = HashMap::new();
     for stack in &profile.stacks {
         let count = samples.entry(stack.pid).or_insert(0);
@@ -50,7 +50,7 @@ pub(crate) fn process_totals(profile: &pb::Profile) -> Vec<ProcessTotal> {
 /// Process names by pid: the session's targets as they were at start, then the rows'
 /// processes, which win: they name a process as the session first sampled it, or after its
 /// latest exec, so they describe the samples.
-pub(crate) fn process_names(profile: &pb::Profile) -> HashMap<u32, &str> {
+pub(crate) fn process_names(profile: &model::Profile) -> HashMap<u32, &str> {
     let targets = profile
         .session
         .iter()

@@ -18,7 +18,7 @@ use inferno::flamegraph::{
     self, Options, Palette,
     color::{Color, MultiPalette, PaletteMap},
 };
-use vmscope_model as pb;
+use vmscope_model as model;
 use vmscope_report::{
     folded::{self, FoldedOptions},
     stack_view::ShownStacks,
@@ -27,7 +27,7 @@ use vmscope_report::{
 /// Draws the flame graph of the `shown` stacks as SVG to `out`. A profile without samples has
 /// nothing to draw: that is an error (`InvalidData`), and nothing is written.
 pub fn render_flamegraph(shown: &ShownStacks<'_>, out: &mut impl Write) -> io::Result<()> {
-    let profile: &pb::Profile = &shown.profile;
+    let profile: &model::Profile = &shown.profile;
     let stacks = folded::fold(profile, FoldedOptions::default());
     let samples: u64 = stacks.values().sum();
     if samples == 0 {
@@ -79,7 +79,7 @@ fn native_color(name: &str) -> Color {
 }
 
 /// "vmscope: jitvm (pid 100), 1000 samples": what was profiled, and how much was seen.
-fn title(profile: &pb::Profile, samples: u64) -> String {
+fn title(profile: &model::Profile, samples: u64) -> String {
     let session = profile.session.as_ref();
     let target = match session {
         Some(s) if s.system_wide => "the whole system".to_owned(),
@@ -96,7 +96,7 @@ fn title(profile: &pb::Profile, samples: u64) -> String {
 }
 
 fn subtitle(shown: &ShownStacks<'_>) -> String {
-    let profile: &pb::Profile = &shown.profile;
+    let profile: &model::Profile = &shown.profile;
     let mut parts = Vec::new();
     if let Some(s) = &profile.session {
         parts.push(format!("session {} at {} Hz", s.id, s.frequency_hz));
@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn an_empty_profile_writes_nothing_and_says_why() {
         let mut out = Vec::new();
-        let profile = pb::Profile::default();
+        let profile = model::Profile::default();
         let shown = ShownStacks::new(&profile, &Default::default());
         let err = render_flamegraph(&shown, &mut out).expect_err("no samples");
         assert!(err.to_string().contains("no samples"), "{err}");
@@ -144,9 +144,9 @@ mod tests {
 
     #[test]
     fn titles_name_the_targets() {
-        let mut profile = pb::Profile {
-            session: Some(pb::Session {
-                targets: vec![pb::TargetProcess {
+        let mut profile = model::Profile {
+            session: Some(model::Session {
+                targets: vec![model::TargetProcess {
                     pid: 42,
                     command: "node".into(),
                     ..Default::default()

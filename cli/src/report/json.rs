@@ -25,7 +25,7 @@ pub fn render_json_with_stacks<'a>(
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
-    use vmscope_model::{self as pb, Profile};
+    use vmscope_model::{self as model, Profile};
 
     use super::super::{Format, render};
     use super::*;
@@ -108,7 +108,7 @@ mod tests {
     fn dwarf_sessions_say_how_much_stack_they_copied() {
         let mut profile = node_profile();
         let session = profile.session.get_or_insert_with(Default::default);
-        session.call_graph = Some(pb::CallGraph::Dwarf);
+        session.call_graph = Some(model::CallGraph::Dwarf);
         session.dwarf_stack_bytes = 65528;
         let json = parsed(&Report::from_profile(&profile, &OPTIONS));
         assert_eq!(json["call_graph"], "dwarf");
@@ -289,8 +289,8 @@ mod tests {
     fn the_stack_table_follows_the_flat_report() {
         let mut profile = jit_profile();
         profile.frames = vec![
-            pb::Frame {
-                section: pb::Section::Vanilla,
+            model::Frame {
+                section: model::Section::Vanilla,
                 name: "interpret".into(),
                 module: "squeak".into(),
                 symbolized: true,
@@ -299,20 +299,20 @@ mod tests {
                 line: 812,
                 ..Default::default()
             },
-            pb::Frame {
-                section: pb::Section::Generated,
+            model::Frame {
+                section: model::Section::Generated,
                 name: "Inline>>heavy".into(),
                 module: "[anon]".into(),
                 symbolized: true,
-                kind: Some(pb::CodeKind::Method),
+                kind: Some(model::CodeKind::Method),
                 range: "33->70".into(),
                 inlined: true,
                 code_map: "vm".into(),
                 optimised: true,
                 ..Default::default()
             },
-            pb::Frame {
-                section: pb::Section::Other,
+            model::Frame {
+                section: model::Section::Other,
                 name: "ksys_write".into(),
                 module: "[kernel.kallsyms]".into(),
                 kernel: true,
@@ -320,26 +320,26 @@ mod tests {
             },
         ];
         profile.stacks = vec![
-            pb::Stack {
+            model::Stack {
                 frames: vec![1, 0],
                 pid: 42,
                 tid: 43,
                 values: vec![9000, 9000 * 714_286],
                 truncated: false,
-                end: Some(pb::StackEnd::Complete),
+                end: Some(model::StackEnd::Complete),
                 during: Vec::new(),
             },
-            pb::Stack {
+            model::Stack {
                 frames: vec![2, 0],
                 pid: 42,
                 tid: 42,
                 values: vec![1000, 1000 * 714_286],
                 truncated: true,
-                end: Some(pb::StackEnd::DepthLimit),
+                end: Some(model::StackEnd::DepthLimit),
                 during: vec![0],
             },
         ];
-        profile.vm_interval_kinds = vec![pb::IntervalKind::Scavenge];
+        profile.vm_interval_kinds = vec![model::IntervalKind::Scavenge];
         profile.truncated_stacks = 1000;
         let report = Report::from_profile(&profile, &OPTIONS);
         let native = ReportOptions {
