@@ -340,6 +340,21 @@ mod tests {
             },
         ];
         profile.vm_interval_kinds = vec![model::IntervalKind::Scavenge];
+        profile.sample_types = vec![model::SampleType::Samples, model::SampleType::CpuTime];
+        profile.threads = vec![
+            model::Thread {
+                pid: 42,
+                tid: 43,
+                name: "GC Thread#0".into(),
+                samples: 9000,
+            },
+            model::Thread {
+                pid: 42,
+                tid: 42,
+                name: String::new(),
+                samples: 1000,
+            },
+        ];
         profile.truncated_stacks = 1000;
         let report = Report::from_profile(&profile, &OPTIONS);
         let native = ReportOptions {
@@ -378,10 +393,23 @@ mod tests {
         assert_eq!(
             json["stacks"],
             serde_json::json!([
-                {"frames": [1, 0], "pid": 42, "samples": 9000, "truncated": false,
+                {"frames": [1, 0], "pid": 42, "tid": 43, "samples": 9000,
+                 "values": [9000, 6_428_574_000u64], "truncated": false,
                  "end": "complete", "during": []},
-                {"frames": [2, 0], "pid": 42, "samples": 1000, "truncated": true,
+                {"frames": [2, 0], "pid": 42, "tid": 42, "samples": 1000,
+                 "values": [1000, 714_286_000], "truncated": true,
                  "end": "depth_limit", "during": ["scavenge"]},
+            ])
+        );
+        assert_eq!(
+            json["sample_types"],
+            serde_json::json!(["samples", "cpu_time"])
+        );
+        assert_eq!(
+            json["threads"],
+            serde_json::json!([
+                {"pid": 42, "tid": 43, "name": "GC Thread#0", "samples": 9000},
+                {"pid": 42, "tid": 42, "name": null, "samples": 1000},
             ])
         );
         assert_eq!(json["truncated_stacks"], 1000);
@@ -401,7 +429,9 @@ mod tests {
         for key in [
             "stack_view",
             "frames",
+            "sample_types",
             "stacks",
+            "threads",
             "truncated_stacks",
             "stack_ends",
         ] {
@@ -442,7 +472,9 @@ mod tests {
             )
         );
         assert_eq!(object.remove("frames"), Some(serde_json::json!([])));
+        assert_eq!(object.remove("sample_types"), Some(serde_json::json!([])));
         assert_eq!(object.remove("stacks"), Some(serde_json::json!([])));
+        assert_eq!(object.remove("threads"), Some(serde_json::json!([])));
         assert_eq!(
             object.remove("truncated_stacks"),
             Some(serde_json::json!(0))
