@@ -368,11 +368,13 @@ mod tests {
         let shown = ShownStacks::new(&profile, &ReportOptions::DEFAULT);
         let all = keys(&JsonReport::with_stacks(&report, &shown));
         assert_eq!(
-            all[all.len() - 5..],
+            all[all.len() - 7..],
             [
                 "stack_view",
                 "frames",
+                "sample_types",
                 "stacks",
+                "threads",
                 "truncated_stacks",
                 "stack_ends"
             ]

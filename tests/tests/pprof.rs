@@ -158,11 +158,20 @@ fn traces(output: &str) -> Vec<Trace> {
             if line.trim().is_empty() || line.starts_with('-') {
                 continue;
             }
+            // Labels come first, `key:  value`, right-aligned on 11 columns unless a key is
+            // longer (`thread.name:`).
+            let label = line
+                .split_once(":  ")
+                .filter(|(key, _)| trace.frames.is_empty() && !key.trim().contains(' '));
+            if let Some((key, value)) = label {
+                trace
+                    .labels
+                    .insert(key.trim().to_owned(), value.trim().to_owned());
+                continue;
+            }
             let (left, right) = (line.get(..11).unwrap_or(line), line.get(11..).unwrap_or(""));
             let right = right.trim().trim_end_matches(" (inline)").to_owned();
-            if let Some(key) = left.trim().strip_suffix(':') {
-                trace.labels.insert(key.to_owned(), right);
-            } else if !left.trim().is_empty() {
+            if !left.trim().is_empty() {
                 trace.samples = left.trim().parse().expect("a sample count");
                 trace.frames.push(right);
             } else {
@@ -178,7 +187,14 @@ fn traces(output: &str) -> Vec<Trace> {
 
 #[test]
 fn go_tool_pprof_traces_are_the_profiles_stacks_with_their_labels() {
-    let profile = profile();
+    let mut profile = profile();
+    // Process 100's main thread has a name; process 200's has none.
+    profile.threads = vec![vmscope_model::Thread {
+        pid: 100,
+        tid: 100,
+        name: "VM Thread".into(),
+        samples: 960,
+    }];
     let (_dir, file) = pprof_file(&profile);
     let output = go_pprof(&["-traces", "-sample_index=samples"], &file);
     let mut seen = traces(&output);
@@ -191,6 +207,10 @@ fn go_tool_pprof_traces_are_the_profiles_stacks_with_their_labels() {
                 ("pid".to_owned(), stack.pid.to_string()),
                 ("comm".to_owned(), commands[&stack.pid].to_owned()),
             ]);
+            labels.insert("thread.id".into(), stack.tid.to_string());
+            if stack.pid == 100 {
+                labels.insert("thread.name".into(), "VM Thread".into());
+            }
             if stack.truncated {
                 labels.insert("truncated".into(), "true".into());
             }
