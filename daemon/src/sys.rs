@@ -663,8 +663,45 @@ pub fn unlink_at(dir: BorrowedFd<'_>, name: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A thread of the test process with a name, waiting until dropped.
+    pub(crate) struct NamedThread {
+        /// Its task id.
+        pub(crate) tid: u32,
+        done: Option<std::sync::mpsc::Sender<()>>,
+        handle: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl NamedThread {
+        pub(crate) fn start(name: &str) -> NamedThread {
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+            let (done, done_rx) = std::sync::mpsc::channel::<()>();
+            let handle = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+                    done_rx.recv().ok();
+                })
+                .unwrap();
+            NamedThread {
+                tid: tid_rx.recv().unwrap(),
+                done: Some(done),
+                handle: Some(handle),
+            }
+        }
+    }
+
+    impl Drop for NamedThread {
+        fn drop(&mut self) {
+            drop(self.done.take());
+            if let Some(handle) = self.handle.take() {
+                handle.join().ok();
+            }
+        }
+    }
 
     #[test]
     fn bounded_read_refuses_large_files() {
@@ -679,20 +716,9 @@ mod tests {
     /// A thread's name is what it set itself, without the newline `/proc` ends it with.
     #[test]
     fn a_thread_name_is_read_as_the_thread_set_it() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let worker = std::thread::Builder::new()
-            .name("vmscope-named".into())
-            .spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tx.send(unsafe { libc::gettid() } as u32).unwrap();
-                done_rx.recv().ok();
-            })
-            .unwrap();
-        let tid = rx.recv().unwrap();
-        let name = thread_name(std::process::id(), tid);
-        done_tx.send(()).unwrap();
-        worker.join().unwrap();
+        let worker = NamedThread::start("vmscope-named");
+        let name = thread_name(std::process::id(), worker.tid);
+        drop(worker);
         assert_eq!(name.unwrap(), "vmscope-named");
         assert!(thread_name(std::process::id(), u32::MAX).is_err());
     }

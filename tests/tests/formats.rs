@@ -56,15 +56,16 @@ impl Drop for MaxSampleRate {
     }
 }
 
-/// Records `hotspots` at 1400 Hz with frame-pointer stacks for `seconds`, lowering the kernel's
-/// sampling ceiling to `throttle_to` Hz after the first 0.3 s when given, and returns the
-/// session's id and its final gRPC profile.
-async fn record_hotspots(
+/// Records `program` (a fixture run for 30 s) at 1400 Hz with frame-pointer stacks for
+/// `seconds`, lowering the kernel's sampling ceiling to `throttle_to` Hz after the first 0.3 s
+/// when given, and returns the session's id and its final gRPC profile.
+async fn record(
     daemon: &Daemon,
+    program: &Path,
     seconds: f64,
     throttle_to: Option<u32>,
 ) -> (u64, Profile) {
-    let target = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let target = Running::start(Command::new(program).arg("30"));
     let mut client = daemon.client().await;
     let session = client
         .start_session(StartSessionRequest {
@@ -88,27 +89,6 @@ async fn record_hotspots(
             None
         }
     };
-    let profile = stop_and_profile(&mut client, session.id).await;
-    (session.id, profile)
-}
-
-/// Records `threads` at 1400 Hz with frame-pointer stacks for `seconds`; its session's id and
-/// final gRPC profile.
-async fn record_threads(daemon: &Daemon, seconds: f64) -> (u64, Profile) {
-    let target =
-        Running::start(Command::new(&fixtures().threads).arg(format!("{}", seconds as u64 + 10)));
-    let mut client = daemon.client().await;
-    let session = client
-        .start_session(StartSessionRequest {
-            pids: vec![target.pid()],
-            frequency_hz: Some(1400),
-            call_graph: vmscope_proto::v1::CallGraph::Fp as i32,
-            ..Default::default()
-        })
-        .await
-        .expect("start a session")
-        .into_inner();
-    tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
     let profile = stop_and_profile(&mut client, session.id).await;
     (session.id, profile)
 }
@@ -210,7 +190,7 @@ fn pprof_top(output: &str) -> Vec<(String, u64, u64)> {
 async fn every_format_tells_the_same_totals_and_top_rows() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let daemon = Daemon::start();
-    let (id, profile) = record_hotspots(&daemon, 1.5, None).await;
+    let (id, profile) = record(&daemon, &fixtures().hotspots_pie, 1.5, None).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let dir = dir.path();
 
@@ -348,7 +328,7 @@ async fn every_format_tells_the_same_totals_and_top_rows() {
 async fn every_sample_is_under_its_thread_in_every_format() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let daemon = Daemon::start();
-    let (id, profile) = record_threads(&daemon, 1.5).await;
+    let (id, profile) = record(&daemon, &fixtures().threads, 1.5, None).await;
     let total = profile.total_samples;
     assert!(total > 300, "1.5 s at 1400 Hz: {total} samples");
 
@@ -473,7 +453,7 @@ async fn a_throttled_session_says_so_to_grpc_and_json_clients() {
     let daemon = Daemon::start();
     // 300 Hz from 0.3 s on: about 0.3 * 1400 + 1.7 * 300 = 930 samples for 2 s of CPU time, so
     // under half the rate asked for.
-    let (id, profile) = record_hotspots(&daemon, 2.0, Some(300)).await;
+    let (id, profile) = record(&daemon, &fixtures().hotspots_pie, 2.0, Some(300)).await;
     assert!(
         profile.throttled,
         "gRPC: {} Hz taken of 1400 over {:.2} CPU seconds is throttled",

@@ -213,17 +213,8 @@ async fn start_and_stop_set_and_clear_the_kernel_filters() {
 #[tokio::test]
 async fn samples_are_counted_by_thread_and_threads_are_named_once() {
     let h = harness();
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let worker = std::thread::Builder::new()
-        .name("vmscope-worker".into())
-        .spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
-            done_rx.recv().ok();
-        })
-        .unwrap();
-    let tid = tid_rx.recv().unwrap();
+    let worker = crate::sys::tests::NamedThread::start("vmscope-worker");
+    let tid = worker.tid;
     let (a, b) = h.stack_and_leaf_sessions(0).await;
     let now = sys::monotonic_ns();
     let on_worker = |t| Event {
@@ -236,8 +227,7 @@ async fn samples_are_counted_by_thread_and_threads_are_named_once() {
         now,
     )
     .await;
-    done_tx.send(()).unwrap();
-    worker.join().unwrap();
+    drop(worker);
     for s in [&a, &b] {
         let snapshot = h.manager.snapshot(ROOT, s.id).await.unwrap();
         let mut counts: Vec<(Task, u64)> = snapshot
