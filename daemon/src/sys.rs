@@ -120,6 +120,88 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// A one-shot CLOCK_MONOTONIC timer whose descriptor becomes readable when it expires
+/// (`timerfd`), for a thread that waits on descriptors anyway.
+///
+/// tokio's timers wake their runtime twice for a deadline 64 ms or more away: at the start of
+/// the deadline's slot in its timer wheel, then at the deadline. A timer of the kernel's wakes
+/// once.
+#[derive(Debug)]
+pub struct DeadlineTimer {
+    fd: OwnedFd,
+}
+
+impl DeadlineTimer {
+    /// A disarmed timer, non-blocking.
+    pub fn new() -> io::Result<DeadlineTimer> {
+        // SAFETY: timerfd_create has no preconditions; a descriptor it returns is ours.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        Ok(DeadlineTimer {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Arms the timer to expire at CLOCK_MONOTONIC time `at_ns` (at once if it passed),
+    /// replacing any earlier deadline.
+    pub fn set_at(&self, at_ns: u64) -> io::Result<()> {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            // A zero value would disarm it: a deadline passed long ago is one nanosecond in.
+            it_value: libc::timespec {
+                tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at_ns % 1_000_000_000).max(1) as libc::c_long,
+            },
+        };
+        // SAFETY: the descriptor is a timerfd we own; the kernel reads `spec` and writes no old
+        // value (null).
+        let result = unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
+        if result < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Clears an expiry, so that the descriptor is no longer readable; whether it had expired.
+    pub fn clear(&self) -> bool {
+        let mut expirations = 0u64;
+        // SAFETY: reads 8 bytes into the u64 we own; non-blocking, so it fails with EAGAIN
+        // when the timer has not expired.
+        let read = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&raw mut expirations).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        read == std::mem::size_of::<u64>() as isize && expirations > 0
+    }
+}
+
+impl AsRawFd for DeadlineTimer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// Clock ticks per second of the CPU times in /proc/PID/stat and /proc/stat (USER_HZ).
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
