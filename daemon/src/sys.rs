@@ -24,10 +24,20 @@ pub const MAX_PROC_FILE_BYTES: u64 = 16 << 20;
 /// accepts, which it may lower by itself when perf interrupts take too long.
 pub const MAX_SAMPLE_RATE_SYSCTL: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
 
+/// What [`read_bounded`] asks for in its first read.
+const READ_FIRST_BYTES: usize = 4096;
+
 /// Reads a whole (small) file, refusing anything larger than `limit` bytes.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let file = File::open(path)?;
-    let mut buf = Vec::new();
+    // procfs files say they are empty: from an empty vector, read_to_end would probe with 32
+    // bytes and grow from there, six reads for a 300-byte /proc/PID/stat. A page takes most
+    // of them in one read.
+    let mut buf = Vec::with_capacity(
+        usize::try_from(limit.saturating_add(1))
+            .unwrap_or(usize::MAX)
+            .min(READ_FIRST_BYTES),
+    );
     file.take(limit + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > limit {
         return Err(io::Error::other(format!(
