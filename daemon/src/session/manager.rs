@@ -372,6 +372,7 @@ pub fn spawn_manager(
         counters: Counters::default(),
         last_forget_ns: 0,
         last_sweep_ns: 0,
+        ticks: 0,
         memory_given_back: false,
         idle_since: None,
         code_sweep: CodeSweep::default(),
@@ -431,6 +432,8 @@ struct Manager {
     counters: Counters,
     last_forget_ns: u64,
     last_sweep_ns: u64,
+    /// Ticks so far: the targets' `/proc` is read at every [`tick::PROBE_EVERY_TICKS`]th.
+    ticks: u64,
     /// Whether the memory was given back since the daemon last fell idle.
     memory_given_back: bool,
     /// Since when no session samples.

@@ -5,6 +5,13 @@ use tokio::io::{Interest, unix::AsyncFd};
 
 use super::*;
 
+/// Every how many ticks the targets' `/proc/PID/stat` is read (CPU times, exits and leaders
+/// the ring had no room to report, pids reused): a read is tens of microseconds, the tick's
+/// largest cost. A target's exit and its leader's come as events; its CPU time from the
+/// kernel's counters, where they could be opened; and a session's start, snapshots and stop
+/// read it afresh.
+pub(super) const PROBE_EVERY_TICKS: u64 = 4;
+
 /// How often the tick reads the host's CPU times (`/proc/stat`, whose interrupt counts make it
 /// long to generate: it was 9% of the daemon's CPU at a read per tick).
 const HOST_CPU_EVERY_NS: u64 = 1_000_000_000;
@@ -98,6 +105,8 @@ impl Manager {
     pub(super) fn tick(&mut self) {
         let now = sys::monotonic_ns();
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
+        self.ticks += 1;
+        let probe = self.ticks % PROBE_EVERY_TICKS == 0;
         // An idle daemon reads nothing; a busy one the host's times once a second: a session's
         // start, its snapshots and its stop read them afresh, and its steal is measured between
         // those.
@@ -122,9 +131,11 @@ impl Manager {
             if let Some(perf_data) = &mut session.hotspot {
                 self.counters.hotspot_perf_data_failed += perf_data.read_levels(now);
             }
-            let update = update_cpu(session, host);
-            self.counters.pid_reuses += update.reused;
-            leaderless.extend(update.leaderless);
+            if probe || host.is_some() {
+                let update = update_cpu(session, host, probe);
+                self.counters.pid_reuses += update.reused;
+                leaderless.extend(update.leaderless);
+            }
             let newly_exited: Vec<u32> = session
                 .targets
                 .iter()
