@@ -106,7 +106,7 @@ impl Manager {
         let now = sys::monotonic_ns();
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
         self.ticks += 1;
-        let probe = self.ticks % PROBE_EVERY_TICKS == 0;
+        let probe = self.ticks.is_multiple_of(PROBE_EVERY_TICKS);
         // An idle daemon reads nothing; a busy one the host's times once a second: a session's
         // start, its snapshots and its stop read them afresh, and its steal is measured between
         // those.
