@@ -24,10 +24,20 @@ pub const MAX_PROC_FILE_BYTES: u64 = 16 << 20;
 /// accepts, which it may lower by itself when perf interrupts take too long.
 pub const MAX_SAMPLE_RATE_SYSCTL: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
 
+/// What [`read_bounded`] asks for in its first read.
+const READ_FIRST_BYTES: usize = 4096;
+
 /// Reads a whole (small) file, refusing anything larger than `limit` bytes.
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let file = File::open(path)?;
-    let mut buf = Vec::new();
+    // procfs files say they are empty: from an empty vector, read_to_end would probe with 32
+    // bytes and grow from there, six reads for a 300-byte /proc/PID/stat. A page takes most
+    // of them in one read.
+    let mut buf = Vec::with_capacity(
+        usize::try_from(limit.saturating_add(1))
+            .unwrap_or(usize::MAX)
+            .min(READ_FIRST_BYTES),
+    );
     file.take(limit + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > limit {
         return Err(io::Error::other(format!(
@@ -126,6 +136,88 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     // vmscope runs on (CLOCK_BOOTTIME since 2.6.39).
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A one-shot CLOCK_MONOTONIC timer whose descriptor becomes readable when it expires
+/// (`timerfd`), for a thread that waits on descriptors anyway.
+///
+/// tokio's timers wake their runtime twice for a deadline 64 ms or more away: at the start of
+/// the deadline's slot in its timer wheel, then at the deadline. A timer of the kernel's wakes
+/// once.
+#[derive(Debug)]
+pub struct DeadlineTimer {
+    fd: OwnedFd,
+}
+
+impl DeadlineTimer {
+    /// A disarmed timer, non-blocking.
+    pub fn new() -> io::Result<DeadlineTimer> {
+        // SAFETY: timerfd_create has no preconditions; a descriptor it returns is ours.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        Ok(DeadlineTimer {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Arms the timer to expire at CLOCK_MONOTONIC time `at_ns` (at once if it passed),
+    /// replacing any earlier deadline.
+    pub fn set_at(&self, at_ns: u64) -> io::Result<()> {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            // A zero value would disarm it: a deadline passed long ago is one nanosecond in.
+            it_value: libc::timespec {
+                tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at_ns % 1_000_000_000).max(1) as libc::c_long,
+            },
+        };
+        // SAFETY: the descriptor is a timerfd we own; the kernel reads `spec` and writes no old
+        // value (null).
+        let result = unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
+        if result < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Clears an expiry, so that the descriptor is no longer readable; whether it had expired.
+    pub fn clear(&self) -> bool {
+        let mut expirations = 0u64;
+        // SAFETY: reads 8 bytes into the u64 we own; non-blocking, so it fails with EAGAIN
+        // when the timer has not expired.
+        let read = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&raw mut expirations).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        read == std::mem::size_of::<u64>() as isize && expirations > 0
+    }
+}
+
+impl AsRawFd for DeadlineTimer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
 }
 
 /// Clock ticks per second of the CPU times in /proc/PID/stat and /proc/stat (USER_HZ).

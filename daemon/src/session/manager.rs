@@ -117,7 +117,8 @@ pub struct ManagerConfig {
     /// many sessions its user (or other clients of that user) stop meanwhile. A user other than
     /// root with `max_stopped_per_user` such sessions starts no more until it takes one.
     pub unfetched_kept_for: Duration,
-    /// Period of the housekeeping tick (CPU times, exited targets).
+    /// Period of the housekeeping tick (CPU times, exited targets). While batches of samples
+    /// come, the tick is taken with the last batch before it is due (see `tick::Ticker`).
     pub tick: Duration,
     /// Time after a stop during which samples may still be in flight in the kernel.
     pub stop_slack: Duration,
@@ -371,14 +372,17 @@ pub fn spawn_manager(
         counters: Counters::default(),
         last_forget_ns: 0,
         last_sweep_ns: 0,
+        ticks: 0,
         memory_given_back: false,
         idle_since: None,
         code_sweep: CodeSweep::default(),
         user_scratch: Vec::new(),
         placements: Placements::default(),
     };
+    // I/O for the tick's timer (`tick::Ticker`).
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
+        .enable_io()
         .build()?;
     let thread = std::thread::Builder::new()
         .name("vmscope-sessions".into())
@@ -428,6 +432,8 @@ struct Manager {
     counters: Counters,
     last_forget_ns: u64,
     last_sweep_ns: u64,
+    /// Ticks so far: the targets' `/proc` is read at every [`tick::PROBE_EVERY_TICKS`]th.
+    ticks: u64,
     /// Whether the memory was given back since the daemon last fell idle.
     memory_given_back: bool,
     /// Since when no session samples.
@@ -503,13 +509,7 @@ impl Manager {
         mut jvm_replies: mpsc::UnboundedReceiver<JvmReply>,
         mut read_replies: mpsc::UnboundedReceiver<ReadReply>,
     ) {
-        // The first tick one period from now, not at once: there is nothing to look after at
-        // start, and a test that sets a long tick then has none at all.
-        let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + self.config.tick,
-            self.config.tick,
-        );
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = Ticker::new(self.config.tick);
         let mut batches_open = true;
         loop {
             let deadline = self.next_deadline();
@@ -523,13 +523,28 @@ impl Manager {
                     None => break,
                 },
                 batch = batches.recv(), if batches_open => match batch {
-                    Some(batch) => self.ingest(batch),
+                    Some(batch) => {
+                        self.ingest(batch);
+                        let now = sys::monotonic_ns();
+                        if ticker.batch(now) {
+                            self.tick();
+                            ticker.ticked(now);
+                        }
+                    }
                     None => {
                         tracing::error!("the ring-buffer reader stopped; no more samples will arrive");
                         batches_open = false;
                     }
                 },
-                _ = tick.tick() => self.tick(),
+                _ = ticker.expired() => {
+                    let now = sys::monotonic_ns();
+                    if ticker.due(now) {
+                        self.tick();
+                        ticker.ticked(now);
+                    } else {
+                        ticker.arm();
+                    }
+                }
                 _ = sleep_until_ns(deadline), if deadline.is_some() => self.end_elapsed(),
                 // The manager holds a sender: this never ends.
                 Some(reply) = jvm_replies.recv() => self.jvm_answered(reply),
@@ -683,7 +698,7 @@ use cpu::{lost_for, read_host_cpu, refresh_lost, update_cpu};
 use lifecycle::stop_reason;
 use placements::Placements;
 use routing::SessionSink;
-use tick::CodeSweep;
+use tick::{CodeSweep, Ticker};
 
 #[cfg(test)]
 mod tests;

@@ -131,6 +131,11 @@ impl Units {
             let unit = offsets.len();
             offsets.push(offset.0);
             let before = ranges.len();
+            // Whether `.debug_aranges` gives the unit any range, kept or not: as for addr2line,
+            // such a unit's own entries are not looked at. A unit whose code the linker
+            // dropped has its ranges at 0 only, and its line program (parsed for nothing, a
+            // third of a cold profile of a Rust binary) holds no more.
+            let mut covered = false;
             let first = aranges.partition_point(|a| a.0 < offset.0);
             for &(_, at) in aranges[first..].iter().take_while(|a| a.0 == offset.0) {
                 let mut entries = dwarf.debug_aranges.header(at)?.entries();
@@ -139,12 +144,13 @@ impl Units {
                     if let Ok(entry) = entry
                         && entry.length() != 0
                     {
+                        covered = true;
                         let range = entry.range();
                         push_range(&mut ranges, range.begin, range.end, unit);
                     }
                 }
             }
-            if ranges.len() == before {
+            if !covered && ranges.len() == before {
                 // Parsed for its root entry's ranges, or its line rows', and dropped.
                 let Ok(parsed) = dwarf.unit(header) else {
                     continue;
@@ -152,10 +158,14 @@ impl Units {
                 let unit_ref = UnitRef::new(dwarf, &parsed);
                 if let Ok(mut found) = unit_ref.unit_ranges() {
                     while let Ok(Some(range)) = found.next() {
+                        // Likewise for its root entry's ranges: any, kept or not, and the line
+                        // program is not looked at.
+                        covered |= range.begin < range.end;
                         push_range(&mut ranges, range.begin, range.end, unit);
                     }
                 }
-                if ranges.len() == before
+                if !covered
+                    && ranges.len() == before
                     && let Ok(lines) = Lines::parse(unit_ref)
                 {
                     for sequence in &lines.sequences {

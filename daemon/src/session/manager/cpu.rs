@@ -15,18 +15,17 @@ pub(super) fn read_host_cpu() -> HostCpu {
     }
 }
 
-/// Takes the CPU times of the session's targets, and the host's when read (once for all
-/// sessions);
-/// marks the targets found ended as exited. A process under a target's pid with another start
-/// time is not the target.
-pub(super) fn update_cpu(session: &mut Session, host: Option<HostCpu>) -> CpuUpdate {
+/// Takes the host's CPU times when read (once for all sessions), and with `targets` the CPU
+/// times of the session's targets, marking those found ended as exited. A process under a
+/// target's pid with another start time is not the target.
+pub(super) fn update_cpu(session: &mut Session, host: Option<HostCpu>, targets: bool) -> CpuUpdate {
     let mut update = CpuUpdate::default();
     if let Some(host) = host
         && host.times.total_ticks() >= session.host_cpu.1.times.total_ticks()
     {
         session.host_cpu.1 = host;
     }
-    if session.spec.system_wide {
+    if session.spec.system_wide || !targets {
         return update;
     }
     for target in session.targets.iter_mut().filter(|t| !t.exited) {

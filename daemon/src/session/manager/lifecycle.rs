@@ -289,7 +289,7 @@ impl Manager {
         if session.state != State::Running {
             return;
         }
-        let update = update_cpu(session, Some(read_host_cpu()));
+        let update = update_cpu(session, Some(read_host_cpu()), true);
         self.counters.pid_reuses += update.reused;
         let exited: Vec<u32> = session
             .targets

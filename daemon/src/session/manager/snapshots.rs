@@ -27,7 +27,7 @@ impl Manager {
         let lost = self.sampler.lost().ok();
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
         if session.state == State::Running {
-            let update = update_cpu(session, Some(read_host_cpu()));
+            let update = update_cpu(session, Some(read_host_cpu()), true);
             self.counters.pid_reuses += update.reused;
             if let Some(lost) = &lost {
                 refresh_lost(session, lost);
