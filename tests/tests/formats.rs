@@ -356,6 +356,12 @@ async fn every_sample_is_under_its_thread_in_every_format() {
     };
     let (two, one) = (named("spin-two"), named("spin-one"));
     let ratio = two.samples as f64 / one.samples as f64;
+    eprintln!(
+        "{total} samples: spin-two {}, spin-one {} ({ratio:.2} to 1), others {}",
+        two.samples,
+        one.samples,
+        total - two.samples - one.samples
+    );
     assert!(
         (1.6..2.5).contains(&ratio),
         "8 ms against 4 ms of CPU per turn: {} against {} samples",
