@@ -75,17 +75,12 @@ pub fn build_profile_unless(
         snapshot.period_ns,
         cancelled,
     )?;
-    let threads = threads(&snapshot);
+    let threads = threads(&frame_stacks, &snapshot.thread_names);
     let rows = profile_rows(row_sums, &placement, &snapshot.commands);
     let issues = issues(&placement.placed, issue_samples);
     let samples = kept_samples(&snapshot, &placement.placed, &during);
     let frames = std::mem::take(&mut placement.frames);
-    let processes = stacks
-        .counts
-        .iter()
-        .map(|&(task, _, _)| task.pid)
-        .collect::<HashSet<_>>()
-        .len() as u32;
+    let processes = threads.iter().map(|t| t.pid).collect::<HashSet<_>>().len() as u32;
     let duration_seconds = snapshot.duration.as_secs_f64();
     let measured_frequency_hz = if snapshot.cpu_seconds > 0.0 {
         snapshot.total_samples as f64 / snapshot.cpu_seconds

@@ -130,12 +130,16 @@ pub(super) fn profile_stacks(
     Some((profile_stacks, stack_ends))
 }
 
-/// The threads the snapshot's samples were taken in, most samples first, each with the name it
-/// had when the session first sampled it (where noted).
-pub(super) fn threads(snapshot: &Snapshot) -> Vec<Thread> {
+/// The threads of the profile's stacks, most samples first, each with the name it had when the
+/// session first sampled it (where `names` has it): summed from the stacks, already merged per
+/// thread, rather than from the session's counts again.
+pub(super) fn threads(
+    stacks: &[Stack],
+    names: &std::collections::HashMap<Task, String, foldhash::fast::RandomState>,
+) -> Vec<Thread> {
     let mut samples: HashMap<Task, u64> = HashMap::new();
-    for &(task, _, n) in &snapshot.stacks.counts {
-        *samples.entry(task).or_insert(0) += n;
+    for stack in stacks {
+        *samples.entry(Task::new(stack.pid, stack.tid)).or_insert(0) += stack.samples();
     }
     let mut threads: Vec<Thread> = samples
         .into_iter()
@@ -143,11 +147,7 @@ pub(super) fn threads(snapshot: &Snapshot) -> Vec<Thread> {
         .map(|(task, samples)| Thread {
             pid: task.pid,
             tid: task.tid,
-            name: snapshot
-                .thread_names
-                .get(&task)
-                .cloned()
-                .unwrap_or_default(),
+            name: names.get(&task).cloned().unwrap_or_default(),
             samples,
         })
         .collect();
