@@ -14,6 +14,7 @@
 //!   source line.
 //! - [`stack`]: values per (process, thread, stack of frames), how each stack ended, the VM's
 //!   intervals they were taken during, and kept samples.
+//! - [`stack_tree`]: stacks as a prefix tree, each distinct (caller, frame) once.
 //! - [`sample_type`]: what a stack's values measure (samples, the CPU time they stand for).
 //! - [`thread`]: the threads samples were taken in, with their names.
 //! - [`row`]: self and inclusive samples per (section, module, name), with their ranges,
@@ -34,6 +35,7 @@ pub mod row;
 pub mod sample_type;
 pub mod session;
 pub mod stack;
+pub mod stack_tree;
 pub mod thread;
 pub mod vm_stats;
 
@@ -45,6 +47,7 @@ pub use row::{CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSa
 pub use sample_type::SampleType;
 pub use session::{CallGraph, Session, SessionState, TargetProcess};
 pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame};
+pub use stack_tree::{StackFrames, StackNode, StackTreeBuilder};
 pub use thread::Thread;
 pub use vm_stats::{
     ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,

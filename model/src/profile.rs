@@ -4,13 +4,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     AttributedSample, Frame, IntervalKind, KernelEvents, ProfileRow, SampleType, Session, Stack,
-    StackEndSamples, SymbolizationIssue, Thread, VmStatistics,
+    StackEndSamples, StackFrames, StackNode, SymbolizationIssue, Thread, VmStatistics,
 };
 
 /// What one session measured, aggregated and symbolised: every report renders from it.
 ///
 /// Frames are interned: each distinct frame once in [`Profile::frames`], stacks name them by
-/// index. Rows are the stacks summed by leaf (self) and by every frame (inclusive), with the
+/// index; and so are stacks, as a prefix tree ([`Profile::stack_nodes`]). Rows are the stacks summed by leaf (self) and by every frame (inclusive), with the
 /// detail of where in the code samples fell.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
@@ -65,6 +65,9 @@ pub struct Profile {
     pub processes: u32,
     /// Each distinct frame once.
     pub frames: Vec<Frame>,
+    /// The stack tree: each distinct (caller, frame) once, callers before their callees
+    /// ([`crate::stack_tree`]). Each stack names its leaf's node.
+    pub stack_nodes: Vec<StackNode>,
     /// What each stack's [`Stack::values`] measure, in order: [`SampleType::Samples`] first.
     pub sample_types: Vec<SampleType>,
     /// Values per distinct (process, thread, stack, end, intervals), most samples first. Every
@@ -85,6 +88,11 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The frames of `stack`, leaf first, as indices into [`Profile::frames`].
+    pub fn stack_frames(&self, stack: &Stack) -> StackFrames<'_> {
+        StackFrames::new(&self.stack_nodes, stack.node)
+    }
+
     /// Where values of `kind` are in each stack's [`Stack::values`]; `None` when the profile
     /// does not measure it.
     pub fn value_index(&self, kind: SampleType) -> Option<usize> {
@@ -145,9 +153,13 @@ mod tests {
                 kind: Some(crate::CodeKind::ClosedPic),
                 ..Frame::default()
             }],
+            stack_nodes: vec![StackNode {
+                frame: 0,
+                caller: None,
+            }],
             sample_types: vec![SampleType::Samples, SampleType::CpuTime],
             stacks: vec![Stack {
-                frames: vec![0],
+                node: Some(0),
                 values: vec![3, 3_000_000],
                 end: Some(crate::StackEnd::Complete),
                 ..Stack::default()

@@ -6,9 +6,10 @@ use serde::{Deserialize, Serialize};
 /// intervals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stack {
-    /// Indices into [`crate::Profile::frames`], leaf first: kernel frames (when the tick landed
-    /// in the kernel), then the user frames under them, outermost caller last.
-    pub frames: Vec<u32>,
+    /// Its leaf's node in [`crate::Profile::stack_nodes`]; `None` for a stack without frames.
+    /// [`crate::Profile::stack_frames`] reads its frames, leaf first: kernel frames (when the
+    /// tick landed in the kernel), then the user frames under them, outermost caller last.
+    pub node: Option<u32>,
     /// The process.
     pub pid: u32,
     /// The thread (its kernel task id; the process's id for its main thread).

@@ -14,6 +14,13 @@ use crate::v1;
 
 impl From<m::Profile> for v1::Profile {
     fn from(p: m::Profile) -> Self {
+        // The API gives each stack its frames as a list (pprof's way): a client reads a stack
+        // without walking a tree.
+        let stacks = p
+            .stacks
+            .iter()
+            .map(|s| api_stack(s, p.stack_frames(s).collect()))
+            .collect();
         v1::Profile {
             session: p.session.map(Into::into),
             vm_executable: p.vm_executable,
@@ -34,7 +41,7 @@ impl From<m::Profile> for v1::Profile {
             jit_samples_before_code_map: p.jit_samples_before_code_map,
             processes: p.processes,
             frames: p.frames.into_iter().map(Into::into).collect(),
-            stacks: p.stacks.into_iter().map(Into::into).collect(),
+            stacks,
             sample_types: p
                 .sample_types
                 .into_iter()
@@ -77,7 +84,7 @@ impl From<v1::Profile> for m::Profile {
     /// The profile a daemon sent; its `pprof` bytes, an encoding of the same profile, are left
     /// behind.
     fn from(p: v1::Profile) -> Self {
-        let (sample_types, stacks) = model_stacks(&p.sample_types, p.stacks);
+        let (sample_types, stack_nodes, stacks) = model_stacks(&p.sample_types, p.stacks);
         m::Profile {
             session: p.session.map(Into::into),
             vm_executable: p.vm_executable,
@@ -103,6 +110,7 @@ impl From<v1::Profile> for m::Profile {
             jit_samples_from_later_snapshot: p.jit_samples_from_later_snapshot,
             processes: p.processes,
             frames: p.frames.into_iter().map(Into::into).collect(),
+            stack_nodes,
             sample_types,
             stacks,
             threads: p.threads.into_iter().map(Into::into).collect(),
@@ -353,18 +361,17 @@ pub fn model_stack_end(end: i32) -> Option<m::StackEnd> {
     })
 }
 
-impl From<m::Stack> for v1::Stack {
-    fn from(s: m::Stack) -> Self {
-        v1::Stack {
-            samples: s.samples(),
-            frames: s.frames,
-            pid: s.pid,
-            tid: s.tid,
-            values: s.values,
-            truncated: s.truncated,
-            end: stack_end(s.end) as i32,
-            during: s.during,
-        }
+/// `s` as the API carries it, with its `frames` (leaf first).
+fn api_stack(s: &m::Stack, frames: Vec<u32>) -> v1::Stack {
+    v1::Stack {
+        samples: s.samples(),
+        frames,
+        pid: s.pid,
+        tid: s.tid,
+        values: s.values.clone(),
+        truncated: s.truncated,
+        end: stack_end(s.end) as i32,
+        during: s.during.clone(),
     }
 }
 
@@ -385,10 +392,14 @@ pub fn model_sample_type(kind: i32) -> Option<m::SampleType> {
     }
 }
 
-/// The sample types and stacks a daemon sent, as the model holds them: values of a type this
-/// build does not know are dropped with their type, and a daemon that sent no types (older
-/// than sample types) measured samples alone, in `Stack.samples`. Samples are always first.
-fn model_stacks(types: &[i32], stacks: Vec<v1::Stack>) -> (Vec<m::SampleType>, Vec<m::Stack>) {
+/// The sample types, stack tree and stacks a daemon sent, as the model holds them: values of a
+/// type this build does not know are dropped with their type, and a daemon that sent no types
+/// (older than sample types) measured samples alone, in `Stack.samples`. Samples are always
+/// first.
+fn model_stacks(
+    types: &[i32],
+    stacks: Vec<v1::Stack>,
+) -> (Vec<m::SampleType>, Vec<m::StackNode>, Vec<m::Stack>) {
     let known: Vec<(usize, m::SampleType)> = types
         .iter()
         .enumerate()
@@ -405,6 +416,7 @@ fn model_stacks(types: &[i32], stacks: Vec<v1::Stack>) -> (Vec<m::SampleType>, V
                     .map(|&(i, t)| (Some(i), t)),
             )
             .collect();
+    let mut tree = m::StackTreeBuilder::new();
     let stacks = stacks
         .into_iter()
         .map(|s| {
@@ -417,7 +429,7 @@ fn model_stacks(types: &[i32], stacks: Vec<v1::Stack>) -> (Vec<m::SampleType>, V
                 })
                 .collect();
             m::Stack {
-                frames: s.frames,
+                node: tree.intern(&s.frames),
                 pid: s.pid,
                 tid: s.tid,
                 values,
@@ -427,7 +439,11 @@ fn model_stacks(types: &[i32], stacks: Vec<v1::Stack>) -> (Vec<m::SampleType>, V
             }
         })
         .collect();
-    (columns.into_iter().map(|(_, t)| t).collect(), stacks)
+    (
+        columns.into_iter().map(|(_, t)| t).collect(),
+        tree.finish(),
+        stacks,
+    )
 }
 
 impl From<m::Thread> for v1::Thread {
@@ -946,15 +962,39 @@ mod tests {
                 name: "GC Thread#0".into(),
                 samples: 10,
             }],
-            stacks: vec![m::Stack {
-                frames: vec![0],
-                pid: 42,
-                tid: 43,
-                values: vec![10, 10_030_090],
-                end: Some(m::StackEnd::JitNoFramePointer),
-                during: vec![0],
-                ..m::Stack::default()
-            }],
+            // A stack, one that recurses once under it (sharing its node), and one without
+            // frames.
+            stack_nodes: vec![
+                m::StackNode {
+                    frame: 0,
+                    caller: None,
+                },
+                m::StackNode {
+                    frame: 0,
+                    caller: Some(0),
+                },
+            ],
+            stacks: vec![
+                m::Stack {
+                    node: Some(0),
+                    pid: 42,
+                    tid: 43,
+                    values: vec![10, 10_030_090],
+                    end: Some(m::StackEnd::JitNoFramePointer),
+                    during: vec![0],
+                    ..m::Stack::default()
+                },
+                m::Stack {
+                    node: Some(1),
+                    values: vec![2, 0],
+                    ..m::Stack::default()
+                },
+                m::Stack {
+                    node: None,
+                    values: vec![1, 0],
+                    ..m::Stack::default()
+                },
+            ],
             stack_ends: vec![m::StackEndSamples {
                 end: m::StackEnd::CopyFaulted,
                 samples: 10,
@@ -1050,6 +1090,12 @@ mod tests {
         let profile = everything();
         let sent = v1::Profile::from(profile.clone());
         assert_eq!(sent.frames[0].kind, v1::CodeKind::ClosedPic as i32);
+        let frames: Vec<&[u32]> = sent.stacks.iter().map(|s| &s.frames[..]).collect();
+        assert_eq!(
+            frames,
+            [&[0][..], &[0, 0], &[]],
+            "each stack's frames, leaf first"
+        );
         assert_eq!(
             sent.vm_interval_kinds[1].kind,
             v1::IntervalKind::Named as i32

@@ -6,8 +6,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use vmscope_model::{
     CallGraph, CodeKind, CodeRange, Frame, InlinedMethod, IssueKind, ProcessSamples, Profile,
-    ProfileRow, SampleType, Section, Session, SessionState, Stack, SymbolizationIssue,
-    TargetProcess,
+    ProfileRow, SampleType, Section, Session, SessionState, Stack, StackNode, StackTreeBuilder,
+    SymbolizationIssue, TargetProcess,
 };
 
 /// 2026-11-22T10:00:00Z.
@@ -475,7 +475,7 @@ pub fn profile_of_stacks(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> 
     let mut profile = profile_with(rows);
     profile.truncated_stacks = stacks.iter().filter(|s| s.2).map(|s| s.1).sum();
     profile.sample_types = vec![SampleType::Samples, SampleType::CpuTime];
-    profile.stacks = stacks_of(stacks);
+    (profile.stack_nodes, profile.stacks) = stacks_of(stacks);
     profile.frames = frames;
     profile.has_generated_code = true;
     // 1400 Hz on one busy CPU: not throttled.
@@ -550,11 +550,12 @@ pub fn stacks_profile() -> Profile {
 
 /// Stacks of process 4242 from (frame indices leaf first, samples, truncated): complete, or
 /// cut at the depth limit when truncated; each sample 1/1400 s of CPU time.
-pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> Vec<Stack> {
-    stacks
+pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> (Vec<StackNode>, Vec<Stack>) {
+    let mut tree = StackTreeBuilder::new();
+    let stacks = stacks
         .iter()
         .map(|&(frames, samples, truncated)| Stack {
-            frames: frames.to_vec(),
+            node: tree.intern(frames),
             pid: 4242,
             tid: 4242,
             values: vec![samples, samples * 714_286],
@@ -566,5 +567,24 @@ pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> Vec<Stack> {
             }),
             during: Vec::new(),
         })
-        .collect()
+        .collect();
+    (tree.finish(), stacks)
+}
+
+/// Adds `stack` to `profile` with the frames `frames` (leaf first), in the profile's stack tree.
+pub fn push_stack(profile: &mut Profile, frames: &[u32], stack: Stack) {
+    profile.stacks.push(stack);
+    set_frames(profile, profile.stacks.len() - 1, frames);
+}
+
+/// Gives `profile`'s stack `i` the frames `frames` (leaf first), in the profile's stack tree.
+pub fn set_frames(profile: &mut Profile, i: usize, frames: &[u32]) {
+    let mut tree = StackTreeBuilder::from_nodes(std::mem::take(&mut profile.stack_nodes));
+    profile.stacks[i].node = tree.intern(frames);
+    profile.stack_nodes = tree.finish();
+}
+
+/// The frames of `profile`'s stack `i`, leaf first.
+pub fn frames_of(profile: &Profile, i: usize) -> Vec<u32> {
+    profile.stack_frames(&profile.stacks[i]).collect()
 }

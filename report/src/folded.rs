@@ -49,6 +49,7 @@ pub fn fold(profile: &model::Profile, options: FoldedOptions) -> BTreeMap<String
     };
     let mut lines = BTreeMap::new();
     let mut line = String::new();
+    let mut frames: Vec<u32> = Vec::new();
     for stack in profile.stacks.iter().filter(|s| s.samples() > 0) {
         line.clear();
         let mut push = |frame: &str| {
@@ -66,7 +67,9 @@ pub fn fold(profile: &model::Profile, options: FoldedOptions) -> BTreeMap<String
         if stack.truncated {
             push(TRUNCATED_ROOT);
         }
-        for &index in stack.frames.iter().rev() {
+        frames.clear();
+        frames.extend(profile.stack_frames(stack));
+        for &index in frames.iter().rev() {
             push(
                 names
                     .get(index as usize)
@@ -161,15 +164,17 @@ mod tests {
     #[test]
     fn by_process_puts_the_command_first() {
         let mut profile = fixture::profile();
-        profile.stacks.push(model::Stack {
-            frames: vec![fixture::MAIN],
-            pid: 300,
-            tid: 300,
-            values: vec![1, 1_000_000],
-            truncated: false,
-            end: Some(vmscope_model::StackEnd::Complete),
-            during: Vec::new(),
-        });
+        crate::fixtures::push_stack(
+            &mut profile,
+            &[fixture::MAIN],
+            model::Stack {
+                pid: 300,
+                tid: 300,
+                values: vec![1, 1_000_000],
+                end: Some(vmscope_model::StackEnd::Complete),
+                ..model::Stack::default()
+            },
+        );
         let folded = fold(&profile, FoldedOptions { by_process: true });
         assert_eq!(
             folded.get(

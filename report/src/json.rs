@@ -168,7 +168,8 @@ impl Serialize for InProfile<'_, model::Stack> {
             .map(IntervalKind::key)
             .collect();
         let mut object = serializer.serialize_struct("Stack", 8)?;
-        object.serialize_field("frames", &stack.frames)?;
+        let frames: Vec<u32> = profile.stack_frames(stack).collect();
+        object.serialize_field("frames", &frames)?;
         object.serialize_field("pid", &stack.pid)?;
         object.serialize_field("tid", &stack.tid)?;
         object.serialize_field("samples", &stack.samples())?;

@@ -454,9 +454,9 @@ fn v8_interpreted_frames(profile: &Profile) -> Option<f64> {
         .stacks
         .iter()
         .filter(|s| {
-            s.frames
-                .iter()
-                .any(|&i| entry.get(i as usize).copied().unwrap_or(false))
+            profile
+                .stack_frames(s)
+                .any(|i| entry.get(i as usize).copied().unwrap_or(false))
         })
         .map(|s| s.samples())
         .sum();
@@ -2020,15 +2020,17 @@ mod tests {
             |profile: &Profile| Report::from_profile(profile, &OPTIONS).v8_interpreted_frames;
         assert_eq!(share(&profile), None, "no stack holds it yet");
         let extra = profile.total_samples / 10;
-        profile.stacks.push(Stack {
-            frames: vec![0, base],
-            pid: 1,
-            tid: 1,
-            values: vec![extra],
-            truncated: false,
-            end: Some(vmscope_model::StackEnd::Complete),
-            during: Vec::new(),
-        });
+        crate::fixtures::push_stack(
+            &mut profile,
+            &[0, base],
+            Stack {
+                pid: 1,
+                tid: 1,
+                values: vec![extra],
+                end: Some(vmscope_model::StackEnd::Complete),
+                ..Stack::default()
+            },
+        );
         profile.total_samples += extra;
         let expected = percent(extra, profile.total_samples);
         assert_eq!(share(&profile), Some(expected));

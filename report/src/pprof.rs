@@ -228,8 +228,11 @@ impl<'a> Builder<'a> {
         }
 
         let mut samples = Vec::with_capacity(profile.stacks.len());
+        let mut frames: Vec<u32> = Vec::new();
         for stack in &profile.stacks {
-            let location_id = self.stack_locations(&stack.frames);
+            frames.clear();
+            frames.extend(profile.stack_frames(stack));
+            let location_id = self.stack_locations(&frames);
             let mut label = vec![pp::Label {
                 key: pid_key,
                 num: i64::from(stack.pid),
@@ -261,7 +264,7 @@ impl<'a> Builder<'a> {
                     ..Default::default()
                 });
             }
-            let later = stack.frames.iter().any(|&f| {
+            let later = frames.iter().any(|&f| {
                 profile
                     .frames
                     .get(f as usize)
@@ -856,7 +859,9 @@ mod tests {
     #[test]
     fn a_bad_frame_index_still_counts_its_samples() {
         let mut profile = fixture::profile();
-        profile.stacks[3].frames[0] = 999;
+        let mut frames = crate::fixtures::frames_of(&profile, 3);
+        frames[0] = 999;
+        crate::fixtures::set_frames(&mut profile, 3, &frames);
         let p = to_pprof(&profile);
         assert_eq!(names(&p, &p.sample[3])[0], ["[missing frame]"]);
         assert_eq!(p.sample[3].value[0], 40);

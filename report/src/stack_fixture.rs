@@ -6,7 +6,7 @@
 
 use vmscope_model::{
     CallGraph, CodeKind, Frame, ProcessSamples, Profile, ProfileRow, SampleType, Section, Session,
-    Stack, StackEnd, TargetProcess,
+    Stack, StackEnd, StackTreeBuilder, TargetProcess,
 };
 
 /// 2026-11-22T10:00:00Z.
@@ -62,9 +62,15 @@ fn jit(name: &str, range: &str, inlined: bool, optimised: bool) -> Frame {
     }
 }
 
-fn stack(frames: &[u32], pid: u32, samples: u64, truncated: bool) -> Stack {
+fn stack(
+    tree: &mut StackTreeBuilder,
+    frames: &[u32],
+    pid: u32,
+    samples: u64,
+    truncated: bool,
+) -> Stack {
     Stack {
-        frames: frames.to_vec(),
+        node: tree.intern(frames),
         pid,
         tid: pid,
         values: vec![samples, samples * 1_000_000],
@@ -104,22 +110,37 @@ pub fn profile() -> Profile {
         kernel,
         native(HOSTILE_NAME, "libfoo.so", Section::Other, ""),
     ];
+    let mut tree = StackTreeBuilder::new();
     let stacks = vec![
         stack(
+            &mut tree,
             &[BENCH_FIB, BENCH_FIB, BENCHMARK, INTERPRETER, MAIN],
             100,
             700,
             false,
         ),
         stack(
+            &mut tree,
             &[HEAVY_INLINED, INLINE_BENCH, BENCHMARK, INTERPRETER, MAIN],
             100,
             200,
             false,
         ),
-        stack(&[KSYS_WRITE, WRITE, INTERPRETER, MAIN], 100, 50, false),
-        stack(&[BENCH_FIB, BENCHMARK, INTERPRETER, MAIN], 200, 40, false),
-        stack(&[HOSTILE, INTERPRETER], 100, 10, true),
+        stack(
+            &mut tree,
+            &[KSYS_WRITE, WRITE, INTERPRETER, MAIN],
+            100,
+            50,
+            false,
+        ),
+        stack(
+            &mut tree,
+            &[BENCH_FIB, BENCHMARK, INTERPRETER, MAIN],
+            200,
+            40,
+            false,
+        ),
+        stack(&mut tree, &[HOSTILE, INTERPRETER], 100, 10, true),
     ];
     let rows = vec![ProfileRow {
         section: Section::Generated,
@@ -163,6 +184,7 @@ pub fn profile() -> Profile {
         duration_seconds: 2.5,
         rows,
         frames,
+        stack_nodes: tree.finish(),
         sample_types: vec![SampleType::Samples, SampleType::CpuTime],
         stacks,
         truncated_stacks: 10,

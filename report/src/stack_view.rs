@@ -53,7 +53,7 @@ use std::{
 };
 
 use serde::Serialize;
-use vmscope_model::{CodeKind, Frame, Profile, Section, Stack, StackEnd};
+use vmscope_model::{CodeKind, Frame, Profile, Section, Stack, StackEnd, StackTreeBuilder};
 
 use crate::{
     functions::Functions,
@@ -158,10 +158,9 @@ impl<'a> ShownStacks<'a> {
         };
         let (mut language_samples, mut hidden_samples, mut collapsed_samples) = (0u64, 0u64, 0u64);
         let holds_language = |stack: &Stack| {
-            stack
-                .frames
-                .iter()
-                .any(|&f| roles.get(f as usize) == Some(&Role::Language))
+            profile
+                .stack_frames(stack)
+                .any(|f| roles.get(f as usize) == Some(&Role::Language))
         };
         if stack_options
             == (StackOptions {
@@ -186,12 +185,16 @@ impl<'a> ShownStacks<'a> {
         let mut changed = false;
         let mut stacks: Vec<Stack> = Vec::with_capacity(profile.stacks.len());
         let mut index: HashMap<StackKey, usize> = HashMap::new();
-        let (mut viewed, mut collapsed) = (Vec::new(), Vec::new());
+        // The shown stacks' own tree: it holds exactly the stacks shown.
+        let mut tree = StackTreeBuilder::new();
+        let (mut recorded, mut viewed, mut collapsed) = (Vec::new(), Vec::new(), Vec::new());
         for stack in &profile.stacks {
             if holds_language(stack) {
                 language_samples = language_samples.saturating_add(stack.samples());
             }
-            let mut frames: &[u32] = &stack.frames;
+            recorded.clear();
+            recorded.extend(profile.stack_frames(stack));
+            let mut frames: &[u32] = &recorded;
             if stack_options.frames == FrameView::Language
                 && language_view(frames, &roles, &mut viewed)
             {
@@ -204,9 +207,9 @@ impl<'a> ShownStacks<'a> {
                 collapsed_samples = collapsed_samples.saturating_add(stack.samples());
                 frames = &collapsed;
             }
-            changed |= frames.len() != stack.frames.len();
+            changed |= frames.len() != recorded.len();
             let key = StackKey {
-                frames: frames.to_vec(),
+                node: tree.intern(frames),
                 pid: stack.pid,
                 tid: stack.tid,
                 truncated: stack.truncated,
@@ -220,7 +223,7 @@ impl<'a> ShownStacks<'a> {
                 }
                 Entry::Vacant(at) => {
                     stacks.push(Stack {
-                        frames: at.key().frames.clone(),
+                        node: at.key().node,
                         ..stack.clone()
                     });
                     at.insert(stacks.len() - 1);
@@ -236,6 +239,7 @@ impl<'a> ShownStacks<'a> {
             );
             let mut shown = profile.clone();
             shown.stacks = stacks;
+            shown.stack_nodes = tree.finish();
             Cow::Owned(shown)
         } else {
             Cow::Borrowed(profile)
@@ -279,7 +283,8 @@ impl<'a> ShownStacks<'a> {
 /// What identifies a shown stack: stacks that agree on all of it are merged.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct StackKey {
-    frames: Vec<u32>,
+    /// The shown stack's node: the same node, the same frames.
+    node: Option<u32>,
     pid: u32,
     tid: u32,
     truncated: bool,
@@ -443,22 +448,34 @@ mod tests {
         stack
     }
 
-    fn stack(root_first: &[u32], samples: u64) -> Stack {
-        Stack {
-            frames: root_first.iter().rev().copied().collect(),
+    /// A stack of `root_first`'s frames, for [`profile`]: its frames leaf first, and the rest.
+    fn stack(root_first: &[u32], samples: u64) -> (Vec<u32>, Stack) {
+        let frames = root_first.iter().rev().copied().collect();
+        let stack = Stack {
+            node: None,
             pid: 7,
             tid: 7,
             values: vec![samples],
             truncated: false,
             end: Some(StackEnd::Complete),
             during: Vec::new(),
-        }
+        };
+        (frames, stack)
     }
 
-    fn profile(frames: Vec<Frame>, stacks: Vec<Stack>) -> Profile {
+    fn profile(frames: Vec<Frame>, stacks: Vec<(Vec<u32>, Stack)>) -> Profile {
+        let mut tree = StackTreeBuilder::new();
+        let stacks: Vec<Stack> = stacks
+            .into_iter()
+            .map(|(frames, stack)| Stack {
+                node: tree.intern(&frames),
+                ..stack
+            })
+            .collect();
         Profile {
             total_samples: stacks.iter().map(|s| s.samples()).sum(),
             frames,
+            stack_nodes: tree.finish(),
             stacks,
             ..Profile::default()
         }
@@ -481,11 +498,11 @@ mod tests {
             .stacks
             .iter()
             .map(|s| {
-                let names: Vec<&str> = s
-                    .frames
-                    .iter()
-                    .rev()
-                    .map(|&f| {
+                let mut frames: Vec<u32> = profile.stack_frames(s).collect();
+                frames.reverse();
+                let names: Vec<&str> = frames
+                    .into_iter()
+                    .map(|f| {
                         profile
                             .frames
                             .get(f as usize)
@@ -739,9 +756,10 @@ mod tests {
             .stacks
             .iter()
             .map(|s| {
-                s.frames
-                    .iter()
-                    .map(|&f| shown.profile.frames[f as usize].range.as_str())
+                shown
+                    .profile
+                    .stack_frames(s)
+                    .map(|f| shown.profile.frames[f as usize].range.as_str())
                     .collect()
             })
             .collect();
@@ -761,9 +779,8 @@ mod tests {
         let profile = recursive_profile();
         let shown = ShownStacks::new(&profile, &options(FrameView::Native, true));
         let functions = |p: &Profile, s: &Stack| -> std::collections::BTreeSet<String> {
-            s.frames
-                .iter()
-                .map(|&f| p.frames[f as usize].name.clone())
+            p.stack_frames(s)
+                .map(|f| p.frames[f as usize].name.clone())
                 .collect()
         };
         let inclusive = |p: &Profile| {
@@ -831,7 +848,7 @@ mod tests {
             .profile
             .stacks
             .iter()
-            .filter(|s| s.frames.len() == 3 && s.samples() >= 20)
+            .filter(|s| shown.profile.stack_frames(s).count() == 3 && s.samples() >= 20)
             .collect();
         assert_eq!(
             fib.iter()
@@ -857,9 +874,9 @@ mod tests {
         deep.extend([99, 99, 0]);
         let profile = profile(frames, vec![stack(&deep, 1), stack(&[], 2)]);
         let shown = ShownStacks::new(&profile, &options(FrameView::Language, true));
-        let stacks = &shown.profile.stacks;
-        assert!(stacks[0].frames.is_empty(), "most samples first");
-        assert_eq!(stacks[1].frames, [0, 99, 0], "{:?}", stacks[1].frames);
+        let frames = |i| crate::fixtures::frames_of(&shown.profile, i);
+        assert!(frames(0).is_empty(), "most samples first");
+        assert_eq!(frames(1), [0, 99, 0]);
         // Two interleaved cycles that never repeat within 16 frames: every check fails late.
         let hostile: Vec<u32> = (0..100_000u32)
             .map(|i| {

@@ -155,10 +155,10 @@ impl VmStatsReport {
                 if stack.pid != stats.pid || !index.is_some_and(|i| stack.during.contains(&i)) {
                     continue;
                 }
-                let leaf = stack
-                    .frames
-                    .first()
-                    .and_then(|&f| profile.frames.get(f as usize));
+                let leaf = profile
+                    .stack_frames(stack)
+                    .next()
+                    .and_then(|f| profile.frames.get(f as usize));
                 let key = leaf.map_or(("[unknown]", ""), |f| (&f.name, &f.module));
                 *leaves.entry(key).or_insert(0) += stack.samples();
             }
@@ -461,14 +461,14 @@ mod tests {
     /// disagrees with the VM's own share of the time.
     #[test]
     fn samples_during_each_kind_are_set_beside_the_vms_own_time() {
-        use vmscope_model::{Frame, Stack};
+        use vmscope_model::{Frame, Stack, StackNode};
         let frame = |name: &str, module: &str| Frame {
             name: name.into(),
             module: module.into(),
             ..Frame::default()
         };
         let stack = |pid, frame, samples, during: &[u32]| Stack {
-            frames: vec![frame],
+            node: Some(frame),
             pid,
             values: vec![samples],
             during: during.to_vec(),
@@ -488,6 +488,13 @@ mod tests {
                 frame("memset", "libc.so.6"),
             ],
             vm_interval_kinds: vec![IntervalKind::Scavenge, IntervalKind::FullGc],
+            // Stacks of one frame each: node i is frame i.
+            stack_nodes: (0..3)
+                .map(|frame| StackNode {
+                    frame,
+                    caller: None,
+                })
+                .collect(),
             stacks: vec![
                 stack(42, 0, 60, &[0]),
                 stack(42, 2, 20, &[0]),

@@ -292,7 +292,7 @@ impl CallTree {
             if stack.samples() == 0 {
                 continue;
             }
-            let frames = valid_frames(stack, profile.frames.len());
+            let frames = valid_frames(profile, stack);
             path.clear();
             let leaf_is_self = match &options.view {
                 TreeView::TopDown => {
@@ -401,12 +401,11 @@ impl CallTree {
 }
 
 /// The stack's frame indices that name a frame, leaf first.
-fn valid_frames(stack: &Stack, frames: usize) -> Vec<usize> {
-    stack
-        .frames
-        .iter()
-        .map(|&f| f as usize)
-        .filter(|&f| f < frames)
+fn valid_frames(profile: &Profile, stack: &Stack) -> Vec<usize> {
+    profile
+        .stack_frames(stack)
+        .map(|f| f as usize)
+        .filter(|&f| f < profile.frames.len())
         .collect()
 }
 
@@ -663,10 +662,11 @@ mod tests {
     /// A profile of `frames` and `stacks` (frame indices leaf first, samples, truncated),
     /// whose total is the stacks' sum.
     fn profile(frames: Vec<Frame>, stacks: &[(&[u32], u64, bool)]) -> Profile {
-        let stacks: Vec<Stack> = crate::fixtures::stacks_of(stacks);
+        let (stack_nodes, stacks) = crate::fixtures::stacks_of(stacks);
         Profile {
             total_samples: stacks.iter().map(|s| s.samples()).sum(),
             frames,
+            stack_nodes,
             stacks,
             ..Profile::default()
         }
@@ -803,15 +803,17 @@ mod tests {
     fn callees_of_a_function_merge_its_occurrences() {
         // leaf is also called straight from main: both occurrences merge under one root.
         let mut profile = callers_profile();
-        profile.stacks.push(Stack {
-            frames: vec![3, 0],
-            pid: 1,
-            tid: 1,
-            values: vec![5, 5_000_000],
-            truncated: false,
-            end: Some(vmscope_model::StackEnd::Complete),
-            during: Vec::new(),
-        });
+        crate::fixtures::push_stack(
+            &mut profile,
+            &[3, 0],
+            Stack {
+                pid: 1,
+                tid: 1,
+                values: vec![5, 5_000_000],
+                end: Some(vmscope_model::StackEnd::Complete),
+                ..Stack::default()
+            },
+        );
         profile.total_samples += 5;
         let tree = build(&profile, TreeView::Callees("caller_a".to_owned()), 0.0);
         assert_eq!(lines(&tree), ["caller_a 70/0", "  leaf 70/70"]);

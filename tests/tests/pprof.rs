@@ -43,10 +43,9 @@ fn profile() -> Profile {
 fn samples_by_name(profile: &Profile) -> BTreeMap<String, (u64, u64)> {
     let mut by_name: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for stack in &profile.stacks {
-        let names: Vec<&str> = stack
-            .frames
-            .iter()
-            .map(|&i| profile.frames[i as usize].name.as_str())
+        let names: Vec<&str> = profile
+            .stack_frames(stack)
+            .map(|i| profile.frames[i as usize].name.as_str())
             .collect();
         if let Some(leaf) = names.first() {
             by_name.entry((*leaf).to_owned()).or_default().0 += stack.samples();
@@ -217,10 +216,9 @@ fn go_tool_pprof_traces_are_the_profiles_stacks_with_their_labels() {
             Trace {
                 labels,
                 samples: stack.samples(),
-                frames: stack
-                    .frames
-                    .iter()
-                    .map(|&i| profile.frames[i as usize].name.clone())
+                frames: profile
+                    .stack_frames(stack)
+                    .map(|i| profile.frames[i as usize].name.clone())
                     .collect(),
             }
         })

@@ -319,9 +319,10 @@ mod tests {
                 ..Default::default()
             },
         ];
+        let mut tree = model::StackTreeBuilder::new();
         profile.stacks = vec![
             model::Stack {
-                frames: vec![1, 0],
+                node: tree.intern(&[1, 0]),
                 pid: 42,
                 tid: 43,
                 values: vec![9000, 9000 * 714_286],
@@ -330,7 +331,7 @@ mod tests {
                 during: Vec::new(),
             },
             model::Stack {
-                frames: vec![2, 0],
+                node: tree.intern(&[2, 0]),
                 pid: 42,
                 tid: 42,
                 values: vec![1000, 1000 * 714_286],
@@ -339,6 +340,7 @@ mod tests {
                 during: vec![0],
             },
         ];
+        profile.stack_nodes = tree.finish();
         profile.vm_interval_kinds = vec![model::IntervalKind::Scavenge];
         profile.sample_types = vec![model::SampleType::Samples, model::SampleType::CpuTime];
         profile.threads = vec![

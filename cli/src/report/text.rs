@@ -1218,7 +1218,7 @@ mod tests {
     fn golden_vm_statistics() {
         use vmscope_model::{
             ConfigValue, Configuration, CounterDelta, Frame, GaugeDelta, IntervalTotals, Stack,
-            VmStatistics,
+            StackTreeBuilder, VmStatistics,
         };
         let mut profile = profile_with_events();
         // Samples taken during the VM's intervals: in the collector and in memcpy during
@@ -1232,19 +1232,21 @@ mod tests {
             });
         }
         profile.vm_interval_kinds = vec![IntervalKind::Scavenge, IntervalKind::CodeCompaction];
+        let mut tree = StackTreeBuilder::from_nodes(std::mem::take(&mut profile.stack_nodes));
         for (frame, samples, during) in [
             (collector, 45, 0),
             (collector + 1, 18, 0),
             (collector + 1, 300, 1),
         ] {
             profile.stacks.push(Stack {
-                frames: vec![frame],
+                node: tree.intern(&[frame]),
                 pid: 4242,
                 values: vec![samples],
                 during: vec![during],
                 ..Stack::default()
             });
         }
+        profile.stack_nodes = tree.finish();
         let setting = |name: &str, n, unit: &str| Configuration {
             name: name.into(),
             value: Some(ConfigValue::Number(n)),

@@ -67,7 +67,7 @@ pub fn build_profile_unless(
     let (row_sums, issue_samples) = sum_rows(stacks, &placement, cancelled)?;
     let (vm_interval_kinds, during) = interval_kinds(stacks);
     let hidden_kernel = options.hide_kernel.is_some();
-    let (frame_stacks, stack_ends) = profile_stacks(
+    let (stack_nodes, frame_stacks, stack_ends) = profile_stacks(
         stacks,
         &placement.placed,
         hidden_kernel,
@@ -119,6 +119,7 @@ pub fn build_profile_unless(
         jit_samples_from_later_snapshot: snapshot.jit.later_snapshot,
         processes,
         frames: frames.frames,
+        stack_nodes,
         sample_types: SAMPLE_TYPES.to_vec(),
         stacks: frame_stacks,
         threads,

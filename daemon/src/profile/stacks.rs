@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use vmscope_model::{
     self as model, AttributedSample, IntervalKind, SampleType, Section, Stack, StackEndSamples,
-    StackFrame, Thread, rank::rank,
+    StackFrame, StackNode, StackTreeBuilder, Thread, rank::rank,
 };
 
 use super::placed::Placed;
@@ -71,9 +71,9 @@ pub(super) fn stack_end(
 }
 
 /// The stacks of the profile, most samples first, with their values of [`SAMPLE_TYPES`] (one
-/// sample stands for `period_ns` of CPU time), and the samples per way they ended; `during`
-/// gives each set of interval kinds as indices (see [`interval_kinds`]). `None` once
-/// `cancelled` says so.
+/// sample stands for `period_ns` of CPU time) and the stack tree they name, and the samples
+/// per way they ended; `during` gives each set of interval kinds as indices (see
+/// [`interval_kinds`]). `None` once `cancelled` says so.
 pub(super) fn profile_stacks(
     stacks: &StackSnapshot,
     placed: &[Placed],
@@ -81,7 +81,7 @@ pub(super) fn profile_stacks(
     during: &[Vec<u32>],
     period_ns: u64,
     cancelled: impl Fn(usize) -> bool,
-) -> Option<(Vec<Stack>, Vec<StackEndSamples>)> {
+) -> Option<(Vec<StackNode>, Vec<Stack>, Vec<StackEndSamples>)> {
     let mut by_frames: HashMap<(Task, Vec<u32>, Option<model::StackEnd>, DuringId), u64> =
         HashMap::new();
     let mut ends: BTreeMap<model::StackEnd, u64> = BTreeMap::new();
@@ -101,10 +101,26 @@ pub(super) fn profile_stacks(
             .entry((task, frame_ids, end, span.during))
             .or_insert(0) += samples;
     }
-    let mut profile_stacks: Vec<Stack> = by_frames
+    let mut merged: Vec<_> = by_frames.into_iter().collect();
+    // Ranked before the tree is built, so that its nodes come in the order of the stacks.
+    rank(
+        &mut merged,
+        |&(_, samples)| samples,
+        |((a, a_frames, a_end, a_during), _), ((b, b_frames, b_end, b_during), _)| {
+            (a.pid, a.tid, a_frames, a_end, &during[a_during.0 as usize]).cmp(&(
+                b.pid,
+                b.tid,
+                b_frames,
+                b_end,
+                &during[b_during.0 as usize],
+            ))
+        },
+    );
+    let mut tree = StackTreeBuilder::new();
+    let profile_stacks: Vec<Stack> = merged
         .into_iter()
         .map(|((task, frames, end, during_id), samples)| Stack {
-            frames,
+            node: tree.intern(&frames),
             pid: task.pid,
             tid: task.tid,
             values: vec![samples, samples.saturating_mul(period_ns)],
@@ -118,16 +134,8 @@ pub(super) fn profile_stacks(
         .map(|(end, samples)| StackEndSamples { end, samples })
         .collect();
     rank(&mut stack_ends, |e| e.samples, |a, b| a.end.cmp(&b.end));
-    rank(
-        &mut profile_stacks,
-        |s| s.samples(),
-        |a, b| {
-            (a.pid, a.tid, &a.frames, a.end, &a.during)
-                .cmp(&(b.pid, b.tid, &b.frames, b.end, &b.during))
-        },
-    );
 
-    Some((profile_stacks, stack_ends))
+    Some((tree.finish(), profile_stacks, stack_ends))
 }
 
 /// The threads of the profile's stacks, most samples first, each with the name it had when the

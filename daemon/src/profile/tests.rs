@@ -507,7 +507,7 @@ fn stacks_expand_into_frames_and_give_inclusive_time() {
         .iter()
         .map(|s| {
             (
-                s.frames.iter().map(|&i| frame(i)).collect(),
+                profile.stack_frames(s).map(frame).collect(),
                 s.truncated,
                 s.samples(),
             )
@@ -579,10 +579,9 @@ fn hidden_kernel_frames_are_one_frame() {
         },
     );
     assert_eq!(profile.stacks.len(), 1);
-    let names: Vec<&str> = profile.stacks[0]
-        .frames
-        .iter()
-        .map(|&i| profile.frames[i as usize].name.as_str())
+    let names: Vec<&str> = profile
+        .stack_frames(&profile.stacks[0])
+        .map(|i| profile.frames[i as usize].name.as_str())
         .collect();
     assert_eq!(names, ["[kernel]"]);
 }
