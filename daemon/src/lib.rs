@@ -12,7 +12,8 @@
 //!
 //! Folders follow that path: `bpf/` is all that talks to the kernel's BPF side, `process/` reads
 //! `/proc`, `symbolize/` names code, `unwind/` walks user stack copies, `session/` owns sessions,
-//! `jvm/` asks HotSpot JVMs for their perf maps, `server/` speaks gRPC; `vocab/` holds the types
+//! `jvm/` asks HotSpot JVMs for their perf maps, `server/` speaks gRPC, `http/` serves pprof and
+//! metrics over HTTP when asked (`--http`); `vocab/` holds the types
 //! they share, under all of them (`docs/architecture.md` has the layers). The parsers live in
 //! their own crate, `vmscope-parse` (`daemon/parse`): pure functions over bytes, unit-tested and
 //! fuzzed, with no I/O; here I/O stays at the edges, in [`sys`].
@@ -21,6 +22,7 @@
 pub mod bpf;
 pub mod cancel;
 pub mod codemap;
+pub mod http;
 pub mod jvm;
 pub mod process;
 pub mod profile;
@@ -72,6 +74,8 @@ pub struct DaemonConfig {
     pub dwarf_cache_bytes: u64,
     /// Connections per user and in all; lowered to fit the descriptor limit at start.
     pub connections: server::ConnectionLimits,
+    /// The HTTP endpoint (pprof, metrics, health), when asked for: none by default.
+    pub http: Option<http::HttpConfig>,
 }
 
 /// Time from SIGTERM or SIGINT to the end of the daemon's wind-down, whatever clients do; the
@@ -162,6 +166,15 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     .context("cannot start the session manager")?;
 
     let listener = server::bind_socket(&config.socket)?;
+    // Bound before anything is served, so that a taken or forbidden address fails the start.
+    let http_listener = match &config.http {
+        Some(http) => Some(
+            tokio::net::TcpListener::bind(http.address)
+                .await
+                .with_context(|| format!("cannot listen on {} (--http)", http.address))?,
+        ),
+        None => None,
+    };
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<ProfilerServer<server::ProfilerService>>()
@@ -192,6 +205,21 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         limits,
     );
     tracing::info!(socket = %config.socket.display(), "serving vmscope.v1");
+    if let (Some(http), Some(listener)) = (config.http, http_listener) {
+        let state = http::HttpState::new(service.clone(), http);
+        // New requests stop when the socket goes; those under way see their sessions stopped
+        // with the others and get what was recorded, until the exit.
+        let mut accepting = accepting_rx.clone();
+        tracing::info!(address = %http.address, "serving pprof and metrics over HTTP");
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = accepting.wait_for(|&open| !open).await;
+            };
+            if let Err(e) = http::serve(listener, state, shutdown).await {
+                tracing::error!("the HTTP endpoint stopped: {e}");
+            }
+        });
+    }
 
     let (drained, drain) = tokio::sync::oneshot::channel::<()>();
     let served = tonic::transport::Server::builder()
@@ -362,7 +390,7 @@ fn daemon_limits(
             "stack_copy_bytes_per_second_per_user",
             m.sampling_share.stack_copy_bytes_per_second,
         ),
-        ("kernel_counter_fds", kernel_counter_fds as u64),
+        ("kernel_event_fds", kernel_counter_fds as u64),
         ("watches_per_user", server::WATCHES.per_user as u64),
         ("watches_non_root", server::WATCHES.non_root as u64),
         ("watches_total", server::WATCHES.total as u64),

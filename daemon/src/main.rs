@@ -105,6 +105,21 @@ struct Args {
     #[arg(long, default_value_t = DEFAULT_NICE, allow_negative_numbers = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     nice: i32,
+    /// Serve pprof profiles, metrics and a health check over HTTP on this TCP address
+    /// (`127.0.0.1:6060`): `/debug/pprof/profile?seconds=N` (Go's net/http/pprof, which Parca,
+    /// Grafana Alloy and `go tool pprof` read), `/metrics` (Prometheus), `/healthz`. Whoever
+    /// reaches it may profile every process of the host, as root: keep it on loopback or a
+    /// network only your scrapers reach. Nothing listens on TCP without it.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// Longest profile an HTTP request may ask for, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = vmscoped::http::DEFAULT_MAX_SECONDS,
+          value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    http_max_seconds: u32,
+    /// Sampling frequency of HTTP profiles, in Hz (Go's CPU profiler rate by default).
+    #[arg(long, value_name = "HZ", default_value_t = vmscoped::http::DEFAULT_FREQUENCY_HZ,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    http_frequency: u32,
     /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
@@ -150,6 +165,11 @@ fn main() -> std::process::ExitCode {
         debug_dirs: args.debug_dirs,
         dwarf_cache_bytes: args.dwarf_cache_mib.saturating_mul(1 << 20),
         socket: args.socket,
+        http: args.http.map(|address| vmscoped::http::HttpConfig {
+            address,
+            max_seconds: args.http_max_seconds,
+            frequency_hz: args.http_frequency,
+        }),
         connections: ConnectionLimits {
             per_user: args.max_connections_per_user,
             non_root: args.max_connections_non_root,

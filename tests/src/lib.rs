@@ -743,12 +743,23 @@ pub fn pyenv_shim(version: &str) -> Command {
 /// Runs `go tool pprof ARGS FILE` (the real pprof, nobody's code here) and returns its
 /// standard output; panics with pprof's words when it fails.
 pub fn go_pprof(args: &[&str], file: &Path) -> String {
+    go_pprof_from(
+        args,
+        file.to_str().expect("a UTF-8 path"),
+        file.parent().expect("a directory"),
+    )
+}
+
+/// Runs `go tool pprof ARGS SOURCE`, SOURCE a file or a URL pprof fetches, with its fetched
+/// profiles and symbol files kept in `scratch`; its standard output, or a panic with pprof's
+/// words when it fails.
+pub fn go_pprof_from(args: &[&str], source: &str, scratch: &Path) -> String {
     let output = Command::new("go")
         .args(["tool", "pprof"])
         .args(args)
-        .arg(file)
+        .arg(source)
         // pprof keeps fetched profiles and symbol files here; keep it out of $HOME.
-        .env("PPROF_TMPDIR", file.parent().expect("a directory"))
+        .env("PPROF_TMPDIR", scratch)
         .output()
         .expect("`go` must run: install Go with `cargo xtask setup` (Debian's golang-go)");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -759,4 +770,28 @@ pub fn go_pprof(args: &[&str], file: &Path) -> String {
         output.status
     );
     stdout
+}
+
+/// The rows of `go tool pprof -top`: name -> (flat, cum), names without pprof's ` (inline)`
+/// mark.
+pub fn pprof_top_rows(output: &str) -> std::collections::BTreeMap<String, (String, String)> {
+    let mut rows = std::collections::BTreeMap::new();
+    let mut in_table = false;
+    for line in output.lines() {
+        if line.trim_start().starts_with("flat ") {
+            in_table = true;
+            continue;
+        }
+        if !in_table || line.trim().is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert!(fields.len() >= 6, "a -top row has 6 columns: {line:?}");
+        let name = fields[5..].join(" ");
+        let name = name.trim_end_matches(" (inline)").to_owned();
+        let previous = rows.insert(name, (fields[0].to_owned(), fields[3].to_owned()));
+        assert!(previous.is_none(), "each function once in -top: {line:?}");
+    }
+    assert!(in_table, "no table in -top's output:\n{output}");
+    rows
 }

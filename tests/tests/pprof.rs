@@ -18,7 +18,7 @@ use vmscope_proto::{
     v1::{GetProfileRequest, StartSessionRequest},
 };
 use vmscope_report::stack_fixture;
-use vmscope_tests::{Daemon, Running, fixtures, go_pprof, stop_and_profile};
+use vmscope_tests::{Daemon, Running, fixtures, go_pprof, pprof_top_rows, stop_and_profile};
 
 /// Writes `profile` as pprof into a fresh directory.
 fn pprof_file(profile: &Profile) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -57,29 +57,6 @@ fn samples_by_name(profile: &Profile) -> BTreeMap<String, (u64, u64)> {
     by_name
 }
 
-/// The rows of `-top`: name -> (flat, cum), names without pprof's ` (inline)` mark.
-fn top_rows(output: &str) -> BTreeMap<String, (String, String)> {
-    let mut rows = BTreeMap::new();
-    let mut in_table = false;
-    for line in output.lines() {
-        if line.trim_start().starts_with("flat ") {
-            in_table = true;
-            continue;
-        }
-        if !in_table || line.trim().is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert!(fields.len() >= 6, "a -top row has 6 columns: {line:?}");
-        let name = fields[5..].join(" ");
-        let name = name.trim_end_matches(" (inline)").to_owned();
-        let previous = rows.insert(name, (fields[0].to_owned(), fields[3].to_owned()));
-        assert!(previous.is_none(), "each function once in -top: {line:?}");
-    }
-    assert!(in_table, "no table in -top's output:\n{output}");
-    rows
-}
-
 #[test]
 fn go_tool_pprof_top_counts_self_and_inclusive_samples_like_the_profile() {
     let profile = profile();
@@ -93,7 +70,7 @@ fn go_tool_pprof_top_counts_self_and_inclusive_samples_like_the_profile() {
         output.contains(&format!("Total samples = {} ", profile.total_samples)),
         "{output}"
     );
-    let rows = top_rows(&output);
+    let rows = pprof_top_rows(&output);
     let expected = samples_by_name(&profile);
     assert_eq!(
         rows.keys().collect::<Vec<_>>(),
@@ -115,7 +92,7 @@ fn go_tool_pprof_top_counts_self_and_inclusive_samples_like_the_profile() {
         &["-top", "-sample_index=cpu", "-unit=ms", "-nodefraction=0"],
         &file,
     );
-    let cpu_rows = top_rows(&cpu);
+    let cpu_rows = pprof_top_rows(&cpu);
     assert_eq!(cpu_rows["Integer>>benchFib"].0, "740ms", "{cpu}");
     assert_eq!(cpu_rows["Interpreter"].1, "1000ms", "{cpu}");
 }
@@ -127,7 +104,7 @@ fn go_tool_pprof_lines_show_call_sites() {
         &["-top", "-lines", "-sample_index=samples", "-nodefraction=0"],
         &file,
     );
-    let rows = top_rows(&output);
+    let rows = pprof_top_rows(&output);
     // benchmark calls at bytecode range 74->78; the inlined method's own range 33->70.
     assert_eq!(
         rows["benchmark vm:74"],

@@ -210,6 +210,18 @@ pub fn run() -> anyhow::Result<()> {
         output(Command::new("go").args(["tool", "-n", "pprof"])).is_some(),
         || apt_install(&["golang-go"]),
     )?;
+    // The HTTP endpoint's readers (tests/tests/http.rs): Prometheus's own checker of metrics
+    // pages, and curl for the requests go tool pprof does not make.
+    step(
+        "promtool (`promtool check metrics` reads the daemon's /metrics)",
+        output(Command::new("promtool").arg("--version")).is_some(),
+        || apt_install(&["prometheus"]),
+    )?;
+    step(
+        "curl (HTTP requests to the daemon's --http endpoint)",
+        output(Command::new("curl").arg("--version")).is_some(),
+        || apt_install(&["curl"]),
+    )?;
     for version in PYENV_PYTHONS {
         step(
             &format!("CPython {version} built as a shared library, under pyenv"),

@@ -12,7 +12,7 @@ pub mod connections;
 pub mod convert;
 mod listen;
 mod publish;
-mod status;
+pub(crate) mod status;
 mod watches;
 
 use std::{
@@ -95,11 +95,35 @@ impl ProfilerService {
         }
     }
 
+    /// The session manager it serves.
+    pub fn manager(&self) -> &ManagerHandle {
+        &self.manager
+    }
+
+    /// The daemon's counters and gauges, by the names `GetDaemonInfo` gives them: the
+    /// manager's, the connections' and the profile builds'.
+    pub async fn daemon_counters(
+        &self,
+    ) -> Result<(BTreeMap<&'static str, u64>, BTreeMap<&'static str, u64>), Status> {
+        let daemon = self.manager.counters().await.map_err(to_status)?;
+        let mut counters = daemon.values;
+        counters.extend(self.connections.counters.values());
+        counters.extend(self.builds.counters.values());
+        let mut gauges = daemon.gauges;
+        gauges.insert("profile_builds", self.builds.in_flight() as u64);
+        Ok((counters, gauges))
+    }
+
     /// The session's profile, built on a blocking thread under one of the caller's shares of
     /// builds (waiting [`builds::BUILD_WAIT`] at most for one) and carried as the API's; with
     /// `pprof`, also encoded as pprof on that thread (gzip of a large profile takes
     /// milliseconds the async threads should not spend).
-    async fn profile(&self, caller: Caller, id: u64, pprof: bool) -> Result<pb::Profile, Status> {
+    pub(crate) async fn profile(
+        &self,
+        caller: Caller,
+        id: u64,
+        pprof: bool,
+    ) -> Result<pb::Profile, Status> {
         let share = self.builds.take(caller.uid, builds::BUILD_WAIT).await?;
         self.build(share, caller, id, pprof).await
     }
@@ -300,12 +324,7 @@ impl pb::profiler_server::Profiler for ProfilerService {
                 Status::internal(format!("cannot read {}: {e}", sys::MAX_SAMPLE_RATE_SYSCTL))
             })?
             .ceiling();
-        let daemon = self.manager.counters().await.map_err(to_status)?;
-        let mut counters = daemon.values;
-        counters.extend(self.connections.counters.values());
-        counters.extend(self.builds.counters.values());
-        let mut gauges = daemon.gauges;
-        gauges.insert("profile_builds", self.builds.in_flight() as u64);
+        let (counters, gauges) = self.daemon_counters().await?;
         Ok(Response::new(pb::DaemonInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             max_frequency_hz,

@@ -199,7 +199,7 @@ impl Manager {
             ("process_reads_stuck", a.stuck),
             ("code_store_codes", store.len() as u64),
             ("code_store_bytes", store.bytes() as u64),
-            ("kernel_counter_fds", self.kernel_counter_fds() as u64),
+            ("kernel_event_fds", self.kernel_counter_fds() as u64),
         ];
         DaemonCounters {
             values: values.into_iter().chain(refused).chain(unwound).collect(),
