@@ -60,6 +60,25 @@ enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Print the continuous profile (`vmscoped --continuous`): the windows the daemon kept,
+    /// merged, for the whole host or one process or executable. Root only.
+    #[command(after_help = "Examples:\n  sudo vmscope continuous --since 300\n  \
+                            sudo vmscope continuous --exe node --format pprof -o node.pb.gz")]
+    Continuous {
+        /// The windows of the last this many seconds (fractions allowed) [default: every kept
+        /// window].
+        #[arg(long, value_parser = parse_seconds)]
+        since: Option<Duration>,
+        /// One process only.
+        #[arg(short, long, conflicts_with = "exe")]
+        pid: Option<u32>,
+        /// The processes running this executable only: its path, its file name, or the
+        /// process's command.
+        #[arg(long)]
+        exe: Option<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Show the daemon's limits, what it holds now (gauges) and its counters.
     Info {
         /// Print them as one JSON object (`version`, `online_cpus`, `default_frequency_hz`,
@@ -411,6 +430,32 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             sessions::report(
                 &cli.socket,
                 id,
+                output.format(),
+                &output.options()?,
+                &mut out,
+            )
+            .await?;
+            out.flush()?;
+            Ok(0)
+        }
+        Command::Continuous {
+            since,
+            pid,
+            exe,
+            output,
+        } => {
+            let destination = Destination::choose(output.output.as_deref(), false);
+            destination.check_format(output.format())?;
+            let mut out = destination.open()?;
+            let request = vmscope_proto::v1::GetContinuousProfileRequest {
+                start: since.map(|since| (std::time::SystemTime::now() - since).into()),
+                pid: pid.unwrap_or(0),
+                executable: exe.unwrap_or_default(),
+                ..Default::default()
+            };
+            sessions::continuous(
+                &cli.socket,
+                request,
                 output.format(),
                 &output.options()?,
                 &mut out,

@@ -89,6 +89,26 @@ pub async fn report(
     Ok(())
 }
 
+/// Prints the continuous profile `request` selects, in `format`.
+pub async fn continuous(
+    socket: &Path,
+    request: pb::GetContinuousProfileRequest,
+    format: Format,
+    options: &ReportOptions,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut client = client::connect(socket).await?;
+    let profile: vmscope_model::Profile = client
+        .get_continuous_profile(request)
+        .await
+        .map_err(client::status_error)
+        .context("cannot get the continuous profile")?
+        .into_inner()
+        .into();
+    crate::report::render_profile(&profile, options, format, out)?;
+    Ok(())
+}
+
 /// Prints what the daemon and the kernel can do, the daemon's limits, what it holds now (gauges)
 /// and its counters; as text, or as one JSON object.
 pub async fn info(socket: &Path, json: bool, out: &mut impl Write) -> anyhow::Result<()> {

@@ -22,6 +22,7 @@
 pub mod bpf;
 pub mod cancel;
 pub mod codemap;
+pub mod continuous;
 pub mod http;
 pub mod jvm;
 pub mod process;
@@ -76,6 +77,8 @@ pub struct DaemonConfig {
     pub connections: server::ConnectionLimits,
     /// The HTTP endpoint (pprof, metrics, health), when asked for: none by default.
     pub http: Option<http::HttpConfig>,
+    /// Continuous profiling, when asked for: none by default.
+    pub continuous: Option<continuous::ContinuousConfig>,
 }
 
 /// Time from SIGTERM or SIGINT to the end of the daemon's wind-down, whatever clients do; the
@@ -196,14 +199,26 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let held = connections.clone();
     let limits = daemon_limits(&config, connection_limits, kernel_counter_fds);
     let code_maps = server::CodeMapService::new(manager.clone(), codes);
-    let service = server::ProfilerService::new(
+    let mut service = server::ProfilerService::new(
         manager.clone(),
-        symbolizer,
+        symbolizer.clone(),
         online_cpus,
         shutdown_rx,
         connections.clone(),
         limits,
     );
+    if let Some(config) = config.continuous {
+        let continuous = continuous::Continuous::start(&manager, symbolizer, config)
+            .await
+            .context("continuous profiling cannot start")?;
+        tracing::info!(
+            frequency_hz = config.frequency_hz,
+            window_seconds = config.window.as_secs_f64(),
+            budget_mib = config.budget_bytes >> 20,
+            "profiling continuously"
+        );
+        service = service.with_continuous(continuous);
+    }
     tracing::info!(socket = %config.socket.display(), "serving vmscope.v1");
     if let (Some(http), Some(listener)) = (config.http, http_listener) {
         let state = http::HttpState::new(service.clone(), http);

@@ -120,6 +120,24 @@ struct Args {
     #[arg(long, value_name = "HZ", default_value_t = vmscoped::http::DEFAULT_FREQUENCY_HZ,
           value_parser = clap::value_parser!(u32).range(1..))]
     http_frequency: u32,
+    /// Profile every process of the host continuously, at a low rate, in windows kept in
+    /// memory (`vmscope continuous` reads them; `--continuous-*` tune it).
+    #[arg(long)]
+    continuous: bool,
+    /// Sampling frequency of continuous profiling, in Hz per CPU.
+    #[arg(long, value_name = "HZ", default_value_t = vmscoped::continuous::DEFAULT_FREQUENCY_HZ,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    continuous_frequency: u32,
+    /// Length of a continuous profiling window, in seconds.
+    #[arg(long, value_name = "SECONDS",
+          default_value_t = vmscoped::continuous::DEFAULT_WINDOW.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    continuous_window: u64,
+    /// Memory for kept continuous windows, in MiB; the oldest go first beyond it.
+    #[arg(long, value_name = "MIB",
+          default_value_t = (vmscoped::continuous::DEFAULT_BUDGET_BYTES >> 20) as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    continuous_budget_mib: u64,
     /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
@@ -165,6 +183,14 @@ fn main() -> std::process::ExitCode {
         debug_dirs: args.debug_dirs,
         dwarf_cache_bytes: args.dwarf_cache_mib.saturating_mul(1 << 20),
         socket: args.socket,
+        continuous: args
+            .continuous
+            .then(|| vmscoped::continuous::ContinuousConfig {
+                frequency_hz: args.continuous_frequency,
+                window: std::time::Duration::from_secs(args.continuous_window),
+                budget_bytes: usize::try_from(args.continuous_budget_mib.saturating_mul(1 << 20))
+                    .unwrap_or(usize::MAX),
+            }),
         http: args.http.map(|address| vmscoped::http::HttpConfig {
             address,
             max_seconds: args.http_max_seconds,

@@ -23,12 +23,14 @@
 //! - [`session`]: the session a profile is of.
 //! - [`vm_stats`], [`kernel`]: what the VMs published of their own statistics, and what the
 //!   kernel counted.
+//! - [`merge`]: profiles of disjoint samples (continuous profiling's windows) added into one.
 //! - [`rank`]: the one order of every ranked list.
 #![deny(missing_docs)]
 
 pub mod frame;
 pub mod issue;
 pub mod kernel;
+pub mod merge;
 pub mod profile;
 pub mod rank;
 pub mod row;

@@ -37,6 +37,7 @@ pub use watches::WATCH_UNREAD_LIMIT;
 
 use crate::{
     cancel::CancelOnDrop,
+    continuous::{Continuous, store::Selection},
     profile::{ProfileOptions, build_profile_unless},
     session::{Caller, ManagerHandle, request::FrequencyLimits},
     symbolize::Symbolizer,
@@ -69,6 +70,7 @@ pub struct ProfilerService {
     shutdown: watch::Receiver<bool>,
     connections: Arc<Connections>,
     limits: Arc<BTreeMap<&'static str, u64>>,
+    continuous: Option<Continuous>,
 }
 
 impl ProfilerService {
@@ -92,6 +94,15 @@ impl ProfilerService {
             shutdown,
             connections,
             limits: Arc::new(limits),
+            continuous: None,
+        }
+    }
+
+    /// The service with continuous profiling's windows to serve.
+    pub fn with_continuous(self, continuous: Continuous) -> Self {
+        ProfilerService {
+            continuous: Some(continuous),
+            ..self
         }
     }
 
@@ -111,6 +122,10 @@ impl ProfilerService {
         counters.extend(self.builds.counters.values());
         let mut gauges = daemon.gauges;
         gauges.insert("profile_builds", self.builds.in_flight() as u64);
+        if let Some(continuous) = &self.continuous {
+            counters.extend(continuous.counters());
+            gauges.extend(continuous.gauges());
+        }
         Ok((counters, gauges))
     }
 
@@ -187,6 +202,32 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
                 "cannot tell who you are: the daemon only takes requests on its Unix socket",
             )
         })
+}
+
+/// The stand-in session of a merged continuous profile: id 0, root's, system-wide, at the
+/// continuous rate, from its first window's start, for the windows' time.
+fn continuous_session(
+    continuous: &Continuous,
+    profile: &vmscope_model::Profile,
+    span: crate::continuous::Span,
+) -> vmscope_model::Session {
+    let config = continuous.config();
+    vmscope_model::Session {
+        id: 0,
+        state: Some(vmscope_model::SessionState::Stopped),
+        system_wide: true,
+        frequency_hz: config.frequency_hz,
+        started_at: Some(span.start),
+        elapsed: Some(Duration::from_secs_f64(profile.duration_seconds)),
+        stop_reason: format!(
+            "continuous profile: {} windows of {} s merged",
+            span.windows,
+            config.window.as_secs()
+        ),
+        samples: profile.total_samples,
+        call_graph: Some(vmscope_model::CallGraph::Fp),
+        ..vmscope_model::Session::default()
+    }
 }
 
 /// What `caller` may see: like perf, kernel functions only for root or when
@@ -309,6 +350,60 @@ impl pb::profiler_server::Profiler for ProfilerService {
             interval,
             permit,
         )))
+    }
+
+    async fn get_continuous_profile(
+        &self,
+        request: Request<pb::GetContinuousProfileRequest>,
+    ) -> Result<Response<pb::Profile>, Status> {
+        let caller = caller(&request)?;
+        if !caller.is_root() {
+            return Err(Status::permission_denied(
+                "continuous profiles are root's: their windows hold every user's processes",
+            ));
+        }
+        let Some(continuous) = self.continuous.clone() else {
+            return Err(Status::failed_precondition(
+                "this daemon does not profile continuously: start it with --continuous",
+            ));
+        };
+        let request = request.into_inner();
+        let time = |t: Option<prost_types::Timestamp>, name: &str| -> Result<_, Status> {
+            t.map(|t| {
+                std::time::SystemTime::try_from(t)
+                    .map_err(|_| Status::invalid_argument(format!("{name} is not a valid time")))
+            })
+            .transpose()
+        };
+        let selection = Selection {
+            start: time(request.start, "start")?,
+            end: time(request.end, "end")?,
+            pid: (request.pid != 0).then_some(request.pid),
+            executable: (!request.executable.is_empty()).then_some(request.executable),
+        };
+        let pprof = request.pprof;
+        tokio::task::spawn_blocking(move || {
+            let Some((mut profile, span)) = continuous.profile(&selection) else {
+                return Err(Status::not_found(
+                    "no kept continuous window matches: the oldest may have been dropped, or \
+                     the process or executable had no sample",
+                ));
+            };
+            profile.session = Some(continuous_session(&continuous, &profile, span));
+            let bytes = if pprof {
+                vmscope_report::pprof::encode(&profile).map_err(|e| {
+                    Status::internal(format!("encoding the profile as pprof failed: {e}"))
+                })?
+            } else {
+                Vec::new()
+            };
+            Ok(Response::new(pb::Profile {
+                pprof: bytes,
+                ..profile.into()
+            }))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("merging the windows failed: {e}")))?
     }
 
     async fn get_daemon_info(

@@ -216,6 +216,11 @@ enum Command {
     Counters {
         reply: oneshot::Sender<DaemonCounters>,
     },
+    StartWindows {
+        request: SessionRequest,
+        out: mpsc::Sender<Snapshot>,
+        reply: Reply,
+    },
     Publish {
         pid: u32,
         update: Publication,
@@ -310,6 +315,22 @@ impl ManagerHandle {
             .await?
     }
 
+    /// Starts continuous windows (see `manager/windows.rs`): root's system-wide sessions of
+    /// `request`, back to back, each of its duration, sent to `out` once final. Answers the
+    /// first.
+    pub async fn start_windows(
+        &self,
+        request: SessionRequest,
+        out: mpsc::Sender<Snapshot>,
+    ) -> Result<SessionInfo, SessionError> {
+        self.ask(|reply| Command::StartWindows {
+            request,
+            out,
+            reply,
+        })
+        .await?
+    }
+
     /// The daemon's counters.
     pub async fn counters(&self) -> Result<DaemonCounters, SessionError> {
         self.ask(|reply| Command::Counters { reply }).await
@@ -378,6 +399,7 @@ pub fn spawn_manager(
         code_sweep: CodeSweep::default(),
         user_scratch: Vec::new(),
         placements: Placements::default(),
+        windows: None,
     };
     // I/O for the tick's timer (`tick::Ticker`).
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -458,6 +480,8 @@ struct Manager {
     /// takes over, and the intervals its samples are tagged with. Let go with the process's
     /// code map.
     vms: Vms,
+    /// Continuous profiling's windows, when the daemon takes them.
+    windows: Option<windows::WindowChain>,
 }
 
 /// The statistics of the VMs a session watches: what they published, then what HotSpot's
@@ -586,6 +610,7 @@ impl Manager {
                 Ok(State::Running) => {
                     self.stop_waiters.entry(id).or_default().push(reply);
                     let now = sys::monotonic_ns();
+                    self.window_stopped(id);
                     self.begin_stop(id, &reason, now);
                     self.finalize_ready(now);
                 }
@@ -636,6 +661,13 @@ impl Manager {
             }
             Command::Counters { reply } => {
                 let _ = reply.send(self.daemon_counters());
+            }
+            Command::StartWindows {
+                request,
+                out,
+                reply,
+            } => {
+                let _ = reply.send(self.start_windows(request, out));
             }
             Command::Publish { pid, update } => match update {
                 Publication::Opened => self.codemaps.stream_opened(pid),
@@ -692,6 +724,7 @@ mod process_events;
 mod routing;
 mod snapshots;
 mod tick;
+mod windows;
 
 use counters::Counters;
 use cpu::{lost_for, read_host_cpu, refresh_lost, update_cpu};

@@ -559,6 +559,72 @@ pub struct Snapshot {
     pub vm_statistics: Vec<VmStatistics>,
 }
 
+impl Snapshot {
+    /// Process `pid`'s share of a system-wide snapshot: its samples, stacks, threads and
+    /// statistics alone. What is not counted per process has no share: lost samples (the
+    /// kernel counts them per CPU), how generated code was attributed, kept samples. Its CPU
+    /// time is what its samples stand for.
+    pub fn of_process(&self, pid: u32) -> Snapshot {
+        let stacks = self.stacks.of_process(pid);
+        let total_samples: u64 = stacks.counts.iter().map(|&(.., n)| n).sum();
+        let truncated = stacks
+            .counts
+            .iter()
+            .filter(|&&(_, stack, _)| stacks.stacks[stack.0 as usize].truncated())
+            .map(|&(.., n)| n)
+            .sum();
+        let has_generated_code = stacks
+            .locations
+            .iter()
+            .any(|l| matches!(l, Location::Anonymous { .. }));
+        Snapshot {
+            session: self.session.clone(),
+            truncated,
+            commands: self
+                .commands
+                .iter()
+                .filter(|&(&p, _)| p == pid)
+                .map(|(&p, c)| (p, c.clone()))
+                .collect(),
+            thread_names: self
+                .thread_names
+                .iter()
+                .filter(|(task, _)| task.pid == pid)
+                .map(|(&task, name)| (task, name.clone()))
+                .collect(),
+            period_ns: self.period_ns,
+            total_samples,
+            lost_per_cpu: Vec::new(),
+            duration: self.duration,
+            cpu_seconds: total_samples as f64 * self.period_ns as f64 / 1e9,
+            host_steal_percent: self.host_steal_percent,
+            vm_executable: String::new(),
+            has_generated_code,
+            complete: self.complete,
+            incomplete_reason: self.incomplete_reason.clone(),
+            jit: JitAttribution::default(),
+            kept: Vec::new(),
+            not_kept: 0,
+            kernel_events: None,
+            vm_statistics: self
+                .vm_statistics
+                .iter()
+                .filter(|s| s.pid == pid)
+                .cloned()
+                .collect(),
+            stacks,
+        }
+    }
+
+    /// The processes with samples in it, lowest pid first.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.stacks.counts.iter().map(|(t, ..)| t.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -538,6 +538,34 @@ impl StackSnapshot {
         }
         leaves.into_iter().map(|((p, l), n)| (p, l, n)).collect()
     }
+
+    /// The samples of process `pid` alone, with only the stacks and locations they use
+    /// (renumbered), so that a profile built from it symbolises nothing of other processes.
+    pub fn of_process(&self, pid: u32) -> StackSnapshot {
+        let mut part = StackSnapshot {
+            during: self.during.clone(),
+            ..StackSnapshot::default()
+        };
+        let mut stack_ids: HashMap<StackId, StackId> = HashMap::new();
+        let mut location_ids: HashMap<LocationId, LocationId> = HashMap::new();
+        for &(task, stack, samples) in self.counts.iter().filter(|(t, ..)| t.pid == pid) {
+            let id = *stack_ids.entry(stack).or_insert_with(|| {
+                let span = self.stacks[stack.0 as usize];
+                let start = part.frames.len() as u32;
+                for &location in self.ids_of(stack) {
+                    let renumbered = *location_ids.entry(location).or_insert_with(|| {
+                        part.locations.push(self.location(location));
+                        LocationId(part.locations.len() as u32 - 1)
+                    });
+                    part.frames.push(renumbered);
+                }
+                part.stacks.push(StackSpan { start, ..span });
+                StackId(part.stacks.len() as u32 - 1)
+            });
+            part.counts.push((task, id, samples));
+        }
+        part
+    }
 }
 
 #[cfg(test)]
@@ -549,6 +577,36 @@ mod tests {
 
     fn k(ip: u64) -> Location {
         Location::Kernel { ip }
+    }
+
+    /// A process's part holds its samples, stacks and locations, and nothing of others'.
+    #[test]
+    fn a_process_s_part_is_its_samples_alone() {
+        let mut table = StackTable::default();
+        table.count(7, [k(1), k(2)], DONE, NONE);
+        table.count(8, [k(3), k(2)], DONE, NONE);
+        table.count(Task::new(7, 9), [k(4), k(2)], DONE, NONE);
+        table.count(7, [k(1), k(2)], DONE, NONE);
+        let whole = table.snapshot();
+        let part = whole.of_process(7);
+        let mut stacks: Vec<(Task, Vec<Location>, u64)> = part
+            .counts
+            .iter()
+            .map(|&(task, stack, n)| {
+                let locations = part.ids_of(stack).iter().map(|&l| part.location(l));
+                (task, locations.collect(), n)
+            })
+            .collect();
+        stacks.sort_by_key(|s| (s.0.tid, s.2));
+        assert_eq!(
+            stacks,
+            [
+                (Task::new(7, 7), vec![k(1), k(2)], 2),
+                (Task::new(7, 9), vec![k(4), k(2)], 1),
+            ]
+        );
+        assert_eq!(part.locations.len(), 3, "k(3) is process 8's");
+        assert!(whole.of_process(99).counts.is_empty());
     }
 
     /// Threads of one process share its stacks and are counted apart.

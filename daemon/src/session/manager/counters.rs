@@ -22,6 +22,11 @@ pub(super) struct Counters {
     pub(super) unknown_events: u64,
     pub(super) sessions_started: u64,
     pub(super) sessions_refused: u64,
+    /// Continuous windows handed over final, dropped (their profiles still being built) and
+    /// that did not start.
+    pub(super) continuous_windows_handed: u64,
+    pub(super) continuous_windows_dropped: u64,
+    pub(super) continuous_windows_failed: u64,
     pub(super) stop_timeouts: u64,
     pub(super) sessions_evicted: u64,
     /// Targets that may no longer be sampled for their session: their process now runs as
@@ -83,6 +88,9 @@ impl Manager {
             ("unknown_events", c.unknown_events),
             ("sessions_started", c.sessions_started),
             ("sessions_refused", c.sessions_refused),
+            ("continuous_windows_handed", c.continuous_windows_handed),
+            ("continuous_windows_dropped", c.continuous_windows_dropped),
+            ("continuous_windows_failed", c.continuous_windows_failed),
             ("sessions_evicted", c.sessions_evicted),
             ("stop_timeouts", c.stop_timeouts),
             ("targets_revoked", c.targets_revoked),

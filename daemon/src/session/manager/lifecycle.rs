@@ -9,6 +9,17 @@ impl Manager {
         caller: Caller,
         request: &SessionRequest,
     ) -> Result<SessionInfo, SessionError> {
+        self.start_at(caller, request, None)
+    }
+
+    /// [`Manager::start`], the session's samples taken from `start_ns` (a continuous window
+    /// starts where the last one ended) or from now.
+    pub(super) fn start_at(
+        &mut self,
+        caller: Caller,
+        request: &SessionRequest,
+        start_ns: Option<u64>,
+    ) -> Result<SessionInfo, SessionError> {
         let (spec, named) = self.admit(&caller, request)?;
         let now = sys::monotonic_ns();
         self.check_unfetched(&caller, now)?;
@@ -47,12 +58,14 @@ impl Manager {
             count_perf_data(&mut self.counters, perf_data.look_again());
             perf_data
         });
+        let now_ns = sys::monotonic_ns();
+        let start_ns = start_ns.unwrap_or(now_ns).min(now_ns);
         let mut session = Session {
             id,
             owner_uid: caller.uid,
             period_ns,
-            started_at: SystemTime::now(),
-            start_ns: sys::monotonic_ns(),
+            started_at: SystemTime::now() - Duration::from_nanos(now_ns - start_ns),
+            start_ns,
             stop_ns: None,
             state: State::Running,
             stop_reason: None,
@@ -437,6 +450,7 @@ impl Manager {
             }
         }
         self.request_stop_flushes();
+        self.hand_over_windows();
         self.reader.set_active(!self.by_period.is_empty());
         self.evict();
     }
@@ -527,7 +541,19 @@ impl Manager {
             })
             .collect();
         for (id, end) in elapsed {
-            self.begin_stop(id, "duration elapsed", end);
+            let window = self.is_window(id);
+            self.begin_stop(
+                id,
+                if window {
+                    windows::WINDOW_ENDED
+                } else {
+                    "duration elapsed"
+                },
+                end,
+            );
+            if window {
+                self.window_elapsed(id, end);
+            }
         }
         self.finalize_ready(now);
     }

@@ -103,6 +103,7 @@ impl Ticker {
 
 impl Manager {
     pub(super) fn tick(&mut self) {
+        self.keep_windows_going();
         let now = sys::monotonic_ns();
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
         self.ticks += 1;

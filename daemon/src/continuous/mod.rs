@@ -1,0 +1,233 @@
+//! Continuous profiling (`vmscoped --continuous`): every process of the host, always, at a low
+//! rate, in fixed windows kept in memory under a byte budget and merged on request.
+//!
+//! The session manager takes the windows (`session/manager/windows.rs`): root's system-wide
+//! sessions back to back, each ending where the next begins, with stacks by frame pointers.
+//! Each final window comes here as a [`Snapshot`]; it is split by process and each process's
+//! share is built into a profile of its own on a blocking thread, with the same symbolisation
+//! as every session (JIT frames named from the code maps of their time, with their ranges), and
+//! kept in the [`store::WindowStore`]. A query ([`Continuous::profile`]) selects windows by time,
+//! process or executable and merges them ([`vmscope_model::merge`]); interactive sessions run
+//! beside the windows at their own rates.
+
+pub mod store;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use tokio::sync::mpsc;
+use vmscope_model::Profile;
+
+use crate::{
+    cancel::Cancel,
+    profile::{ProfileOptions, build_profile_unless},
+    session::{CallGraphMode, ManagerHandle, SessionError, Snapshot, request::SessionRequest},
+    symbolize::Symbolizer,
+};
+use store::{Entry, Selection, WindowStore};
+
+/// Sampling frequency of continuous profiling unless `--continuous-frequency` says otherwise:
+/// 19 Hz per CPU, as Parca Agent and the OpenTelemetry eBPF profiler sample. Low enough that
+/// a timer interrupt per CPU costs nothing measurable, high enough that a 10 s window of one
+/// busy CPU holds 190 samples; and prime, so that it does not beat with work that runs at a
+/// round rate (a 10 ms or 100 ms timer).
+pub const DEFAULT_FREQUENCY_HZ: u32 = 19;
+
+/// Length of a window unless `--continuous-window` says otherwise: the OTel eBPF profiler
+/// reports every 5 s, Parca Agent every 10 s; 10 s windows halve the per-window cost.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(10);
+
+/// Memory for kept windows (packed, see [`store`]) unless `--continuous-budget-mib` says
+/// otherwise.
+pub const DEFAULT_BUDGET_BYTES: usize = 32 << 20;
+
+/// Final windows waiting to be built: a window builds in milliseconds, so more waiting means
+/// the daemon is starved, and the manager drops the next (counted) rather than hold it.
+const WINDOWS_QUEUED: usize = 4;
+
+/// How continuous profiling runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContinuousConfig {
+    /// Sampling frequency.
+    pub frequency_hz: u32,
+    /// Length of a window.
+    pub window: Duration,
+    /// Most bytes of kept profiles.
+    pub budget_bytes: usize,
+}
+
+impl Default for ContinuousConfig {
+    fn default() -> Self {
+        ContinuousConfig {
+            frequency_hz: DEFAULT_FREQUENCY_HZ,
+            window: DEFAULT_WINDOW,
+            budget_bytes: DEFAULT_BUDGET_BYTES,
+        }
+    }
+}
+
+/// Continuous profiling under way: its kept windows, shared with the server.
+#[derive(Debug, Clone)]
+pub struct Continuous {
+    config: ContinuousConfig,
+    store: Arc<Mutex<WindowStore>>,
+}
+
+impl Continuous {
+    /// Starts taking windows through `manager`, built with `symbolizer`. Fails as a session
+    /// start fails (the kernel refusing the events, the frequency above a limit).
+    pub async fn start(
+        manager: &ManagerHandle,
+        symbolizer: Symbolizer,
+        config: ContinuousConfig,
+    ) -> Result<Continuous, SessionError> {
+        let (out, mut windows) = mpsc::channel::<Snapshot>(WINDOWS_QUEUED);
+        let request = SessionRequest {
+            system_wide: true,
+            frequency_hz: config.frequency_hz,
+            duration: Some(config.window),
+            call_graph: CallGraphMode::FramePointers,
+            ..SessionRequest::default()
+        };
+        manager.start_windows(request, out).await?;
+        let continuous = Continuous {
+            config,
+            store: Arc::new(Mutex::new(WindowStore::new(config.budget_bytes))),
+        };
+        let store = continuous.store.clone();
+        tokio::spawn(async move {
+            while let Some(window) = windows.recv().await {
+                let symbolizer = symbolizer.clone();
+                let built = tokio::task::spawn_blocking(move || entries(window, &symbolizer)).await;
+                match built {
+                    Ok((entries, lost)) => lock(&store).push_window(entries, lost),
+                    Err(e) => tracing::error!("a continuous window could not be built: {e}"),
+                }
+            }
+        });
+        Ok(continuous)
+    }
+
+    /// How it runs.
+    pub fn config(&self) -> ContinuousConfig {
+        self.config
+    }
+
+    /// The windows `selection` takes, merged: `None` when it takes none. Merging is CPU work
+    /// in proportion to what is selected: call it on a blocking thread.
+    pub fn profile(&self, selection: &Selection) -> Option<(Profile, Span)> {
+        let (entries, lost) = {
+            let store = lock(&self.store);
+            let entries = store.select(selection);
+            let mut starts: Vec<SystemTime> = entries.iter().map(|e| e.start).collect();
+            starts.sort_unstable();
+            starts.dedup();
+            let lost = store.lost(&starts);
+            (entries, lost)
+        };
+        let start = entries.iter().map(|e| e.start).min()?;
+        let end = entries.iter().map(|e| e.end).max()?;
+        let unpacked: Vec<Profile> = entries
+            .iter()
+            .filter_map(|e| {
+                store::unpack(&e.packed)
+                    .inspect_err(|err| {
+                        tracing::error!(pid = e.pid, "a kept window does not unpack: {err}")
+                    })
+                    .ok()
+            })
+            .collect();
+        let parts: Vec<&Profile> = unpacked.iter().collect();
+        let mut profile = vmscope_model::merge::merge(&parts, self.config.frequency_hz);
+        let mut windows: Vec<SystemTime> = entries.iter().map(|e| e.start).collect();
+        windows.sort_unstable();
+        windows.dedup();
+        // The windows' time, whatever processes they hold: a process's parts overlap in time
+        // with other processes' and are not added.
+        profile.duration_seconds = windows.len() as f64 * self.config.window.as_secs_f64();
+        // Losses are the windows', not one process's: never hidden by a filter.
+        profile.lost_samples = lost.iter().sum();
+        profile.lost_samples_per_cpu = lost;
+        Some((
+            profile,
+            Span {
+                start,
+                end,
+                windows: windows.len(),
+            },
+        ))
+    }
+
+    /// Its counters, by the names `vmscope info` shows.
+    pub fn counters(&self) -> [(&'static str, u64); 3] {
+        let store = lock(&self.store);
+        [
+            ("continuous_windows_stored", store.counters.windows),
+            ("continuous_entries_dropped", store.counters.entries_dropped),
+            ("continuous_bytes_dropped", store.counters.bytes_dropped),
+        ]
+    }
+
+    /// What it holds now (gauges), by the names `vmscope info` shows.
+    pub fn gauges(&self) -> [(&'static str, u64); 2] {
+        let store = lock(&self.store);
+        [
+            ("continuous_entries", store.len() as u64),
+            ("continuous_bytes", store.bytes() as u64),
+        ]
+    }
+}
+
+/// The time a merged continuous profile covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// When its first window began.
+    pub start: SystemTime,
+    /// When its last window ended.
+    pub end: SystemTime,
+    /// How many windows it merges.
+    pub windows: usize,
+}
+
+fn lock(store: &Mutex<WindowStore>) -> std::sync::MutexGuard<'_, WindowStore> {
+    // A panic while pushing leaves a store that is still whole: entries are pushed one by one.
+    store.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A final window as one entry per process, each built into its own profile; and the samples
+/// it lost per CPU.
+fn entries(window: Snapshot, symbolizer: &Symbolizer) -> (Vec<Entry>, Vec<u64>) {
+    let _in_use = symbolizer.modules().in_use();
+    let end = window.session.started_at + window.duration;
+    let start = window.session.started_at;
+    // Kernel functions are root's to see, as every reader of continuous profiles is.
+    let options = ProfileOptions { hide_kernel: None };
+    let entries = window
+        .pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let part = window.of_process(pid);
+            let command = part.commands.get(&pid).cloned().unwrap_or_default();
+            let samples = part.total_samples;
+            let profile = build_profile_unless(part, symbolizer, &options, &Cancel::never())?;
+            let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let packed = store::pack(&profile)
+                .inspect_err(|e| tracing::error!(pid, "a window's profile does not pack: {e}"))
+                .ok()?;
+            Some(Entry {
+                start,
+                end,
+                pid,
+                command,
+                executable,
+                samples,
+                packed,
+            })
+        })
+        .collect();
+    (entries, window.lost_per_cpu)
+}

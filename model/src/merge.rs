@@ -1,0 +1,423 @@
+//! Profiles of disjoint samples merged into one: the windows of continuous profiling, each
+//! process's own, added up over a time range (pprof's `-proto a b`, for our model).
+//!
+//! Because no sample is in two of the parts, every count adds: rows' self *and* inclusive
+//! samples, their ranges, inlined methods, processes and source lines; stacks' values; threads;
+//! issues; how stacks ended. Frames, stacks and interval kinds are interned again, so that the
+//! merged profile names each once. What is about one part alone and has no sum (a session's
+//! own state, the kernel's counts of a session's targets, the VMs' published statistics, kept
+//! samples) is left out; the caller sets the session it stands for.
+
+use std::collections::HashMap;
+
+use crate::{
+    Frame, IntervalKind, ProcessSamples, Profile, ProfileRow, Stack, StackEndSamples,
+    StackTreeBuilder, SymbolizationIssue, Thread,
+    profile::taken_rate,
+    rank::rank,
+    row::{CodeRange, InlinedMethod, SourceLineSamples},
+};
+
+/// `parts` as one profile (see the module docs), its throttling judged again over the sum
+/// at `requested_hz`. The session is `None`, the duration the sum of the parts'.
+pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
+    let mut merged = Profile::default();
+    let mut frames: HashMap<&Frame, u32> = HashMap::new();
+    let mut kinds: HashMap<&IntervalKind, u32> = HashMap::new();
+    let mut tree = StackTreeBuilder::new();
+    let mut stacks: HashMap<StackKey, usize> = HashMap::new();
+    let mut rows: HashMap<RowKey, ProfileRow> = HashMap::new();
+    let mut threads: HashMap<(u32, u32), Thread> = HashMap::new();
+    let mut issues: HashMap<IssueKey, SymbolizationIssue> = HashMap::new();
+    let mut ends: HashMap<crate::StackEnd, u64> = HashMap::new();
+    let mut scratch: Vec<u32> = Vec::new();
+    for part in parts {
+        if merged.sample_types.len() < part.sample_types.len() {
+            merged.sample_types = part.sample_types.clone();
+        }
+        let frame_ids: Vec<u32> = part
+            .frames
+            .iter()
+            .map(|frame| {
+                *frames.entry(frame).or_insert_with(|| {
+                    merged.frames.push(frame.clone());
+                    (merged.frames.len() - 1) as u32
+                })
+            })
+            .collect();
+        let kind_ids: Vec<u32> = part
+            .vm_interval_kinds
+            .iter()
+            .map(|kind| {
+                *kinds.entry(kind).or_insert_with(|| {
+                    merged.vm_interval_kinds.push(kind.clone());
+                    (merged.vm_interval_kinds.len() - 1) as u32
+                })
+            })
+            .collect();
+        for stack in &part.stacks {
+            scratch.clear();
+            scratch.extend(
+                part.stack_frames(stack)
+                    .filter_map(|f| frame_ids.get(f as usize).copied()),
+            );
+            let mut during: Vec<u32> = stack
+                .during
+                .iter()
+                .filter_map(|&k| kind_ids.get(k as usize).copied())
+                .collect();
+            during.sort_unstable();
+            let key = StackKey {
+                node: tree.intern(&scratch),
+                pid: stack.pid,
+                tid: stack.tid,
+                truncated: stack.truncated,
+                end: stack.end,
+                during: during.clone(),
+            };
+            match stacks.get(&key) {
+                Some(&at) => merged.stacks[at].add_values(&stack.values),
+                None => {
+                    merged.stacks.push(Stack {
+                        node: key.node,
+                        during,
+                        ..stack.clone()
+                    });
+                    stacks.insert(key, merged.stacks.len() - 1);
+                }
+            }
+        }
+        for row in &part.rows {
+            let key = RowKey::of(row);
+            match rows.get_mut(&key) {
+                Some(sum) => add_row(sum, row),
+                None => {
+                    rows.insert(key, row.clone());
+                }
+            }
+        }
+        for thread in &part.threads {
+            let sum = threads
+                .entry((thread.pid, thread.tid))
+                .or_insert_with(|| Thread {
+                    samples: 0,
+                    ..thread.clone()
+                });
+            sum.samples = sum.samples.saturating_add(thread.samples);
+            if sum.name.is_empty() {
+                sum.name = thread.name.clone();
+            }
+        }
+        for issue in &part.symbolization_issues {
+            let key = (issue.module.clone(), issue.kind, issue.reason.clone());
+            let sum = issues.entry(key).or_insert_with(|| SymbolizationIssue {
+                samples: 0,
+                ..issue.clone()
+            });
+            sum.samples = sum.samples.saturating_add(issue.samples);
+        }
+        for end in &part.stack_ends {
+            *ends.entry(end.end).or_insert(0) += end.samples;
+        }
+        add_totals(&mut merged, part);
+    }
+    merged.stack_nodes = tree.finish();
+    rank(&mut merged.stacks, Stack::samples, |_, _| {
+        std::cmp::Ordering::Equal
+    });
+    merged.rows = rows.into_values().collect();
+    merged.rows.sort_by(ProfileRow::order);
+    merged.threads = threads.into_values().collect();
+    merged.threads.sort_by(Thread::order);
+    merged.symbolization_issues = issues.into_values().collect();
+    rank(
+        &mut merged.symbolization_issues,
+        |i| i.samples,
+        |a, b| (&a.module, a.kind, &a.reason).cmp(&(&b.module, b.kind, &b.reason)),
+    );
+    merged.stack_ends = ends
+        .into_iter()
+        .map(|(end, samples)| StackEndSamples { end, samples })
+        .collect();
+    rank(
+        &mut merged.stack_ends,
+        |e| e.samples,
+        |a, b| a.end.cmp(&b.end),
+    );
+    let mut pids: Vec<u32> = merged.threads.iter().map(|t| t.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    merged.processes = pids.len() as u32;
+    merged.complete = !parts.is_empty() && parts.iter().all(|p| p.complete);
+    if merged.cpu_seconds > 0.0 {
+        merged.measured_frequency_hz = merged.total_samples as f64 / merged.cpu_seconds;
+    }
+    (merged.taken_frequency_hz, merged.throttled) = taken_rate(
+        merged.total_samples.saturating_add(merged.lost_samples),
+        merged.cpu_seconds,
+        requested_hz,
+    );
+    merged
+}
+
+/// What identifies a merged stack: stacks that agree on all of it add their values.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StackKey {
+    node: Option<u32>,
+    pid: u32,
+    tid: u32,
+    truncated: bool,
+    end: Option<crate::StackEnd>,
+    during: Vec<u32>,
+}
+
+/// What identifies a row, as the daemon makes them: one per (section, module, name), a
+/// method's optimised and baseline code apart.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RowKey {
+    section: crate::Section,
+    module: String,
+    name: String,
+    optimised: bool,
+}
+
+impl RowKey {
+    fn of(row: &ProfileRow) -> RowKey {
+        RowKey {
+            section: row.section,
+            module: row.module.clone(),
+            name: row.name.clone(),
+            optimised: row.optimised,
+        }
+    }
+}
+
+/// What identifies a symbolisation issue: its module, kind and reason.
+type IssueKey = (String, Option<crate::IssueKind>, String);
+
+/// Adds `row`'s samples to `sum`, the same code in another part.
+fn add_row(sum: &mut ProfileRow, row: &ProfileRow) {
+    sum.samples = sum.samples.saturating_add(row.samples);
+    sum.inclusive_samples = sum.inclusive_samples.saturating_add(row.inclusive_samples);
+    sum.later_snapshot_samples = sum
+        .later_snapshot_samples
+        .saturating_add(row.later_snapshot_samples);
+    sum.symbolized |= row.symbolized;
+    if sum.kind.is_none() {
+        sum.kind = row.kind;
+    }
+    if sum.code_map.is_empty() {
+        sum.code_map = row.code_map.clone();
+    }
+    // Ranges stay in code order: the first part's, then labels new in later ones.
+    for range in &row.ranges {
+        match sum.ranges.iter_mut().find(|r| r.label == range.label) {
+            Some(r) => r.samples = r.samples.saturating_add(range.samples),
+            None => sum.ranges.push(CodeRange::clone(range)),
+        }
+    }
+    for method in &row.inlined {
+        match sum.inlined.iter_mut().find(|m| m.name == method.name) {
+            Some(m) => m.samples = m.samples.saturating_add(method.samples),
+            None => sum.inlined.push(InlinedMethod::clone(method)),
+        }
+    }
+    sum.inlined.sort_by(InlinedMethod::order);
+    for process in &row.processes {
+        match sum.processes.iter_mut().find(|p| p.pid == process.pid) {
+            Some(p) => p.samples = p.samples.saturating_add(process.samples),
+            None => sum.processes.push(ProcessSamples::clone(process)),
+        }
+    }
+    sum.processes.sort_by(ProcessSamples::order);
+    for line in &row.source_lines {
+        match sum
+            .source_lines
+            .iter_mut()
+            .find(|l| (&l.file, l.line, l.pid) == (&line.file, line.line, line.pid))
+        {
+            Some(l) => l.samples = l.samples.saturating_add(line.samples),
+            None => sum.source_lines.push(SourceLineSamples::clone(line)),
+        }
+    }
+    rank(
+        &mut sum.source_lines,
+        |l| l.samples,
+        |a, b| (&a.file, a.line, a.pid).cmp(&(&b.file, b.line, b.pid)),
+    );
+}
+
+/// Adds `part`'s session-wide counts to `merged`'s.
+fn add_totals(merged: &mut Profile, part: &Profile) {
+    merged.total_samples = merged.total_samples.saturating_add(part.total_samples);
+    merged.lost_samples = merged.lost_samples.saturating_add(part.lost_samples);
+    if merged.lost_samples_per_cpu.len() < part.lost_samples_per_cpu.len() {
+        merged
+            .lost_samples_per_cpu
+            .resize(part.lost_samples_per_cpu.len(), 0);
+    }
+    for (sum, lost) in merged
+        .lost_samples_per_cpu
+        .iter_mut()
+        .zip(&part.lost_samples_per_cpu)
+    {
+        *sum = sum.saturating_add(*lost);
+    }
+    merged.duration_seconds += part.duration_seconds;
+    merged.cpu_seconds += part.cpu_seconds;
+    merged.truncated_stacks = merged
+        .truncated_stacks
+        .saturating_add(part.truncated_stacks);
+    merged.has_generated_code |= part.has_generated_code;
+    merged.jit_samples_before_code_map += part.jit_samples_before_code_map;
+    merged.jit_samples_awaiting_code_map += part.jit_samples_awaiting_code_map;
+    merged.jit_samples_caught_up += part.jit_samples_caught_up;
+    merged.jit_samples_from_later_snapshot += part.jit_samples_from_later_snapshot;
+    if merged.vm_executable.is_empty() {
+        merged.vm_executable = part.vm_executable.clone();
+    }
+    // The steal of the host over the parts: weighted by their durations.
+    let before = merged.duration_seconds - part.duration_seconds;
+    if merged.duration_seconds > 0.0 {
+        merged.host_steal_percent = (merged.host_steal_percent * before
+            + part.host_steal_percent * part.duration_seconds)
+            / merged.duration_seconds;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SampleType, Section, StackEnd};
+
+    fn frame(name: &str) -> Frame {
+        Frame {
+            section: Section::Vanilla,
+            name: name.into(),
+            module: "vm".into(),
+            ..Frame::default()
+        }
+    }
+
+    /// A part with stacks of `frames` (names, leaf first) and their samples, one process.
+    fn part(pid: u32, stacks: &[(&[&str], u64)]) -> Profile {
+        let mut profile = Profile {
+            sample_types: vec![SampleType::Samples, SampleType::CpuTime],
+            duration_seconds: 10.0,
+            complete: true,
+            ..Profile::default()
+        };
+        let mut tree = StackTreeBuilder::new();
+        let mut index: HashMap<String, u32> = HashMap::new();
+        for &(names, samples) in stacks {
+            let ids: Vec<u32> = names
+                .iter()
+                .map(|&n| {
+                    *index.entry(n.to_owned()).or_insert_with(|| {
+                        profile.frames.push(frame(n));
+                        (profile.frames.len() - 1) as u32
+                    })
+                })
+                .collect();
+            profile.stacks.push(Stack {
+                node: tree.intern(&ids),
+                pid,
+                tid: pid,
+                values: vec![samples, samples * 1_000_000],
+                end: Some(StackEnd::Complete),
+                ..Stack::default()
+            });
+            profile.total_samples += samples;
+            let leaf = names[0];
+            match profile.rows.iter_mut().find(|r| r.name == leaf) {
+                Some(row) => row.samples += samples,
+                None => profile.rows.push(ProfileRow {
+                    section: Section::Vanilla,
+                    name: leaf.into(),
+                    module: "vm".into(),
+                    samples,
+                    inclusive_samples: samples,
+                    processes: vec![ProcessSamples {
+                        pid,
+                        command: "vm".into(),
+                        samples,
+                    }],
+                    ..ProfileRow::default()
+                }),
+            }
+        }
+        profile.stack_nodes = tree.finish();
+        profile.threads = vec![Thread {
+            pid,
+            tid: pid,
+            name: "vm".into(),
+            samples: profile.total_samples,
+        }];
+        profile.cpu_seconds = profile.total_samples as f64 / 100.0;
+        profile
+    }
+
+    fn frames_by_name(profile: &Profile, stack: &Stack) -> Vec<String> {
+        profile
+            .stack_frames(stack)
+            .map(|f| profile.frames[f as usize].name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn windows_of_one_process_add_up() {
+        let a = part(7, &[(&["hot", "main"], 60), (&["cold", "main"], 10)]);
+        // Another window: frames in another order, one stack the same.
+        let b = part(7, &[(&["warm", "main"], 30), (&["hot", "main"], 20)]);
+        let merged = merge(&[&a, &b], 100);
+        assert_eq!(merged.total_samples, 120);
+        assert_eq!(
+            merged.frames.len(),
+            4,
+            "each frame once: {:?}",
+            merged.frames
+        );
+        let stacks: Vec<(Vec<String>, u64)> = merged
+            .stacks
+            .iter()
+            .map(|s| (frames_by_name(&merged, s), s.samples()))
+            .collect();
+        assert_eq!(
+            stacks,
+            [
+                (vec!["hot".to_owned(), "main".to_owned()], 80),
+                (vec!["warm".to_owned(), "main".to_owned()], 30),
+                (vec!["cold".to_owned(), "main".to_owned()], 10),
+            ]
+        );
+        assert_eq!(merged.stacks[0].values, [80, 80_000_000]);
+        let rows: Vec<(&str, u64, u64)> = merged
+            .rows
+            .iter()
+            .map(|r| (r.name.as_str(), r.samples, r.processes[0].samples))
+            .collect();
+        assert_eq!(rows, [("hot", 80, 80), ("warm", 30, 30), ("cold", 10, 10)]);
+        assert_eq!(merged.threads[0].samples, 120);
+        assert_eq!((merged.duration_seconds, merged.processes), (20.0, 1));
+        assert!(merged.complete && !merged.throttled);
+        // main > hot is one node in the tree, whichever part named it.
+        assert_eq!(merged.stack_nodes.len(), 4);
+    }
+
+    #[test]
+    fn processes_stay_apart() {
+        let a = part(7, &[(&["hot", "main"], 5)]);
+        let b = part(8, &[(&["hot", "main"], 3)]);
+        let merged = merge(&[&a, &b], 100);
+        assert_eq!(merged.stacks.len(), 2);
+        assert_eq!(merged.processes, 2);
+        assert_eq!(merged.rows.len(), 1);
+        let pids: Vec<(u32, u64)> = merged.rows[0]
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.samples))
+            .collect();
+        assert_eq!(pids, [(7, 5), (8, 3)]);
+        assert_eq!(merge(&[], 100), Profile::default());
+    }
+}

@@ -1,0 +1,243 @@
+//! Continuous profiling (`vmscoped --continuous`): windows back to back hold every sample of a
+//! program's life once (its CPU time at the rate, its 60/30/10 split), an interactive session
+//! runs beside them at its own rate, the kept windows stay within their byte budget with every
+//! drop counted, and only root reads them.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use vmscope_proto::v1::{GetContinuousProfileRequest, Profile, Section};
+use vmscope_tests::{
+    Daemon, Running, client_as, counters, fixtures, gauges, json_report, rate_tolerance, samples_of,
+};
+
+/// The continuous rate of these tests: prime, so that it does not beat with the fixture's
+/// 10 ms cycle of slices, and high enough for a few thousand samples in 3 s.
+const HZ: f64 = 997.0;
+
+fn continuous_daemon(budget_mib: u32) -> Daemon {
+    Daemon::start_with(&[
+        "--continuous",
+        "--continuous-window",
+        "1",
+        "--continuous-frequency",
+        "997",
+        "--continuous-budget-mib",
+        &budget_mib.to_string(),
+    ])
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Waits until the daemon stored `windows` windows in all, or panics after `within`.
+async fn wait_for_windows(daemon: &Daemon, windows: u64, within: Duration) {
+    let mut client = daemon.client().await;
+    let deadline = Instant::now() + within;
+    loop {
+        let stored = counters(&mut client)
+            .await
+            .get("continuous_windows_stored")
+            .copied()
+            .unwrap_or(0);
+        if stored >= windows {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{stored} windows stored, not {windows}, within {within:?}:\n{}",
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn windows_hold_a_programs_whole_life_once_beside_an_interactive_session() {
+    let daemon = continuous_daemon(32);
+    let runtime = runtime();
+    let stored_before = runtime.block_on(async {
+        counters(&mut daemon.client().await)
+            .await
+            .get("continuous_windows_stored")
+            .copied()
+            .unwrap_or(0)
+    });
+    // The whole life of the program falls in windows: 3 s of its 6/3/1 loop.
+    let program = Command::new(&fixtures().hotspots_pie)
+        .arg("3")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the fixture");
+    let pid = program.id();
+    // Beside the windows, an interactive session of it at its own rate.
+    std::thread::sleep(Duration::from_millis(500));
+    let interactive = daemon
+        .cli()
+        .args(["record", "--format", "json", "--duration", "1", "--pid"])
+        .arg(pid.to_string())
+        .output()
+        .expect("vmscope record");
+    let report = json_report(&interactive);
+    // The rate the kernel took its samples at, judged on however little CPU the program had
+    // on a loaded host (the measured rate needs more).
+    let taken = report["taken_frequency_hz"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no rate in the report: {report}"));
+    let tolerance = rate_tolerance(report["host_steal_percent"].as_f64().unwrap());
+    assert!(
+        (taken - 1400.0).abs() <= 2.0 * tolerance * 1400.0,
+        "the interactive session kept its own 1400 Hz beside the windows: {taken} Hz"
+    );
+    let out = program.wait_with_output().expect("the fixture ends");
+    let cpu_seconds: f64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu_seconds="))
+        .expect("the fixture reports its CPU time")
+        .parse()
+        .unwrap();
+    // The window that holds its exit, and the one after, final and stored.
+    runtime.block_on(wait_for_windows(
+        &daemon,
+        stored_before + 5,
+        Duration::from_secs(15),
+    ));
+
+    let profile: Profile = runtime.block_on(async {
+        daemon
+            .client()
+            .await
+            .get_continuous_profile(GetContinuousProfileRequest {
+                pid,
+                ..Default::default()
+            })
+            .await
+            .expect("the continuous profile of the program")
+            .into_inner()
+    });
+    // Every sample of its life once: no window boundary lost or repeated any.
+    let total = profile.total_samples as f64;
+    let expected = HZ * cpu_seconds;
+    let steal = profile.host_steal_percent;
+    let tolerance = rate_tolerance(steal);
+    assert!(
+        (total - expected).abs() <= tolerance * expected,
+        "{total} samples in the windows for {cpu_seconds} s of CPU at {HZ} Hz, expected \
+         {expected:.0} +- {:.0}% (host steal {steal}%)",
+        tolerance * 100.0
+    );
+    let (a, b, c) = (
+        samples_of(&profile, Section::Vanilla, "hot_a") as f64,
+        samples_of(&profile, Section::Vanilla, "hot_b") as f64,
+        samples_of(&profile, Section::Vanilla, "hot_c") as f64,
+    );
+    let sum = a + b + c;
+    for (share, expected, name) in [(a, 60.0, "hot_a"), (b, 30.0, "hot_b"), (c, 10.0, "hot_c")] {
+        let percent = 100.0 * share / sum;
+        assert!(
+            (percent - expected).abs() < 5.0,
+            "{name}: {percent:.1}% of {sum} hot samples, not {expected}%"
+        );
+    }
+    let session = profile.session.as_ref().expect("a stand-in session");
+    assert!(session.system_wide && session.id == 0, "{session:?}");
+    assert_eq!(session.frequency_hz, 997);
+    assert!(
+        session.stop_reason.contains("windows of 1 s merged"),
+        "{}",
+        session.stop_reason
+    );
+    assert!(
+        profile.stacks.iter().any(|s| s.frames.len() > 2),
+        "windows keep call stacks"
+    );
+
+    // The command line renders it as any profile, by executable.
+    let text = daemon
+        .cli()
+        .args(["continuous", "--exe", "hotspots-pie"])
+        .output()
+        .expect("vmscope continuous");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("hot_a [hotspots-pie]"), "{text}");
+}
+
+#[test]
+fn kept_windows_stay_within_their_budget_and_only_root_reads_them() {
+    let daemon = continuous_daemon(1);
+    let busy = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut client = daemon.client().await;
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let dropped = loop {
+            let dropped = counters(&mut client)
+                .await
+                .get("continuous_entries_dropped")
+                .copied()
+                .unwrap_or(0);
+            if dropped > 0 || Instant::now() > deadline {
+                break dropped;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(
+            dropped > 0,
+            "1 MiB holds a few windows only:\n{}",
+            daemon.log()
+        );
+        let held = gauges(&mut client).await["continuous_bytes"];
+        assert!(held <= 1 << 20, "{held} bytes kept over the 1 MiB budget");
+        // What is kept still reads, newest windows included.
+        let profile = client
+            .get_continuous_profile(GetContinuousProfileRequest {
+                pid: busy.pid(),
+                ..Default::default()
+            })
+            .await
+            .expect("the kept windows of the busy program")
+            .into_inner();
+        assert!(samples_of(&profile, Section::Vanilla, "hot_a") > 0);
+
+        let missing = client
+            .get_continuous_profile(GetContinuousProfileRequest {
+                executable: "no-such-program".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+
+        const NOBODY: u32 = 65534;
+        let mut nobody = client_as(&daemon.socket, NOBODY).await.expect("connect");
+        let refused = nobody
+            .get_continuous_profile(GetContinuousProfileRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    });
+    drop(busy);
+    drop(daemon);
+
+    let plain = Daemon::start();
+    let refused = runtime.block_on(async {
+        plain
+            .client()
+            .await
+            .get_continuous_profile(GetContinuousProfileRequest::default())
+            .await
+            .unwrap_err()
+    });
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("--continuous"), "{refused:?}");
+}
