@@ -69,6 +69,13 @@ pub(crate) fn proc_field(pid: u32, file: &str, key: &str) -> Option<u64> {
 /// CPU time of all of the daemon's threads, in nanoseconds: the first field of each thread's
 /// `schedstat` (the scheduler's own accounting, where `stat`'s utime and stime count 10 ms
 /// ticks, too coarse for the 0.1 s a mode costs the daemon here).
+/// Clock ticks per second, the unit of `/proc/PID/stat`'s CPU times.
+pub(crate) fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).unwrap_or(100).max(1)
+}
+
 pub(crate) fn daemon_cpu_ns(pid: u32) -> anyhow::Result<u64> {
     let mut total = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
@@ -184,6 +191,15 @@ pub(crate) fn stackloop(built: &Built) -> anyhow::Result<PathBuf> {
 /// The `total_samples` of a JSON report.
 pub(crate) fn total_samples(json: &str) -> anyhow::Result<u64> {
     Ok(serde_json_lite::parse(json)?.total_samples)
+}
+
+/// The first whole number under `"key"` in a JSON text, wherever it is; `None` when absent or
+/// not a whole number.
+pub(crate) fn json_u64(json: &str, key: &str) -> Option<u64> {
+    let after = json.split_once(&format!("\"{key}\""))?.1;
+    let after = after.trim_start().strip_prefix(':')?.trim_start();
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// Runs the benchmarks and prints the table; with `soak_seconds`, the soak test instead.

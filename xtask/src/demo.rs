@@ -93,6 +93,16 @@ impl Daemon {
     /// Starts the daemon `binary` on the socket `NAME.sock` in `dir`, its log in `NAME.log`,
     /// and waits until it serves.
     pub fn start_binary(binary: &Path, dir: &Path, name: &str) -> anyhow::Result<Daemon> {
+        Daemon::start_binary_with(binary, dir, name, &[])
+    }
+
+    /// [`Daemon::start_binary`] with more arguments.
+    pub fn start_binary_with(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+    ) -> anyhow::Result<Daemon> {
         let socket = dir.join(format!("{name}.sock"));
         let log = dir.join(format!("{name}.log"));
         let _ = std::fs::remove_file(&socket);
@@ -105,6 +115,7 @@ impl Daemon {
         let child = Command::new(binary)
             .arg("--socket")
             .arg(&socket)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()

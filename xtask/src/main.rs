@@ -9,6 +9,7 @@
 
 mod bench;
 mod bench_attacks;
+mod bench_continuous;
 mod bench_daemon_cpu;
 mod bench_exit;
 mod bench_jvm;
@@ -111,6 +112,12 @@ enum Task {
         /// samples and its time.
         #[arg(long, requires = "daemon_cpu")]
         long_sessions: bool,
+        /// Instead, continuous profiling's steady cost: `vmscoped --continuous` at its defaults
+        /// with 100 idle and 2 busy processes, for MINUTES (10 by default): the daemon's CPU
+        /// and RSS every 30 s, what it keeps, and what it lost.
+        #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "10",
+              conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu"])]
+        continuous: Option<u64>,
         /// With --memory, --stop or --daemon-cpu, run the same against this `vmscoped` binary
         /// (an earlier build) too and print both, measured in one run.
         #[arg(long, value_name = "VMSCOPED")]
@@ -145,6 +152,10 @@ fn main() -> ExitCode {
             exit_cost: true, ..
         } => setup::run().and_then(|()| bench_exit::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
+        Task::Bench {
+            continuous: Some(minutes),
+            ..
+        } => setup::run().and_then(|()| bench_continuous::run(minutes)),
         Task::Bench {
             daemon_cpu: true,
             baseline,

@@ -1,0 +1,138 @@
+//! `cargo xtask bench --continuous [--minutes N]`: what continuous profiling costs in its
+//! steady state, on this machine.
+//!
+//! The workload is a host as the issue describes one: about 100 idle processes (`sleep`) and
+//! two CPU-bound ones (`stackloop`, 34-frame call chains, until killed), with the release
+//! daemon started with `--continuous` at its defaults (19 Hz, 10 s windows, 32 MiB). Every 30 s
+//! the table gives the daemon's CPU time over the last interval (in % of one CPU, all its
+//! threads, exited ones included), its RSS, and what it keeps: windows stored, bytes kept and
+//! dropped. At the end, the merged profile of every kept window gives the samples and the lost
+//! samples, and the daemon's peak RSS.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+
+use crate::{
+    bench::{json_u64, proc_field, stackloop},
+    demo::{self, Daemon},
+};
+
+/// Idle processes beside the two busy ones.
+const IDLE: usize = 100;
+
+/// Time between two rows of the table.
+const INTERVAL: Duration = Duration::from_secs(30);
+
+/// Kills its children when dropped.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs the workload for `minutes`.
+pub fn run(minutes: u64) -> anyhow::Result<()> {
+    let built = demo::build()?;
+    let stackloop = stackloop(&built)?;
+    let daemon =
+        Daemon::start_binary_with(&built.daemon, &built.dir, "continuous", &["--continuous"])?;
+    let pid = daemon.pid().context("a daemon of our own")?;
+    let mut children = Children(Vec::new());
+    for _ in 0..IDLE {
+        children.0.push(
+            Command::new("sleep")
+                .arg("100000")
+                .spawn()
+                .context("cannot start sleep")?,
+        );
+    }
+    for _ in 0..2 {
+        children.0.push(
+            Command::new(&stackloop)
+                .args(["0", "32"])
+                .stdout(Stdio::null())
+                .spawn()
+                .context("cannot start stackloop")?,
+        );
+    }
+    let info = |key: &str| -> anyhow::Result<u64> {
+        let out = Command::new(&built.cli)
+            .args(["info", "--json"])
+            .env("VMSCOPE_SOCKET", &daemon.socket)
+            .output()?;
+        Ok(json_u64(&String::from_utf8_lossy(&out.stdout), key).unwrap_or(0))
+    };
+    let ticks = crate::bench::clock_ticks() as f64;
+    let cpu = || -> f64 { process_cpu_ticks(pid) as f64 / ticks };
+    println!(
+        "bench: continuous profiling for {minutes} min: {IDLE} idle processes, 2 busy ones \
+         (stackloop), vmscoped --continuous at its defaults"
+    );
+    println!(
+        "| minute | daemon CPU (% of a CPU) | RSS (MiB) | windows stored | kept (KiB) | dropped (KiB) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let started = Instant::now();
+    let (mut last_cpu, mut last_at) = (cpu(), Instant::now());
+    let mut steady_cpu = Vec::new();
+    while started.elapsed() < Duration::from_secs(minutes * 60) {
+        std::thread::sleep(INTERVAL);
+        let (now_cpu, now) = (cpu(), Instant::now());
+        let percent = 100.0 * (now_cpu - last_cpu) / now.duration_since(last_at).as_secs_f64();
+        (last_cpu, last_at) = (now_cpu, now);
+        // The first minute holds the start: symbols of every binary on the host parsed once.
+        if started.elapsed() > Duration::from_secs(60) {
+            steady_cpu.push(percent);
+        }
+        println!(
+            "| {:.1} | {percent:.2} | {:.1} | {} | {} | {} |",
+            started.elapsed().as_secs_f64() / 60.0,
+            proc_field(pid, "status", "VmRSS:").unwrap_or(0) as f64 / 1024.0,
+            info("continuous_windows_stored")?,
+            info("continuous_bytes")? / 1024,
+            info("continuous_bytes_dropped")? / 1024,
+        );
+    }
+    let out = Command::new(&built.cli)
+        .args(["continuous", "--format", "json"])
+        .env("VMSCOPE_SOCKET", &daemon.socket)
+        .output()?;
+    let json = String::from_utf8_lossy(&out.stdout);
+    let mean = steady_cpu.iter().sum::<f64>() / steady_cpu.len().max(1) as f64;
+    println!(
+        "bench: steady state (after the first minute): {mean:.2}% of one CPU on average; peak \
+         RSS (VmHWM) {:.1} MiB; kept windows: {} samples, {} lost, over {} s",
+        proc_field(pid, "status", "VmHWM:").unwrap_or(0) as f64 / 1024.0,
+        json_u64(&json, "total_samples").context("vmscope continuous --format json")?,
+        json_u64(&json, "lost_samples").unwrap_or(0),
+        json_u64(&json, "duration_seconds").unwrap_or(0),
+    );
+    drop(children);
+    Ok(())
+}
+
+/// `utime + stime` of a process, in clock ticks: its exited threads' time included.
+fn process_cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some((_, after)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After ")", field 3 is the state: utime is field 14, stime 15.
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(14) + field(15)
+}
