@@ -207,16 +207,17 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         connections.clone(),
         limits,
     );
-    if let Some(config) = config.continuous {
-        let continuous = continuous::Continuous::start(&manager, symbolizer, config)
-            .await
-            .context("continuous profiling cannot start")?;
+    if let Some(config) = config.continuous.clone() {
         tracing::info!(
             frequency_hz = config.frequency_hz,
             window_seconds = config.window.as_secs_f64(),
             budget_mib = config.budget_bytes >> 20,
+            otlp = config.otlp.as_ref().map(|o| o.endpoint.as_str()),
             "profiling continuously"
         );
+        let continuous = continuous::Continuous::start(&manager, symbolizer, config)
+            .await
+            .context("continuous profiling cannot start")?;
         service = service.with_continuous(continuous);
     }
     tracing::info!(socket = %config.socket.display(), "serving vmscope.v1");

@@ -138,6 +138,20 @@ struct Args {
           default_value_t = (vmscoped::continuous::DEFAULT_BUDGET_BYTES >> 20) as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     continuous_budget_mib: u64,
+    /// Export each continuous window as OTLP profiles to this collector's gRPC endpoint
+    /// (`http://HOST:4317`): one resource per process, gzipped. A collector that is down or
+    /// slow costs a bounded queue (--otlp-queue-mib), never sampling; drops are counted.
+    #[arg(long, value_name = "URL", requires = "continuous")]
+    otlp_endpoint: Option<String>,
+    /// Memory for OTLP requests waiting for the collector, in MiB; the oldest go first beyond.
+    #[arg(long, value_name = "MIB",
+          default_value_t = (vmscoped::continuous::export::DEFAULT_QUEUE_BYTES >> 20) as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    otlp_queue_mib: u64,
+    /// Fault injection for tests: the OTLP export's timeout (ms), 10 s by default.
+    #[arg(long, default_value_t = vmscoped::continuous::export::DEFAULT_TIMEOUT.as_millis() as u64,
+          hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    otlp_timeout_ms: u64,
     /// Fault injection for tests: delay the first drain of the ring buffer (ms) so that it
     /// fills and losses can be checked.
     #[arg(long, default_value_t = 0, hide = true)]
@@ -190,6 +204,14 @@ fn main() -> std::process::ExitCode {
                 window: std::time::Duration::from_secs(args.continuous_window),
                 budget_bytes: usize::try_from(args.continuous_budget_mib.saturating_mul(1 << 20))
                     .unwrap_or(usize::MAX),
+                otlp: args.otlp_endpoint.clone().map(|endpoint| {
+                    vmscoped::continuous::export::OtlpConfig {
+                        endpoint,
+                        queue_bytes: usize::try_from(args.otlp_queue_mib.saturating_mul(1 << 20))
+                            .unwrap_or(usize::MAX),
+                        timeout: std::time::Duration::from_millis(args.otlp_timeout_ms),
+                    }
+                }),
             }),
         http: args.http.map(|address| vmscoped::http::HttpConfig {
             address,

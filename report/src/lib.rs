@@ -25,6 +25,7 @@ mod functions;
 pub mod json;
 pub mod model;
 pub mod module_pattern;
+pub mod otlp;
 pub mod pprof;
 mod processes;
 pub use vmscope_model::rank;

@@ -11,12 +11,15 @@ pub const BPF_LINKER_VERSION: &str = "0.10.0";
 
 /// Python packages of the gRPC C-core client the end-to-end tests drive (tests/tests/grpcio.rs),
 /// pinned with what they need: grpcio sends the socket path as `:authority` over a Unix socket.
-/// tests/src/lib.rs (`GRPCIO_VERSION`) checks the grpcio version.
-const GRPCIO_PACKAGES: [(&str, &str); 4] = [
+/// tests/src/lib.rs (`GRPCIO_VERSION`) checks the grpcio version. The OpenTelemetry project's
+/// own generated messages and service for OTLP profiles make the test's OTLP receiver
+/// (tests/clients/otlp_receiver.py).
+const GRPCIO_PACKAGES: [(&str, &str); 5] = [
     ("grpcio", "1.85.1"),
     ("grpcio-reflection", "1.85.1"),
     ("protobuf", "7.36.2"),
     ("typing-extensions", "4.16.0"),
+    ("opentelemetry-proto", "1.45.2"),
 ];
 
 /// The virtualenv holding [`GRPCIO_PACKAGES`]: `$VMSCOPE_GRPCIO_VENV`, by default
@@ -30,17 +33,20 @@ fn grpcio_venv() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".cache/vmscope/grpcio-venv"))
 }
 
-/// Whether the virtualenv's Python imports the pinned grpcio, grpcio-reflection and protobuf.
+/// Whether the virtualenv's Python imports the pinned grpcio, grpcio-reflection, protobuf and
+/// opentelemetry-proto.
 fn grpcio_present(venv: &std::path::Path) -> bool {
     let expected = format!(
-        "{} {} {}",
-        GRPCIO_PACKAGES[0].1, GRPCIO_PACKAGES[1].1, GRPCIO_PACKAGES[2].1
+        "{} {} {} {}",
+        GRPCIO_PACKAGES[0].1, GRPCIO_PACKAGES[1].1, GRPCIO_PACKAGES[2].1, GRPCIO_PACKAGES[4].1
     );
     output(Command::new(venv.join("bin/python")).args([
         "-c",
         "import grpc, grpc_reflection, google.protobuf as p; \
+         import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc; \
          from importlib.metadata import version; \
-         print(grpc.__version__, version('grpcio-reflection'), p.__version__)",
+         print(grpc.__version__, version('grpcio-reflection'), p.__version__, \
+               version('opentelemetry-proto'))",
     ]))
     .is_some_and(|v| v.trim() == expected)
 }

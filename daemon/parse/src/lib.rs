@@ -7,6 +7,7 @@
 //!
 //! - [`maps`]: `/proc/PID/maps`, the mappings of a process.
 //! - [`stat`]: `/proc/PID/stat`, `/proc/PID/status`, `/proc/stat`.
+//! - [`cgroup`]: `/proc/PID/cgroup`, the container a process runs in.
 //! - [`kallsyms`]: `/proc/kallsyms`, the kernel's symbols.
 //! - [`elf`]: symbols, load segments, build-id and debuglink of an ELF binary.
 //! - [`dwarf`]: source lines and inlined functions of an ELF binary's DWARF.
@@ -21,6 +22,7 @@
 //!   refuses (C-core's socket path) replaced by ones it accepts.
 #![deny(missing_docs)]
 
+pub mod cgroup;
 pub mod codemap_file;
 pub mod demangle;
 pub mod dwarf;

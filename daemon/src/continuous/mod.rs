@@ -10,6 +10,7 @@
 //! process or executable and merges them ([`vmscope_model::merge`]); interactive sessions run
 //! beside the windows at their own rates.
 
+pub mod export;
 pub mod store;
 
 use std::{
@@ -19,6 +20,9 @@ use std::{
 
 use tokio::sync::mpsc;
 use vmscope_model::Profile;
+
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use vmscope_report::otlp::{ProcessProfile, export_request};
 
 use crate::{
     cancel::Cancel,
@@ -48,7 +52,7 @@ pub const DEFAULT_BUDGET_BYTES: usize = 32 << 20;
 const WINDOWS_QUEUED: usize = 4;
 
 /// How continuous profiling runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContinuousConfig {
     /// Sampling frequency.
     pub frequency_hz: u32,
@@ -56,6 +60,8 @@ pub struct ContinuousConfig {
     pub window: Duration,
     /// Most bytes of kept profiles.
     pub budget_bytes: usize,
+    /// Where each window is exported as OTLP profiles, if anywhere.
+    pub otlp: Option<export::OtlpConfig>,
 }
 
 impl Default for ContinuousConfig {
@@ -64,6 +70,7 @@ impl Default for ContinuousConfig {
             frequency_hz: DEFAULT_FREQUENCY_HZ,
             window: DEFAULT_WINDOW,
             budget_bytes: DEFAULT_BUDGET_BYTES,
+            otlp: None,
         }
     }
 }
@@ -73,16 +80,28 @@ impl Default for ContinuousConfig {
 pub struct Continuous {
     config: ContinuousConfig,
     store: Arc<Mutex<WindowStore>>,
+    exporter: Option<export::Exporter>,
 }
 
 impl Continuous {
-    /// Starts taking windows through `manager`, built with `symbolizer`. Fails as a session
-    /// start fails (the kernel refusing the events, the frequency above a limit).
+    /// Starts taking windows through `manager`, built with `symbolizer`, and exporting them
+    /// when `config.otlp` says where. Fails as a session start fails (the kernel refusing the
+    /// events, the frequency above a limit), or on an OTLP endpoint that is not a URI.
     pub async fn start(
         manager: &ManagerHandle,
         symbolizer: Symbolizer,
         config: ContinuousConfig,
     ) -> Result<Continuous, SessionError> {
+        let exporter = match &config.otlp {
+            Some(otlp) => Some(export::Exporter::start(otlp).map_err(|e| {
+                SessionError::InvalidArgument(format!(
+                    "the OTLP endpoint {:?} is not usable: {e}",
+                    otlp.endpoint
+                ))
+            })?),
+            None => None,
+        };
+        let host = host_name();
         let (out, mut windows) = mpsc::channel::<Snapshot>(WINDOWS_QUEUED);
         let request = SessionRequest {
             system_wide: true,
@@ -93,16 +112,28 @@ impl Continuous {
         };
         manager.start_windows(request, out).await?;
         let continuous = Continuous {
-            config,
             store: Arc::new(Mutex::new(WindowStore::new(config.budget_bytes))),
+            config,
+            exporter,
         };
         let store = continuous.store.clone();
+        let exporter = continuous.exporter.clone();
         tokio::spawn(async move {
             while let Some(window) = windows.recv().await {
                 let symbolizer = symbolizer.clone();
-                let built = tokio::task::spawn_blocking(move || entries(window, &symbolizer)).await;
+                let host = host.clone();
+                let export = exporter.is_some();
+                let built = tokio::task::spawn_blocking(move || {
+                    entries(window, &symbolizer, export.then_some(host.as_str()))
+                })
+                .await;
                 match built {
-                    Ok((entries, lost)) => lock(&store).push_window(entries, lost),
+                    Ok(built) => {
+                        if let (Some(exporter), Some(request)) = (&exporter, built.export) {
+                            exporter.push(request);
+                        }
+                        lock(&store).push_window(built.entries, built.lost_per_cpu);
+                    }
                     Err(e) => tracing::error!("a continuous window could not be built: {e}"),
                 }
             }
@@ -111,8 +142,8 @@ impl Continuous {
     }
 
     /// How it runs.
-    pub fn config(&self) -> ContinuousConfig {
-        self.config
+    pub fn config(&self) -> &ContinuousConfig {
+        &self.config
     }
 
     /// The windows `selection` takes, merged: `None` when it takes none. Merging is CPU work
@@ -160,23 +191,33 @@ impl Continuous {
         ))
     }
 
-    /// Its counters, by the names `vmscope info` shows.
-    pub fn counters(&self) -> [(&'static str, u64); 3] {
+    /// Its counters (the exporter's with them), by the names `vmscope info` shows.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let store = lock(&self.store);
-        [
+        let mut values = vec![
             ("continuous_windows_stored", store.counters.windows),
             ("continuous_entries_dropped", store.counters.entries_dropped),
             ("continuous_bytes_dropped", store.counters.bytes_dropped),
-        ]
+        ];
+        if let Some(exporter) = &self.exporter {
+            values.extend(exporter.counter_values());
+        }
+        values
     }
 
     /// What it holds now (gauges), by the names `vmscope info` shows.
-    pub fn gauges(&self) -> [(&'static str, u64); 2] {
+    pub fn gauges(&self) -> Vec<(&'static str, u64)> {
         let store = lock(&self.store);
-        [
+        let mut values = vec![
             ("continuous_entries", store.len() as u64),
             ("continuous_bytes", store.bytes() as u64),
-        ]
+        ];
+        if let Some(exporter) = &self.exporter {
+            let (requests, bytes) = exporter.queued();
+            values.push(("otlp_queued", requests as u64));
+            values.push(("otlp_queued_bytes", bytes as u64));
+        }
+        values
     }
 }
 
@@ -196,29 +237,40 @@ fn lock(store: &Mutex<WindowStore>) -> std::sync::MutexGuard<'_, WindowStore> {
     store.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A final window as one entry per process, each built into its own profile; and the samples
-/// it lost per CPU.
-fn entries(window: Snapshot, symbolizer: &Symbolizer) -> (Vec<Entry>, Vec<u64>) {
+/// A final window, built.
+struct BuiltWindow {
+    /// One entry per process.
+    entries: Vec<Entry>,
+    /// Samples it lost per CPU.
+    lost_per_cpu: Vec<u64>,
+    /// Its OTLP export request, when asked for.
+    export: Option<ExportProfilesServiceRequest>,
+}
+
+/// A final window as one entry per process, each built into its own profile; with its OTLP
+/// export request from `host` when given.
+fn entries(window: Snapshot, symbolizer: &Symbolizer, host: Option<&str>) -> BuiltWindow {
     let _in_use = symbolizer.modules().in_use();
-    let end = window.session.started_at + window.duration;
     let start = window.session.started_at;
+    let end = start + window.duration;
     // Kernel functions are root's to see, as every reader of continuous profiles is.
     let options = ProfileOptions { hide_kernel: None };
-    let entries = window
+    let built: Vec<(Entry, Profile, Option<String>)> = window
         .pids()
         .into_iter()
         .filter_map(|pid| {
             let part = window.of_process(pid);
             let command = part.commands.get(&pid).cloned().unwrap_or_default();
+            let executable = part.executables.get(&pid).cloned().unwrap_or_default();
             let samples = part.total_samples;
             let profile = build_profile_unless(part, symbolizer, &options, &Cancel::never())?;
-            let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let container = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .ok()
+                .and_then(|cgroup| vmscope_parse::cgroup::container_id(&cgroup));
             let packed = store::pack(&profile)
                 .inspect_err(|e| tracing::error!(pid, "a window's profile does not pack: {e}"))
                 .ok()?;
-            Some(Entry {
+            let entry = Entry {
                 start,
                 end,
                 pid,
@@ -226,8 +278,36 @@ fn entries(window: Snapshot, symbolizer: &Symbolizer) -> (Vec<Entry>, Vec<u64>) 
                 executable,
                 samples,
                 packed,
-            })
+            };
+            Some((entry, profile, container))
         })
         .collect();
-    (entries, window.lost_per_cpu)
+    let export = host.map(|host| {
+        let processes: Vec<ProcessProfile<'_>> = built
+            .iter()
+            .map(|(entry, profile, container)| ProcessProfile {
+                profile,
+                pid: entry.pid,
+                executable: &entry.executable,
+                command: &entry.command,
+                container_id: container.as_deref(),
+                start,
+                duration: window.duration,
+                period_ns: window.period_ns,
+            })
+            .collect();
+        export_request(&processes, host)
+    });
+    BuiltWindow {
+        entries: built.into_iter().map(|(entry, ..)| entry).collect(),
+        lost_per_cpu: window.lost_per_cpu,
+        export,
+    }
+}
+
+/// This host's name, as `host.name` says it.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_default()
 }

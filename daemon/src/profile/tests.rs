@@ -63,6 +63,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
         truncated: 0,
         commands: [(7, "vm".to_owned())].into_iter().collect(),
+        executables: Default::default(),
         thread_names: [(Task::from(7), "vm".to_owned())].into_iter().collect(),
         period_ns: 1_000_000,
         lost_per_cpu: vec![1, 0, 2],

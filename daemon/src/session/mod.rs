@@ -266,6 +266,9 @@ pub struct Session {
     /// The name (comm) of every process sampled, from its first sample or its latest exec:
     /// rows say which processes their samples came from, even once they exited.
     pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
+    /// The executable of every process sampled, from its first sample, where known:
+    /// continuous windows name processes that exited before their window was built.
+    pub executables: HashMap<u32, String, foldhash::fast::RandomState>,
     /// The name of every thread sampled, from its first sample, up to [`MAX_THREAD_NAMES`]
     /// threads: empty where it could not be read.
     pub thread_names: HashMap<Task, String, foldhash::fast::RandomState>,
@@ -524,6 +527,8 @@ pub struct Snapshot {
     pub truncated: u64,
     /// The name of every process sampled.
     pub commands: HashMap<u32, String, foldhash::fast::RandomState>,
+    /// The executable of every process sampled, where known.
+    pub executables: HashMap<u32, String, foldhash::fast::RandomState>,
     /// The name of every thread sampled, where noted.
     pub thread_names: HashMap<Task, String, foldhash::fast::RandomState>,
     /// CPU time one sample stands for: the sampling interval, in nanoseconds.
@@ -585,6 +590,12 @@ impl Snapshot {
                 .iter()
                 .filter(|&(&p, _)| p == pid)
                 .map(|(&p, c)| (p, c.clone()))
+                .collect(),
+            executables: self
+                .executables
+                .iter()
+                .filter(|&(&p, _)| p == pid)
+                .map(|(&p, e)| (p, e.clone()))
                 .collect(),
             thread_names: self
                 .thread_names
@@ -652,6 +663,7 @@ mod tests {
             targets: Vec::new(),
             stacks: StackTable::default(),
             commands: HashMap::default(),
+            executables: HashMap::default(),
             thread_names: HashMap::default(),
             total: 0,
             host_cpu: (first, last),

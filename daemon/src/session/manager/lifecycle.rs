@@ -72,6 +72,7 @@ impl Manager {
             targets,
             stacks: crate::session::StackTable::with_limit(self.config.max_stacks_per_session),
             commands,
+            executables: Default::default(),
             thread_names: Default::default(),
             total: 0,
             host_cpu: (host, host),

@@ -79,7 +79,13 @@ impl Manager {
                 // Each session names the processes it sampled, from their first sample on.
                 if let std::collections::hash_map::Entry::Vacant(name) = session.commands.entry(pid)
                 {
-                    name.insert(self.processes.observe(pid, now_ns).command.clone());
+                    let process = self.processes.observe(pid, now_ns);
+                    name.insert(process.command.clone());
+                    if let Some(executable) = &process.executable {
+                        session
+                            .executables
+                            .insert(pid, executable.to_string_lossy().into_owned());
+                    }
                 }
                 // And their threads, as long as it has room.
                 if session.thread_names.len() < MAX_THREAD_NAMES

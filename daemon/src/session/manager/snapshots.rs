@@ -69,6 +69,7 @@ impl Manager {
             stacks,
             truncated: session.truncated,
             commands: session.commands.clone(),
+            executables: session.executables.clone(),
             thread_names: session.thread_names.clone(),
             period_ns: session.period_ns,
             total_samples: session.total,

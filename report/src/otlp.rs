@@ -1,0 +1,545 @@
+//! OTLP profiles: processes' profiles as one `ExportProfilesServiceRequest`
+//! (`opentelemetry.proto.collector.profiles.v1development`, the wire format of OTLP 1.10), as
+//! the OpenTelemetry eBPF profiler sends them, so that a collector or backend that reads its
+//! profiles reads ours.
+//!
+//! - One `ResourceProfiles` per process, with the semantic-convention attributes the OTel
+//!   profiler sets: `process.pid`, `process.executable.name`, `process.executable.path`,
+//!   `container.id` (when the process runs in a container), `host.name`.
+//! - One profile each, of sample type `samples/count` and period type `cpu/nanoseconds` (the
+//!   sampling interval), with the sample attributes `thread.id` and `thread.name`.
+//! - One shared dictionary: every table's entry 0 is the zero value (`string_table[0]` is "").
+//! - Locations carry `profile.frame.type`: `kernel`, `native`, the runtime of a process's JIT
+//!   code named from its perf map or jitdump (`v8js` for node, `jvm` for java, `cpython` for
+//!   python), and `vmscope` for code a VM published through vmscope's own code map protocol.
+//!   Our names stay whole: a JIT frame's bytecode range is its line (and the location's
+//!   `vmscope.code.range`), and a method inlined into compiled code is a line of the compiled
+//!   method's location, innermost first, as OTLP (and pprof) say inlining.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
+
+use opentelemetry_proto::tonic::{
+    collector::profiles::v1development::ExportProfilesServiceRequest,
+    common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value},
+    profiles::v1development as otlp,
+    resource::v1::Resource,
+};
+use vmscope_model::{self as model, Section};
+
+use crate::pprof::range_position;
+
+/// One process's profile over one window, and what its resource says of it.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessProfile<'a> {
+    /// The profile (its stacks are what is sent).
+    pub profile: &'a model::Profile,
+    /// The process.
+    pub pid: u32,
+    /// Its executable's path; empty when unknown.
+    pub executable: &'a str,
+    /// Its command (`comm`), the executable's name when the path is unknown.
+    pub command: &'a str,
+    /// The id of the container it runs in, when it runs in one.
+    pub container_id: Option<&'a str>,
+    /// When the window began.
+    pub start: SystemTime,
+    /// How long it lasted.
+    pub duration: Duration,
+    /// CPU time one sample stands for, in nanoseconds.
+    pub period_ns: u64,
+}
+
+/// The attribute that says what kind of code a location is.
+pub const FRAME_TYPE: &str = "profile.frame.type";
+
+/// The location attribute that keeps a JIT frame's range (`74->78`, `app.js:12:5`).
+pub const CODE_RANGE: &str = "vmscope.code.range";
+
+/// `processes` as one export request, from host `host_name`.
+pub fn export_request(
+    processes: &[ProcessProfile<'_>],
+    host_name: &str,
+) -> ExportProfilesServiceRequest {
+    let mut dictionary = Dictionary::new();
+    let resource_profiles = processes
+        .iter()
+        .map(|process| dictionary.resource_profiles(process, host_name))
+        .collect();
+    ExportProfilesServiceRequest {
+        resource_profiles,
+        dictionary: Some(dictionary.finish()),
+    }
+}
+
+/// What kind of code a frame is, as `profile.frame.type` says it.
+pub fn frame_type(frame: &model::Frame, executable: &str) -> &'static str {
+    if frame.kernel {
+        return "kernel";
+    }
+    if frame.section != Section::Generated {
+        return "native";
+    }
+    if frame.code_map == "vm" {
+        return "vmscope";
+    }
+    let name = executable.rsplit('/').next().unwrap_or(executable);
+    if name.starts_with("node") {
+        "v8js"
+    } else if name.starts_with("java") {
+        "jvm"
+    } else if name.starts_with("python") {
+        "cpython"
+    } else {
+        "native"
+    }
+}
+
+/// An attribute's value, as the dictionary interns it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Value {
+    Str(String),
+    Int(i64),
+}
+
+impl Value {
+    fn any(&self) -> AnyValue {
+        AnyValue {
+            value: Some(match self {
+                Value::Str(s) => any_value::Value::StringValue(s.clone()),
+                Value::Int(n) => any_value::Value::IntValue(*n),
+            }),
+        }
+    }
+}
+
+/// What makes a location: its mapping, its lines (function, line, column; innermost first)
+/// and its attributes.
+type LocationKey = (i32, Vec<(i32, i64, i64)>, Vec<i32>);
+
+/// The shared tables, each with its zero value at index 0, interned as they are filled.
+struct Dictionary {
+    table: otlp::ProfilesDictionary,
+    strings: HashMap<String, i32>,
+    attributes: HashMap<(i32, Value), i32>,
+    mappings: HashMap<i32, i32>,
+    functions: HashMap<(i32, i32), i32>,
+    locations: HashMap<LocationKey, i32>,
+    stacks: HashMap<Vec<i32>, i32>,
+}
+
+impl Dictionary {
+    fn new() -> Dictionary {
+        let mut dictionary = Dictionary {
+            table: otlp::ProfilesDictionary {
+                mapping_table: vec![otlp::Mapping::default()],
+                location_table: vec![otlp::Location::default()],
+                function_table: vec![otlp::Function::default()],
+                link_table: vec![otlp::Link::default()],
+                string_table: Vec::new(),
+                attribute_table: vec![otlp::KeyValueAndUnit::default()],
+                stack_table: vec![otlp::Stack::default()],
+            },
+            strings: HashMap::new(),
+            attributes: HashMap::new(),
+            mappings: HashMap::new(),
+            functions: HashMap::new(),
+            locations: HashMap::new(),
+            stacks: HashMap::new(),
+        };
+        dictionary.string("");
+        dictionary
+    }
+
+    fn finish(self) -> otlp::ProfilesDictionary {
+        self.table
+    }
+
+    fn string(&mut self, s: &str) -> i32 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.table.string_table.len() as i32;
+        self.table.string_table.push(s.to_owned());
+        self.strings.insert(s.to_owned(), i);
+        i
+    }
+
+    fn attribute(&mut self, key: &str, value: Value) -> i32 {
+        let key = self.string(key);
+        let table = &mut self.table.attribute_table;
+        *self
+            .attributes
+            .entry((key, value.clone()))
+            .or_insert_with(|| {
+                table.push(otlp::KeyValueAndUnit {
+                    key_strindex: key,
+                    value: Some(value.any()),
+                    unit_strindex: 0,
+                });
+                (table.len() - 1) as i32
+            })
+    }
+
+    fn mapping(&mut self, module: &str) -> i32 {
+        let name = self.string(module);
+        let table = &mut self.table.mapping_table;
+        *self.mappings.entry(name).or_insert_with(|| {
+            table.push(otlp::Mapping {
+                filename_strindex: name,
+                ..otlp::Mapping::default()
+            });
+            (table.len() - 1) as i32
+        })
+    }
+
+    fn function(&mut self, frame: &model::Frame) -> i32 {
+        let name = self.string(if frame.name.is_empty() {
+            "[unknown]"
+        } else {
+            &frame.name
+        });
+        let file = self.string(if frame.file.is_empty() {
+            &frame.module
+        } else {
+            &frame.file
+        });
+        let table = &mut self.table.function_table;
+        *self.functions.entry((name, file)).or_insert_with(|| {
+            table.push(otlp::Function {
+                name_strindex: name,
+                system_name_strindex: name,
+                filename_strindex: file,
+                start_line: 0,
+            });
+            (table.len() - 1) as i32
+        })
+    }
+
+    /// The location of a run of frames, innermost first: methods inlined into the last, the
+    /// compiled method that holds the code.
+    fn location(&mut self, run: &[&model::Frame], executable: &str) -> i32 {
+        let outer = run[run.len() - 1];
+        let mapping = self.mapping(&outer.module);
+        let lines: Vec<(i32, i64, i64)> = run
+            .iter()
+            .map(|frame| {
+                let (line, column) = if frame.line > 0 {
+                    (i64::from(frame.line), 0)
+                } else {
+                    range_position(&frame.range)
+                };
+                (self.function(frame), line, column)
+            })
+            .collect();
+        let mut attributes = vec![self.attribute(
+            FRAME_TYPE,
+            Value::Str(frame_type(outer, executable).to_owned()),
+        )];
+        if !outer.range.is_empty() {
+            attributes.push(self.attribute(CODE_RANGE, Value::Str(outer.range.clone())));
+        }
+        let key = (mapping, lines, attributes);
+        if let Some(&i) = self.locations.get(&key) {
+            return i;
+        }
+        let table = &mut self.table.location_table;
+        table.push(otlp::Location {
+            mapping_index: mapping,
+            address: 0,
+            lines: key
+                .1
+                .iter()
+                .map(|&(function_index, line, column)| otlp::Line {
+                    function_index,
+                    line,
+                    column,
+                })
+                .collect(),
+            attribute_indices: key.2.clone(),
+        });
+        let i = (table.len() - 1) as i32;
+        self.locations.insert(key, i);
+        i
+    }
+
+    fn stack(&mut self, locations: Vec<i32>) -> i32 {
+        let table = &mut self.table.stack_table;
+        *self.stacks.entry(locations.clone()).or_insert_with(|| {
+            table.push(otlp::Stack {
+                location_indices: locations,
+            });
+            (table.len() - 1) as i32
+        })
+    }
+
+    fn value_type(&mut self, kind: &str, unit: &str) -> otlp::ValueType {
+        otlp::ValueType {
+            type_strindex: self.string(kind),
+            unit_strindex: self.string(unit),
+        }
+    }
+
+    fn resource_profiles(
+        &mut self,
+        process: &ProcessProfile<'_>,
+        host_name: &str,
+    ) -> otlp::ResourceProfiles {
+        let profile = process.profile;
+        let thread_names: HashMap<(u32, u32), &str> = profile
+            .threads
+            .iter()
+            .map(|t| ((t.pid, t.tid), t.name.as_str()))
+            .collect();
+        let mut samples = Vec::with_capacity(profile.stacks.len());
+        let mut frames: Vec<&model::Frame> = Vec::new();
+        for stack in profile.stacks.iter().filter(|s| s.samples() > 0) {
+            frames.clear();
+            frames.extend(
+                profile
+                    .stack_frames(stack)
+                    .filter_map(|f| profile.frames.get(f as usize)),
+            );
+            let mut locations = Vec::with_capacity(frames.len());
+            let mut start = 0;
+            for i in 0..frames.len() {
+                // A run of inlined frames ends at the compiled method's, or where a stack cut
+                // inside the run ends.
+                if !frames[i].inlined || i + 1 == frames.len() {
+                    let run = frames[start..=i].to_vec();
+                    locations.push(self.location(&run, process.executable));
+                    start = i + 1;
+                }
+            }
+            let mut attribute_indices =
+                vec![self.attribute("thread.id", Value::Int(i64::from(stack.tid)))];
+            if let Some(name) = thread_names
+                .get(&(stack.pid, stack.tid))
+                .filter(|n| !n.is_empty())
+            {
+                attribute_indices
+                    .push(self.attribute("thread.name", Value::Str((*name).to_owned())));
+            }
+            samples.push(otlp::Sample {
+                stack_index: self.stack(locations),
+                attribute_indices,
+                link_index: 0,
+                values: vec![i64::try_from(stack.samples()).unwrap_or(i64::MAX)],
+                timestamps_unix_nano: Vec::new(),
+            });
+        }
+        let time_unix_nano = process
+            .start
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let otlp_profile = otlp::Profile {
+            sample_type: Some(self.value_type("samples", "count")),
+            samples,
+            time_unix_nano,
+            duration_nano: u64::try_from(process.duration.as_nanos()).unwrap_or(u64::MAX),
+            period_type: Some(self.value_type("cpu", "nanoseconds")),
+            period: i64::try_from(process.period_ns).unwrap_or(i64::MAX),
+            ..otlp::Profile::default()
+        };
+        let name = match process.executable.rsplit('/').next() {
+            Some(name) if !name.is_empty() => name,
+            _ => process.command,
+        };
+        let text = |key: &str, value: &str| KeyValue {
+            key: key.to_owned(),
+            value: Some(Value::Str(value.to_owned()).any()),
+            ..KeyValue::default()
+        };
+        let mut attributes = vec![
+            KeyValue {
+                key: "process.pid".to_owned(),
+                value: Some(Value::Int(i64::from(process.pid)).any()),
+                ..KeyValue::default()
+            },
+            text("process.executable.name", name),
+        ];
+        if !process.executable.is_empty() {
+            attributes.push(text("process.executable.path", process.executable));
+        }
+        if let Some(id) = process.container_id {
+            attributes.push(text("container.id", id));
+        }
+        attributes.push(text("host.name", host_name));
+        otlp::ResourceProfiles {
+            resource: Some(Resource {
+                attributes,
+                ..Resource::default()
+            }),
+            scope_profiles: vec![otlp::ScopeProfiles {
+                scope: Some(InstrumentationScope {
+                    name: "vmscope".to_owned(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                    ..InstrumentationScope::default()
+                }),
+                profiles: vec![otlp_profile],
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stack_fixture::{self as fixture};
+
+    fn process(profile: &model::Profile, pid: u32) -> ProcessProfile<'_> {
+        ProcessProfile {
+            profile,
+            pid,
+            executable: "/opt/jitvm/bin/jitvm",
+            command: "jitvm",
+            container_id: Some("abc123"),
+            start: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
+            duration: Duration::from_secs(10),
+            period_ns: 1_000_000,
+        }
+    }
+
+    fn string(request: &ExportProfilesServiceRequest, i: i32) -> &str {
+        &request.dictionary.as_ref().unwrap().string_table[i as usize]
+    }
+
+    /// The frames of a sample, leaf first, as names (each location's lines innermost first).
+    fn names(request: &ExportProfilesServiceRequest, sample: &otlp::Sample) -> Vec<String> {
+        let dictionary = request.dictionary.as_ref().unwrap();
+        let stack = &dictionary.stack_table[sample.stack_index as usize];
+        stack
+            .location_indices
+            .iter()
+            .flat_map(|&l| &dictionary.location_table[l as usize].lines)
+            .map(|line| {
+                let function = &dictionary.function_table[line.function_index as usize];
+                string(request, function.name_strindex).to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_table_starts_with_its_zero_value() {
+        let profile = fixture::profile();
+        let request = export_request(&[process(&profile, 100)], "host");
+        let d = request.dictionary.as_ref().unwrap();
+        assert_eq!(d.string_table[0], "");
+        assert_eq!(d.mapping_table[0], otlp::Mapping::default());
+        assert_eq!(d.location_table[0], otlp::Location::default());
+        assert_eq!(d.function_table[0], otlp::Function::default());
+        assert_eq!(d.link_table[0], otlp::Link::default());
+        assert_eq!(d.attribute_table[0], otlp::KeyValueAndUnit::default());
+        assert_eq!(d.stack_table[0], otlp::Stack::default());
+    }
+
+    #[test]
+    fn a_process_is_a_resource_with_its_samples_and_names() {
+        let profile = fixture::profile();
+        let request = export_request(&[process(&profile, 100)], "host-1");
+        assert_eq!(request.resource_profiles.len(), 1);
+        let resource = request.resource_profiles[0].resource.as_ref().unwrap();
+        let attribute = |key: &str| {
+            resource
+                .attributes
+                .iter()
+                .find(|a| a.key == key)
+                .and_then(|a| a.value.as_ref()?.value.clone())
+        };
+        assert_eq!(
+            attribute("process.pid"),
+            Some(any_value::Value::IntValue(100))
+        );
+        for (key, value) in [
+            ("process.executable.name", "jitvm"),
+            ("process.executable.path", "/opt/jitvm/bin/jitvm"),
+            ("container.id", "abc123"),
+            ("host.name", "host-1"),
+        ] {
+            assert_eq!(
+                attribute(key),
+                Some(any_value::Value::StringValue(value.into())),
+                "{key}"
+            );
+        }
+        let otlp_profile = &request.resource_profiles[0].scope_profiles[0].profiles[0];
+        let kind = otlp_profile.sample_type.unwrap();
+        assert_eq!(
+            (
+                string(&request, kind.type_strindex),
+                string(&request, kind.unit_strindex)
+            ),
+            ("samples", "count")
+        );
+        let period = otlp_profile.period_type.unwrap();
+        assert_eq!(string(&request, period.type_strindex), "cpu");
+        assert_eq!(otlp_profile.period, 1_000_000);
+        assert_eq!(otlp_profile.time_unix_nano, 1_000_000_000_000);
+        let total: i64 = otlp_profile.samples.iter().map(|s| s.values[0]).sum();
+        assert_eq!(total as u64, profile.total_samples);
+        // The inlined method is a line of its compiled method's location, innermost first.
+        let inlined = otlp_profile
+            .samples
+            .iter()
+            .map(|s| names(&request, s))
+            .find(|n| n[0] == "Inline>>heavy")
+            .expect("the inlined stack");
+        assert_eq!(inlined[..2], ["Inline>>heavy", "Inline>>bench"]);
+        let d = request.dictionary.as_ref().unwrap();
+        let heavy = d
+            .location_table
+            .iter()
+            .find(|l| l.lines.len() == 2)
+            .expect("one location of two lines");
+        let kinds: Vec<String> = heavy
+            .attribute_indices
+            .iter()
+            .map(|&a| {
+                let kv = &d.attribute_table[a as usize];
+                format!(
+                    "{}={:?}",
+                    string(&request, kv.key_strindex),
+                    kv.value.as_ref().unwrap().value
+                )
+            })
+            .collect();
+        assert!(
+            kinds.contains(&r#"profile.frame.type=Some(StringValue("vmscope"))"#.to_owned()),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.iter().any(|k| k.starts_with("vmscope.code.range=")),
+            "{kinds:?}"
+        );
+    }
+
+    #[test]
+    fn frame_types_follow_the_code_and_its_runtime() {
+        let jit = |code_map: &str| model::Frame {
+            section: Section::Generated,
+            code_map: code_map.into(),
+            ..model::Frame::default()
+        };
+        let kernel = model::Frame {
+            kernel: true,
+            ..model::Frame::default()
+        };
+        assert_eq!(frame_type(&kernel, "/usr/bin/node"), "kernel");
+        assert_eq!(
+            frame_type(&model::Frame::default(), "/usr/bin/node"),
+            "native"
+        );
+        assert_eq!(frame_type(&jit("vm"), "/usr/bin/node"), "vmscope");
+        assert_eq!(frame_type(&jit("perf map"), "/usr/bin/node"), "v8js");
+        assert_eq!(frame_type(&jit("perf map"), "/usr/lib/jvm/bin/java"), "jvm");
+        assert_eq!(
+            frame_type(&jit("perf map"), "/usr/bin/python3.12"),
+            "cpython"
+        );
+        assert_eq!(frame_type(&jit("jitdump"), "/opt/vm"), "native");
+    }
+}
