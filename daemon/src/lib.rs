@@ -22,6 +22,7 @@
 pub mod bpf;
 pub mod cancel;
 pub mod codemap;
+pub mod config;
 pub mod continuous;
 pub mod http;
 pub mod jvm;
@@ -60,6 +61,8 @@ const MAX_KALLSYMS_BYTES: u64 = 256 << 20;
 pub struct DaemonConfig {
     /// Unix socket to serve on.
     pub socket: PathBuf,
+    /// The group the socket is given to (mode 0660), if any; 0666 otherwise.
+    pub socket_group: Option<String>,
     /// Session manager settings.
     pub manager: ManagerConfig,
     /// Size of the BPF ring buffer in bytes: a power of two, at least a page.
@@ -169,6 +172,9 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     .context("cannot start the session manager")?;
 
     let listener = server::bind_socket(&config.socket)?;
+    if let Some(group) = &config.socket_group {
+        server::restrict_socket(&config.socket, group)?;
+    }
     // Bound before anything is served, so that a taken or forbidden address fails the start.
     let http_listener = match &config.http {
         Some(http) => Some(
@@ -221,6 +227,10 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         service = service.with_continuous(continuous);
     }
     tracing::info!(socket = %config.socket.display(), "serving vmscope.v1");
+    // systemd's Type=notify: the socket is bound and the service about to be served.
+    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("cannot tell systemd the daemon is ready: {e}");
+    }
     if let (Some(http), Some(listener)) = (config.http, http_listener) {
         let state = http::HttpState::new(service.clone(), http);
         // New requests stop when the socket goes; those under way see their sessions stopped

@@ -15,9 +15,18 @@ use vmscoped::{DaemonConfig, server::ConnectionLimits, session::ManagerConfig};
                   changes nothing, there being no configuration file to reload."
 )]
 struct Args {
+    /// Configuration file: TOML whose keys are these long flags (`continuous = true`,
+    /// `http = "127.0.0.1:6060"`); a flag on the command line wins over the file's. Read from
+    /// /etc/vmscope/vmscoped.toml when that exists and this is not given.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Unix socket to serve on.
     #[arg(long, env = SOCKET_ENV, default_value = DEFAULT_SOCKET)]
     socket: PathBuf,
+    /// Give the socket to this group, mode 0660: only its members (and root) may connect. By
+    /// default the socket is 0666 and every local user may profile its own processes.
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `vmscoped=debug`.
     #[arg(long, env = "VMSCOPE_LOG", default_value = "info")]
     log: String,
@@ -166,8 +175,54 @@ struct Args {
 /// See `--nice`.
 const DEFAULT_NICE: i32 = -10;
 
+/// The command line with the configuration file's settings ahead of its own (see
+/// `vmscoped::config`).
+fn command_line() -> Result<Vec<std::ffi::OsString>, String> {
+    let given: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let flags: Vec<String> = given
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str()?.strip_prefix("--"))
+        .map(|a| a.split('=').next().unwrap_or(a).to_owned())
+        .collect();
+    let explicit = given
+        .iter()
+        .position(|a| a == "--config")
+        .and_then(|i| given.get(i + 1))
+        .map(PathBuf::from)
+        .or_else(|| {
+            given
+                .iter()
+                .find_map(|a| a.to_str()?.strip_prefix("--config="))
+                .map(PathBuf::from)
+        });
+    let path = match explicit {
+        Some(path) => path,
+        None if std::path::Path::new(vmscoped::config::DEFAULT_PATH).exists() => {
+            PathBuf::from(vmscoped::config::DEFAULT_PATH)
+        }
+        None => return Ok(given),
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read the configuration {}: {e}", path.display()))?;
+    let settings = vmscoped::config::arguments(&text, |key| {
+        key == "config" || flags.iter().any(|f| f == key)
+    })
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut args = vec![given[0].clone()];
+    args.extend(settings);
+    args.extend(given.into_iter().skip(1));
+    Ok(args)
+}
+
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let args = match command_line() {
+        Ok(args) => Args::parse_from(args),
+        Err(e) => {
+            eprintln!("vmscoped: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     // Before any thread: threads start with their creator's nice value.
     let niced = vmscoped::sys::set_nice(args.nice);
     // Colours only for a person at a terminal: a log file or journald gets plain text.
@@ -197,6 +252,7 @@ fn main() -> std::process::ExitCode {
         debug_dirs: args.debug_dirs,
         dwarf_cache_bytes: args.dwarf_cache_mib.saturating_mul(1 << 20),
         socket: args.socket,
+        socket_group: args.socket_group,
         continuous: args
             .continuous
             .then(|| vmscoped::continuous::ContinuousConfig {
@@ -254,5 +310,31 @@ fn main() -> std::process::ExitCode {
             eprintln!("vmscoped: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The configuration file the package installs names only flags that exist, with values
+    /// they take: every setting in it, uncommented, parses.
+    #[test]
+    fn the_shipped_configuration_names_real_flags() {
+        let shipped = include_str!("../../packaging/vmscoped.toml");
+        let uncommented: String = shipped
+            .lines()
+            .filter_map(|line| line.strip_prefix('#'))
+            .filter(|line| line.contains(" = "))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let settings = vmscoped::config::arguments(&uncommented, |_| false).expect("TOML");
+        assert!(settings.len() > 20, "{settings:?}");
+        let mut args = vec!["vmscoped".into()];
+        args.extend(settings);
+        if let Err(e) = Args::try_parse_from(args) {
+            panic!("packaging/vmscoped.toml: {e}");
+        }
+        assert!(Args::try_parse_from(["vmscoped", "--no-such-flag"]).is_err());
     }
 }

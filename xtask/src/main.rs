@@ -23,6 +23,7 @@ mod demo;
 #[allow(dead_code)] // The tests use all of it; the bench only hangs reads.
 mod fuse;
 mod module_graph;
+mod package;
 mod setup;
 
 use std::{
@@ -46,6 +47,13 @@ enum Task {
     Setup,
     /// Build the daemon and the CLI in release mode.
     Build,
+    /// Build the Debian package (cargo-deb) into target/debian; with --check, install it, verify
+    /// its systemd unit, run its daemon from its configuration, and remove it (root).
+    Package {
+        /// Install, verify, run and remove the package.
+        #[arg(long)]
+        check: bool,
+    },
     /// Run the daemon (or use a running one), record a fixture for a few seconds, print the
     /// report.
     Demo {
@@ -136,6 +144,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Setup => setup::run(),
         Task::Build => build_release(),
+        Task::Package { check } => package::run(check),
         Task::Demo { seconds } => setup::run().and_then(|()| demo::run(seconds)),
         Task::Test => setup::run().and_then(|()| test()),
         Task::Lint => setup::run().and_then(|()| lint()),

@@ -4,7 +4,8 @@
 //! replace it. An existing directory must be as safe: owned by the daemon's user, and writable
 //! by nobody else unless sticky (like /tmp, where others cannot remove or rename our socket).
 //! The socket itself is 0666: any local user may connect, and each request is then authorised
-//! from the peer credentials the kernel attaches to the connection.
+//! from the peer credentials the kernel attaches to the connection. With `--socket-group` it
+//! is that group's, 0660 ([`restrict_socket`]): only its members and root may connect.
 
 use std::{
     fs,
@@ -104,9 +105,68 @@ fn with_path(error: io::Error, what: &str, path: &Path) -> io::Error {
     io::Error::new(error.kind(), format!("{what} {}: {error}", path.display()))
 }
 
+/// Gives the socket at `path` to group `group`, mode 0660: only the group's members (and root)
+/// may connect.
+pub fn restrict_socket(path: &Path, group: &str) -> io::Result<()> {
+    let gid = group_id(group)?;
+    std::os::unix::fs::chown(path, None, Some(gid))
+        .map_err(|e| with_path(e, "cannot give the socket to its group", path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o660))
+        .map_err(|e| with_path(e, "cannot set the socket's mode", path))
+}
+
+/// The id of the group named `name`, from the system's group database.
+fn group_id(name: &str) -> io::Result<u32> {
+    let c_name = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "a group name holds no NUL"))?;
+    let mut group: libc::group = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 16 * 1024];
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live local of the size given; getgrnam_r writes the
+    // group's strings into `buffer`, which outlives the read of `gr_gid` below.
+    let error = unsafe {
+        libc::getgrnam_r(
+            c_name.as_ptr(),
+            &mut group,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if error != 0 {
+        return Err(io::Error::from_raw_os_error(error));
+    }
+    if found.is_null() {
+        return Err(io::Error::new(
+            ErrorKind::NotFound,
+            format!("no group named {name:?} (--socket-group)"),
+        ));
+    }
+    Ok(group.gr_gid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_socket_given_to_a_group_is_its_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vmscoped.sock");
+        let _listener = bind_socket(&path).unwrap();
+        // Every system has a group 0 (root), whoever runs the test may give its files to it
+        // only as root: the mode is checked either way.
+        match restrict_socket(&path, "root") {
+            Ok(()) => {
+                let meta = fs::metadata(&path).unwrap();
+                assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+                assert_eq!(meta.gid(), 0);
+            }
+            Err(e) => assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}"),
+        }
+        let missing = restrict_socket(&path, "no-such-group-here").unwrap_err();
+        assert!(missing.to_string().contains("no group named"), "{missing}");
+    }
 
     #[tokio::test]
     async fn binds_replaces_stale_and_refuses_live() {

@@ -26,7 +26,7 @@ use crate::shares::{ShareLimits, Shares};
 pub use builds::BUILDS;
 use builds::Builds;
 pub use connections::{ConnectionLimits, Connections};
-pub use listen::bind_socket;
+pub use listen::{bind_socket, restrict_socket};
 pub use publish::CodeMapService;
 use status::to_status;
 use tokio::sync::watch;
