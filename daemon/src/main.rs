@@ -120,6 +120,8 @@ struct Args {
 const DEFAULT_NICE: i32 = -10;
 
 fn main() -> std::process::ExitCode {
+    // Before any thread: an arena is taken at a thread's first allocation.
+    vmscoped::sys::use_one_malloc_arena();
     let args = Args::parse();
     // Before any thread: threads start with their creator's nice value.
     let niced = vmscoped::sys::set_nice(args.nice);
