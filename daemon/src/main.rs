@@ -216,6 +216,8 @@ fn command_line() -> Result<Vec<std::ffi::OsString>, String> {
 }
 
 fn main() -> std::process::ExitCode {
+    // Before any thread: an arena is taken at a thread's first allocation.
+    vmscoped::sys::use_one_malloc_arena();
     let args = match command_line() {
         Ok(args) => Args::parse_from(args),
         Err(e) => {
