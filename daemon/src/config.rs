@@ -100,7 +100,10 @@ mod tests {
     #[test]
     fn what_no_flag_takes_is_refused_with_its_key() {
         let arguments = |text| arguments(text, |_| false);
-        assert!(matches!(arguments("continuous = "), Err(ConfigError::Syntax(_))));
+        assert!(matches!(
+            arguments("continuous = "),
+            Err(ConfigError::Syntax(_))
+        ));
         assert_eq!(
             arguments("[http]\naddress = 1\n"),
             Err(ConfigError::Value { key: "http".into() })

@@ -77,10 +77,9 @@ fn check_package(deb: &Path) -> anyhow::Result<()> {
 }
 
 fn run_installed() -> anyhow::Result<()> {
-    run_checked(Command::new("systemd-analyze").args([
-        "verify",
-        "/lib/systemd/system/vmscoped.service",
-    ]))?;
+    run_checked(
+        Command::new("systemd-analyze").args(["verify", "/lib/systemd/system/vmscoped.service"]),
+    )?;
     println!("xtask: systemd-analyze verify accepts the installed unit");
     // As the unit's ExecStart, with the installed configuration.
     let mut daemon = Command::new("/usr/bin/vmscoped")
