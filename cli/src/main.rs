@@ -424,19 +424,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             .await
             .map(|()| 0),
         Command::Report { id, output } => {
-            let destination = Destination::choose(output.output.as_deref(), false);
-            destination.check_format(output.format())?;
-            let mut out = destination.open()?;
-            sessions::report(
-                &cli.socket,
-                id,
-                output.format(),
-                &output.options()?,
-                &mut out,
-            )
-            .await?;
-            out.flush()?;
-            Ok(0)
+            print_profile(&output, sessions::profile(&cli.socket, id)).await
         }
         Command::Continuous {
             since,
@@ -444,30 +432,32 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             exe,
             output,
         } => {
-            let destination = Destination::choose(output.output.as_deref(), false);
-            destination.check_format(output.format())?;
-            let mut out = destination.open()?;
             let request = vmscope_proto::v1::GetContinuousProfileRequest {
                 start: since.map(|since| (std::time::SystemTime::now() - since).into()),
                 pid: pid.unwrap_or(0),
                 executable: exe.unwrap_or_default(),
                 ..Default::default()
             };
-            sessions::continuous(
-                &cli.socket,
-                request,
-                output.format(),
-                &output.options()?,
-                &mut out,
-            )
-            .await?;
-            out.flush()?;
-            Ok(0)
+            print_profile(&output, sessions::continuous(&cli.socket, request)).await
         }
         Command::Info { json } => sessions::info(&cli.socket, json, &mut stdout())
             .await
             .map(|()| 0),
     }
+}
+
+/// Writes the profile `profile` fetches where and as `output` says.
+async fn print_profile(
+    output: &OutputArgs,
+    profile: impl std::future::Future<Output = anyhow::Result<vmscope_model::Profile>>,
+) -> anyhow::Result<i32> {
+    let destination = Destination::choose(output.output.as_deref(), false);
+    destination.check_format(output.format())?;
+    let mut out = destination.open()?;
+    let options = output.options()?;
+    vmscope::report::render_profile(&profile.await?, &options, output.format(), &mut out)?;
+    out.flush()?;
+    Ok(0)
 }
 
 fn main() -> ExitCode {

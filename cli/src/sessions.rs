@@ -6,10 +6,7 @@ use std::{io::Write, path::Path, time::Duration};
 use anyhow::Context as _;
 use vmscope_proto::v1 as pb;
 
-use crate::{
-    client,
-    report::{Format, ReportOptions},
-};
+use crate::client;
 
 /// Prints the caller's sessions as a table.
 pub async fn list(socket: &Path, out: &mut impl Write) -> anyhow::Result<()> {
@@ -66,16 +63,10 @@ pub async fn stop(socket: &Path, id: u64, out: &mut impl Write) -> anyhow::Resul
     Ok(())
 }
 
-/// Prints a session's report (a snapshot if it still runs).
-pub async fn report(
-    socket: &Path,
-    id: u64,
-    format: Format,
-    options: &ReportOptions,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+/// A session's profile (a snapshot if it still runs).
+pub async fn profile(socket: &Path, id: u64) -> anyhow::Result<vmscope_model::Profile> {
     let mut client = client::connect(socket).await?;
-    let profile: vmscope_model::Profile = client
+    Ok(client
         .get_profile(pb::GetProfileRequest {
             session_id: id,
             pprof: false,
@@ -84,29 +75,22 @@ pub async fn report(
         .map_err(client::status_error)
         .with_context(|| format!("cannot get the profile of session {id}"))?
         .into_inner()
-        .into();
-    crate::report::render_profile(&profile, options, format, out)?;
-    Ok(())
+        .into())
 }
 
-/// Prints the continuous profile `request` selects, in `format`.
+/// The continuous profile `request` selects.
 pub async fn continuous(
     socket: &Path,
     request: pb::GetContinuousProfileRequest,
-    format: Format,
-    options: &ReportOptions,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<vmscope_model::Profile> {
     let mut client = client::connect(socket).await?;
-    let profile: vmscope_model::Profile = client
+    Ok(client
         .get_continuous_profile(request)
         .await
         .map_err(client::status_error)
         .context("cannot get the continuous profile")?
         .into_inner()
-        .into();
-    crate::report::render_profile(&profile, options, format, out)?;
-    Ok(())
+        .into())
 }
 
 /// Prints what the daemon and the kernel can do, the daemon's limits, what it holds now (gauges)

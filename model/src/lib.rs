@@ -48,7 +48,7 @@ pub use profile::Profile;
 pub use row::{CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples};
 pub use sample_type::SampleType;
 pub use session::{CallGraph, Session, SessionState, TargetProcess};
-pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame};
+pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame, StackKey};
 pub use stack_tree::{StackFrames, StackNode, StackTreeBuilder};
 pub use thread::Thread;
 pub use vm_stats::{

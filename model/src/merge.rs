@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use crate::{
-    Frame, IntervalKind, ProcessSamples, Profile, ProfileRow, Stack, StackEndSamples,
+    Frame, IntervalKind, ProcessSamples, Profile, ProfileRow, Stack, StackEndSamples, StackKey,
     StackTreeBuilder, SymbolizationIssue, Thread,
     profile::taken_rate,
     rank::rank,
@@ -67,14 +67,7 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
                 .filter_map(|&k| kind_ids.get(k as usize).copied())
                 .collect();
             during.sort_unstable();
-            let key = StackKey {
-                node: tree.intern(&scratch),
-                pid: stack.pid,
-                tid: stack.tid,
-                truncated: stack.truncated,
-                end: stack.end,
-                during: during.clone(),
-            };
+            let key = stack.key(tree.intern(&scratch), during.clone());
             match stacks.get(&key) {
                 Some(&at) => merged.stacks[at].add_values(&stack.values),
                 None => {
@@ -158,17 +151,6 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
         requested_hz,
     );
     merged
-}
-
-/// What identifies a merged stack: stacks that agree on all of it add their values.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct StackKey {
-    node: Option<u32>,
-    pid: u32,
-    tid: u32,
-    truncated: bool,
-    end: Option<crate::StackEnd>,
-    during: Vec<u32>,
 }
 
 /// What identifies a row, as the daemon makes them: one per (section, module, name), a

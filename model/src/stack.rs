@@ -26,7 +26,38 @@ pub struct Stack {
     pub during: Vec<u32>,
 }
 
+/// What identifies a stack among a profile's: stacks that agree on all of it are one, and
+/// merging them adds their values (a shown view's, merged profiles').
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    /// Its leaf's node: the same node, the same frames.
+    pub node: Option<u32>,
+    /// Its process.
+    pub pid: u32,
+    /// Its thread.
+    pub tid: u32,
+    /// Cut at the depth limit.
+    pub truncated: bool,
+    /// How its walk ended.
+    pub end: Option<StackEnd>,
+    /// Its intervals.
+    pub during: Vec<u32>,
+}
+
 impl Stack {
+    /// What identifies it, with its leaf's node `node` (its own, or its node in another
+    /// tree) and its intervals `during`.
+    pub fn key(&self, node: Option<u32>, during: Vec<u32>) -> StackKey {
+        StackKey {
+            node,
+            pid: self.pid,
+            tid: self.tid,
+            truncated: self.truncated,
+            end: self.end,
+            during,
+        }
+    }
+
     /// Its samples: the first of its values ([`crate::SampleType::Samples`]).
     pub fn samples(&self) -> u64 {
         self.values.first().copied().unwrap_or(0)

@@ -53,7 +53,7 @@ use std::{
 };
 
 use serde::Serialize;
-use vmscope_model::{CodeKind, Frame, Profile, Section, Stack, StackEnd, StackTreeBuilder};
+use vmscope_model::{CodeKind, Frame, Profile, Section, Stack, StackKey, StackTreeBuilder};
 
 use crate::{
     functions::Functions,
@@ -208,14 +208,7 @@ impl<'a> ShownStacks<'a> {
                 frames = &collapsed;
             }
             changed |= frames.len() != recorded.len();
-            let key = StackKey {
-                node: tree.intern(frames),
-                pid: stack.pid,
-                tid: stack.tid,
-                truncated: stack.truncated,
-                end: stack.end,
-                during: stack.during.clone(),
-            };
+            let key = stack.key(tree.intern(frames), stack.during.clone());
             match index.entry(key) {
                 Entry::Occupied(at) => {
                     let shown = &mut stacks[*at.get()];
@@ -278,18 +271,6 @@ impl<'a> ShownStacks<'a> {
         }
         line
     }
-}
-
-/// What identifies a shown stack: stacks that agree on all of it are merged.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct StackKey {
-    /// The shown stack's node: the same node, the same frames.
-    node: Option<u32>,
-    pid: u32,
-    tid: u32,
-    truncated: bool,
-    end: Option<StackEnd>,
-    during: Vec<u32>,
 }
 
 /// What a frame is to the language view.

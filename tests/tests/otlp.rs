@@ -253,6 +253,12 @@ fn wait_for(daemon: &Daemon, counter: &str, at_least: u64, within: Duration) -> 
     })
 }
 
+/// Waits until one more export try failed than now, or panics after `within`.
+fn another_failure(daemon: &Daemon, within: Duration) {
+    let failed = wait_for(daemon, "otlp_exports_failed", 0, Duration::ZERO);
+    wait_for(daemon, "otlp_exports_failed", failed + 1, within);
+}
+
 #[test]
 fn a_collector_down_back_killed_or_slow_costs_counted_failures_never_sampling() {
     let dir = shared_tempdir();
@@ -284,13 +290,7 @@ fn a_collector_down_back_killed_or_slow_costs_counted_failures_never_sampling() 
 
     // Killed mid-stream: tries fail again, windows go on, the queue stays within its MiB.
     drop(receiver);
-    let failed = wait_for(&daemon, "otlp_exports_failed", 1, Duration::ZERO);
-    wait_for(
-        &daemon,
-        "otlp_exports_failed",
-        failed + 1,
-        Duration::from_secs(15),
-    );
+    another_failure(&daemon, Duration::from_secs(15));
     wait_for(
         &daemon,
         "continuous_windows_stored",
@@ -300,13 +300,7 @@ fn a_collector_down_back_killed_or_slow_costs_counted_failures_never_sampling() 
 
     // Slow: a receiver that answers after the export's timeout (1 s here) fails every try.
     let _slow = Receiver::start(dir.path(), Some(port), 5.0);
-    let failed = wait_for(&daemon, "otlp_exports_failed", 1, Duration::ZERO);
-    wait_for(
-        &daemon,
-        "otlp_exports_failed",
-        failed + 1,
-        Duration::from_secs(40),
-    );
+    another_failure(&daemon, Duration::from_secs(40));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
