@@ -1,0 +1,115 @@
+//! What a continuous window costs to export as OTLP profiles as the processes in it grow: 10,
+//! 100 and 1,000 processes, each a profile of 40 distinct stacks of 24 frames (a busy process
+//! at 19 Hz over 10 s), half its frames shared with every other process (libc, the kernel, the
+//! runtime) as on a real host. The request is built (`report::otlp::export_request`, one
+//! shared dictionary) and encoded as the exporter sends it, before gzip; the encoded and the
+//! gzipped bytes are printed once per size.
+//!
+//! `cargo bench -p vmscoped --bench export`
+
+use std::{
+    hint::black_box,
+    io::Write as _,
+    time::{Duration, SystemTime},
+};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use prost::Message as _;
+use vmscope_model::{
+    Frame, Profile, SampleType, Section, Stack, StackEnd, StackTreeBuilder, Thread,
+};
+use vmscope_report::otlp::{ProcessProfile, export_request};
+
+const STACKS: u32 = 40;
+const DEPTH: u32 = 24;
+
+/// Process `pid`'s profile: shared frames (`libc`, `[kernel]`) under its own.
+fn process(pid: u32) -> Profile {
+    let mut profile = Profile {
+        sample_types: vec![SampleType::Samples, SampleType::CpuTime],
+        ..Profile::default()
+    };
+    let shared = DEPTH / 2;
+    for i in 0..shared {
+        profile.frames.push(Frame {
+            section: Section::Other,
+            name: format!("shared_function_{i}"),
+            module: "libc.so.6".into(),
+            file: "/build/glibc/source/file.c".into(),
+            line: i + 1,
+            ..Frame::default()
+        });
+    }
+    for i in 0..STACKS * (DEPTH - shared) {
+        profile.frames.push(Frame {
+            section: Section::Vanilla,
+            name: format!("process_{pid}_function_{i}"),
+            module: format!("program{pid}"),
+            ..Frame::default()
+        });
+    }
+    let mut tree = StackTreeBuilder::new();
+    for s in 0..STACKS {
+        let own = (0..DEPTH - shared).map(|d| shared + s * (DEPTH - shared) + d);
+        let frames: Vec<u32> = own.chain(0..shared).collect();
+        profile.stacks.push(Stack {
+            node: tree.intern(&frames),
+            pid,
+            tid: pid,
+            values: vec![5, 5 * 52_631_578],
+            end: Some(StackEnd::Complete),
+            ..Stack::default()
+        });
+    }
+    profile.stack_nodes = tree.finish();
+    profile.threads = vec![Thread {
+        pid,
+        tid: pid,
+        name: format!("program{pid}"),
+        samples: u64::from(STACKS) * 5,
+    }];
+    profile
+}
+
+fn export(c: &mut Criterion) {
+    let mut group = c.benchmark_group("otlp_window");
+    group.measurement_time(Duration::from_secs(5));
+    for processes in [10u32, 100, 1_000] {
+        let profiles: Vec<Profile> = (1..=processes).map(process).collect();
+        let executables: Vec<String> = (1..=processes)
+            .map(|p| format!("/usr/bin/program{p}"))
+            .collect();
+        let parts: Vec<ProcessProfile<'_>> = profiles
+            .iter()
+            .zip(&executables)
+            .map(|(profile, executable)| ProcessProfile {
+                profile,
+                pid: profile.threads[0].pid,
+                executable,
+                command: "program",
+                container_id: None,
+                start: SystemTime::UNIX_EPOCH,
+                duration: Duration::from_secs(10),
+                period_ns: 52_631_578,
+            })
+            .collect();
+        let encoded = export_request(&parts, "host").encode_to_vec();
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gzip.write_all(&encoded).unwrap();
+        let gzipped = gzip.finish().unwrap().len();
+        println!(
+            "otlp_window/{processes}: {} KiB encoded, {} KiB gzipped",
+            encoded.len() / 1024,
+            gzipped / 1024
+        );
+        group.bench_with_input(
+            BenchmarkId::from_parameter(processes),
+            &parts,
+            |b, parts| b.iter(|| black_box(export_request(parts, "host").encode_to_vec())),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, export);
+criterion_main!(benches);
