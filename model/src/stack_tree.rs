@@ -28,7 +28,7 @@ pub struct StackNode {
 #[derive(Debug, Default, Clone)]
 pub struct StackTreeBuilder {
     nodes: Vec<StackNode>,
-    index: HashMap<StackNode, u32>,
+    index: HashMap<StackNode, u32, foldhash::fast::RandomState>,
 }
 
 impl StackTreeBuilder {

@@ -82,8 +82,8 @@ pub(super) fn profile_stacks(
     period_ns: u64,
     cancelled: impl Fn(usize) -> bool,
 ) -> Option<(Vec<StackNode>, Vec<Stack>, Vec<StackEndSamples>)> {
-    let mut by_frames: HashMap<(Task, Vec<u32>, Option<model::StackEnd>, DuringId), u64> =
-        HashMap::new();
+    type Key = (Task, Vec<u32>, Option<model::StackEnd>, DuringId);
+    let mut by_frames: HashMap<Key, u64, foldhash::fast::RandomState> = HashMap::default();
     let mut ends: BTreeMap<model::StackEnd, u64> = BTreeMap::new();
     for (i, &(task, stack, samples)) in stacks.counts.iter().enumerate() {
         if cancelled(i) {
