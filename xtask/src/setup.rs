@@ -223,6 +223,13 @@ pub fn run() -> anyhow::Result<()> {
         output(Command::new("promtool").arg("--version")).is_some(),
         || apt_install(&["prometheus"]),
     )?;
+    // `cargo xtask package --check` verifies the installed unit with systemd-analyze (no
+    // systemd need run).
+    step(
+        "systemd-analyze (`cargo xtask package --check` verifies the systemd unit)",
+        output(Command::new("systemd-analyze").arg("--version")).is_some(),
+        || apt_install(&["systemd"]),
+    )?;
     step(
         "curl (HTTP requests to the daemon's --http endpoint)",
         output(Command::new("curl").arg("--version")).is_some(),
