@@ -2,89 +2,21 @@
 //! receiver built from the OpenTelemetry project's own Python messages and service
 //! (tests/clients/otlp_receiver.py on grpcio): each process a resource with the attributes the
 //! OTel eBPF profiler sends, the ground-truth fixture's 60/30/10 split within 2 points, the
-//! demo VM's JIT frames named with their bytecode ranges; and a collector that is down, comes
-//! back, dies or answers slowly costs counted drops and failures, never sampling.
+//! demo VM's JIT frames named with their bytecode ranges. A collector's faults are
+//! tests/tests/otlp_faults.rs.
 
 use std::{
     collections::HashMap,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use vmscope_tests::{Daemon, binary, counters, fixtures, gauges, grpcio_python, shared_tempdir};
-
-/// The test's OTLP receiver, killed when dropped.
-struct Receiver {
-    child: Child,
-    port: u16,
-    out: PathBuf,
-}
-
-impl Receiver {
-    /// Starts the receiver on `port` (any free one when `None`), answering each export after
-    /// `delay_seconds`.
-    fn start(dir: &Path, port: Option<u16>, delay_seconds: f64) -> Receiver {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/otlp_receiver.py");
-        let port_file = dir.join(format!("port-{}", port.unwrap_or(0)));
-        let _ = std::fs::remove_file(&port_file);
-        let out = dir.join("received.jsonl");
-        let child = Command::new(grpcio_python())
-            .arg(&script)
-            .arg(&port_file)
-            .arg(&out)
-            .args(["--port", &port.unwrap_or(0).to_string()])
-            .args(["--delay", &delay_seconds.to_string()])
-            // The processes the tests look into; others' samples cost the receiver nothing.
-            .args(["--keep", "hotspots-pie,jitvm"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start the OTLP receiver");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let port = loop {
-            if let Ok(text) = std::fs::read_to_string(&port_file) {
-                break text.trim().parse().expect("a port");
-            }
-            assert!(Instant::now() < deadline, "the OTLP receiver did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        Receiver { child, port, out }
-    }
-
-    /// Every request received so far.
-    fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("a JSON line"))
-            .collect()
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A daemon exporting 1 s windows at `hz` to the receiver on `port`.
-fn exporting_daemon(port: u16, hz: u32, extra: &[&str]) -> Daemon {
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let hz = hz.to_string();
-    let mut args = vec![
-        "--continuous",
-        "--continuous-window",
-        "1",
-        "--continuous-frequency",
-        &hz,
-        "--otlp-endpoint",
-        &endpoint,
-    ];
-    args.extend_from_slice(extra);
-    Daemon::start_with(&args)
-}
+use vmscope_tests::{
+    binary, fixtures,
+    otlp::{Receiver, exporting_daemon},
+    shared_tempdir,
+};
 
 /// Every sample of process `pid` in `requests`: its resource's attributes, and the samples.
 fn samples_of(requests: &[Value], pid: u32) -> (Option<Value>, Vec<Value>) {
@@ -105,8 +37,9 @@ fn samples_of(requests: &[Value], pid: u32) -> (Option<Value>, Vec<Value>) {
 fn a_receiver_gets_each_process_with_its_attributes_split_and_jit_ranges() {
     let dir = shared_tempdir();
     let receiver = Receiver::start(dir.path(), None, 0.0);
-    // 997 Hz: about 6,000 samples of the fixture, for a split within 2 points.
-    let daemon = exporting_daemon(receiver.port, 997, &[]);
+    // 1999 Hz (prime: no beat with the fixture's 10 ms cycle): up to 16,000 samples of the
+    // fixture, for a split within 2 points.
+    let daemon = exporting_daemon(receiver.port, 1999, &[]);
     // The demo VM publishes its code map to the daemon: its JIT frames are ours to name.
     let mut vm = Command::new(binary("jitvm"))
         .args(["tiny", "--seconds", "4", "--ready"])
@@ -116,7 +49,7 @@ fn a_receiver_gets_each_process_with_its_attributes_split_and_jit_ranges() {
         .spawn()
         .expect("start jitvm");
     let program = Command::new(&fixtures().hotspots_pie)
-        .arg("6")
+        .arg("8")
         .stdout(Stdio::piped())
         .spawn()
         .expect("run the fixture");
@@ -169,8 +102,8 @@ fn a_receiver_gets_each_process_with_its_attributes_split_and_jit_ranges() {
         );
         let period = sample["period"].as_i64().unwrap();
         assert!(
-            (1_002_000..1_004_000).contains(&period),
-            "ns per sample at 997 Hz: {period}"
+            (500_000..501_000).contains(&period),
+            "ns per sample at 1999 Hz: {period}"
         );
         assert_eq!(sample["attributes"]["thread.id"], pid, "{sample}");
         assert_eq!(sample["attributes"]["thread.name"], "hotspots-pie");
@@ -179,9 +112,11 @@ fn a_receiver_gets_each_process_with_its_attributes_split_and_jit_ranges() {
     }
     let hot = |name: &str| by_leaf.get(name).copied().unwrap_or(0) as f64;
     let sum = hot("hot_a") + hot("hot_b") + hot("hot_c");
+    // 6,000 samples put the 2-point tolerance at 3.2 standard deviations of the 60% share,
+    // more of the others; a loaded host gives the fixture less than its 8 s of CPU.
     assert!(
-        sum > 3000.0,
-        "about 6,000 samples in 6 s at 997 Hz: {by_leaf:?}"
+        sum > 6000.0,
+        "up to 16,000 samples in 8 s at 1999 Hz: {by_leaf:?}"
     );
     for (name, expected) in [("hot_a", 60.0), ("hot_b", 30.0), ("hot_c", 10.0)] {
         let percent = 100.0 * hot(name) / sum;
@@ -224,91 +159,4 @@ fn a_receiver_gets_each_process_with_its_attributes_split_and_jit_ranges() {
             "every dictionary table starts with its zero value"
         );
     }
-}
-
-/// Waits until `counter` passes `at_least`, or panics after `within`.
-fn wait_for(daemon: &Daemon, counter: &str, at_least: u64, within: Duration) -> u64 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let mut client = daemon.client().await;
-        let deadline = Instant::now() + within;
-        loop {
-            let value = counters(&mut client)
-                .await
-                .get(counter)
-                .copied()
-                .unwrap_or(0);
-            if value >= at_least {
-                return value;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{counter} is {value}, not {at_least}, after {within:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-}
-
-/// Waits until one more export try failed than now, or panics after `within`.
-fn another_failure(daemon: &Daemon, within: Duration) {
-    let failed = wait_for(daemon, "otlp_exports_failed", 0, Duration::ZERO);
-    wait_for(daemon, "otlp_exports_failed", failed + 1, within);
-}
-
-#[test]
-fn a_collector_down_back_killed_or_slow_costs_counted_failures_never_sampling() {
-    let dir = shared_tempdir();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    // Down at the start.
-    let daemon = exporting_daemon(
-        port,
-        99,
-        &["--otlp-queue-mib", "1", "--otlp-timeout-ms", "1000"],
-    );
-    let busy = vmscope_tests::Running::start(Command::new(&fixtures().hotspots_pie).arg("60"));
-    wait_for(&daemon, "otlp_exports_failed", 1, Duration::from_secs(10));
-    let stored = wait_for(
-        &daemon,
-        "continuous_windows_stored",
-        3,
-        Duration::from_secs(10),
-    );
-    assert_eq!(wait_for(&daemon, "otlp_exports_sent", 0, Duration::ZERO), 0);
-
-    // Back: export resumes by itself, the waiting windows first.
-    let receiver = Receiver::start(dir.path(), Some(port), 0.0);
-    let sent = wait_for(&daemon, "otlp_exports_sent", 2, Duration::from_secs(30));
-    assert!(receiver.requests().len() as u64 >= sent.min(2));
-
-    // Killed mid-stream: tries fail again, windows go on, the queue stays within its MiB.
-    drop(receiver);
-    another_failure(&daemon, Duration::from_secs(15));
-    wait_for(
-        &daemon,
-        "continuous_windows_stored",
-        stored + 5,
-        Duration::from_secs(15),
-    );
-
-    // Slow: a receiver that answers after the export's timeout (1 s here) fails every try.
-    let _slow = Receiver::start(dir.path(), Some(port), 5.0);
-    another_failure(&daemon, Duration::from_secs(40));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let held = runtime.block_on(async { gauges(&mut daemon.client().await).await });
-    assert!(
-        held["otlp_queued_bytes"] <= 1 << 20,
-        "the queue stays within --otlp-queue-mib: {held:?}"
-    );
-    drop(busy);
 }

@@ -118,8 +118,10 @@ impl Continuous {
         };
         let store = continuous.store.clone();
         let exporter = continuous.exporter.clone();
+        let manager = manager.clone();
         tokio::spawn(async move {
             while let Some(window) = windows.recv().await {
+                let id = window.session.id;
                 let symbolizer = symbolizer.clone();
                 let host = host.clone();
                 let export = exporter.is_some();
@@ -136,6 +138,8 @@ impl Continuous {
                     }
                     Err(e) => tracing::error!("a continuous window could not be built: {e}"),
                 }
+                // Built: the binaries and codes its samples are in may go now.
+                let _ = manager.window_built(id).await;
             }
         });
         Ok(continuous)

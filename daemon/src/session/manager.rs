@@ -221,6 +221,9 @@ enum Command {
         out: mpsc::Sender<Snapshot>,
         reply: Reply,
     },
+    WindowBuilt {
+        id: u64,
+    },
     Publish {
         pid: u32,
         update: Publication,
@@ -329,6 +332,14 @@ impl ManagerHandle {
             reply,
         })
         .await?
+    }
+
+    /// Continuous window `id`'s profiles are built: what its samples are in may go.
+    pub async fn window_built(&self, id: u64) -> Result<(), SessionError> {
+        self.tx
+            .send(Command::WindowBuilt { id })
+            .await
+            .map_err(|_| SessionError::ShuttingDown)
     }
 
     /// The daemon's counters.
@@ -669,6 +680,7 @@ impl Manager {
             } => {
                 let _ = reply.send(self.start_windows(request, out));
             }
+            Command::WindowBuilt { id } => self.window_built(id),
             Command::Publish { pid, update } => match update {
                 Publication::Opened => self.codemaps.stream_opened(pid),
                 Publication::Changes {

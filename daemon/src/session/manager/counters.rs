@@ -27,6 +27,8 @@ pub(super) struct Counters {
     pub(super) continuous_windows_handed: u64,
     pub(super) continuous_windows_dropped: u64,
     pub(super) continuous_windows_failed: u64,
+    /// Windows whose profiles were built, their binaries and codes let go.
+    pub(super) continuous_windows_released: u64,
     pub(super) stop_timeouts: u64,
     pub(super) sessions_evicted: u64,
     /// Targets that may no longer be sampled for their session: their process now runs as
@@ -91,6 +93,7 @@ impl Manager {
             ("continuous_windows_handed", c.continuous_windows_handed),
             ("continuous_windows_dropped", c.continuous_windows_dropped),
             ("continuous_windows_failed", c.continuous_windows_failed),
+            ("continuous_windows_released", c.continuous_windows_released),
             ("sessions_evicted", c.sessions_evicted),
             ("stop_timeouts", c.stop_timeouts),
             ("targets_revoked", c.targets_revoked),

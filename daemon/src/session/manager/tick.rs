@@ -252,7 +252,7 @@ impl Manager {
         };
         let mut keep: std::collections::HashSet<ModuleId, foldhash::fast::RandomState> =
             Default::default();
-        for session in self.sessions.values() {
+        for session in self.sessions.values().chain(self.windows_building()) {
             keep.extend(session.stacks.modules());
         }
         self.codemaps.waiting_modules(&mut keep);
@@ -350,6 +350,7 @@ impl Manager {
             store.interned(),
             self.codemaps.forgotten(),
             self.counters.sessions_evicted,
+            self.counters.continuous_windows_released,
         ];
         let last = self.code_sweep;
         // A code let go of is reclaimed by the second sweep after (the store's grace): one more
@@ -367,7 +368,7 @@ impl Manager {
         };
         let mut keep: std::collections::HashSet<CodeId, foldhash::fast::RandomState> =
             Default::default();
-        for session in self.sessions.values() {
+        for session in self.sessions.values().chain(self.windows_building()) {
             keep.extend(session.stacks.codes());
         }
         self.codemaps.codes_in_use(&mut keep);
@@ -386,11 +387,11 @@ impl Manager {
     }
 }
 
-/// The last sweep of the code store: when, what had been interned, forgotten and evicted by
-/// then, and whether that had changed since the sweep before.
+/// The last sweep of the code store: when, what had been interned, forgotten, evicted and let go
+/// by continuous windows by then, and whether that had changed since the sweep before.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct CodeSweep {
     at_ns: u64,
-    mark: [u64; 3],
+    mark: [u64; 4],
     changed: bool,
 }

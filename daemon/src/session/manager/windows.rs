@@ -1,7 +1,9 @@
 //! Continuous profiling's windows (`vmscoped --continuous`): one root session after another,
 //! system-wide, each ending exactly where the next begins, so that every sample is in one
 //! window and no sample in two; each window is handed over as a [`Snapshot`] once final (its
-//! last samples read, its code maps caught up), and then forgotten here.
+//! last samples read, its code maps caught up), and forgotten here once its profiles are built
+//! ([`ManagerHandle::window_built`]): until then the binaries and JIT codes its samples are in
+//! stay, for the build to name them even when their process is gone.
 //!
 //! A window is an ordinary session to the rest of the manager: routed, stopped and finalised as
 //! any, and listed to root while it runs. The chain only chooses when the next one starts: at
@@ -21,6 +23,8 @@ pub(super) struct WindowChain {
     finishing: Vec<u64>,
     /// Where final windows go; a full channel drops the window, counted.
     out: mpsc::Sender<Snapshot>,
+    /// Windows handed over and being built: their binaries and codes stay until then.
+    building: Vec<Session>,
     /// Stopped for good (the daemon shutting down, or root stopped the running window): no
     /// window starts again.
     stopped: bool,
@@ -32,7 +36,30 @@ const ROOT: Caller = Caller { uid: 0, pid: None };
 /// The stop reason of a window that ran its length.
 pub(super) const WINDOW_ENDED: &str = "continuous window ended";
 
+impl WindowChain {
+    /// The windows being built: what their samples are in stays meanwhile.
+    pub(super) fn building(&self) -> impl Iterator<Item = &Session> {
+        self.building.iter()
+    }
+}
+
 impl Manager {
+    /// The continuous windows being built, whose binaries and codes stay meanwhile.
+    pub(super) fn windows_building(&self) -> impl Iterator<Item = &Session> {
+        self.windows.iter().flat_map(WindowChain::building)
+    }
+
+    /// Window `id`'s profiles are built: its binaries and codes may go.
+    pub(super) fn window_built(&mut self, id: u64) {
+        if let Some(chain) = self.windows.as_mut() {
+            let before = chain.building.len();
+            chain.building.retain(|s| s.id != id);
+            if chain.building.len() < before {
+                self.counters.continuous_windows_released += 1;
+            }
+        }
+    }
+
     /// Starts continuous windows of `request` (system-wide, with the window's length as its
     /// duration), each final one sent to `out`. Answers the first window.
     pub(super) fn start_windows(
@@ -56,6 +83,7 @@ impl Manager {
             current: Some(first.id),
             finishing: Vec::new(),
             out,
+            building: Vec::new(),
             stopped: false,
         });
         Ok(first)
@@ -137,13 +165,18 @@ impl Manager {
                 continue;
             }
             let snapshot = self.snapshot(id);
-            self.sessions.remove(&id);
+            let Some(session) = self.sessions.remove(&id) else {
+                continue;
+            };
             let Some(chain) = self.windows.as_mut() else {
                 return;
             };
             chain.finishing.retain(|&other| other != id);
             match chain.out.try_send(snapshot) {
-                Ok(()) => self.counters.continuous_windows_handed += 1,
+                Ok(()) => {
+                    chain.building.push(session);
+                    self.counters.continuous_windows_handed += 1;
+                }
                 Err(_) => {
                     self.counters.continuous_windows_dropped += 1;
                     tracing::warn!(
