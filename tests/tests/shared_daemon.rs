@@ -1215,7 +1215,7 @@ fn watch_root_side(
 }
 
 /// Another user's session on random call paths (a new stack nearly every sample), then that
-/// user's profile requests: 16 at once, over and over; 100 abandoned after 0.3 s; and 16
+/// user's profile requests: 16 at once, over and over; 100 abandoned after 20 to 300 ms; and 16
 /// watches never read. All along root's `info` answers within a second and root's 4 s session
 /// samples at its rate, and the daemon's RSS stays within 200 MB of what it was before. The
 /// session keeps its most stacks (3,000 here; with 4,096 stubs, debug builds of its profile
@@ -1299,13 +1299,15 @@ fn another_users_snapshots_leave_root_served_and_memory_bounded() {
         concurrent.1 >> 20
     );
 
-    // 100 requests abandoned after 0.3 s.
+    // 100 requests abandoned after 20 to 300 ms: whatever a build takes on this machine, some
+    // are abandoned while theirs runs (a fixed time let every build finish once builds got
+    // faster).
     let done = AtomicBool::new(false);
     let abandoned = std::thread::scope(|scope| {
         let attack = scope.spawn(|| {
             runtime.block_on(async {
                 let mut tasks = tokio::task::JoinSet::new();
-                for _ in 0..100 {
+                for i in 0..100u64 {
                     let socket = socket.clone();
                     tasks.spawn(async move {
                         let mut nobody = nobody_client(&socket).await;
@@ -1313,7 +1315,8 @@ fn another_users_snapshots_leave_root_served_and_memory_bounded() {
                             session_id: session,
                             pprof: false,
                         });
-                        let _ = tokio::time::timeout(Duration::from_millis(300), asked).await;
+                        let patience = Duration::from_millis(20 + i * 37 % 281);
+                        let _ = tokio::time::timeout(patience, asked).await;
                     });
                 }
                 while tasks.join_next().await.is_some() {}
