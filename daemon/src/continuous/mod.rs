@@ -260,10 +260,9 @@ fn entries(window: Snapshot, symbolizer: &Symbolizer, host: Option<&str>) -> Bui
     // Kernel functions are root's to see, as every reader of continuous profiles is.
     let options = ProfileOptions { hide_kernel: None };
     let built: Vec<(Entry, Profile, Option<String>)> = window
-        .pids()
+        .by_process()
         .into_iter()
-        .filter_map(|pid| {
-            let part = window.of_process(pid);
+        .filter_map(|(pid, part)| {
             let command = part.commands.get(&pid).cloned().unwrap_or_default();
             let executable = part.executables.get(&pid).cloned().unwrap_or_default();
             let samples = part.total_samples;

@@ -65,11 +65,14 @@ impl ProcessFigures {
     /// The daemon's own, now; a figure that cannot be read is 0.
     pub fn read() -> ProcessFigures {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let cpu_ticks = std::fs::read("/proc/self/stat")
+            .ok()
+            .and_then(|stat| vmscope_parse::stat::parse_stat(&stat).ok())
+            .map_or(0, |stat| stat.utime_ticks + stat.stime_ticks);
         let ticks = crate::sys::clock_ticks_per_second().max(1) as f64;
         ProcessFigures {
             resident_bytes: resident_kib(&status) * 1024,
-            cpu_seconds: cpu_ticks(&stat) as f64 / ticks,
+            cpu_seconds: cpu_ticks as f64 / ticks,
             open_fds: std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64),
         }
     }
@@ -82,18 +85,6 @@ fn resident_kib(status: &str) -> u64 {
         .find_map(|line| line.strip_prefix("VmRSS:"))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-/// `utime + stime` of a `/proc/PID/stat`, in clock ticks; 0 when unreadable. The fields are
-/// counted after the command's closing parenthesis, since a command may hold spaces.
-fn cpu_ticks(stat: &str) -> u64 {
-    let Some((_, after)) = stat.rsplit_once(')') else {
-        return 0;
-    };
-    // After ")": state is field 3, utime field 14, stime field 15.
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
-    field(14).unwrap_or(0) + field(15).unwrap_or(0)
 }
 
 /// The metrics page for `counters` and `gauges` (by `vmscope info`'s names) and the process's
@@ -279,8 +270,13 @@ mod tests {
     fn the_process_figures_are_read_from_proc() {
         assert_eq!(resident_kib("Name:\tx\nVmRSS:\t  2048 kB\n"), 2048);
         assert_eq!(resident_kib("Name:\tx\n"), 0);
-        // A command with spaces and a parenthesis: fields count after the last ')'.
-        let stat = "42 (a b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0";
+        // A command with spaces and a parenthesis: the project's stat parser, which the CPU
+        // time is read with, counts fields after the last ')'.
+        let cpu_ticks = |stat: &str| {
+            vmscope_parse::stat::parse_stat(stat.as_bytes())
+                .map_or(0, |s| s.utime_ticks + s.stime_ticks)
+        };
+        let stat = "42 (a b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0 100 0 0";
         assert_eq!(cpu_ticks(stat), 300);
         assert_eq!(cpu_ticks("garbage"), 0);
         let me = ProcessFigures::read();

@@ -565,12 +565,20 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Process `pid`'s share of a system-wide snapshot: its samples, stacks, threads and
-    /// statistics alone. What is not counted per process has no share: lost samples (the
+    /// Each process's share of a system-wide snapshot, by pid: its samples, stacks, threads and
+    /// statistics alone, all split in one pass. What is not counted per process has no share: lost samples (the
     /// kernel counts them per CPU), how generated code was attributed, kept samples. Its CPU
     /// time is what its samples stand for.
-    pub fn of_process(&self, pid: u32) -> Snapshot {
-        let stacks = self.stacks.of_process(pid);
+    pub fn by_process(&self) -> Vec<(u32, Snapshot)> {
+        self.stacks
+            .by_process()
+            .into_iter()
+            .map(|(pid, stacks)| (pid, self.share(pid, stacks)))
+            .collect()
+    }
+
+    /// Process `pid`'s share, its stacks `stacks` (see [`Snapshot::by_process`]).
+    fn share(&self, pid: u32, stacks: StackSnapshot) -> Snapshot {
         let total_samples: u64 = stacks.counts.iter().map(|&(.., n)| n).sum();
         let truncated = stacks
             .counts
@@ -587,15 +595,15 @@ impl Snapshot {
             truncated,
             commands: self
                 .commands
-                .iter()
-                .filter(|&(&p, _)| p == pid)
+                .get_key_value(&pid)
                 .map(|(&p, c)| (p, c.clone()))
+                .into_iter()
                 .collect(),
             executables: self
                 .executables
-                .iter()
-                .filter(|&(&p, _)| p == pid)
+                .get_key_value(&pid)
                 .map(|(&p, e)| (p, e.clone()))
+                .into_iter()
                 .collect(),
             thread_names: self
                 .thread_names
@@ -625,14 +633,6 @@ impl Snapshot {
                 .collect(),
             stacks,
         }
-    }
-
-    /// The processes with samples in it, lowest pid first.
-    pub fn pids(&self) -> Vec<u32> {
-        let mut pids: Vec<u32> = self.stacks.counts.iter().map(|(t, ..)| t.pid).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        pids
     }
 }
 

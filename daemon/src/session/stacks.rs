@@ -539,16 +539,24 @@ impl StackSnapshot {
         leaves.into_iter().map(|((p, l), n)| (p, l, n)).collect()
     }
 
-    /// The samples of process `pid` alone, with only the stacks and locations they use
-    /// (renumbered), so that a profile built from it symbolises nothing of other processes.
-    pub fn of_process(&self, pid: u32) -> StackSnapshot {
-        let mut part = StackSnapshot {
-            during: self.during.clone(),
-            ..StackSnapshot::default()
-        };
-        let mut stack_ids: HashMap<StackId, StackId> = HashMap::new();
-        let mut location_ids: HashMap<LocationId, LocationId> = HashMap::new();
-        for &(task, stack, samples) in self.counts.iter().filter(|(t, ..)| t.pid == pid) {
+    /// Each process's samples apart, by pid, each part with only the stacks and locations it
+    /// uses (renumbered), so that a profile built from one symbolises nothing of the others.
+    /// One pass over the counts for every process.
+    pub fn by_process(&self) -> std::collections::BTreeMap<u32, StackSnapshot> {
+        type Renumbering = (
+            StackSnapshot,
+            HashMap<StackId, StackId>,
+            HashMap<LocationId, LocationId>,
+        );
+        let mut parts: std::collections::BTreeMap<u32, Renumbering> = Default::default();
+        for &(task, stack, samples) in &self.counts {
+            let (part, stack_ids, location_ids) = parts.entry(task.pid).or_insert_with(|| {
+                let part = StackSnapshot {
+                    during: self.during.clone(),
+                    ..StackSnapshot::default()
+                };
+                (part, HashMap::new(), HashMap::new())
+            });
             let id = *stack_ids.entry(stack).or_insert_with(|| {
                 let span = self.stacks[stack.0 as usize];
                 let start = part.frames.len() as u32;
@@ -564,7 +572,10 @@ impl StackSnapshot {
             });
             part.counts.push((task, id, samples));
         }
-        part
+        parts
+            .into_iter()
+            .map(|(pid, (part, ..))| (pid, part))
+            .collect()
     }
 }
 
@@ -588,7 +599,8 @@ mod tests {
         table.count(Task::new(7, 9), [k(4), k(2)], DONE, NONE);
         table.count(7, [k(1), k(2)], DONE, NONE);
         let whole = table.snapshot();
-        let part = whole.of_process(7);
+        let mut parts = whole.by_process();
+        let part = parts.remove(&7).expect("process 7's part");
         let mut stacks: Vec<(Task, Vec<Location>, u64)> = part
             .counts
             .iter()
@@ -606,7 +618,12 @@ mod tests {
             ]
         );
         assert_eq!(part.locations.len(), 3, "k(3) is process 8's");
-        assert!(whole.of_process(99).counts.is_empty());
+        assert!(
+            whole
+                .by_process()
+                .get(&99)
+                .is_none_or(|p| p.counts.is_empty())
+        );
     }
 
     /// Threads of one process share its stacks and are counted apart.
