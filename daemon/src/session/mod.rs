@@ -319,12 +319,22 @@ impl Session {
     /// Whether the session wants a sample of `tgid` stamped `timestamp_ns`.
     pub fn wants(&self, tgid: u32, timestamp_ns: u64) -> bool {
         timestamp_ns >= self.start_ns
-            && self.stop_ns.is_none_or(|stop| timestamp_ns < stop)
+            && self.end_ns().is_none_or(|end| timestamp_ns < end)
             && (self.spec.system_wide
                 || self
                     .targets
                     .iter()
                     .any(|t| t.pid == tgid && t.until_ns.is_none_or(|until| timestamp_ns < until)))
+    }
+
+    /// Where its samples end: its stop, or else the end of its duration, which a sample may
+    /// be routed past before the stop is noticed (a continuous window's successor takes it).
+    pub fn end_ns(&self) -> Option<u64> {
+        self.stop_ns.or_else(|| {
+            self.spec
+                .duration
+                .map(|d| self.start_ns.saturating_add(d.as_nanos() as u64))
+        })
     }
 
     /// Whether the session watches process `pid` at `timestamp_ns`, before its start
@@ -680,6 +690,22 @@ mod tests {
             hotspot: None,
             vm: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_session_of_a_duration_takes_no_sample_past_it_before_its_stop_is_noticed() {
+        let mut s = system_wide(1_000, 0, HostCpu::default(), HostCpu::default());
+        s.stop_ns = None;
+        s.state = State::Running;
+        s.spec.duration = Some(Duration::from_nanos(500));
+        assert!(!s.wants(7, 999));
+        assert!(s.wants(7, 1_000));
+        assert!(s.wants(7, 1_499));
+        assert!(!s.wants(7, 1_500), "past its duration");
+        s.spec.duration = None;
+        assert!(s.wants(7, u64::MAX), "no duration, no stop: no end");
+        s.stop_ns = Some(1_200);
+        assert!(!s.wants(7, 1_200), "its stop");
     }
 
     fn reading(at_s: u64, work_ticks: u64, steal_ticks: u64) -> HostCpu {

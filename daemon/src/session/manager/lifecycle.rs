@@ -542,7 +542,12 @@ impl Manager {
             })
             .collect();
         for (id, end) in elapsed {
+            // A continuous window's successor starts first: it holds the kernel's events
+            // before the elapsed window releases them, so they are never closed in between.
             let window = self.is_window(id);
+            if window {
+                self.window_elapsed(id, end);
+            }
             self.begin_stop(
                 id,
                 if window {
@@ -552,9 +557,6 @@ impl Manager {
                 },
                 end,
             );
-            if window {
-                self.window_elapsed(id, end);
-            }
         }
         self.finalize_ready(now);
     }

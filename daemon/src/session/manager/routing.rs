@@ -9,6 +9,14 @@ impl Manager {
         self.counters.batches += 1;
         self.counters.events += batch.events.len() as u64;
         self.counters.malformed_events += batch.malformed;
+        // Sessions whose duration elapsed stop first: a batch's samples past the end of a
+        // continuous window then find its successor, not nothing.
+        if self
+            .next_deadline()
+            .is_some_and(|deadline| deadline <= sys::monotonic_ns())
+        {
+            self.end_elapsed();
+        }
         let now = batch.watermark_ns;
         for (i, event) in batch.events.iter().enumerate() {
             match event.kind {
