@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vmscope_parse::cgroup::container_id;
+use vmscope_parse::cgroup::{container_id, systemd_service};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -11,5 +11,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(id.len(), 64);
         assert!(id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
         assert!(text.contains(&id));
+    }
+    if let Some(service) = systemd_service(&text) {
+        assert!(text.contains(&format!("{service}.service")));
     }
 });

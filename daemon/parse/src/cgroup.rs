@@ -1,5 +1,6 @@
 //! The container a process runs in, from its `/proc/PID/cgroup`: the id container runtimes
-//! put in the cgroup path, as the OpenTelemetry eBPF profiler reads `container.id`.
+//! put in the cgroup path, as the OpenTelemetry eBPF profiler reads `container.id`; and the
+//! systemd service it runs under, a name for it where it declares none of its own.
 //!
 //! Docker (`/docker/ID`, `docker-ID.scope`), containerd and CRI-O under Kubernetes
 //! (`cri-containerd-ID.scope`, `crio-ID.scope`, `/kubepods/.../ID`) and Podman
@@ -23,6 +24,17 @@ pub fn container_id(cgroup: &str) -> Option<String> {
     paths
         .into_iter()
         .find_map(|(_, path)| path.rsplit('/').find_map(id_in))
+}
+
+/// The systemd service a process runs under (`nginx` for `/system.slice/nginx.service`), from
+/// the unified hierarchy's path: its innermost `.service` segment, the per-user service
+/// manager's (`user@1000.service`, which holds a user's every process) excepted.
+pub fn systemd_service(cgroup: &str) -> Option<String> {
+    let path = cgroup.lines().find_map(|line| line.strip_prefix("0::"))?;
+    path.rsplit('/')
+        .filter_map(|segment| segment.strip_suffix(".service"))
+        .find(|name| !name.is_empty() && !name.starts_with("user@"))
+        .map(str::to_owned)
 }
 
 /// The 64-hex-digit run of a path segment (`docker-ID.scope`, `ID`), if it has one.
@@ -58,6 +70,32 @@ mod tests {
             format!("0::/kubepods/besteffort/pod7/{ID}\n"),
         ] {
             assert_eq!(container_id(&cgroup).as_deref(), Some(ID), "{cgroup}");
+        }
+    }
+
+    #[test]
+    fn a_service_is_its_innermost_unit() {
+        for (cgroup, service) in [
+            ("0::/system.slice/nginx.service\n", Some("nginx")),
+            (
+                "0::/system.slice/system-getty.slice/getty@tty1.service\n",
+                Some("getty@tty1"),
+            ),
+            (
+                "0::/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service\n",
+                Some("foo"),
+            ),
+            (
+                "0::/user.slice/user-1000.slice/user@1000.service/init.scope\n",
+                None,
+            ),
+            ("0::/user.slice/user-1000.slice/session-2.scope\n", None),
+            // Only the unified hierarchy says the unit; v1 lines are not read.
+            ("1:name=systemd:/system.slice/cron.service\n0::/\n", None),
+            ("0::/system.slice/.service\n", None),
+            ("", None),
+        ] {
+            assert_eq!(systemd_service(cgroup).as_deref(), service, "{cgroup}");
         }
     }
 

@@ -7,7 +7,8 @@
 //!
 //! - [`maps`]: `/proc/PID/maps`, the mappings of a process.
 //! - [`stat`]: `/proc/PID/stat`, `/proc/PID/status`, `/proc/stat`.
-//! - [`cgroup`]: `/proc/PID/cgroup`, the container a process runs in.
+//! - [`cgroup`]: `/proc/PID/cgroup`, the container and the systemd service a process runs in.
+//! - [`environ`]: `/proc/PID/environ`, the service name a process declares.
 //! - [`kallsyms`]: `/proc/kallsyms`, the kernel's symbols.
 //! - [`elf`]: symbols, load segments, build-id and debuglink of an ELF binary.
 //! - [`dwarf`]: source lines and inlined functions of an ELF binary's DWARF.
@@ -27,6 +28,7 @@ pub mod codemap_file;
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;
+pub mod environ;
 pub mod h2_authority;
 pub mod hsperfdata;
 pub mod jitdump;
