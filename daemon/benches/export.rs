@@ -92,6 +92,8 @@ fn export(c: &mut Criterion) {
                 executable,
                 command: "program",
                 container_id: None,
+                service_name: None,
+                namespace_pid: None,
                 start: SystemTime::UNIX_EPOCH,
                 duration: Duration::from_secs(10),
                 period_ns: 52_631_578,

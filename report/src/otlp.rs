@@ -5,7 +5,8 @@
 //!
 //! - One `ResourceProfiles` per process, with the semantic-convention attributes the OTel
 //!   profiler sets: `process.pid`, `process.executable.name`, `process.executable.path`,
-//!   `container.id` (when the process runs in a container), `host.name`.
+//!   `container.id` (when the process runs in a container), `host.name`; and, where known,
+//!   `service.name` and `process.vpid` (its pid in its own pid namespace).
 //! - One profile each, of sample type `samples/count` and period type `cpu/nanoseconds` (the
 //!   sampling interval), with the sample attributes `thread.id` and `thread.name`.
 //! - One shared dictionary: every table's entry 0 is the zero value (`string_table[0]` is "").
@@ -44,6 +45,11 @@ pub struct ProcessProfile<'a> {
     pub command: &'a str,
     /// The id of the container it runs in, when it runs in one.
     pub container_id: Option<&'a str>,
+    /// The service it is, when known (as it declares itself to OpenTelemetry, or its systemd
+    /// unit).
+    pub service_name: Option<&'a str>,
+    /// Its pid in its own pid namespace, when that is not the host's.
+    pub namespace_pid: Option<u32>,
     /// When the window began.
     pub start: SystemTime,
     /// How long it lasted.
@@ -363,8 +369,18 @@ impl Dictionary {
         if !process.executable.is_empty() {
             attributes.push(text("process.executable.path", process.executable));
         }
+        if let Some(vpid) = process.namespace_pid {
+            attributes.push(KeyValue {
+                key: "process.vpid".to_owned(),
+                value: Some(Value::Int(i64::from(vpid)).any()),
+                ..KeyValue::default()
+            });
+        }
         if let Some(id) = process.container_id {
             attributes.push(text("container.id", id));
+        }
+        if let Some(service) = process.service_name {
+            attributes.push(text("service.name", service));
         }
         attributes.push(text("host.name", host_name));
         otlp::ResourceProfiles {
@@ -398,6 +414,8 @@ mod tests {
             executable: "/opt/jitvm/bin/jitvm",
             command: "jitvm",
             container_id: Some("abc123"),
+            service_name: Some("checkout"),
+            namespace_pid: Some(7),
             start: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
             duration: Duration::from_secs(10),
             period_ns: 1_000_000,
@@ -454,10 +472,15 @@ mod tests {
             attribute("process.pid"),
             Some(any_value::Value::IntValue(100))
         );
+        assert_eq!(
+            attribute("process.vpid"),
+            Some(any_value::Value::IntValue(7))
+        );
         for (key, value) in [
             ("process.executable.name", "jitvm"),
             ("process.executable.path", "/opt/jitvm/bin/jitvm"),
             ("container.id", "abc123"),
+            ("service.name", "checkout"),
             ("host.name", "host-1"),
         ] {
             assert_eq!(

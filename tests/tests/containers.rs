@@ -1,7 +1,8 @@
 //! Processes in other pid and mount namespaces, as containers run them (made here with
 //! `unshare`): the daemon samples them by their host pid, and names their JIT code from the
 //! perf map they wrote in their own `/tmp` under their own pid, which the host cannot see at
-//! `/tmp/perf-PID.map`: it reads it through `/proc/PID/root`.
+//! `/tmp/perf-PID.map`: it reads it through `/proc/PID/root`. Their continuous windows,
+//! exported over OTLP, say their container id, service name and namespace pid.
 
 use std::{
     io::{BufRead, BufReader},
@@ -101,4 +102,142 @@ fn a_jit_in_its_own_pid_and_mount_namespaces_is_named_from_its_own_tmp() {
         "fake_jit_spin holds {samples} of {total} samples"
     );
     assert_eq!(spin["code_map"], "perf map");
+}
+
+/// A cgroup of the unified hierarchy made for a test, removed when dropped (once its processes
+/// are gone).
+struct Cgroup(std::path::PathBuf);
+
+impl Cgroup {
+    /// `path` under the cgroup2 mount (`/sys/fs/cgroup` on unified hosts, its `unified`
+    /// directory on hybrid ones).
+    fn make(path: &str) -> Cgroup {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").expect("/proc/self/mounts");
+        let root = mounts
+            .lines()
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                (fields.get(2) == Some(&"cgroup2")).then(|| fields[1].to_owned())
+            })
+            .expect("a cgroup2 hierarchy is mounted: the test puts processes in cgroups of it");
+        let dir = std::path::Path::new(&root).join(path);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot make the cgroup {}: {e}", dir.display()));
+        Cgroup(dir)
+    }
+
+    fn procs(&self) -> String {
+        self.0.join("cgroup.procs").display().to_string()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Innermost first: the test's cgroups are a path of directories. A process just
+        // reaped may keep its cgroup busy for a moment.
+        let mut dir = self.0.as_path();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while dir
+            .file_name()
+            .is_some_and(|n| n != "unified" && n != "cgroup")
+        {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => dir = dir.parent().unwrap(),
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Continuous windows exported over OTLP say where each process runs: a process in a
+/// container's cgroup and pid namespace has its `container.id`, the `service.name` its
+/// environment declares (`OTEL_SERVICE_NAME`) and its namespace pid (`process.vpid`) beside its
+/// host pid; a process in a systemd service's cgroup is named after the service.
+#[test]
+fn exported_processes_say_their_container_service_and_namespace_pid() {
+    use vmscope_tests::{
+        otlp::{Receiver, exporting_daemon},
+        shared_tempdir,
+    };
+    const ID: &str = "5e1f0c0ffee0d15ea5e0badcafe0f00d5e1f0c0ffee0d15ea5e0badcafe0f00d";
+    let dir = shared_tempdir();
+    let receiver = Receiver::start(dir.path(), None, 0.0);
+    let daemon = exporting_daemon(receiver.port, 199, &[]);
+    let container = Cgroup::make(&format!("docker-{ID}.scope"));
+    let service = Cgroup::make(&format!(
+        "vmscope-test-{}.slice/billing.service",
+        std::process::id()
+    ));
+    let fixture = fixtures().hotspots_pie.display().to_string();
+    // Each enters its cgroup before it runs the fixture, whose children stay in it.
+    let contained = Command::new("sh")
+        .args([
+            "-c",
+            "echo $$ > \"$1\" && exec unshare --pid --fork --kill-child --mount-proc \
+             env OTEL_SERVICE_NAME=checkout \"$2\" 2",
+            "sh",
+            &container.procs(),
+            &fixture,
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run the fixture in a container's cgroup and pid namespace");
+    let contained = Contained(contained);
+    let host_pid = host_pid_of_init(contained.0.id());
+    let served = Command::new("sh")
+        .args([
+            "-c",
+            "echo $$ > \"$1\" && exec \"$2\" 2",
+            "sh",
+            &service.procs(),
+            &fixture,
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run the fixture in a service's cgroup");
+    let served = Contained(served);
+    let served_pid = served.0.id();
+
+    let resource_of = |pid: u32| {
+        receiver
+            .requests()
+            .iter()
+            .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+            .map(|r| r["resource"].clone())
+            .find(|r| r["process.pid"] == pid)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (inside, beside) = loop {
+        if let (Some(inside), Some(beside)) = (resource_of(host_pid), resource_of(served_pid)) {
+            break (inside, beside);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fixtures' windows did not arrive: {} requests\n{}",
+            receiver.requests().len(),
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        inside["process.executable.name"], "hotspots-pie",
+        "{inside}"
+    );
+    assert_eq!(inside["container.id"], ID, "{inside}");
+    assert_eq!(inside["service.name"], "checkout", "{inside}");
+    assert_eq!(
+        inside["process.vpid"], 1,
+        "the namespace's first process: {inside}"
+    );
+    assert_eq!(beside["service.name"], "billing", "{beside}");
+    for absent in ["container.id", "process.vpid"] {
+        assert!(beside.get(absent).is_none(), "{absent}: {beside}");
+    }
+    // Both end on their own, leaving their cgroups empty to remove.
+    for mut fixture in [contained, served] {
+        let _ = fixture.0.wait();
+    }
 }

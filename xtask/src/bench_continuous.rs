@@ -3,13 +3,16 @@
 //!
 //! The workload is a host as the issue describes one: about 100 idle processes (`sleep`) and
 //! two CPU-bound ones (`stackloop`, 34-frame call chains, until killed), with the release
-//! daemon started with `--continuous` at its defaults (19 Hz, 10 s windows, 32 MiB). Every 30 s
-//! the table gives the daemon's CPU time over the last interval (in % of one CPU, all its
-//! threads, exited ones included), its RSS, and what it keeps: windows stored, bytes kept and
-//! dropped. At the end, the merged profile of every kept window gives the samples and the lost
-//! samples, and the daemon's peak RSS.
+//! daemon started with `--continuous` at its defaults (19 Hz, 10 s windows, 32 MiB), exporting
+//! every window to an OTLP receiver (tests/clients/otlp_receiver.py, from `cargo xtask setup`'s
+//! grpcio virtualenv). Every 30 s the table gives the daemon's CPU time over the last interval
+//! (in % of one CPU, all its threads, exited ones included), its RSS, what it keeps (windows
+//! stored, bytes kept and dropped) and what it exported. At the end, the merged profile of
+//! every kept window gives the samples and the lost samples, and the daemon's peak RSS; the
+//! receiver's count of requests checks the exporter's.
 
 use std::{
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -43,10 +46,16 @@ impl Drop for Children {
 pub fn run(minutes: u64) -> anyhow::Result<()> {
     let built = demo::build()?;
     let stackloop = stackloop(&built)?;
-    let daemon =
-        Daemon::start_binary_with(&built.daemon, &built.dir, "continuous", &["--continuous"])?;
-    let pid = daemon.pid().context("a daemon of our own")?;
     let mut children = Children(Vec::new());
+    let (port, received) = start_receiver(&built.dir, &mut children)?;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let daemon = Daemon::start_binary_with(
+        &built.daemon,
+        &built.dir,
+        "continuous",
+        &["--continuous", "--otlp-endpoint", &endpoint],
+    )?;
+    let pid = daemon.pid().context("a daemon of our own")?;
     for _ in 0..IDLE {
         children.0.push(
             Command::new("sleep")
@@ -75,12 +84,13 @@ pub fn run(minutes: u64) -> anyhow::Result<()> {
     let cpu = || -> f64 { process_cpu_ticks(pid) as f64 / ticks };
     println!(
         "bench: continuous profiling for {minutes} min: {IDLE} idle processes, 2 busy ones \
-         (stackloop), vmscoped --continuous at its defaults"
+         (stackloop), vmscoped --continuous at its defaults, exporting to {endpoint}"
     );
     println!(
-        "| minute | daemon CPU (% of a CPU) | RSS (MiB) | windows stored | kept (KiB) | dropped (KiB) |"
+        "| minute | daemon CPU (% of a CPU) | RSS (MiB) | windows stored | kept (KiB) | dropped \
+         (KiB) | exported (KiB) |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let started = Instant::now();
     let (mut last_cpu, mut last_at) = (cpu(), Instant::now());
     let mut steady_cpu = Vec::new();
@@ -94,14 +104,28 @@ pub fn run(minutes: u64) -> anyhow::Result<()> {
             steady_cpu.push(percent);
         }
         println!(
-            "| {:.1} | {percent:.2} | {:.1} | {} | {} | {} |",
+            "| {:.1} | {percent:.2} | {:.1} | {} | {} | {} | {} |",
             started.elapsed().as_secs_f64() / 60.0,
             proc_field(pid, "status", "VmRSS:").unwrap_or(0) as f64 / 1024.0,
             info("continuous_windows_stored")?,
             info("continuous_bytes")? / 1024,
             info("continuous_bytes_dropped")? / 1024,
+            info("otlp_bytes_sent")? / 1024,
         );
     }
+    let sent = info("otlp_bytes_sent")?;
+    println!(
+        "bench: exported {:.1} KiB a minute (gzipped requests) in {} requests, {} failed, {} \
+         windows dropped; the receiver took {} requests",
+        sent as f64 / 1024.0 / started.elapsed().as_secs_f64() * 60.0,
+        info("otlp_exports_sent")?,
+        info("otlp_exports_failed")?,
+        info("otlp_windows_dropped")?,
+        std::fs::read_to_string(&received)
+            .unwrap_or_default()
+            .lines()
+            .count(),
+    );
     let out = Command::new(&built.cli)
         .args(["continuous", "--format", "json"])
         .env("VMSCOPE_SOCKET", &daemon.socket)
@@ -118,6 +142,42 @@ pub fn run(minutes: u64) -> anyhow::Result<()> {
     );
     drop(children);
     Ok(())
+}
+
+/// Starts the OTLP receiver of the tests on a port of the kernel's choice: its port, and the
+/// file it writes a line to per request.
+fn start_receiver(dir: &Path, children: &mut Children) -> anyhow::Result<(u16, PathBuf)> {
+    let python = crate::setup::grpcio_venv()?.join("bin/python");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/otlp_receiver.py");
+    let port_file = dir.join("otlp-port");
+    let received = dir.join("otlp-received.jsonl");
+    let _ = std::fs::remove_file(&port_file);
+    let _ = std::fs::remove_file(&received);
+    children.0.push(
+        Command::new(&python)
+            .arg(&script)
+            .arg(&port_file)
+            .arg(&received)
+            // Only the busy processes' samples written out in full: the receiver's own cost
+            // stays small beside the daemon's.
+            .args(["--keep", "stackloop"])
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| {
+                format!("cannot start {} (run cargo xtask setup)", python.display())
+            })?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file) {
+            return Ok((text.trim().parse()?, received));
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the OTLP receiver did not start within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `utime + stime` of a process, in clock ticks: its exited threads' time included.

@@ -25,7 +25,7 @@ const GRPCIO_PACKAGES: [(&str, &str); 5] = [
 /// The virtualenv holding [`GRPCIO_PACKAGES`]: `$VMSCOPE_GRPCIO_VENV`, by default
 /// `$HOME/.cache/vmscope/grpcio-venv`. tests/src/lib.rs (`grpcio_python`) looks in the same
 /// place.
-fn grpcio_venv() -> anyhow::Result<PathBuf> {
+pub(crate) fn grpcio_venv() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("VMSCOPE_GRPCIO_VENV") {
         return Ok(PathBuf::from(dir));
     }

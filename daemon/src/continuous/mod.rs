@@ -11,6 +11,7 @@
 //! beside the windows at their own rates.
 
 pub mod export;
+mod process_facts;
 pub mod store;
 
 use std::{
@@ -30,6 +31,7 @@ use crate::{
     session::{CallGraphMode, ManagerHandle, SessionError, Snapshot, request::SessionRequest},
     symbolize::Symbolizer,
 };
+use process_facts::ProcessFacts;
 use store::{Entry, Selection, WindowStore};
 
 /// Sampling frequency of continuous profiling unless `--continuous-frequency` says otherwise:
@@ -259,7 +261,7 @@ fn entries(window: Snapshot, symbolizer: &Symbolizer, host: Option<&str>) -> Bui
     let end = start + window.duration;
     // Kernel functions are root's to see, as every reader of continuous profiles is.
     let options = ProfileOptions { hide_kernel: None };
-    let built: Vec<(Entry, Profile, Option<String>)> = window
+    let built: Vec<(Entry, Profile, ProcessFacts)> = window
         .by_process()
         .into_iter()
         .filter_map(|(pid, part)| {
@@ -267,9 +269,11 @@ fn entries(window: Snapshot, symbolizer: &Symbolizer, host: Option<&str>) -> Bui
             let executable = part.executables.get(&pid).cloned().unwrap_or_default();
             let samples = part.total_samples;
             let profile = build_profile_unless(part, symbolizer, &options, &Cancel::never())?;
-            let container = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                .ok()
-                .and_then(|cgroup| vmscope_parse::cgroup::container_id(&cgroup));
+            let facts = if host.is_some() {
+                ProcessFacts::read(pid)
+            } else {
+                ProcessFacts::default()
+            };
             let packed = store::pack(&profile)
                 .inspect_err(|e| tracing::error!(pid, "a window's profile does not pack: {e}"))
                 .ok()?;
@@ -282,18 +286,20 @@ fn entries(window: Snapshot, symbolizer: &Symbolizer, host: Option<&str>) -> Bui
                 samples,
                 packed,
             };
-            Some((entry, profile, container))
+            Some((entry, profile, facts))
         })
         .collect();
     let export = host.map(|host| {
         let processes: Vec<ProcessProfile<'_>> = built
             .iter()
-            .map(|(entry, profile, container)| ProcessProfile {
+            .map(|(entry, profile, facts)| ProcessProfile {
                 profile,
                 pid: entry.pid,
                 executable: &entry.executable,
                 command: &entry.command,
-                container_id: container.as_deref(),
+                container_id: facts.container_id.as_deref(),
+                service_name: facts.service_name.as_deref(),
+                namespace_pid: facts.namespace_pid,
                 start,
                 duration: window.duration,
                 period_ns: window.period_ns,
