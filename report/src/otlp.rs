@@ -22,6 +22,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use indexmap::IndexSet;
 use opentelemetry_proto::tonic::{
     collector::profiles::v1development::ExportProfilesServiceRequest,
     common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value},
@@ -80,6 +81,13 @@ pub fn export_request(
     }
 }
 
+/// An integer attribute value.
+fn int(n: i64) -> AnyValue {
+    AnyValue {
+        value: Some(any_value::Value::IntValue(n)),
+    }
+}
+
 /// What kind of code a frame is, as `profile.frame.type` says it.
 pub fn frame_type(frame: &model::Frame, executable: &str) -> &'static str {
     if frame.kernel {
@@ -103,95 +111,128 @@ pub fn frame_type(frame: &model::Frame, executable: &str) -> &'static str {
     }
 }
 
-/// An attribute's value, as the dictionary interns it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// An attribute's value, as the dictionary interns it: a string by its index in the string
+/// table, so that looking one up allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Value {
-    Str(String),
+    Str(i32),
     Int(i64),
-}
-
-impl Value {
-    fn any(&self) -> AnyValue {
-        AnyValue {
-            value: Some(match self {
-                Value::Str(s) => any_value::Value::StringValue(s.clone()),
-                Value::Int(n) => any_value::Value::IntValue(*n),
-            }),
-        }
-    }
 }
 
 /// What makes a location: its mapping, its lines (function, line, column; innermost first)
 /// and its attributes.
 type LocationKey = (i32, Vec<(i32, i64, i64)>, Vec<i32>);
 
-/// The shared tables, each with its zero value at index 0, interned as they are filled.
+/// The interning tables' hasher: foldhash (seeded at random per table, as std's), since
+/// hashing the keys with std's SipHash was a third of an export's time.
+type Hasher = foldhash::fast::RandomState;
+
+/// The shared tables, each with its zero value at index 0, interned as they are filled. The
+/// tables whose entries are their own keys (strings, locations, stacks) are kept as index sets
+/// and made into the message's tables at the end, so that each entry is allocated once.
 struct Dictionary {
-    table: otlp::ProfilesDictionary,
-    strings: HashMap<String, i32>,
-    attributes: HashMap<(i32, Value), i32>,
-    mappings: HashMap<i32, i32>,
-    functions: HashMap<(i32, i32), i32>,
-    locations: HashMap<LocationKey, i32>,
-    stacks: HashMap<Vec<i32>, i32>,
+    strings: IndexSet<String, Hasher>,
+    attributes: HashMap<(i32, Value), i32, Hasher>,
+    attribute_table: Vec<otlp::KeyValueAndUnit>,
+    mappings: HashMap<i32, i32, Hasher>,
+    mapping_table: Vec<otlp::Mapping>,
+    functions: HashMap<(i32, i32), i32, Hasher>,
+    function_table: Vec<otlp::Function>,
+    /// Every location but the zero one: location `i` is entry `i + 1`.
+    locations: IndexSet<LocationKey, Hasher>,
+    /// Every stack but the zero one: stack `i` is entry `i + 1`.
+    stacks: IndexSet<Vec<i32>, Hasher>,
 }
 
 impl Dictionary {
     fn new() -> Dictionary {
         let mut dictionary = Dictionary {
-            table: otlp::ProfilesDictionary {
-                mapping_table: vec![otlp::Mapping::default()],
-                location_table: vec![otlp::Location::default()],
-                function_table: vec![otlp::Function::default()],
-                link_table: vec![otlp::Link::default()],
-                string_table: Vec::new(),
-                attribute_table: vec![otlp::KeyValueAndUnit::default()],
-                stack_table: vec![otlp::Stack::default()],
-            },
-            strings: HashMap::new(),
-            attributes: HashMap::new(),
-            mappings: HashMap::new(),
-            functions: HashMap::new(),
-            locations: HashMap::new(),
-            stacks: HashMap::new(),
+            strings: IndexSet::default(),
+            attributes: HashMap::default(),
+            attribute_table: vec![otlp::KeyValueAndUnit::default()],
+            mappings: HashMap::default(),
+            mapping_table: vec![otlp::Mapping::default()],
+            functions: HashMap::default(),
+            function_table: vec![otlp::Function::default()],
+            locations: IndexSet::default(),
+            stacks: IndexSet::default(),
         };
         dictionary.string("");
         dictionary
     }
 
     fn finish(self) -> otlp::ProfilesDictionary {
-        self.table
+        let location_table = std::iter::once(otlp::Location::default())
+            .chain(
+                self.locations
+                    .into_iter()
+                    .map(|(mapping_index, lines, attribute_indices)| otlp::Location {
+                        mapping_index,
+                        address: 0,
+                        lines: lines
+                            .into_iter()
+                            .map(|(function_index, line, column)| otlp::Line {
+                                function_index,
+                                line,
+                                column,
+                            })
+                            .collect(),
+                        attribute_indices,
+                    }),
+            )
+            .collect();
+        let stack_table = std::iter::once(otlp::Stack::default())
+            .chain(
+                self.stacks
+                    .into_iter()
+                    .map(|location_indices| otlp::Stack { location_indices }),
+            )
+            .collect();
+        otlp::ProfilesDictionary {
+            mapping_table: self.mapping_table,
+            location_table,
+            function_table: self.function_table,
+            link_table: vec![otlp::Link::default()],
+            string_table: self.strings.into_iter().collect(),
+            attribute_table: self.attribute_table,
+            stack_table,
+        }
     }
 
     fn string(&mut self, s: &str) -> i32 {
-        if let Some(&i) = self.strings.get(s) {
-            return i;
-        }
-        let i = self.table.string_table.len() as i32;
-        self.table.string_table.push(s.to_owned());
-        self.strings.insert(s.to_owned(), i);
-        i
+        let i = match self.strings.get_index_of(s) {
+            Some(i) => i,
+            None => self.strings.insert_full(s.to_owned()).0,
+        };
+        i as i32
     }
 
     fn attribute(&mut self, key: &str, value: Value) -> i32 {
         let key = self.string(key);
-        let table = &mut self.table.attribute_table;
-        *self
-            .attributes
-            .entry((key, value.clone()))
-            .or_insert_with(|| {
-                table.push(otlp::KeyValueAndUnit {
-                    key_strindex: key,
-                    value: Some(value.any()),
-                    unit_strindex: 0,
-                });
-                (table.len() - 1) as i32
-            })
+        let table = &mut self.attribute_table;
+        let strings = &self.strings;
+        *self.attributes.entry((key, value)).or_insert_with(|| {
+            let value = match value {
+                Value::Str(s) => any_value::Value::StringValue(strings[s as usize].clone()),
+                Value::Int(n) => any_value::Value::IntValue(n),
+            };
+            table.push(otlp::KeyValueAndUnit {
+                key_strindex: key,
+                value: Some(AnyValue { value: Some(value) }),
+                unit_strindex: 0,
+            });
+            (table.len() - 1) as i32
+        })
+    }
+
+    fn text_attribute(&mut self, key: &str, value: &str) -> i32 {
+        let value = Value::Str(self.string(value));
+        self.attribute(key, value)
     }
 
     fn mapping(&mut self, module: &str) -> i32 {
         let name = self.string(module);
-        let table = &mut self.table.mapping_table;
+        let table = &mut self.mapping_table;
         *self.mappings.entry(name).or_insert_with(|| {
             table.push(otlp::Mapping {
                 filename_strindex: name,
@@ -212,7 +253,7 @@ impl Dictionary {
         } else {
             &frame.file
         });
-        let table = &mut self.table.function_table;
+        let table = &mut self.function_table;
         *self.functions.entry((name, file)).or_insert_with(|| {
             table.push(otlp::Function {
                 name_strindex: name,
@@ -240,45 +281,24 @@ impl Dictionary {
                 (self.function(frame), line, column)
             })
             .collect();
-        let mut attributes = vec![self.attribute(
-            FRAME_TYPE,
-            Value::Str(frame_type(outer, executable).to_owned()),
-        )];
+        let mut attributes = vec![self.text_attribute(FRAME_TYPE, frame_type(outer, executable))];
         if !outer.range.is_empty() {
-            attributes.push(self.attribute(CODE_RANGE, Value::Str(outer.range.clone())));
+            attributes.push(self.text_attribute(CODE_RANGE, &outer.range));
         }
         let key = (mapping, lines, attributes);
-        if let Some(&i) = self.locations.get(&key) {
-            return i;
-        }
-        let table = &mut self.table.location_table;
-        table.push(otlp::Location {
-            mapping_index: mapping,
-            address: 0,
-            lines: key
-                .1
-                .iter()
-                .map(|&(function_index, line, column)| otlp::Line {
-                    function_index,
-                    line,
-                    column,
-                })
-                .collect(),
-            attribute_indices: key.2.clone(),
-        });
-        let i = (table.len() - 1) as i32;
-        self.locations.insert(key, i);
-        i
+        let i = match self.locations.get_index_of(&key) {
+            Some(i) => i,
+            None => self.locations.insert_full(key).0,
+        };
+        (i + 1) as i32
     }
 
     fn stack(&mut self, locations: Vec<i32>) -> i32 {
-        let table = &mut self.table.stack_table;
-        *self.stacks.entry(locations.clone()).or_insert_with(|| {
-            table.push(otlp::Stack {
-                location_indices: locations,
-            });
-            (table.len() - 1) as i32
-        })
+        let i = match self.stacks.get_index_of(&locations) {
+            Some(i) => i,
+            None => self.stacks.insert_full(locations).0,
+        };
+        (i + 1) as i32
     }
 
     fn value_type(&mut self, kind: &str, unit: &str) -> otlp::ValueType {
@@ -294,7 +314,7 @@ impl Dictionary {
         host_name: &str,
     ) -> otlp::ResourceProfiles {
         let profile = process.profile;
-        let thread_names: HashMap<(u32, u32), &str> = profile
+        let thread_names: HashMap<(u32, u32), &str, Hasher> = profile
             .threads
             .iter()
             .map(|t| ((t.pid, t.tid), t.name.as_str()))
@@ -314,8 +334,7 @@ impl Dictionary {
                 // A run of inlined frames ends at the compiled method's, or where a stack cut
                 // inside the run ends.
                 if !frames[i].inlined || i + 1 == frames.len() {
-                    let run = frames[start..=i].to_vec();
-                    locations.push(self.location(&run, process.executable));
+                    locations.push(self.location(&frames[start..=i], process.executable));
                     start = i + 1;
                 }
             }
@@ -325,8 +344,7 @@ impl Dictionary {
                 .get(&(stack.pid, stack.tid))
                 .filter(|n| !n.is_empty())
             {
-                attribute_indices
-                    .push(self.attribute("thread.name", Value::Str((*name).to_owned())));
+                attribute_indices.push(self.text_attribute("thread.name", name));
             }
             samples.push(otlp::Sample {
                 stack_index: self.stack(locations),
@@ -355,13 +373,15 @@ impl Dictionary {
         };
         let text = |key: &str, value: &str| KeyValue {
             key: key.to_owned(),
-            value: Some(Value::Str(value.to_owned()).any()),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(value.to_owned())),
+            }),
             ..KeyValue::default()
         };
         let mut attributes = vec![
             KeyValue {
                 key: "process.pid".to_owned(),
-                value: Some(Value::Int(i64::from(process.pid)).any()),
+                value: Some(int(i64::from(process.pid))),
                 ..KeyValue::default()
             },
             text("process.executable.name", name),
@@ -372,7 +392,7 @@ impl Dictionary {
         if let Some(vpid) = process.namespace_pid {
             attributes.push(KeyValue {
                 key: "process.vpid".to_owned(),
-                value: Some(Value::Int(i64::from(vpid)).any()),
+                value: Some(int(i64::from(vpid))),
                 ..KeyValue::default()
             });
         }

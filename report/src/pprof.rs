@@ -98,6 +98,10 @@ pub fn period_nanos(profile: &model::Profile) -> i64 {
 /// Bytecode ranges (`74->78`, `38->end`) give their first pc; `start->3` has none. Source
 /// positions (`app.js:12:5`, `app.js:12`) give their line and column.
 pub fn range_position(range: &str) -> (i64, i64) {
+    // Most frames are native, with no range: they skip the searches below.
+    if range.is_empty() {
+        return (0, 0);
+    }
     if let Some((first, _)) = range.split_once("->") {
         return (first.trim().parse().unwrap_or(0), 0);
     }
