@@ -10,23 +10,35 @@ use std::{
 
 use vmscope_proto::v1::{GetContinuousProfileRequest, Profile, Section};
 use vmscope_tests::{
-    Daemon, Running, client_as, counters, fixtures, gauges, json_report, rate_tolerance, samples_of,
+    Daemon, Running, client_as, counters, fixtures, gauges, go_pprof_from, json_report,
+    pprof_top_rows, rate_tolerance, samples_of, shared_tempdir,
 };
 
 /// The continuous rate of these tests: prime, so that it does not beat with the fixture's
 /// 10 ms cycle of slices, and high enough for a few thousand samples in 3 s.
 const HZ: f64 = 997.0;
 
-fn continuous_daemon(budget_mib: u32) -> Daemon {
-    Daemon::start_with(&[
+fn continuous_daemon(budget_mib: u32, extra: &[&str]) -> Daemon {
+    let budget = budget_mib.to_string();
+    let mut args = vec![
         "--continuous",
         "--continuous-window",
         "1",
         "--continuous-frequency",
         "997",
         "--continuous-budget-mib",
-        &budget_mib.to_string(),
-    ])
+        &budget,
+    ];
+    args.extend_from_slice(extra);
+    Daemon::start_with(&args)
+}
+
+/// A TCP port free on loopback now (the daemon binds it a moment later).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -61,7 +73,8 @@ async fn wait_for_counter(daemon: &Daemon, name: &str, at_least: u64, within: Du
 
 #[test]
 fn windows_hold_a_programs_whole_life_once_beside_an_interactive_session() {
-    let daemon = continuous_daemon(32);
+    let http = format!("127.0.0.1:{}", free_port());
+    let daemon = continuous_daemon(32, &["--http", &http]);
     let runtime = runtime();
     // The whole life of the program falls in windows: 3 s of its 6/3/1 loop.
     let program = Command::new(&fixtures().hotspots_pie)
@@ -164,11 +177,34 @@ fn windows_hold_a_programs_whole_life_once_beside_an_interactive_session() {
         .expect("vmscope continuous");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("hot_a [hotspots-pie]"), "{text}");
+
+    // A scraper reads the same windows over HTTP, at once (`retained=1`): `go tool pprof`
+    // counts what the gRPC profile counts, the program gone by now. By pid: the windows are
+    // system-wide, and the other test runs the fixture too.
+    let scratch = shared_tempdir();
+    let asked = Instant::now();
+    let output = go_pprof_from(
+        &["-top", "-sample_index=samples", "-nodefraction=0"],
+        &format!("http://{http}/debug/pprof/profile?seconds=300&retained=1&pid={pid}"),
+        scratch.path(),
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "kept windows answer at once, not after 300 s"
+    );
+    let rows = pprof_top_rows(&output);
+    for (name, samples) in [("hot_a", a), ("hot_b", b), ("hot_c", c)] {
+        let flat: f64 = rows
+            .get(name)
+            .and_then(|(flat, _)| flat.parse().ok())
+            .unwrap_or(0.0);
+        assert_eq!(flat, samples, "{name} over HTTP and over gRPC:\n{output}");
+    }
 }
 
 #[test]
 fn kept_windows_stay_within_their_budget_and_only_root_reads_them() {
-    let daemon = continuous_daemon(1);
+    let daemon = continuous_daemon(1, &[]);
     let busy = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
     let runtime = runtime();
     runtime.block_on(async {

@@ -142,6 +142,7 @@ fn bad_requests_get_their_reason_and_a_client_that_leaves_stops_its_profile() {
         ("seconds=1&pid=1&exe=x", 400, "name one target"),
         ("seconds=1&exe=no-such-program", 404, "no process runs"),
         ("seconds=1&pid=4000000000", 404, ""),
+        ("seconds=1&retained=1", 400, "does not profile continuously"),
     ] {
         let (got, body) = profile(query);
         assert_eq!(got, code, "{query}: {body}");
@@ -181,7 +182,7 @@ fn bad_requests_get_their_reason_and_a_client_that_leaves_stops_its_profile() {
     assert_eq!(code, 200);
     assert_eq!(
         metric(&page, "vmscoped_http_profiles_refused_total"),
-        Some(7.0),
+        Some(8.0),
         "every refusal counted:\n{page}"
     );
     assert!(daemon.is_alive(), "{}", daemon.log());

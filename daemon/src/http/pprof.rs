@@ -9,8 +9,13 @@
 //! pointers and JIT frames named as in every other output. A bad request is a 400 that says
 //! what is wrong, in plain text, as Go's handler answers; unlike Go's, a `seconds` that is not a
 //! positive number is refused rather than taken for 30.
+//!
+//! With `retained=1` on a daemon that profiles continuously, the answer is the last N seconds
+//! already kept rather than the next N: the windows that end within them, merged, at once and
+//! without a session (a scraper that pulls every N seconds then costs no sampling beside the
+//! windows'). `exe=` then takes the processes that ran the executable, gone ones included.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::{
     extract::{RawQuery, State},
@@ -21,6 +26,7 @@ use percent_encoding::percent_decode_str;
 use tonic::Code;
 
 use super::{HttpState, OPERATOR};
+use crate::continuous::store::Selection;
 use crate::session::{
     CallGraphMode, ManagerHandle, State as SessionState, request::MAX_TARGETS_PER_SESSION,
     request::SessionRequest,
@@ -40,6 +46,8 @@ pub struct ProfileQuery {
     pub seconds: u32,
     /// Which processes.
     pub target: Target,
+    /// The last `seconds` of the kept continuous windows, rather than the next `seconds`.
+    pub retained: bool,
 }
 
 /// The processes a profile request names.
@@ -59,6 +67,7 @@ pub enum Target {
 pub fn parse_query(query: Option<&str>, max_seconds: u32) -> Result<ProfileQuery, String> {
     let mut seconds = None;
     let mut target = Target::SystemWide;
+    let mut retained = false;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = decode(value)?;
@@ -98,9 +107,17 @@ pub fn parse_query(query: Option<&str>, max_seconds: u32) -> Result<ProfileQuery
                 }
                 target = Target::Executable(value);
             }
+            "retained" => {
+                retained = match value.as_str() {
+                    "1" | "true" => true,
+                    "0" | "false" => false,
+                    _ => return Err(format!("retained must be 1 or 0, not {value:?}")),
+                };
+            }
             other => {
                 return Err(format!(
-                    "unknown parameter {other:?}: this route takes seconds, and pid or exe"
+                    "unknown parameter {other:?}: this route takes seconds, pid or exe, and \
+                     retained"
                 ));
             }
         }
@@ -108,6 +125,7 @@ pub fn parse_query(query: Option<&str>, max_seconds: u32) -> Result<ProfileQuery
     Ok(ProfileQuery {
         seconds: seconds.unwrap_or(DEFAULT_SECONDS.min(max_seconds)),
         target,
+        retained,
     })
 }
 
@@ -163,6 +181,9 @@ async fn serve(state: &HttpState, query: Option<&str>) -> Result<Vec<u8>, (Statu
             ),
         )
     })?;
+    if query.retained {
+        return retained(state, &query).await;
+    }
     let (pids, system_wide) = match &query.target {
         Target::SystemWide => (Vec::new(), true),
         Target::Pid(pid) => (vec![*pid], false),
@@ -241,6 +262,31 @@ async fn serve(state: &HttpState, query: Option<&str>) -> Result<Vec<u8>, (Statu
     Ok(profile.pprof)
 }
 
+/// The last `query.seconds` of the kept continuous windows, merged, as gzipped pprof.
+async fn retained(
+    state: &HttpState,
+    query: &ProfileQuery,
+) -> Result<Vec<u8>, (StatusCode, String)> {
+    let since = SystemTime::now() - Duration::from_secs(u64::from(query.seconds));
+    let (pid, executable) = match &query.target {
+        Target::SystemWide => (None, None),
+        Target::Pid(pid) => (Some(*pid), None),
+        Target::Executable(exe) => (None, Some(exe.clone())),
+    };
+    let selection = Selection {
+        start: Some(since),
+        end: None,
+        pid,
+        executable,
+    };
+    let profile = state
+        .service
+        .continuous_profile(selection, true)
+        .await
+        .map_err(http_error)?;
+    Ok(profile.pprof)
+}
+
 /// The HTTP status and reason for a gRPC status of the service's.
 fn http_error(status: tonic::Status) -> (StatusCode, String) {
     let code = match status.code() {
@@ -312,7 +358,8 @@ mod tests {
             parse_query(None, 300),
             Ok(ProfileQuery {
                 seconds: 30,
-                target: Target::SystemWide
+                target: Target::SystemWide,
+                retained: false,
             })
         );
         assert_eq!(parse("seconds=2").map(|q| q.seconds), Ok(2));
@@ -361,6 +408,20 @@ mod tests {
             "{unknown}"
         );
         assert!(parse("exe=%FF").unwrap_err().contains("not UTF-8"));
+    }
+
+    #[test]
+    fn retained_asks_for_the_kept_windows() {
+        for (query, retained) in [
+            ("seconds=60&retained=1", true),
+            ("retained=true&pid=7", true),
+            ("retained=0", false),
+            ("seconds=5", false),
+        ] {
+            assert_eq!(parse(query).map(|q| q.retained), Ok(retained), "{query}");
+        }
+        let bad = parse("retained=yes").unwrap_err();
+        assert!(bad.contains("retained must be 1 or 0"), "{bad}");
     }
 
     #[test]

@@ -129,6 +129,43 @@ impl ProfilerService {
         Ok((counters, gauges))
     }
 
+    /// The kept continuous windows `selection` takes, merged on a blocking thread and carried
+    /// as the API's profile (with `pprof`, also encoded as pprof). The windows hold every
+    /// user's processes: callers let root alone ask.
+    pub(crate) async fn continuous_profile(
+        &self,
+        selection: Selection,
+        pprof: bool,
+    ) -> Result<pb::Profile, Status> {
+        let Some(continuous) = self.continuous.clone() else {
+            return Err(Status::failed_precondition(
+                "this daemon does not profile continuously: start it with --continuous",
+            ));
+        };
+        tokio::task::spawn_blocking(move || {
+            let Some((mut profile, span)) = continuous.profile(&selection) else {
+                return Err(Status::not_found(
+                    "no kept continuous window matches: the oldest may have been dropped, or \
+                     the process or executable had no sample",
+                ));
+            };
+            profile.session = Some(continuous_session(&continuous, &profile, span));
+            let bytes = if pprof {
+                vmscope_report::pprof::encode(&profile).map_err(|e| {
+                    Status::internal(format!("encoding the profile as pprof failed: {e}"))
+                })?
+            } else {
+                Vec::new()
+            };
+            Ok(pb::Profile {
+                pprof: bytes,
+                ..profile.into()
+            })
+        })
+        .await
+        .map_err(|e| Status::internal(format!("merging the windows failed: {e}")))?
+    }
+
     /// The session's profile, built on a blocking thread under one of the caller's shares of
     /// builds (waiting [`builds::BUILD_WAIT`] at most for one) and carried as the API's; with
     /// `pprof`, also encoded as pprof on that thread (gzip of a large profile takes
@@ -362,11 +399,6 @@ impl pb::profiler_server::Profiler for ProfilerService {
                 "continuous profiles are root's: their windows hold every user's processes",
             ));
         }
-        let Some(continuous) = self.continuous.clone() else {
-            return Err(Status::failed_precondition(
-                "this daemon does not profile continuously: start it with --continuous",
-            ));
-        };
         let request = request.into_inner();
         let time = |t: Option<prost_types::Timestamp>, name: &str| -> Result<_, Status> {
             t.map(|t| {
@@ -381,29 +413,9 @@ impl pb::profiler_server::Profiler for ProfilerService {
             pid: (request.pid != 0).then_some(request.pid),
             executable: (!request.executable.is_empty()).then_some(request.executable),
         };
-        let pprof = request.pprof;
-        tokio::task::spawn_blocking(move || {
-            let Some((mut profile, span)) = continuous.profile(&selection) else {
-                return Err(Status::not_found(
-                    "no kept continuous window matches: the oldest may have been dropped, or \
-                     the process or executable had no sample",
-                ));
-            };
-            profile.session = Some(continuous_session(&continuous, &profile, span));
-            let bytes = if pprof {
-                vmscope_report::pprof::encode(&profile).map_err(|e| {
-                    Status::internal(format!("encoding the profile as pprof failed: {e}"))
-                })?
-            } else {
-                Vec::new()
-            };
-            Ok(Response::new(pb::Profile {
-                pprof: bytes,
-                ..profile.into()
-            }))
-        })
-        .await
-        .map_err(|e| Status::internal(format!("merging the windows failed: {e}")))?
+        self.continuous_profile(selection, request.pprof)
+            .await
+            .map(Response::new)
     }
 
     async fn get_daemon_info(
