@@ -8,11 +8,13 @@ Serves ProfilesService/Export on 127.0.0.1 (port N, or one the kernel picks), wr
 to PORT_FILE once serving, and appends one JSON line per request to OUT_FILE: each resource's
 attributes and each sample with its frames (leaf first, as function names; a location's lines
 innermost first), their `profile.frame.type` and `vmscope.code.range`, its value and
-attributes, and what the dictionary's zero entries hold. With --delay, each export answers
+attributes, what the dictionary's zero entries hold, and the request's size encoded and
+gzipped (as a gzip-compressing exporter sends it, near enough). With --delay, each export answers
 after that many seconds (a slow collector). With --keep, only the resources whose
 process.executable.name is listed are written out in full (the others by their attributes),
 so that a busy host's windows cost the receiver little."""
 
+import gzip
 import json
 import sys
 import time
@@ -98,7 +100,11 @@ class Receiver(profiles_service_pb2_grpc.ProfilesServiceServicer):
             "attribute": d.attribute_table[0].ByteSize() if d.attribute_table else None,
             "link": d.link_table[0].ByteSize() if d.link_table else None,
         }
-        self.out.write(json.dumps({"resources": resources, "zero": zero}) + "\n")
+        encoded = request.SerializeToString()
+        sizes = {"encoded": len(encoded), "gzipped": len(gzip.compress(encoded))}
+        self.out.write(
+            json.dumps({"resources": resources, "zero": zero, "bytes": sizes}) + "\n"
+        )
         self.out.flush()
         return profiles_service_pb2.ExportProfilesServiceResponse()
 

@@ -126,6 +126,11 @@ enum Task {
         #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "10",
               conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu"])]
         continuous: Option<u64>,
+        /// With --continuous, a compiler passes by after the first minute (a release build of
+        /// vmscope-parse in a scratch target directory): the table shows the RSS its binaries
+        /// cost the daemon, and whether it comes back down once they are gone.
+        #[arg(long, requires = "continuous")]
+        compile_burst: bool,
         /// With --memory, --stop or --daemon-cpu, run the same against this `vmscoped` binary
         /// (an earlier build) too and print both, measured in one run.
         #[arg(long, value_name = "VMSCOPED")]
@@ -163,8 +168,9 @@ fn main() -> ExitCode {
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
         Task::Bench {
             continuous: Some(minutes),
+            compile_burst,
             ..
-        } => setup::run().and_then(|()| bench_continuous::run(minutes)),
+        } => setup::run().and_then(|()| bench_continuous::run(minutes, compile_burst)),
         Task::Bench {
             daemon_cpu: true,
             baseline,

@@ -93,6 +93,12 @@ const CODE_SWEEP_AT_LEAST_EVERY_NS: u64 = 30_000_000_000;
 /// its free memory to the system: a big perf map's process gone shows in the daemon's RSS.
 const RETURN_MEMORY_AFTER: usize = 16 << 20;
 
+/// Shortest time between two returns of free memory after binaries closed: the tables of the
+/// binaries of processes gone (a compiler's, under continuous profiling, which never idles) show
+/// in the daemon's RSS until the allocator returns them, but a host that starts and ends
+/// processes all the time closes binaries at most sweeps, and a return walks the whole heap.
+const RETURN_AFTER_CLOSING_EVERY: Duration = Duration::from_secs(10);
+
 /// How long the daemon stays without a session sampling, and without a profile being built,
 /// before its parsed tables go: sessions back to back and reports keep them (see
 /// [`Manager::give_memory_back`]).
@@ -406,6 +412,8 @@ pub fn spawn_manager(
         last_sweep_ns: 0,
         ticks: 0,
         memory_given_back: false,
+        closed_since_return: 0,
+        returned_at: Instant::now(),
         idle_since: None,
         code_sweep: CodeSweep::default(),
         user_scratch: Vec::new(),
@@ -469,6 +477,10 @@ struct Manager {
     ticks: u64,
     /// Whether the memory was given back since the daemon last fell idle.
     memory_given_back: bool,
+    /// Binaries closed since free memory was last returned after closing some.
+    closed_since_return: usize,
+    /// When free memory was last returned after binaries closed.
+    returned_at: Instant,
     /// Since when no session samples.
     idle_since: Option<Instant>,
     /// When the code store was last swept, and why.

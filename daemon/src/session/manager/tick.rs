@@ -272,6 +272,14 @@ impl Manager {
         if closed > 0 {
             tracing::debug!(closed, held = self.modules.len(), "binaries closed");
         }
+        // Their tables are free now, but stay in the RSS until the allocator returns them.
+        self.closed_since_return += closed;
+        if self.closed_since_return > 0 && self.returned_at.elapsed() >= RETURN_AFTER_CLOSING_EVERY
+        {
+            sys::return_free_memory();
+            self.closed_since_return = 0;
+            self.returned_at = Instant::now();
+        }
     }
 
     /// Hands the locations in binaries that running sessions met since the last time to the
