@@ -150,17 +150,7 @@ impl ProfilerService {
                 ));
             };
             profile.session = Some(continuous_session(&continuous, &profile, span));
-            let bytes = if pprof {
-                vmscope_report::pprof::encode(&profile).map_err(|e| {
-                    Status::internal(format!("encoding the profile as pprof failed: {e}"))
-                })?
-            } else {
-                Vec::new()
-            };
-            Ok(pb::Profile {
-                pprof: bytes,
-                ..profile.into()
-            })
+            api_profile(profile, pprof)
         })
         .await
         .map_err(|e| Status::internal(format!("merging the windows failed: {e}")))?
@@ -206,17 +196,7 @@ impl ProfilerService {
                 builds.counters.cancelled.fetch_add(1, Relaxed);
                 return Err(Status::cancelled("the client went away"));
             };
-            let pprof = if pprof {
-                vmscope_report::pprof::encode(&profile).map_err(|e| {
-                    Status::internal(format!("encoding the profile as pprof failed: {e}"))
-                })?
-            } else {
-                Vec::new()
-            };
-            Ok(pb::Profile {
-                pprof,
-                ..profile.into()
-            })
+            api_profile(profile, pprof)
         })
         .await;
         guard.disarm();
@@ -239,6 +219,20 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
                 "cannot tell who you are: the daemon only takes requests on its Unix socket",
             )
         })
+}
+
+/// `profile` as the API carries it; with `pprof`, also encoded as pprof.
+fn api_profile(profile: vmscope_model::Profile, pprof: bool) -> Result<pb::Profile, Status> {
+    let pprof = if pprof {
+        vmscope_report::pprof::encode(&profile)
+            .map_err(|e| Status::internal(format!("encoding the profile as pprof failed: {e}")))?
+    } else {
+        Vec::new()
+    };
+    Ok(pb::Profile {
+        pprof,
+        ..profile.into()
+    })
 }
 
 /// The stand-in session of a merged continuous profile: id 0, root's, system-wide, at the
