@@ -2,10 +2,19 @@
 //! `KEY=VALUE` entries as it was started): the service name an OpenTelemetry SDK would give
 //! it, so that its profiles and its traces name the same service.
 
+/// The longest service name taken, in bytes: a process writes its own environment, and its
+/// name goes into every window exported from it.
+pub const MAX_SERVICE_NAME: usize = 255;
+
 /// The service name the process declares, as OpenTelemetry SDKs read it: `OTEL_SERVICE_NAME`,
 /// else `service.name` in `OTEL_RESOURCE_ATTRIBUTES` (comma-separated `key=value`, values
-/// percent-encoded). An empty value declares none; a value that is not UTF-8 is read lossily.
+/// percent-encoded). An empty value declares none, and so does one longer than
+/// [`MAX_SERVICE_NAME`]; a value that is not UTF-8 is read lossily.
 pub fn service_name(environ: &[u8]) -> Option<String> {
+    declared_service_name(environ).filter(|name| name.len() <= MAX_SERVICE_NAME)
+}
+
+fn declared_service_name(environ: &[u8]) -> Option<String> {
     let variable = |name: &[u8]| {
         environ
             .split(|&b| b == 0)
@@ -57,6 +66,18 @@ mod tests {
         let environ = b"PATH=/bin\0OTEL_RESOURCE_ATTRIBUTES=service.name=other\0\
                         OTEL_SERVICE_NAME=checkout\0HOME=/\0";
         assert_eq!(service_name(environ).as_deref(), Some("checkout"));
+    }
+
+    #[test]
+    fn a_name_past_the_limit_declares_none() {
+        let mut environ = b"OTEL_SERVICE_NAME=".to_vec();
+        environ.extend(std::iter::repeat_n(b'x', MAX_SERVICE_NAME));
+        assert_eq!(
+            service_name(&environ).map(|n| n.len()),
+            Some(MAX_SERVICE_NAME)
+        );
+        environ.push(b'x');
+        assert_eq!(service_name(&environ), None);
     }
 
     #[test]
