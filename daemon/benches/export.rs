@@ -9,6 +9,10 @@
 //! process's share (`StackSnapshot::by_process`), for the same numbers of processes, 40
 //! stacks of 12 frames each.
 //!
+//! `continuous_merge` times a query of the kept windows: `merge` of 60 windows (10 minutes at
+//! the default 10 s) of 10, 100 and 1,000 such processes, each profile with rows as the daemon
+//! makes them, one of which (libc's `memcpy`, 4 source lines) every process shares.
+//!
 //! `cargo bench -p vmscoped --bench export`
 
 use std::{
@@ -144,5 +148,65 @@ fn split(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, export, split);
+/// `process(pid)` with its rows: its own hottest function, and libc's `memcpy` shared by every
+/// process, by four source lines.
+fn process_with_rows(pid: u32) -> Profile {
+    use vmscope_model::{ProcessSamples, ProfileRow, SourceLineSamples};
+    let mut profile = process(pid);
+    let own = ProfileRow {
+        section: Section::Vanilla,
+        name: format!("process_{pid}_function_0"),
+        module: format!("program{pid}"),
+        samples: 150,
+        inclusive_samples: 200,
+        processes: vec![ProcessSamples {
+            pid,
+            command: format!("program{pid}"),
+            samples: 150,
+        }],
+        ..ProfileRow::default()
+    };
+    let shared = ProfileRow {
+        section: Section::Other,
+        name: "memcpy".into(),
+        module: "libc.so.6".into(),
+        samples: 50,
+        inclusive_samples: 50,
+        processes: vec![ProcessSamples {
+            pid,
+            command: format!("program{pid}"),
+            samples: 50,
+        }],
+        source_lines: (0..4)
+            .map(|line| SourceLineSamples {
+                file: "/build/glibc/string/memcpy.S".into(),
+                line: 100 + line,
+                pid,
+                samples: 12,
+            })
+            .collect(),
+        ..ProfileRow::default()
+    };
+    profile.rows = vec![own, shared];
+    profile.total_samples = 200;
+    profile
+}
+
+fn merge(c: &mut Criterion) {
+    let mut group = c.benchmark_group("continuous_merge");
+    group.measurement_time(Duration::from_secs(5));
+    group.sample_size(10);
+    for processes in [10u32, 100, 1_000] {
+        let window: Vec<Profile> = (1..=processes).map(process_with_rows).collect();
+        let parts: Vec<&Profile> = (0..60).flat_map(|_| window.iter()).collect();
+        group.bench_with_input(
+            BenchmarkId::from_parameter(processes),
+            &parts,
+            |b, parts| b.iter(|| black_box(vmscope_model::merge::merge(parts, 19))),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, export, split, merge);
 criterion_main!(benches);

@@ -18,18 +18,22 @@ use crate::{
     row::{CodeRange, InlinedMethod, SourceLineSamples},
 };
 
+/// The maps that intern by value a frame, a stack and a row of every part of every window:
+/// foldhash, as the stack tree.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// `parts` as one profile (see the module docs), its throttling judged again over the sum
 /// at `requested_hz`. The session is `None`, the duration the sum of the parts'.
 pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
     let mut merged = Profile::default();
-    let mut frames: HashMap<&Frame, u32> = HashMap::new();
-    let mut kinds: HashMap<&IntervalKind, u32> = HashMap::new();
+    let mut frames: Map<&Frame, u32> = Map::default();
+    let mut kinds: Map<&IntervalKind, u32> = Map::default();
     let mut tree = StackTreeBuilder::new();
-    let mut stacks: HashMap<StackKey, usize> = HashMap::new();
-    let mut rows: HashMap<RowKey, ProfileRow> = HashMap::new();
-    let mut threads: HashMap<(u32, u32), Thread> = HashMap::new();
-    let mut issues: HashMap<IssueKey, SymbolizationIssue> = HashMap::new();
-    let mut ends: HashMap<crate::StackEnd, u64> = HashMap::new();
+    let mut stacks: Map<StackKey, usize> = Map::default();
+    let mut rows: Map<RowKey<'_>, ProfileRow> = Map::default();
+    let mut threads: Map<(u32, u32), Thread> = Map::default();
+    let mut issues: Map<IssueKey, SymbolizationIssue> = Map::default();
+    let mut ends: Map<crate::StackEnd, u64> = Map::default();
     let mut scratch: Vec<u32> = Vec::new();
     for part in parts {
         if merged.sample_types.len() < part.sample_types.len() {
@@ -118,7 +122,7 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
     rank(&mut merged.stacks, Stack::samples, |_, _| {
         std::cmp::Ordering::Equal
     });
-    merged.rows = rows.into_values().collect();
+    merged.rows = rows.into_values().map(coalesce_row).collect();
     merged.rows.sort_by(ProfileRow::order);
     merged.threads = threads.into_values().collect();
     merged.threads.sort_by(Thread::order);
@@ -156,19 +160,19 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
 /// What identifies a row, as the daemon makes them: one per (section, module, name), a
 /// method's optimised and baseline code apart.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct RowKey {
+struct RowKey<'a> {
     section: crate::Section,
-    module: String,
-    name: String,
+    module: &'a str,
+    name: &'a str,
     optimised: bool,
 }
 
-impl RowKey {
-    fn of(row: &ProfileRow) -> RowKey {
+impl RowKey<'_> {
+    fn of(row: &ProfileRow) -> RowKey<'_> {
         RowKey {
             section: row.section,
-            module: row.module.clone(),
-            name: row.name.clone(),
+            module: &row.module,
+            name: &row.name,
             optimised: row.optimised,
         }
     }
@@ -177,7 +181,9 @@ impl RowKey {
 /// What identifies a symbolisation issue: its module, kind and reason.
 type IssueKey = (String, Option<crate::IssueKind>, String);
 
-/// Adds `row`'s samples to `sum`, the same code in another part.
+/// Adds `row`'s samples to `sum`, the same code in another part. Its processes and source
+/// lines are only appended: a row shared by every process of every window would otherwise be
+/// searched and sorted again at each part, and [`coalesce_row`] sums them once at the end.
 fn add_row(sum: &mut ProfileRow, row: &ProfileRow) {
     sum.samples = sum.samples.saturating_add(row.samples);
     sum.inclusive_samples = sum.inclusive_samples.saturating_add(row.inclusive_samples);
@@ -204,29 +210,38 @@ fn add_row(sum: &mut ProfileRow, row: &ProfileRow) {
             None => sum.inlined.push(InlinedMethod::clone(method)),
         }
     }
-    sum.inlined.sort_by(InlinedMethod::order);
-    for process in &row.processes {
-        match sum.processes.iter_mut().find(|p| p.pid == process.pid) {
-            Some(p) => p.samples = p.samples.saturating_add(process.samples),
-            None => sum.processes.push(ProcessSamples::clone(process)),
+    sum.processes.extend(row.processes.iter().cloned());
+    sum.source_lines.extend(row.source_lines.iter().cloned());
+}
+
+/// A merged row with its processes and source lines summed (one entry per process, per line
+/// of a process) and everything in the order a row keeps.
+fn coalesce_row(mut row: ProfileRow) -> ProfileRow {
+    row.inlined.sort_by(InlinedMethod::order);
+    row.processes.sort_by_key(|p| p.pid);
+    row.processes.dedup_by(|later, kept| {
+        let same = later.pid == kept.pid;
+        if same {
+            kept.samples = kept.samples.saturating_add(later.samples);
         }
-    }
-    sum.processes.sort_by(ProcessSamples::order);
-    for line in &row.source_lines {
-        match sum
-            .source_lines
-            .iter_mut()
-            .find(|l| (&l.file, l.line, l.pid) == (&line.file, line.line, line.pid))
-        {
-            Some(l) => l.samples = l.samples.saturating_add(line.samples),
-            None => sum.source_lines.push(SourceLineSamples::clone(line)),
+        same
+    });
+    row.processes.sort_by(ProcessSamples::order);
+    let line_key = |l: &SourceLineSamples| (l.file.clone(), l.line, l.pid);
+    row.source_lines.sort_by_cached_key(line_key);
+    row.source_lines.dedup_by(|later, kept| {
+        let same = (&later.file, later.line, later.pid) == (&kept.file, kept.line, kept.pid);
+        if same {
+            kept.samples = kept.samples.saturating_add(later.samples);
         }
-    }
+        same
+    });
     rank(
-        &mut sum.source_lines,
+        &mut row.source_lines,
         |l| l.samples,
         |a, b| (&a.file, a.line, a.pid).cmp(&(&b.file, b.line, b.pid)),
     );
+    row
 }
 
 /// Adds `part`'s session-wide counts to `merged`'s.

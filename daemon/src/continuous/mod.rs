@@ -155,14 +155,14 @@ impl Continuous {
     /// The windows `selection` takes, merged: `None` when it takes none. Merging is CPU work
     /// in proportion to what is selected: call it on a blocking thread.
     pub fn profile(&self, selection: &Selection) -> Option<(Profile, Span)> {
-        let (entries, lost) = {
+        let (entries, windows, lost) = {
             let store = lock(&self.store);
             let entries = store.select(selection);
-            let mut starts: Vec<SystemTime> = entries.iter().map(|e| e.start).collect();
-            starts.sort_unstable();
-            starts.dedup();
-            let lost = store.lost(&starts);
-            (entries, lost)
+            let mut windows: Vec<SystemTime> = entries.iter().map(|e| e.start).collect();
+            windows.sort_unstable();
+            windows.dedup();
+            let lost = store.lost(&windows);
+            (entries, windows, lost)
         };
         let start = entries.iter().map(|e| e.start).min()?;
         let end = entries.iter().map(|e| e.end).max()?;
@@ -178,9 +178,6 @@ impl Continuous {
             .collect();
         let parts: Vec<&Profile> = unpacked.iter().collect();
         let mut profile = vmscope_model::merge::merge(&parts, self.config.frequency_hz);
-        let mut windows: Vec<SystemTime> = entries.iter().map(|e| e.start).collect();
-        windows.sort_unstable();
-        windows.dedup();
         // The windows' time, whatever processes they hold: a process's parts overlap in time
         // with other processes' and are not added.
         profile.duration_seconds = windows.len() as f64 * self.config.window.as_secs_f64();
@@ -284,7 +281,7 @@ fn entries(window: Snapshot, symbolizer: &Symbolizer, host: Option<&str>) -> Bui
                 command,
                 executable,
                 samples,
-                packed,
+                packed: packed.into(),
             };
             Some((entry, profile, facts))
         })

@@ -10,6 +10,7 @@ use std::{
     collections::{BTreeMap, VecDeque},
     io::Read as _,
     io::Write as _,
+    sync::Arc,
     time::SystemTime,
 };
 
@@ -45,8 +46,9 @@ pub struct Entry {
     pub executable: String,
     /// Its samples in the window.
     pub samples: u64,
-    /// Its profile over the window, packed ([`pack`]).
-    pub packed: Vec<u8>,
+    /// Its profile over the window, packed ([`pack`]): shared, so that a query takes the
+    /// entries it selects out of the store's lock without copying their bytes.
+    pub packed: Arc<[u8]>,
 }
 
 impl Entry {
@@ -54,9 +56,7 @@ impl Entry {
     pub fn bytes(&self) -> usize {
         self.packed.len()
     }
-}
 
-impl Entry {
     /// Whether its executable is `exe`: the path, the path's file name, or the command.
     pub fn runs(&self, exe: &str) -> bool {
         self.executable == exe
@@ -222,7 +222,7 @@ mod tests {
             command: format!("cmd{pid}"),
             executable: format!("/usr/bin/prog{pid}"),
             samples: bytes as u64,
-            packed: vec![0; bytes],
+            packed: vec![0; bytes].into(),
         }
     }
 

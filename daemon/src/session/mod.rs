@@ -580,15 +580,32 @@ impl Snapshot {
     /// kernel counts them per CPU), how generated code was attributed, kept samples. Its CPU
     /// time is what its samples stand for.
     pub fn by_process(&self) -> Vec<(u32, Snapshot)> {
+        type Names = HashMap<Task, String, foldhash::fast::RandomState>;
+        let mut thread_names: HashMap<u32, Names> = HashMap::new();
+        for (&task, name) in &self.thread_names {
+            thread_names
+                .entry(task.pid)
+                .or_default()
+                .insert(task, name.clone());
+        }
         self.stacks
             .by_process()
             .into_iter()
-            .map(|(pid, stacks)| (pid, self.share(pid, stacks)))
+            .map(|(pid, stacks)| {
+                let names = thread_names.remove(&pid).unwrap_or_default();
+                (pid, self.share(pid, stacks, names))
+            })
             .collect()
     }
 
-    /// Process `pid`'s share, its stacks `stacks` (see [`Snapshot::by_process`]).
-    fn share(&self, pid: u32, stacks: StackSnapshot) -> Snapshot {
+    /// Process `pid`'s share, its stacks `stacks` and the names of its threads `thread_names`
+    /// (see [`Snapshot::by_process`]).
+    fn share(
+        &self,
+        pid: u32,
+        stacks: StackSnapshot,
+        thread_names: HashMap<Task, String, foldhash::fast::RandomState>,
+    ) -> Snapshot {
         let total_samples: u64 = stacks.counts.iter().map(|&(.., n)| n).sum();
         let truncated = stacks
             .counts
@@ -615,12 +632,7 @@ impl Snapshot {
                 .map(|(&p, e)| (p, e.clone()))
                 .into_iter()
                 .collect(),
-            thread_names: self
-                .thread_names
-                .iter()
-                .filter(|(task, _)| task.pid == pid)
-                .map(|(&task, name)| (task, name.clone()))
-                .collect(),
+            thread_names,
             period_ns: self.period_ns,
             total_samples,
             lost_per_cpu: Vec::new(),
