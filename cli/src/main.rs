@@ -15,7 +15,8 @@ use vmscope::{
     sessions,
 };
 use vmscope_proto::{
-    DEFAULT_DWARF_STACK_BYTES, DEFAULT_SOCKET, MAX_DWARF_STACK_BYTES, SOCKET_ENV, v1::CallGraph,
+    DEFAULT_DWARF_STACK_BYTES, DEFAULT_SOCKET, MAX_DWARF_STACK_BYTES, SOCKET_ENV,
+    v1::{CallGraph, ProfileMode},
 };
 
 /// Profile language VMs (JIT code, interpreter, libraries, kernel) through the vmscoped daemon.
@@ -126,6 +127,19 @@ struct RecordArgs {
     /// Same as --call-graph fp, as in perf.
     #[arg(short = 'g')]
     g: bool,
+    /// What to measure. `cpu`: where the CPU time goes, by samples of the CPU clock (-F per
+    /// busy CPU). `off-cpu`: where the time off the CPU goes: every block of a target's thread
+    /// (a sleep, a lock, I/O, a wait for a CPU) with the stack it blocked in, how long and why
+    /// (sleeping, uninterruptible, preempted). `wall`: both in one profile, each sample
+    /// weighted by the sampling period, so that a thread's total is its elapsed time. The
+    /// off-CPU modes need call stacks (fp or dwarf) and Linux 5.18 or later.
+    #[arg(long, value_enum, default_value_t = ModeArg::Cpu)]
+    mode: ModeArg,
+    /// Off-CPU and wall modes: blocks shorter than this are counted but not recorded with
+    /// their stacks (bcc offcputime's -m), which bounds the work at high switch rates: `50us`,
+    /// `1ms`, `0.5s`, or seconds. Default: every block.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    min_block: Option<Duration>,
     /// Leave HotSpot JVMs among the targets alone. Without it, the daemon asks them for their
     /// perf map (as `jcmd PID Compiler.perfmap` does: a trigger file in their /tmp, then a
     /// SIGQUIT), at the start, when samples in unnamed Java code pile up, and at the stop, so
@@ -258,6 +272,17 @@ impl CallGraphArg {
     }
 }
 
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    /// CPU time, by samples.
+    Cpu,
+    /// Time off the CPU, by blocks.
+    OffCpu,
+    /// Both: wall-clock time.
+    Wall,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum FormatArg {
     /// The VMProfiler-style report.
@@ -363,6 +388,29 @@ fn parse_percent(s: &str) -> Result<f64, String> {
     Ok(percent)
 }
 
+/// A duration with a unit (`ns`, `us`, `ms`, `s`) or in seconds without one: 0 or more.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let units = [
+        ("ns", 1e-9),
+        ("us", 1e-6),
+        ("µs", 1e-6),
+        ("ms", 1e-3),
+        ("s", 1.0),
+    ];
+    let (number, scale) = units
+        .iter()
+        .find_map(|&(unit, scale)| s.strip_suffix(unit).map(|n| (n, scale)))
+        .unwrap_or((s, 1.0));
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (give 50us, 1ms, 0.5s...)"))?;
+    if !(value >= 0.0 && value.is_finite()) {
+        return Err(format!("a duration is 0 or more, not {s}"));
+    }
+    Duration::try_from_secs_f64(value * scale).map_err(|e| e.to_string())
+}
+
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let seconds: f64 = s
         .trim_end_matches('s')
@@ -387,6 +435,20 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
     if args.g && args.call_graph == CallGraphArg::None {
         anyhow::bail!("-g means --call-graph fp: give either -g or --call-graph none");
     }
+    if args.mode != ModeArg::Cpu && args.call_graph == CallGraphArg::None {
+        anyhow::bail!(
+            "--mode {} needs call stacks: a thread off its CPU is always in the scheduler, and \
+             only its stack says what it waited in; give --call-graph fp or dwarf",
+            if args.mode == ModeArg::Wall {
+                "wall"
+            } else {
+                "off-cpu"
+            }
+        );
+    }
+    if args.mode == ModeArg::Cpu && args.min_block.is_some() {
+        anyhow::bail!("--min-block goes with --mode off-cpu or wall: a CPU profile has no blocks");
+    }
     Ok(RecordOptions {
         target,
         frequency_hz: args.frequency,
@@ -401,6 +463,12 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
             _ => None,
         },
         no_jvm_attach: args.no_jvm_attach,
+        mode: match args.mode {
+            ModeArg::Cpu => ProfileMode::Cpu,
+            ModeArg::OffCpu => ProfileMode::OffCpu,
+            ModeArg::Wall => ProfileMode::Wall,
+        },
+        min_block: args.min_block,
         format: args.output.format(),
         report: args.output.options()?,
     })
@@ -531,6 +599,46 @@ mod tests {
             assert!(dwarf(bad).is_err(), "{bad}");
         }
         assert_eq!(call_graph_and_size(&["-g"]).unwrap(), (CallGraph::Fp, None));
+    }
+
+    #[test]
+    fn modes_and_minimum_blocks_parse_and_need_what_they_need() {
+        let options = |args: &[&str]| -> anyhow::Result<RecordOptions> {
+            let cli = Cli::try_parse_from(["vmscope", "record", "-p", "1"].iter().chain(args))?;
+            let Command::Record(args) = cli.command else {
+                panic!("not a record command");
+            };
+            record_options(args)
+        };
+        assert_eq!(options(&[]).unwrap().mode, ProfileMode::Cpu);
+        let off = options(&["--mode", "off-cpu", "--min-block", "50us"]).unwrap();
+        assert_eq!(off.mode, ProfileMode::OffCpu);
+        assert_eq!(off.min_block, Some(Duration::from_micros(50)));
+        let wall = options(&["--mode", "wall", "--min-block", "1.5ms"]).unwrap();
+        assert_eq!(
+            (wall.mode, wall.min_block),
+            (ProfileMode::Wall, Some(Duration::from_micros(1500)))
+        );
+        assert_eq!(
+            options(&["--mode", "wall", "--min-block", "2"])
+                .unwrap()
+                .min_block,
+            Some(Duration::from_secs(2)),
+            "seconds without a unit"
+        );
+        for bad in ["-1ms", "fast", "1h"] {
+            assert!(
+                options(&["--mode", "wall", "--min-block", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        let none = options(&["--mode", "off-cpu", "--call-graph", "none"]).unwrap_err();
+        assert!(none.to_string().contains("needs call stacks"), "{none}");
+        let cpu = options(&["--min-block", "1ms"]).unwrap_err();
+        assert!(
+            cpu.to_string().contains("goes with --mode off-cpu or wall"),
+            "{cpu}"
+        );
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub struct RecordOptions {
     pub dwarf_stack_bytes: Option<u32>,
     /// Leave HotSpot targets alone (no perf map requests).
     pub no_jvm_attach: bool,
+    /// What to measure.
+    pub mode: pb::ProfileMode,
+    /// Off-CPU and wall modes: the shortest block recorded with its stacks.
+    pub min_block: Option<Duration>,
     /// Report format.
     pub format: Format,
     /// Report options.
@@ -121,10 +125,14 @@ pub async fn record(
             .release()
             .context("cannot release the recorded command")?;
     }
+    let what = match options.mode {
+        pb::ProfileMode::OffCpu => "time off the CPU".to_owned(),
+        pb::ProfileMode::Wall => format!("at {} Hz and off the CPU", session.frequency_hz),
+        _ => format!("at {} Hz", session.frequency_hz),
+    };
     eprintln!(
-        "vmscope: session {id}: recording {} at {} Hz{}; Ctrl-C to stop",
+        "vmscope: session {id}: recording {} {what}{}; Ctrl-C to stop",
         describe(&options.target, &session),
-        session.frequency_hz,
         options
             .duration
             .map(|d| format!(" for {:.1} s", d.as_secs_f64()))
@@ -318,6 +326,12 @@ async fn start(
         call_graph: options.call_graph as i32,
         dwarf_stack_bytes: options.dwarf_stack_bytes,
         no_jvm_attach: options.no_jvm_attach,
+        mode: options.mode as i32,
+        min_block: options
+            .min_block
+            .map(prost_types::Duration::try_from)
+            .transpose()
+            .context("--min-block out of range")?,
     };
     let session = client
         .start_session(request)

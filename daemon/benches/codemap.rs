@@ -301,6 +301,7 @@ fn generated_sample(pid: u32, timestamp_ns: u64) -> PendingSample<RoutedSample> 
             }],
             fp: None,
             sessions: vec![(1, Wanted::Leaf)],
+            block: None,
         },
     }
 }
@@ -319,6 +320,7 @@ impl Sink for Counting {
                 wanted,
                 stack: 0,
                 kept: None,
+                block: None,
             })
             .collect()
     }

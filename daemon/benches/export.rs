@@ -75,6 +75,7 @@ fn process(pid: u32) -> Profile {
         tid: pid,
         name: format!("program{pid}"),
         samples: u64::from(STACKS) * 5,
+        ..Thread::default()
     }];
     profile
 }

@@ -74,6 +74,14 @@ pub fn thread_name(pid: u32, tid: u32) -> io::Result<String> {
     Ok(String::from_utf8_lossy(text).into_owned())
 }
 
+/// The pids of every process now (the numeric entries of `/proc`).
+pub fn pids() -> io::Result<Vec<u32>> {
+    Ok(std::fs::read_dir("/proc")?
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
 /// The start time of a process (`/proc/PID/stat`, in clock ticks after boot), if it still runs:
 /// what tells it from a later process at its pid.
 pub fn read_start_time(pid: u32) -> Option<u64> {

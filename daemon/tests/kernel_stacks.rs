@@ -30,6 +30,7 @@ const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 const FP: Wants = Wants {
     flags: WANT_STACKS,
     user_copy_bytes: 0,
+    min_block_ns: 0,
 };
 
 /// A copy of `bytes` of user stack, as `--call-graph dwarf,BYTES` asks.
@@ -37,6 +38,7 @@ const fn dwarf(bytes: u32) -> Wants {
     Wants {
         flags: 0,
         user_copy_bytes: bytes,
+        min_block_ns: 0,
     }
 }
 
@@ -537,6 +539,7 @@ fn frame_pointer_stacks_and_copies_come_together_when_both_are_asked_for() {
     let both = Wants {
         flags: WANT_STACKS,
         user_copy_bytes: 4096,
+        min_block_ns: 0,
     };
     let records = sample(fixture.pid(), both, Duration::from_millis(500));
     assert!(records.len() >= 25, "only {} samples", records.len());

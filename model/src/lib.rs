@@ -16,7 +16,8 @@
 //!   intervals they were taken during, and kept samples.
 //! - [`stack_tree`]: stacks as a prefix tree, each distinct (caller, frame) once.
 //! - [`sample_type`]: what a stack's values measure (samples, the CPU time they stand for).
-//! - [`thread`]: the threads samples were taken in, with their names.
+//! - [`thread`]: the threads samples were taken in, with their names and times.
+//! - [`off_cpu`]: time off the CPU: why threads waited, its rows, what was left out.
 //! - [`row`]: self and inclusive samples per (section, module, name), with their ranges,
 //!   inlined methods, processes and source lines.
 //! - [`issue`]: samples that could not be symbolised, by module and typed reason.
@@ -31,6 +32,7 @@ pub mod frame;
 pub mod issue;
 pub mod kernel;
 pub mod merge;
+pub mod off_cpu;
 pub mod profile;
 pub mod rank;
 pub mod row;
@@ -44,13 +46,14 @@ pub mod vm_stats;
 pub use frame::{CodeKind, Frame, Section};
 pub use issue::{IssueKind, SymbolizationIssue};
 pub use kernel::{KernelCounts, KernelEvents, ProcessKernelCounts};
+pub use off_cpu::{BlockState, OffCpu, StateTime};
 pub use profile::Profile;
 pub use row::{CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples};
 pub use sample_type::SampleType;
-pub use session::{CallGraph, Session, SessionState, TargetProcess};
+pub use session::{CallGraph, ProfileMode, Session, SessionState, TargetProcess};
 pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame, StackKey};
 pub use stack_tree::{StackFrames, StackNode, StackTreeBuilder};
-pub use thread::Thread;
+pub use thread::{IntervalTime, Thread};
 pub use vm_stats::{
     ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
     VmStatistics,
@@ -121,6 +124,8 @@ mod tests {
             c.as_str()
         });
         same(&IntervalKind::PROTOCOL, |k| k.key());
-        same(&[SampleType::Samples, SampleType::CpuTime], |t| t.as_str());
+        same(SampleType::of_mode(crate::ProfileMode::Wall), |t| {
+            t.as_str()
+        });
     }
 }

@@ -98,9 +98,17 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
                 .entry((thread.pid, thread.tid))
                 .or_insert_with(|| Thread {
                     samples: 0,
+                    cpu_ns: 0,
+                    off_cpu_blocks: 0,
+                    off_cpu_ns: 0,
+                    off_cpu_during: Vec::new(),
                     ..thread.clone()
                 });
             sum.samples = sum.samples.saturating_add(thread.samples);
+            sum.cpu_ns = sum.cpu_ns.saturating_add(thread.cpu_ns);
+            // Windows are CPU profiles: their threads have no time off the CPU to add.
+            sum.off_cpu_blocks = sum.off_cpu_blocks.saturating_add(thread.off_cpu_blocks);
+            sum.off_cpu_ns = sum.off_cpu_ns.saturating_add(thread.off_cpu_ns);
             if sum.name.is_empty() {
                 sum.name = thread.name.clone();
             }
@@ -349,6 +357,7 @@ mod tests {
             tid: pid,
             name: "vm".into(),
             samples: profile.total_samples,
+            ..Thread::default()
         }];
         profile.cpu_seconds = profile.total_samples as f64 / 100.0;
         profile

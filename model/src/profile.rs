@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AttributedSample, Frame, IntervalKind, KernelEvents, ProfileRow, SampleType, Session, Stack,
-    StackEndSamples, StackFrames, StackNode, SymbolizationIssue, Thread, VmStatistics,
+    AttributedSample, Frame, IntervalKind, KernelEvents, OffCpu, ProfileMode, ProfileRow,
+    SampleType, Session, Stack, StackEndSamples, StackFrames, StackNode, SymbolizationIssue,
+    Thread, VmStatistics,
 };
 
 /// What one session measured, aggregated and symbolised: every report renders from it.
@@ -85,6 +86,8 @@ pub struct Profile {
     pub vm_statistics: Vec<VmStatistics>,
     /// The kinds of VM interval that [`Stack::during`] and kept samples name, each once.
     pub vm_interval_kinds: Vec<IntervalKind>,
+    /// Off-CPU and wall profiles: the time off the CPU, its rows and what was left out.
+    pub off_cpu: Option<OffCpu>,
 }
 
 impl Profile {
@@ -97,6 +100,33 @@ impl Profile {
     /// does not measure it.
     pub fn value_index(&self, kind: SampleType) -> Option<usize> {
         self.sample_types.iter().position(|&t| t == kind)
+    }
+
+    /// What the session measured (CPU samples from a daemon that does not say).
+    pub fn mode(&self) -> ProfileMode {
+        self.session.as_ref().map_or(ProfileMode::Cpu, |s| s.mode)
+    }
+
+    /// The type stacks are ranked and drawn by, and where it is in their values: its samples,
+    /// its time off the CPU, its wall-clock time ([`SampleType::main_of`]); the first type
+    /// when the profile lacks that one.
+    pub fn main_value(&self) -> (SampleType, usize) {
+        let main = SampleType::main_of(self.mode());
+        match self.value_index(main) {
+            Some(index) => (main, index),
+            None => (
+                self.sample_types
+                    .first()
+                    .copied()
+                    .unwrap_or(SampleType::Samples),
+                0,
+            ),
+        }
+    }
+
+    /// A stack's value of the main type ([`Profile::main_value`]).
+    pub fn main_of(&self, stack: &Stack) -> u64 {
+        stack.values.get(self.main_value().1).copied().unwrap_or(0)
     }
 }
 

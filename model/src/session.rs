@@ -39,6 +39,47 @@ pub struct Session {
     pub max_stacks: u64,
     /// Samples counted by leaf alone once it held `max_stacks`.
     pub stack_limit_samples: u64,
+    /// What it measures: CPU time (samples), time off the CPU, or both (wall-clock time).
+    pub mode: ProfileMode,
+    /// Off-CPU and wall sessions: blocks shorter than this were counted, not recorded with
+    /// their stacks (`--min-block`), in nanoseconds.
+    pub min_block_ns: u64,
+}
+
+/// What a session measures (`vmscope record --mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfileMode {
+    /// Where the CPU time goes: samples of the CPU clock (the default).
+    #[default]
+    Cpu,
+    /// Where the time off the CPU goes: each block of a thread (a sleep, a lock, I/O, a wait
+    /// for a CPU) with the stack it blocked in and how long it lasted.
+    OffCpu,
+    /// Both in one profile: each thread's on-CPU samples, weighted by the sampling period,
+    /// and its off-CPU time, so that a thread's total is its elapsed time.
+    Wall,
+}
+
+impl ProfileMode {
+    /// How `--mode` and the report spell it: `cpu`, `off-cpu` or `wall`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::OffCpu => "off-cpu",
+            Self::Wall => "wall",
+        }
+    }
+
+    /// Whether it samples the CPU clock.
+    pub fn on_cpu(self) -> bool {
+        self != Self::OffCpu
+    }
+
+    /// Whether it records time off the CPU.
+    pub fn off_cpu(self) -> bool {
+        self != Self::Cpu
+    }
 }
 
 /// Where a session stands.

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::BlockState;
+
 /// Samples of one thread with one stack of frames, ended one way, during one set of VM
 /// intervals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,8 +24,11 @@ pub struct Stack {
     /// say).
     pub end: Option<StackEnd>,
     /// The intervals its VM had under way when these samples were taken, as indices into
-    /// [`crate::Profile::vm_interval_kinds`]; empty outside any.
+    /// [`crate::Profile::vm_interval_kinds`]; empty outside any. For a block, those under way
+    /// during any of it.
     pub during: Vec<u32>,
+    /// Blocks: why the thread was off its CPU; `None` for samples taken on it.
+    pub state: Option<BlockState>,
 }
 
 /// What identifies a stack among a profile's: stacks that agree on all of it are one, and
@@ -42,6 +47,8 @@ pub struct StackKey {
     pub end: Option<StackEnd>,
     /// Its intervals.
     pub during: Vec<u32>,
+    /// Off the CPU, why.
+    pub state: Option<BlockState>,
 }
 
 impl Stack {
@@ -55,10 +62,11 @@ impl Stack {
             truncated: self.truncated,
             end: self.end,
             during,
+            state: self.state,
         }
     }
 
-    /// Its samples: the first of its values ([`crate::SampleType::Samples`]).
+    /// Its events: the first of its values (its samples, or an off-CPU profile's blocks).
     pub fn samples(&self) -> u64 {
         self.values.first().copied().unwrap_or(0)
     }

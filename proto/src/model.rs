@@ -76,6 +76,7 @@ impl From<m::Profile> for v1::Profile {
                 .collect(),
             taken_frequency_hz: p.taken_frequency_hz,
             throttled: p.throttled,
+            off_cpu: p.off_cpu.map(Into::into),
         }
     }
 }
@@ -132,7 +133,106 @@ impl From<v1::Profile> for m::Profile {
                 .into_iter()
                 .map(|k| model_interval_kind(k.kind, k.name))
                 .collect(),
+            off_cpu: p.off_cpu.map(Into::into),
         }
+    }
+}
+
+// Time off the CPU.
+
+impl From<m::OffCpu> for v1::OffCpu {
+    fn from(o: m::OffCpu) -> Self {
+        v1::OffCpu {
+            blocks: o.blocks,
+            total_ns: o.total_ns,
+            rows: o.rows.into_iter().map(Into::into).collect(),
+            states: o
+                .states
+                .into_iter()
+                .map(|s| v1::StateTime {
+                    state: block_state(Some(s.state)) as i32,
+                    blocks: s.blocks,
+                    ns: s.ns,
+                })
+                .collect(),
+            short_blocks: o.short_blocks,
+            short_ns: o.short_ns,
+            lost_blocks: o.lost_blocks,
+            unfollowed: o.unfollowed,
+            still_blocked_ns: o.still_blocked_ns,
+            still_blocked_threads: o.still_blocked_threads,
+        }
+    }
+}
+
+impl From<v1::OffCpu> for m::OffCpu {
+    fn from(o: v1::OffCpu) -> Self {
+        m::OffCpu {
+            blocks: o.blocks,
+            total_ns: o.total_ns,
+            rows: o.rows.into_iter().map(Into::into).collect(),
+            states: o
+                .states
+                .into_iter()
+                .map(|s| m::StateTime {
+                    state: model_block_state(s.state).unwrap_or_default(),
+                    blocks: s.blocks,
+                    ns: s.ns,
+                })
+                .collect(),
+            short_blocks: o.short_blocks,
+            short_ns: o.short_ns,
+            lost_blocks: o.lost_blocks,
+            unfollowed: o.unfollowed,
+            still_blocked_ns: o.still_blocked_ns,
+            still_blocked_threads: o.still_blocked_threads,
+        }
+    }
+}
+
+/// A block state as the API says it; `None` (on the CPU) is UNSPECIFIED.
+pub fn block_state(state: Option<m::BlockState>) -> v1::BlockState {
+    match state {
+        None => v1::BlockState::Unspecified,
+        Some(m::BlockState::Preempted) => v1::BlockState::Preempted,
+        Some(m::BlockState::Sleeping) => v1::BlockState::Sleeping,
+        Some(m::BlockState::Uninterruptible) => v1::BlockState::Uninterruptible,
+        Some(m::BlockState::Stopped) => v1::BlockState::Stopped,
+        Some(m::BlockState::Idle) => v1::BlockState::Idle,
+        Some(m::BlockState::Other) => v1::BlockState::Other,
+    }
+}
+
+/// A block state as a daemon said it: `None` for UNSPECIFIED (on the CPU); a state this build
+/// does not know is `Other`.
+pub fn model_block_state(state: i32) -> Option<m::BlockState> {
+    Some(match v1::BlockState::try_from(state) {
+        Ok(v1::BlockState::Unspecified) => return None,
+        Ok(v1::BlockState::Preempted) => m::BlockState::Preempted,
+        Ok(v1::BlockState::Sleeping) => m::BlockState::Sleeping,
+        Ok(v1::BlockState::Uninterruptible) => m::BlockState::Uninterruptible,
+        Ok(v1::BlockState::Stopped) => m::BlockState::Stopped,
+        Ok(v1::BlockState::Idle) => m::BlockState::Idle,
+        Ok(v1::BlockState::Other) | Err(_) => m::BlockState::Other,
+    })
+}
+
+/// A mode as the API says it.
+pub fn profile_mode(mode: m::ProfileMode) -> v1::ProfileMode {
+    match mode {
+        m::ProfileMode::Cpu => v1::ProfileMode::Cpu,
+        m::ProfileMode::OffCpu => v1::ProfileMode::OffCpu,
+        m::ProfileMode::Wall => v1::ProfileMode::Wall,
+    }
+}
+
+/// A mode as a request or a daemon said it: unspecified is the default, CPU; `None` for a
+/// value this build does not know.
+pub fn model_profile_mode(mode: i32) -> Option<m::ProfileMode> {
+    match v1::ProfileMode::try_from(mode).ok()? {
+        v1::ProfileMode::Unspecified | v1::ProfileMode::Cpu => Some(m::ProfileMode::Cpu),
+        v1::ProfileMode::OffCpu => Some(m::ProfileMode::OffCpu),
+        v1::ProfileMode::Wall => Some(m::ProfileMode::Wall),
     }
 }
 
@@ -173,6 +273,8 @@ impl From<m::Session> for v1::Session {
             awaiting_code_map_samples: s.awaiting_code_map_samples,
             max_stacks: s.max_stacks,
             stack_limit_samples: s.stack_limit_samples,
+            mode: profile_mode(s.mode) as i32,
+            min_block_ns: s.min_block_ns,
         }
     }
 }
@@ -206,6 +308,9 @@ impl From<v1::Session> for m::Session {
             awaiting_code_map_samples: s.awaiting_code_map_samples,
             max_stacks: s.max_stacks,
             stack_limit_samples: s.stack_limit_samples,
+            // A mode this build does not know measured something it cannot show as such.
+            mode: model_profile_mode(s.mode).unwrap_or_default(),
+            min_block_ns: s.min_block_ns,
         }
     }
 }
@@ -372,6 +477,7 @@ fn api_stack(s: &m::Stack, frames: Vec<u32>) -> v1::Stack {
         truncated: s.truncated,
         end: stack_end(s.end) as i32,
         during: s.during.clone(),
+        state: block_state(s.state) as i32,
     }
 }
 
@@ -380,6 +486,9 @@ pub fn sample_type(kind: m::SampleType) -> v1::SampleType {
     match kind {
         m::SampleType::Samples => v1::SampleType::Samples,
         m::SampleType::CpuTime => v1::SampleType::CpuTime,
+        m::SampleType::OffCpuBlocks => v1::SampleType::OffCpuBlocks,
+        m::SampleType::OffCpuTime => v1::SampleType::OffCpuTime,
+        m::SampleType::WallTime => v1::SampleType::WallTime,
     }
 }
 
@@ -389,13 +498,17 @@ pub fn model_sample_type(kind: i32) -> Option<m::SampleType> {
         v1::SampleType::Unspecified => None,
         v1::SampleType::Samples => Some(m::SampleType::Samples),
         v1::SampleType::CpuTime => Some(m::SampleType::CpuTime),
+        v1::SampleType::OffCpuBlocks => Some(m::SampleType::OffCpuBlocks),
+        v1::SampleType::OffCpuTime => Some(m::SampleType::OffCpuTime),
+        v1::SampleType::WallTime => Some(m::SampleType::WallTime),
     }
 }
 
 /// The sample types, stack tree and stacks a daemon sent, as the model holds them: values of a
 /// type this build does not know are dropped with their type, and a daemon that sent no types
-/// (older than sample types) measured samples alone, in `Stack.samples`. Samples are always
-/// first.
+/// (older than sample types) measured samples alone, in `Stack.samples`. What the profile
+/// counted is first: its samples, or an off-CPU profile's blocks; where the known types lack
+/// both, samples (`Stack.samples`) are put first.
 fn model_stacks(
     types: &[i32],
     stacks: Vec<v1::Stack>,
@@ -405,17 +518,25 @@ fn model_stacks(
         .enumerate()
         .filter_map(|(i, &t)| Some((i, model_sample_type(t)?)))
         .collect();
-    let samples_at = known.iter().position(|&(_, t)| t == m::SampleType::Samples);
-    // Samples first, the other known types in the daemon's order.
-    let columns: Vec<(Option<usize>, m::SampleType)> =
-        std::iter::once((samples_at.map(|k| known[k].0), m::SampleType::Samples))
-            .chain(
-                known
-                    .iter()
-                    .filter(|&&(_, t)| t != m::SampleType::Samples)
-                    .map(|&(i, t)| (Some(i), t)),
-            )
-            .collect();
+    let counted =
+        |t: m::SampleType| matches!(t, m::SampleType::Samples | m::SampleType::OffCpuBlocks);
+    let first = known
+        .iter()
+        .position(|&(_, t)| t == m::SampleType::Samples)
+        .or_else(|| known.iter().position(|&(_, t)| counted(t)));
+    let head = match first {
+        Some(k) => (Some(known[k].0), known[k].1),
+        None => (None, m::SampleType::Samples),
+    };
+    // What was counted first, the other known types in the daemon's order.
+    let columns: Vec<(Option<usize>, m::SampleType)> = std::iter::once(head)
+        .chain(
+            known
+                .iter()
+                .filter(|&&(i, _)| Some(i) != head.0)
+                .map(|&(i, t)| (Some(i), t)),
+        )
+        .collect();
     let mut tree = m::StackTreeBuilder::new();
     let stacks = stacks
         .into_iter()
@@ -436,6 +557,7 @@ fn model_stacks(
                 truncated: s.truncated,
                 end: model_stack_end(s.end),
                 during: s.during,
+                state: model_block_state(s.state),
             }
         })
         .collect();
@@ -453,6 +575,17 @@ impl From<m::Thread> for v1::Thread {
             tid: t.tid,
             name: t.name,
             samples: t.samples,
+            cpu_ns: t.cpu_ns,
+            off_cpu_blocks: t.off_cpu_blocks,
+            off_cpu_ns: t.off_cpu_ns,
+            off_cpu_during: t
+                .off_cpu_during
+                .into_iter()
+                .map(|d| v1::IntervalTime {
+                    kind: d.kind,
+                    ns: d.ns,
+                })
+                .collect(),
         }
     }
 }
@@ -464,6 +597,17 @@ impl From<v1::Thread> for m::Thread {
             tid: t.tid,
             name: t.name,
             samples: t.samples,
+            cpu_ns: t.cpu_ns,
+            off_cpu_blocks: t.off_cpu_blocks,
+            off_cpu_ns: t.off_cpu_ns,
+            off_cpu_during: t
+                .off_cpu_during
+                .into_iter()
+                .map(|d| m::IntervalTime {
+                    kind: d.kind,
+                    ns: d.ns,
+                })
+                .collect(),
         }
     }
 }
@@ -941,6 +1085,8 @@ mod tests {
                 stop_reason: "asked".into(),
                 call_graph: Some(m::CallGraph::Dwarf),
                 dwarf_stack_bytes: 16384,
+                mode: m::ProfileMode::Wall,
+                min_block_ns: 20_000,
                 ..m::Session::default()
             }),
             total_samples: 10,
@@ -955,13 +1101,37 @@ mod tests {
                 later_snapshot: true,
                 ..m::Frame::default()
             }],
-            sample_types: vec![m::SampleType::Samples, m::SampleType::CpuTime],
+            sample_types: m::SampleType::of_mode(m::ProfileMode::Wall).to_vec(),
             threads: vec![m::Thread {
                 pid: 42,
                 tid: 43,
                 name: "GC Thread#0".into(),
                 samples: 10,
+                cpu_ns: 10_030_090,
+                off_cpu_blocks: 4,
+                off_cpu_ns: 7_000,
+                off_cpu_during: vec![m::IntervalTime { kind: 0, ns: 6_000 }],
             }],
+            off_cpu: Some(m::OffCpu {
+                blocks: 4,
+                total_ns: 7_000,
+                rows: vec![m::ProfileRow {
+                    name: "futex_wait".into(),
+                    samples: 7_000,
+                    ..m::ProfileRow::default()
+                }],
+                states: vec![m::StateTime {
+                    state: m::BlockState::Uninterruptible,
+                    blocks: 4,
+                    ns: 7_000,
+                }],
+                short_blocks: 9,
+                short_ns: 900,
+                lost_blocks: 1,
+                unfollowed: 2,
+                still_blocked_ns: 3_000,
+                still_blocked_threads: 1,
+            }),
             // A stack, one that recurses once under it (sharing its node), and one without
             // frames.
             stack_nodes: vec![
@@ -979,19 +1149,20 @@ mod tests {
                     node: Some(0),
                     pid: 42,
                     tid: 43,
-                    values: vec![10, 10_030_090],
+                    values: vec![10, 10_030_090, 0, 0, 10_030_090],
                     end: Some(m::StackEnd::JitNoFramePointer),
                     during: vec![0],
                     ..m::Stack::default()
                 },
                 m::Stack {
                     node: Some(1),
-                    values: vec![2, 0],
+                    values: vec![0, 0, 4, 7_000, 7_000],
+                    state: Some(m::BlockState::Uninterruptible),
                     ..m::Stack::default()
                 },
                 m::Stack {
                     node: None,
-                    values: vec![1, 0],
+                    values: vec![1, 0, 0, 0, 0],
                     ..m::Stack::default()
                 },
             ],

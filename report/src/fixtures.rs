@@ -566,6 +566,7 @@ pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> (Vec<StackNode>, Vec<Stack>)
                 vmscope_model::StackEnd::Complete
             }),
             during: Vec::new(),
+            state: None,
         })
         .collect();
     (tree.finish(), stacks)

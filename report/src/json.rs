@@ -234,6 +234,22 @@ pub(crate) fn rfc3339<S: Serializer>(
     time.and_then(rfc3339_seconds).serialize(serializer)
 }
 
+/// A profile's mode as `--mode` spells it: `cpu`, `off-cpu` or `wall`.
+pub(crate) fn mode<S: Serializer>(
+    mode: &vmscope_model::ProfileMode,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(mode.as_str())
+}
+
+/// Why a thread was off its CPU, as [`vmscope_model::BlockState::as_str`] spells it.
+pub(crate) fn block_state<S: Serializer>(
+    state: &vmscope_model::BlockState,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(state.as_str())
+}
+
 /// A symbolisation issue's kind as scripts read it ([`crate::IssueRow::kind_name`]).
 pub(crate) fn issue_kind<S: Serializer>(
     kind: &Option<IssueKind>,
@@ -339,6 +355,8 @@ mod tests {
                 "symbolization_issues",
                 "kernel_events",
                 "vm_statistics",
+                "mode",
+                "off_cpu",
             ]
         );
         assert_eq!(

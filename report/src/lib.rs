@@ -16,6 +16,8 @@
 //!   every frame) and recursion collapsed, computed once for all of them.
 //! - [`tree`]: call trees over the profile's stacks (top-down, callees and callers of a
 //!   function), with inclusive and self samples, after Pharo's MessageTally.
+//! - [`off_cpu`]: the report of time off the CPU (`--mode off-cpu`, `wall`): the same sections
+//!   in nanoseconds, why threads waited, what was left out, each thread's time.
 //! - [`json`]: the JSON report, the model serialised with serde (its types derive
 //!   `Serialize`), and the profile's stack table after it.
 #![deny(missing_docs)]
@@ -25,6 +27,7 @@ mod functions;
 pub mod json;
 pub mod model;
 pub mod module_pattern;
+pub mod off_cpu;
 pub mod otlp;
 pub mod pprof;
 mod processes;

@@ -16,9 +16,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use vmscope_model::{
-    CallGraph, CodeKind, InlinedMethod, IssueKind, Profile, ProfileRow, Section, Session, StackEnd,
+    CallGraph, CodeKind, InlinedMethod, IssueKind, Profile, ProfileMode, ProfileRow, Section,
+    Session, StackEnd,
 };
 
+pub use crate::off_cpu::{IntervalShare, OffCpuReport, StateShare, ThreadTime};
 use crate::{
     module_pattern::file_name,
     processes::{ProcessTotal, process_totals},
@@ -416,6 +418,12 @@ pub struct Report {
     /// JSON's stack table says it (`stack_ends`).
     #[serde(skip)]
     pub early_stack_ends: Vec<(StackEnd, u64)>,
+    /// What the session measured: `cpu`, `off-cpu` or `wall`.
+    #[serde(serialize_with = "crate::json::mode")]
+    pub mode: ProfileMode,
+    /// Off-CPU and wall sessions: their time off the CPU, its sections, why threads waited,
+    /// what was left out, and each thread's time (JSON: null otherwise).
+    pub off_cpu: Option<OffCpuReport>,
     /// Share of all samples (percent) whose stacks run through V8's interpreter entry
     /// trampoline, behind which interpreted JavaScript callers stay nameless unless node runs
     /// with `--interpreted-frames-native-stack`: for a hint to use it. `None` below
@@ -484,53 +492,12 @@ impl Report {
             (session.call_graph == Some(CallGraph::Dwarf)).then_some(session.dwarf_stack_bytes);
         let call_graph_mode = session.call_graph.map_or("unknown", CallGraph::as_str);
 
-        let (mut by_section, vm_modules) = rows_by_section(profile, options);
-        // System-wide, other code is every other program's: no hint about the VM there.
-        let vm_module_hint = (!session.system_wide)
-            .then(|| vm_module_hint(&by_section[Section::Other.index()], total))
-            .flatten();
-        // Split by process or module (`--sort`) before anything is summed, too.
-        let grouped: Option<[Vec<ProfileRow>; 3]> =
-            (!sort_keys::is_by_symbol(&options.sort)).then(|| {
-                by_section
-                    .each_ref()
-                    .map(|rows| sort_keys::group(rows, &options.sort))
-            });
-        if let Some(grouped) = &grouped {
-            by_section = grouped.each_ref().map(|rows| rows.iter().collect());
-        }
-        let section_samples = |kind: Section| sum_samples(&by_section[kind.index()]);
-        let vm_samples =
-            section_samples(Section::Generated).saturating_add(section_samples(Section::Vanilla));
-
-        let vanilla_title = if session.system_wide {
-            "main executables"
-        } else {
-            "vanilla vm code"
-        };
-        // A section of generated code with nothing in it says nothing (CPython's perf
-        // trampolines are JIT code that no sample may land in).
-        let show_generated = section_samples(Section::Generated) > 0;
-        let sections = [
-            (Section::Generated, "generated vm code"),
-            (Section::Vanilla, vanilla_title),
-            (Section::Other, "other code (libraries, kernel)"),
-        ]
-        .into_iter()
-        .filter(|&(kind, _)| kind != Section::Generated || show_generated)
-        .map(|(kind, title)| {
-            build_section(
-                kind,
-                title,
-                &by_section[kind.index()],
-                total,
-                vm_samples,
-                call_graph,
-                options,
-            )
-        })
-        .collect();
-
+        let Sections {
+            sections,
+            vm_samples,
+            vm_modules,
+            vm_module_hint,
+        } = sections(&profile.rows, total, session, call_graph, options);
         let duration_seconds = finite_or_zero(profile.duration_seconds);
         let cpu_seconds = finite_or_zero(profile.cpu_seconds);
         let measured = cpu_seconds >= MIN_MEASURED_CPU_SECONDS && duration_seconds > 0.0;
@@ -586,7 +553,84 @@ impl Report {
             v8_interpreted_frames: call_graph.then(|| v8_interpreted_frames(profile)).flatten(),
             kernel_events: KernelEventsReport::from_profile(profile),
             vm_statistics: VmStatsReport::from_profile(profile),
+            mode: session.mode,
+            off_cpu: OffCpuReport::from_profile(profile, options),
         }
+    }
+}
+
+/// A report's sections, and what they say of the VM.
+pub(crate) struct Sections {
+    /// Generated (when it has rows), vanilla, other.
+    pub(crate) sections: Vec<SectionReport>,
+    /// Of the grand total, what is in generated and vanilla code.
+    pub(crate) vm_samples: u64,
+    /// Modules counted as the VM's.
+    pub(crate) vm_modules: Vec<VmModule>,
+    /// A module of other code that may be the VM's.
+    pub(crate) vm_module_hint: Option<(String, f64)>,
+}
+
+/// The sections of `rows`, whose counts add up to `total` (samples, or nanoseconds off the CPU:
+/// the arithmetic is the same): sorted, folded and shared out as `options` asks.
+pub(crate) fn sections(
+    rows: &[ProfileRow],
+    total: u64,
+    session: &Session,
+    call_graph: bool,
+    options: &ReportOptions,
+) -> Sections {
+    let (mut by_section, vm_modules) = rows_by_section(rows, options);
+    // System-wide, other code is every other program's: no hint about the VM there.
+    let vm_module_hint = (!session.system_wide)
+        .then(|| vm_module_hint(&by_section[Section::Other.index()], total))
+        .flatten();
+    // Split by process or module (`--sort`) before anything is summed, too.
+    let grouped: Option<[Vec<ProfileRow>; 3]> =
+        (!sort_keys::is_by_symbol(&options.sort)).then(|| {
+            by_section
+                .each_ref()
+                .map(|rows| sort_keys::group(rows, &options.sort))
+        });
+    if let Some(grouped) = &grouped {
+        by_section = grouped.each_ref().map(|rows| rows.iter().collect());
+    }
+    let section_samples = |kind: Section| sum_samples(&by_section[kind.index()]);
+    let vm_samples =
+        section_samples(Section::Generated).saturating_add(section_samples(Section::Vanilla));
+
+    let vanilla_title = if session.system_wide {
+        "main executables"
+    } else {
+        "vanilla vm code"
+    };
+    // A section of generated code with nothing in it says nothing (CPython's perf
+    // trampolines are JIT code that no sample may land in).
+    let show_generated = section_samples(Section::Generated) > 0;
+    let sections = [
+        (Section::Generated, "generated vm code"),
+        (Section::Vanilla, vanilla_title),
+        (Section::Other, "other code (libraries, kernel)"),
+    ]
+    .into_iter()
+    .filter(|&(kind, _)| kind != Section::Generated || show_generated)
+    .map(|(kind, title)| {
+        build_section(
+            kind,
+            title,
+            &by_section[kind.index()],
+            total,
+            vm_samples,
+            call_graph,
+            options,
+        )
+    })
+    .collect();
+    Sections {
+        sections,
+        vm_samples,
+        vm_modules,
+        vm_module_hint,
     }
 }
 
@@ -727,13 +771,12 @@ fn is_small(samples: u64, total: u64, min_percent: f64) -> bool {
 /// `--vm-module` or a known runtime makes the VM's moved to vanilla VM code before anything is
 /// summed, so that every number agrees with the move; with those modules, most samples first.
 fn rows_by_section<'a>(
-    profile: &'a Profile,
+    rows: &'a [ProfileRow],
     options: &ReportOptions,
 ) -> ([Vec<&'a ProfileRow>; 3], Vec<VmModule>) {
     let mut by_section: [Vec<&ProfileRow>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     let mut vm_modules: BTreeMap<&str, VmModule> = BTreeMap::new();
-    for row in profile
-        .rows
+    for row in rows
         .iter()
         .filter(|r| r.samples > 0 || r.inclusive_samples == 0)
     {

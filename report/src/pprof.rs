@@ -32,6 +32,11 @@
 //!   inlined by the compiler) and the frame after them that holds them become **one**
 //!   `Location` with one `Line` per function, innermost first, holder last. So pprof's
 //!   inclusive time counts a function and those inlined into it the way it does for C.
+//! - Off-CPU and wall profiles add the sample types `off_cpu_blocks/count`, `off_cpu/nanoseconds`
+//!   and (wall) `wall/nanoseconds`, with `default_sample_type` the profile's main measure (from
+//!   a client's view, [`encode_shown`], it comes first); a stack of blocks is labelled
+//!   `thread.state` (`sleeping`, `uninterruptible`, `preempted`...). An off-CPU profile's
+//!   `period_type` is `off_cpu/nanoseconds`, its period 1.
 //! - `time_nanos` is the session's start, `duration_nanos` its sampled time; a few comments say
 //!   which session, at what frequency, and what was lost or truncated, and, from a client that
 //!   chose how to show the stacks ([`encode_shown`]), which view they are in.
@@ -186,7 +191,13 @@ impl<'a> Builder<'a> {
 
     fn build(mut self) -> pp::Profile {
         let profile = self.profile;
-        let period = period_nanos(profile);
+        let mode = profile.mode();
+        // Blocks are events of their own: an off-CPU profile's period is one block's time.
+        let (period, period_type) = if mode == model::ProfileMode::OffCpu {
+            (1, self.value_type("off_cpu", "nanoseconds"))
+        } else {
+            (period_nanos(profile), self.value_type("cpu", "nanoseconds"))
+        };
         // A profile that names no type (built by hand) measured samples.
         let types: &[SampleType] = if profile.sample_types.is_empty() {
             &[SampleType::Samples]
@@ -197,7 +208,15 @@ impl<'a> Builder<'a> {
             .iter()
             .map(|t| self.value_type(t.name(), t.unit()))
             .collect();
-        let period_type = Some(self.value_type("cpu", "nanoseconds"));
+        let period_type = Some(period_type);
+        // What `go tool pprof` shows unless told: the profile's main measure (its time off the
+        // CPU, its wall-clock time); a CPU profile keeps pprof's default, its last type.
+        let default_sample_type = if mode == model::ProfileMode::Cpu {
+            0
+        } else {
+            self.string(profile.main_value().0.name())
+        };
+        let state_key = self.string("thread.state");
         let (pid_key, comm_key, truncated_key, true_value) = (
             self.string("pid"),
             self.string("comm"),
@@ -281,6 +300,13 @@ impl<'a> Builder<'a> {
                     ..Default::default()
                 });
             }
+            if let Some(state) = stack.state {
+                label.push(pp::Label {
+                    key: state_key,
+                    str: self.string(state.as_str()),
+                    ..Default::default()
+                });
+            }
             for &during in &stack.during {
                 if let Some(&value) = interval_values.get(during as usize) {
                     label.push(pp::Label {
@@ -325,6 +351,7 @@ impl<'a> Builder<'a> {
             period_type,
             period,
             comment,
+            default_sample_type,
             ..Default::default()
         }
     }
@@ -334,10 +361,34 @@ impl<'a> Builder<'a> {
         let profile = self.profile;
         let mut lines = Vec::new();
         if let Some(session) = &profile.session {
-            lines.push(format!(
-                "vmscope session {} at {} Hz: {} samples",
-                session.id, session.frequency_hz, profile.total_samples
-            ));
+            if session.mode.on_cpu() {
+                let wall = if session.mode == model::ProfileMode::Wall {
+                    " (wall)"
+                } else {
+                    ""
+                };
+                lines.push(format!(
+                    "vmscope session {}{wall} at {} Hz: {} samples",
+                    session.id, session.frequency_hz, profile.total_samples
+                ));
+            }
+            if let Some(off) = &profile.off_cpu {
+                lines.push(format!(
+                    "vmscope session {} ({}): {} blocks off the CPU, {:.3} s (label \
+                     thread.state says why)",
+                    session.id,
+                    session.mode.as_str(),
+                    off.blocks,
+                    off.total_ns as f64 / 1e9
+                ));
+                if off.short_blocks > 0 {
+                    lines.push(format!(
+                        "{} blocks shorter than --min-block left out ({:.3} s)",
+                        off.short_blocks,
+                        off.short_ns as f64 / 1e9
+                    ));
+                }
+            }
         }
         if profile.lost_samples > 0 {
             lines.push(format!(
@@ -792,6 +843,7 @@ mod tests {
             tid: 101,
             name: "C2 CompilerThre".into(),
             samples: 7,
+            ..Default::default()
         }];
         let p = to_pprof(&profile);
         assert_eq!(p.sample[0].value, [7, 123]);

@@ -81,6 +81,7 @@ fn stack(
             StackEnd::Complete
         }),
         during: Vec::new(),
+        state: None,
     }
 }
 

@@ -144,8 +144,35 @@ pub struct ShownStacks<'a> {
 }
 
 impl<'a> ShownStacks<'a> {
-    /// `profile`'s stacks as `options.stacks` asks, the VM's modules as `options` counts them.
+    /// `profile`'s stacks as `options.stacks` asks, the VM's modules as `options` counts them,
+    /// weighed by the profile's main measure ([`Profile::main_value`]): its samples, its time
+    /// off the CPU (`--mode off-cpu`), its wall-clock time (`--mode wall`). The shown stacks
+    /// have that measure first among their values, their sample types in the same order, and
+    /// `total_samples` its sum, so that every stack output (trees, folded stacks, flame
+    /// graphs, pprof's default) draws by it.
     pub fn new(profile: &'a Profile, options: &ReportOptions) -> ShownStacks<'a> {
+        match by_main_value(profile) {
+            Some(weighed) => {
+                let shown = ShownStacks::weighed(&weighed, options);
+                ShownStacks {
+                    profile: Cow::Owned(shown.profile.into_owned()),
+                    ..shown
+                }
+            }
+            None => ShownStacks::weighed(profile, options),
+        }
+    }
+
+    /// Whether the shown stacks weigh time (nanoseconds) rather than count samples.
+    pub fn weighs_time(&self) -> bool {
+        self.profile
+            .sample_types
+            .first()
+            .is_some_and(|t| t.is_time())
+    }
+
+    /// [`ShownStacks::new`] of a profile whose main measure is first already.
+    fn weighed(profile: &'a Profile, options: &ReportOptions) -> ShownStacks<'a> {
         let stack_options = options.stacks;
         let roles: Vec<Role> = profile.frames.iter().map(|f| role(f, options)).collect();
         let functions = Functions::new(&profile.frames);
@@ -250,6 +277,11 @@ impl<'a> ShownStacks<'a> {
     /// subtitle, pprof's comments.
     pub fn describe(&self) -> String {
         let total = self.profile.total_samples;
+        let of = if self.weighs_time() {
+            "of the time"
+        } else {
+            "of the samples"
+        };
         let mut line = match self.options.frames {
             FrameView::Native => "native view: every frame".to_owned(),
             FrameView::Language if self.language_samples == 0 => {
@@ -259,18 +291,42 @@ impl<'a> ShownStacks<'a> {
             }
             FrameView::Language => format!(
                 "language view: the VM's own frames above the innermost language frame hidden \
-                 in {:.2}% of the samples (--native shows every frame)",
+                 in {:.2}% {of} (--native shows every frame)",
                 percent(self.hidden_samples, total)
             ),
         };
         if self.options.collapse_recursion {
             line.push_str(&format!(
-                "; recursion collapsed to one level in {:.2}% of the samples",
+                "; recursion collapsed to one level in {:.2}% {of}",
                 percent(self.collapsed_samples, total)
             ));
         }
         line
     }
+}
+
+/// A copy of `profile` whose stacks have its main measure first among their values (and its
+/// sample types in that order), `total_samples` its sum; `None` when it is first already.
+fn by_main_value(profile: &Profile) -> Option<Profile> {
+    let (_, main) = profile.main_value();
+    if main == 0 {
+        return None;
+    }
+    fn first<T>(values: &mut Vec<T>, main: usize) {
+        if main < values.len() {
+            let value = values.remove(main);
+            values.insert(0, value);
+        }
+    }
+    let mut weighed = profile.clone();
+    first(&mut weighed.sample_types, main);
+    let mut total = 0u64;
+    for stack in &mut weighed.stacks {
+        first(&mut stack.values, main);
+        total = total.saturating_add(stack.samples());
+    }
+    weighed.total_samples = total;
+    Some(weighed)
 }
 
 /// What a frame is to the language view.
@@ -440,6 +496,7 @@ mod tests {
             truncated: false,
             end: Some(StackEnd::Complete),
             during: Vec::new(),
+            state: None,
         };
         (frames, stack)
     }

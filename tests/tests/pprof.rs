@@ -170,6 +170,7 @@ fn go_tool_pprof_traces_are_the_profiles_stacks_with_their_labels() {
         tid: 100,
         name: "VM Thread".into(),
         samples: 960,
+        ..Default::default()
     }];
     let (_dir, file) = pprof_file(&profile);
     let output = go_pprof(&["-traces", "-sample_index=samples"], &file);

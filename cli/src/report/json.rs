@@ -329,6 +329,7 @@ mod tests {
                 truncated: false,
                 end: Some(model::StackEnd::Complete),
                 during: Vec::new(),
+                state: None,
             },
             model::Stack {
                 node: tree.intern(&[2, 0]),
@@ -338,6 +339,7 @@ mod tests {
                 truncated: true,
                 end: Some(model::StackEnd::DepthLimit),
                 during: vec![0],
+                state: None,
             },
         ];
         profile.stack_nodes = tree.finish();
@@ -349,12 +351,16 @@ mod tests {
                 tid: 43,
                 name: "GC Thread#0".into(),
                 samples: 9000,
+                cpu_ns: 9000 * 714_286,
+                ..Default::default()
             },
             model::Thread {
                 pid: 42,
                 tid: 42,
                 name: String::new(),
                 samples: 1000,
+                cpu_ns: 1000 * 714_286,
+                ..Default::default()
             },
         ];
         profile.truncated_stacks = 1000;

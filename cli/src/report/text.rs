@@ -45,10 +45,13 @@ use std::io::{self, Write};
 
 use vmscope_model::ConfigValue;
 use vmscope_model::IntervalKind;
+use vmscope_model::ProfileMode;
 use vmscope_report::stats::{DISAGREEMENT_POINTS, IntervalStats, VmStatsReport};
 use vmscope_report::{
-    OTHERS_NAME, Report, ReportOptions, ReportRow, Section, SectionReport, rfc3339_seconds, round2,
+    OTHERS_NAME, Report, ReportOptions, ReportRow, Section, SectionReport, VmModule,
+    rfc3339_seconds, round2,
 };
+mod off_cpu;
 mod tree;
 mod wide;
 
@@ -58,6 +61,8 @@ use super::names::shorten_all;
 
 /// Column headings at the right of each section heading.
 const SAMPLES_HEADING: &str = "(samples)";
+/// Heading of the count column of the off-CPU tables, whose counts are times.
+const TIME_HEADING: &str = "(time off)";
 const CUMULATIVE_HEADING: &str = "(cumulative)";
 /// Heading of the inclusive time column (% of total), shown when the session recorded stacks.
 const INCLUSIVE_HEADING: &str = "(inclusive)";
@@ -86,9 +91,14 @@ pub fn render_text(
 ) -> io::Result<()> {
     write_header(report, out)?;
     writeln!(out)?;
-    write_summary(report, out)?;
-    write_processes(report, out)?;
-    write_tables(report, options, out)?;
+    if report.mode.on_cpu() {
+        write_summary(report, out)?;
+        write_processes(report, out)?;
+        write_tables(&Tables::of_samples(report), options, out)?;
+    }
+    if let Some(off) = &report.off_cpu {
+        off_cpu::write(report, off, options, out)?;
+    }
     write_statistics(report, out)?;
 
     let lost: Vec<String> = report
@@ -439,6 +449,26 @@ fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
         report.session_id
     )?;
     writeln!(out, "{}", state_line(report))?;
+    if report.mode == ProfileMode::OffCpu {
+        writeln!(
+            out,
+            "{:.3} seconds; time off the CPU: {}",
+            report.duration_seconds,
+            off_cpu::min_block_label(report)
+        )?;
+        for line in report.vm_statistics.iter().filter_map(settings_line) {
+            writeln!(out, "{line}")?;
+        }
+        return Ok(());
+    }
+    if report.mode == ProfileMode::Wall {
+        writeln!(
+            out,
+            "wall-clock time: samples of the CPU clock, each standing for its period, and the \
+             time off the CPU ({})",
+            off_cpu::min_block_label(report)
+        )?;
+    }
     match (report.measured_frequency_hz, report.busy_cpus) {
         (Some(measured), Some(busy)) => writeln!(
             out,
@@ -464,6 +494,10 @@ fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
 
 fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
     write_title(report, out)?;
+    if report.mode == ProfileMode::OffCpu {
+        // No sample was taken: the off-CPU part says what was recorded and left out.
+        return writeln!(out, "call graph: {}", report.call_graph_label());
+    }
     if report.system_wide {
         // Every process is a target: "in the VM" would only mean "in a main executable or
         // JIT code", which the sections say; the processes' shares follow the summary.
@@ -822,8 +856,13 @@ struct NumberWidths {
 
 impl NumberWidths {
     /// The widths for `tables`, the % of total column at least `min_of_total` wide, with an
-    /// inclusive column if `inclusive`.
-    fn of(tables: &[(String, Vec<Cells>)], min_of_total: usize, inclusive: bool) -> NumberWidths {
+    /// inclusive column if `inclusive`, the count column headed `count_heading`.
+    fn of(
+        tables: &[(String, Vec<Cells>)],
+        min_of_total: usize,
+        inclusive: bool,
+        count_heading: &str,
+    ) -> NumberWidths {
         let all_cells = || tables.iter().flat_map(|(_, cells)| cells);
         let all_details = || all_cells().flat_map(|c| &c.details);
         let width =
@@ -835,7 +874,7 @@ impl NumberWidths {
         NumberWidths {
             of_section: width(MIN_PERCENT_WIDTH, |c| &c.of_section, |_| None),
             of_total: width(min_of_total, |c| &c.of_total, |_| None),
-            samples: width(SAMPLES_HEADING.len(), |c| &c.samples, Detail::samples),
+            samples: width(count_heading.len(), |c| &c.samples, Detail::samples),
             cumulative: width(
                 CUMULATIVE_HEADING.len(),
                 |c| &c.cumulative,
@@ -854,9 +893,68 @@ impl NumberWidths {
 /// A cell with nothing in it, for columns a row does not have.
 static EMPTY: String = String::new();
 
-fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) -> io::Result<()> {
-    let mut labels = row_labels(report, options).into_iter();
-    let tables: Vec<(String, Vec<Cells>)> = report
+/// The tables to write: one report's sections (its samples', or its time off the CPU), and
+/// how their counts read.
+pub(super) struct Tables<'a> {
+    /// The sections, one table each.
+    pub(super) sections: &'a [SectionReport],
+    /// Rows have inclusive time (the session recorded stacks).
+    pub(super) call_graph: bool,
+    /// Every process was sampled: modules say where symbols live.
+    pub(super) system_wide: bool,
+    /// Modules counted as the VM's.
+    pub(super) vm_modules: &'a [VmModule],
+    /// Counts are nanoseconds off the CPU, shown as times, not samples.
+    pub(super) time: bool,
+}
+
+impl Tables<'_> {
+    /// The samples' tables of `report`.
+    fn of_samples(report: &Report) -> Tables<'_> {
+        Tables {
+            sections: &report.sections,
+            call_graph: report.call_graph,
+            system_wide: report.system_wide,
+            vm_modules: &report.vm_modules,
+            time: false,
+        }
+    }
+
+    /// A count as its column shows it: `(3185)`, or a time, `(602.3 ms)`.
+    fn count(&self, n: u64) -> String {
+        if self.time {
+            format!("({}ms)", milliseconds(n as f64 / 1e6))
+        } else {
+            format!("({n})")
+        }
+    }
+
+    /// The heading of the count column.
+    pub(super) fn count_heading(&self) -> &'static str {
+        if self.time {
+            TIME_HEADING
+        } else {
+            SAMPLES_HEADING
+        }
+    }
+
+    /// What an empty table says.
+    pub(super) fn empty(&self) -> &'static str {
+        if self.time {
+            "  (no time)"
+        } else {
+            "  (no samples)"
+        }
+    }
+}
+
+fn write_tables(
+    tables: &Tables<'_>,
+    options: &ReportOptions,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let mut labels = row_labels(tables, options).into_iter();
+    let cells: Vec<(String, Vec<Cells>)> = tables
         .sections
         .iter()
         .map(|section| {
@@ -868,22 +966,26 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
                     of_section: percent(row.percent_of_section),
                     of_total: format!("({})", percent(row.percent_of_total)),
                     label: labels.next().unwrap_or_default(),
-                    samples: format!("({})", row.samples),
+                    samples: tables.count(row.samples),
                     cumulative: format!("({})", percent(row.cumulative_percent)),
                     inclusive: row
                         .inclusive_percent_of_total
-                        .filter(|_| report.call_graph)
+                        .filter(|_| tables.call_graph)
                         .map_or_else(String::new, |p| format!("({})", percent(p))),
-                    details: details(row, options.name_width),
+                    details: details(row, options.name_width, tables),
                 })
                 .collect();
             (heading, cells)
         })
         .collect();
+    let report_call_graph = tables.call_graph;
+    let samples_heading = tables.count_heading();
 
     if options.name_width == 0 {
-        return wide::write_tables(report, &tables, out);
+        return wide::write_tables(tables, &cells, out);
     }
+    let tables_meta = tables;
+    let tables = &cells;
 
     let NumberWidths {
         of_section: of_section_width,
@@ -892,10 +994,10 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
         cumulative: cumulative_width,
         inclusive: inclusive_width,
         detail_percent: detail_percent_width,
-    } = NumberWidths::of(&tables, MIN_TOTAL_WIDTH, report.call_graph);
+    } = NumberWidths::of(tables, MIN_TOTAL_WIDTH, report_call_graph, samples_heading);
     // Only reports of sessions with stacks have the column: the others stay as they were.
     let inclusive = |cell: &str| {
-        if report.call_graph {
+        if report_call_graph {
             format!(" {cell:>inclusive_width$}")
         } else {
             String::new()
@@ -928,16 +1030,16 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
     let detail_width = label_width - detail_indent;
     let blank = "";
 
-    for (heading, cells) in &tables {
+    for (heading, cells) in tables {
         writeln!(out)?;
         writeln!(
             out,
-            "{heading:<left_width$}  {SAMPLES_HEADING:>samples_width$} \
+            "{heading:<left_width$}  {samples_heading:>samples_width$} \
              {CUMULATIVE_HEADING:>cumulative_width$}{}",
             inclusive(INCLUSIVE_HEADING)
         )?;
         if cells.is_empty() {
-            writeln!(out, "  (no samples)")?;
+            writeln!(out, "{}", tables_meta.empty())?;
         }
         for c in cells {
             let line = format!(
@@ -985,7 +1087,7 @@ fn write_tables(report: &Report, options: &ReportOptions, out: &mut impl Write) 
 }
 
 /// The lines under `row`: none unless the model says it shows its details.
-fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
+fn details(row: &ReportRow, name_width: usize, tables: &Tables<'_>) -> Vec<Detail> {
     if !row.show_details {
         return Vec::new();
     }
@@ -1020,7 +1122,7 @@ fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
         .map(|range| Detail::Range {
             percent: percent(range.percent_of_method),
             label: labels.next().unwrap_or_default(),
-            samples: format!("({})", range.samples),
+            samples: tables.count(range.samples),
             cumulative: format!("({})", percent(range.cumulative_percent)),
         })
         .collect();
@@ -1029,7 +1131,7 @@ fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
         lines.extend(row.inlined.iter().map(|method| Detail::Inlined {
             percent: percent(method.percent_of_method),
             label: labels.next().unwrap_or_default(),
-            samples: format!("({})", method.samples),
+            samples: tables.count(method.samples),
         }));
     }
     lines
@@ -1039,11 +1141,11 @@ fn details(row: &ReportRow, name_width: usize) -> Vec<Detail> {
 /// executables: there the module says where a symbol lives. So it does for vanilla rows of
 /// libraries counted as the VM's ([`Report::vm_modules`]). Unsymbolised names (`module+0x...`)
 /// already carry it.
-fn shows_module(report: &Report, section: &SectionReport, row: &ReportRow) -> bool {
+fn shows_module(tables: &Tables<'_>, section: &SectionReport, row: &ReportRow) -> bool {
     match section.section {
         Section::Other => true,
         Section::Vanilla => {
-            report.system_wide || report.vm_modules.iter().any(|m| m.module == row.module)
+            tables.system_wide || tables.vm_modules.iter().any(|m| m.module == row.module)
         }
         Section::Generated => false,
     }
@@ -1052,15 +1154,15 @@ fn shows_module(report: &Report, section: &SectionReport, row: &ReportRow) -> bo
 /// Every row's label as the table shows it, in report order: names shortened to the name
 /// width, and never two different labels shown alike anywhere in the report, whatever their
 /// sections. The fold's label is short and its count is the point: never shortened.
-fn row_labels(report: &Report, options: &ReportOptions) -> Vec<String> {
+fn row_labels(tables: &Tables<'_>, options: &ReportOptions) -> Vec<String> {
     let rows = || {
-        report
+        tables
             .sections
             .iter()
             .flat_map(|section| section.rows.iter().map(move |row| (section, row)))
     };
     let suffixes: Vec<String> = rows()
-        .map(|(section, row)| row_suffix(row, shows_module(report, section, row)))
+        .map(|(section, row)| row_suffix(row, shows_module(tables, section, row)))
         .collect();
     let labels: Vec<(&str, &str)> = rows()
         .zip(&suffixes)

@@ -1,8 +1,9 @@
-//! Where a thread's credentials are in the running kernel, from its BTF
+//! Where a thread's credentials and ids are in the running kernel, from its BTF
 //! (`/sys/kernel/btf/vmlinux`).
 //!
 //! The sampler compares the credentials of every thread it samples for a user's session with
-//! those the daemon checked (see [`vmscope_common::GUARD_CREDS`]). Rust BPF programs get no CO-RE
+//! those the daemon checked (see [`vmscope_common::GUARD_CREDS`]); the switch program reads the
+//! ids of the thread coming back to its CPU, which is not the current one. Rust BPF programs get no CO-RE
 //! relocations, and offsets compiled in would be those of the build host's kernel; so the daemon
 //! reads them here, from the kernel it runs on, and hands them to the program in its `CONFIG`
 //! map. aya parses BTF too, but keeps its type lookups to itself.
@@ -15,9 +16,9 @@ use vmscope_common::Creds;
 /// Where the kernel's BTF is.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Byte offsets of what the sampler reads.
+/// Byte offsets of what the kernel programs read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CredOffsets {
+pub struct TaskOffsets {
     /// `real_cred` in `struct task_struct`: the objective credentials, which `/proc/PID/status`
     /// shows and ptrace checks.
     pub task_real_cred: u32,
@@ -25,6 +26,10 @@ pub struct CredOffsets {
     pub cred_ids: u32,
     /// `cap_permitted` in `struct cred`.
     pub cred_cap_permitted: u32,
+    /// `pid` in `struct task_struct`: the thread id.
+    pub task_pid: u32,
+    /// `tgid` in `struct task_struct`: the process id.
+    pub task_tgid: u32,
 }
 
 /// Why the offsets could not be found.
@@ -53,8 +58,8 @@ const IDS: [&str; 8] = [
     "uid", "gid", "suid", "sgid", "euid", "egid", "fsuid", "fsgid",
 ];
 
-/// Finds [`CredOffsets`] in BTF data in the host's byte order.
-pub fn cred_offsets(btf: &[u8]) -> Result<CredOffsets, BtfError> {
+/// Finds [`TaskOffsets`] in BTF data in the host's byte order.
+pub fn task_offsets(btf: &[u8]) -> Result<TaskOffsets, BtfError> {
     let u16_at = |at: usize| {
         btf.get(at..at + 2)
             .map(|b| u16::from_ne_bytes([b[0], b[1]]))
@@ -158,15 +163,29 @@ pub fn cred_offsets(btf: &[u8]) -> Result<CredOffsets, BtfError> {
         }
     }
     let cred_cap_permitted = offset(&cred, "cap_permitted", "cred.cap_permitted")?;
+    let task_pid = offset(&task, "pid", "task_struct.pid")?;
+    let task_tgid = offset(&task, "tgid", "task_struct.tgid")?;
     // The program reads these as one block and one word, and takes 0 for "unknown".
     const _: () = assert!(std::mem::size_of::<Creds>() == 8 * 4 + 8);
-    if task_real_cred == 0 || cred_ids == 0 || cred_cap_permitted == 0 {
-        return Err(BtfError::Missing("credentials away from a struct's start"));
-    }
-    Ok(CredOffsets {
+    if [
         task_real_cred,
         cred_ids,
         cred_cap_permitted,
+        task_pid,
+        task_tgid,
+    ]
+    .contains(&0)
+    {
+        return Err(BtfError::Missing(
+            "credentials or ids away from a struct's start",
+        ));
+    }
+    Ok(TaskOffsets {
+        task_real_cred,
+        cred_ids,
+        cred_cap_permitted,
+        task_pid,
+        task_tgid,
     })
 }
 
@@ -222,7 +241,10 @@ mod tests {
         out
     }
 
-    const TASK: (&str, &[(&str, u32)]) = ("task_struct", &[("pid", 64), ("real_cred", 8 * 1000)]);
+    const TASK: (&str, &[(&str, u32)]) = (
+        "task_struct",
+        &[("pid", 64), ("tgid", 96), ("real_cred", 8 * 1000)],
+    );
     const CRED: (&str, &[(&str, u32)]) = (
         "cred",
         &[
@@ -243,13 +265,15 @@ mod tests {
 
     #[test]
     fn the_offsets_are_found_among_other_types() {
-        let offsets = cred_offsets(&btf(&[("file", &[("f_mode", 0)]), TASK, CRED])).unwrap();
+        let offsets = task_offsets(&btf(&[("file", &[("f_mode", 0)]), TASK, CRED])).unwrap();
         assert_eq!(
             offsets,
-            CredOffsets {
+            TaskOffsets {
                 task_real_cred: 1000,
                 cred_ids: 4,
                 cred_cap_permitted: 48,
+                task_pid: 8,
+                task_tgid: 12,
             }
         );
     }
@@ -257,7 +281,7 @@ mod tests {
     #[test]
     fn the_running_kernels_btf_has_them() {
         let data = std::fs::read(VMLINUX_BTF).expect("the kernel's BTF (the sampler needs it)");
-        let offsets = cred_offsets(&data).unwrap();
+        let offsets = task_offsets(&data).unwrap();
         // Every kernel since credentials moved to struct cred (2.6.29) starts it with a
         // reference count, then the ids.
         assert!(
@@ -269,13 +293,15 @@ mod tests {
             "{offsets:?}"
         );
         assert!(offsets.task_real_cred > 64, "{offsets:?}");
+        // pid_t pid, pid_t tgid: side by side since 2.6.
+        assert_eq!(offsets.task_tgid, offsets.task_pid + 4, "{offsets:?}");
     }
 
     #[test]
     fn a_missing_or_moved_member_is_an_error() {
         let no_task = btf(&[CRED]);
         assert_eq!(
-            cred_offsets(&no_task),
+            task_offsets(&no_task),
             Err(BtfError::Missing("struct task_struct"))
         );
         // euid and egid trade places.
@@ -283,10 +309,10 @@ mod tests {
         ids[5].1 = 192;
         ids[6].1 = 160;
         let swapped = btf(&[TASK, ("cred", &ids)]);
-        assert!(matches!(cred_offsets(&swapped), Err(BtfError::Missing(_))));
+        assert!(matches!(task_offsets(&swapped), Err(BtfError::Missing(_))));
         let bitfield = btf(&[("task_struct", &[("real_cred", 8 * 1000 + 3)]), CRED]);
         assert_eq!(
-            cred_offsets(&bitfield),
+            task_offsets(&bitfield),
             Err(BtfError::Missing("task_struct.real_cred"))
         );
     }
@@ -294,18 +320,18 @@ mod tests {
     #[test]
     fn broken_data_is_an_error_not_a_panic() {
         let good = btf(&[TASK, CRED]);
-        assert!(cred_offsets(&good).is_ok());
+        assert!(task_offsets(&good).is_ok());
         for len in 0..good.len() {
-            assert!(cred_offsets(&good[..len]).is_err(), "cut at {len}");
+            assert!(task_offsets(&good[..len]).is_err(), "cut at {len}");
         }
         let mut unknown = good.clone();
         // The first type's info word: kind 31.
         unknown[24 + 4..24 + 8].copy_from_slice(&(31u32 << 24).to_ne_bytes());
-        assert_eq!(cred_offsets(&unknown), Err(BtfError::UnknownKind(31)));
+        assert_eq!(task_offsets(&unknown), Err(BtfError::UnknownKind(31)));
         for at in 0..good.len() {
             let mut bad = good.clone();
             bad[at] ^= 0xff;
-            let _ = cred_offsets(&bad);
+            let _ = task_offsets(&bad);
         }
     }
 }

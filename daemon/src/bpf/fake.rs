@@ -6,7 +6,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use vmscope_common::{TargetKey, WANT_STACKS, Wants};
+use vmscope_common::{Blocked, TargetKey, WANT_STACKS, Wants};
 
 use super::{Guard, LostCounts, SamplerControl, SamplerError, Tracking};
 
@@ -51,6 +51,11 @@ pub struct FakeKernel {
     pub fail_next_filter: bool,
     /// Calls to `start_period` that opened events, by period.
     pub starts: BTreeMap<u64, u32>,
+    /// Threads off their CPU the kernel follows (`BLOCKED`), by thread id: those the daemon
+    /// noted, and those tests put here as the switch program would.
+    pub blocked: BTreeMap<u32, Blocked>,
+    /// The minimum block of each off-CPU filter entry with one.
+    pub min_blocks: BTreeMap<(u64, u32), u64>,
 }
 
 /// A [`SamplerControl`] whose state tests can inspect through a shared handle.
@@ -90,7 +95,12 @@ impl SamplerControl for FakeSampler {
     }
 
     fn stop_period(&mut self, period_ns: u64) {
-        self.with(|k| k.periods.remove(&period_ns));
+        self.with(|k| {
+            k.periods.remove(&period_ns);
+            if period_ns == vmscope_common::OFF_CPU_PERIOD {
+                k.blocked.clear();
+            }
+        });
     }
 
     fn set_target(&mut self, key: TargetKey, wants: Wants) -> Result<(), SamplerError> {
@@ -113,6 +123,11 @@ impl SamplerControl for FakeSampler {
             } else {
                 k.root_targets.remove(&entry);
             }
+            if wants.min_block_ns > 0 {
+                k.min_blocks.insert(entry, wants.min_block_ns);
+            } else {
+                k.min_blocks.remove(&entry);
+            }
             Ok(())
         })
     }
@@ -124,6 +139,7 @@ impl SamplerControl for FakeSampler {
             k.stack_targets.remove(&entry);
             k.copy_targets.remove(&entry);
             k.root_targets.remove(&entry);
+            k.min_blocks.remove(&entry);
         });
     }
 
@@ -194,6 +210,23 @@ impl SamplerControl for FakeSampler {
                 .sum();
             k.lost.shed_cleared += cleared;
             k.lost.shed.retain(|key, _| key.period_ns != period_ns);
+            if period_ns == vmscope_common::OFF_CPU_PERIOD {
+                k.lost.short_blocks.clear();
+            }
         });
+    }
+
+    fn note_blocked(&mut self, tid: u32, blocked: Blocked) -> bool {
+        self.with(|k| match k.blocked.entry(tid) {
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                entry.insert(blocked);
+                true
+            }
+            std::collections::btree_map::Entry::Occupied(_) => false,
+        })
+    }
+
+    fn blocked(&self) -> Vec<(u32, Blocked)> {
+        self.with(|k| k.blocked.iter().map(|(&tid, &b)| (tid, b)).collect())
     }
 }

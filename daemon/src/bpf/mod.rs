@@ -18,18 +18,20 @@ use aya::{
     Ebpf, EbpfError,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{
-        PerfEvent, ProgramError, RawTracePoint,
+        BtfTracePoint, PerfEvent, ProgramError, RawTracePoint,
         perf_event::{
             PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
         },
+        tp_btf::BtfTracePointLinkId,
     },
 };
 pub use reader::{Batch, ReaderControl, spawn_reader};
 pub use user_copy::{UserCopies, UserCopy};
 use vmscope_common::{
-    CONFIG_CRED_CAPS, CONFIG_CRED_IDS, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, CONFIG_TASK_CRED,
-    Creds, GUARD_CREDS, GUARD_HELD, GUARD_OPEN, MAX_STACK_FRAMES, TRACK_ANY_THREAD, TRACK_LEADER,
-    TargetKey, Tracked, Wants,
+    Blocked, BlockedCopy, CONFIG_CRED_CAPS, CONFIG_CRED_IDS, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE,
+    CONFIG_TASK_CRED, CONFIG_TASK_PID, CONFIG_TASK_TGID, Creds, GUARD_CREDS, GUARD_HELD,
+    GUARD_OPEN, MAX_STACK_FRAMES, OFF_CPU_COUNTS_LEN, OFF_CPU_PERIOD, ShortBlocks,
+    TRACK_ANY_THREAD, TRACK_LEADER, TargetKey, Tracked, Wants,
 };
 
 use crate::sys;
@@ -82,6 +84,9 @@ pub enum SamplerError {
     /// The kernel's BTF does not say where credentials are as the sampler reads them.
     #[error("cannot find thread credentials in {path}: {0}", path = btf::VMLINUX_BTF)]
     Btf(btf::BtfError),
+    /// Off-CPU profiling cannot run on this kernel; the message says why and what it needs.
+    #[error("off-CPU profiling is not available here: {0}")]
+    OffCpu(String),
 }
 
 impl SamplerError {
@@ -121,6 +126,12 @@ pub struct LostCounts {
     /// Shed samples whose keyed counters were cleared with their period
     /// ([`SamplerControl::clear_lost`]).
     pub shed_cleared: u64,
+    /// Off-CPU blocks shorter than the sessions' minimum, counted in the kernel and not sent,
+    /// by process (summed over CPUs).
+    pub short_blocks: HashMap<u32, ShortBlocks>,
+    /// The off-CPU programs' counts (`vmscope_common::OFF_CPU_UNFOLLOWED` and after), summed
+    /// over CPUs.
+    pub off_cpu: [u64; OFF_CPU_COUNTS_LEN as usize],
 }
 
 impl LostCounts {
@@ -207,8 +218,16 @@ pub trait SamplerControl: Send {
     /// Current counters of samples lost, and of samples shed for root's reserve.
     fn lost(&self) -> Result<LostCounts, SamplerError>;
     /// Forgets the lost-sample counters of a period nobody samples at any more, so that the
-    /// keyed table does not fill up over the daemon's life.
+    /// keyed table does not fill up over the daemon's life (at [`OFF_CPU_PERIOD`], the short
+    /// blocks' too).
     fn clear_lost(&mut self, period_ns: u64);
+    /// Notes a thread of an off-CPU target as off its CPU since `blocked.since_ns`, unless the
+    /// kernel follows it already: a thread asleep when its session starts would never be seen
+    /// leaving. Answers whether it was noted (false: followed already, or no room).
+    fn note_blocked(&mut self, tid: u32, blocked: Blocked) -> bool;
+    /// The threads off their CPU that the kernel follows now, by thread id: at a session's
+    /// stop, those still off it.
+    fn blocked(&self) -> Vec<(u32, Blocked)>;
 }
 
 /// The stack depth the kernel program works to: `kernel.perf_event_max_stack`, which bounds
@@ -255,6 +274,14 @@ pub struct Sampler {
     shed_unkeyed: PerCpuArray<MapData, u64>,
     shed_cleared: u64,
     links: HashMap<u64, Vec<PerfEventLinkId>>,
+    blocked: BpfHashMap<MapData, u32, Blocked>,
+    blocked_copies: BpfHashMap<MapData, u32, BlockedCopy>,
+    short_blocks: PerCpuHashMap<MapData, u32, ShortBlocks>,
+    off_cpu_counts: PerCpuArray<MapData, u64>,
+    /// The switch program's link while an off-CPU session runs.
+    off_cpu_link: Option<BtfTracePointLinkId>,
+    /// Why off-CPU sessions cannot run here (the kernel refused the switch program).
+    off_cpu_refusal: Option<String>,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -285,9 +312,16 @@ impl Sampler {
         // The program assembles a sample with stacks in the SCRATCH slot of its CPU number: one
         // slot per possible CPU (a CPU brought online later has its slot too).
         let possible_cpus = aya::util::nr_cpus().map_err(|(_, e)| SamplerError::Cpus(e))?;
+        // Where a thread's credentials and ids are, for the guards of users' targets and the
+        // switch program: a daemon that cannot check them would sample every setuid program its
+        // users' targets run.
+        let vmlinux = std::fs::read(btf::VMLINUX_BTF).map_err(SamplerError::BtfRead)?;
+        let offsets = btf::task_offsets(&vmlinux).map_err(SamplerError::Btf)?;
         let mut ebpf = aya::EbpfLoader::new()
             .map_max_entries("EVENTS", ring_bytes)
             .map_max_entries("SCRATCH", possible_cpus as u32)
+            .override_global("TASK_PID_OFFSET", &offsets.task_pid, true)
+            .override_global("TASK_TGID_OFFSET", &offsets.task_tgid, true)
             .load(EBPF_OBJECT)
             .map_err(|e| SamplerError::Load(Box::new(e)))?;
         let cpus = aya::util::online_cpus().map_err(|(_, e)| SamplerError::Cpus(e))?;
@@ -325,7 +359,29 @@ impl Sampler {
             .map_err(program_err("load the exit tracepoint program"))?;
         exit.attach("sched_process_exit")
             .map_err(program_err("attach to raw tracepoint sched_process_exit"))?;
-
+        // Loaded now, attached only while an off-CPU session runs: it runs at every context
+        // switch of the host. A kernel that refuses it (older than 5.18, whose tracepoint has
+        // no prev_state) samples as before; off-CPU sessions are refused with the reason.
+        let btf = aya::Btf::from_sys_fs();
+        let switch: &mut BtfTracePoint = ebpf
+            .program_mut("vmscope_switch")
+            .ok_or(SamplerError::Missing("program vmscope_switch"))?
+            .try_into()
+            .map_err(program_err(
+                "use vmscope_switch as a BTF tracepoint program",
+            ))?;
+        let off_cpu_refusal = match &btf {
+            Ok(btf) => switch.load("sched_switch", btf).err().map(|e| {
+                format!(
+                    "the kernel refused the sched_switch program (its prev_state argument, which \
+                     says why a thread left its CPU, needs Linux 5.18 or later): {e}"
+                )
+            }),
+            Err(e) => Some(format!("cannot read the kernel's BTF: {e}")),
+        };
+        if let Some(refusal) = &off_cpu_refusal {
+            tracing::warn!("off-CPU profiling is not available: {refusal}");
+        }
         let events = take_map(&mut ebpf, "EVENTS")?;
         let mut config: Array<MapData, u32> = take_map(&mut ebpf, "CONFIG")?;
         // The kernel walks no deeper than kernel.perf_event_max_stack; the program marks a
@@ -334,14 +390,12 @@ impl Sampler {
         config
             .set(CONFIG_MAX_STACK, max_stack, 0)
             .map_err(map_err("CONFIG"))?;
-        // Where a thread's credentials are, for the guards of users' targets: a daemon that
-        // cannot check them would sample every setuid program its users' targets run.
-        let vmlinux = std::fs::read(btf::VMLINUX_BTF).map_err(SamplerError::BtfRead)?;
-        let offsets = btf::cred_offsets(&vmlinux).map_err(SamplerError::Btf)?;
         for (slot, offset) in [
             (CONFIG_TASK_CRED, offsets.task_real_cred),
             (CONFIG_CRED_IDS, offsets.cred_ids),
             (CONFIG_CRED_CAPS, offsets.cred_cap_permitted),
+            (CONFIG_TASK_PID, offsets.task_pid),
+            (CONFIG_TASK_TGID, offsets.task_tgid),
         ] {
             config.set(slot, offset, 0).map_err(map_err("CONFIG"))?;
         }
@@ -360,6 +414,12 @@ impl Sampler {
             shed: take_map(&mut ebpf, "SHED")?,
             shed_unkeyed: take_map(&mut ebpf, "SHED_UNKEYED")?,
             shed_cleared: 0,
+            blocked: take_map(&mut ebpf, "BLOCKED")?,
+            blocked_copies: take_map(&mut ebpf, "BLOCKED_COPIES")?,
+            short_blocks: take_map(&mut ebpf, "SHORT_BLOCKS")?,
+            off_cpu_counts: take_map(&mut ebpf, "OFF_CPU_COUNTS")?,
+            off_cpu_link: None,
+            off_cpu_refusal,
             ebpf,
             cpus,
             links: HashMap::new(),
@@ -379,10 +439,58 @@ impl Sampler {
             .and_then(|p| <&mut PerfEvent>::try_from(p).ok())
             .expect("vmscope_sample was loaded as a perf_event program")
     }
+
+    fn switch_program(&mut self) -> &mut BtfTracePoint {
+        // Checked in load().
+        self.ebpf
+            .program_mut("vmscope_switch")
+            .and_then(|p| <&mut BtfTracePoint>::try_from(p).ok())
+            .expect("vmscope_switch is a BTF tracepoint program")
+    }
+
+    /// Attaches the switch program, once loaded.
+    fn start_off_cpu(&mut self) -> Result<(), SamplerError> {
+        if self.off_cpu_link.is_some() {
+            return Ok(());
+        }
+        if let Some(refusal) = &self.off_cpu_refusal {
+            return Err(SamplerError::OffCpu(refusal.clone()));
+        }
+        let link = self.switch_program().attach().map_err(|e| {
+            SamplerError::OffCpu(format!("cannot attach to the sched_switch tracepoint: {e}"))
+        })?;
+        self.off_cpu_link = Some(link);
+        Ok(())
+    }
+
+    /// Detaches the switch program and forgets the threads it followed: with no program to
+    /// take them out, entries would only go stale.
+    fn stop_off_cpu(&mut self) {
+        let Some(link) = self.off_cpu_link.take() else {
+            return;
+        };
+        if let Err(e) = self.switch_program().detach(link) {
+            tracing::warn!("detaching the sched_switch program failed: {e}");
+        }
+        let tids: Vec<u32> = self.blocked.keys().filter_map(Result::ok).collect();
+        for tid in tids {
+            let _ = self.blocked.remove(&tid);
+        }
+        let tids: Vec<u32> = self.blocked_copies.keys().filter_map(Result::ok).collect();
+        for tid in tids {
+            let _ = self.blocked_copies.remove(&tid);
+        }
+    }
 }
+
+/// The map update flag that inserts only where no entry is (`BPF_NOEXIST` of linux/bpf.h).
+const BPF_NOEXIST: u64 = 1;
 
 impl SamplerControl for Sampler {
     fn start_period(&mut self, period_ns: u64) -> Result<(), SamplerError> {
+        if period_ns == OFF_CPU_PERIOD {
+            return self.start_off_cpu();
+        }
         if self.links.contains_key(&period_ns) {
             return Ok(());
         }
@@ -415,6 +523,9 @@ impl SamplerControl for Sampler {
     }
 
     fn stop_period(&mut self, period_ns: u64) {
+        if period_ns == OFF_CPU_PERIOD {
+            return self.stop_off_cpu();
+        }
         for link in self.links.remove(&period_ns).unwrap_or_default() {
             if let Err(e) = self.program().detach(link) {
                 tracing::warn!(period_ns, "detaching a perf event failed: {e}");
@@ -531,6 +642,23 @@ impl SamplerControl for Sampler {
             .map_err(map_err("SHED_UNKEYED"))?;
         counts.shed_unkeyed = unkeyed.to_vec();
         counts.shed_cleared = self.shed_cleared;
+        for entry in self.short_blocks.iter() {
+            let (tgid, values) = entry.map_err(map_err("SHORT_BLOCKS"))?;
+            let sum = values
+                .iter()
+                .fold(ShortBlocks::default(), |sum, v| ShortBlocks {
+                    count: sum.count + v.count,
+                    ns: sum.ns + v.ns,
+                });
+            counts.short_blocks.insert(tgid, sum);
+        }
+        for (index, total) in counts.off_cpu.iter_mut().enumerate() {
+            let values = self
+                .off_cpu_counts
+                .get(&(index as u32), 0)
+                .map_err(map_err("OFF_CPU_COUNTS"))?;
+            *total = values.iter().sum();
+        }
         Ok(counts)
     }
 
@@ -556,6 +684,20 @@ impl SamplerControl for Sampler {
         for key in keys {
             let _ = self.lost.remove(&key);
         }
+        if period_ns == OFF_CPU_PERIOD {
+            let tgids: Vec<u32> = self.short_blocks.keys().filter_map(Result::ok).collect();
+            for tgid in tgids {
+                let _ = self.short_blocks.remove(&tgid);
+            }
+        }
+    }
+
+    fn note_blocked(&mut self, tid: u32, blocked: Blocked) -> bool {
+        self.blocked.insert(tid, blocked, BPF_NOEXIST).is_ok()
+    }
+
+    fn blocked(&self) -> Vec<(u32, Blocked)> {
+        self.blocked.iter().filter_map(Result::ok).collect()
     }
 }
 

@@ -1122,6 +1122,7 @@ mod tests {
                     wanted,
                     stack,
                     kept: None,
+                    block: None,
                 })
                 .collect()
         }
@@ -1186,6 +1187,7 @@ mod tests {
                 }],
                 fp: None,
                 sessions: vec![(1, Wanted::Leaf)],
+                block: None,
             },
         }
     }

@@ -4,6 +4,8 @@
 //! registry ([`super::registry`]) drives these; the session manager routes samples in and
 //! implements the sink.
 
+use vmscope_model::BlockState;
+
 use super::live::LiveMap;
 use crate::{
     stats::vm::StatEvent,
@@ -24,6 +26,8 @@ pub struct Counted {
     pub stack: u32,
     /// Its index among the session's kept samples.
     pub kept: Option<u32>,
+    /// A block off the CPU: why, and the session's share of its time (what moves with it).
+    pub block: Option<(BlockState, u64)>,
 }
 
 impl Counted {
@@ -247,6 +251,21 @@ pub struct RoutedSample {
     pub fp: FpStack,
     /// The sessions that counted it, and which of its stacks each counts.
     pub sessions: Vec<(u64, Wanted)>,
+    /// A thread's block off its CPU rather than a sample: its stacks were taken as it came
+    /// back.
+    pub block: Option<RawBlock>,
+}
+
+/// A block of a thread off its CPU, as the kernel reported it: each session counts its own
+/// share of the time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawBlock {
+    /// When it left its CPU (CLOCK_MONOTONIC).
+    pub begin_ns: u64,
+    /// When it came back.
+    pub end_ns: u64,
+    /// Why it left.
+    pub state: BlockState,
 }
 
 /// A sample's frame-pointer stack beside the stack unwound from its copy, and how it ended.

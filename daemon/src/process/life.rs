@@ -203,7 +203,7 @@ pub fn probe(pid: u32, expected_start: Option<u64>) -> Life {
 }
 
 /// The stat of each thread of `pid` that can still be read, read as the iterator goes.
-fn threads(pid: u32) -> impl Iterator<Item = ProcStat> {
+pub fn threads(pid: u32) -> impl Iterator<Item = ProcStat> {
     std::fs::read_dir(sys::proc_path(pid, "task"))
         .into_iter()
         .flatten()

@@ -23,15 +23,21 @@ mod tests;
 
 use std::collections::HashSet;
 
-use vmscope_model::{Profile, profile::taken_rate};
+use std::collections::BTreeMap;
+
+use vmscope_model::{BlockState, OffCpu, Profile, SampleType, StateTime, profile::taken_rate};
 
 use self::{
     kernel::kernel_events,
     placed::place_locations,
     rows::{issues, profile_rows, sum_rows},
-    stacks::{SAMPLE_TYPES, interval_kinds, kept_samples, profile_stacks, threads},
+    stacks::{interval_kinds, kept_samples, profile_stacks, threads},
 };
-use crate::{cancel::Cancel, session::Snapshot, symbolize::Symbolizer};
+use crate::{
+    cancel::Cancel,
+    session::{OffCpuTally, Snapshot, StackSnapshot},
+    symbolize::Symbolizer,
+};
 
 /// What a profile may show its reader.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,20 +69,41 @@ pub fn build_profile_unless(
 ) -> Option<Profile> {
     let cancelled = |i: usize| i.is_multiple_of(CANCEL_CHECK_EVERY) && cancel.is_set();
     let stacks = &snapshot.stacks;
+    let mode = snapshot.session.mode;
     let mut placement = place_locations(stacks, symbolizer, options, cancelled)?;
-    let (row_sums, issue_samples) = sum_rows(stacks, &placement, cancelled)?;
-    let (vm_interval_kinds, during) = interval_kinds(stacks);
+    let samples = stacks.counts.iter().copied();
+    let (row_sums, issue_samples) = sum_rows(stacks, &placement, samples, false, cancelled)?;
+    let (vm_interval_kinds, during) = interval_kinds(stacks, snapshot.off_cpu.as_ref());
     let hidden_kernel = options.hide_kernel.is_some();
     let (stack_nodes, frame_stacks, stack_ends) = profile_stacks(
         stacks,
         &placement.placed,
         hidden_kernel,
         &during,
+        mode,
         snapshot.period_ns,
         cancelled,
     )?;
-    let threads = threads(&frame_stacks, &snapshot.thread_names);
+    let threads = threads(
+        stacks,
+        &snapshot.thread_names,
+        snapshot.period_ns,
+        snapshot.off_cpu.as_ref(),
+        &vm_interval_kinds,
+    );
     let rows = profile_rows(row_sums, &placement, &snapshot.commands);
+    let off_cpu = match &snapshot.off_cpu {
+        Some(tally) => {
+            let blocks = stacks
+                .blocks
+                .iter()
+                .map(|&(task, stack, _, b)| (task, stack, b.ns));
+            let (sums, _) = sum_rows(stacks, &placement, blocks, true, cancelled)?;
+            let rows = profile_rows(sums, &placement, &snapshot.commands);
+            Some(off_cpu(tally, stacks, rows))
+        }
+        None => None,
+    };
     let issues = issues(&placement.placed, issue_samples);
     let samples = kept_samples(&snapshot, &placement.placed, &during);
     let frames = std::mem::take(&mut placement.frames);
@@ -120,12 +147,46 @@ pub fn build_profile_unless(
         processes,
         frames: frames.frames,
         stack_nodes,
-        sample_types: SAMPLE_TYPES.to_vec(),
+        sample_types: SampleType::of_mode(mode).to_vec(),
         stacks: frame_stacks,
         threads,
         truncated_stacks: snapshot.truncated,
         stack_ends,
         taken_frequency_hz,
         throttled,
+        off_cpu,
     })
+}
+
+/// What a profile says of its time off the CPU: its tally, its rows of blocks (`rows`), and
+/// its time by why threads were off the CPU, from the blocks in `stacks`.
+fn off_cpu(
+    tally: &OffCpuTally,
+    stacks: &StackSnapshot,
+    rows: Vec<vmscope_model::ProfileRow>,
+) -> OffCpu {
+    let mut by_state: BTreeMap<BlockState, StateTime> = BTreeMap::new();
+    for &(_, _, state, b) in &stacks.blocks {
+        let sum = by_state.entry(state).or_insert(StateTime {
+            state,
+            ..StateTime::default()
+        });
+        sum.blocks += b.count;
+        sum.ns = sum.ns.saturating_add(b.ns);
+    }
+    let mut states: Vec<StateTime> = by_state.into_values().collect();
+    states.sort_by(StateTime::order);
+    let short = tally.short_blocks();
+    OffCpu {
+        blocks: tally.blocks,
+        total_ns: tally.ns,
+        rows,
+        states,
+        short_blocks: short.count,
+        short_ns: short.ns,
+        lost_blocks: tally.lost.1.saturating_sub(tally.lost.0),
+        unfollowed: tally.unfollowed.1.saturating_sub(tally.unfollowed.0),
+        still_blocked_ns: tally.still_blocked.1,
+        still_blocked_threads: tally.still_blocked.0,
+    }
 }

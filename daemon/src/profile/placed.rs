@@ -57,6 +57,8 @@ pub(super) struct Placed {
     pub(super) later_snapshot: bool,
     /// The caller of stacks cut at the session's stack limit.
     pub(super) stack_limit: bool,
+    /// The caller of a block's kernel frames whose user stack was never taken.
+    pub(super) since_start: bool,
 }
 
 /// What a row shows of a location in generated code a code map names: derived once per
@@ -183,6 +185,7 @@ pub(super) fn place_locations(
                     }
                 ),
                 stack_limit: *location == Location::StackLimit,
+                since_start: *location == Location::OffCpuSinceStart,
             })
         })
         .collect::<Option<_>>()?;

@@ -14,7 +14,10 @@ use vmscope_model::{
 };
 
 use super::placed::{Placed, Placement};
-use crate::session::StackSnapshot;
+use crate::{
+    session::{StackId, StackSnapshot},
+    vocab::{Location, Task},
+};
 
 /// What one row accumulates.
 #[derive(Debug, Default)]
@@ -37,11 +40,17 @@ pub(super) struct RowSum {
     pub(super) later_snapshot: u64,
 }
 
-/// What the stacks' samples add up to per row, and the samples of each distinct leaf location
-/// with an issue (its issue is worded once, after); `None` once `cancelled` says so.
+/// What `entries` (a thread, its stack, a count: the snapshot's samples, or its blocks' time)
+/// add up to per row, and the count of each distinct leaf location with an issue (its issue
+/// is worded once, after); `None` once `cancelled` says so. With `user_leaf`, a stack's row of
+/// self time is its innermost user frame's, and its kernel frames above it count nowhere: a
+/// block's stack goes through the scheduler, where every thread off its CPU is, and what it
+/// waited in is the code that called into the kernel.
 pub(super) fn sum_rows(
     stacks: &StackSnapshot,
     placement: &Placement,
+    entries: impl IntoIterator<Item = (Task, StackId, u64)>,
+    user_leaf: bool,
     cancelled: impl Fn(usize) -> bool,
 ) -> Option<(Vec<RowSum>, Vec<u64>)> {
     let placed = &placement.placed;
@@ -51,11 +60,18 @@ pub(super) fn sum_rows(
         .collect();
     let mut issue_samples: Vec<u64> = vec![0; placed.len()];
     let mut stack_rows: Vec<usize> = Vec::new();
-    for (i, &(task, stack, samples)) in stacks.counts.iter().enumerate() {
+    for (i, (task, stack, samples)) in entries.into_iter().enumerate() {
         if cancelled(i) {
             return None;
         }
-        let ids = stacks.ids_of(stack);
+        let mut ids = stacks.ids_of(stack);
+        if user_leaf
+            && let Some(user) = ids
+                .iter()
+                .position(|&id| !matches!(stacks.location(id), Location::Kernel { .. }))
+        {
+            ids = &ids[user..];
+        }
         let Some(&leaf_id) = ids.first() else {
             continue;
         };

@@ -4,19 +4,51 @@
 use std::collections::{BTreeMap, HashMap};
 
 use vmscope_model::{
-    self as model, AttributedSample, IntervalKind, SampleType, Section, Stack, StackEndSamples,
-    StackFrame, StackNode, StackTreeBuilder, Thread, rank::rank,
+    self as model, AttributedSample, BlockState, IntervalKind, IntervalTime, ProfileMode, Section,
+    Stack, StackEndSamples, StackFrame, StackNode, StackTreeBuilder, Thread, rank::rank,
 };
 
 use super::placed::Placed;
 use crate::{
-    session::{DuringId, LocationId, Snapshot, StackSnapshot},
+    session::{DuringId, LocationId, OffCpuTally, Snapshot, StackSnapshot},
     symbolize::{Issue, KERNEL_MODULE},
     vocab::{Location, StackEnd, Task},
 };
 
-/// What each stack of a profile measures: its samples, and the CPU time they stand for.
-pub(super) const SAMPLE_TYPES: [SampleType; 2] = [SampleType::Samples, SampleType::CpuTime];
+/// What a stack of a profile holds before its values are laid out in the mode's sample types:
+/// samples, and blocks with their time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Tally {
+    samples: u64,
+    blocks: u64,
+    ns: u64,
+}
+
+impl Tally {
+    /// The values of [`SampleType::of_mode`]`(mode)`, one sample standing for `period_ns` of
+    /// CPU time.
+    fn values(self, mode: ProfileMode, period_ns: u64) -> Vec<u64> {
+        let cpu = self.samples.saturating_mul(period_ns);
+        match mode {
+            ProfileMode::Cpu => vec![self.samples, cpu],
+            ProfileMode::OffCpu => vec![self.blocks, self.ns],
+            ProfileMode::Wall => vec![
+                self.samples,
+                cpu,
+                self.blocks,
+                self.ns,
+                cpu.saturating_add(self.ns),
+            ],
+        }
+    }
+
+    /// What it is ranked by: its time on and off the CPU.
+    fn rank(self, period_ns: u64) -> u64 {
+        self.samples
+            .saturating_mul(period_ns)
+            .saturating_add(self.ns)
+    }
+}
 
 /// Functions a thread starts in: a stack whose outermost frame is one of them is whole. A
 /// frame-pointer walk ending anywhere else was cut by code without frame pointers. With glibc,
@@ -46,6 +78,10 @@ pub(super) fn stack_end(
     if outermost.is_some_and(|p| p.stack_limit) {
         return Some(model::StackEnd::StackLimit);
     }
+    // A block's user stack never taken: no walk ended, there was none.
+    if outermost.is_some_and(|p| p.since_start) {
+        return None;
+    }
     Some(match end? {
         StackEnd::Complete => model::StackEnd::Complete,
         StackEnd::FrameLimit => model::StackEnd::DepthLimit,
@@ -70,22 +106,46 @@ pub(super) fn stack_end(
     })
 }
 
-/// The stacks of the profile, most samples first, with their values of [`SAMPLE_TYPES`] (one
-/// sample stands for `period_ns` of CPU time) and the stack tree they name, and the samples
-/// per way they ended; `during` gives each set of interval kinds as indices (see
-/// [`interval_kinds`]). `None` once `cancelled` says so.
+/// The stacks of the profile, most time first, with their values of the sample types of
+/// `mode` ([`SampleType::of_mode`]: one sample stands for `period_ns` of CPU time) and the
+/// stack tree they name, and the samples (and blocks) per way they ended; `during` gives each
+/// set of interval kinds as indices (see [`interval_kinds`]). Blocks are stacks apart from
+/// samples, one per reason their thread was off its CPU. `None` once `cancelled` says so.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn profile_stacks(
     stacks: &StackSnapshot,
     placed: &[Placed],
     hidden_kernel: bool,
     during: &[Vec<u32>],
+    mode: ProfileMode,
     period_ns: u64,
     cancelled: impl Fn(usize) -> bool,
 ) -> Option<(Vec<StackNode>, Vec<Stack>, Vec<StackEndSamples>)> {
-    type Key = (Task, Vec<u32>, Option<model::StackEnd>, DuringId);
-    let mut by_frames: HashMap<Key, u64, foldhash::fast::RandomState> = HashMap::default();
+    type Key = (
+        Task,
+        Vec<u32>,
+        Option<model::StackEnd>,
+        DuringId,
+        Option<BlockState>,
+    );
+    let mut by_frames: HashMap<Key, Tally, foldhash::fast::RandomState> = HashMap::default();
     let mut ends: BTreeMap<model::StackEnd, u64> = BTreeMap::new();
-    for (i, &(task, stack, samples)) in stacks.counts.iter().enumerate() {
+    let samples = stacks.counts.iter().map(|&(task, stack, samples)| {
+        let tally = Tally {
+            samples,
+            ..Tally::default()
+        };
+        (task, stack, None, tally)
+    });
+    let blocks = stacks.blocks.iter().map(|&(task, stack, state, b)| {
+        let tally = Tally {
+            blocks: b.count,
+            ns: b.ns,
+            ..Tally::default()
+        };
+        (task, stack, Some(state), tally)
+    });
+    for (i, (task, stack, state, tally)) in samples.chain(blocks).enumerate() {
         if cancelled(i) {
             return None;
         }
@@ -95,38 +155,52 @@ pub(super) fn profile_stacks(
         let span = &stacks.stacks[stack.0 as usize];
         let end = stack_end(span.end, outermost);
         if let Some(end) = end {
-            *ends.entry(end).or_insert(0) += samples;
+            *ends.entry(end).or_insert(0) += tally.samples + tally.blocks;
         }
-        *by_frames
-            .entry((task, frame_ids, end, span.during))
-            .or_insert(0) += samples;
+        let sum = by_frames
+            .entry((task, frame_ids, end, span.during, state))
+            .or_default();
+        sum.samples += tally.samples;
+        sum.blocks += tally.blocks;
+        sum.ns = sum.ns.saturating_add(tally.ns);
     }
     let mut merged: Vec<_> = by_frames.into_iter().collect();
     // Ranked before the tree is built, so that its nodes come in the order of the stacks.
     rank(
         &mut merged,
-        |&(_, samples)| samples,
-        |((a, a_frames, a_end, a_during), _), ((b, b_frames, b_end, b_during), _)| {
-            (a.pid, a.tid, a_frames, a_end, &during[a_during.0 as usize]).cmp(&(
-                b.pid,
-                b.tid,
-                b_frames,
-                b_end,
-                &during[b_during.0 as usize],
-            ))
+        |&(_, tally)| tally.rank(period_ns),
+        |((a, a_frames, a_end, a_during, a_state), _),
+         ((b, b_frames, b_end, b_during, b_state), _)| {
+            (
+                a.pid,
+                a.tid,
+                a_frames,
+                a_end,
+                &during[a_during.0 as usize],
+                a_state,
+            )
+                .cmp(&(
+                    b.pid,
+                    b.tid,
+                    b_frames,
+                    b_end,
+                    &during[b_during.0 as usize],
+                    b_state,
+                ))
         },
     );
     let mut tree = StackTreeBuilder::new();
     let profile_stacks: Vec<Stack> = merged
         .into_iter()
-        .map(|((task, frames, end, during_id), samples)| Stack {
+        .map(|((task, frames, end, during_id, state), tally)| Stack {
             node: tree.intern(&frames),
             pid: task.pid,
             tid: task.tid,
-            values: vec![samples, samples.saturating_mul(period_ns)],
+            values: tally.values(mode, period_ns),
             truncated: end == Some(model::StackEnd::DepthLimit),
             end,
             during: during[during_id.0 as usize].clone(),
+            state,
         })
         .collect();
     let mut stack_ends: Vec<StackEndSamples> = ends
@@ -138,25 +212,52 @@ pub(super) fn profile_stacks(
     Some((tree.finish(), profile_stacks, stack_ends))
 }
 
-/// The threads of the profile's stacks, most samples first, each with the name it had when the
-/// session first sampled it (where `names` has it): summed from the stacks, already merged per
-/// thread, rather than from the session's counts again.
+/// The threads of the profile's stacks, most time first, each with the name it had when the
+/// session first sampled it (where `names` has it), its samples and the CPU time they stand for
+/// (`period_ns` each), its blocks and their time, and of that time how much fell inside each
+/// kind of its VM's intervals (from `off_cpu`, as indices into `kinds`). Summed from the
+/// snapshot's counts, which name each thread's samples and blocks once.
 pub(super) fn threads(
-    stacks: &[Stack],
+    stacks: &StackSnapshot,
     names: &std::collections::HashMap<Task, String, foldhash::fast::RandomState>,
+    period_ns: u64,
+    off_cpu: Option<&OffCpuTally>,
+    kinds: &[IntervalKind],
 ) -> Vec<Thread> {
-    let mut samples: HashMap<Task, u64> = HashMap::new();
-    for stack in stacks {
-        *samples.entry(Task::new(stack.pid, stack.tid)).or_insert(0) += stack.samples();
+    let mut sums: HashMap<Task, Tally> = HashMap::new();
+    for &(task, _, samples) in &stacks.counts {
+        sums.entry(task).or_default().samples += samples;
     }
-    let mut threads: Vec<Thread> = samples
+    for &(task, _, _, b) in &stacks.blocks {
+        let sum = sums.entry(task).or_default();
+        sum.blocks += b.count;
+        sum.ns = sum.ns.saturating_add(b.ns);
+    }
+    let mut during: HashMap<Task, Vec<IntervalTime>> = HashMap::new();
+    for ((task, kind), &ns) in off_cpu.map(|o| &o.during).into_iter().flatten() {
+        if let Some(index) = kinds.iter().position(|k| k == kind) {
+            during.entry(*task).or_default().push(IntervalTime {
+                kind: index as u32,
+                ns,
+            });
+        }
+    }
+    let mut threads: Vec<Thread> = sums
         .into_iter()
-        .filter(|&(_, n)| n > 0)
-        .map(|(task, samples)| Thread {
-            pid: task.pid,
-            tid: task.tid,
-            name: names.get(&task).cloned().unwrap_or_default(),
-            samples,
+        .filter(|&(_, t)| t.samples > 0 || t.blocks > 0)
+        .map(|(task, tally)| {
+            let mut off_cpu_during = during.remove(&task).unwrap_or_default();
+            rank(&mut off_cpu_during, |d| d.ns, |a, b| a.kind.cmp(&b.kind));
+            Thread {
+                pid: task.pid,
+                tid: task.tid,
+                name: names.get(&task).cloned().unwrap_or_default(),
+                samples: tally.samples,
+                cpu_ns: tally.samples.saturating_mul(period_ns),
+                off_cpu_blocks: tally.blocks,
+                off_cpu_ns: tally.ns,
+                off_cpu_during,
+            }
         })
         .collect();
     threads.sort_by(Thread::order);
@@ -211,8 +312,19 @@ pub(super) fn kept_samples(
 /// The kinds of interval the stacks were taken during, each once (in the order reports list
 /// them: scavenges, full GCs, compactions, safepoints, then the VMs' own by name), and each of
 /// the snapshot's sets of kinds as indices into them.
-pub(super) fn interval_kinds(stacks: &StackSnapshot) -> (Vec<IntervalKind>, Vec<Vec<u32>>) {
-    let mut kinds: Vec<&IntervalKind> = stacks.during.iter().flatten().collect();
+pub(super) fn interval_kinds(
+    stacks: &StackSnapshot,
+    off_cpu: Option<&OffCpuTally>,
+) -> (Vec<IntervalKind>, Vec<Vec<u32>>) {
+    let off_cpu_kinds = off_cpu
+        .into_iter()
+        .flat_map(|o| o.during.keys().map(|(_, k)| k));
+    let mut kinds: Vec<&IntervalKind> = stacks
+        .during
+        .iter()
+        .flatten()
+        .chain(off_cpu_kinds)
+        .collect();
     kinds.sort_by_key(|kind| (kind.rank(), *kind));
     kinds.dedup();
     let sets = stacks

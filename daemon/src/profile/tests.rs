@@ -58,6 +58,8 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
             awaiting_code_map_samples: 0,
             max_stacks: 0,
             stack_limit_samples: 0,
+            mode: vmscope_model::ProfileMode::Cpu,
+            min_block_ns: 0,
         },
         total_samples: counts.iter().map(|(_, n)| n).sum(),
         stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
@@ -78,6 +80,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         kept: Vec::new(),
         not_kept: 0,
         kernel_events: None,
+        off_cpu: None,
         vm_statistics: Vec::new(),
     }
 }

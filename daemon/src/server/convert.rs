@@ -11,7 +11,7 @@ use std::time::Duration;
 use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, v1 as pb};
 
-use crate::session::{self, CallGraphMode, SessionInfo, SessionRequest};
+use crate::session::{self, CallGraphMode, ModeRequest, SessionInfo, SessionRequest};
 
 // The API's limits are the kernel side's.
 const _: () = assert!(
@@ -64,6 +64,18 @@ pub fn session_request(request: pb::StartSessionRequest) -> SessionRequest {
         },
         dwarf_stack_bytes: request.dwarf_stack_bytes,
         no_jvm_attach: request.no_jvm_attach,
+        mode: match vmscope_proto::model::model_profile_mode(request.mode) {
+            Some(mode) => ModeRequest::Known(mode),
+            None => ModeRequest::Unknown(request.mode),
+        },
+        // Not positive: every block, as unset.
+        min_block: request.min_block.map(|d| {
+            if d.seconds < 0 || d.nanos < 0 {
+                Duration::ZERO
+            } else {
+                Duration::new(d.seconds as u64, d.nanos as u32)
+            }
+        }),
     }
 }
 
@@ -185,6 +197,8 @@ mod tests {
             awaiting_code_map_samples: 1,
             max_stacks: 100,
             stack_limit_samples: 2,
+            mode: vmscope_model::ProfileMode::Wall,
+            min_block_ns: 5_000,
         };
         let shown = session(&info);
         assert_eq!(
@@ -221,6 +235,8 @@ mod tests {
                 awaiting_code_map_samples: 1,
                 max_stacks: 100,
                 stack_limit_samples: 2,
+                mode: pb::ProfileMode::Wall as i32,
+                min_block_ns: 5_000,
             }
         );
     }

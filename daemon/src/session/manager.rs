@@ -25,6 +25,8 @@
 //!
 //! * `lifecycle.rs`: a session's start, stop, finalisation and eviction;
 //! * `routing.rs`: a batch of events, each sample routed and its frames built;
+//! * `off_cpu.rs`: blocks off the CPU routed, threads asleep at a start noted, threads still
+//!   off their CPU at a stop counted;
 //! * `process_events.rs`: `execve`, exits, changed credentials, the kernel filter armed;
 //! * `code_maps.rs`: reads of code map files and the samples they let through;
 //! * `jvms.rs`: HotSpot targets asked for their perf map;
@@ -42,10 +44,10 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 use vmscope_common::{
-    EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET,
-    FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
+    EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK,
+    FLAG_TARGET, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
-use vmscope_model::VmStatistics;
+use vmscope_model::{IntervalKind, VmStatistics};
 use vmscope_parse::stat;
 
 use super::{
@@ -743,6 +745,7 @@ mod counters;
 mod cpu;
 mod jvms;
 mod lifecycle;
+mod off_cpu;
 mod placements;
 mod process_events;
 mod routing;

@@ -23,9 +23,10 @@ use std::{
 
 pub use kept::{KeptFrame, KeptSample, KeptSamples};
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
-pub use request::{CallGraph, CallGraphMode, Caller, SessionRequest, SessionSpec};
-pub use stacks::{DuringId, LocationId, StackId, StackSnapshot, StackTable};
-use vmscope_model::VmStatistics;
+pub use request::{CallGraph, CallGraphMode, Caller, ModeRequest, SessionRequest, SessionSpec};
+pub use stacks::{Blocks, DuringId, LocationId, StackId, StackSnapshot, StackTable};
+use vmscope_common::ShortBlocks;
+use vmscope_model::{BlockState, IntervalKind, VmStatistics};
 use vmscope_parse::stat::CpuTimes;
 
 use crate::{
@@ -130,6 +131,10 @@ pub struct SessionInfo {
     pub max_stacks: u64,
     /// Samples beyond that limit.
     pub stack_limit_samples: u64,
+    /// What it measures.
+    pub mode: vmscope_model::ProfileMode,
+    /// Its minimum block, in ns.
+    pub min_block_ns: u64,
 }
 
 /// A target process as clients see it.
@@ -177,6 +182,8 @@ impl SessionInfo {
             awaiting_code_map_samples: self.awaiting_code_map_samples,
             max_stacks: self.max_stacks,
             stack_limit_samples: self.stack_limit_samples,
+            mode: self.mode,
+            min_block_ns: self.min_block_ns,
         }
     }
 }
@@ -236,6 +243,46 @@ pub struct JitAttribution {
     pub caught_up: u64,
     /// Named from a perf map read after them (nothing known at their time explained them).
     pub later_snapshot: u64,
+}
+
+/// What an off-CPU or wall session gathered of its targets' time off the CPU, beside the
+/// blocks in its stacks ([`StackTable::blocks`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuTally {
+    /// Blocks counted in its stacks.
+    pub blocks: u64,
+    /// Their time off the CPU inside the session, in nanoseconds.
+    pub ns: u64,
+    /// Blocks the session itself left out as shorter than its minimum: the kernel works to
+    /// the least of its sessions' minimums.
+    pub short: ShortBlocks,
+    /// The kernel's short blocks of its targets when it started, and when last read.
+    pub kernel_short: (ShortBlocks, ShortBlocks),
+    /// Blocks of its targets the kernel could not deliver, when it started and when last read
+    /// (the off-CPU channel's lost and shed counts).
+    pub lost: (u64, u64),
+    /// Threads the kernel could not follow off their CPU (its map full), host-wide, when it
+    /// started and when last read.
+    pub unfollowed: (u64, u64),
+    /// Per thread, its time off the CPU inside each kind of its VM's intervals.
+    pub during: HashMap<(Task, IntervalKind), u64, foldhash::fast::RandomState>,
+    /// Threads still off their CPU at the stop, and their time inside the session (counted
+    /// in the stacks under [`Location::StillOffCpu`]).
+    pub still_blocked: (u32, u64),
+    /// Their thread ids, with when their block began: that block, when it comes while the
+    /// session stops, is counted already.
+    pub still_blocked_tids: HashMap<u32, u64, foldhash::fast::RandomState>,
+}
+
+impl OffCpuTally {
+    /// The short blocks of its own and the kernel's, since it started.
+    pub fn short_blocks(&self) -> ShortBlocks {
+        let (start, last) = self.kernel_short;
+        ShortBlocks {
+            count: self.short.count + last.count.saturating_sub(start.count),
+            ns: self.short.ns + last.ns.saturating_sub(start.ns),
+        }
+    }
 }
 
 /// One session and its aggregated samples.
@@ -304,6 +351,8 @@ pub struct Session {
     pub vm: BTreeMap<u32, Window>,
     /// The performance data files of its JVM targets (none system-wide).
     pub hotspot: Option<SessionPerfData>,
+    /// Off-CPU and wall sessions: what it gathered of time off the CPU.
+    pub off_cpu: Option<OffCpuTally>,
 }
 
 /// A reading of the host's CPU times, and when it was taken.
@@ -335,6 +384,73 @@ impl Session {
                 .duration
                 .map(|d| self.start_ns.saturating_add(d.as_nanos() as u64))
         })
+    }
+
+    /// How much of a block of `tgid` off its CPU over `[begin, end)` is the session's: the part
+    /// inside its window and before its target ended; 0 when none (or it records no blocks).
+    pub fn block_share(&self, tgid: u32, begin: u64, end: u64) -> (u64, u64) {
+        if self.off_cpu.is_none() {
+            return (0, 0);
+        }
+        let mut until = self.end_ns().unwrap_or(u64::MAX);
+        if !self.spec.system_wide {
+            match self.targets.iter().find(|t| t.pid == tgid) {
+                Some(target) => until = until.min(target.until_ns.unwrap_or(u64::MAX)),
+                None => return (0, 0),
+            }
+        }
+        let (from, to) = (begin.max(self.start_ns), end.min(until));
+        if to > from { (from, to) } else { (0, 0) }
+    }
+
+    /// Counts one block of `task` in the stack `locations` (leaf first), off the CPU over
+    /// `[from, to)` (its share of the block: [`Session::block_share`]) for `state`, taken
+    /// during those intervals of its VM, with its time inside each kind (`overlaps`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn count_block(
+        &mut self,
+        task: Task,
+        locations: impl IntoIterator<Item = Location>,
+        end: Option<StackEnd>,
+        during: Option<During<'_>>,
+        state: BlockState,
+        ns: u64,
+        overlaps: Vec<(IntervalKind, u64)>,
+    ) -> StackId {
+        let during = self.stacks.during(during);
+        let stack = self.stacks.intern(locations, end, during);
+        self.stacks.add_block(task, stack, state, ns);
+        if let Some(tally) = &mut self.off_cpu {
+            tally.blocks += 1;
+            tally.ns = tally.ns.saturating_add(ns);
+            for (kind, overlap) in overlaps {
+                // Bounded as thread names are: beyond, a thread's time in intervals is lost.
+                if tally.during.len() < MAX_THREAD_NAMES
+                    || tally.during.contains_key(&(task, kind.clone()))
+                {
+                    *tally.during.entry((task, kind)).or_insert(0) += overlap;
+                }
+            }
+        }
+        stack
+    }
+
+    /// Moves one block of `task` counted in stack `from` to the stack `locations` (its
+    /// attribution changed). Returns the new stack.
+    pub fn recount_block(
+        &mut self,
+        task: Task,
+        from: StackId,
+        locations: impl IntoIterator<Item = Location>,
+        state: BlockState,
+        ns: u64,
+    ) -> StackId {
+        let to = self.stacks.restack(from, locations);
+        if to != from {
+            self.stacks.remove_block(task, from, state, ns);
+            self.stacks.add_block(task, to, state, ns);
+        }
+        to
     }
 
     /// Whether the session watches process `pid` at `timestamp_ns`, before its start
@@ -521,6 +637,8 @@ impl Session {
             awaiting_code_map_samples: self.jit.awaiting,
             max_stacks: self.stacks.max_stacks() as u64,
             stack_limit_samples: self.stacks.beyond_limit(),
+            mode: self.spec.mode,
+            min_block_ns: self.spec.min_block_ns,
         }
     }
 }
@@ -572,6 +690,8 @@ pub struct Snapshot {
     pub kernel_events: Option<KernelEvents>,
     /// What the VMs published of their statistics over the window.
     pub vm_statistics: Vec<VmStatistics>,
+    /// Off-CPU and wall sessions: what they gathered of time off the CPU.
+    pub off_cpu: Option<OffCpuTally>,
 }
 
 impl Snapshot {
@@ -653,6 +773,8 @@ impl Snapshot {
                 .filter(|s| s.pid == pid)
                 .cloned()
                 .collect(),
+            // Continuous windows sample the CPU alone.
+            off_cpu: None,
             stacks,
         }
     }
@@ -675,6 +797,8 @@ mod tests {
                 call_graph: Default::default(),
                 jvm_attach: true,
                 root: false,
+                mode: vmscope_model::ProfileMode::Cpu,
+                min_block_ns: 0,
             },
             period_ns: 714_285,
             started_at: SystemTime::UNIX_EPOCH,
@@ -701,6 +825,7 @@ mod tests {
             kernel: None,
             hotspot: None,
             vm: Default::default(),
+            off_cpu: None,
         }
     }
 

@@ -3,10 +3,13 @@
 use std::time::Duration;
 
 use super::SessionError;
-use vmscope_common::{DEFAULT_USER_COPY, MAX_USER_COPY, WANT_ROOT, WANT_STACKS, Wants};
+use vmscope_common::{
+    DEFAULT_USER_COPY, MAX_USER_COPY, OFF_CPU_PERIOD, WANT_ROOT, WANT_STACKS, Wants,
+};
+pub use vmscope_model::ProfileMode;
 use vmscope_parse::stat;
 
-use crate::{codemap::sample::Wanted, sys};
+use crate::{bpf::period_of, codemap::sample::Wanted, sys};
 
 /// Most processes one session may name.
 pub const MAX_TARGETS_PER_SESSION: usize = 1024;
@@ -16,6 +19,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Most samples a session may keep one by one.
 pub const MAX_KEPT_SAMPLES: u32 = 1_000_000;
+
+/// Longest `--min-block` a session may ask for: a minute. Blocks that long are the ones an
+/// off-CPU profile is for; a longer minimum is surely a unit mistake.
+pub const MAX_MIN_BLOCK: Duration = Duration::from_secs(60);
 
 /// The daemon's own ceiling on a session's frequency unless `vmscoped --max-frequency` sets
 /// another. The kernel's (`kernel.perf_event_max_sample_rate`, 100,000 by default) does not
@@ -119,6 +126,27 @@ pub struct SessionRequest {
     pub dwarf_stack_bytes: Option<u32>,
     /// Never ask HotSpot targets for their perf map.
     pub no_jvm_attach: bool,
+    /// What to measure.
+    pub mode: ModeRequest,
+    /// Off-CPU and wall sessions: the shortest block recorded with its stacks; `None` for
+    /// every block.
+    pub min_block: Option<Duration>,
+}
+
+/// The mode a request asks for: one this daemon knows, or a value from a newer client, which
+/// is refused rather than measured as something else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeRequest {
+    /// A known mode.
+    Known(ProfileMode),
+    /// The API's value of a mode this daemon does not know.
+    Unknown(i32),
+}
+
+impl Default for ModeRequest {
+    fn default() -> Self {
+        ModeRequest::Known(ProfileMode::Cpu)
+    }
 }
 
 /// How a request asks for call stacks, before the size of a DWARF copy is checked (the API's
@@ -155,6 +183,11 @@ pub struct SessionSpec {
     /// for root ([`WANT_ROOT`]). False from [`validate`], which does not know the caller; the
     /// manager sets it.
     pub root: bool,
+    /// What it measures.
+    pub mode: ProfileMode,
+    /// Off-CPU and wall sessions: the shortest block recorded with its stacks, in ns (0: every
+    /// block); 0 for CPU sessions.
+    pub min_block_ns: u64,
 }
 
 impl SessionSpec {
@@ -165,6 +198,29 @@ impl SessionSpec {
         if self.root {
             Wants {
                 flags: wants.flags | WANT_ROOT,
+                ..wants
+            }
+        } else {
+            wants
+        }
+    }
+
+    /// The kernel's channels it takes events from: its sampling period (CPU and wall
+    /// sessions) and [`OFF_CPU_PERIOD`] (off-CPU and wall sessions), each a key of the
+    /// kernel's filters and of the manager's routing.
+    pub fn channels(&self) -> impl Iterator<Item = u64> + use<> {
+        let sampling = self.mode.on_cpu().then(|| period_of(self.frequency_hz));
+        let off_cpu = self.mode.off_cpu().then_some(OFF_CPU_PERIOD);
+        sampling.into_iter().chain(off_cpu)
+    }
+
+    /// What the kernel must record with the session's events of `channel`: its stacks, and
+    /// off the CPU its minimum block.
+    pub fn wants_at(&self, channel: u64) -> Wants {
+        let wants = self.wants();
+        if channel == OFF_CPU_PERIOD {
+            Wants {
+                min_block_ns: self.min_block_ns,
                 ..wants
             }
         } else {
@@ -260,11 +316,11 @@ impl CallGraph {
             CallGraph::None => Wants::default(),
             CallGraph::FramePointers => Wants {
                 flags: WANT_STACKS,
-                user_copy_bytes: 0,
+                ..Wants::default()
             },
             CallGraph::Dwarf { stack_bytes } => Wants {
-                flags: 0,
                 user_copy_bytes: stack_bytes,
+                ..Wants::default()
             },
         }
     }
@@ -334,6 +390,38 @@ pub fn validate(
     }
     let call_graph = CallGraph::from_request(request.call_graph, request.dwarf_stack_bytes)
         .map_err(SessionError::InvalidArgument)?;
+    let mode = match request.mode {
+        ModeRequest::Known(mode) => mode,
+        ModeRequest::Unknown(value) => {
+            return invalid(format!(
+                "unknown mode {value}: this daemon measures PROFILE_MODE_CPU, _OFF_CPU and _WALL"
+            ));
+        }
+    };
+    let min_block_ns = match (mode, request.min_block) {
+        (ProfileMode::Cpu, Some(_)) => {
+            return invalid(
+                "min_block goes with the off-CPU and wall modes only: a CPU profile has no \
+                 blocks"
+                    .into(),
+            );
+        }
+        (_, Some(min)) if min > MAX_MIN_BLOCK => {
+            return invalid(format!(
+                "min_block {:?} is longer than the {}s a session may ask for",
+                min,
+                MAX_MIN_BLOCK.as_secs()
+            ));
+        }
+        (_, min) => min.map_or(0, |d| d.as_nanos() as u64),
+    };
+    if mode.off_cpu() && call_graph == CallGraph::None {
+        return invalid(format!(
+            "the {} mode needs call stacks: a thread off its CPU is always in the scheduler, and \
+             only its stack says what it waited in; ask for frame pointers or DWARF stacks",
+            mode.as_str()
+        ));
+    }
     Ok(SessionSpec {
         pids,
         system_wide: request.system_wide,
@@ -343,6 +431,8 @@ pub fn validate(
         call_graph,
         jvm_attach: !request.no_jvm_attach,
         root: false,
+        mode,
+        min_block_ns,
     })
 }
 
@@ -572,8 +662,8 @@ mod tests {
         assert_eq!(
             dwarf(Some(65528)).unwrap().wants(),
             Wants {
-                flags: 0,
-                user_copy_bytes: 65528
+                user_copy_bytes: 65528,
+                ..Wants::default()
             }
         );
         for bad in [0, 12, 65536, u32::MAX - 7] {
@@ -591,6 +681,45 @@ mod tests {
         assert_eq!(spec.call_graph, CallGraph::FramePointers);
         assert_eq!(spec.call_graph.dwarf_stack_bytes(), 0);
         assert_eq!(spec.call_graph.wants().flags, WANT_STACKS);
+    }
+
+    /// Off-CPU and wall sessions take the sampling channel, the off-CPU one or both, need
+    /// stacks, and say their minimum block to the off-CPU channel alone.
+    #[test]
+    fn modes_take_their_channels_and_need_stacks() {
+        let spec_of = |mode, min_block, call_graph| {
+            let mut r = request(&[1], false, Some(1000));
+            r.mode = ModeRequest::Known(mode);
+            r.min_block = min_block;
+            r.call_graph = call_graph;
+            validate(&r, limits(100_000))
+        };
+        let fp = CallGraphMode::FramePointers;
+        let cpu = spec_of(ProfileMode::Cpu, None, fp).unwrap();
+        assert_eq!(cpu.channels().collect::<Vec<_>>(), [1_000_000]);
+        let off = spec_of(ProfileMode::OffCpu, Some(Duration::from_micros(50)), fp).unwrap();
+        assert_eq!(off.channels().collect::<Vec<_>>(), [OFF_CPU_PERIOD]);
+        assert_eq!(off.wants_at(OFF_CPU_PERIOD).min_block_ns, 50_000);
+        assert_eq!(off.wants_at(OFF_CPU_PERIOD).flags, WANT_STACKS);
+        let wall = spec_of(ProfileMode::Wall, Some(Duration::from_millis(1)), fp).unwrap();
+        assert_eq!(
+            wall.channels().collect::<Vec<_>>(),
+            [1_000_000, OFF_CPU_PERIOD]
+        );
+        assert_eq!(
+            wall.wants_at(1_000_000).min_block_ns,
+            0,
+            "samples have no blocks"
+        );
+        let no_stacks = spec_of(ProfileMode::OffCpu, None, CallGraphMode::None);
+        assert!(message(no_stacks).contains("needs call stacks"));
+        let cpu_min = spec_of(ProfileMode::Cpu, Some(Duration::from_millis(1)), fp);
+        assert!(message(cpu_min).contains("off-CPU and wall modes only"));
+        let long = spec_of(ProfileMode::Wall, Some(Duration::from_secs(61)), fp);
+        assert!(message(long).contains("longer than the 60s"));
+        let mut newer = request(&[1], false, None);
+        newer.mode = ModeRequest::Unknown(9);
+        assert!(message(validate(&newer, limits(100_000))).contains("unknown mode 9"));
     }
 
     #[test]

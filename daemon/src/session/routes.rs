@@ -29,7 +29,7 @@ use std::{
 use vmscope_common::{TargetKey, WANT_ROOT, WANT_STACKS, Wants};
 
 use super::request::SessionSpec;
-use crate::bpf::{Guard, SamplerControl, SamplerError, Tracking, period_of};
+use crate::bpf::{Guard, SamplerControl, SamplerError, Tracking};
 
 /// Counts per piece of kernel state.
 #[derive(Debug, Default)]
@@ -73,15 +73,17 @@ enum Update {
 }
 
 /// The counts behind one filter map (`TARGETS` or `SYSTEM_WIDE`): sessions per entry, how
-/// many of them want frame-pointer stacks, how many are root's, and how many want each size of
-/// user stack copy (never more than the sessions). The entry's value is their union: stacks if
-/// any wants them, root's if any is root's, the largest copy any wants.
+/// many of them want frame-pointer stacks, how many are root's, how many want each size of
+/// user stack copy (never more than the sessions), and each minimum block (off-CPU entries).
+/// The entry's value is their union: stacks if any wants them, root's if any is root's, the
+/// largest copy any wants, the shortest minimum block.
 #[derive(Debug)]
 struct Filter<K> {
     sessions: HashMap<K, u32>,
     stacks: HashMap<K, u32>,
     root: HashMap<K, u32>,
     copies: HashMap<K, BTreeMap<u32, u32>>,
+    min_blocks: HashMap<K, BTreeMap<u64, u32>>,
 }
 
 impl<K> Default for Filter<K> {
@@ -91,7 +93,29 @@ impl<K> Default for Filter<K> {
             stacks: HashMap::new(),
             root: HashMap::new(),
             copies: HashMap::new(),
+            min_blocks: HashMap::new(),
         }
+    }
+}
+
+/// Counts one more of `value` in a key's multiset.
+fn add_value<K: Hash + Eq, V: Ord>(map: &mut HashMap<K, BTreeMap<V, u32>>, key: K, value: V) {
+    *map.entry(key).or_default().entry(value).or_insert(0) += 1;
+}
+
+/// Counts one less of `value` in a key's multiset.
+fn remove_value<K: Hash + Eq, V: Ord>(map: &mut HashMap<K, BTreeMap<V, u32>>, key: K, value: V) {
+    let Some(values) = map.get_mut(&key) else {
+        return;
+    };
+    match values.get_mut(&value) {
+        Some(count) if *count > 1 => *count -= 1,
+        _ => {
+            values.remove(&value);
+        }
+    }
+    if values.is_empty() {
+        map.remove(&key);
     }
 }
 
@@ -108,6 +132,11 @@ impl<K: Hash + Eq + Copy> Filter<K> {
                 .get(&key)
                 .and_then(|sizes| sizes.keys().next_back().copied())
                 .unwrap_or(0),
+            min_block_ns: self
+                .min_blocks
+                .get(&key)
+                .and_then(|mins| mins.keys().next().copied())
+                .unwrap_or(0),
         }
     }
 
@@ -122,13 +151,9 @@ impl<K: Hash + Eq + Copy> Filter<K> {
             bump(&mut self.root, key);
         }
         if wants.user_copy_bytes > 0 {
-            *self
-                .copies
-                .entry(key)
-                .or_default()
-                .entry(wants.user_copy_bytes)
-                .or_insert(0) += 1;
+            add_value(&mut self.copies, key, wants.user_copy_bytes);
         }
+        add_value(&mut self.min_blocks, key, wants.min_block_ns);
         let after = self.wants(key);
         if before == Some(after) {
             Update::Unchanged
@@ -147,20 +172,10 @@ impl<K: Hash + Eq + Copy> Filter<K> {
         if wants.for_root() {
             drop_one(&mut self.root, key);
         }
-        if wants.user_copy_bytes > 0
-            && let Some(sizes) = self.copies.get_mut(&key)
-        {
-            let size = wants.user_copy_bytes;
-            match sizes.get_mut(&size) {
-                Some(count) if *count > 1 => *count -= 1,
-                _ => {
-                    sizes.remove(&size);
-                }
-            }
-            if sizes.is_empty() {
-                self.copies.remove(&key);
-            }
+        if wants.user_copy_bytes > 0 {
+            remove_value(&mut self.copies, key, wants.user_copy_bytes);
         }
+        remove_value(&mut self.min_blocks, key, wants.min_block_ns);
         if drop_one(&mut self.sessions, key) {
             return Update::Remove;
         }
@@ -204,45 +219,65 @@ fn apply_system_wide(
 }
 
 impl Routes {
-    /// Makes the kernel sample what `spec` asks for. On failure nothing is left changed.
+    /// Makes the kernel sample what `spec` asks for, on each of its channels (its sampling
+    /// period, the off-CPU channel). On failure nothing is left changed.
     pub fn acquire(
         &mut self,
         sampler: &mut dyn SamplerControl,
         spec: &SessionSpec,
     ) -> Result<(), SamplerError> {
-        let period_ns = period_of(spec.frequency_hz);
-        let wants = spec.wants();
-        // Filters first, perf events last: an event that fires before its filter is set only
-        // wastes a tick, but the other order would be the same with more to undo.
-        if spec.system_wide {
-            let update = self.system_wide.join(period_ns, wants);
-            if let Err(e) = apply_system_wide(sampler, period_ns, update) {
-                self.system_wide.leave(period_ns, wants);
+        let channels: Vec<u64> = spec.channels().collect();
+        for (i, &channel) in channels.iter().enumerate() {
+            if let Err(e) = self.acquire_channel(sampler, spec, channel) {
+                for &acquired in &channels[..i] {
+                    self.release_channel(sampler, spec, acquired);
+                }
                 return Err(e);
             }
-            self.system_wide_sessions += 1;
-            sampler.set_system_wide_sessions(self.system_wide_sessions);
         }
-        for (i, &tgid) in spec.pids.iter().enumerate() {
-            let key = target_key(period_ns, tgid);
-            let update = self.targets.join(key, wants);
-            if let Err(e) = apply_target(sampler, key, update) {
-                self.targets.leave(key, wants);
-                let partial = SessionSpec {
-                    pids: spec.pids[..i].to_vec(),
-                    ..spec.clone()
-                };
-                self.release_filters(sampler, &partial);
-                return Err(e);
-            }
+        // Tracked once per session, whatever its channels.
+        for &tgid in &spec.pids {
             bump(&mut self.tracked, tgid);
             sampler.set_tracking(tgid, Tracking::Leader, Guard::Held);
         }
-        if bump(&mut self.periods, period_ns)
-            && let Err(e) = sampler.start_period(period_ns)
+        if spec.system_wide {
+            self.system_wide_sessions += 1;
+            sampler.set_system_wide_sessions(self.system_wide_sessions);
+        }
+        Ok(())
+    }
+
+    /// [`Routes::acquire`] of one channel: filters first, the channel's events (perf events,
+    /// the switch programs) last: an event that fires before its filter is set only wastes a
+    /// tick, but the other order would be the same with more to undo.
+    fn acquire_channel(
+        &mut self,
+        sampler: &mut dyn SamplerControl,
+        spec: &SessionSpec,
+        channel: u64,
+    ) -> Result<(), SamplerError> {
+        let wants = spec.wants_at(channel);
+        if spec.system_wide {
+            let update = self.system_wide.join(channel, wants);
+            if let Err(e) = apply_system_wide(sampler, channel, update) {
+                self.system_wide.leave(channel, wants);
+                return Err(e);
+            }
+        }
+        for (i, &tgid) in spec.pids.iter().enumerate() {
+            let key = target_key(channel, tgid);
+            let update = self.targets.join(key, wants);
+            if let Err(e) = apply_target(sampler, key, update) {
+                self.targets.leave(key, wants);
+                self.leave_filters(sampler, spec, channel, &spec.pids[..i]);
+                return Err(e);
+            }
+        }
+        if bump(&mut self.periods, channel)
+            && let Err(e) = sampler.start_period(channel)
         {
-            drop_one(&mut self.periods, period_ns);
-            self.release_filters(sampler, spec);
+            drop_one(&mut self.periods, channel);
+            self.leave_filters(sampler, spec, channel, &spec.pids);
             return Err(e);
         }
         Ok(())
@@ -250,12 +285,29 @@ impl Routes {
 
     /// Undoes [`Routes::acquire`] for the pids in `spec` (those not released one by one).
     pub fn release(&mut self, sampler: &mut dyn SamplerControl, spec: &SessionSpec) {
-        let period_ns = period_of(spec.frequency_hz);
-        if drop_one(&mut self.periods, period_ns) {
-            sampler.stop_period(period_ns);
-            sampler.clear_lost(period_ns);
+        for channel in spec.channels() {
+            self.release_channel(sampler, spec, channel);
         }
-        self.release_filters(sampler, spec);
+        for &tgid in &spec.pids {
+            self.untrack(sampler, tgid);
+        }
+        if spec.system_wide {
+            self.system_wide_sessions = self.system_wide_sessions.saturating_sub(1);
+            sampler.set_system_wide_sessions(self.system_wide_sessions);
+        }
+    }
+
+    fn release_channel(
+        &mut self,
+        sampler: &mut dyn SamplerControl,
+        spec: &SessionSpec,
+        channel: u64,
+    ) {
+        if drop_one(&mut self.periods, channel) {
+            sampler.stop_period(channel);
+            sampler.clear_lost(channel);
+        }
+        self.leave_filters(sampler, spec, channel, &spec.pids);
     }
 
     /// Stops sampling one process of a session early (it exited, or may no longer be
@@ -266,29 +318,49 @@ impl Routes {
         spec: &SessionSpec,
         tgid: u32,
     ) {
-        let key = target_key(period_of(spec.frequency_hz), tgid);
-        let update = self.targets.leave(key, spec.wants());
+        for channel in spec.channels() {
+            self.leave_target(sampler, spec, channel, tgid);
+        }
+        self.untrack(sampler, tgid);
+    }
+
+    fn leave_target(
+        &mut self,
+        sampler: &mut dyn SamplerControl,
+        spec: &SessionSpec,
+        channel: u64,
+        tgid: u32,
+    ) {
+        let key = target_key(channel, tgid);
+        let update = self.targets.leave(key, spec.wants_at(channel));
         if let Err(e) = apply_target(sampler, key, update) {
             // Only a value change can fail here; the entry stays, with stacks nobody reads.
             tracing::warn!(?key, "turning stacks down for a target failed: {e}");
         }
+    }
+
+    fn untrack(&mut self, sampler: &mut dyn SamplerControl, tgid: u32) {
         if drop_one(&mut self.tracked, tgid) {
             sampler.set_tracking(tgid, Tracking::Off, Guard::Held);
         }
     }
 
-    fn release_filters(&mut self, sampler: &mut dyn SamplerControl, spec: &SessionSpec) {
-        let period_ns = period_of(spec.frequency_hz);
-        for &tgid in &spec.pids {
-            self.release_target(sampler, spec, tgid);
+    /// Counts the session out of `channel`'s filters of `pids`, and system-wide.
+    fn leave_filters(
+        &mut self,
+        sampler: &mut dyn SamplerControl,
+        spec: &SessionSpec,
+        channel: u64,
+        pids: &[u32],
+    ) {
+        for &tgid in pids {
+            self.leave_target(sampler, spec, channel, tgid);
         }
         if spec.system_wide {
-            let update = self.system_wide.leave(period_ns, spec.wants());
-            if let Err(e) = apply_system_wide(sampler, period_ns, update) {
-                tracing::warn!(period_ns, "turning stacks down system-wide failed: {e}");
+            let update = self.system_wide.leave(channel, spec.wants_at(channel));
+            if let Err(e) = apply_system_wide(sampler, channel, update) {
+                tracing::warn!(channel, "turning stacks down system-wide failed: {e}");
             }
-            self.system_wide_sessions = self.system_wide_sessions.saturating_sub(1);
-            sampler.set_system_wide_sessions(self.system_wide_sessions);
         }
     }
 }
@@ -307,7 +379,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        bpf::fake::{FakeKernel, FakeSampler},
+        bpf::{
+            fake::{FakeKernel, FakeSampler},
+            period_of,
+        },
         session::request::CallGraph,
     };
 
@@ -323,6 +398,8 @@ mod tests {
             call_graph,
             jvm_attach: true,
             root: false,
+            mode: vmscope_model::ProfileMode::Cpu,
+            min_block_ns: 0,
         }
     }
 
@@ -601,6 +678,12 @@ mod tests {
         }
         fn clear_lost(&mut self, period_ns: u64) {
             self.inner.clear_lost(period_ns)
+        }
+        fn note_blocked(&mut self, tid: u32, blocked: vmscope_common::Blocked) -> bool {
+            self.inner.note_blocked(tid, blocked)
+        }
+        fn blocked(&self) -> Vec<(u32, vmscope_common::Blocked)> {
+            self.inner.blocked()
         }
     }
 }

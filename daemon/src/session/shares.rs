@@ -144,6 +144,8 @@ mod tests {
             call_graph,
             jvm_attach: true,
             root: false,
+            mode: vmscope_model::ProfileMode::Cpu,
+            min_block_ns: 0,
         }
     }
 

@@ -24,12 +24,17 @@
 //! A stack is also told apart by the intervals its VM had under way when the sample was taken
 //! (a scavenge, a safepoint...: [`DuringId`]), so that a profile can say where the time went
 //! during each kind, and cut a flame graph to it, from the same counts.
+//!
+//! Off the CPU (`--mode off-cpu`, `wall`), a thread's blocks are interned in the same stacks,
+//! and counted apart ([`StackTable::blocks`]): per `(thread, stack, why it was off the CPU)`,
+//! how many and their time. A stack the thread both ran and blocked in (rare: a block's stack
+//! goes through the scheduler) has both counts.
 
 use std::hash::BuildHasher;
 
 use hashbrown::{HashMap, HashSet, HashTable};
 
-use vmscope_model::IntervalKind;
+use vmscope_model::{BlockState, IntervalKind};
 
 use crate::{
     stats::intervals::During,
@@ -79,6 +84,18 @@ impl StackSpan {
     }
 }
 
+/// Blocks of one thread in one stack and state: how many, and their time off the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Blocks {
+    /// How many.
+    pub count: u64,
+    /// Their time off the CPU inside the session, in nanoseconds.
+    pub ns: u64,
+}
+
+/// The key of a thread's blocks: the thread, the stack it blocked in, why.
+pub type BlockKey = (Task, StackId, BlockState);
+
 /// The interned locations and stacks of one session, and its samples per `(thread, stack)`.
 #[derive(Clone, Debug)]
 pub struct StackTable {
@@ -90,6 +107,8 @@ pub struct StackTable {
     pub stacks: Vec<StackSpan>,
     /// Samples per thread and stack.
     pub counts: HashMap<(Task, StackId), u64, foldhash::fast::RandomState>,
+    /// Blocks per thread, stack and why (off-CPU and wall sessions).
+    pub blocks: HashMap<BlockKey, Blocks, foldhash::fast::RandomState>,
     /// Distinct sets of interval kinds, by [`DuringId`] (0, the empty set, included).
     pub during: Vec<Box<[IntervalKind]>>,
     during_index: HashMap<Box<[IntervalKind]>, DuringId, foldhash::fast::RandomState>,
@@ -129,6 +148,7 @@ impl StackTable {
             frames: Vec::new(),
             stacks: Vec::new(),
             counts: HashMap::default(),
+            blocks: HashMap::default(),
             during: Vec::new(),
             during_index: HashMap::default(),
             during_of_log: HashMap::default(),
@@ -159,6 +179,31 @@ impl StackTable {
         // Stacks are cut only once the table is full: below that, no sample looks.
         if self.stacks.len() >= self.max_stacks && self.cut_at_limit(stack) {
             self.beyond_limit += 1;
+        }
+    }
+
+    /// Counts one block of `task` in `stack`, off the CPU `ns` for `state`.
+    pub fn add_block(&mut self, task: impl Into<Task>, stack: StackId, state: BlockState, ns: u64) {
+        let blocks = self.blocks.entry((task.into(), stack, state)).or_default();
+        blocks.count += 1;
+        blocks.ns = blocks.ns.saturating_add(ns);
+    }
+
+    /// Takes back one block of `task` counted in `stack` (it is counted elsewhere now).
+    pub fn remove_block(
+        &mut self,
+        task: impl Into<Task>,
+        stack: StackId,
+        state: BlockState,
+        ns: u64,
+    ) {
+        let key = (task.into(), stack, state);
+        if let Some(blocks) = self.blocks.get_mut(&key) {
+            blocks.count = blocks.count.saturating_sub(1);
+            blocks.ns = blocks.ns.saturating_sub(ns);
+            if blocks.count == 0 {
+                self.blocks.remove(&key);
+            }
         }
     }
 
@@ -479,6 +524,11 @@ impl StackTable {
                 .iter()
                 .map(|(&(task, stack), &n)| (task, stack, n))
                 .collect(),
+            blocks: self
+                .blocks
+                .iter()
+                .map(|(&(task, stack, state), &b)| (task, stack, state, b))
+                .collect(),
             during: self.during.clone(),
         }
     }
@@ -504,6 +554,8 @@ pub struct StackSnapshot {
     pub stacks: Vec<StackSpan>,
     /// Samples per thread and stack.
     pub counts: Vec<(Task, StackId, u64)>,
+    /// Blocks per thread, stack and why.
+    pub blocks: Vec<(Task, StackId, BlockState, Blocks)>,
     /// Sets of interval kinds, by [`DuringId`] (empty when no sample was in one).
     pub during: Vec<Box<[IntervalKind]>>,
 }
@@ -549,8 +601,9 @@ impl StackSnapshot {
             HashMap<LocationId, LocationId>,
         );
         let mut parts: std::collections::BTreeMap<u32, Renumbering> = Default::default();
-        for &(task, stack, samples) in &self.counts {
-            let (part, stack_ids, location_ids) = parts.entry(task.pid).or_insert_with(|| {
+        // The stack `stack` in `pid`'s part, renumbered on first sight.
+        let mut part_stack = |pid: u32, stack: StackId| -> (u32, StackId) {
+            let (part, stack_ids, location_ids) = parts.entry(pid).or_insert_with(|| {
                 let part = StackSnapshot {
                     during: self.during.clone(),
                     ..StackSnapshot::default()
@@ -570,7 +623,27 @@ impl StackSnapshot {
                 part.stacks.push(StackSpan { start, ..span });
                 StackId(part.stacks.len() as u32 - 1)
             });
-            part.counts.push((task, id, samples));
+            (pid, id)
+        };
+        let mut counts = Vec::with_capacity(self.counts.len());
+        for &(task, stack, samples) in &self.counts {
+            let (_, id) = part_stack(task.pid, stack);
+            counts.push((task, id, samples));
+        }
+        let mut blocks = Vec::with_capacity(self.blocks.len());
+        for &(task, stack, state, b) in &self.blocks {
+            let (_, id) = part_stack(task.pid, stack);
+            blocks.push((task, id, state, b));
+        }
+        for (task, id, samples) in counts {
+            if let Some((part, ..)) = parts.get_mut(&task.pid) {
+                part.counts.push((task, id, samples));
+            }
+        }
+        for (task, id, state, b) in blocks {
+            if let Some((part, ..)) = parts.get_mut(&task.pid) {
+                part.blocks.push((task, id, state, b));
+            }
         }
         parts
             .into_iter()

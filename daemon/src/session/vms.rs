@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use vmscope_model::IntervalKind;
+
 use super::{Session, State};
 use crate::stats::{
     intervals::During,
@@ -79,6 +81,14 @@ impl Vms {
         }
         let during = self.states.get(&pid)?.during(ts);
         (!during.set.is_empty()).then_some(during)
+    }
+
+    /// How much of `[begin, end)` each kind of `pid`'s intervals covers: a block's time waiting
+    /// in each. Empty for a process that publishes none.
+    pub fn overlaps(&self, pid: u32, begin: u64, end: u64) -> Vec<(IntervalKind, u64)> {
+        self.states
+            .get(&pid)
+            .map_or_else(Vec::new, |state| state.overlaps(begin, end))
     }
 
     /// The state of `pid`, if it published.

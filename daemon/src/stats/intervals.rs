@@ -65,6 +65,25 @@ impl KindLog {
         after > 0 && self.closed[after - 1].1 > ts
     }
 
+    /// How much of `[begin, end)` the kind's intervals cover: the union of its closed ranges,
+    /// and everything from the earliest begin still open.
+    fn overlap(&self, begin: u64, end: u64) -> u64 {
+        let open_from = self.open_since.unwrap_or(u64::MAX);
+        let closed_to = end.min(open_from);
+        let mut covered = 0;
+        let first = self.closed.partition_point(|&(_, e)| e <= begin);
+        for &(b, e) in self.closed.iter().skip(first) {
+            if b >= closed_to {
+                break;
+            }
+            covered += e.min(closed_to).saturating_sub(b.max(begin));
+        }
+        if open_from < end {
+            covered += end - open_from.max(begin);
+        }
+        covered
+    }
+
     /// Adds `[begin, end)` to the union.
     fn close(&mut self, begin: u64, end: u64) {
         if end <= begin {
@@ -227,6 +246,16 @@ impl IntervalLog {
         KindSet(set)
     }
 
+    /// How much of `[begin, end)` each kind's intervals cover, for the kinds that cover any:
+    /// the time a thread off its CPU then spent waiting in each (a GC, a safepoint).
+    pub fn overlaps(&self, begin: u64, end: u64) -> impl Iterator<Item = (&IntervalKind, u64)> {
+        self.kinds
+            .iter()
+            .zip(&self.logs)
+            .map(move |(kind, log)| (kind, log.overlap(begin, end)))
+            .filter(|&(_, ns)| ns > 0)
+    }
+
     /// The kinds under way at `ts`, with their names.
     pub fn during(&self, ts: u64) -> During<'_> {
         During {
@@ -249,6 +278,30 @@ mod tests {
             .indices()
             .map(|i| log.kinds()[i].clone())
             .collect()
+    }
+
+    /// A block's time inside each kind: the union of the kind's intervals it overlaps, an open
+    /// one up to the block's end, counted once where intervals of a kind overlap.
+    #[test]
+    fn a_block_is_inside_as_long_as_it_overlaps_the_union() {
+        let mut log = IntervalLog::default();
+        log.begin(100, &GC, 1);
+        log.end(200, &GC, 1);
+        log.begin(150, &SAFEPOINT, 1);
+        log.end(160, &SAFEPOINT, 1);
+        log.begin(300, &GC, 2);
+        log.begin(350, &GC, 3);
+        log.end(400, &GC, 3);
+        let over = |b, e| -> Vec<(IntervalKind, u64)> {
+            log.overlaps(b, e).map(|(k, ns)| (k.clone(), ns)).collect()
+        };
+        assert_eq!(over(0, 100), []);
+        assert_eq!(over(50, 120), [(GC, 20)]);
+        assert_eq!(over(120, 180), [(GC, 60), (SAFEPOINT, 10)]);
+        // 100..200 closed, 300.. open (350..400 inside it, once).
+        assert_eq!(over(0, 1_000), [(GC, 100 + 700), (SAFEPOINT, 10)]);
+        assert_eq!(over(250, 320), [(GC, 20)]);
+        assert_eq!(over(200, 300), [], "ends are exclusive");
     }
 
     #[test]

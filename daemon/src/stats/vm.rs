@@ -596,6 +596,14 @@ impl VmState {
         self.intervals.during(ts)
     }
 
+    /// How much of `[begin, end)` each kind of its intervals covers (kinds that cover any).
+    pub fn overlaps(&self, begin: u64, end: u64) -> Vec<(IntervalKind, u64)> {
+        self.intervals
+            .overlaps(begin, end)
+            .map(|(kind, ns)| (kind.clone(), ns))
+            .collect()
+    }
+
     /// Intervals forgotten before no sample could need them (see [`IntervalLog::forgotten`]).
     pub fn intervals_forgotten(&self) -> u64 {
         self.intervals.forgotten()

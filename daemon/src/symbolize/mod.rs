@@ -236,6 +236,22 @@ impl Symbolizer {
                 issue: None,
                 build_id: None,
             },
+            Location::OffCpuSinceStart => Resolved {
+                section: Section::Other,
+                module: "[vmscope]".into(),
+                name: vmscope_model::off_cpu::SINCE_START_FRAME.into(),
+                symbolized: false,
+                issue: None,
+                build_id: None,
+            },
+            Location::StillOffCpu => Resolved {
+                section: Section::Other,
+                module: "[vmscope]".into(),
+                name: vmscope_model::off_cpu::STILL_BLOCKED_FRAME.into(),
+                symbolized: false,
+                issue: None,
+                build_id: None,
+            },
         }
     }
 

@@ -58,6 +58,12 @@ pub enum Location {
     /// No location: the caller of every stack its session cut because it held its most
     /// distinct stacks (see [`crate::session::StackTable`]).
     StackLimit,
+    /// No location: the one frame of a thread still off its CPU when its session stopped,
+    /// whose stacks the kernel takes only as it comes back.
+    StillOffCpu,
+    /// No location: the caller of the kernel frames of a block that began before its session
+    /// started, whose user stack (taken as a thread leaves its CPU) was never taken.
+    OffCpuSinceStart,
 }
 
 /// Why generated code is unexplained, as far as the daemon knows when it attributes the sample.

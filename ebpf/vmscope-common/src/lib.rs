@@ -20,6 +20,163 @@ pub const EVENT_EXEC: u32 = 1;
 /// sessions running, leader exits of every process are sent too (nothing is removed for those).
 pub const EVENT_EXIT: u32 = 2;
 
+/// [`Event::kind`] of a thread of a target coming back to a CPU after it was off it (off-CPU
+/// profiling): written as the thread is switched back in, when its user stack is still the one
+/// it blocked in and its kernel stack says where in the kernel it waited. The record is a
+/// sample's: the kernel stack (through the scheduler), then the user stack or its copy, as
+/// [`Wants`] asks. [`Event::period_ns`] holds the time it was off the CPU (the time the record
+/// stands for, as a sample's period is the CPU time it stands for), [`Event::timestamp_ns`] the
+/// time it came back, and [`Event::block_state`] why it had left.
+pub const EVENT_OFF_CPU: u32 = 3;
+
+/// The period of the off-CPU channel in the `TARGETS`, `SYSTEM_WIDE`, `LOST` and `SHED` maps: an
+/// entry at this "period" asks for a target's (or every process's) off-CPU time, not for
+/// samples. No sampling period is 0.
+pub const OFF_CPU_PERIOD: u64 = 0;
+
+/// Why a thread left its CPU (the scheduler's `prev_state`), as [`Event::block_state`] carries
+/// it: unknown.
+pub const BLOCK_UNKNOWN: u32 = 0;
+/// [`Event::block_state`]: preempted, or yielded, while runnable (`R`): it waited for a CPU.
+pub const BLOCK_PREEMPTED: u32 = 1;
+/// [`Event::block_state`]: an interruptible sleep (`S`): a timer, a lock, a futex, a read.
+pub const BLOCK_SLEEPING: u32 = 2;
+/// [`Event::block_state`]: an uninterruptible sleep (`D`): disk I/O, a page fault's read, a
+/// kernel lock.
+pub const BLOCK_UNINTERRUPTIBLE: u32 = 3;
+/// [`Event::block_state`]: stopped or traced (`T`, `t`): a signal or a debugger.
+pub const BLOCK_STOPPED: u32 = 4;
+/// [`Event::block_state`]: an idle wait (`I`, `TASK_IDLE`): kernel threads waiting for work.
+pub const BLOCK_IDLE: u32 = 5;
+/// [`Event::block_state`]: any other state the scheduler reports (parked...).
+pub const BLOCK_OTHER: u32 = 6;
+/// Not a block: an exiting thread's last switch (`TASK_DEAD`). It never comes back, and is not
+/// noted.
+pub const BLOCK_EXITED: u32 = 15;
+
+/// The kernel's task state bits, as `include/linux/sched.h` defines them (stable since 2.6).
+const TASK_INTERRUPTIBLE: u64 = 0x1;
+const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+const TASK_STOPPED: u64 = 0x4;
+const TASK_TRACED: u64 = 0x8;
+const TASK_DEAD: u64 = 0x80;
+const TASK_NOLOAD: u64 = 0x400;
+
+/// Why a thread left its CPU, from the `sched_switch` tracepoint's `preempt` and `prev_state`:
+/// one of the `BLOCK_*` values. A preempted thread is runnable whatever its state says (it was
+/// preempted while setting one); a state of 0 is `TASK_RUNNING`, a thread that yielded.
+pub const fn block_state(preempt: bool, prev_state: u64) -> u32 {
+    if preempt || prev_state == 0 {
+        return BLOCK_PREEMPTED;
+    }
+    if prev_state & TASK_DEAD != 0 {
+        return BLOCK_EXITED;
+    }
+    if prev_state & (TASK_UNINTERRUPTIBLE | TASK_NOLOAD) == TASK_UNINTERRUPTIBLE | TASK_NOLOAD {
+        BLOCK_IDLE
+    } else if prev_state & TASK_UNINTERRUPTIBLE != 0 {
+        BLOCK_UNINTERRUPTIBLE
+    } else if prev_state & TASK_INTERRUPTIBLE != 0 {
+        BLOCK_SLEEPING
+    } else if prev_state & (TASK_STOPPED | TASK_TRACED) != 0 {
+        BLOCK_STOPPED
+    } else {
+        BLOCK_OTHER
+    }
+}
+
+/// Value of the `BLOCKED` map, keyed by thread id: a thread of an off-CPU target that left its
+/// CPU and has not come back, since when, why, and its user stack as it left (which is still
+/// its stack when it comes back). The daemon also writes entries for the targets' threads when
+/// a session starts (those asleep then would never be seen leaving: [`BLOCKED_NOTED`], no
+/// stack), and reads what is left at a session's stop: threads still off the CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Blocked {
+    /// `bpf_ktime_get_ns()` when it left.
+    pub since_ns: u64,
+    /// Its process.
+    pub tgid: u32,
+    /// Why: one of the `BLOCK_*` values.
+    pub state: u32,
+    /// What was taken of its user stack: [`FLAG_STACK`] (frames in `user`),
+    /// [`FLAG_USER_STACK_FAILED`], [`FLAG_USER_TRUNCATED`], [`FLAG_USER_COPY`] (a copy in
+    /// `BLOCKED_COPIES`), [`FLAG_USER_COPY_FAULTED`]; or [`BLOCKED_NOTED`].
+    pub flags: u32,
+    /// Frames in `user`.
+    pub user_frames: u32,
+    /// The user stack by frame pointers, leaf first (the user ip first).
+    pub user: [u64; MAX_STACK_FRAMES],
+}
+
+impl Default for Blocked {
+    fn default() -> Self {
+        Blocked {
+            since_ns: 0,
+            tgid: 0,
+            state: 0,
+            flags: 0,
+            user_frames: 0,
+            user: [0; MAX_STACK_FRAMES],
+        }
+    }
+}
+
+/// [`Blocked::flags`] and [`Event::flags`] bit: the daemon noted the thread off its CPU when its
+/// session started; it was never seen leaving, and its user stack was not taken.
+pub const BLOCKED_NOTED: u32 = 256;
+
+/// Most bytes of user stack kept per thread off its CPU for `--call-graph dwarf` (the copy
+/// waits in the kernel until the thread comes back): perf's default copy, less one word so
+/// that the program's bound fits its buffer. Sessions asking for more get this much of a
+/// block's stack.
+pub const OFF_CPU_MAX_COPY: u32 = 8184;
+
+/// Value of the `BLOCKED_COPIES` map, keyed by thread id: the user registers and the top of the
+/// user stack of a thread off its CPU, for sessions that unwind copies (`--call-graph dwarf`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockedCopy {
+    /// The user registers; `len` bytes of stack follow.
+    pub header: UserCopyHeader,
+    /// The stack from `header.sp` up.
+    pub stack: [u8; OFF_CPU_MAX_COPY as usize + 8],
+}
+
+/// Most threads off their CPU whose stack copies the kernel keeps at once (`BLOCKED_COPIES`): a
+/// thread beyond is recorded with its frame-pointer stack alone.
+pub const MAX_BLOCKED_COPIES: u32 = 4096;
+
+/// Most threads off their CPU the kernel follows at once (the `BLOCKED` map, about 1 KiB a
+/// thread, allocated as threads block): the threads of a hundred large JVMs. A thread that
+/// leaves its CPU while it is full is not followed, and counted ([`OFF_CPU_UNFOLLOWED`]).
+pub const MAX_BLOCKED_THREADS: u32 = 32 * 1024;
+
+/// Value of the `SHORT_BLOCKS` per-CPU map, keyed by process: blocks shorter than every
+/// session's minimum ([`Wants::min_block_ns`]), counted in the kernel and not sent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ShortBlocks {
+    /// How many.
+    pub count: u64,
+    /// Their time off the CPU, summed, in nanoseconds.
+    pub ns: u64,
+}
+
+/// Index in the `OFF_CPU_COUNTS` per-CPU array: threads of off-CPU targets that left their CPU
+/// while `BLOCKED` was full, so that their time off it is unknown.
+pub const OFF_CPU_UNFOLLOWED: u32 = 0;
+/// Index in `OFF_CPU_COUNTS`: short blocks (see [`ShortBlocks`]) counted while `SHORT_BLOCKS`
+/// was full.
+pub const OFF_CPU_SHORT: u32 = 1;
+/// Index in `OFF_CPU_COUNTS`: the nanoseconds of those short blocks.
+pub const OFF_CPU_SHORT_NS: u32 = 2;
+/// Index in `OFF_CPU_COUNTS`: threads that left their CPU while `BLOCKED_COPIES` was full, whose
+/// blocks have their frame-pointer stack alone.
+pub const OFF_CPU_COPIES_FULL: u32 = 3;
+/// Slots of the `OFF_CPU_COUNTS` array.
+pub const OFF_CPU_COUNTS_LEN: u32 = 4;
+
 /// Value of a `TRACKED` entry: the process is removed from `TRACKED` (so no longer sampled for
 /// its target sessions) when its thread-group leader exits. Its pid cannot be given to another
 /// process before the leader is reaped, and the leader's exit comes before that.
@@ -107,6 +264,11 @@ pub const FLAG_USER_COPY: u32 = 32;
 /// before that address are all there.
 pub const FLAG_USER_COPY_FAULTED: u32 = 64;
 
+/// Where [`Event::flags`] carries an off-CPU event's `BLOCK_*` state: bits 16 to 19.
+pub const FLAG_BLOCK_STATE_SHIFT: u32 = 16;
+/// Mask of the block state in [`Event::flags`].
+pub const FLAG_BLOCK_STATE_MASK: u32 = 0xf << FLAG_BLOCK_STATE_SHIFT;
+
 /// [`Event::flags`] bit: the kernel kept the sample for the target sessions of its process (its
 /// `TARGETS` entry at this period and its `TRACKED` entry let it through). A sample without it
 /// was taken for system-wide sessions only, and no target session may count it.
@@ -146,6 +308,10 @@ pub struct Wants {
     /// (`--call-graph dwarf`); 0 for none. A multiple of 8, at most [`MAX_USER_COPY`]. A copy
     /// comes with the kernel stack too, as [`WANT_STACKS`] does.
     pub user_copy_bytes: u32,
+    /// Off-CPU entries ([`OFF_CPU_PERIOD`]): blocks shorter than this are counted in the
+    /// kernel and not sent (`--min-block`); the least any session there asked for. 0 for
+    /// sampling entries.
+    pub min_block_ns: u64,
 }
 
 impl Wants {
@@ -187,7 +353,8 @@ impl Wants {
         self.for_root() || held_bytes + record_bytes <= Wants::shared_ring_bytes(ring_bytes)
     }
 
-    /// What two sessions on the same samples want together.
+    /// What two sessions on the same samples want together: the shorter of their minimum
+    /// blocks, since a block either wants is sent.
     pub const fn union(self, other: Wants) -> Wants {
         Wants {
             flags: self.flags | other.flags,
@@ -195,6 +362,11 @@ impl Wants {
                 self.user_copy_bytes
             } else {
                 other.user_copy_bytes
+            },
+            min_block_ns: if self.min_block_ns < other.min_block_ns {
+                self.min_block_ns
+            } else {
+                other.min_block_ns
             },
         }
     }
@@ -263,6 +435,11 @@ pub const CONFIG_CRED_IDS: u32 = 3;
 /// Index in the `CONFIG` array of the offset of `cap_permitted` in `struct cred`; 0 (unknown)
 /// makes every [`GUARD_CREDS`] check fail.
 pub const CONFIG_CRED_CAPS: u32 = 4;
+/// Index in the `CONFIG` array of the offset of `pid` (the thread id) in `struct task_struct`:
+/// the switch program reads the thread coming back to its CPU, which is not the current one.
+pub const CONFIG_TASK_PID: u32 = 5;
+/// Index in the `CONFIG` array of the offset of `tgid` in `struct task_struct`.
+pub const CONFIG_TASK_TGID: u32 = 6;
 /// Number of slots in the `CONFIG` array.
 pub const CONFIG_LEN: u32 = 8;
 
@@ -274,7 +451,7 @@ pub const CONFIG_LEN: u32 = 8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
-    /// [`EVENT_SAMPLE`], [`EVENT_EXEC`] or [`EVENT_EXIT`].
+    /// [`EVENT_SAMPLE`], [`EVENT_OFF_CPU`], [`EVENT_EXEC`] or [`EVENT_EXIT`].
     pub kind: u32,
     /// CPU the event was taken on (`bpf_get_smp_processor_id`).
     pub cpu: u32,
@@ -289,8 +466,8 @@ pub struct Event {
     pub ip: u64,
     /// Sampling period of the perf event that fired, in nanoseconds. The kernel turns a
     /// cpu-clock frequency into the fixed period `NSEC_PER_SEC / freq`, so this names the
-    /// frequency group, and thereby the sessions, a sample belongs to. Exec events carry the
-    /// second half of the new `comm` here instead.
+    /// frequency group, and thereby the sessions, a sample belongs to. Off-CPU events carry the
+    /// time the thread was off the CPU here; exec events the second half of the new `comm`.
     pub period_ns: u64,
     /// [`FLAG_KERNEL_MODE`], [`FLAG_STACK`] and the stack flags.
     pub flags: u32,
@@ -380,6 +557,11 @@ impl Event {
         self.flags & FLAG_KERNEL_MODE != 0
     }
 
+    /// An off-CPU event's reason for leaving its CPU: one of the `BLOCK_*` values.
+    pub const fn block_state(&self) -> u32 {
+        (self.flags & FLAG_BLOCK_STATE_MASK) >> FLAG_BLOCK_STATE_SHIFT
+    }
+
     /// An exec event's new command name: the kernel sets it from the exec'd file's name before
     /// the event fires, so it names the program even when the process exits before the daemon
     /// can read `/proc` (`sh -c 'exit 7'` lives a millisecond). It travels in `ip` and
@@ -437,10 +619,25 @@ unsafe impl aya::Pod for Wants {}
 // SAFETY: repr(C), explicit padding, any bit pattern is valid.
 unsafe impl aya::Pod for Tracked {}
 
+#[cfg(feature = "user")]
+// SAFETY: repr(C), no padding, any bit pattern is valid.
+unsafe impl aya::Pod for Blocked {}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), no padding, any bit pattern is valid.
+unsafe impl aya::Pod for BlockedCopy {}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), no padding, any bit pattern is valid.
+unsafe impl aya::Pod for ShortBlocks {}
+
 const _: () = assert!(Event::SIZE == 48);
 const _: () = assert!(core::mem::size_of::<TargetKey>() == 16);
 const _: () = assert!(UserCopyHeader::SIZE == 32);
-const _: () = assert!(core::mem::size_of::<Wants>() == 8);
+const _: () = assert!(core::mem::size_of::<Wants>() == 16);
+const _: () = assert!(core::mem::size_of::<Blocked>() == 24 + 8 * MAX_STACK_FRAMES);
+const _: () = assert!(core::mem::size_of::<BlockedCopy>() == 32 + OFF_CPU_MAX_COPY as usize + 8);
+const _: () = assert!(BLOCK_EXITED << FLAG_BLOCK_STATE_SHIFT & !FLAG_BLOCK_STATE_MASK == 0);
 const _: () = assert!(core::mem::size_of::<Creds>() == 40);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 48);
 const _: () = assert!(MAX_USER_COPY.is_multiple_of(8) && DEFAULT_USER_COPY.is_multiple_of(8));
@@ -581,18 +778,29 @@ mod tests {
     fn wants_unite_to_the_most_either_asks_for() {
         let fp = Wants {
             flags: WANT_STACKS,
-            user_copy_bytes: 0,
+            ..Wants::default()
         };
         let dwarf = Wants {
-            flags: 0,
             user_copy_bytes: 8192,
+            ..Wants::default()
         };
         assert_eq!(
             fp.union(dwarf),
             Wants {
                 flags: WANT_STACKS,
-                user_copy_bytes: 8192
+                user_copy_bytes: 8192,
+                min_block_ns: 0,
             }
+        );
+        let off_cpu = |min_block_ns| Wants {
+            flags: WANT_STACKS,
+            min_block_ns,
+            ..Wants::default()
+        };
+        assert_eq!(
+            off_cpu(1_000_000).union(off_cpu(5_000)).min_block_ns,
+            5_000,
+            "a block either session wants is sent"
         );
         assert!(fp.any_stack() && dwarf.any_stack() && !Wants::default().any_stack());
     }
@@ -601,8 +809,8 @@ mod tests {
     fn samples_no_root_session_wants_stay_out_of_roots_half_of_the_ring() {
         const RING: u64 = 1 << 20;
         let users = Wants {
-            flags: 0,
             user_copy_bytes: MAX_USER_COPY,
+            ..Wants::default()
         };
         let roots = Wants {
             flags: WANT_ROOT,
@@ -615,7 +823,7 @@ mod tests {
         assert_eq!(
             Wants {
                 flags: WANT_STACKS,
-                user_copy_bytes: 0
+                ..Wants::default()
             }
             .max_record_bytes(),
             48 + 2032
@@ -629,6 +837,37 @@ mod tests {
         assert!(roots.fits(big, RING - big, RING), "root's may use it all");
         // A union with root's sessions is root's.
         assert!(users.union(roots).for_root() && roots.union(users).for_root());
+    }
+
+    /// The scheduler's states, as `/proc/PID/stat` letters them, each in its class; a
+    /// preempted thread is runnable whatever its state word says.
+    #[test]
+    fn block_states_follow_the_scheduler_s_prev_state() {
+        assert_eq!(block_state(false, 0), BLOCK_PREEMPTED, "R: yielded");
+        assert_eq!(
+            block_state(true, 0x1),
+            BLOCK_PREEMPTED,
+            "preempted mid-sleep"
+        );
+        assert_eq!(block_state(false, 0x1), BLOCK_SLEEPING, "S");
+        assert_eq!(block_state(false, 0x2), BLOCK_UNINTERRUPTIBLE, "D");
+        assert_eq!(
+            block_state(false, 0x102),
+            BLOCK_UNINTERRUPTIBLE,
+            "TASK_KILLABLE"
+        );
+        assert_eq!(block_state(false, 0x402), BLOCK_IDLE, "TASK_IDLE");
+        assert_eq!(block_state(false, 0x4), BLOCK_STOPPED, "T");
+        assert_eq!(block_state(false, 0x8), BLOCK_STOPPED, "t");
+        assert_eq!(block_state(false, 0x40), BLOCK_OTHER, "parked");
+        assert_eq!(block_state(false, 0x80), BLOCK_EXITED, "its last switch");
+        let e = Event {
+            kind: EVENT_OFF_CPU,
+            flags: FLAG_KERNEL_MODE | BLOCK_UNINTERRUPTIBLE << FLAG_BLOCK_STATE_SHIFT,
+            ..Event::default()
+        };
+        assert_eq!(e.block_state(), BLOCK_UNINTERRUPTIBLE);
+        assert!(e.is_kernel());
     }
 
     #[test]

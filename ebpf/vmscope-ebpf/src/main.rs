@@ -28,6 +28,17 @@
 //!   every target, the moment its thread-group leader exits, and tells the daemon
 //!   ([`EVENT_EXIT`]). Whatever is forked into the pid afterwards is never sampled for the old
 //!   target's sessions, however late the daemon reads the event.
+//! * Off-CPU time, attached only while an off-CPU or wall session runs: `vmscope_switch`
+//!   (`tp_btf/sched_switch`, which runs as the leaving thread, with the leaving and the coming
+//!   thread as arguments) notes in `BLOCKED` when a thread of an off-CPU target
+//!   ([`OFF_CPU_PERIOD`] entries of `TARGETS` and `SYSTEM_WIDE`) leaves its CPU: when, why, and
+//!   its user stack (by frame pointers, and for `--call-graph dwarf` its registers and the top
+//!   of its stack in `BLOCKED_COPIES`), which only it can be read as. When such a thread is the
+//!   one coming back, its entry is taken out and, for a block at least as long as the sessions'
+//!   minimum, an [`EVENT_OFF_CPU`] record is written exactly as a sample's: its kernel stack
+//!   (read from the sleeping task, `bpf_get_task_stack`), then the user stack kept. Shorter
+//!   blocks are counted per process in `SHORT_BLOCKS`. This kernel has no kprobes, and refuses
+//!   fentry programs: the switch tracepoint is all there is to run on.
 //!
 //! Built for `bpfel-unknown-none` by `daemon/build.rs` (aya-build). On the host this file
 //! compiles to an empty `main` so that `cargo build --workspace` and clippy work.
@@ -41,25 +52,30 @@ mod prog {
             BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
             bpf_perf_event_data, pt_regs,
         },
+        cty::c_void,
         helpers::{
             bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
             bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
             generated::{
-                bpf_get_current_task, bpf_get_current_task_btf, bpf_probe_read_user,
+                bpf_get_current_task, bpf_get_current_task_btf, bpf_get_task_stack,
+                bpf_probe_read_kernel as probe_read_kernel_raw, bpf_probe_read_user,
                 bpf_task_pt_regs,
             },
         },
-        macros::{map, perf_event, raw_tracepoint},
+        macros::{btf_tracepoint, map, perf_event, raw_tracepoint},
         maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-        programs::{PerfEventContext, RawTracePointContext},
+        programs::{BtfTracePointContext, PerfEventContext, RawTracePointContext},
     };
     use vmscope_common::{
-        CONFIG_CRED_CAPS, CONFIG_CRED_IDS, CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE,
-        CONFIG_TASK_CRED, Creds, EVENT_EXEC, EVENT_EXIT, EVENT_SAMPLE, Event, FLAG_KERNEL_MODE,
+        BLOCK_EXITED, BLOCKED_NOTED, Blocked, BlockedCopy, CONFIG_CRED_CAPS, CONFIG_CRED_IDS,
+        CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, CONFIG_TASK_CRED, Creds, EVENT_EXEC,
+        EVENT_EXIT, EVENT_OFF_CPU, EVENT_SAMPLE, Event, FLAG_BLOCK_STATE_SHIFT, FLAG_KERNEL_MODE,
         FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED,
-        FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_OPEN, MAX_LOST_KEYS,
-        MAX_STACK_FRAMES, MAX_TARGETS, MAX_USER_COPY, RING_BUFFER_BYTES, TRACK_ANY_THREAD,
-        TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants,
+        FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_HELD, GUARD_OPEN,
+        MAX_BLOCKED_COPIES, MAX_BLOCKED_THREADS, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS,
+        MAX_USER_COPY, OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN, OFF_CPU_MAX_COPY, OFF_CPU_PERIOD,
+        OFF_CPU_SHORT, OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED, RING_BUFFER_BYTES, ShortBlocks,
+        TRACK_ANY_THREAD, TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants, block_state,
     };
 
     /// `MAX_STACK_FRAMES` is 127 = 0x7f: masking a frame count with it gives the verifier a
@@ -84,6 +100,16 @@ mod prog {
     /// verifier can prove each write and the output in bounds.
     const TAIL_WORDS: usize = FRAMES_MASK + HEADER_WORDS + (COPIED_MASK + 1 + CHUNK_MASK + 1) / 8;
     const _: () = assert!(2 * MAX_STACK_FRAMES <= FRAMES_MASK);
+    /// Bound of a kept copy's length (at most `OFF_CPU_MAX_COPY`), for the verifier.
+    const OFF_CPU_COPY_MASK: usize = 0x1fff;
+    const _: () = assert!(OFF_CPU_MAX_COPY as usize <= OFF_CPU_COPY_MASK);
+    const _: () =
+        assert!(core::mem::size_of::<BlockedCopy>() >= UserCopyHeader::SIZE + OFF_CPU_COPY_MASK);
+    /// Bound of a record's length, for the verifier: the largest record fits under it.
+    const RECORD_MASK: usize = 0x1ffff;
+    const _: () = assert!(core::mem::size_of::<StackRecord>() <= RECORD_MASK + 1);
+    /// `BPF_F_NO_PREALLOC` of linux/bpf.h: hash map entries allocated as they are added.
+    const BPF_F_NO_PREALLOC: u32 = 1;
     const _: () = assert!(MAX_USER_COPY as usize <= COPIED_MASK && PAGE <= CHUNK_MASK);
 
     /// A sample record with room for both stacks, the user registers and the largest copy of
@@ -113,8 +139,10 @@ mod prog {
 
     /// Room to assemble a sample with stacks, one slot per possible CPU (the daemon sets the
     /// count at load), indexed by CPU number: a slot is about 74 KiB, above the 32 KiB a per-CPU
-    /// array value may hold. Perf event programs do not nest on one CPU, so a slot has one user
-    /// at a time.
+    /// array value may hold. Perf event programs do not nest on one CPU; the switch program,
+    /// which shares the slots, runs inside the scheduler with interrupts off, so that the
+    /// sampler's timer never fires inside it, and it never runs inside the sampler (the
+    /// scheduler does not run in an interrupt): a slot has one user at a time.
     #[map]
     static SCRATCH: Array<StackRecord> = Array::with_max_entries(1, 0);
 
@@ -170,6 +198,41 @@ mod prog {
     #[map]
     static LOST_UNKEYED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+    /// Threads of off-CPU targets off their CPU, by thread id: since when, why, and their user
+    /// stack (see `vmscope_switch`). Entries are allocated as threads leave (`BPF_F_NO_PREALLOC`):
+    /// about 1 KiB each, for the threads off their CPU now. Bounded: a thread that leaves while
+    /// it is full is counted in `OFF_CPU_COUNTS` and not followed.
+    #[map]
+    static BLOCKED: HashMap<u32, Blocked> =
+        HashMap::with_max_entries(MAX_BLOCKED_THREADS, BPF_F_NO_PREALLOC);
+
+    /// The user registers and stack copies of threads off their CPU, for sessions that unwind
+    /// copies, by thread id; 8 KiB each, allocated as threads leave.
+    #[map]
+    static BLOCKED_COPIES: HashMap<u32, BlockedCopy> =
+        HashMap::with_max_entries(MAX_BLOCKED_COPIES, BPF_F_NO_PREALLOC);
+
+    /// Where a leaving thread's entry is assembled before it goes into `BLOCKED`.
+    #[map]
+    static BLOCKED_SCRATCH: PerCpuArray<Blocked> = PerCpuArray::with_max_entries(1, 0);
+
+    /// Offsets of `pid` and `tgid` in `struct task_struct`, from the running kernel's BTF, set
+    /// by the daemon at load: read-only data, so that the verifier knows them as constants and
+    /// lets the switch program read the coming thread's ids at them.
+    #[unsafe(no_mangle)]
+    static TASK_PID_OFFSET: u32 = 0;
+    #[unsafe(no_mangle)]
+    static TASK_TGID_OFFSET: u32 = 0;
+
+    /// Blocks shorter than the sessions' minimum, per CPU, by process: counted, not sent.
+    #[map]
+    static SHORT_BLOCKS: PerCpuHashMap<u32, ShortBlocks> =
+        PerCpuHashMap::with_max_entries(MAX_LOST_KEYS, 0);
+
+    /// The off-CPU programs' counts, per CPU: see `OFF_CPU_UNFOLLOWED` and the indices after it.
+    #[map]
+    static OFF_CPU_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(OFF_CPU_COUNTS_LEN, 0);
+
     #[perf_event]
     pub fn vmscope_sample(ctx: PerfEventContext) -> u32 {
         let pid_tgid = bpf_get_current_pid_tgid();
@@ -186,30 +249,7 @@ mod prog {
             tgid,
             _pad: 0,
         };
-        // A flag and a value rather than an Option<Wants>: LLVM copies the undefined payload
-        // of a None around, and the verifier refuses reads of uninitialised registers.
-        // SAFETY: map lookups return pointers into the map that stay valid for this program run.
-        let (mut sampled, mut value) = match unsafe { SYSTEM_WIDE.get(period_ns) } {
-            Some(&wants) => (true, wants),
-            None => (false, Wants::default()),
-        };
-        // The target entry is looked up even when system-wide mode wants everything: a sample
-        // that target sessions may count says so (FLAG_TARGET), and sessions on this process
-        // may want more.
-        let mut target_flag = 0;
-        // SAFETY: as above.
-        if let Some(&target) = unsafe { TARGETS.get(key) }
-            // A target is sampled while it lives: vmscope_exit removes it from TRACKED when
-            // it exits, before its pid can go to another process, while its TARGETS
-            // entries wait for the daemon.
-            && let Some(tracked) = TRACKED.get_ptr(tgid)
-            // SAFETY: the pointer comes from the map and is valid for this program run.
-            && admitted(unsafe { &*tracked }, tgid)
-        {
-            sampled = true;
-            value = value.union(target);
-            target_flag = FLAG_TARGET;
-        }
+        let (sampled, value, target_flag) = wanted(&key);
         if !sampled {
             return 0;
         }
@@ -242,7 +282,7 @@ mod prog {
             user_frames: 0,
         };
         let sent = if value.any_stack() {
-            output_with_stacks(&ctx, data, &event, value)
+            output_with_stacks(ctx.as_ptr(), || user_regs(data, kernel), &event, value)
         } else {
             // No wakeup per sample: the daemon drains the ring on a timer, and a wakeup costs
             // far more than the sample.
@@ -252,6 +292,38 @@ mod prog {
             count(&LOST, &LOST_UNKEYED, &key);
         }
         0
+    }
+
+    /// What the sessions at `key` (a sampling period, or [`OFF_CPU_PERIOD`]) want of the current
+    /// thread: whether any does, the union of their wants, and [`FLAG_TARGET`] when target
+    /// sessions may count it. A flag and a value rather than an `Option<Wants>`: LLVM copies
+    /// the undefined payload of a `None` around, and the verifier refuses reads of
+    /// uninitialised registers.
+    #[inline(always)]
+    fn wanted(key: &TargetKey) -> (bool, Wants, u32) {
+        // SAFETY: map lookups return pointers into the map that stay valid for this program run.
+        let (mut sampled, mut value) = match unsafe { SYSTEM_WIDE.get(key.period_ns) } {
+            Some(&wants) => (true, wants),
+            None => (false, Wants::default()),
+        };
+        // The target entry is looked up even when system-wide mode wants everything: a sample
+        // that target sessions may count says so (FLAG_TARGET), and sessions on this process
+        // may want more.
+        let mut target_flag = 0;
+        // SAFETY: as above.
+        if let Some(&target) = unsafe { TARGETS.get(key) }
+            // A target is sampled while it lives: vmscope_exit removes it from TRACKED when
+            // it exits, before its pid can go to another process, while its TARGETS
+            // entries wait for the daemon.
+            && let Some(tracked) = TRACKED.get_ptr(key.tgid)
+            // SAFETY: the pointer comes from the map and is valid for this program run.
+            && admitted(unsafe { &*tracked }, key.tgid)
+        {
+            value = if sampled { value.union(target) } else { target };
+            sampled = true;
+            target_flag = FLAG_TARGET;
+        }
+        (sampled, value, target_flag)
     }
 
     /// Whether the current thread of a tracked process may be sampled for its target sessions:
@@ -322,13 +394,15 @@ mod prog {
 
     /// Writes `event` followed by its kernel stack (when it interrupted the kernel), its user
     /// stack by frame pointers (with [`WANT_STACKS`]) and its user registers and stack copy
-    /// (with [`Wants::user_copy_bytes`]) as one record, as long as what it holds: a record is
-    /// 48 bytes plus 8 per frame plus the copy, so the ring keeps as many samples as it did for
-    /// shallow stacks.
+    /// (with [`Wants::user_copy_bytes`], from `user_regs`) as one record, as long as what it
+    /// holds: a record is 48 bytes plus 8 per frame plus the copy, so the ring keeps as many
+    /// samples as it did for shallow stacks. `ctx` is the program's context, whose registers
+    /// the kernel stack is walked from. An off-CPU event takes its `ip` from its kernel stack's
+    /// first entry (the daemon places the leaf by `ip`).
     #[inline(always)]
     fn output_with_stacks(
-        ctx: &PerfEventContext,
-        data: &bpf_perf_event_data,
+        ctx: *mut c_void,
+        user_regs: impl FnOnce() -> Option<pt_regs>,
         event: &Event,
         wants: Wants,
     ) -> Result<(), i32> {
@@ -354,7 +428,7 @@ mod prog {
             // SAFETY: `base` has room for MAX_STACK_FRAMES frames and size is at most that.
             // Flags 0: the kernel stack, from the interrupted registers; its first entry is the
             // interrupted kernel ip.
-            let n = unsafe { bpf_get_stack(ctx.as_ptr(), base.cast(), size, 0) };
+            let n = unsafe { bpf_get_stack(ctx, base.cast(), size, 0) };
             if n > 0 {
                 kernel_frames = (n as usize / 8) & FRAME_MASK;
             }
@@ -372,7 +446,7 @@ mod prog {
             // another MAX_STACK_FRAMES frames, and size is at most that.
             let n = unsafe {
                 bpf_get_stack(
-                    ctx.as_ptr(),
+                    ctx,
                     base.add(kernel_frames).cast(),
                     size,
                     u64::from(BPF_F_USER_STACK),
@@ -391,7 +465,7 @@ mod prog {
         let frame_words = (kernel_frames + user_frames) & FRAMES_MASK;
         let mut len = Event::SIZE + 8 * frame_words;
         if wants.user_copy_bytes > 0
-            && let Some(regs) = user_regs(data, event.is_kernel())
+            && let Some(regs) = user_regs()
         {
             // SAFETY: frame_words <= FRAMES_MASK, and the tail has room for FRAMES_MASK words,
             // a header and the largest copy after them.
@@ -411,7 +485,14 @@ mod prog {
             len += UserCopyHeader::SIZE + (copy.len & COPIED_MASK);
         }
 
+        let ip = if event.kind == EVENT_OFF_CPU && kernel_frames > 0 {
+            // SAFETY: kernel_frames > 0 words were written at base.
+            unsafe { *base }
+        } else {
+            event.ip
+        };
         record.event = Event {
+            ip,
             flags,
             kernel_frames: kernel_frames as u16,
             user_frames: user_frames as u16,
@@ -433,6 +514,13 @@ mod prog {
         if !kernel {
             return Some(data.regs);
         }
+        task_user_regs()
+    }
+
+    /// The registers the current task entered the kernel with, which it will return to user
+    /// code with; `None` for a kernel thread.
+    #[inline(always)]
+    fn task_user_regs() -> Option<pt_regs> {
         // SAFETY: bpf_get_current_task_btf has no preconditions and returns a trusted pointer;
         // bpf_task_pt_regs accepts it and returns the task's saved registers, read here with
         // bpf_probe_read_kernel, which copes with any address.
@@ -492,6 +580,354 @@ mod prog {
         Copied {
             len: copied,
             faulted: 0,
+        }
+    }
+
+    /// The scheduler switches from `prev` (the current thread) to `next`: `prev` leaving is
+    /// noted when it is an off-CPU target's, and `next` coming back is sent when it was noted.
+    /// Its arguments are `(preempt, prev, next, prev_state)` (Linux 5.18+: the daemon says so
+    /// when the load is refused).
+    #[btf_tracepoint(function = "sched_switch")]
+    pub fn vmscope_switch(ctx: BtfTracePointContext) -> i32 {
+        // SAFETY: the helper has no preconditions.
+        let now = unsafe { bpf_ktime_get_ns() };
+        switch_out(&ctx, now);
+        switch_in(&ctx, now);
+        0
+    }
+
+    /// Notes the current thread leaving its CPU in `BLOCKED` (and its stack copy in
+    /// `BLOCKED_COPIES`) when an off-CPU session wants its process: what it will have been
+    /// waiting in when it comes back.
+    #[inline(always)]
+    fn switch_out(ctx: &BtfTracePointContext, now: u64) {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        let (tid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
+        if tgid == 0 {
+            return;
+        }
+        let key = TargetKey {
+            period_ns: OFF_CPU_PERIOD,
+            tgid,
+            _pad: 0,
+        };
+        let (wanted, value, _) = wanted(&key);
+        if !wanted {
+            return;
+        }
+        // The tracepoint's arguments, as its BTF declares them.
+        let (preempt, prev_state): (u64, u64) = (ctx.arg(0), ctx.arg(3));
+        let state = block_state(preempt & 1 != 0, prev_state & 0xffff_ffff);
+        // An exiting thread's last switch: it never comes back.
+        if state == BLOCK_EXITED {
+            return;
+        }
+        let Some(entry) = BLOCKED_SCRATCH.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: this CPU's slot, valid for the program's run; the switch program does not
+        // nest on one CPU.
+        let entry = unsafe { &mut *entry };
+        entry.since_ns = now;
+        entry.tgid = tgid;
+        entry.state = state;
+        entry.flags = 0;
+        entry.user_frames = 0;
+        if value.flags & WANT_STACKS != 0 {
+            let limit = stack_limit();
+            // SAFETY: `user` has room for MAX_STACK_FRAMES frames and the size is at most that.
+            // With BPF_F_USER_STACK the kernel walks from the task's saved user registers.
+            let n = unsafe {
+                bpf_get_stack(
+                    ctx.as_ptr(),
+                    entry.user.as_mut_ptr().cast(),
+                    ((limit & FRAME_MASK) * 8) as u32,
+                    u64::from(BPF_F_USER_STACK),
+                )
+            };
+            entry.flags = FLAG_STACK;
+            if n < 0 {
+                entry.flags |= FLAG_USER_STACK_FAILED;
+            } else {
+                entry.user_frames = ((n as usize / 8) & FRAME_MASK) as u32;
+                if entry.user_frames as usize >= limit {
+                    entry.flags |= FLAG_USER_TRUNCATED;
+                }
+            }
+        }
+        if value.user_copy_bytes > 0 {
+            entry.flags |= FLAG_STACK | keep_copy(tid, value.user_copy_bytes);
+        }
+        // Replaces what is there: the daemon's note for a thread asleep when its session
+        // started, or an entry its return never took out (the programs were detached between).
+        if BLOCKED.insert(tid, &*entry, 0).is_err() {
+            add_off_cpu_count(OFF_CPU_UNFOLLOWED, 1);
+        }
+    }
+
+    /// Copies the current thread's user registers and the top of its user stack into
+    /// `BLOCKED_COPIES`: [`FLAG_USER_COPY`] (and [`FLAG_USER_COPY_FAULTED`]) when kept, 0 when
+    /// not (no user state, or no room: counted).
+    #[inline(always)]
+    fn keep_copy(tid: u32, want: u32) -> u32 {
+        let Some(regs) = task_user_regs() else {
+            return 0;
+        };
+        // SAFETY: the CPU number is a valid index or the lookup fails.
+        let Some(record) = SCRATCH.get_ptr_mut(unsafe { bpf_get_smp_processor_id() }) else {
+            return 0;
+        };
+        // Assembled at the start of the slot's tail, which has room for a header and the largest
+        // copy: a BlockedCopy is the header and at most OFF_CPU_MAX_COPY bytes.
+        // SAFETY: this CPU's slot (see SCRATCH), valid for the program's run.
+        let header = unsafe { (*record).tail.as_mut_ptr() };
+        let want = if want > OFF_CPU_MAX_COPY {
+            OFF_CPU_MAX_COPY
+        } else {
+            want
+        };
+        let copy = copy_user_stack(header, regs.rsp, want);
+        // SAFETY: the tail is 8-aligned and has room for the header.
+        unsafe {
+            header.cast::<UserCopyHeader>().write(UserCopyHeader {
+                ip: regs.rip,
+                sp: regs.rsp,
+                bp: regs.rbp,
+                len: copy.len as u32,
+                _pad: 0,
+            });
+        }
+        // SAFETY: the tail holds size_of::<BlockedCopy>() bytes from its start, all written
+        // up to the copy's length; the rest is never read.
+        let copied = unsafe { &*header.cast::<BlockedCopy>() };
+        if BLOCKED_COPIES.insert(tid, copied, 0).is_err() {
+            add_off_cpu_count(OFF_CPU_COPIES_FULL, 1);
+            return 0;
+        }
+        FLAG_USER_COPY | copy.faulted
+    }
+
+    /// Sends the thread coming back to its CPU (`next`) when it was noted leaving: its time
+    /// off the CPU, its kernel stack, and the user stack kept; or counts it as short.
+    #[inline(always)]
+    fn switch_in(ctx: &BtfTracePointContext, now: u64) {
+        // The tracepoint's third argument is the task coming in: a trusted pointer for the
+        // helpers below.
+        let next: *mut aya_ebpf::bindings::task_struct = ctx.arg(2);
+        // SAFETY: the offsets are those of the running kernel's task_struct (read-only data the
+        // daemon set at load), inside the struct, and the reads cope with any address.
+        let (tid, tgid) = unsafe {
+            let base = next.cast::<u8>();
+            let pid_at = core::ptr::read_volatile(&TASK_PID_OFFSET) as usize;
+            let tgid_at = core::ptr::read_volatile(&TASK_TGID_OFFSET) as usize;
+            (
+                bpf_probe_read_kernel(base.add(pid_at).cast::<u32>()).unwrap_or(0),
+                bpf_probe_read_kernel(base.add(tgid_at).cast::<u32>()).unwrap_or(0),
+            )
+        };
+        if tgid == 0 {
+            return;
+        }
+        let Some(entry) = BLOCKED.get_ptr(tid) else {
+            return;
+        };
+        // SAFETY: the pointer comes from the map and is valid for this program run.
+        let entry = unsafe { &*entry };
+        let key = TargetKey {
+            period_ns: OFF_CPU_PERIOD,
+            tgid,
+            _pad: 0,
+        };
+        let (wanted, value, target_flag) = wanted_back(&key);
+        // A thread id now in another process (a thread that exec'd takes its leader's id), or
+        // a process no session wants any more.
+        if entry.tgid == tgid && wanted {
+            let off_ns = now.saturating_sub(entry.since_ns);
+            if off_ns < value.min_block_ns {
+                count_short(tgid, off_ns);
+            } else if !value.for_root()
+                && !value.fits(
+                    value.max_record_bytes(),
+                    EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)),
+                    EVENTS.query(u64::from(BPF_RB_RING_SIZE)),
+                )
+            {
+                count(&SHED, &SHED_UNKEYED, &key);
+            } else if output_block(next, entry, tid, tgid, now, off_ns, target_flag).is_err() {
+                count(&LOST, &LOST_UNKEYED, &key);
+            }
+        }
+        let _ = BLOCKED.remove(tid);
+        if entry.flags & FLAG_USER_COPY != 0 {
+            let _ = BLOCKED_COPIES.remove(tid);
+        }
+    }
+
+    /// What the sessions at `key` want of a thread coming back: as [`wanted`], but the
+    /// credentials checked are those it left with (it is not the current thread, and cannot
+    /// have changed them while off its CPU): a held process sends nothing.
+    #[inline(always)]
+    fn wanted_back(key: &TargetKey) -> (bool, Wants, u32) {
+        // SAFETY: map lookups return pointers into the map that stay valid for this program run.
+        let (mut sampled, mut value) = match unsafe { SYSTEM_WIDE.get(key.period_ns) } {
+            Some(&wants) => (true, wants),
+            None => (false, Wants::default()),
+        };
+        let mut target_flag = 0;
+        // SAFETY: as above.
+        if let Some(&target) = unsafe { TARGETS.get(key) }
+            && let Some(tracked) = TRACKED.get_ptr(key.tgid)
+            // SAFETY: the pointer comes from the map and is valid for this program run.
+            && unsafe { (*tracked).guard } != GUARD_HELD
+        {
+            value = if sampled { value.union(target) } else { target };
+            sampled = true;
+            target_flag = FLAG_TARGET;
+        }
+        (sampled, value, target_flag)
+    }
+
+    /// Writes the [`EVENT_OFF_CPU`] record of `next`, back after `off_ns` off its CPU: the
+    /// event, its kernel stack (where it waited in the kernel), the user stack `entry` kept,
+    /// and its stack copy when one was kept.
+    #[inline(always)]
+    fn output_block(
+        next: *mut aya_ebpf::bindings::task_struct,
+        entry: &Blocked,
+        tid: u32,
+        tgid: u32,
+        now: u64,
+        off_ns: u64,
+        target_flag: u32,
+    ) -> Result<(), i32> {
+        // SAFETY: the helper has no preconditions.
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        let Some(record) = SCRATCH.get_ptr_mut(cpu) else {
+            return Err(0);
+        };
+        // SAFETY: this CPU's slot (see SCRATCH), valid for the program's run.
+        let record = unsafe { &mut *record };
+        let base = record.tail.as_mut_ptr();
+        let limit = stack_limit();
+        let mut flags = FLAG_KERNEL_MODE
+            | FLAG_STACK
+            | target_flag
+            | (entry.flags & !FLAG_STACK)
+            | entry.state << FLAG_BLOCK_STATE_SHIFT;
+        // SAFETY: `base` has room for MAX_STACK_FRAMES frames and the size is at most that; the
+        // task is trusted (the tracepoint's argument) and sleeping in the scheduler.
+        let n =
+            unsafe { bpf_get_task_stack(next, base.cast(), ((limit & FRAME_MASK) * 8) as u32, 0) };
+        let kernel_frames = if n > 0 {
+            (n as usize / 8) & FRAME_MASK
+        } else {
+            0
+        };
+        if kernel_frames >= limit {
+            flags |= FLAG_KERNEL_TRUNCATED;
+        }
+        let user_frames = entry.user_frames as usize & FRAME_MASK;
+        if user_frames > 0 {
+            // SAFETY: kernel_frames <= MAX_STACK_FRAMES, so the tail has room for another
+            // MAX_STACK_FRAMES frames after them; the source is the map value's frames, at
+            // least user_frames long.
+            unsafe {
+                probe_read_kernel_raw(
+                    base.add(kernel_frames).cast(),
+                    (user_frames * 8) as u32,
+                    entry.user.as_ptr().cast(),
+                );
+            }
+        }
+        let frame_words = (kernel_frames + user_frames) & FRAMES_MASK;
+        let mut len = Event::SIZE + 8 * frame_words;
+        if entry.flags & FLAG_USER_COPY != 0 {
+            match BLOCKED_COPIES.get_ptr(tid) {
+                Some(copy) => {
+                    // SAFETY: the pointer comes from the map and is valid for this program run;
+                    // the tail has room for a header and the largest copy after the frames.
+                    let copied = unsafe { (*copy).header.len } as usize & OFF_CPU_COPY_MASK;
+                    let bytes = UserCopyHeader::SIZE + copied;
+                    // SAFETY: as above.
+                    unsafe {
+                        probe_read_kernel_raw(
+                            base.add(frame_words).cast(),
+                            bytes as u32,
+                            copy.cast(),
+                        );
+                    }
+                    len += bytes;
+                }
+                None => flags &= !(FLAG_USER_COPY | FLAG_USER_COPY_FAULTED),
+            }
+        }
+        if entry.flags & BLOCKED_NOTED != 0 {
+            flags |= BLOCKED_NOTED;
+        }
+        record.event = Event {
+            kind: EVENT_OFF_CPU,
+            cpu,
+            tgid,
+            tid,
+            timestamp_ns: now,
+            // The daemon places the leaf by `ip`: the kernel stack's first entry.
+            ip: if kernel_frames > 0 {
+                // SAFETY: kernel_frames > 0 words were written at base.
+                unsafe { *base }
+            } else {
+                0
+            },
+            period_ns: off_ns,
+            flags,
+            kernel_frames: kernel_frames as u16,
+            user_frames: user_frames as u16,
+        };
+        // SAFETY: len <= size_of::<StackRecord>() as every part is masked to the bounds the
+        // tail was sized for, and every byte up to len was written above.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(core::ptr::from_mut(record).cast::<u8>(), len & RECORD_MASK)
+        };
+        EVENTS.output::<[u8]>(bytes, u64::from(BPF_RB_NO_WAKEUP))
+    }
+
+    /// The stack depth the kernel works to (see `CONFIG_MAX_STACK`).
+    #[inline(always)]
+    fn stack_limit() -> usize {
+        match CONFIG.get(CONFIG_MAX_STACK).copied().unwrap_or(0) as usize {
+            n if n > 0 && n < MAX_STACK_FRAMES => n,
+            _ => MAX_STACK_FRAMES,
+        }
+    }
+
+    /// Counts a block of `tgid` shorter than the sessions' minimum.
+    #[inline(always)]
+    fn count_short(tgid: u32, ns: u64) {
+        // The switch program does not nest on one CPU, so the per-CPU slot cannot race.
+        match SHORT_BLOCKS.get_ptr_mut(tgid) {
+            // SAFETY: the pointer comes from the map and is valid for this program run.
+            Some(slot) => unsafe {
+                (*slot).count += 1;
+                (*slot).ns += ns;
+            },
+            None => {
+                if SHORT_BLOCKS
+                    .insert(tgid, ShortBlocks { count: 1, ns }, 0)
+                    .is_err()
+                {
+                    add_off_cpu_count(OFF_CPU_SHORT, 1);
+                    add_off_cpu_count(OFF_CPU_SHORT_NS, ns);
+                }
+            }
+        }
+    }
+
+    /// Adds `n` to this CPU's slot `index` of `OFF_CPU_COUNTS` (the switch program does not
+    /// nest on one CPU).
+    #[inline(always)]
+    fn add_off_cpu_count(index: u32, n: u64) {
+        if let Some(slot) = OFF_CPU_COUNTS.get_ptr_mut(index) {
+            // SAFETY: this CPU's slot, valid for the program's run.
+            unsafe { *slot += n };
         }
     }
 

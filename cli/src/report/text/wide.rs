@@ -22,9 +22,8 @@ use std::io::{self, Write};
 
 use super::{
     CUMULATIVE_HEADING, Cells, DETAIL_GAP, DETAIL_MARGIN, Detail, INCLUSIVE_HEADING,
-    INLINED_HEADING, NumberWidths, SAMPLES_HEADING,
+    INLINED_HEADING, NumberWidths, Tables,
 };
-use vmscope_report::Report;
 
 /// Heading of the % of section column.
 const OF_SECTION_HEADING: &str = "%";
@@ -33,10 +32,11 @@ const OF_TOTAL_HEADING: &str = "(% of total)";
 
 /// Writes one table per section of `report`, `tables` holding each section's cells.
 pub(super) fn write_tables(
-    report: &Report,
+    report: &Tables<'_>,
     tables: &[(String, Vec<Cells>)],
     out: &mut impl Write,
 ) -> io::Result<()> {
+    let samples_heading = report.count_heading();
     let NumberWidths {
         of_section: of_section_width,
         of_total: of_total_width,
@@ -44,7 +44,12 @@ pub(super) fn write_tables(
         cumulative: cumulative_width,
         inclusive: inclusive_width,
         detail_percent: detail_percent_width,
-    } = NumberWidths::of(tables, OF_TOTAL_HEADING.len(), report.call_graph);
+    } = NumberWidths::of(
+        tables,
+        OF_TOTAL_HEADING.len(),
+        report.call_graph,
+        samples_heading,
+    );
     // The numbers every line starts with: blanks where a line has none.
     let numbers = |of_section: &str, of_total: &str, samples: &str, cumulative: &str| {
         format!(
@@ -75,14 +80,14 @@ pub(super) fn write_tables(
             numbers_inclusive(
                 OF_SECTION_HEADING,
                 OF_TOTAL_HEADING,
-                SAMPLES_HEADING,
+                samples_heading,
                 CUMULATIVE_HEADING,
                 INCLUSIVE_HEADING
             ),
             section.title
         )?;
         if cells.is_empty() {
-            writeln!(out, "  (no samples)")?;
+            writeln!(out, "{}", report.empty())?;
         }
         for c in cells {
             writeln!(

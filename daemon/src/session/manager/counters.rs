@@ -9,6 +9,12 @@ pub(super) struct Counters {
     pub(super) events: u64,
     pub(super) samples_routed: u64,
     pub(super) samples_unrouted: u64,
+    /// Blocks off the CPU routed to sessions, and those no session wanted (the session
+    /// stopped meanwhile, a target released).
+    pub(super) blocks_routed: u64,
+    pub(super) blocks_unrouted: u64,
+    /// Threads of new off-CPU sessions' targets noted as off their CPU at the start.
+    pub(super) blocked_threads_noted: u64,
     pub(super) exec_events: u64,
     /// Exit events of tracked processes (and, with system-wide sessions, of every process).
     pub(super) exit_events: u64,
@@ -73,14 +79,33 @@ impl Manager {
         let r = self.process_memory.counters();
         let a = self.process_access.counters();
         let store = self.codemaps.store().counters();
+        let kernel_lost = self.sampler.lost().unwrap_or_default();
+        let off_cpu = kernel_lost.off_cpu;
         let values = [
             ("batches", c.batches),
             ("events", c.events),
             ("samples_routed", c.samples_routed),
             ("samples_unrouted", c.samples_unrouted),
+            ("blocks_routed", c.blocks_routed),
+            ("blocks_unrouted", c.blocks_unrouted),
+            ("blocked_threads_noted", c.blocked_threads_noted),
+            ("samples_shed_for_root", kernel_lost.shed_total()),
             (
-                "samples_shed_for_root",
-                self.sampler.lost().map_or(0, |l| l.shed_total()),
+                "off_cpu_threads_unfollowed",
+                off_cpu[vmscope_common::OFF_CPU_UNFOLLOWED as usize],
+            ),
+            (
+                "off_cpu_copies_not_kept",
+                off_cpu[vmscope_common::OFF_CPU_COPIES_FULL as usize],
+            ),
+            (
+                "off_cpu_short_blocks",
+                kernel_lost
+                    .short_blocks
+                    .values()
+                    .map(|b| b.count)
+                    .sum::<u64>()
+                    + off_cpu[vmscope_common::OFF_CPU_SHORT as usize],
             ),
             ("exec_events", c.exec_events),
             ("exit_events", c.exit_events),

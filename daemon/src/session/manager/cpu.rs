@@ -54,6 +54,10 @@ pub(super) fn update_cpu(session: &mut Session, host: Option<HostCpu>, targets: 
 
 /// Recomputes a session's lost samples per CPU from the kernel's counters.
 pub(super) fn refresh_lost(session: &mut Session, lost: &LostCounts) {
+    // An off-CPU session takes no samples: its losses are its blocks' (`off_cpu.rs`).
+    if !session.spec.mode.on_cpu() {
+        return;
+    }
     let now = lost_for(
         lost,
         session.period_ns,

@@ -38,13 +38,18 @@ impl Manager {
                 }
             })?;
         let period_ns = period_of(spec.frequency_hz);
-        let lost_baseline = match self.sampler.lost() {
-            Ok(lost) => lost_for(&lost, period_ns, spec.system_wide, &spec.pids),
-            Err(e) => {
-                tracing::warn!("cannot read lost-sample counters: {e}");
-                Vec::new()
+        let lost = self
+            .sampler
+            .lost()
+            .inspect_err(|e| tracing::warn!("cannot read lost-sample counters: {e}"))
+            .ok();
+        let lost_baseline = match &lost {
+            Some(lost) if spec.mode.on_cpu() => {
+                lost_for(lost, period_ns, spec.system_wide, &spec.pids)
             }
+            _ => Vec::new(),
         };
+        let off_cpu = off_cpu::new_tally(lost.as_ref(), &spec);
         let host = read_host_cpu();
         let id = self.next_id;
         self.next_id += 1;
@@ -88,6 +93,7 @@ impl Manager {
             kernel,
             hotspot,
             vm: Default::default(),
+            off_cpu,
             spec,
         };
         // VMs publishing already: the session takes over their state (baselines, intervals
@@ -107,7 +113,10 @@ impl Manager {
         );
         let start_ns = session.start_ns;
         let pids = session.spec.pids.clone();
-        self.by_period.entry(period_ns).or_default().push(id);
+        for channel in session.spec.channels() {
+            self.by_period.entry(channel).or_default().push(id);
+        }
+        let spec = session.spec.clone();
         self.sessions.insert(id, session);
         self.reader.set_active(true);
         self.counters.sessions_started += 1;
@@ -117,6 +126,7 @@ impl Manager {
         for &pid in &pids {
             self.arm(pid, start_ns);
         }
+        self.note_blocked_threads(&spec, start_ns);
         let reply = self.sessions[&id].info(start_ns);
         self.after_start(id, &pids);
         Ok(reply)
@@ -315,6 +325,7 @@ impl Manager {
         // clears the counters of a period nobody samples at any more.
         if let Some(lost) = &lost {
             refresh_lost(session, lost);
+            off_cpu::refresh_off_cpu(session, lost);
         }
         if let Some(kernel) = &mut session.kernel {
             kernel.freeze_all();
@@ -334,6 +345,8 @@ impl Manager {
             pids: session.held_pids(),
             ..session.spec.clone()
         };
+        // Before the release: the last off-CPU session's forgets the threads the kernel follows.
+        self.count_still_blocked(id, stop_ns, sys::monotonic_ns());
         self.routes.release(self.sampler.as_mut(), &held);
         self.reader
             .flush_at(stop_ns + self.config.stop_slack.as_nanos() as u64);
@@ -438,10 +451,12 @@ impl Manager {
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };
-            if let Some(ids) = self.by_period.get_mut(&session.period_ns) {
-                ids.retain(|&other| other != id);
-                if ids.is_empty() {
-                    self.by_period.remove(&session.period_ns);
+            for channel in session.spec.channels() {
+                if let Some(ids) = self.by_period.get_mut(&channel) {
+                    ids.retain(|&other| other != id);
+                    if ids.is_empty() {
+                        self.by_period.remove(&channel);
+                    }
                 }
             }
             let reply = session.info(now_ns);

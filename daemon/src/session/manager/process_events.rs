@@ -31,6 +31,12 @@ impl Manager {
                 && let Some(command) = session.commands.get_mut(&pid)
             {
                 command.clone_from(&comm);
+                // The thread that exec'd is the leader now, and named after the new program:
+                // a main thread first seen as the launcher (vmscope's own child before its
+                // exec) is named after what it ran.
+                if let Some(name) = session.thread_names.get_mut(&Task::from(pid)) {
+                    name.clone_from(&comm);
+                }
             }
         }
         if targeted.is_empty() {

@@ -24,6 +24,10 @@ impl Manager {
                     let (kernel, user) = batch.stack(i);
                     self.route(event, kernel, user, batch.user_copy(i), now)
                 }
+                EVENT_OFF_CPU => {
+                    let (kernel, user) = batch.stack(i);
+                    self.route_block(event, kernel, user, batch.user_copy(i), now)
+                }
                 EVENT_EXEC => self.exec(event),
                 EVENT_EXIT => self.exit(event),
                 _ => self.counters.unknown_events += 1,
@@ -79,36 +83,12 @@ impl Manager {
         // A sample stamped after the known process under its pid ended is another's.
         self.processes.sampled(pid, event.timestamp_ns, now_ns);
         let task = Task::new(pid, event.tid);
-        // Read once for all the sessions that have not named the thread yet.
-        let mut thread_name: Option<String> = None;
         for (id, _) in &wanting {
             if let Some(session) = self.sessions.get_mut(id) {
                 session.total += 1;
-                // Each session names the processes it sampled, from their first sample on.
-                if let std::collections::hash_map::Entry::Vacant(name) = session.commands.entry(pid)
-                {
-                    let process = self.processes.observe(pid, now_ns);
-                    name.insert(process.command.clone());
-                    if let Some(executable) = &process.executable {
-                        session
-                            .executables
-                            .insert(pid, executable.to_string_lossy().into_owned());
-                    }
-                }
-                // And their threads, as long as it has room.
-                if session.thread_names.len() < MAX_THREAD_NAMES
-                    && !session.thread_names.contains_key(&task)
-                {
-                    let name = thread_name
-                        .get_or_insert_with(|| {
-                            self.counters.thread_names_read += 1;
-                            name_thread(&mut self.processes, task, now_ns)
-                        })
-                        .clone();
-                    session.thread_names.insert(task, name);
-                }
             }
         }
+        self.note_names(&wanting, task, now_ns);
         let whole = wanting.iter().any(|&(_, w)| w != Wanted::Leaf);
         let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
         // A stack the kernel walked, of a process whose samples need nothing of their time,
@@ -147,22 +127,71 @@ impl Manager {
                 end_at_generated_code(fp, fp_end);
             }
         }
-        let mut routed = RoutedSample {
+        let routed = RoutedSample {
             tid: event.tid,
             kernel: event.is_kernel(),
             end,
             frames,
             fp,
             sessions: wanting,
+            block: None,
         };
+        self.count_or_park(pid, event.timestamp_ns, routed, generation, now_ns);
+    }
+
+    /// Each session of `wanting` names the process and the thread of `task` from its first
+    /// sample or block on (the thread as long as it has room); a name is read once for all.
+    pub(super) fn note_names(&mut self, wanting: &[(u64, Wanted)], task: Task, now_ns: u64) {
+        let pid = task.pid;
+        let mut thread_name: Option<String> = None;
+        for (id, _) in wanting {
+            if let Some(session) = self.sessions.get_mut(id) {
+                if let std::collections::hash_map::Entry::Vacant(name) = session.commands.entry(pid)
+                {
+                    let process = self.processes.observe(pid, now_ns);
+                    name.insert(process.command.clone());
+                    if let Some(executable) = &process.executable {
+                        session
+                            .executables
+                            .insert(pid, executable.to_string_lossy().into_owned());
+                    }
+                }
+                if session.thread_names.len() < MAX_THREAD_NAMES
+                    && !session.thread_names.contains_key(&task)
+                {
+                    let name = thread_name
+                        .get_or_insert_with(|| {
+                            self.counters.thread_names_read += 1;
+                            name_thread(&mut self.processes, task, now_ns)
+                        })
+                        .clone();
+                    session.thread_names.insert(task, name);
+                }
+            }
+        }
+    }
+
+    /// Counts a routed sample (or block) of `pid` taken at `timestamp_ns` in its sessions now,
+    /// or parks it in its process's timeline until its code maps (and its VM's intervals) are
+    /// known up to its time. A stack placed against mappings of `generation` is kept for the
+    /// next samples of the same raw stack.
+    pub(super) fn count_or_park(
+        &mut self,
+        pid: u32,
+        timestamp_ns: u64,
+        mut routed: RoutedSample,
+        generation: Option<u64>,
+        now_ns: u64,
+    ) {
         let first_generated = routed.frames_mut().find(|f| f.is_generated()).copied();
         if first_generated.is_none() && !self.vms.holds(pid) {
             count_routed(
                 &mut self.sessions,
                 pid,
-                event.timestamp_ns,
+                timestamp_ns,
                 &routed,
                 None,
+                &|_, _| Vec::new(),
                 |_| {},
             );
             // Placed against the mappings it was looked up in: not if they were read again
@@ -187,7 +216,7 @@ impl Manager {
         self.codemaps.push_sample(
             pid,
             PendingSample {
-                timestamp_ns: event.timestamp_ns,
+                timestamp_ns,
                 ip,
                 payload: routed,
             },
@@ -200,7 +229,7 @@ impl Manager {
     /// known. Returns how the walk ended, and, when the user stack was unwound from a copy and
     /// `fp_too` (a session on the target asked for frame pointers), the frame-pointer stack
     /// too. Never empty: the leaf comes first whatever the stacks say.
-    fn frames_of(
+    pub(super) fn frames_of(
         &mut self,
         event: &Event,
         kernel: &[u64],
@@ -409,14 +438,16 @@ fn count_stack_flags(counters: &mut Counters, event: &Event, whole: bool) {
 
 /// Counts a routed sample of `pid`, its frames placed, in each of its sessions: the whole stack
 /// for those that want stacks, the leaf for the others. Kept where a session keeps samples.
-/// `counted` is told where, in each session (samples in native code need not know: they
-/// allocate nothing for it).
+/// A block is counted for each session's share of its time, with its time inside each kind of
+/// its VM's intervals (`overlaps` of a span). `counted` is told where, in each session (samples
+/// in native code need not know: they allocate nothing for it).
 fn count_routed(
     sessions: &mut BTreeMap<u64, Session>,
     pid: u32,
     timestamp_ns: u64,
     sample: &RoutedSample,
     during: Option<During<'_>>,
+    overlaps: &dyn Fn(u64, u64) -> Vec<(IntervalKind, u64)>,
     mut counted: impl FnMut(Counted),
 ) {
     for &(id, wanted) in &sample.sessions {
@@ -426,6 +457,31 @@ fn count_routed(
         let (frames, end) = sample.stack_for(wanted);
         let locations = frames.iter().map(|f| f.location);
         let task = Task::new(pid, sample.tid);
+        if let Some(block) = sample.block {
+            let (from, to) = session.block_share(pid, block.begin_ns, block.end_ns);
+            if to <= from {
+                continue;
+            }
+            let ns = to - from;
+            let stack = session.count_block(
+                task,
+                locations,
+                end,
+                during,
+                block.state,
+                ns,
+                overlaps(from, to),
+            );
+            counted(Counted {
+                session: id,
+                tid: sample.tid,
+                wanted,
+                stack: stack.0,
+                kept: None,
+                block: Some((block.state, ns)),
+            });
+            continue;
+        }
         let (stack, kept) = session.count(task, locations, end, during, |stack| KeptSample {
             timestamp_ns,
             pid,
@@ -440,6 +496,7 @@ fn count_routed(
             wanted,
             stack: stack.0,
             kept: kept.map(|k| k as u32),
+            block: None,
         });
     }
 }
@@ -490,10 +547,19 @@ impl Sink for SessionSink<'_> {
         }
         // Where the sample was counted, for the code maps to move it if it is placed again.
         let mut counted = Vec::with_capacity(sample.sessions.len());
-        let during = self.vms.during(pid, timestamp_ns);
-        count_routed(self.sessions, pid, timestamp_ns, sample, during, |c| {
-            counted.push(c)
-        });
+        let vms = &*self.vms;
+        // A block is tagged with the intervals under way as it ended: it counts its time
+        // inside each apart.
+        let during = vms.during(pid, timestamp_ns);
+        count_routed(
+            self.sessions,
+            pid,
+            timestamp_ns,
+            sample,
+            during,
+            &|from, to| vms.overlaps(pid, from, to),
+            |c| counted.push(c),
+        );
         counted
     }
 
@@ -543,6 +609,11 @@ impl Sink for SessionSink<'_> {
             if moved.is_empty() {
                 continue;
             }
+            if let Some((state, ns)) = c.block {
+                let to = session.recount_block(Task::new(pid, c.tid), from, locations, state, ns);
+                c.stack = to.0;
+                continue;
+            }
             let kept = c.kept.map(|k| k as usize);
             let to = session.recount(Task::new(pid, c.tid), from, locations, kept, |sample| {
                 for &(index, code_start) in &moved {
@@ -565,7 +636,7 @@ impl Sink for SessionSink<'_> {
 /// Ends a stack at its first frame in generated code: a JIT that keeps no frame pointer
 /// (HotSpot without -XX:+PreserveFramePointer) leaves nothing a walk can trust beyond, and
 /// the stack says why it ends there.
-fn end_at_generated_code(frames: &mut Vec<SampleFrame>, end: &mut StackEnd) {
+pub(super) fn end_at_generated_code(frames: &mut Vec<SampleFrame>, end: &mut StackEnd) {
     if let Some(first) = frames.iter().position(SampleFrame::is_generated) {
         frames.truncate(first + 1);
         *end = StackEnd::JitWithoutFramePointer;

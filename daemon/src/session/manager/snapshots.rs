@@ -31,6 +31,7 @@ impl Manager {
             self.counters.pid_reuses += update.reused;
             if let Some(lost) = &lost {
                 refresh_lost(session, lost);
+                off_cpu::refresh_off_cpu(session, lost);
             }
         }
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
@@ -95,6 +96,7 @@ impl Manager {
                 .as_ref()
                 .map(|kernel| kernel.summary(|pid| session.commands.get(&pid).cloned())),
             vm_statistics: vm_statistics(session, now),
+            off_cpu: session.off_cpu.clone(),
         }
     }
 }
