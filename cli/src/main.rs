@@ -214,9 +214,11 @@ struct OutputArgs {
     #[arg(long)]
     no_runtime_modules: bool,
     /// Group each section's rows by KEYS, as `perf report --sort` does: `comm` (process name),
-    /// `pid` (process), `dso` (module), `sym` (function), `srcline` (the source line the samples
-    /// fell in, `hot.c:12`, from DWARF). `--sort pid` tells processes apart in a system-wide
-    /// profile; `--sort comm,sym` shows functions per program; `--sort srcline` the hot lines.
+    /// `pid` (process), `tid` (thread, `name[tid]`: a JVM's `C2 CompilerThread0`, `GC
+    /// Thread#0`), `dso` (module), `sym` (function), `srcline` (the source line the samples
+    /// fell in, `hot.c:12`, from DWARF; not with `tid`). `--sort pid` tells processes apart in
+    /// a system-wide profile; `--sort comm,sym` shows functions per program; `--sort tid,sym`
+    /// functions per thread; `--sort srcline` the hot lines.
     #[arg(
         long,
         value_name = "KEYS",
@@ -225,6 +227,15 @@ struct OutputArgs {
         default_value = "sym"
     )]
     sort: Vec<SortKey>,
+    /// Only these threads (kernel task ids; repeat or separate with commas): the daemon builds
+    /// the report from their samples and blocks alone, rows and bytecode ranges included.
+    #[arg(long = "tid", value_name = "TID", value_delimiter = ',')]
+    tids: Vec<u32>,
+    /// Only the threads whose name matches PATTERN (`*` any characters, `?` one): 'GC
+    /// Thread*', 'C2 CompilerThread0', mutator; repeat for several. With --tid, the threads
+    /// either names.
+    #[arg(long = "thread", value_name = "PATTERN")]
+    thread_names: Vec<String>,
 }
 
 /// `--call-graph`, spelt as perf spells it.
@@ -298,6 +309,14 @@ enum FormatArg {
 }
 
 impl OutputArgs {
+    /// The threads the report is of.
+    fn threads(&self) -> vmscope::sessions::Threads {
+        vmscope::sessions::Threads {
+            tids: self.tids.clone(),
+            names: self.thread_names.clone(),
+        }
+    }
+
     fn format(&self) -> Format {
         match self.format {
             FormatArg::Text => Format::Text,
@@ -332,6 +351,7 @@ impl OutputArgs {
         if self.stats {
             check_stats_format(self.format())?;
         }
+        vmscope::report::sort_keys::check(&self.sort).map_err(anyhow::Error::msg)?;
         Ok(ReportOptions {
             min_percent: self.fold.unwrap_or(defaults.min_percent),
             name_width: if self.wide { 0 } else { defaults.name_width },
@@ -469,6 +489,7 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
             ModeArg::Wall => ProfileMode::Wall,
         },
         min_block: args.min_block,
+        threads: args.output.threads(),
         format: args.output.format(),
         report: args.output.options()?,
     })
@@ -492,7 +513,8 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             .await
             .map(|()| 0),
         Command::Report { id, output } => {
-            print_profile(&output, sessions::profile(&cli.socket, id)).await
+            let threads = output.threads();
+            print_profile(&output, sessions::profile(&cli.socket, id, &threads)).await
         }
         Command::Continuous {
             since,

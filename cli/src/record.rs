@@ -65,6 +65,8 @@ pub struct RecordOptions {
     pub mode: pb::ProfileMode,
     /// Off-CPU and wall modes: the shortest block recorded with its stacks.
     pub min_block: Option<Duration>,
+    /// The threads the report is of.
+    pub threads: crate::sessions::Threads,
     /// Report format.
     pub format: Format,
     /// Report options.
@@ -159,10 +161,7 @@ pub async fn record(
         .await?;
         stop(&mut client, id, reason).await?;
         let mut profile: vmscope_model::Profile = client
-            .get_profile(pb::GetProfileRequest {
-                session_id: id,
-                pprof: false,
-            })
+            .get_profile(options.threads.request(id))
             .await
             .map_err(client::status_error)
             .context("fetching the profile")?

@@ -63,14 +63,36 @@ pub async fn stop(socket: &Path, id: u64, out: &mut impl Write) -> anyhow::Resul
     Ok(())
 }
 
-/// A session's profile (a snapshot if it still runs).
-pub async fn profile(socket: &Path, id: u64) -> anyhow::Result<vmscope_model::Profile> {
-    let mut client = client::connect(socket).await?;
-    Ok(client
-        .get_profile(pb::GetProfileRequest {
+/// The threads a report is of (`--tid`, `--thread`): every thread when both are empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Threads {
+    /// Thread ids.
+    pub tids: Vec<u32>,
+    /// Shell-style patterns of thread names.
+    pub names: Vec<String>,
+}
+
+impl Threads {
+    /// The request for session `id`'s profile of these threads.
+    pub fn request(&self, id: u64) -> pb::GetProfileRequest {
+        pb::GetProfileRequest {
             session_id: id,
             pprof: false,
-        })
+            tids: self.tids.clone(),
+            thread_names: self.names.clone(),
+        }
+    }
+}
+
+/// A session's profile (a snapshot if it still runs), of the threads `threads` names.
+pub async fn profile(
+    socket: &Path,
+    id: u64,
+    threads: &Threads,
+) -> anyhow::Result<vmscope_model::Profile> {
+    let mut client = client::connect(socket).await?;
+    Ok(client
+        .get_profile(threads.request(id))
         .await
         .map_err(client::status_error)
         .with_context(|| format!("cannot get the profile of session {id}"))?

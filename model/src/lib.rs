@@ -48,7 +48,9 @@ pub use issue::{IssueKind, SymbolizationIssue};
 pub use kernel::{KernelCounts, KernelEvents, ProcessKernelCounts};
 pub use off_cpu::{BlockState, OffCpu, StateTime};
 pub use profile::Profile;
-pub use row::{CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples};
+pub use row::{
+    CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples, ThreadSamples,
+};
 pub use sample_type::SampleType;
 pub use session::{CallGraph, ProfileMode, Session, SessionState, TargetProcess};
 pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame, StackKey};

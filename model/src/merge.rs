@@ -2,7 +2,8 @@
 //! process's own, added up over a time range (pprof's `-proto a b`, for our model).
 //!
 //! Because no sample is in two of the parts, every count adds: rows' self *and* inclusive
-//! samples, their ranges, inlined methods, processes and source lines; stacks' values; threads;
+//! samples, their ranges, inlined methods, processes, threads and source lines; stacks' values;
+//! threads;
 //! issues; how stacks ended. Frames, stacks and interval kinds are interned again, so that the
 //! merged profile names each once. What is about one part alone and has no sum (a session's
 //! own state, the kernel's counts of a session's targets, the VMs' published statistics, kept
@@ -15,7 +16,7 @@ use crate::{
     StackTreeBuilder, SymbolizationIssue, Thread,
     profile::taken_rate,
     rank::rank,
-    row::{CodeRange, InlinedMethod, SourceLineSamples},
+    row::{CodeRange, InlinedMethod, SourceLineSamples, ThreadSamples},
 };
 
 /// The maps that intern by value a frame, a stack and a row of every part of every window:
@@ -220,6 +221,7 @@ fn add_row(sum: &mut ProfileRow, row: &ProfileRow) {
     }
     sum.processes.extend(row.processes.iter().cloned());
     sum.source_lines.extend(row.source_lines.iter().cloned());
+    sum.threads.extend(row.threads.iter().cloned());
 }
 
 /// A merged row with its processes and source lines summed (one entry per process, per line
@@ -235,6 +237,18 @@ fn coalesce_row(mut row: ProfileRow) -> ProfileRow {
         same
     });
     row.processes.sort_by(ProcessSamples::order);
+    row.threads.sort_by_key(|t| (t.pid, t.tid));
+    row.threads.dedup_by(|later, kept| {
+        let same = (later.pid, later.tid) == (kept.pid, kept.tid);
+        if same {
+            kept.samples = kept.samples.saturating_add(later.samples);
+            if kept.name.is_empty() {
+                kept.name = std::mem::take(&mut later.name);
+            }
+        }
+        same
+    });
+    row.threads.sort_by(ThreadSamples::order);
     let line_key = |l: &SourceLineSamples| (l.file.clone(), l.line, l.pid);
     row.source_lines.sort_by_cached_key(line_key);
     row.source_lines.dedup_by(|later, kept| {

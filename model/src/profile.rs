@@ -88,6 +88,9 @@ pub struct Profile {
     pub vm_interval_kinds: Vec<IntervalKind>,
     /// Off-CPU and wall profiles: the time off the CPU, its rows and what was left out.
     pub off_cpu: Option<OffCpu>,
+    /// The threads the profile was cut to, for a person (`tid 4243, threads named GC*`);
+    /// empty when it has every thread.
+    pub thread_filter: String,
 }
 
 impl Profile {

@@ -43,6 +43,28 @@ pub struct ProfileRow {
     pub source_lines: Vec<SourceLineSamples>,
     /// Of `samples`, those named from a perf map read after them.
     pub later_snapshot_samples: u64,
+    /// Its samples by thread, most first (`--sort tid`).
+    pub threads: Vec<ThreadSamples>,
+}
+
+/// Samples of a row in one thread.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadSamples {
+    /// Its process.
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// Its name (`comm`), empty when unknown.
+    pub name: String,
+    /// Samples.
+    pub samples: u64,
+}
+
+impl ThreadSamples {
+    /// The one order of a row's threads: most samples first, then by process and thread.
+    pub fn order(a: &ThreadSamples, b: &ThreadSamples) -> Ordering {
+        most_first(a.samples, b.samples).then_with(|| (a.pid, a.tid).cmp(&(b.pid, b.tid)))
+    }
 }
 
 impl ProfileRow {

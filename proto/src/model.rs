@@ -77,6 +77,7 @@ impl From<m::Profile> for v1::Profile {
             taken_frequency_hz: p.taken_frequency_hz,
             throttled: p.throttled,
             off_cpu: p.off_cpu.map(Into::into),
+            thread_filter: p.thread_filter,
         }
     }
 }
@@ -134,6 +135,7 @@ impl From<v1::Profile> for m::Profile {
                 .map(|k| model_interval_kind(k.kind, k.name))
                 .collect(),
             off_cpu: p.off_cpu.map(Into::into),
+            thread_filter: p.thread_filter,
         }
     }
 }
@@ -719,6 +721,16 @@ impl From<m::ProfileRow> for v1::ProfileRow {
                 })
                 .collect(),
             later_snapshot_samples: r.later_snapshot_samples,
+            threads: r
+                .threads
+                .into_iter()
+                .map(|t| v1::ThreadSamples {
+                    pid: t.pid,
+                    tid: t.tid,
+                    name: t.name,
+                    samples: t.samples,
+                })
+                .collect(),
         }
     }
 }
@@ -772,6 +784,16 @@ impl From<v1::ProfileRow> for m::ProfileRow {
                 })
                 .collect(),
             later_snapshot_samples: r.later_snapshot_samples,
+            threads: r
+                .threads
+                .into_iter()
+                .map(|t| m::ThreadSamples {
+                    pid: t.pid,
+                    tid: t.tid,
+                    name: t.name,
+                    samples: t.samples,
+                })
+                .collect(),
         }
     }
 }
@@ -1132,6 +1154,7 @@ mod tests {
                 still_blocked_ns: 3_000,
                 still_blocked_threads: 1,
             }),
+            thread_filter: "tid 43".into(),
             // A stack, one that recurses once under it (sharing its node), and one without
             // frames.
             stack_nodes: vec![
@@ -1188,6 +1211,12 @@ mod tests {
                     line: 2,
                     pid: 42,
                     samples: 4,
+                }],
+                threads: vec![m::ThreadSamples {
+                    pid: 42,
+                    tid: 43,
+                    name: "GC Thread#0".into(),
+                    samples: 10,
                 }],
                 ..m::ProfileRow::default()
             }],

@@ -80,8 +80,11 @@ impl<'a> JsonReport<'a> {
 ///   into it), `code_map` (or null), `optimised`, `build_id` (hex, or null), `kernel`, for
 ///   native code with DWARF `file` and `line` (its line, for a caller its call's; null when
 ///   unknown), and `later_snapshot` (named from a perf map read after its samples).
-/// - `sample_types`: what each stack's `values` measure, in order: `samples` first, then
-///   `cpu_time` (nanoseconds of CPU the samples stand for, one sampling interval each).
+/// - `sample_types`: what each stack's `values` measure, in order, the profile's main measure
+///   first: `samples`, then `cpu_time` (nanoseconds of CPU the samples stand for, one sampling
+///   interval each); an off-CPU profile's `off_cpu_time` (nanoseconds) then `off_cpu_blocks`;
+///   a wall profile's `wall_time` (CPU time plus time off the CPU), then `samples`,
+///   `cpu_time`, `off_cpu_blocks`, `off_cpu_time`.
 /// - `stacks`: values per distinct (thread, stack), most samples first: `frames` (indices
 ///   into `frames`, **leaf first**: kernel frames, then user frames, outermost caller last),
 ///   `pid`, `tid`, `samples`, `values` (one per `sample_types`), `truncated` (cut at the depth limit: outermost callers missing), `end` (how the
@@ -89,9 +92,13 @@ impl<'a> JsonReport<'a> {
 ///   `unmapped_return`, `copy_too_small`, `copy_faulted`, `unwind_failed`, `stack_limit`;
 ///   null without call graph), `during` (the kinds of interval its VM had under way when its
 ///   samples were taken, as `vm_statistics` names them: `scavenge`, `full_gc`,
-///   `code_compaction`, `safepoint`, or the VM's own name; empty for most stacks).
-/// - `threads`: the threads the stacks name, most samples first: `pid`, `tid`, `name` (its
-///   `comm` when first sampled, or null) and `samples`.
+///   `code_compaction`, `safepoint`, or the VM's own name; empty for most stacks), and for
+///   a stack of blocks off the CPU its `state` (`sleeping`, `uninterruptible`, `preempted`,
+///   `stopped`, `idle`, `other`). `samples` is the stack's samples whatever the measure (0
+///   for blocks).
+/// - `threads`: the threads the stacks name, most time first: `pid`, `tid`, `name` (its
+///   `comm` when first sampled, or null) and `samples`; in off-CPU and wall profiles also
+///   `cpu_ns`, `off_cpu_blocks` and `off_cpu_ns`.
 /// - `truncated_stacks`: samples whose stack was truncated.
 /// - `stack_ends`: samples per way their stacks ended (`end`, `samples`), most first.
 ///
@@ -167,16 +174,26 @@ impl Serialize for InProfile<'_, model::Stack> {
             .filter_map(|&i| profile.vm_interval_kinds.get(i as usize))
             .map(IntervalKind::key)
             .collect();
-        let mut object = serializer.serialize_struct("Stack", 8)?;
+        let mut object = serializer.serialize_struct("Stack", 9)?;
         let frames: Vec<u32> = profile.stack_frames(stack).collect();
+        // Its samples, whichever measure the stacks are shown by (an off-CPU profile has
+        // none).
+        let samples = match profile.value_index(model::SampleType::Samples) {
+            Some(at) => stack.values.get(at).copied().unwrap_or(0),
+            None if profile.sample_types.is_empty() => stack.samples(),
+            None => 0,
+        };
         object.serialize_field("frames", &frames)?;
         object.serialize_field("pid", &stack.pid)?;
         object.serialize_field("tid", &stack.tid)?;
-        object.serialize_field("samples", &stack.samples())?;
+        object.serialize_field("samples", &samples)?;
         object.serialize_field("values", &stack.values)?;
         object.serialize_field("truncated", &stack.truncated)?;
         object.serialize_field("end", &stack.end.map(StackEnd::as_str))?;
         object.serialize_field("during", &during)?;
+        if let Some(state) = stack.state {
+            object.serialize_field("state", state.as_str())?;
+        }
         object.end()
     }
 }
@@ -184,11 +201,17 @@ impl Serialize for InProfile<'_, model::Stack> {
 impl Serialize for InProfile<'_, model::Thread> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let thread = self.0;
-        let mut object = serializer.serialize_struct("Thread", 4)?;
+        let mut object = serializer.serialize_struct("Thread", 7)?;
         object.serialize_field("pid", &thread.pid)?;
         object.serialize_field("tid", &thread.tid)?;
         object.serialize_field("name", &non_empty_str(&thread.name))?;
         object.serialize_field("samples", &thread.samples)?;
+        // Times where the profile measured more than samples.
+        if self.1.off_cpu.is_some() {
+            object.serialize_field("cpu_ns", &thread.cpu_ns)?;
+            object.serialize_field("off_cpu_blocks", &thread.off_cpu_blocks)?;
+            object.serialize_field("off_cpu_ns", &thread.off_cpu_ns)?;
+        }
         object.end()
     }
 }
@@ -357,6 +380,7 @@ mod tests {
                 "vm_statistics",
                 "mode",
                 "off_cpu",
+                "thread_filter",
             ]
         );
         assert_eq!(

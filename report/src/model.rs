@@ -424,6 +424,9 @@ pub struct Report {
     /// Off-CPU and wall sessions: their time off the CPU, its sections, why threads waited,
     /// what was left out, and each thread's time (JSON: null otherwise).
     pub off_cpu: Option<OffCpuReport>,
+    /// The threads the profile was cut to (`--tid`, `--thread`), for a person; null for
+    /// every thread.
+    pub thread_filter: Option<String>,
     /// Share of all samples (percent) whose stacks run through V8's interpreter entry
     /// trampoline, behind which interpreted JavaScript callers stay nameless unless node runs
     /// with `--interpreted-frames-native-stack`: for a hint to use it. `None` below
@@ -555,6 +558,8 @@ impl Report {
             vm_statistics: VmStatsReport::from_profile(profile),
             mode: session.mode,
             off_cpu: OffCpuReport::from_profile(profile, options),
+            thread_filter: (!profile.thread_filter.is_empty())
+                .then(|| profile.thread_filter.clone()),
         }
     }
 }

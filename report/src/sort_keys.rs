@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+#[cfg(test)]
+use vmscope_model::ThreadSamples;
 use vmscope_model::{ProcessSamples, ProfileRow, SourceLineSamples};
 
 /// A key that rows are grouped by.
@@ -28,6 +30,8 @@ pub enum SortKey {
     Sym,
     /// The source line of the leaf (`hot.c:12`).
     Srcline,
+    /// The thread: `name[tid]`.
+    Tid,
 }
 
 /// How perf writes a line it does not know.
@@ -35,9 +39,10 @@ pub const UNKNOWN_SRCLINE: &str = "??:0";
 
 impl SortKey {
     /// Every key, as `--sort` spells them.
-    pub const ALL: [SortKey; 5] = [
+    pub const ALL: [SortKey; 6] = [
         SortKey::Comm,
         SortKey::Pid,
+        SortKey::Tid,
         SortKey::Dso,
         SortKey::Sym,
         SortKey::Srcline,
@@ -51,6 +56,7 @@ impl SortKey {
             SortKey::Dso => "dso",
             SortKey::Sym => "sym",
             SortKey::Srcline => "srcline",
+            SortKey::Tid => "tid",
         }
     }
 
@@ -61,11 +67,24 @@ impl SortKey {
             .find(|k| k.as_str() == key)
             .ok_or_else(|| {
                 format!(
-                    "unknown sort key `{key}`: use comm, pid, dso, sym or srcline \
+                    "unknown sort key `{key}`: use comm, pid, tid, dso, sym or srcline \
                      (e.g. --sort pid,sym)"
                 )
             })
     }
+}
+
+/// Why `keys` cannot go together, if they cannot: a row's source lines are counted per process,
+/// not per thread.
+pub fn check(keys: &[SortKey]) -> Result<(), String> {
+    if keys.contains(&SortKey::Tid) && keys.contains(&SortKey::Srcline) {
+        return Err(
+            "--sort tid and srcline do not go together: source lines are counted per process, \
+             not per thread"
+                .to_owned(),
+        );
+    }
+    Ok(())
 }
 
 /// Whether `keys` give the report's usual rows (one per function), which need no grouping.
@@ -77,6 +96,8 @@ pub fn is_by_symbol(keys: &[SortKey]) -> bool {
 struct GroupKey<'a> {
     command: Option<&'a str>,
     pid: Option<u32>,
+    /// The thread: its id and name.
+    thread: Option<(u32, &'a str)>,
     module: Option<&'a str>,
     symbol: Option<(&'a str, &'a str, bool)>,
     srcline: Option<Srcline<'a>>,
@@ -103,23 +124,44 @@ impl Srcline<'_> {
     }
 }
 
-/// One part of a row: samples of one process (or of all, pid 0) at one source line (or at none
-/// or any).
+/// One part of a row: samples of one process (or of all, pid 0), of one of its threads (or of
+/// all) at one source line (or at none or any).
 struct Part<'a> {
     pid: u32,
     command: &'a str,
+    /// The thread (id, name); `None` for every thread of the part's process.
+    thread: Option<(u32, &'a str)>,
     line: Option<&'a SourceLineSamples>,
     samples: u64,
 }
 
-/// The parts of `row` that the keys tell apart.
-fn parts(row: &ProfileRow, by_process: bool, by_line: bool) -> Vec<Part<'_>> {
+/// The parts of `row` that the keys tell apart: by thread (and so by process), or by process
+/// and source line.
+fn parts(row: &ProfileRow, by_process: bool, by_thread: bool, by_line: bool) -> Vec<Part<'_>> {
     let whole = |pid, command, samples| Part {
         pid,
         command,
+        thread: None,
         line: None,
         samples,
     };
+    if by_thread && !row.threads.is_empty() {
+        return row
+            .threads
+            .iter()
+            .map(|t| Part {
+                pid: t.pid,
+                command: row
+                    .processes
+                    .iter()
+                    .find(|p| p.pid == t.pid)
+                    .map_or("", |p| p.command.as_str()),
+                thread: Some((t.tid, t.name.as_str())),
+                line: None,
+                samples: t.samples,
+            })
+            .collect();
+    }
     let processes: Vec<Part<'_>> = if by_process && !row.processes.is_empty() {
         row.processes
             .iter()
@@ -173,18 +215,21 @@ struct Group<'a> {
 /// an unknown process.
 pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
     let has = |key| keys.contains(&key);
+    let by_thread = has(SortKey::Tid);
     let by_process = has(SortKey::Comm) || has(SortKey::Pid);
-    let by_line = has(SortKey::Srcline);
+    let by_line = has(SortKey::Srcline) && !by_thread;
     // Lines are per process: a row is split by process to split it by line, whether or not
     // processes are keys.
-    let split = by_process || by_line;
+    let split = by_process || by_line || by_thread;
     let mut order: Vec<GroupKey<'_>> = Vec::new();
     let mut groups: HashMap<GroupKey<'_>, Group<'_>> = HashMap::new();
     for &row in rows {
-        for part in parts(row, split, by_line) {
+        for part in parts(row, split, by_thread, by_line) {
             let key = GroupKey {
                 command: by_process.then_some(part.command),
                 pid: has(SortKey::Pid).then_some(part.pid),
+                // A row from a daemon that sends no threads is one group of an unknown thread.
+                thread: by_thread.then_some(part.thread.unwrap_or((0, ""))),
                 module: has(SortKey::Dso).then_some(row.module.as_str()),
                 symbol: has(SortKey::Sym).then_some((
                     row.name.as_str(),
@@ -266,6 +311,12 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
         (None, Some(command)) => label.push(process_name(command)),
         _ => {}
     }
+    match key.thread {
+        Some((0, _)) => label.push("[unknown thread]".to_owned()),
+        Some((tid, "")) => label.push(format!("[{tid}]")),
+        Some((tid, name)) => label.push(format!("{name}[{tid}]")),
+        None => {}
+    }
     if let (Some(module), false) = (key.module, by_symbol) {
         label.push(module.to_owned());
     }
@@ -332,6 +383,11 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
         } else {
             Vec::new()
         },
+        threads: if whole_source {
+            first.threads.clone()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -391,6 +447,64 @@ mod tests {
                 &[(10, "vmscoped", 7), (12, "node", 1)],
             ),
         ]
+    }
+
+    /// `--sort tid` splits rows by thread, each named `name[tid]` (or `[tid]` unnamed), and
+    /// with `pid` after its process; it refuses source lines, which are per process.
+    #[test]
+    fn tid_splits_rows_by_thread() {
+        let mut rows = rows();
+        rows[0].threads = vec![
+            ThreadSamples {
+                pid: 10,
+                tid: 10,
+                name: "vmscoped".into(),
+                samples: 25,
+            },
+            ThreadSamples {
+                pid: 10,
+                tid: 13,
+                name: String::new(),
+                samples: 5,
+            },
+            ThreadSamples {
+                pid: 11,
+                tid: 11,
+                name: "vmscoped".into(),
+                samples: 5,
+            },
+        ];
+        rows[1].threads = vec![ThreadSamples {
+            pid: 12,
+            tid: 14,
+            name: "V8 Worker".into(),
+            samples: 20,
+        }];
+        let refs: Vec<&ProfileRow> = rows.iter().collect();
+        let grouped = group(&refs[..2], &[SortKey::Tid]);
+        assert_eq!(
+            summary(&grouped),
+            [
+                ("vmscoped[10]", "", 25, 0),
+                ("[13]", "", 5, 0),
+                ("vmscoped[11]", "", 5, 0),
+                ("V8 Worker[14]", "", 20, 0)
+            ]
+        );
+        assert_eq!(
+            grouped[3].processes[0].pid, 12,
+            "a thread's samples are its process's"
+        );
+        let with_process = group(&refs[1..2], &[SortKey::Pid, SortKey::Tid, SortKey::Sym]);
+        assert_eq!(with_process[0].name, "node[12]  V8 Worker[14]  poll");
+        // A row with no threads (an older daemon's) is one unknown thread.
+        assert_eq!(
+            group(&refs[2..], &[SortKey::Tid])[0].name,
+            "[unknown thread]"
+        );
+        assert!(check(&[SortKey::Tid, SortKey::Srcline]).is_err());
+        assert!(check(&[SortKey::Tid, SortKey::Sym]).is_ok());
+        assert_eq!(SortKey::parse("tid"), Ok(SortKey::Tid));
     }
 
     #[test]
@@ -456,7 +570,7 @@ mod tests {
     fn keys_parse_as_perf_spells_them() {
         assert_eq!(SortKey::parse("pid"), Ok(SortKey::Pid));
         let err = SortKey::parse("symbol").unwrap_err();
-        assert!(err.contains("comm, pid, dso, sym or srcline"), "{err}");
+        assert!(err.contains("comm, pid, tid, dso, sym or srcline"), "{err}");
         assert_eq!(SortKey::parse("srcline"), Ok(SortKey::Srcline));
         assert!(is_by_symbol(&[]) && is_by_symbol(&[SortKey::Sym]));
         assert!(!is_by_symbol(&[SortKey::Sym, SortKey::Pid]));

@@ -239,6 +239,7 @@ async fn get_profile_returns_pprof_bytes_on_request() {
         .get_profile(GetProfileRequest {
             session_id: session.id,
             pprof: true,
+            ..Default::default()
         })
         .await
         .expect("GetProfile with pprof")

@@ -452,6 +452,7 @@ async fn served_session_of(
         .get_profile(GetProfileRequest {
             session_id: session.id,
             pprof: false,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -918,6 +919,7 @@ fn a_busy_users_final_profiles_wait_for_it() {
                         .get_profile(GetProfileRequest {
                             session_id: session,
                             pprof: false,
+                            ..Default::default()
                         })
                         .await
                     {
@@ -1035,6 +1037,7 @@ fn a_setuid_program_run_by_a_users_target_is_never_sampled_for_the_user() {
                 .get_profile(GetProfileRequest {
                     session_id: session.id,
                     pprof: false,
+                    ..Default::default()
                 })
                 .await
                 .expect("a running session's profile")
@@ -1262,6 +1265,7 @@ fn another_users_snapshots_leave_root_served_and_memory_bounded() {
                 let asked = nobody.get_profile(GetProfileRequest {
                     session_id: session,
                     pprof: false,
+                    ..Default::default()
                 });
                 match asked.await {
                     Ok(_) => fetched.fetch_add(1, Ordering::Relaxed),
@@ -1314,6 +1318,7 @@ fn another_users_snapshots_leave_root_served_and_memory_bounded() {
                         let asked = nobody.get_profile(GetProfileRequest {
                             session_id: session,
                             pprof: false,
+                            ..Default::default()
                         });
                         let patience = Duration::from_millis(20 + i * 37 % 281);
                         let _ = tokio::time::timeout(patience, asked).await;
@@ -1392,6 +1397,7 @@ fn another_users_snapshots_leave_root_served_and_memory_bounded() {
             .get_profile(GetProfileRequest {
                 session_id: session,
                 pprof: false,
+                ..Default::default()
             })
             .await
             .expect("the profile, once nothing else is built")
@@ -1551,6 +1557,7 @@ fn another_users_stack_copies_do_not_cost_root_its_samples() {
                 .get_profile(GetProfileRequest {
                     session_id,
                     pprof: false,
+                    ..Default::default()
                 })
                 .await
                 .expect("nobody's profile")

@@ -114,6 +114,7 @@ async fn check_shape(daemon: &Daemon, client: &mut Client, shape: DebugInfo) {
         .get_profile(GetProfileRequest {
             session_id: profile.session.as_ref().unwrap().id,
             pprof: true,
+            ..Default::default()
         })
         .await
         .expect("GetProfile with pprof")

@@ -449,6 +449,12 @@ fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
         report.session_id
     )?;
     writeln!(out, "{}", state_line(report))?;
+    if let Some(threads) = &report.thread_filter {
+        writeln!(
+            out,
+            "only {threads}: every number below is of their samples and blocks alone"
+        )?;
+    }
     if report.mode == ProfileMode::OffCpu {
         writeln!(
             out,

@@ -91,7 +91,12 @@ pub fn build_profile_unless(
         snapshot.off_cpu.as_ref(),
         &vm_interval_kinds,
     );
-    let rows = profile_rows(row_sums, &placement, &snapshot.commands);
+    let rows = profile_rows(
+        row_sums,
+        &placement,
+        &snapshot.commands,
+        &snapshot.thread_names,
+    );
     let off_cpu = match &snapshot.off_cpu {
         Some(tally) => {
             let blocks = stacks
@@ -99,7 +104,7 @@ pub fn build_profile_unless(
                 .iter()
                 .map(|&(task, stack, _, b)| (task, stack, b.ns));
             let (sums, _) = sum_rows(stacks, &placement, blocks, true, cancelled)?;
-            let rows = profile_rows(sums, &placement, &snapshot.commands);
+            let rows = profile_rows(sums, &placement, &snapshot.commands, &snapshot.thread_names);
             Some(off_cpu(tally, stacks, rows))
         }
         None => None,
@@ -155,6 +160,7 @@ pub fn build_profile_unless(
         taken_frequency_hz,
         throttled,
         off_cpu,
+        thread_filter: snapshot.thread_filter.unwrap_or_default(),
     })
 }
 

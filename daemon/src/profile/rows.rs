@@ -10,7 +10,7 @@ use std::{
 
 use vmscope_model::{
     CodeKind, CodeRange, InlinedMethod, IssueKind, ProcessSamples, ProfileRow, SourceLineSamples,
-    SymbolizationIssue, rank::rank,
+    SymbolizationIssue, ThreadSamples, rank::rank,
 };
 
 use super::placed::{Placed, Placement};
@@ -34,6 +34,8 @@ pub(super) struct RowSum {
     pub(super) inlined: BTreeMap<String, u64>,
     /// Samples per process.
     pub(super) processes: HashMap<u32, u64>,
+    /// Samples per thread.
+    pub(super) threads: HashMap<Task, u64>,
     /// Samples per (source line of the leaf, as an index into [`SourceLinesTable`], process).
     pub(super) lines: HashMap<(u32, u32), u64>,
     /// Samples named from a perf map read after them.
@@ -82,6 +84,7 @@ pub(super) fn sum_rows(
             row.later_snapshot += samples;
         }
         *row.processes.entry(task.pid).or_insert(0) += samples;
+        *row.threads.entry(task).or_insert(0) += samples;
         if let Some(line) = leaf.line {
             *row.lines.entry((line, task.pid)).or_insert(0) += samples;
         }
@@ -117,6 +120,7 @@ pub(super) fn profile_rows(
     rows: Vec<RowSum>,
     placement: &Placement,
     commands: &HashMap<u32, String, foldhash::fast::RandomState>,
+    thread_names: &HashMap<Task, String, foldhash::fast::RandomState>,
 ) -> Vec<ProfileRow> {
     let source_lines = &placement.source_lines;
     let mut rows: Vec<ProfileRow> = rows
@@ -140,6 +144,17 @@ pub(super) fn profile_rows(
                 })
                 .collect();
             processes.sort_by(ProcessSamples::order);
+            let mut threads: Vec<ThreadSamples> = sum
+                .threads
+                .into_iter()
+                .map(|(task, samples)| ThreadSamples {
+                    pid: task.pid,
+                    tid: task.tid,
+                    name: thread_names.get(&task).cloned().unwrap_or_default(),
+                    samples,
+                })
+                .collect();
+            threads.sort_by(ThreadSamples::order);
             let mut lines: Vec<SourceLineSamples> = sum
                 .lines
                 .into_iter()
@@ -178,6 +193,7 @@ pub(super) fn profile_rows(
                 inclusive_samples: sum.inclusive,
                 srcline: String::new(),
                 source_lines: lines,
+                threads,
             }
         })
         .collect();

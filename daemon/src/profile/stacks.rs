@@ -154,8 +154,11 @@ pub(super) fn profile_stacks(
         let outermost = ids.last().map(|id| &placed[id.0 as usize]);
         let span = &stacks.stacks[stack.0 as usize];
         let end = stack_end(span.end, outermost);
-        if let Some(end) = end {
-            *ends.entry(end).or_insert(0) += tally.samples + tally.blocks;
+        // How samples' stacks ended: what the report's notes weigh against its samples.
+        if let Some(end) = end
+            && tally.samples > 0
+        {
+            *ends.entry(end).or_insert(0) += tally.samples;
         }
         let sum = by_frames
             .entry((task, frame_ids, end, span.during, state))

@@ -81,6 +81,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         not_kept: 0,
         kernel_events: None,
         off_cpu: None,
+        thread_filter: None,
         vm_statistics: Vec::new(),
     }
 }

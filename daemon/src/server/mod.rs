@@ -39,7 +39,7 @@ use crate::{
     cancel::CancelOnDrop,
     continuous::{Continuous, store::Selection},
     profile::{ProfileOptions, build_profile_unless},
-    session::{Caller, ManagerHandle, request::FrequencyLimits},
+    session::{Caller, ManagerHandle, request::FrequencyLimits, threads::ThreadFilter},
     symbolize::Symbolizer,
     sys,
 };
@@ -166,8 +166,20 @@ impl ProfilerService {
         id: u64,
         pprof: bool,
     ) -> Result<pb::Profile, Status> {
+        self.profile_of_threads(caller, id, pprof, ThreadFilter::default())
+            .await
+    }
+
+    /// [`ProfilerService::profile`] of the threads `threads` keeps alone.
+    pub(crate) async fn profile_of_threads(
+        &self,
+        caller: Caller,
+        id: u64,
+        pprof: bool,
+        threads: ThreadFilter,
+    ) -> Result<pb::Profile, Status> {
         let share = self.builds.take(caller.uid, builds::BUILD_WAIT).await?;
-        self.build(share, caller, id, pprof).await
+        self.build(share, caller, id, pprof, threads).await
     }
 
     /// [`ProfilerService::profile`] with the share taken. The build is given up when this
@@ -179,9 +191,15 @@ impl ProfilerService {
         caller: Caller,
         id: u64,
         pprof: bool,
+        threads: ThreadFilter,
     ) -> Result<pb::Profile, Status> {
         let (guard, cancel) = CancelOnDrop::new();
-        let snapshot = self.manager.snapshot(caller, id).await.map_err(to_status)?;
+        let snapshot = self
+            .manager
+            .snapshot(caller, id)
+            .await
+            .map_err(to_status)?
+            .only_threads(&threads);
         let symbolizer = self.symbolizer.clone();
         let options = profile_options(caller);
         let builds = self.builds.clone();
@@ -337,8 +355,9 @@ impl pb::profiler_server::Profiler for ProfilerService {
         request: Request<pb::GetProfileRequest>,
     ) -> Result<Response<pb::Profile>, Status> {
         let caller = caller(&request)?;
-        let request = request.get_ref();
-        self.profile(caller, request.session_id, request.pprof)
+        let request = request.into_inner();
+        let threads = ThreadFilter::new(request.tids, request.thread_names).map_err(to_status)?;
+        self.profile_of_threads(caller, request.session_id, request.pprof, threads)
             .await
             .map(Response::new)
     }

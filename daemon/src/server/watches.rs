@@ -92,7 +92,15 @@ impl ProfilerService {
                     // final one, and the watch ends with it.
                     let shutting_down = *shutdown.borrow_and_update();
                     // Watches stream our message only: pprof is for GetProfile.
-                    let profile = service.build(share, caller, session, false).await;
+                    let profile = service
+                        .build(
+                            share,
+                            caller,
+                            session,
+                            false,
+                            crate::session::threads::ThreadFilter::default(),
+                        )
+                        .await;
                     // The stopped session's profile is the last: it changes no more, whole or
                     // not.
                     let last = shutting_down

@@ -14,6 +14,7 @@ pub mod request;
 mod routes;
 pub mod shares;
 pub mod stacks;
+pub mod threads;
 mod vms;
 
 use std::{
@@ -692,6 +693,9 @@ pub struct Snapshot {
     pub vm_statistics: Vec<VmStatistics>,
     /// Off-CPU and wall sessions: what they gathered of time off the CPU.
     pub off_cpu: Option<OffCpuTally>,
+    /// The threads it was cut to, for a person ([`threads::ThreadFilter::describe`]); `None`
+    /// for every thread.
+    pub thread_filter: Option<String>,
 }
 
 impl Snapshot {
@@ -775,6 +779,7 @@ impl Snapshot {
                 .collect(),
             // Continuous windows sample the CPU alone.
             off_cpu: None,
+            thread_filter: None,
             stacks,
         }
     }

@@ -6,6 +6,11 @@
 //! Each collection is published as an interval (`INTERVAL_KIND_SCAVENGE` or
 //! `INTERVAL_KIND_FULL_GC`), and its time, as published, is added to the VM's own totals,
 //! with the CPU time its thread and its process spent in it.
+//!
+//! With [`GcConfig::thread`] (`--gc-thread`), a collection traces on a thread of its own
+//! (named `gc`) while the VM thread waits for it in [`wait_for_gc`], off its CPU, as the
+//! mutators of a stop-the-world collector do: the time off the CPU an off-CPU profile puts
+//! inside the VM's collections.
 
 use vmscope_proto::v1::IntervalKind;
 
@@ -19,6 +24,34 @@ pub struct GcConfig {
     pub eden_bytes: usize,
     /// Every this many collections, one is full (0: never).
     pub full_every: u64,
+    /// Trace on a thread of its own while the VM thread waits.
+    pub thread: bool,
+}
+
+/// The heap, lent to the collector's thread while the VM thread waits for it.
+struct Lent<'a>(&'a crate::heap::Heap);
+
+// SAFETY: the VM thread does not touch the heap while the collector's thread traces it: it
+// waits for that thread to end ([`wait_for_gc`]) before it goes on.
+unsafe impl Sync for Lent<'_> {}
+// SAFETY: as above.
+unsafe impl Send for Lent<'_> {}
+
+/// Traces the heap on a thread of its own, named `gc`, and waits for it: the VM thread's
+/// time off its CPU in a collection. Returns the references traced.
+#[inline(never)]
+pub fn wait_for_gc(heap: &crate::heap::Heap, full: bool) -> u64 {
+    let lent = Lent(heap);
+    std::thread::scope(|scope| {
+        let collector = std::thread::Builder::new()
+            .name("gc".into())
+            .spawn_scoped(scope, || {
+                let lent = &lent;
+                lent.0.trace(full)
+            })
+            .expect("the collector's thread");
+        collector.join().expect("the collector does not panic")
+    })
 }
 
 impl Vm {
@@ -46,7 +79,11 @@ impl Vm {
         let cpu = (CpuClock::Thread.now_ns(), CpuClock::Process.now_ns());
         let ns = self.interval(kind, collections, |vm| {
             vm.publish_young();
-            std::hint::black_box(vm.heap.trace(full));
+            if gc.thread {
+                std::hint::black_box(wait_for_gc(&vm.heap, full));
+            } else {
+                std::hint::black_box(vm.heap.trace(full));
+            }
             vm.heap.clear_young();
         });
         self.stats.gc_ns += ns;

@@ -53,6 +53,10 @@ struct Args {
     /// In the GC-heavy mode, every N-th collection is a full one (0: never).
     #[arg(long, default_value_t = 8)]
     full_gc_every: u64,
+    /// In the GC-heavy mode, collections trace on a thread of their own (`gc`) while the VM
+    /// thread waits for them, off its CPU, as a stop-the-world collector's mutators do.
+    #[arg(long, requires = "eden_kb")]
+    gc_thread: bool,
     /// Size of the code zone in KiB.
     #[arg(long, default_value_t = 1024)]
     zone_kb: usize,
@@ -107,6 +111,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         gc: args.eden_kb.map(|kb| GcConfig {
             eden_bytes: kb * 1024,
             full_every: args.full_gc_every,
+            thread: args.gc_thread,
         }),
         ..Config::default()
     };

@@ -26,6 +26,7 @@
 
 use std::io::{self, Write};
 
+use vmscope_model::SampleType;
 use vmscope_report::{
     Report, Section,
     stack_view::ShownStacks,
@@ -38,6 +39,8 @@ use super::{count, percent, write_header, write_summary};
 const INCLUSIVE_HEADING: &str = "incl.%";
 const SELF_HEADING: &str = "self%";
 const SAMPLES_HEADING: &str = "(samples)";
+/// The count column's heading when the counts are times.
+const TIME_HEADING: &str = "(time)";
 /// Narrowest percentage column ("100.00%").
 const MIN_PERCENT_WIDTH: usize = 7;
 /// Blanks per level of the tree.
@@ -55,9 +58,12 @@ pub fn render_tree_text(
 ) -> io::Result<()> {
     write_header(report, out)?;
     writeln!(out)?;
-    write_summary(report, out)?;
-    writeln!(out)?;
-    writeln!(out, "{}", view_line(tree))?;
+    if report.mode.on_cpu() {
+        write_summary(report, out)?;
+        writeln!(out)?;
+    }
+    let measure = Measure::of(shown);
+    writeln!(out, "{}", view_line(tree, measure))?;
     writeln!(out, "{}", shown.describe())?;
 
     let walk = tree.walk();
@@ -73,7 +79,7 @@ pub fn render_tree_text(
             (
                 percent(tree.percent(node.inclusive_samples)),
                 self_cell,
-                format!("({})", node.inclusive_samples),
+                format!("({})", measure.amount(node.inclusive_samples)),
             )
         })
         .collect();
@@ -85,13 +91,14 @@ pub fn render_tree_text(
     };
     let inclusive_width = width(INCLUSIVE_HEADING, |c| &c.0);
     let self_width = width(SELF_HEADING, |c| &c.1);
-    let samples_width = width(SAMPLES_HEADING, |c| &c.2);
+    let samples_heading = measure.heading();
+    let samples_width = width(samples_heading, |c| &c.2);
 
     writeln!(out)?;
     writeln!(
         out,
         "{INCLUSIVE_HEADING:>inclusive_width$} {SELF_HEADING:>self_width$}  \
-         {SAMPLES_HEADING:>samples_width$}  {}",
+         {samples_heading:>samples_width$}  {}",
         title(&tree.view)
     )?;
     if walk.is_empty() {
@@ -118,11 +125,63 @@ fn title(view: &TreeView) -> String {
     }
 }
 
+/// What a tree's counts are: samples, or a time (off-CPU and wall profiles, whose shown stacks
+/// weigh nanoseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Measure {
+    Samples,
+    /// Nanoseconds, of what (`time off the CPU`, `wall-clock time`).
+    Time(&'static str),
+}
+
+impl Measure {
+    fn of(shown: &ShownStacks<'_>) -> Measure {
+        match shown.profile.sample_types.first() {
+            Some(SampleType::OffCpuTime) => Measure::Time("time off the CPU"),
+            Some(SampleType::WallTime) => Measure::Time("wall-clock time"),
+            Some(t) if t.is_time() => Measure::Time("time"),
+            _ => Measure::Samples,
+        }
+    }
+
+    /// A count: `1014`, or a time, `602ms`.
+    fn amount(self, n: u64) -> String {
+        match self {
+            Measure::Samples => n.to_string(),
+            Measure::Time(_) => super::off_cpu::duration(n),
+        }
+    }
+
+    /// `1014 samples`, `0.602 s of time off the CPU`.
+    fn total(self, n: u64) -> String {
+        match self {
+            Measure::Samples => count(n, "sample"),
+            Measure::Time(what) => format!("{} of {what}", super::off_cpu::duration(n)),
+        }
+    }
+
+    fn heading(self) -> &'static str {
+        match self {
+            Measure::Samples => SAMPLES_HEADING,
+            Measure::Time(_) => TIME_HEADING,
+        }
+    }
+
+    /// What percentages are of: `all samples`, `all the time`.
+    fn all(self) -> &'static str {
+        match self {
+            Measure::Samples => "all samples",
+            Measure::Time(_) => "all the time",
+        }
+    }
+}
+
 /// What the tree holds and how to read it, in one line.
-fn view_line(tree: &CallTree) -> String {
+fn view_line(tree: &CallTree, measure: Measure) -> String {
+    let all = measure.all();
     let folded = if tree.fold_percent > 0.0 {
         format!(
-            "; nodes under {}% of all samples folded",
+            "; nodes under {}% of {all} folded",
             trim_float(tree.fold_percent)
         )
     } else {
@@ -131,14 +190,14 @@ fn view_line(tree: &CallTree) -> String {
     let share = |what: &str| {
         format!(
             "{} {what} ({} of all)",
-            count(tree.tree_samples, "sample"),
+            measure.total(tree.tree_samples),
             percent(tree.percent(tree.tree_samples))
         )
     };
     match &tree.view {
         TreeView::TopDown => format!(
-            "call tree of {}: inclusive and self time in % of all samples{folded}",
-            count(tree.tree_samples, "sample")
+            "call tree of {}: inclusive and self time in % of {all}{folded}",
+            measure.total(tree.tree_samples)
         ),
         TreeView::Callees(name) => format!(
             "callees of {name}: {}, each counted once from its outermost {name}{folded}",

@@ -97,6 +97,7 @@ impl Manager {
                 .map(|kernel| kernel.summary(|pid| session.commands.get(&pid).cloned())),
             vm_statistics: vm_statistics(session, now),
             off_cpu: session.off_cpu.clone(),
+            thread_filter: None,
         }
     }
 }
