@@ -359,6 +359,19 @@ impl Sampler {
             .map_err(program_err("load the exit tracepoint program"))?;
         exit.attach("sched_process_exit")
             .map_err(program_err("attach to raw tracepoint sched_process_exit"))?;
+        let rename: &mut RawTracePoint = ebpf
+            .program_mut("vmscope_rename")
+            .ok_or(SamplerError::Missing("program vmscope_rename"))?
+            .try_into()
+            .map_err(program_err(
+                "use vmscope_rename as a raw tracepoint program",
+            ))?;
+        rename
+            .load()
+            .map_err(program_err("load the rename tracepoint program"))?;
+        rename
+            .attach("task_rename")
+            .map_err(program_err("attach to raw tracepoint task_rename"))?;
         // Loaded now, attached only while an off-CPU session runs: it runs at every context
         // switch of the host. A kernel that refuses it (older than 5.18, whose tracepoint has
         // no prev_state) samples as before; off-CPU sessions are refused with the reason.

@@ -650,3 +650,154 @@ fn native_inlined_functions_become_frames_over_their_holder() {
     assert_eq!(ids, [own]);
     assert_eq!(frames.frames[own as usize].line, 0);
 }
+
+/// A wall profile's stacks hold samples and blocks apart (a block's stack is its thread's,
+/// with why it waited), valued in the wall mode's five types; its off-CPU rows count the
+/// blocks' nanoseconds by the innermost user frame (the kernel's frames above it count in no
+/// row); its threads add their CPU and off-CPU time; the time inside the VM's intervals is
+/// each thread's.
+#[test]
+fn a_wall_profile_holds_samples_and_blocks_with_their_times() {
+    use crate::session::OffCpuTally;
+    let kernel = Location::Kernel {
+        ip: 0xffff_ffff_8100_0101,
+    };
+    let user = Location::Unmapped(UnmappedReason::NoMapping);
+    let mut table = StackTable::default();
+    for _ in 0..3 {
+        table.count(Task::new(7, 8), [user], None, DuringId(0));
+    }
+    let waiting = table.intern([kernel, user], Some(StackEnd::Complete), DuringId(0));
+    table.add_block(
+        Task::new(7, 8),
+        waiting,
+        model::BlockState::Sleeping,
+        20_000_000,
+    );
+    table.add_block(
+        Task::new(7, 8),
+        waiting,
+        model::BlockState::Sleeping,
+        10_000_000,
+    );
+    table.add_block(
+        Task::new(7, 9),
+        waiting,
+        model::BlockState::Preempted,
+        1_000_000,
+    );
+    let mut snap = snapshot(Vec::new());
+    snap.session.mode = model::ProfileMode::Wall;
+    snap.stacks = table.snapshot();
+    snap.total_samples = 3;
+    let mut during = std::collections::HashMap::default();
+    during.insert((Task::new(7, 8), IntervalKind::Scavenge), 12_000_000);
+    snap.off_cpu = Some(OffCpuTally {
+        blocks: 3,
+        ns: 31_000_000,
+        during,
+        ..OffCpuTally::default()
+    });
+    let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+    assert_eq!(
+        profile.sample_types,
+        model::SampleType::of_mode(model::ProfileMode::Wall)
+    );
+    let stacks: Vec<(u32, Option<model::BlockState>, &[u64])> = profile
+        .stacks
+        .iter()
+        .map(|s| (s.tid, s.state, s.values.as_slice()))
+        .collect();
+    assert_eq!(
+        stacks,
+        [
+            (
+                8,
+                Some(model::BlockState::Sleeping),
+                &[0, 0, 2, 30_000_000, 30_000_000][..]
+            ),
+            (8, None, &[3, 3_000_000, 0, 0, 3_000_000][..]),
+            (
+                9,
+                Some(model::BlockState::Preempted),
+                &[0, 0, 1, 1_000_000, 1_000_000][..]
+            ),
+        ],
+        "most time first, a sample standing for 1 ms"
+    );
+    let off = profile.off_cpu.as_ref().expect("off-CPU");
+    assert_eq!((off.blocks, off.total_ns), (3, 31_000_000));
+    assert_eq!(
+        off.rows.len(),
+        1,
+        "the kernel's frame is no row: {:?}",
+        off.rows
+    );
+    assert_eq!(off.rows[0].name, "[unknown]");
+    assert_eq!(
+        (off.rows[0].samples, off.rows[0].inclusive_samples),
+        (31_000_000, 31_000_000)
+    );
+    assert_eq!(off.rows[0].threads.len(), 2);
+    let states: Vec<(model::BlockState, u64)> =
+        off.states.iter().map(|s| (s.state, s.ns)).collect();
+    assert_eq!(
+        states,
+        [
+            (model::BlockState::Sleeping, 30_000_000),
+            (model::BlockState::Preempted, 1_000_000)
+        ]
+    );
+    let threads: Vec<(u32, u64, u64, u64)> = profile
+        .threads
+        .iter()
+        .map(|t| (t.tid, t.cpu_ns, t.off_cpu_blocks, t.off_cpu_ns))
+        .collect();
+    assert_eq!(
+        threads,
+        [(8, 3_000_000, 2, 30_000_000), (9, 0, 1, 1_000_000)]
+    );
+    assert_eq!(profile.vm_interval_kinds, [IntervalKind::Scavenge]);
+    assert_eq!(
+        profile.threads[0].off_cpu_during,
+        [model::IntervalTime {
+            kind: 0,
+            ns: 12_000_000
+        }]
+    );
+    assert_eq!(
+        profile.stack_ends.iter().map(|e| e.samples).sum::<u64>(),
+        0,
+        "how samples' stacks ended, blocks apart (these samples have no call graph)"
+    );
+}
+
+/// A profile cut to some threads is built from their counts alone, rows included, and says
+/// which.
+#[test]
+fn a_profile_of_some_threads_has_their_counts_alone() {
+    use crate::session::threads::ThreadFilter;
+    let kernel = |ip| Location::Kernel { ip };
+    let mut table = StackTable::default();
+    for (tid, ip, n) in [(8, 1, 5), (9, 2, 3)] {
+        for _ in 0..n {
+            table.count(Task::new(7, tid), [kernel(ip)], None, DuringId(0));
+        }
+    }
+    let mut snap = snapshot(Vec::new());
+    snap.stacks = table.snapshot();
+    snap.total_samples = 8;
+    snap.thread_names
+        .insert(Task::new(7, 9), "GC Thread#0".into());
+    let only_gc = ThreadFilter::new(Vec::new(), vec!["GC*".into()]).unwrap();
+    let profile = build_profile(
+        snap.only_threads(&only_gc),
+        &symbolizer(),
+        &ProfileOptions { hide_kernel: None },
+    );
+    assert_eq!(profile.total_samples, 3);
+    assert_eq!(profile.rows.len(), 1);
+    assert_eq!(profile.rows[0].samples, 3);
+    assert_eq!(profile.threads.len(), 1);
+    assert_eq!(profile.thread_filter, "threads named GC*");
+}

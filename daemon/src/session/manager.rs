@@ -44,8 +44,8 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 use vmscope_common::{
-    EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_SAMPLE, Event, FLAG_KERNEL_TRUNCATED, FLAG_STACK,
-    FLAG_TARGET, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
+    EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_RENAME, EVENT_SAMPLE, Event,
+    FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
 use vmscope_model::{IntervalKind, VmStatistics};
 use vmscope_parse::stat;
@@ -421,6 +421,7 @@ pub fn spawn_manager(
         user_scratch: Vec::new(),
         placements: Placements::default(),
         windows: None,
+        thread_renames: ThreadRenames::default(),
     };
     // I/O for the tick's timer (`tick::Ticker`).
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -507,6 +508,49 @@ struct Manager {
     vms: Vms,
     /// Continuous profiling's windows, when the daemon takes them.
     windows: Option<windows::WindowChain>,
+    /// The names the kernel said threads of followed processes were given, by process.
+    thread_renames: ThreadRenames,
+}
+
+/// The names threads were given ([`vmscope_common::EVENT_RENAME`]), by process, so that a
+/// process's go at once with its exit.
+#[derive(Debug, Default)]
+struct ThreadRenames {
+    by_pid: HashMap<u32, HashMap<u32, String>>,
+    len: usize,
+}
+
+impl ThreadRenames {
+    fn get(&self, task: Task) -> Option<&String> {
+        self.by_pid.get(&task.pid)?.get(&task.tid)
+    }
+
+    fn insert(&mut self, task: Task, name: String) {
+        if self
+            .by_pid
+            .entry(task.pid)
+            .or_default()
+            .insert(task.tid, name)
+            .is_none()
+        {
+            self.len += 1;
+        }
+    }
+
+    fn forget(&mut self, pid: u32) {
+        if let Some(threads) = self.by_pid.remove(&pid) {
+            self.len -= threads.len();
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn clear(&mut self) {
+        self.by_pid.clear();
+        self.len = 0;
+    }
 }
 
 /// The statistics of the VMs a session watches: what they published, then what HotSpot's

@@ -836,4 +836,52 @@ mod tests {
         leaves.sort();
         assert_eq!(leaves, [(1, k(1), 2), (1, k(2), 1)]);
     }
+
+    /// Blocks are counted per (thread, stack, why) with their time, taken back when moved, and
+    /// split by process with the samples.
+    #[test]
+    fn blocks_count_apart_from_samples_and_split_by_process() {
+        use vmscope_model::BlockState::{Preempted, Sleeping};
+        let mut table = StackTable::default();
+        let stack = table.count(7, [k(1), k(2)], DONE, NONE);
+        table.add_block(7, stack, Sleeping, 1_000);
+        table.add_block(7, stack, Sleeping, 2_000);
+        table.add_block(7, stack, Preempted, 5);
+        let other = table.intern([k(3)], DONE, NONE);
+        table.add_block(Task::new(8, 9), other, Sleeping, 7);
+        assert_eq!(table.counts[&(Task::from(7), stack)], 1, "samples apart");
+        let key = (Task::from(7), stack, Sleeping);
+        assert_eq!(
+            table.blocks[&key],
+            Blocks {
+                count: 2,
+                ns: 3_000
+            }
+        );
+        table.remove_block(7, stack, Sleeping, 2_000);
+        assert_eq!(
+            table.blocks[&key],
+            Blocks {
+                count: 1,
+                ns: 1_000
+            }
+        );
+        table.remove_block(7, stack, Preempted, 5);
+        assert!(
+            !table
+                .blocks
+                .contains_key(&(Task::from(7), stack, Preempted))
+        );
+        let parts = table.snapshot().by_process();
+        assert_eq!(parts[&7].blocks.len(), 1);
+        assert_eq!(parts[&7].counts.len(), 1);
+        let (task, stack, state, blocks) = parts[&8].blocks[0];
+        assert_eq!((task, state, blocks.ns), (Task::new(8, 9), Sleeping, 7));
+        assert_eq!(
+            parts[&8].ids_of(stack).len(),
+            1,
+            "its stack renumbered in its part"
+        );
+        assert!(parts[&8].counts.is_empty());
+    }
 }

@@ -20,6 +20,14 @@ pub const EVENT_EXEC: u32 = 1;
 /// sessions running, leader exits of every process are sent too (nothing is removed for those).
 pub const EVENT_EXIT: u32 = 2;
 
+/// [`Event::kind`] of a thread of a tracked process (any process's, with system-wide sessions)
+/// given a name (`pthread_setname_np`, `prctl(PR_SET_NAME)`, an `execve`): `tid` is the thread
+/// renamed, which need not be the one that renamed it, and the new name travels as an exec's
+/// does (see [`Event::exec_comm`]). Runtimes name their threads as they start them (HotSpot's
+/// `C2 CompilerThread0`, `GC Thread#0`), some of which end before the daemon could read their
+/// name from `/proc`.
+pub const EVENT_RENAME: u32 = 4;
+
 /// [`Event::kind`] of a thread of a target coming back to a CPU after it was off it (off-CPU
 /// profiling): written as the thread is switched back in, when its user stack is still the one
 /// it blocked in and its kernel stack says where in the kernel it waited. The record is a
@@ -451,7 +459,8 @@ pub const CONFIG_LEN: u32 = 8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
-    /// [`EVENT_SAMPLE`], [`EVENT_OFF_CPU`], [`EVENT_EXEC`] or [`EVENT_EXIT`].
+    /// [`EVENT_SAMPLE`], [`EVENT_OFF_CPU`], [`EVENT_EXEC`], [`EVENT_EXIT`] or
+    /// [`EVENT_RENAME`].
     pub kind: u32,
     /// CPU the event was taken on (`bpf_get_smp_processor_id`).
     pub cpu: u32,

@@ -28,6 +28,9 @@
 //!   every target, the moment its thread-group leader exits, and tells the daemon
 //!   ([`EVENT_EXIT`]). Whatever is forked into the pid afterwards is never sampled for the old
 //!   target's sessions, however late the daemon reads the event.
+//! * `vmscope_rename` (raw tracepoint `task_rename`) reports a tracked process's thread given a
+//!   name ([`EVENT_RENAME`]), with the name: the name of a thread at its samples, even one
+//!   gone before the daemon could read `/proc`.
 //! * Off-CPU time, attached only while an off-CPU or wall session runs: `vmscope_switch`
 //!   (`tp_btf/sched_switch`, which runs as the leaving thread, with the leaving and the coming
 //!   thread as arguments) notes in `BLOCKED` when a thread of an off-CPU target
@@ -68,14 +71,15 @@ mod prog {
     };
     use vmscope_common::{
         BLOCK_EXITED, BLOCKED_NOTED, Blocked, BlockedCopy, CONFIG_CRED_CAPS, CONFIG_CRED_IDS,
-        CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, CONFIG_TASK_CRED, Creds, EVENT_EXEC,
-        EVENT_EXIT, EVENT_OFF_CPU, EVENT_SAMPLE, Event, FLAG_BLOCK_STATE_SHIFT, FLAG_KERNEL_MODE,
-        FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED,
-        FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_HELD, GUARD_OPEN,
-        MAX_BLOCKED_COPIES, MAX_BLOCKED_THREADS, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS,
-        MAX_USER_COPY, OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN, OFF_CPU_MAX_COPY, OFF_CPU_PERIOD,
-        OFF_CPU_SHORT, OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED, RING_BUFFER_BYTES, ShortBlocks,
-        TRACK_ANY_THREAD, TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants, block_state,
+        CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, CONFIG_TASK_CRED, CONFIG_TASK_PID,
+        CONFIG_TASK_TGID, Creds, EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_RENAME, EVENT_SAMPLE,
+        Event, FLAG_BLOCK_STATE_SHIFT, FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK,
+        FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED,
+        FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_HELD, GUARD_OPEN, MAX_BLOCKED_COPIES,
+        MAX_BLOCKED_THREADS, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS, MAX_USER_COPY,
+        OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN, OFF_CPU_MAX_COPY, OFF_CPU_PERIOD, OFF_CPU_SHORT,
+        OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED, RING_BUFFER_BYTES, ShortBlocks, TRACK_ANY_THREAD,
+        TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants, block_state,
     };
 
     /// `MAX_STACK_FRAMES` is 127 = 0x7f: masking a frame count with it gives the verifier a
@@ -929,6 +933,46 @@ mod prog {
             // SAFETY: this CPU's slot, valid for the program's run.
             unsafe { *slot += n };
         }
+    }
+
+    /// A thread is given a name: arguments `(task, comm)`. The renamed task need not be the
+    /// current one (`pthread_setname_np` of another thread writes its `/proc` comm), so its ids
+    /// are read at the offsets the daemon found in the kernel's BTF.
+    #[raw_tracepoint(tracepoint = "task_rename")]
+    pub fn vmscope_rename(ctx: RawTracePointContext) -> i32 {
+        let task: u64 = ctx.arg(0);
+        let comm: u64 = ctx.arg(1);
+        let offset = |slot| CONFIG.get(slot).copied().unwrap_or(0) as u64;
+        let (pid_at, tgid_at) = (offset(CONFIG_TASK_PID), offset(CONFIG_TASK_TGID));
+        if pid_at == 0 || tgid_at == 0 {
+            return 0;
+        }
+        // SAFETY: bpf_probe_read_kernel copes with any address: a wrong one fails.
+        let ids = unsafe {
+            bpf_probe_read_kernel((task + pid_at) as *const u32)
+                .and_then(|tid| Ok((tid, bpf_probe_read_kernel((task + tgid_at) as *const u32)?)))
+        };
+        let Ok((tid, tgid)) = ids else {
+            return 0;
+        };
+        let system_wide = CONFIG.get(CONFIG_SYSTEM_WIDE).copied().unwrap_or(0) > 0;
+        // SAFETY: see vmscope_sample.
+        if tgid == 0 || (!system_wide && unsafe { TRACKED.get(tgid).is_none() }) {
+            return 0;
+        }
+        let mut name = [0u8; 16];
+        // SAFETY: the helper copes with any address and writes at most the buffer.
+        let _ = unsafe {
+            aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes(comm as *const u8, &mut name)
+        };
+        let (ip, period_ns) = Event::comm_words(&name);
+        tell_daemon(
+            EVENT_RENAME,
+            (u64::from(tgid) << 32) | u64::from(tid),
+            ip,
+            period_ns,
+        );
+        0
     }
 
     // A raw tracepoint attaches by name and needs no tracefs mounted (many containers and

@@ -16,6 +16,8 @@ pub(super) struct Counters {
     /// Threads of new off-CPU sessions' targets noted as off their CPU at the start.
     pub(super) blocked_threads_noted: u64,
     pub(super) exec_events: u64,
+    /// Threads of followed processes given a name.
+    pub(super) rename_events: u64,
     /// Exit events of tracked processes (and, with system-wide sessions, of every process).
     pub(super) exit_events: u64,
     /// Exits after which the process ran on (a leader gone before its threads, or replaced by an
@@ -108,6 +110,7 @@ impl Manager {
                     + off_cpu[vmscope_common::OFF_CPU_SHORT as usize],
             ),
             ("exec_events", c.exec_events),
+            ("rename_events", c.rename_events),
             ("exit_events", c.exit_events),
             ("exits_process_ran_on", c.exits_process_ran_on),
             ("pid_reuses", c.pid_reuses + p.pid_reuses),

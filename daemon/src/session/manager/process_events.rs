@@ -6,6 +6,28 @@ use super::*;
 impl Manager {
     /// A process replaced its program: its mappings are all new, and it may now belong to
     /// another user (a setuid program).
+    /// A thread of a process the kernel follows was given a name: the sessions that watch it
+    /// name it so from now on, and a thread gone before its name could be read from `/proc`
+    /// keeps it (see [`Manager::note_names`]).
+    pub(super) fn rename(&mut self, event: &Event) {
+        self.counters.rename_events += 1;
+        let task = Task::new(event.tgid, event.tid);
+        let name = comm_name(&event.exec_comm());
+        for session in self.sessions.values_mut() {
+            if session.state != State::Stopped
+                && session.watches(task.pid, event.timestamp_ns)
+                && let Some(known) = session.thread_names.get_mut(&task)
+            {
+                known.clone_from(&name);
+            }
+        }
+        // Bounded as the sessions' names are; a process's go with its exit.
+        if self.thread_renames.len() >= MAX_THREAD_NAMES {
+            self.thread_renames.clear();
+        }
+        self.thread_renames.insert(task, name);
+    }
+
     pub(super) fn exec(&mut self, event: &Event) {
         self.counters.exec_events += 1;
         let pid = event.tgid;
@@ -210,6 +232,7 @@ impl Manager {
     pub(super) fn exit(&mut self, event: &Event) {
         self.counters.exit_events += 1;
         let (pid, at) = (event.tgid, event.timestamp_ns);
+        self.thread_renames.forget(pid);
         let concerned = self.holders(pid, at);
         if concerned.is_empty() {
             // A process a system-wide session saw, or a target released already.

@@ -29,6 +29,7 @@ impl Manager {
                     self.route_block(event, kernel, user, batch.user_copy(i), now)
                 }
                 EVENT_EXEC => self.exec(event),
+                EVENT_RENAME => self.rename(event),
                 EVENT_EXIT => self.exit(event),
                 _ => self.counters.unknown_events += 1,
             }
@@ -160,9 +161,12 @@ impl Manager {
                     && !session.thread_names.contains_key(&task)
                 {
                     let name = thread_name
-                        .get_or_insert_with(|| {
-                            self.counters.thread_names_read += 1;
-                            name_thread(&mut self.processes, task, now_ns)
+                        .get_or_insert_with(|| match self.thread_renames.get(task) {
+                            Some(name) => name.clone(),
+                            None => {
+                                self.counters.thread_names_read += 1;
+                                name_thread(&mut self.processes, task, now_ns)
+                            }
                         })
                         .clone();
                     session.thread_names.insert(task, name);

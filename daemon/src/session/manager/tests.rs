@@ -2106,3 +2106,243 @@ async fn samples_around_window_ends_are_each_in_one_window() {
         "{sent} samples sent, {in_windows} in the windows"
     );
 }
+
+/// A block of `tid` of process `tgid` off its CPU over `[begin, end)` for `state`, as the
+/// switch program sends it: its duration in `period_ns`, taken for target sessions.
+fn block(tgid: u32, tid: u32, begin: u64, end: u64, state: u32) -> Event {
+    Event {
+        kind: vmscope_common::EVENT_OFF_CPU,
+        tgid,
+        tid,
+        timestamp_ns: end,
+        ip: 0xffff_ffff_8100_0000,
+        period_ns: end - begin,
+        flags: FLAG_KERNEL_MODE | FLAG_TARGET | state << vmscope_common::FLAG_BLOCK_STATE_SHIFT,
+        ..Event::default()
+    }
+}
+
+fn mode_request(mode: vmscope_model::ProfileMode, min_block: Option<Duration>) -> SessionRequest {
+    SessionRequest {
+        mode: crate::session::ModeRequest::Known(mode),
+        min_block,
+        ..start_request(&[me()], 1000)
+    }
+}
+
+/// A snapshot's blocks: (thread, state, count, ns) summed over stacks.
+fn blocks_of(snapshot: &Snapshot) -> Vec<(u32, vmscope_model::BlockState, u64, u64)> {
+    let mut sums: BTreeMap<(u32, vmscope_model::BlockState), (u64, u64)> = BTreeMap::new();
+    for &(task, _, state, b) in &snapshot.stacks.blocks {
+        let sum = sums.entry((task.tid, state)).or_default();
+        sum.0 += b.count;
+        sum.1 += b.ns;
+    }
+    sums.into_iter()
+        .map(|((tid, state), (count, ns))| (tid, state, count, ns))
+        .collect()
+}
+
+/// Off-CPU and wall sessions take the off-CPU channel (period 0) beside, for wall, their
+/// sampling period; each counts a block for the part of it inside its window, a session whose
+/// minimum a block is under counts it as short, and a CPU session counts no block.
+#[tokio::test]
+async fn blocks_count_for_their_share_of_each_off_cpu_session() {
+    use vmscope_common::{BLOCK_PREEMPTED, BLOCK_SLEEPING, OFF_CPU_PERIOD};
+    use vmscope_model::{BlockState, ProfileMode};
+    let h = harness();
+    let off = h
+        .manager
+        .start(
+            ROOT,
+            mode_request(ProfileMode::OffCpu, Some(Duration::from_millis(1))),
+        )
+        .await
+        .unwrap();
+    let wall = h
+        .manager
+        .start(ROOT, mode_request(ProfileMode::Wall, None))
+        .await
+        .unwrap();
+    let cpu = h
+        .manager
+        .start(ROOT, start_request(&[me()], 1000))
+        .await
+        .unwrap();
+    let k = h.kernel();
+    assert_eq!(k.periods, [OFF_CPU_PERIOD, 1_000_000].into());
+    assert_eq!(
+        k.min_blocks.get(&(OFF_CPU_PERIOD, me())),
+        None,
+        "the kernel works to the least minimum: the wall session's, every block"
+    );
+    // When each started, within the time a snapshot takes.
+    let started = async |id| {
+        let duration = h.manager.snapshot(ROOT, id).await.unwrap().duration;
+        sys::monotonic_ns() - duration.as_nanos() as u64
+    };
+    let (started_off, started_wall) = (started(off.id).await, started(wall.id).await);
+    let t0 = sys::monotonic_ns();
+    // The off-CPU session started before the wall one: a block begun before either counts
+    // from each one's start.
+    let begun_before = started_off - 10_000_000;
+    let tid = me() + 1;
+    let mut untargeted = block(me(), tid, t0, t0 + 7_000_000, BLOCK_SLEEPING);
+    untargeted.flags &= !FLAG_TARGET;
+    h.send(
+        vec![
+            block(me(), tid, t0, t0 + 5_000_000, BLOCK_SLEEPING),
+            block(me(), tid, begun_before, t0 + 6_000_000, BLOCK_SLEEPING),
+            block(me(), tid, t0 + 7_000_000, t0 + 7_500_000, BLOCK_PREEMPTED),
+            untargeted,
+        ],
+        t0 + 8_000_000,
+    )
+    .await;
+    let off_snapshot = h.manager.snapshot(ROOT, off.id).await.unwrap();
+    let wall_snapshot = h.manager.snapshot(ROOT, wall.id).await.unwrap();
+    let off_blocks = blocks_of(&off_snapshot);
+    assert_eq!(off_blocks.len(), 1, "{off_blocks:?}");
+    let (_, state, count, ns) = off_blocks[0];
+    assert_eq!((state, count), (BlockState::Sleeping, 2));
+    // 5 ms, and the long block from the session's start on (within the test's clock reads).
+    let expected = 5_000_000 + (t0 + 6_000_000 - started_off);
+    assert!(ns.abs_diff(expected) < 2_000_000, "{ns} for {expected}");
+    let tally = off_snapshot.off_cpu.as_ref().expect("an off-CPU tally");
+    assert_eq!((tally.short.count, tally.short.ns), (1, 500_000));
+    let wall_blocks = blocks_of(&wall_snapshot);
+    assert_eq!(
+        wall_blocks.iter().map(|b| (b.1, b.2)).collect::<Vec<_>>(),
+        [(BlockState::Preempted, 1), (BlockState::Sleeping, 2)]
+    );
+    let long = wall_blocks[1].3 - 5_000_000;
+    let expected = t0 + 6_000_000 - started_wall;
+    assert!(
+        long.abs_diff(expected) < 2_000_000,
+        "clipped to the wall session's later start: {long} for {expected}"
+    );
+    let cpu_snapshot = h.manager.snapshot(ROOT, cpu.id).await.unwrap();
+    assert!(cpu_snapshot.stacks.blocks.is_empty() && cpu_snapshot.off_cpu.is_none());
+    assert_eq!(
+        wall_snapshot.thread_names.get(&Task::new(me(), tid)),
+        Some(&String::new()),
+        "a thread is named from its first block (this one does not exist)"
+    );
+    for id in [off.id, wall.id, cpu.id] {
+        h.stop(id).await.unwrap();
+    }
+    assert!(!h.kernel().periods.contains(&OFF_CPU_PERIOD));
+}
+
+/// A new off-CPU session notes its targets' threads off their CPU since its start (one asleep
+/// since before would never be seen leaving); at its stop, the threads the kernel still follows
+/// are counted up to the stop with no stack, and their block, should it come while the session
+/// stops, is not counted again, while an earlier block of theirs that comes late is.
+#[tokio::test]
+async fn threads_asleep_at_the_start_and_still_off_the_cpu_at_the_stop_are_counted_once() {
+    use vmscope_common::{BLOCK_SLEEPING, BLOCKED_NOTED};
+    use vmscope_model::ProfileMode;
+    let h = harness();
+    let session = h
+        .manager
+        .start(ROOT, mode_request(ProfileMode::OffCpu, None))
+        .await
+        .unwrap();
+    let noted = h.kernel().blocked;
+    let threads = std::fs::read_dir(format!("/proc/{}/task", me()))
+        .unwrap()
+        .count();
+    assert!(noted.len() >= threads.min(1), "{noted:?}");
+    assert!(
+        noted
+            .values()
+            .all(|b| b.tgid == me() && b.flags & BLOCKED_NOTED != 0)
+    );
+    let tid = *noted.keys().next().unwrap();
+    let since = noted[&tid].since_ns;
+    let manager = h.manager.clone();
+    let stop = tokio::spawn(async move { manager.stop(ROOT, session.id, "").await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let after_stop = sys::monotonic_ns();
+    h.send(
+        vec![
+            // The block still under way at the stop: counted there already.
+            block(me(), tid, since, after_stop, BLOCK_SLEEPING),
+            // Another thread's earlier block, read late.
+            block(me(), me() + 77, since, since + 1_000_000, BLOCK_SLEEPING),
+        ],
+        after_stop,
+    )
+    .await;
+    h.pass_watermark().await;
+    stop.await.unwrap().unwrap();
+    let snapshot = h.manager.snapshot(ROOT, session.id).await.unwrap();
+    let tally = snapshot.off_cpu.as_ref().unwrap();
+    assert_eq!(tally.still_blocked.0 as usize, noted.len());
+    let still: Vec<&(
+        Task,
+        StackId,
+        vmscope_model::BlockState,
+        crate::session::Blocks,
+    )> = snapshot
+        .stacks
+        .blocks
+        .iter()
+        .filter(|b| {
+            let ids = snapshot.stacks.ids_of(b.1);
+            ids.len() == 1 && snapshot.stacks.location(ids[0]) == Location::StillOffCpu
+        })
+        .collect();
+    assert_eq!(still.len(), noted.len());
+    let of_tid: u64 = still
+        .iter()
+        .filter(|b| b.0.tid == tid)
+        .map(|b| b.3.count)
+        .sum();
+    assert_eq!(of_tid, 1, "its block counted once, at the stop");
+    assert_eq!(
+        tally.blocks,
+        noted.len() as u64 + 1,
+        "and the late earlier block"
+    );
+}
+
+/// A thread named by the kernel's rename event keeps that name, read from no `/proc`: a thread
+/// gone by its first sample is still named.
+#[tokio::test]
+async fn renamed_threads_are_named_from_the_event() {
+    let h = harness();
+    let session = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let gone = 4_000_000; // no such thread
+    let (ip, period_ns) = Event::comm_words(b"GC Thread#0\0\0\0\0\0");
+    let now = sys::monotonic_ns();
+    let read_before = h.manager.counters().await.unwrap().values["thread_names_read"];
+    h.send(
+        vec![
+            Event {
+                kind: vmscope_common::EVENT_RENAME,
+                tgid: me(),
+                tid: gone,
+                timestamp_ns: now,
+                ip,
+                period_ns,
+                ..Event::default()
+            },
+            Event {
+                tid: gone,
+                ..sample(me(), 100, now + 1)
+            },
+        ],
+        now + 1,
+    )
+    .await;
+    let snapshot = h.manager.snapshot(ROOT, session.id).await.unwrap();
+    assert_eq!(snapshot.thread_names[&Task::new(me(), gone)], "GC Thread#0");
+    let counters = h.manager.counters().await.unwrap().values;
+    assert_eq!(counters["thread_names_read"], read_before);
+    assert_eq!(counters["rename_events"], 1);
+}
