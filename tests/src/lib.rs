@@ -129,6 +129,11 @@ pub struct Fixtures {
     /// `threads SECONDS`: threads `spin-two` and `spin-one` take turns burning 8 ms in
     /// `hot_two` and 4 ms in `hot_one` of their own CPU time: 2/3 and 1/3 of the samples.
     pub threads: PathBuf,
+    /// `offcpu ROUNDS`: known time off the CPU by thread and call chain (a 70/30 sleeper, a
+    /// mutex holder and its waiter), each measured by the fixture itself; frame pointers.
+    pub offcpu: PathBuf,
+    /// `offcpu` built without frame pointers, for DWARF stacks.
+    pub offcpu_nofp: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -193,6 +198,15 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
     gcc(&["-pthread", "-o", &s(&p("events")), "events.c"])?;
     gcc(&["-pthread", "-o", &s(&p("stubs")), "stubs.c"])?;
     gcc(&["-pthread", "-o", &s(&p("threads")), "threads.c"])?;
+    gcc(&["-pthread", "-o", &s(&p("offcpu")), "offcpu.c"])?;
+    // Later arguments win: the same program with no frame pointer anywhere.
+    gcc(&[
+        "-pthread",
+        "-fomit-frame-pointer",
+        "-o",
+        &s(&p("offcpu-nofp")),
+        "offcpu.c",
+    ])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -203,6 +217,8 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         events: p("events"),
         stubs: p("stubs"),
         threads: p("threads"),
+        offcpu: p("offcpu"),
+        offcpu_nofp: p("offcpu-nofp"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })
