@@ -20,6 +20,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use vmscope_proto::v1::{Profile, ProfileRow, Section, profiler_client::ProfilerClient};
 
 pub mod fuse;
+pub mod off_cpu;
 pub mod otlp;
 pub mod srclines;
 pub mod stacks;
@@ -134,6 +135,9 @@ pub struct Fixtures {
     pub offcpu: PathBuf,
     /// `offcpu` built without frame pointers, for DWARF stacks.
     pub offcpu_nofp: PathBuf,
+    /// `switches SECONDS [PAIRS]`: pairs of threads passing a byte through pipes, blocking
+    /// a few microseconds at a time, as fast as the machine switches.
+    pub switches: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -207,6 +211,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         &s(&p("offcpu-nofp")),
         "offcpu.c",
     ])?;
+    gcc(&["-pthread", "-o", &s(&p("switches")), "switches.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -219,6 +224,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         threads: p("threads"),
         offcpu: p("offcpu"),
         offcpu_nofp: p("offcpu-nofp"),
+        switches: p("switches"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

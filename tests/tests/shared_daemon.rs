@@ -1720,3 +1720,102 @@ fn another_users_process_churn_costs_the_daemon_per_new_process() {
     assert_eq!(profile.lost_samples, 0, "root's session lost samples");
     assert!(daemon.is_alive(), "vmscoped died:\n{}", daemon.log());
 }
+
+/// Another user profiles its own processes off the CPU, every block with an 8 KiB stack copy,
+/// while they switch as fast as the machine lets them (pairs of threads passing a byte through
+/// pipes: hundreds of thousands of blocks a second), in a ring of 256 KiB: far more than the
+/// ring holds. Root's off-CPU session of the `offcpu` fixture meanwhile loses no block and puts
+/// each wait under its call chain within 5%; what did not fit is lost in the user's sessions,
+/// and said there.
+#[test]
+fn another_users_switch_storm_does_not_cost_root_its_blocks() {
+    use vmscope_tests::off_cpu::{check_waits, record};
+    let _serial = serial();
+    let daemon = Daemon::start_with(&["--ring-buffer-kib", "256"]);
+    let storm = Running::start(
+        Command::new(&fixtures().switches)
+            .args(["30", "2"])
+            .uid(NOBODY)
+            .gid(NOBODY),
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut nobody = runtime
+        .block_on(client_as(&daemon.socket, NOBODY))
+        .expect("connect as nobody");
+    let theirs: Vec<u64> = runtime.block_on(async {
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let session = nobody
+                .start_session(StartSessionRequest {
+                    pids: vec![storm.pid()],
+                    mode: vmscope_proto::v1::ProfileMode::OffCpu as i32,
+                    call_graph: vmscope_proto::v1::CallGraph::Dwarf as i32,
+                    duration: Some(prost_types::Duration {
+                        seconds: 30,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .expect("nobody may profile its own processes off the CPU");
+            ids.push(session.into_inner().id);
+        }
+        ids
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (info_before, _) = info(&daemon);
+    let began = Instant::now();
+    let (report, lives) = record(&daemon, &fixtures().offcpu, &["--mode", "off-cpu"]);
+    let took = began.elapsed();
+    let (_, info_took) = info(&daemon);
+    let their_lost: u64 = runtime.block_on(async {
+        let mut lost = 0;
+        for &session_id in &theirs {
+            nobody
+                .stop_session(StopSessionRequest {
+                    session_id,
+                    ..Default::default()
+                })
+                .await
+                .expect("stop nobody's session");
+            let profile = nobody
+                .get_profile(GetProfileRequest {
+                    session_id,
+                    ..Default::default()
+                })
+                .await
+                .expect("nobody's profile")
+                .into_inner();
+            let off = profile.off_cpu.expect("nobody's off-CPU profile");
+            assert!(off.blocks > 0, "nobody's sessions recorded no block");
+            lost += off.lost_blocks;
+        }
+        lost
+    });
+    eprintln!(
+        "while another user's two off-CPU sessions (dwarf) follow a switch storm: root's \
+         session of 1.5 s of waits took {took:?}, lost {} blocks, {} recorded; info answered \
+         in {info_took:?}; theirs lost {their_lost} blocks; blocks routed before root's: {}",
+        report["off_cpu"]["lost_blocks"],
+        report["off_cpu"]["blocks"],
+        info_before["counters"]["blocks_routed"]
+    );
+    assert_eq!(report["off_cpu"]["lost_blocks"], 0, "root lost blocks");
+    check_waits(
+        &report,
+        &lives,
+        &[
+            ("sleeper", &["sleeper_path"]),
+            ("holder", &["holder_path", "holder_rest"]),
+            ("waiter", &["waiter_path"]),
+        ],
+    );
+    assert!(
+        info_took < Duration::from_secs(1),
+        "root's info took {info_took:?}"
+    );
+    assert!(
+        their_lost > 0,
+        "nobody's sessions say they lost nothing while the ring was past their share"
+    );
+}

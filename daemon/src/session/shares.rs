@@ -9,6 +9,10 @@
 //! (issue 23). Both are per busy CPU, as the frequency is: a user's sessions at one frequency
 //! share its timers, so they count once, with the largest copy any of them asks for.
 //!
+//! Off-CPU sessions take no sample, and count for neither: their work in the kernel is done as
+//! their targets' threads leave and take their CPUs, in those threads' own time, and what they
+//! write to the ring buffer is held to the users' half of it as samples are.
+//!
 //! The share is checked when a session starts; root's sessions are not held to it. What a
 //! user's sessions get within their share can still be more than the ring buffer holds at
 //! once: the kernel then leaves out their samples, never root's (see
@@ -61,7 +65,7 @@ pub struct Load {
 pub fn load<'a>(sessions: impl IntoIterator<Item = &'a SessionSpec>) -> Load {
     // Per period: the highest frequency that rounds to it, and the largest copy.
     let mut periods: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
-    for spec in sessions {
+    for spec in sessions.into_iter().filter(|s| s.mode.on_cpu()) {
         let entry = periods
             .entry(period_of(spec.frequency_hz))
             .or_insert((0, 0));
@@ -170,6 +174,22 @@ mod tests {
             }
         );
         assert_eq!(load([]), Load::default());
+        // An off-CPU session takes no sample; a wall one samples at its frequency.
+        let off_cpu = SessionSpec {
+            mode: vmscope_model::ProfileMode::OffCpu,
+            ..dwarf(3000, 65528)
+        };
+        let wall = SessionSpec {
+            mode: vmscope_model::ProfileMode::Wall,
+            ..dwarf(700, 1024)
+        };
+        assert_eq!(
+            load(&[off_cpu, wall]),
+            Load {
+                frequency_hz: 700,
+                stack_copy_bytes_per_second: 700 * 1024,
+            }
+        );
     }
 
     #[test]
