@@ -70,9 +70,10 @@ fn children_cpu_us() -> f64 {
     us(usage.ru_utime) + us(usage.ru_stime)
 }
 
-/// `(run_time_ns, run_cnt)` of every raw tracepoint program `pid` holds, by file descriptor,
-/// from fdinfo (the counts stay 0 unless `kernel.bpf_stats_enabled` is set).
-fn raw_tracepoint_stats(pid: u32) -> anyhow::Result<Vec<(String, u64, u64)>> {
+/// `(run_time_ns, run_cnt)` of every BPF program of type `prog_type` (fdinfo's `prog_type`)
+/// that `pid` holds, by file descriptor, from fdinfo (the counts stay 0 unless
+/// `kernel.bpf_stats_enabled` is set).
+pub(crate) fn program_stats(pid: u32, prog_type: u64) -> anyhow::Result<Vec<(String, u64, u64)>> {
     let mut stats = Vec::new();
     for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
         let fd = fd?;
@@ -88,7 +89,7 @@ fn raw_tracepoint_stats(pid: u32) -> anyhow::Result<Vec<(String, u64, u64)>> {
                 .find_map(|l| l.strip_prefix(key))
                 .and_then(|v| v.trim().parse::<u64>().ok())
         };
-        if field("prog_type:") == Some(RAW_TRACEPOINT) {
+        if field("prog_type:") == Some(prog_type) {
             stats.push((
                 name,
                 field("run_time_ns:").unwrap_or(0),
@@ -113,10 +114,10 @@ fn exit_program_runs(before: &[(String, u64, u64)], after: &[(String, u64, u64)]
 }
 
 /// Turns the kernel's BPF run-time statistics on, and back to what they were when dropped.
-struct BpfStats(String);
+pub(crate) struct BpfStats(String);
 
 impl BpfStats {
-    fn enable() -> anyhow::Result<BpfStats> {
+    pub(crate) fn enable() -> anyhow::Result<BpfStats> {
         let before = std::fs::read_to_string(BPF_STATS).context("cannot read the BPF stats")?;
         std::fs::write(BPF_STATS, "1").context("cannot enable the BPF stats")?;
         Ok(BpfStats(before.trim().to_owned()))
@@ -152,10 +153,14 @@ fn fork_exit_wait(n: u32) -> anyhow::Result<Duration> {
 }
 
 /// A `vmscope record` running in the background until dropped (SIGINT, then waited for).
-struct Recording(Child);
+pub(crate) struct Recording(Child);
 
 impl Recording {
-    fn start(built: &Built, daemon: &Daemon, target: &[&str]) -> anyhow::Result<Recording> {
+    pub(crate) fn start(
+        built: &Built,
+        daemon: &Daemon,
+        target: &[&str],
+    ) -> anyhow::Result<Recording> {
         let mut child = Command::new(&built.cli)
             .arg("--socket")
             .arg(&daemon.socket)
@@ -187,7 +192,8 @@ impl Drop for Recording {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+/// The median of `values`; NaN for none.
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }
@@ -227,12 +233,15 @@ pub fn run() -> anyhow::Result<()> {
                 _ => None,
             };
             let daemon_pid = daemon.as_ref().and_then(Daemon::pid);
-            let programs = daemon_pid.map(raw_tracepoint_stats).transpose()?;
+            let programs = daemon_pid
+                .map(|pid| program_stats(pid, RAW_TRACEPOINT))
+                .transpose()?;
             let cpu = children_cpu_us();
             let took = fork_exit_wait(EXITS)?;
             let cpu = children_cpu_us() - cpu;
             if let (Some(pid), Some(before)) = (daemon_pid, &programs) {
-                let (run_ns, runs) = exit_program_runs(before, &raw_tracepoint_stats(pid)?);
+                let (run_ns, runs) =
+                    exit_program_runs(before, &program_stats(pid, RAW_TRACEPOINT)?);
                 if runs < u64::from(EXITS) {
                     bail!("the exit program ran {runs} times for {EXITS} exits");
                 }

@@ -16,6 +16,7 @@ mod bench_jvm;
 mod bench_late;
 mod bench_lines;
 mod bench_memory;
+mod bench_off_cpu;
 mod bench_stop;
 mod demo;
 /// The tests' FUSE server whose reads can be made to hang, for `bench --attacks`.
@@ -131,6 +132,15 @@ enum Task {
         /// cost the daemon, and whether it comes back down once they are gone.
         #[arg(long, requires = "continuous")]
         compile_burst: bool,
+        /// Instead, what off-CPU profiling costs the host's context switches: a pair of
+        /// threads ping-ponging through pipes with no daemon, the daemon idle, an off-CPU
+        /// session on another process, and sessions on it (fp, --min-block 1ms, dwarf).
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline"])]
+        off_cpu: bool,
+        /// With --off-cpu, instead one off-CPU session of MINUTES on the pair of threads: the
+        /// daemon's RSS and CPU every minute.
+        #[arg(long, value_name = "MINUTES", requires = "off_cpu")]
+        minutes: Option<u64>,
         /// With --memory, --stop or --daemon-cpu, run the same against this `vmscoped` binary
         /// (an earlier build) too and print both, measured in one run.
         #[arg(long, value_name = "VMSCOPED")]
@@ -165,6 +175,12 @@ fn main() -> ExitCode {
         Task::Bench {
             exit_cost: true, ..
         } => setup::run().and_then(|()| bench_exit::run()),
+        Task::Bench {
+            off_cpu: true,
+            minutes: Some(minutes),
+            ..
+        } => setup::run().and_then(|()| bench_off_cpu::soak(minutes)),
+        Task::Bench { off_cpu: true, .. } => setup::run().and_then(|()| bench_off_cpu::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
         Task::Bench {
             continuous: Some(minutes),

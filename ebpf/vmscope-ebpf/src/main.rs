@@ -593,18 +593,29 @@ mod prog {
     /// when the load is refused).
     #[btf_tracepoint(function = "sched_switch")]
     pub fn vmscope_switch(ctx: BtfTracePointContext) -> i32 {
-        // SAFETY: the helper has no preconditions.
-        let now = unsafe { bpf_ktime_get_ns() };
-        switch_out(&ctx, now);
-        switch_in(&ctx, now);
+        // The clock is read only for a thread wanted: most of the host's switches are
+        // nobody's, and cost two lookups each.
+        let mut now = 0;
+        switch_out(&ctx, &mut now);
+        switch_in(&ctx, &mut now);
         0
+    }
+
+    /// The time of this switch, read once.
+    #[inline(always)]
+    fn switch_time(now: &mut u64) -> u64 {
+        if *now == 0 {
+            // SAFETY: the helper has no preconditions.
+            *now = unsafe { bpf_ktime_get_ns() };
+        }
+        *now
     }
 
     /// Notes the current thread leaving its CPU in `BLOCKED` (and its stack copy in
     /// `BLOCKED_COPIES`) when an off-CPU session wants its process: what it will have been
     /// waiting in when it comes back.
     #[inline(always)]
-    fn switch_out(ctx: &BtfTracePointContext, now: u64) {
+    fn switch_out(ctx: &BtfTracePointContext, now: &mut u64) {
         let pid_tgid = bpf_get_current_pid_tgid();
         let (tid, tgid) = (pid_tgid as u32, (pid_tgid >> 32) as u32);
         if tgid == 0 {
@@ -632,7 +643,7 @@ mod prog {
         // SAFETY: this CPU's slot, valid for the program's run; the switch program does not
         // nest on one CPU.
         let entry = unsafe { &mut *entry };
-        entry.since_ns = now;
+        entry.since_ns = switch_time(now);
         entry.tgid = tgid;
         entry.state = state;
         entry.flags = 0;
@@ -714,26 +725,28 @@ mod prog {
     /// Sends the thread coming back to its CPU (`next`) when it was noted leaving: its time
     /// off the CPU, its kernel stack, and the user stack kept; or counts it as short.
     #[inline(always)]
-    fn switch_in(ctx: &BtfTracePointContext, now: u64) {
+    fn switch_in(ctx: &BtfTracePointContext, now: &mut u64) {
         // The tracepoint's third argument is the task coming in: a trusted pointer for the
         // helpers below.
         let next: *mut aya_ebpf::bindings::task_struct = ctx.arg(2);
+        let base = next.cast::<u8>();
         // SAFETY: the offsets are those of the running kernel's task_struct (read-only data the
-        // daemon set at load), inside the struct, and the reads cope with any address.
-        let (tid, tgid) = unsafe {
-            let base = next.cast::<u8>();
+        // daemon set at load), inside the struct, and the reads cope with any address. The
+        // process's id is read only for a thread noted leaving: most switches are nobody's.
+        let tid = unsafe {
             let pid_at = core::ptr::read_volatile(&TASK_PID_OFFSET) as usize;
-            let tgid_at = core::ptr::read_volatile(&TASK_TGID_OFFSET) as usize;
-            (
-                bpf_probe_read_kernel(base.add(pid_at).cast::<u32>()).unwrap_or(0),
-                bpf_probe_read_kernel(base.add(tgid_at).cast::<u32>()).unwrap_or(0),
-            )
+            bpf_probe_read_kernel(base.add(pid_at).cast::<u32>()).unwrap_or(0)
         };
-        if tgid == 0 {
+        if tid == 0 {
             return;
         }
         let Some(entry) = BLOCKED.get_ptr(tid) else {
             return;
+        };
+        // SAFETY: as above.
+        let tgid = unsafe {
+            let tgid_at = core::ptr::read_volatile(&TASK_TGID_OFFSET) as usize;
+            bpf_probe_read_kernel(base.add(tgid_at).cast::<u32>()).unwrap_or(0)
         };
         // SAFETY: the pointer comes from the map and is valid for this program run.
         let entry = unsafe { &*entry };
@@ -746,6 +759,7 @@ mod prog {
         // A thread id now in another process (a thread that exec'd takes its leader's id), or
         // a process no session wants any more.
         if entry.tgid == tgid && wanted {
+            let now = switch_time(now);
             let off_ns = now.saturating_sub(entry.since_ns);
             if off_ns < value.min_block_ns {
                 count_short(tgid, off_ns);
