@@ -6,8 +6,9 @@
 //! measured; in wall mode each thread's total must be its elapsed time within 5%.
 
 use vmscope_tests::{
-    Daemon, fixtures,
+    Daemon, fixtures, json_report_file,
     off_cpu::{check_waits, record, within_5_percent},
+    shared_tempdir,
 };
 
 #[test]
@@ -116,4 +117,96 @@ fn dwarf_stacks_unwind_waits_through_code_without_frame_pointers() {
         ends.is_empty(),
         "no samples, so no sample's stack: {ends:?}"
     );
+}
+
+/// The JVM's collections, from its performance data file read every 10 ms with no JVM flag:
+/// a mutator that stops only for the collector (`tests/fixtures/java/GcWaiter.java`: serial
+/// collector, a young collection every 62 ms) spends its time off the CPU inside them, while
+/// the main thread, joined on it all along, spends only the collections' share of its wait
+/// there; the collector's thread is named.
+#[test]
+fn a_jvm_mutators_waits_for_its_collector_are_told_apart() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let file = dir.path().join("report.json");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/java/GcWaiter.java");
+    let out = daemon
+        .cli()
+        .args(["record", "--mode", "off-cpu", "--format", "json", "-o"])
+        .arg(&file)
+        .args([
+            "--",
+            "java",
+            "-XX:+UseSerialGC",
+            "-Xms40m",
+            "-Xmx40m",
+            "-Xmn24m",
+        ])
+        .args(["-XX:SurvivorRatio=1"])
+        .arg(&fixture)
+        .arg("5")
+        .output()
+        .expect("run vmscope record");
+    let report = json_report_file(&out, &file);
+    let said = String::from_utf8_lossy(&out.stdout);
+    // What the JVM measured: its collections' time while its mutator ran.
+    let gc_ms: u64 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("gc_while_mutating ")?.parse().ok())
+        .filter(|&ms| ms > 0)
+        .unwrap_or_else(|| panic!("the fixture said: {said}"));
+
+    let off = &report["off_cpu"]["threads"];
+    let thread = |name: &str| {
+        off.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no thread {name} in {off}"))
+    };
+    let in_gcs = |t: &serde_json::Value| -> u64 {
+        t["during"]
+            .as_array()
+            .map_or(0, |d| d.iter().map(|i| i["ns"].as_u64().unwrap()).sum())
+    };
+    let mutator = thread("mutator");
+    let mutator_in_gcs = in_gcs(mutator);
+    let mutator_off = mutator["off_cpu_ns"].as_u64().unwrap();
+    eprintln!(
+        "mutator: {mutator_off} ns off the CPU, {mutator_in_gcs} ns inside collections; the \
+         JVM counts {gc_ms} ms of collections while it ran"
+    );
+    // Stopped for each collection from its begin to its end: its time inside them is theirs,
+    // less what the reads every 10 ms miss (a collection seen only under way counts up to
+    // the read), within the clock's uncertainty and the JVM's rounding to milliseconds.
+    let gc_ns = gc_ms * 1_000_000;
+    assert!(
+        mutator_in_gcs as f64 >= 0.8 * gc_ns as f64
+            && mutator_in_gcs <= gc_ns + gc_ns / 10 + 5_000_000,
+        "the mutator's {mutator_in_gcs} ns inside collections against the JVM's {gc_ms} ms"
+    );
+    // The launcher's thread waits in `join` all along: only the collections' share of that
+    // is theirs.
+    let launcher = off
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == t["pid"])
+        .expect("the launcher's thread");
+    let launcher_off = launcher["off_cpu_ns"].as_u64().unwrap();
+    assert!(
+        (in_gcs(launcher) as f64) < 0.5 * launcher_off as f64,
+        "the launcher's {} ns inside collections of its {launcher_off} ns off the CPU",
+        in_gcs(launcher)
+    );
+    // The serial collector collects in the VM thread.
+    thread("VM Thread");
+    let kinds: Vec<&str> = mutator["during"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"scavenge"), "{kinds:?}");
 }

@@ -14,6 +14,7 @@ use vmscope_model::IntervalKind;
 use super::{Session, State};
 use crate::stats::{
     intervals::During,
+    jvm_gcs::JvmGcs,
     vm::{StatEvent, VmState},
 };
 
@@ -32,6 +33,9 @@ pub struct Vms {
     /// Intervals of processes let go, forgotten before their time (see
     /// [`VmState::intervals_forgotten`]).
     forgotten_before: u64,
+    /// The collections of the JVMs off-CPU sessions watch, which publish none of their own
+    /// but keep them in their performance data file.
+    pub gcs: JvmGcs,
 }
 
 impl Vms {

@@ -9,10 +9,15 @@
 //!   read with no JVM flags at the start and the stop.
 //! - [`vm`]: what a VM publishes of itself beside its code map (settings, counters, gauges,
 //!   GCs and other intervals), over each session's window.
+//! - [`hotspot_gc`]: HotSpot's collections through time, stitched from reads of that file
+//!   every few milliseconds, and [`jvm_gcs`], the thread that reads it for off-CPU sessions:
+//!   how much of a mutator's time off the CPU it spent waiting for the collector.
 //! - [`intervals`]: the VM's intervals through time, to tell which were under way when a
 //!   sample was taken.
 
 pub mod hotspot;
+pub mod hotspot_gc;
 pub mod intervals;
+pub mod jvm_gcs;
 pub mod kernel;
 pub mod vm;

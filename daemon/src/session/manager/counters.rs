@@ -83,6 +83,7 @@ impl Manager {
         let store = self.codemaps.store().counters();
         let kernel_lost = self.sampler.lost().unwrap_or_default();
         let off_cpu = kernel_lost.off_cpu;
+        let (gc_reads, gc_reads_failed, gc_refused) = self.vms.gcs.counts();
         let values = [
             ("batches", c.batches),
             ("events", c.events),
@@ -138,6 +139,17 @@ impl Manager {
             ("kernel_counters_failed", c.kernel_counters_failed),
             ("hotspot_perf_data_read", c.hotspot_perf_data_read),
             ("hotspot_perf_data_failed", c.hotspot_perf_data_failed),
+            ("jvm_gc_reads", gc_reads),
+            ("jvm_gc_reads_failed", gc_reads_failed),
+            ("jvm_gc_watches_refused", gc_refused),
+            (
+                "jvm_gc_waits_dropped",
+                self.sessions
+                    .values()
+                    .filter_map(|s| s.off_cpu.as_ref())
+                    .map(|t| t.gc_waits_dropped)
+                    .sum(),
+            ),
             ("vm_stats", self.vms.taken),
             ("vm_stats_dropped", self.vms.dropped),
             ("vm_intervals_forgotten", self.vms.intervals_forgotten()),

@@ -127,6 +127,7 @@ impl Manager {
             self.arm(pid, start_ns);
         }
         self.note_blocked_threads(&spec, start_ns);
+        self.watch_gcs(id);
         let reply = self.sessions[&id].info(start_ns);
         self.after_start(id, &pids);
         Ok(reply)
@@ -384,7 +385,8 @@ impl Manager {
                 // A target's files being read (its perf map rewritten for the stop, its last
                 // read after exit) are waited for, as long as the stop's timeout allows.
                 // So is a VM's publication of its statistics still open and behind the stop (the
-                // last GC's end may be on its way).
+                // last GC's end may be on its way), and for an off-CPU session the reads of a
+                // JVM's collections, every 10 ms.
                 let asking_jvm = s.targets.iter().any(|t| {
                     self.jvms.in_flight(t.pid)
                         || self.codemaps.reading(t.pid)
@@ -393,7 +395,7 @@ impl Manager {
                                 .codemaps
                                 .publishing_until(t.pid)
                                 .is_some_and(|until| until < stop))
-                });
+                }) || self.waits_for_gc_reads(s.id);
                 if drained && s.waiting == 0 && !asking_jvm {
                     Some((s.id, Finish::Whole))
                 } else if drained && s.spec.system_wide && now_ns >= stop + system_wide_wait {
@@ -440,7 +442,8 @@ impl Manager {
                 continue;
             };
             session.state = State::Stopped;
-            // Its samples waiting for a later perf map settle with what is known now.
+            // Its samples waiting for a later perf map settle with what is known now, and its
+            // blocks waiting for their JVM's collections with the reads so far.
             self.codemaps.session_final(
                 id,
                 &mut SessionSink {
@@ -448,6 +451,8 @@ impl Manager {
                     vms: &mut self.vms,
                 },
             );
+            self.place_gc_waits(Some(id));
+            self.unwatch_gcs(id);
             let Some(session) = self.sessions.get_mut(&id) else {
                 continue;
             };

@@ -15,6 +15,7 @@ use super::{routing::end_at_generated_code, *};
 use crate::{
     codemap::sample::RawBlock,
     session::{OffCpuTally, request::SessionSpec},
+    stats::jvm_gcs::GcOverlap,
 };
 
 /// Why a thread left its CPU, from the kernel's `BLOCK_*` value (an unknown one is "other").
@@ -250,6 +251,9 @@ impl Manager {
                 to - from,
                 overlaps,
             );
+            if self.vms.gcs.reads(b.tgid) {
+                session.wait_for_gcs(task, from, to);
+            }
             tids.insert(tid, b.since_ns);
             named.push(task);
             if let Some(tally) = &mut session.off_cpu {
@@ -262,6 +266,85 @@ impl Manager {
         }
         for task in named {
             self.note_names(&[(id, Wanted::Stack)], task, now_ns);
+        }
+    }
+
+    /// Places the time of blocks of JVM threads inside their JVM's collections, for the blocks
+    /// whose JVM's reads have passed their end; with `last_word` for session `id`, that session's
+    /// all, by the reads so far (it is final).
+    pub(super) fn place_gc_waits(&mut self, last_word: Option<u64>) {
+        let gcs = &self.vms.gcs;
+        for (&id, session) in &mut self.sessions {
+            let so_far = last_word == Some(id);
+            let Some(tally) = &mut session.off_cpu else {
+                continue;
+            };
+            if tally.gc_waits.is_empty() || (last_word.is_some() && !so_far) {
+                continue;
+            }
+            let mut placed = Vec::new();
+            tally.gc_waits.retain(|&(task, from, to)| {
+                match gcs.overlaps(task.pid, from, to, so_far) {
+                    GcOverlap::Pending => true,
+                    GcOverlap::NotRead => false,
+                    GcOverlap::Known(overlaps) => {
+                        if !overlaps.is_empty() {
+                            placed.push((task, overlaps));
+                        }
+                        false
+                    }
+                }
+            });
+            for (task, overlaps) in placed {
+                session.add_during(task, overlaps);
+            }
+        }
+    }
+
+    /// Whether session `id` waits for a JVM target's collections to be read past its stop.
+    pub(super) fn waits_for_gc_reads(&self, id: u64) -> bool {
+        let Some(session) = self.sessions.get(&id) else {
+            return false;
+        };
+        let Some(stop) = session.stop_ns else {
+            return false;
+        };
+        session
+            .off_cpu
+            .as_ref()
+            .is_some_and(|t| !t.gc_waits.is_empty())
+            && session.targets.iter().any(|t| {
+                self.vms
+                    .gcs
+                    .known_until(t.pid)
+                    .is_some_and(|until| until < stop)
+            })
+    }
+
+    /// Starts reading the collections of a new off-CPU session's JVM targets (every target:
+    /// which are JVMs is found by the reading thread).
+    pub(super) fn watch_gcs(&mut self, id: u64) {
+        let Some(session) = self.sessions.get(&id) else {
+            return;
+        };
+        if session.off_cpu.is_none() || session.spec.system_wide {
+            return;
+        }
+        for target in &session.targets {
+            self.vms.gcs.watch(target.pid);
+        }
+    }
+
+    /// Stops reading them for a session now final.
+    pub(super) fn unwatch_gcs(&mut self, id: u64) {
+        let Some(session) = self.sessions.get(&id) else {
+            return;
+        };
+        if session.off_cpu.is_none() || session.spec.system_wide {
+            return;
+        }
+        for target in &session.targets {
+            self.vms.gcs.unwatch(target.pid);
         }
     }
 }

@@ -189,6 +189,7 @@ impl Manager {
     ) {
         let first_generated = routed.frames_mut().find(|f| f.is_generated()).copied();
         if first_generated.is_none() && !self.vms.holds(pid) {
+            let gc_read = routed.block.is_some() && self.vms.gcs.reads(pid);
             count_routed(
                 &mut self.sessions,
                 pid,
@@ -196,6 +197,7 @@ impl Manager {
                 &routed,
                 None,
                 &|_, _| Vec::new(),
+                gc_read,
                 |_| {},
             );
             // Placed against the mappings it was looked up in: not if they were read again
@@ -443,8 +445,11 @@ fn count_stack_flags(counters: &mut Counters, event: &Event, whole: bool) {
 /// Counts a routed sample of `pid`, its frames placed, in each of its sessions: the whole stack
 /// for those that want stacks, the leaf for the others. Kept where a session keeps samples.
 /// A block is counted for each session's share of its time, with its time inside each kind of
-/// its VM's intervals (`overlaps` of a span). `counted` is told where, in each session (samples
+/// its VM's intervals (`overlaps` of a span); with `gc_read`, its process is a JVM whose
+/// collections are read as they come, and the block's time inside them is placed once the reads
+/// pass its end ([`Session::wait_for_gcs`]). `counted` is told where, in each session (samples
 /// in native code need not know: they allocate nothing for it).
+#[allow(clippy::too_many_arguments)]
 fn count_routed(
     sessions: &mut BTreeMap<u64, Session>,
     pid: u32,
@@ -452,6 +457,7 @@ fn count_routed(
     sample: &RoutedSample,
     during: Option<During<'_>>,
     overlaps: &dyn Fn(u64, u64) -> Vec<(IntervalKind, u64)>,
+    gc_read: bool,
     mut counted: impl FnMut(Counted),
 ) {
     for &(id, wanted) in &sample.sessions {
@@ -476,6 +482,9 @@ fn count_routed(
                 ns,
                 overlaps(from, to),
             );
+            if gc_read {
+                session.wait_for_gcs(task, from, to);
+            }
             counted(Counted {
                 session: id,
                 tid: sample.tid,
@@ -555,6 +564,7 @@ impl Sink for SessionSink<'_> {
         // A block is tagged with the intervals under way as it ended: it counts its time
         // inside each apart.
         let during = vms.during(pid, timestamp_ns);
+        let gc_read = sample.block.is_some() && vms.gcs.reads(pid);
         count_routed(
             self.sessions,
             pid,
@@ -562,6 +572,7 @@ impl Sink for SessionSink<'_> {
             sample,
             during,
             &|from, to| vms.overlaps(pid, from, to),
+            gc_read,
             |c| counted.push(c),
         );
         counted

@@ -184,6 +184,7 @@ impl Manager {
         // them stopped: their exit is what flushes a buffered jitdump.
         self.codemaps.notice_exits();
         self.tick_jvms(now);
+        self.place_gc_waits(None);
         for pid in self.codemaps.waiting() {
             self.advance_code_maps(pid, now);
         }
