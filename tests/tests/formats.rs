@@ -433,6 +433,28 @@ async fn every_sample_is_under_its_thread_in_every_format() {
         );
     }
 
+    // The text report by thread: a row per thread, `name[tid]`, with its samples in its
+    // section (the thread's samples in its own function, vanilla vm code with --native).
+    let by_thread = report_text(
+        &daemon,
+        id,
+        &["--native", "--sort", "tid"],
+        dir,
+        "by-tid.txt",
+    );
+    for thread in [two, one] {
+        let label = format!("{}[{}]", thread.name, thread.tid);
+        let samples: u64 = by_thread
+            .lines()
+            .filter(|l| l.split_whitespace().any(|w| w == label))
+            .filter_map(parenthesised_count)
+            .sum();
+        assert_eq!(
+            samples, thread.samples,
+            "{label}'s rows in --sort tid:\n{by_thread}"
+        );
+    }
+
     // pprof, read by go tool pprof: cut to each thread by its name label.
     let pprof = dir.join("profile.pb.gz");
     report_file(&daemon, id, &["--format", "pprof"], &pprof);
