@@ -18,6 +18,16 @@ use vmscope_tests::{
 /// 10 ms cycle of slices, and high enough for a few thousand samples in 3 s.
 const HZ: f64 = 997.0;
 
+/// One continuous daemon at a time: each profiles the whole host, the other's daemon included,
+/// and a debug daemon's first windows (every process's source lines) take most of a CPU at
+/// nice -10, which starved the other test's fixture of the CPU its samples are checked against
+/// (0.16 s of CPU in 3 s, seen on CI).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn continuous_daemon(budget_mib: u32, extra: &[&str]) -> Daemon {
     let budget = budget_mib.to_string();
     let mut args = vec![
@@ -73,6 +83,7 @@ async fn wait_for_counter(daemon: &Daemon, name: &str, at_least: u64, within: Du
 
 #[test]
 fn windows_hold_a_programs_whole_life_once_beside_an_interactive_session() {
+    let _serial = serial();
     let http = format!("127.0.0.1:{}", free_port());
     let daemon = continuous_daemon(32, &["--http", &http]);
     let runtime = runtime();
@@ -204,6 +215,7 @@ fn windows_hold_a_programs_whole_life_once_beside_an_interactive_session() {
 
 #[test]
 fn kept_windows_stay_within_their_budget_and_only_root_reads_them() {
+    let _serial = serial();
     let daemon = continuous_daemon(1, &[]);
     let busy = Running::start(Command::new(&fixtures().hotspots_pie).arg("30"));
     let runtime = runtime();
