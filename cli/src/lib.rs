@@ -2,7 +2,9 @@
 //! VMProfiler-style report renderer (usable on its own, e.g. by benchmarks and other tools).
 #![deny(missing_docs)]
 
+pub mod check;
 pub mod client;
+pub mod diff;
 pub mod error_text;
 pub mod output;
 pub mod record;

@@ -80,6 +80,66 @@ enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Compare two profiles: per function and per bytecode range, self and inclusive CPU time
+    /// in both, the change, and whether it is more than sampling noise.
+    ///
+    /// BASE and NEW are session ids or pprof files vmscope wrote (`--format pprof`). The test:
+    /// an exact binomial test of the two sample counts given their sum, at 1% shared among the
+    /// rows that could reach it (Bonferroni after Tarone), stated in the output. Times are compared as they are (runs of
+    /// the same work); --normalize compares shares of each side's samples (runs of the same
+    /// length).
+    #[command(after_help = "Examples:\n  vmscope diff 3 4\n  \
+                            vmscope diff base.pb.gz new.pb.gz --format json\n  \
+                            vmscope diff 3 4 --format flamegraph -o diff.svg   # red grew, blue shrank")]
+    Diff {
+        /// The base profile: a session id or a pprof file.
+        #[arg(value_parser = vmscope::diff::Input::parse)]
+        base: vmscope::diff::Input,
+        /// The new profile: a session id or a pprof file.
+        #[arg(value_parser = vmscope::diff::Input::parse)]
+        new: vmscope::diff::Input,
+        #[command(flatten)]
+        compare: CompareArgs,
+        /// text, json, or flamegraph (a differential flame graph: widths of NEW, red where it
+        /// grew, blue where it shrank).
+        #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+        format: DiffFormat,
+        /// Fold rows under this percentage of both sides' samples (they are still tested)
+        /// [default: 0.5; 0 shows every row].
+        #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+        fold: Option<f64>,
+        /// Write to FILE (`-` for standard output).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Assert that a profile is not slower than a baseline, for CI: exits 1 with a one-line
+    /// reason per failed assertion, 0 when all hold, 2 when the check cannot be made.
+    ///
+    /// An assertion fails when the time grew by more than --max-increase and the growth is
+    /// more than sampling noise (the test of `vmscope diff`, its 1% level shared among the
+    /// assertions), so that a rerun of the same build passes.
+    #[command(after_help = "Examples:\n  \
+                            vmscope check new.pb.gz --baseline base.pb.gz --max-increase 5% 'SmallInteger>>benchFib'\n  \
+                            vmscope check 4 --baseline 3 --max-increase 10%   # the whole profile")]
+    Check {
+        /// The profile to check: a session id or a pprof file.
+        #[arg(value_parser = vmscope::diff::Input::parse)]
+        new: vmscope::diff::Input,
+        /// The functions to check, by exact name (inclusive time, or --self); the whole
+        /// profile when none is given.
+        functions: Vec<String>,
+        /// The baseline: a session id or a pprof file.
+        #[arg(long, value_parser = vmscope::diff::Input::parse)]
+        baseline: vmscope::diff::Input,
+        /// The largest growth allowed: `5%` or `5`.
+        #[arg(long, value_name = "PERCENT", value_parser = parse_increase)]
+        max_increase: f64,
+        /// Check self time rather than inclusive time.
+        #[arg(long = "self")]
+        self_time: bool,
+        #[command(flatten)]
+        compare: CompareArgs,
+    },
     /// Show the daemon's limits, what it holds now (gauges) and its counters.
     Info {
         /// Print them as one JSON object (`version`, `online_cpus`, `default_frequency_hz`,
@@ -146,6 +206,10 @@ struct RecordArgs {
     /// that Java methods are named with no JVM flags.
     #[arg(long)]
     no_jvm_attach: bool,
+    /// A parameter of the workload, KEY=VALUE (`n=1000`), kept with the session and written
+    /// into its pprof file, for `vmscope fit` to fit costs against; repeat for several.
+    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
+    params: Vec<(String, String)>,
     #[command(flatten)]
     output: OutputArgs,
     /// The command to run and record, after `--`.
@@ -236,6 +300,133 @@ struct OutputArgs {
     /// either names.
     #[arg(long = "thread", value_name = "PATTERN")]
     thread_names: Vec<String>,
+}
+
+/// How `diff` and `check` read and compare their profiles.
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// Compare each function's share of its side's samples instead of its time: for runs of
+    /// the same length (`record --duration`) rather than of the same work.
+    #[arg(long)]
+    normalize: bool,
+    /// Compare every frame of session profiles' stacks, not the language view (see `report
+    /// --native`); pprof files are read as they were written.
+    #[arg(long)]
+    native: bool,
+}
+
+impl CompareArgs {
+    fn report_options(&self) -> ReportOptions {
+        let mut options = ReportOptions::default();
+        if self.native {
+            options.stacks.frames = FrameView::Native;
+        }
+        options
+    }
+}
+
+/// `diff --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DiffFormat {
+    /// Tables of self and inclusive time.
+    Text,
+    /// The diff's numbers, for scripts.
+    Json,
+    /// A differential flame graph (SVG).
+    Flamegraph,
+}
+
+/// `--param KEY=VALUE` (the daemon checks the key's characters and the sizes).
+fn parse_param(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+/// `--max-increase`: a percentage, 0 or more.
+fn parse_increase(s: &str) -> Result<f64, String> {
+    let percent: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage"))?;
+    if !percent.is_finite() || percent < 0.0 {
+        return Err(format!("an increase is 0% or more, not {s}"));
+    }
+    Ok(percent)
+}
+
+/// `vmscope diff`.
+async fn run_diff(
+    socket: &std::path::Path,
+    [base, new]: [vmscope::diff::Input; 2],
+    compare: &CompareArgs,
+    format: DiffFormat,
+    fold: Option<f64>,
+    output: Option<&std::path::Path>,
+) -> anyhow::Result<i32> {
+    let destination = Destination::choose(output, false);
+    let mut out = destination.open()?;
+    let sides = vmscope::diff::load(
+        socket,
+        &[&base, &new],
+        &compare.report_options(),
+        &Default::default(),
+    )
+    .await?;
+    let options = vmscope_report::diff::DiffOptions {
+        normalize: compare.normalize,
+        min_percent: fold.unwrap_or(vmscope_report::diff::DiffOptions::default().min_percent),
+    };
+    let diff = vmscope::diff::compare(&sides[0], &sides[1], [&base, &new], &options);
+    match format {
+        DiffFormat::Text => vmscope::diff::render_text(&diff, &mut out)?,
+        DiffFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &diff)?;
+            writeln!(out)?;
+        }
+        DiffFormat::Flamegraph => {
+            vmscope::diff::render_flamegraph(&sides[0], &sides[1], &diff, &mut out)?
+        }
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// `vmscope check`: 0 when every assertion holds, 1 when one fails, 2 when it cannot check.
+async fn run_check(
+    socket: &std::path::Path,
+    [base, new]: [vmscope::diff::Input; 2],
+    compare: &CompareArgs,
+    assertions: vmscope::check::Assertions,
+) -> i32 {
+    let checked = async {
+        let sides = vmscope::diff::load(
+            socket,
+            &[&base, &new],
+            &compare.report_options(),
+            &Default::default(),
+        )
+        .await?;
+        let options = vmscope_report::diff::DiffOptions {
+            normalize: compare.normalize,
+            min_percent: 0.0,
+        };
+        let diff = vmscope::diff::compare(&sides[0], &sides[1], [&base, &new], &options);
+        let outcomes = vmscope::check::judge(&diff, &assertions)?;
+        Ok::<_, anyhow::Error>(vmscope::check::report(
+            &outcomes,
+            &assertions,
+            &mut std::io::stdout().lock(),
+        )?)
+    };
+    match checked.await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vmscope: {}", vmscope::error_text::chain_text(&e));
+            2
+        }
+    }
 }
 
 /// `--call-graph`, spelt as perf spells it.
@@ -489,6 +680,7 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
             ModeArg::Wall => ProfileMode::Wall,
         },
         min_block: args.min_block,
+        params: args.params,
         threads: args.output.threads(),
         format: args.output.format(),
         report: args.output.options()?,
@@ -530,6 +722,42 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             };
             print_profile(&output, sessions::continuous(&cli.socket, request)).await
         }
+        Command::Diff {
+            base,
+            new,
+            compare,
+            format,
+            fold,
+            output,
+        } => {
+            run_diff(
+                &cli.socket,
+                [base, new],
+                &compare,
+                format,
+                fold,
+                output.as_deref(),
+            )
+            .await
+        }
+        Command::Check {
+            new,
+            functions,
+            baseline,
+            max_increase,
+            self_time,
+            compare,
+        } => Ok(run_check(
+            &cli.socket,
+            [baseline, new],
+            &compare,
+            vmscope::check::Assertions {
+                max_increase,
+                functions,
+                self_time,
+            },
+        )
+        .await),
         Command::Info { json } => sessions::info(&cli.socket, json, &mut stdout())
             .await
             .map(|()| 0),

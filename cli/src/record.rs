@@ -65,6 +65,8 @@ pub struct RecordOptions {
     pub mode: pb::ProfileMode,
     /// Off-CPU and wall modes: the shortest block recorded with its stacks.
     pub min_block: Option<Duration>,
+    /// The workload's parameters (`--param n=1000`), kept with the session.
+    pub params: Vec<(String, String)>,
     /// The threads the report is of.
     pub threads: crate::sessions::Threads,
     /// Report format.
@@ -331,6 +333,14 @@ async fn start(
             .map(prost_types::Duration::try_from)
             .transpose()
             .context("--min-block out of range")?,
+        params: options
+            .params
+            .iter()
+            .map(|(key, value)| pb::Param {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
     };
     let session = client
         .start_session(request)

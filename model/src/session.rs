@@ -44,6 +44,9 @@ pub struct Session {
     /// Off-CPU and wall sessions: blocks shorter than this were counted, not recorded with
     /// their stacks (`--min-block`), in nanoseconds.
     pub min_block_ns: u64,
+    /// The workload parameters it was recorded with (`record --param n=1000`), in the order
+    /// given: what `vmscope fit` fits costs against.
+    pub params: Vec<(String, String)>,
 }
 
 /// What a session measures (`vmscope record --mode`).

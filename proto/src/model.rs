@@ -277,6 +277,11 @@ impl From<m::Session> for v1::Session {
             stack_limit_samples: s.stack_limit_samples,
             mode: profile_mode(s.mode) as i32,
             min_block_ns: s.min_block_ns,
+            params: s
+                .params
+                .into_iter()
+                .map(|(key, value)| v1::Param { key, value })
+                .collect(),
         }
     }
 }
@@ -313,6 +318,7 @@ impl From<v1::Session> for m::Session {
             // A mode this build does not know measured something it cannot show as such.
             mode: model_profile_mode(s.mode).unwrap_or_default(),
             min_block_ns: s.min_block_ns,
+            params: s.params.into_iter().map(|p| (p.key, p.value)).collect(),
         }
     }
 }

@@ -22,6 +22,7 @@
 //!   `Serialize`), and the profile's stack table after it.
 #![deny(missing_docs)]
 
+pub mod diff;
 pub mod folded;
 mod functions;
 pub mod json;

@@ -37,6 +37,8 @@
 //!   a client's view, [`encode_shown`], it comes first); a stack of blocks is labelled
 //!   `thread.state` (`sleeping`, `uninterruptible`, `preempted`...). An off-CPU profile's
 //!   `period_type` is `off_cpu/nanoseconds`, its period 1.
+//! - The session's workload parameters (`record --param n=1000`) are comments `vmscope param
+//!   n=1000` ([`crate::diff::PARAM_COMMENT`]), which `vmscope diff` reads back.
 //! - `time_nanos` is the session's start, `duration_nanos` its sampled time; a few comments say
 //!   which session, at what frequency, and what was lost or truncated, and, from a client that
 //!   chose how to show the stacks ([`encode_shown`]), which view they are in.
@@ -389,6 +391,9 @@ impl<'a> Builder<'a> {
                     ));
                 }
             }
+        }
+        for (key, value) in profile.session.iter().flat_map(|s| &s.params) {
+            lines.push(format!("{}{key}={value}", crate::diff::PARAM_COMMENT));
         }
         if profile.lost_samples > 0 {
             lines.push(format!(

@@ -60,6 +60,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
             stack_limit_samples: 0,
             mode: vmscope_model::ProfileMode::Cpu,
             min_block_ns: 0,
+            params: Vec::new(),
         },
         total_samples: counts.iter().map(|(_, n)| n).sum(),
         stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),

@@ -76,6 +76,11 @@ pub fn session_request(request: pb::StartSessionRequest) -> SessionRequest {
                 Duration::new(d.seconds as u64, d.nanos as u32)
             }
         }),
+        params: request
+            .params
+            .into_iter()
+            .map(|p| (p.key, p.value))
+            .collect(),
     }
 }
 
@@ -199,6 +204,7 @@ mod tests {
             stack_limit_samples: 2,
             mode: vmscope_model::ProfileMode::Wall,
             min_block_ns: 5_000,
+            params: vec![("n".into(), "10".into())],
         };
         let shown = session(&info);
         assert_eq!(
@@ -237,6 +243,10 @@ mod tests {
                 stack_limit_samples: 2,
                 mode: pb::ProfileMode::Wall as i32,
                 min_block_ns: 5_000,
+                params: vec![vmscope_proto::v1::Param {
+                    key: "n".into(),
+                    value: "10".into()
+                }],
             }
         );
     }

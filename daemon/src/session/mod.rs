@@ -136,6 +136,8 @@ pub struct SessionInfo {
     pub mode: vmscope_model::ProfileMode,
     /// Its minimum block, in ns.
     pub min_block_ns: u64,
+    /// The workload's parameters.
+    pub params: Vec<(String, String)>,
 }
 
 /// A target process as clients see it.
@@ -185,6 +187,7 @@ impl SessionInfo {
             stack_limit_samples: self.stack_limit_samples,
             mode: self.mode,
             min_block_ns: self.min_block_ns,
+            params: self.params.clone(),
         }
     }
 }
@@ -670,6 +673,7 @@ impl Session {
             stack_limit_samples: self.stacks.beyond_limit(),
             mode: self.spec.mode,
             min_block_ns: self.spec.min_block_ns,
+            params: self.spec.params.clone(),
         }
     }
 }
@@ -834,6 +838,7 @@ mod tests {
                 root: false,
                 mode: vmscope_model::ProfileMode::Cpu,
                 min_block_ns: 0,
+                params: Vec::new(),
             },
             period_ns: 714_285,
             started_at: SystemTime::UNIX_EPOCH,

@@ -131,6 +131,9 @@ pub struct SessionRequest {
     /// Off-CPU and wall sessions: the shortest block recorded with its stacks; `None` for
     /// every block.
     pub min_block: Option<Duration>,
+    /// The workload's parameters (`record --param n=1000`), kept with the session for
+    /// `vmscope fit`.
+    pub params: Vec<(String, String)>,
 }
 
 /// The mode a request asks for: one this daemon knows, or a value from a newer client, which
@@ -188,6 +191,8 @@ pub struct SessionSpec {
     /// Off-CPU and wall sessions: the shortest block recorded with its stacks, in ns (0: every
     /// block); 0 for CPU sessions.
     pub min_block_ns: u64,
+    /// The workload's parameters, checked ([`check_params`]).
+    pub params: Vec<(String, String)>,
 }
 
 impl SessionSpec {
@@ -415,6 +420,7 @@ pub fn validate(
         }
         (_, min) => min.map_or(0, |d| d.as_nanos() as u64),
     };
+    let params = check_params(&request.params).map_err(SessionError::InvalidArgument)?;
     if mode.off_cpu() && call_graph == CallGraph::None {
         return invalid(format!(
             "the {} mode needs call stacks: a thread off its CPU is always in the scheduler, and \
@@ -433,7 +439,47 @@ pub fn validate(
         root: false,
         mode,
         min_block_ns,
+        params,
     })
+}
+
+/// Most parameters a session keeps.
+pub const MAX_PARAMS: usize = 16;
+/// Longest parameter key, in bytes.
+pub const MAX_PARAM_KEY: usize = 64;
+/// Longest parameter value, in bytes.
+pub const MAX_PARAM_VALUE: usize = 256;
+
+/// Checks a request's parameters: a few short keys of `[A-Za-z0-9_.-]`, each once, with short
+/// values. They are a client's words kept and shown to it, so they are bounded as any input.
+fn check_params(params: &[(String, String)]) -> Result<Vec<(String, String)>, String> {
+    if params.len() > MAX_PARAMS {
+        return Err(format!(
+            "{} parameters: a session keeps at most {MAX_PARAMS}",
+            params.len()
+        ));
+    }
+    for (i, (key, value)) in params.iter().enumerate() {
+        let key_ok = !key.is_empty()
+            && key.len() <= MAX_PARAM_KEY
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !key_ok {
+            return Err(format!(
+                "parameter key {key:?} is not 1 to {MAX_PARAM_KEY} characters of A-Z, a-z,                  0-9, `_`, `.` and `-`"
+            ));
+        }
+        if value.len() > MAX_PARAM_VALUE || value.chars().any(char::is_control) {
+            return Err(format!(
+                "parameter {key}'s value is longer than {MAX_PARAM_VALUE} bytes or holds                  control characters"
+            ));
+        }
+        if params[..i].iter().any(|(k, _)| k == key) {
+            return Err(format!("parameter {key} is given twice"));
+        }
+    }
+    Ok(params.to_vec())
 }
 
 /// Checks that every target exists and is a process (not one of its threads), and that the
@@ -547,6 +593,37 @@ mod tests {
 
     fn message(result: Result<SessionSpec, SessionError>) -> String {
         result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parameters_are_kept_as_given_and_bounded() {
+        let with = |params: &[(&str, &str)]| {
+            let mut r = request(&[1], false, None);
+            r.params = params
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            validate(&r, limits(100_000))
+        };
+        let spec = with(&[("n", "1000"), ("build.id", "a-1")]).unwrap();
+        assert_eq!(
+            spec.params,
+            [
+                ("n".to_owned(), "1000".to_owned()),
+                ("build.id".to_owned(), "a-1".to_owned())
+            ]
+        );
+        assert!(message(with(&[("n", "1"), ("n", "2")])).contains("given twice"));
+        assert!(message(with(&[("", "1")])).contains("is not 1 to 64"));
+        assert!(message(with(&[("a b", "1")])).contains("is not 1 to 64"));
+        assert!(message(with(&[("n", "1\n2")])).contains("control characters"));
+        let long = "x".repeat(MAX_PARAM_VALUE + 1);
+        assert!(message(with(&[("n", &long)])).contains("longer than 256"));
+        let many: Vec<(String, String)> = (0..=MAX_PARAMS)
+            .map(|i| (format!("k{i}"), String::new()))
+            .collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert!(message(with(&many)).contains("at most 16"));
     }
 
     #[test]

@@ -400,6 +400,7 @@ mod tests {
             root: false,
             mode: vmscope_model::ProfileMode::Cpu,
             min_block_ns: 0,
+            params: Vec::new(),
         }
     }
 
