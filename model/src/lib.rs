@@ -57,8 +57,8 @@ pub use stack::{AttributedSample, Stack, StackEnd, StackEndSamples, StackFrame, 
 pub use stack_tree::{StackFrames, StackNode, StackTreeBuilder};
 pub use thread::{IntervalTime, Thread};
 pub use vm_stats::{
-    ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
-    VmStatistics,
+    ConfigValue, Configuration, CounterDelta, ExactCounts, GaugeDelta, IntervalKind,
+    IntervalTotals, NamedCount, VmStatistics,
 };
 
 #[cfg(test)]

@@ -22,6 +22,38 @@ pub struct VmStatistics {
     pub window_ns: u64,
     /// The process's samples in the session: what [`IntervalTotals::sampled`] is a share of.
     pub samples: u64,
+    /// What the VM counted exactly in its own memory over the window, one entry per counter
+    /// region it published.
+    pub exact_counts: Vec<ExactCounts>,
+}
+
+/// A counter region's counts over a session (`codemap.proto`'s `CounterRegion`): each
+/// counter's value at the end minus its value at the start, read from the VM's memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExactCounts {
+    /// What is counted: `activations`.
+    pub kind: String,
+    /// Per counter that moved, in the region's order.
+    pub counts: Vec<NamedCount>,
+    /// Where the start values come from: `read` (the VM's memory at the session's start) or
+    /// `zero` (a region published during the session).
+    pub start_source: String,
+    /// Where the end values come from: `read` (the VM's memory at the stop, or when the
+    /// profile was asked for) or `published` (the VM's own last values, published as it
+    /// exited).
+    pub end_source: String,
+    /// Empty when the counts are exact; else why not, and the counts are up to the last
+    /// values known.
+    pub note: String,
+}
+
+/// One counter's count.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedCount {
+    /// The counter's name: a method's, as its code map names it.
+    pub name: String,
+    /// How much it grew.
+    pub count: u64,
 }
 
 /// A setting (`eden size`, `code size`).

@@ -1028,6 +1028,24 @@ impl From<m::VmStatistics> for v1::VmStatistics {
                 .collect(),
             window_ns: s.window_ns,
             samples: s.samples,
+            exact_counts: s
+                .exact_counts
+                .into_iter()
+                .map(|c| v1::ExactCounts {
+                    kind: c.kind,
+                    counts: c
+                        .counts
+                        .into_iter()
+                        .map(|n| v1::NamedCount {
+                            name: n.name,
+                            count: n.count,
+                        })
+                        .collect(),
+                    start_source: c.start_source,
+                    end_source: c.end_source,
+                    note: c.note,
+                })
+                .collect(),
         }
     }
 }
@@ -1084,6 +1102,24 @@ impl From<v1::VmStatistics> for m::VmStatistics {
                 .collect(),
             window_ns: s.window_ns,
             samples: s.samples,
+            exact_counts: s
+                .exact_counts
+                .into_iter()
+                .map(|c| m::ExactCounts {
+                    kind: c.kind,
+                    counts: c
+                        .counts
+                        .into_iter()
+                        .map(|n| m::NamedCount {
+                            name: n.name,
+                            count: n.count,
+                        })
+                        .collect(),
+                    start_source: c.start_source,
+                    end_source: c.end_source,
+                    note: c.note,
+                })
+                .collect(),
         }
     }
 }

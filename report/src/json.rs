@@ -482,6 +482,7 @@ mod tests {
                 ],
                 window_ns: 3_000_000_000,
                 samples: 0,
+                exact_counts: Vec::new(),
             }],
             kernel_events: Some(KernelEvents {
                 total: Some(KernelCounts {
@@ -513,7 +514,7 @@ mod tests {
                 r#"{"kind":"mark","named":true,"count":0,"total_ms":0.0,"percent_of_elapsed":0.0,"#,
                 r#""average_ms":0.0,"longest_ms":0.0,"sampled":null}],"#,
                 r#""counters":[{"name":"Stack overflows","unit":"","count":209,"#,
-                r#""per_second":69.66666666666667,"last":1000}]}]"#,
+                r#""per_second":69.66666666666667,"last":1000}],"exact_counts":[]}]"#,
             )
         );
         assert_eq!(

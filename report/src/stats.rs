@@ -45,6 +45,9 @@ pub struct VmStatsReport {
     pub intervals: Vec<IntervalStats>,
     /// Its counters' growth, with rates (VMProfiler's "Events").
     pub counters: Vec<CounterGrowth>,
+    /// What it counted exactly in its own memory (counter regions), each region's counts most
+    /// first.
+    pub exact_counts: Vec<vmscope_model::ExactCounts>,
 }
 
 /// Intervals of one kind over the session.
@@ -235,6 +238,15 @@ impl VmStatsReport {
                     count: c.delta,
                     per_second: per(c.delta as f64, seconds),
                     last: c.last,
+                })
+                .collect(),
+            exact_counts: stats
+                .exact_counts
+                .iter()
+                .map(|region| {
+                    let mut region = region.clone();
+                    crate::rank::rank(&mut region.counts, |c| c.count, |a, b| a.name.cmp(&b.name));
+                    region
                 })
                 .collect(),
             seconds,
@@ -430,6 +442,7 @@ mod tests {
                 }],
                 window_ns: 7_126_000_000,
                 samples: 0,
+                exact_counts: Vec::new(),
             }],
             ..Profile::default()
         };

@@ -157,6 +157,7 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
         }
         write_vm_sections(vm, out)?;
     }
+    write_exact_counts(report, out)?;
     let vm_counters = report
         .vm_statistics
         .iter()
@@ -227,6 +228,61 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
                 line.push_str(&format!(" ({note})"));
             }
             writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// **Counts**: what the VMs counted exactly in their own memory over the session (each
+/// method's activations), most first, with where the counts come from and, when they are not
+/// exact, why.
+fn write_exact_counts(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    let several = report.vm_statistics.len() > 1;
+    for vm in &report.vm_statistics {
+        for region in &vm.exact_counts {
+            writeln!(out)?;
+            let whose = if several {
+                format!(" of pid {}", vm.pid)
+            } else {
+                String::new()
+            };
+            let total: u64 = region.counts.iter().map(|c| c.count).sum();
+            writeln!(
+                out,
+                "**Counts**{whose}: {} {} (exact: the VM's own counters, {} at the start, {} at \
+                 the end)",
+                grouped(total.into()),
+                region.kind,
+                if region.start_source.is_empty() {
+                    "unknown"
+                } else {
+                    &region.start_source
+                },
+                if region.end_source.is_empty() {
+                    "unknown"
+                } else {
+                    &region.end_source
+                },
+            )?;
+            if !region.note.is_empty() {
+                writeln!(out, "not exact: {}", region.note)?;
+            }
+            let width = region
+                .counts
+                .iter()
+                .map(|c| c.name.chars().count())
+                .max()
+                .unwrap_or(0)
+                .min(60);
+            for c in &region.counts {
+                writeln!(
+                    out,
+                    "  {:<width$} {:>15}  {:>6.2}%",
+                    c.name,
+                    grouped(c.count.into()),
+                    c.count as f64 * 100.0 / total.max(1) as f64
+                )?;
+            }
         }
     }
     Ok(())
@@ -1421,6 +1477,22 @@ mod tests {
             ],
             window_ns: 5_002_000_000,
             samples: 7_000,
+            exact_counts: vec![vmscope_model::ExactCounts {
+                kind: "activations".into(),
+                counts: vec![
+                    vmscope_model::NamedCount {
+                        name: "Array>>at:put:".into(),
+                        count: 1_200,
+                    },
+                    vmscope_model::NamedCount {
+                        name: "SmallInteger>>benchFib".into(),
+                        count: 242_785,
+                    },
+                ],
+                start_source: "read".into(),
+                end_source: "published".into(),
+                note: String::new(),
+            }],
         }];
         let mut stats = Vec::new();
         render_stats_text(&Report::from_profile(&profile, &OPTIONS), &mut stats).unwrap();

@@ -183,7 +183,9 @@ impl Publication {
             | Event::Counter(_)
             | Event::Gauge(_)
             | Event::Begin(_)
-            | Event::End(_) => {
+            | Event::End(_)
+            | Event::CounterRegion(_)
+            | Event::CounterValues(_) => {
                 let stat = self
                     .rules
                     .check(body)

@@ -787,6 +787,7 @@ pub const MAX_STOP_REASON_CHARS: usize = 200;
 mod code_maps;
 mod counters;
 mod cpu;
+mod exact_counts;
 mod jvms;
 mod lifecycle;
 mod off_cpu;

@@ -306,6 +306,7 @@ pub fn statistics(
         window_ns,
         // Its collections have no times: no sample is known to be in one.
         samples: 0,
+        exact_counts: Vec::new(),
     }
 }
 

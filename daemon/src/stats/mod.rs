@@ -15,6 +15,7 @@
 //! - [`intervals`]: the VM's intervals through time, to tell which were under way when a
 //!   sample was taken.
 
+pub mod counters;
 pub mod hotspot;
 pub mod hotspot_gc;
 pub mod intervals;

@@ -13,7 +13,10 @@
 //! A session that starts while a VM publishes takes over its state ([`VmState::window`]):
 //! every counter's last value becomes the baseline and the intervals open then stay open.
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use vmscope_model::{
     ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
@@ -21,7 +24,10 @@ use vmscope_model::{
 };
 use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
 
-use super::intervals::{During, IntervalLog};
+use super::{
+    counters::{CountKind, CountWindow, CounterRegion, MAX_COUNTERS, MAX_REGIONS, MAX_STRIDE},
+    intervals::{During, IntervalLog},
+};
 
 /// Most distinct names (configuration, counters and gauges together) one publication may
 /// use: a VM reports tens; a publisher inventing names is refused past this.
@@ -110,6 +116,15 @@ pub enum StatEvent {
         /// As its begin's.
         id: u64,
     },
+    /// Counters in the VM's memory, for the daemon to read.
+    Region(Arc<CounterRegion>),
+    /// A region's values, as the VM read them (as it exits).
+    RegionValues {
+        /// The region's id.
+        region: u32,
+        /// Its values.
+        values: Vec<u64>,
+    },
 }
 
 /// A name or unit the protocol accepts: at most [`MAX_NAME_BYTES`].
@@ -145,6 +160,8 @@ pub struct Rules {
     names: HashMap<String, Option<u64>>,
     named_kinds: Vec<String>,
     open: HashSet<(IntervalKind, u64)>,
+    /// Counter regions published, by id, with their number of counters.
+    regions: HashMap<u32, usize>,
 }
 
 impl Rules {
@@ -218,6 +235,78 @@ impl Rules {
                 }
                 Ok(StatEvent::End { kind, id: e.id })
             }
+            Event::CounterRegion(r) => {
+                if self.regions.contains_key(&r.id) {
+                    return Err(invalid(format!("counter region {} published twice", r.id)));
+                }
+                if self.regions.len() >= MAX_REGIONS {
+                    return Err((
+                        Broken::TooMany,
+                        format!("more than {MAX_REGIONS} counter regions"),
+                    ));
+                }
+                let kind = match pb::CounterKind::try_from(r.kind) {
+                    Ok(pb::CounterKind::Activations) => CountKind::Activations,
+                    Ok(pb::CounterKind::Unspecified) => {
+                        return Err(invalid("a counter region without a kind".into()));
+                    }
+                    Err(_) => {
+                        return Err((
+                            Broken::UnknownKind,
+                            format!("a counter region of unknown kind {}", r.kind),
+                        ));
+                    }
+                };
+                if !(8..=MAX_STRIDE).contains(&r.stride) || r.stride % 8 != 0 {
+                    return Err(invalid(format!(
+                        "a counter region's stride of {} bytes (a multiple of 8 from 8 to \
+                         {MAX_STRIDE})",
+                        r.stride
+                    )));
+                }
+                if r.names.is_empty() || r.names.len() > MAX_COUNTERS {
+                    return Err(invalid(format!(
+                        "a counter region of {} counters (1 to {MAX_COUNTERS})",
+                        r.names.len()
+                    )));
+                }
+                let span = (r.names.len() as u64 - 1) * u64::from(r.stride) + 8;
+                if r.address == 0 || r.address.checked_add(span).is_none() {
+                    return Err(invalid(format!(
+                        "a counter region at {:#x} of {span} bytes",
+                        r.address
+                    )));
+                }
+                let names = r
+                    .names
+                    .iter()
+                    .map(|n| checked_name(n, "counter name"))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(invalid)?;
+                self.regions.insert(r.id, names.len());
+                Ok(StatEvent::Region(Arc::new(CounterRegion {
+                    id: r.id,
+                    kind,
+                    address: r.address,
+                    stride: r.stride,
+                    names,
+                })))
+            }
+            Event::CounterValues(v) => match self.regions.get(&v.region) {
+                None => Err((
+                    Broken::Unmatched,
+                    format!("values of counter region {}, never published", v.region),
+                )),
+                Some(&n) if n != v.values.len() => Err(invalid(format!(
+                    "{} values of counter region {}, which has {n} counters",
+                    v.values.len(),
+                    v.region
+                ))),
+                Some(_) => Ok(StatEvent::RegionValues {
+                    region: v.region,
+                    values: v.values.clone(),
+                }),
+            },
             _ => Err(invalid("not a statistics event".into())),
         }
     }
@@ -364,6 +453,8 @@ pub struct Window {
     gauges: Vec<Level<i64>>,
     kinds: Vec<(IntervalKind, KindTotals)>,
     open: HashMap<(IntervalKind, u64), u64>,
+    /// The VM's counter regions, and the session's values of them.
+    pub counts: CountWindow,
 }
 
 impl Window {
@@ -426,6 +517,10 @@ impl Window {
                     }
                 }
             }
+            StatEvent::Region(region) => self.counts.published(region),
+            StatEvent::RegionValues { region, values } => {
+                self.counts.values_published(ts, *region, values);
+            }
         }
     }
 
@@ -452,6 +547,7 @@ impl Window {
             gauges: self.gauges.iter().map(Level::carried).collect(),
             kinds: Vec::new(),
             open: self.open.clone(),
+            counts: self.counts.carried(),
         }
     }
 
@@ -480,7 +576,8 @@ impl Window {
             && self.counters.is_empty()
             && self.gauges.is_empty()
             && self.kinds.is_empty()
-            && self.open.is_empty())
+            && self.open.is_empty()
+            && self.counts.is_empty())
     }
 
     /// The window up to `end_ns`, for a profile.
@@ -539,6 +636,7 @@ impl Window {
                 .collect(),
             window_ns: end_ns.saturating_sub(self.start_ns),
             samples: 0,
+            exact_counts: self.counts.summary(),
         }
     }
 }
@@ -773,6 +871,58 @@ mod tests {
             unit: String::new(),
             value,
         })
+    }
+
+    #[test]
+    fn counter_regions_are_checked_before_the_daemon_reads_them() {
+        use pb::code_map_event::Event;
+        let region = |id, stride, names: usize, address| {
+            Event::CounterRegion(pb::CounterRegion {
+                id,
+                kind: pb::CounterKind::Activations as i32,
+                address,
+                stride,
+                names: (0..names).map(|i| format!("m{i}")).collect(),
+            })
+        };
+        let values = |region, n: usize| {
+            Event::CounterValues(pb::CounterRegionValues {
+                region,
+                values: vec![1; n],
+            })
+        };
+        let mut rules = Rules::default();
+        let broken = |rules: &mut Rules, e| rules.check(&e).unwrap_err().0;
+        assert_eq!(broken(&mut rules, values(1, 2)), Broken::Unmatched);
+        assert!(matches!(
+            rules.check(&region(1, 8, 2, 0x1000)).unwrap(),
+            StatEvent::Region(r) if r.span() == 16
+        ));
+        assert_eq!(broken(&mut rules, region(1, 8, 2, 0x1000)), Broken::Invalid);
+        assert_eq!(broken(&mut rules, values(1, 3)), Broken::Invalid);
+        rules.check(&values(1, 2)).unwrap();
+        for bad in [
+            region(2, 4, 2, 0x1000),
+            region(2, 12, 2, 0x1000),
+            region(2, 8, 0, 0x1000),
+            region(2, 8, MAX_COUNTERS + 1, 0x1000),
+            region(2, 8, 2, 0),
+            region(2, 64, 2, u64::MAX - 8),
+        ] {
+            assert_eq!(broken(&mut rules, bad), Broken::Invalid);
+        }
+        let mut unknown = region(2, 8, 1, 0x1000);
+        if let Event::CounterRegion(r) = &mut unknown {
+            r.kind = 99;
+        }
+        assert_eq!(broken(&mut rules, unknown), Broken::UnknownKind);
+        for id in 2..=MAX_REGIONS as u32 {
+            rules.check(&region(id, 8, 1, 0x1000)).unwrap();
+        }
+        assert_eq!(
+            broken(&mut rules, region(99, 8, 1, 0x1000)),
+            Broken::TooMany
+        );
     }
 
     #[test]

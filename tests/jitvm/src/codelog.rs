@@ -239,7 +239,9 @@ pub fn replay(events: &[CodeMapEvent]) -> Result<History, String> {
             | Event::Counter(_)
             | Event::Gauge(_)
             | Event::Begin(_)
-            | Event::End(_) => {}
+            | Event::End(_)
+            | Event::CounterRegion(_)
+            | Event::CounterValues(_) => {}
         }
     }
     Ok(h)

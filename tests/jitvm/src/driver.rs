@@ -16,6 +16,8 @@ pub struct RunConfig {
     pub duration: Duration,
     /// Compact the code zone this often (at the first safepoint after).
     pub compact_every: Option<Duration>,
+    /// Stop after this many calls instead, however long they take.
+    pub iterations: Option<u64>,
 }
 
 /// What a run did.
@@ -64,7 +66,11 @@ pub fn run(vm: &mut Vm, calls: &[Call], cfg: &RunConfig) -> Result<Summary, VmEr
             vm.compact();
             last_compaction = Instant::now();
         }
-        if now.duration_since(start) >= cfg.duration {
+        let done = match cfg.iterations {
+            Some(n) => s.iterations >= n,
+            None => now.duration_since(start) >= cfg.duration,
+        };
+        if done {
             break;
         }
     }

@@ -6,6 +6,8 @@
 //! path that otherwise sends its selector, primitives that fail into errors, conditional jumps
 //! that accept only Booleans.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::bytecode::{ArithOp, Insn, SelId, decode};
 use crate::error::VmError;
 use crate::heap::Heap;
@@ -68,6 +70,8 @@ pub struct Interpreter<'a> {
     depth: usize,
     /// Bytecodes executed so far.
     pub bytecodes: u64,
+    /// The VM's activation counters, bumped as compiled prologues bump them.
+    counters: Option<&'a [AtomicU64]>,
 }
 
 impl<'a> Interpreter<'a> {
@@ -78,7 +82,15 @@ impl<'a> Interpreter<'a> {
             heap,
             depth: 0,
             bytecodes: 0,
+            counters: None,
         }
+    }
+
+    /// Counts each activation of a method (not of a primitive, as compiled code) in
+    /// `counters`, one per method: interpreted calls count as compiled ones do.
+    pub fn counting(mut self, counters: &'a [AtomicU64]) -> Interpreter<'a> {
+        self.counters = Some(counters);
+        self
     }
 
     /// Sends `selector` to `receiver`.
@@ -119,6 +131,9 @@ impl<'a> Interpreter<'a> {
             return Err(VmError::TooDeep(MAX_DEPTH));
         }
         self.depth += 1;
+        if let Some(counter) = self.counters.and_then(|c| c.get(id.0 as usize)) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
         let r = self.execute(id, receiver, args);
         self.depth -= 1;
         r

@@ -26,6 +26,13 @@ struct Args {
     /// Run the workload repeatedly for this many seconds.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Make exactly this many calls of the workload instead, however long they take.
+    #[arg(long)]
+    iterations: Option<u64>,
+    /// The fib workload: the receiver of `benchFib` (25 by default). benchFib answers the
+    /// number of its own activations.
+    #[arg(long)]
+    fib_n: Option<i64>,
     /// Compact the code zone every N ms (default 5 for `compact`, never for the others).
     #[arg(long)]
     compact_every_ms: Option<u64>,
@@ -116,14 +123,23 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..Config::default()
     };
     let mut heap = Heap::new(config.heap_size).context("object heap")?;
-    let calls = benchmarks::calls(args.workload, &methods, &mut heap)
+    let mut calls = benchmarks::calls(args.workload, &methods, &mut heap)
         .context("object heap too small for the workload")?;
+    if let Some(n) = args.fib_n {
+        anyhow::ensure!(
+            args.workload == Workload::Fib && (0..=32).contains(&n),
+            "--fib-n goes with the fib workload, from 0 to 32"
+        );
+        calls[0].receiver = jitvm::value::Value::small(n);
+        calls[0].expected = benchmarks::fib_reference(n);
+    }
     let mut vm = Vm::new(prog, heap, config)?;
     let every = args.compact_every_ms.or(compact.then_some(5));
     let cfg = RunConfig {
         workload: args.workload,
         duration: Duration::from_secs_f64(args.seconds.max(0.0)),
         compact_every: every.filter(|&ms| ms > 0).map(Duration::from_millis),
+        iterations: args.iterations,
     };
     let flooded = vm.flood(args.flood_codes);
     anyhow::ensure!(
@@ -136,6 +152,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let summary = driver::run(&mut vm, &calls, &cfg);
     let sends = vm.sends();
+    let bench_fib_calls = vm.calls_of(methods.bench_fib);
     let (start, free, end) = vm.zone_bounds();
     // Its last levels are published as it finishes.
     let st = vm.finish();
@@ -151,7 +168,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
          frees={} interpreted={} zone_used={} zone_size={} scavenges={} full_gcs={} gc_ms={:.3} \
          compaction_ms={:.3} sends={} stack_overflows={} young_low={} young_high={} \
          seconds={:.3} gc_thread_cpu_ms={:.3} thread_cpu_ms={:.3} gc_process_cpu_ms={:.3} \
-         process_cpu_ms={:.3}",
+         process_cpu_ms={:.3} bench_fib_calls={}",
         args.workload,
         s.iterations,
         s.iterations as f64 / secs,
@@ -182,6 +199,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         thread_cpu_ns as f64 / 1e6,
         st.gc_process_cpu_ns as f64 / 1e6,
         process_cpu_ns as f64 / 1e6,
+        bench_fib_calls,
     );
     Ok(if s.mismatches == 0 {
         ExitCode::SUCCESS

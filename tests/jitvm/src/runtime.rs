@@ -254,6 +254,7 @@ impl Vm {
             must_be_boolean: at(trampolines::MUST_BE_BOOLEAN),
             stack_overflow: at(trampolines::STACK_OVERFLOW),
             stack_limit: std::ptr::from_ref::<AtomicU64>(&stack_limit) as u64,
+            counters: counters.as_ptr() as u64,
             nil: heap.nil().0,
             true_: heap.true_().0,
             false_: heap.false_().0,
@@ -292,6 +293,7 @@ impl Vm {
             );
         }
         vm.publish_configuration();
+        vm.publish_counter_region();
         vm.publish_levels();
         vm.publish_zone();
         for p in &glue.pieces {
@@ -318,6 +320,7 @@ impl Vm {
     /// answers what the VM did, those last levels included.
     pub fn finish(mut self) -> Stats {
         self.publish_levels();
+        self.publish_counter_values();
         self.publisher.finish();
         self.stats
     }
@@ -373,6 +376,11 @@ impl Vm {
     /// Calls of a method so far.
     pub fn calls_of(&self, m: MethodId) -> u64 {
         self.counters[m.0 as usize].load(Ordering::Relaxed)
+    }
+
+    /// The activation counters, one per method in method order.
+    pub(crate) fn counters(&self) -> &[AtomicU64] {
+        &self.counters
     }
 
     pub(crate) fn counter_addr(&self, m: MethodId) -> u64 {
@@ -662,7 +670,9 @@ impl Vm {
             // No room until the next compaction: interpret this call.
             self.compaction_wanted = true;
             self.stats.interpreted += 1;
-            let r = Interpreter::new(&self.prog, &mut self.heap).run(method, receiver, &argv);
+            let r = Interpreter::new(&self.prog, &mut self.heap)
+                .counting(&self.counters)
+                .run(method, receiver, &argv);
             return match r {
                 Ok(v) => MissAnswer {
                     target: 0,

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use vmscope_proto::v1::code_map_event::Event;
 use vmscope_proto::v1::{
-    Configuration, CounterValue, GaugeValue, IntervalBegin, IntervalEnd, IntervalKind,
-    configuration,
+    Configuration, CounterKind, CounterRegion, CounterRegionValues, CounterValue, GaugeValue,
+    IntervalBegin, IntervalEnd, IntervalKind, configuration,
 };
 
 use crate::runtime::Vm;
@@ -23,6 +23,9 @@ fn gauge(name: &str, bytes: usize) -> Event {
         value: i64::try_from(bytes).unwrap_or(i64::MAX),
     })
 }
+
+/// The id of the region of the methods' activation counters.
+pub const ACTIVATIONS_REGION: u32 = 1;
 
 /// Longest the VM's counters go unpublished while it runs.
 pub const LEVELS_PERIOD: Duration = Duration::from_millis(20);
@@ -93,6 +96,35 @@ impl Vm {
     }
 
     /// [`Vm::publish_levels`] if they were last published [`LEVELS_PERIOD`] ago or more.
+    /// Publishes where the methods' activation counters are (one `u64` per method, in method
+    /// order, bumped by compiled prologues, inlined bodies and the interpreter), for the
+    /// daemon to read: exact counts per method. They are all zero now.
+    pub(crate) fn publish_counter_region(&mut self) {
+        let region = CounterRegion {
+            id: ACTIVATIONS_REGION,
+            kind: CounterKind::Activations as i32,
+            address: self.counters().as_ptr() as u64,
+            stride: 8,
+            names: self.prog.methods.iter().map(|m| m.name.clone()).collect(),
+        };
+        self.publisher().publish(Event::CounterRegion(region));
+    }
+
+    /// Publishes the counters' values as the VM finishes: a session that outlives the process
+    /// can no longer read them.
+    pub(crate) fn publish_counter_values(&mut self) {
+        let values = self
+            .counters()
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        self.publisher()
+            .publish(Event::CounterValues(CounterRegionValues {
+                region: ACTIVATIONS_REGION,
+                values,
+            }));
+    }
+
     pub(crate) fn publish_levels_if_due(&mut self) {
         if self
             .levels_published

@@ -128,6 +128,7 @@ impl Manager {
         }
         self.note_blocked_threads(&spec, start_ns);
         self.watch_gcs(id);
+        self.read_counts_at_start(id);
         let reply = self.sessions[&id].info(start_ns);
         self.after_start(id, &pids);
         Ok(reply)
@@ -338,6 +339,11 @@ impl Manager {
             }
             hotspot.freeze_all();
         }
+        // The VMs' counters as the session ends (an exited VM's last values are its own).
+        self.read_counts_at_end(id);
+        let Some(session) = self.sessions.get_mut(&id) else {
+            return;
+        };
         session.state = State::Stopping;
         session.stop_ns = Some(stop_ns);
         session.stop_reason = Some(reason.to_owned());

@@ -25,6 +25,9 @@ impl Manager {
     pub(super) fn snapshot(&mut self, id: u64) -> Snapshot {
         let now = sys::monotonic_ns();
         let lost = self.sampler.lost().ok();
+        if self.sessions[&id].state == State::Running {
+            self.read_counts_at_end(id);
+        }
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
         if session.state == State::Running {
             let update = update_cpu(session, Some(read_host_cpu()), true);

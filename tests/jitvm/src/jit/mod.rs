@@ -71,6 +71,10 @@ pub struct Addrs {
     /// Address of the word holding the lowest rsp generated code may use (checked in every
     /// method's prologue, as Cog checks its stack limit).
     pub stack_limit: u64,
+    /// Address of the first of the methods' activation counters (a packed array of `u64`, one
+    /// per method, in method order), or 0 for none: inlined bodies bump their method's, as
+    /// prologues do (`compile_method`'s `counter`), so that activations count exactly.
+    pub counters: u64,
     /// The nil object.
     pub nil: u64,
     /// The true object.

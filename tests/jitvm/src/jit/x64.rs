@@ -521,6 +521,11 @@ impl Gen<'_> {
             }),
         };
         self.mark(&frame, 0);
+        if self.addrs.counters != 0 {
+            // The inlined activation counts as its method's, as its prologue would have.
+            let counter = self.addrs.counters + 8 * u64::from(inl.callee.0);
+            dynasm!(self.ops ; .arch x64 ; mov r11, QWORD counter as i64 ; add QWORD [r11], 1);
+        }
         if ntemps > 0 {
             dynasm!(self.ops ; .arch x64 ; mov rax, QWORD self.addrs.nil as i64);
             for _ in 0..ntemps {
@@ -736,6 +741,7 @@ mod tests {
             must_be_boolean: 0x4444,
             stack_overflow: 0x5555,
             stack_limit: 0x6666,
+            counters: 0,
             nil: 0x10,
             true_: 0x20,
             false_: 0x30,
