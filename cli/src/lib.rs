@@ -6,6 +6,7 @@ pub mod check;
 pub mod client;
 pub mod diff;
 pub mod error_text;
+pub mod fit;
 pub mod output;
 pub mod record;
 pub mod refusal;

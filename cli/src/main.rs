@@ -140,6 +140,40 @@ enum Command {
         #[command(flatten)]
         compare: CompareArgs,
     },
+    /// Fit each function's CPU time against a workload parameter: constant, n, n log n, n² or
+    /// n³, chosen by cross-validated error, with its coefficients and R² (after Beagle).
+    ///
+    /// PROFILES are session ids or pprof files, each recorded with `vmscope record --param
+    /// KEY=VALUE` at a different value.
+    #[command(after_help = "Example:\n  \
+                            for n in 16 32 64 128 256 512 1024; do\n    \
+                            vmscope record --param n=$n --format pprof -o sort-$n.pb.gz -- ./sort $n\n  \
+                            done\n  \
+                            vmscope fit sort-*.pb.gz --function quicksort")]
+    Fit {
+        /// The profiles: session ids or pprof files, at least three.
+        #[arg(value_parser = vmscope::diff::Input::parse, required = true)]
+        profiles: Vec<vmscope::diff::Input>,
+        /// The parameter to fit against [default: the one every profile has].
+        #[arg(long, value_name = "KEY")]
+        param: Option<String>,
+        /// Only this function (exact name); repeat for several. Default: every function with
+        /// at least --min-percent of some profile's samples.
+        #[arg(long = "function", value_name = "NAME")]
+        functions: Vec<String>,
+        /// See --function [default: 1].
+        #[arg(long, value_name = "PERCENT", value_parser = parse_percent, default_value = "1")]
+        min_percent: f64,
+        /// Fit self time rather than inclusive time.
+        #[arg(long = "self")]
+        self_time: bool,
+        /// text or json.
+        #[arg(long, value_enum, default_value_t = FitFormat::Text)]
+        format: FitFormat,
+        /// Compare every frame of session profiles' stacks, not the language view.
+        #[arg(long)]
+        native: bool,
+    },
     /// Show the daemon's limits, what it holds now (gauges) and its counters.
     Info {
         /// Print them as one JSON object (`version`, `online_cpus`, `default_frequency_hz`,
@@ -323,6 +357,15 @@ impl CompareArgs {
         }
         options
     }
+}
+
+/// `fit --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FitFormat {
+    /// One block per function.
+    Text,
+    /// The fits' numbers, for scripts.
+    Json,
 }
 
 /// `diff --format`.
@@ -758,6 +801,49 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             },
         )
         .await),
+        Command::Fit {
+            profiles,
+            param,
+            functions,
+            min_percent,
+            self_time,
+            format,
+            native,
+        } => {
+            let compare = CompareArgs {
+                normalize: false,
+                native,
+            };
+            let inputs: Vec<&vmscope::diff::Input> = profiles.iter().collect();
+            let sides = vmscope::diff::load(
+                &cli.socket,
+                &inputs,
+                &compare.report_options(),
+                &Default::default(),
+            )
+            .await?;
+            let fits = vmscope::fit::fits(
+                &sides,
+                &vmscope::fit::FitOptions {
+                    param,
+                    self_time,
+                    functions,
+                    min_percent,
+                },
+            )?;
+            let mut out = stdout();
+            match format {
+                FitFormat::Text => {
+                    vmscope::fit::render_text(&fits, &sides[0].main_executable, &mut out)?
+                }
+                FitFormat::Json => {
+                    serde_json::to_writer_pretty(&mut out, &fits)?;
+                    writeln!(out)?;
+                }
+            }
+            out.flush()?;
+            Ok(0)
+        }
         Command::Info { json } => sessions::info(&cli.socket, json, &mut stdout())
             .await
             .map(|()| 0),

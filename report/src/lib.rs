@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod diff;
+pub mod fit;
 pub mod folded;
 mod functions;
 pub mod json;

@@ -138,6 +138,9 @@ pub struct Fixtures {
     /// `switches SECONDS [PAIRS]`: pairs of threads passing a byte through pipes, blocking
     /// a few microseconds at a time, as fast as the machine switches.
     pub switches: PathBuf,
+    /// `cost N`: (N² + 3N)·0.5 µs of CPU in `quadratic`, N·0.25 ms in `linear`, for the cost
+    /// models of `vmscope fit`.
+    pub cost: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -212,6 +215,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         "offcpu.c",
     ])?;
     gcc(&["-pthread", "-o", &s(&p("switches")), "switches.c"])?;
+    gcc(&["-o", &s(&p("cost")), "cost.c"])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -225,6 +229,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         offcpu: p("offcpu"),
         offcpu_nofp: p("offcpu-nofp"),
         switches: p("switches"),
+        cost: p("cost"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

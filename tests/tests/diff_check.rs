@@ -261,3 +261,104 @@ fn diff_compares_sessions_by_id_and_check_refuses_a_name_in_neither() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `vmscope fit` over the `cost` fixture at ten sizes: `quadratic` costs 0.5 µs·(n² + 3n) and
+/// `linear` 0.25 ms·n by construction (thread CPU time), and the fits must say so.
+#[test]
+fn fit_recovers_a_quadratic_and_a_linear_cost() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let sizes = [16, 32, 64, 128, 256, 384, 512, 640, 768, 1024];
+    let mut files = Vec::new();
+    for pair in sizes.chunks(2) {
+        let children: Vec<_> = pair
+            .iter()
+            .map(|n| {
+                let file = dir.path().join(format!("cost-{n}.pb.gz"));
+                files.push(file.clone());
+                daemon
+                    .cli()
+                    .args([
+                        "record",
+                        "--param",
+                        &format!("n={n}"),
+                        "--format",
+                        "pprof",
+                        "-o",
+                    ])
+                    .arg(&file)
+                    .arg("--")
+                    .arg(&fixtures().cost)
+                    .arg(n.to_string())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("vmscope record")
+            })
+            .collect();
+        for child in children {
+            finished(child);
+        }
+    }
+    let out = daemon
+        .cli()
+        .arg("fit")
+        .args(&files)
+        .args([
+            "--function",
+            "quadratic",
+            "--function",
+            "linear",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fits["param"], "n");
+    let fit_of = |name: &str| {
+        fits["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {fits:#}"))["fit"]["chosen"]
+            .clone()
+    };
+    let quadratic = fit_of("quadratic");
+    assert_eq!(quadratic["model"], "quadratic", "{fits:#}");
+    // ms per n²: 0.5 µs.
+    let c = quadratic["coefficients"][2].as_f64().unwrap();
+    assert!(
+        (c - 0.5e-3).abs() <= 0.05 * 0.5e-3,
+        "c = {c} ms, built 0.0005: {quadratic:#}"
+    );
+    assert!(
+        quadratic["r_squared"].as_f64().unwrap() >= 0.99,
+        "{quadratic:#}"
+    );
+    let linear = fit_of("linear");
+    assert_eq!(linear["model"], "linear", "{fits:#}");
+    let b = linear["coefficients"][1].as_f64().unwrap();
+    assert!(
+        (b - 0.25).abs() <= 0.05 * 0.25,
+        "b = {b} ms, built 0.25: {linear:#}"
+    );
+
+    // Fewer than three profiles, or profiles without the parameter: said so.
+    let out = daemon.cli().arg("fit").args(&files[..2]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 3"));
+    let out = daemon
+        .cli()
+        .arg("fit")
+        .args(&files)
+        .args(["--param", "m"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no numeric parameter m"));
+}
