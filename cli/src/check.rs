@@ -11,28 +11,30 @@
 
 use std::io::{self, Write};
 
-use vmscope_report::diff::{Diff, FunctionDiff, Measure, format_p, noise};
+use vmscope_report::diff::{Diff, FunctionDiff, Measure, Side, format_p, noise};
 
 /// What to assert.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assertions {
-    /// The largest growth allowed, in percent (`5` for `5%`).
-    pub max_increase: f64,
-    /// The functions to check, by exact name; the whole profile when empty.
+    /// The largest growth of time allowed against the baseline, in percent (`5` for `5%`).
+    pub max_increase: Option<f64>,
+    /// The functions whose time to check, by exact name; the whole profile when empty.
     pub functions: Vec<String>,
     /// Compare self time instead of inclusive time.
     pub self_time: bool,
+    /// The most calls allowed of functions `record --count` counted: compared exactly.
+    pub max_counts: Vec<(String, u64)>,
 }
 
 /// One assertion's outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    /// What was checked: a function's name, or `total`.
+    /// What was checked: a function's name, `total`, or a counted function.
     pub subject: String,
-    /// Its measure in both sides.
-    pub measure: Measure,
     /// Whether it held.
     pub held: bool,
+    /// Its line, after `ok: ` or `FAILED: `.
+    pub line: String,
 }
 
 /// Why a check cannot be made.
@@ -46,10 +48,23 @@ pub enum CheckError {
         /// Close names, `; did you mean ...?`, or empty.
         hint: String,
     },
+    /// A count asked for that the profile does not have.
+    #[error("{profile} counted no calls of {function}: record it with --count {function}{hint}")]
+    NotCounted {
+        /// The profile.
+        profile: String,
+        /// The function asked for.
+        function: String,
+        /// What it counted, or empty.
+        hint: String,
+    },
 }
 
-/// Judges `assertions` on `diff` (made with every row kept: `min_percent` 0).
+/// Judges the time assertions on `diff` (made with every row kept: `min_percent` 0).
 pub fn judge(diff: &Diff, assertions: &Assertions) -> Result<Vec<Outcome>, CheckError> {
+    let Some(allowed) = assertions.max_increase else {
+        return Ok(Vec::new());
+    };
     let count = assertions.functions.len().max(1);
     let level = noise::ALPHA / count as f64;
     let of = |f: &FunctionDiff| {
@@ -71,8 +86,8 @@ pub fn judge(diff: &Diff, assertions: &Assertions) -> Result<Vec<Outcome>, Check
                 hint: hint(diff, name),
             });
         }
-        for row in rows {
-            let subject = if diff.functions.iter().filter(|f| &f.name == name).count() > 1 {
+        for row in &rows {
+            let subject = if rows.len() > 1 {
                 format!("{name} [{}]", row.module)
             } else {
                 name.clone()
@@ -80,22 +95,76 @@ pub fn judge(diff: &Diff, assertions: &Assertions) -> Result<Vec<Outcome>, Check
             subjects.push((subject, of(row)));
         }
     }
+    let what = if assertions.self_time {
+        "self"
+    } else {
+        "inclusive"
+    };
     Ok(subjects
         .into_iter()
-        .map(|(subject, measure)| {
-            let grew_too_much = match measure.change.percent() {
-                Some(percent) => percent > assertions.max_increase,
+        .map(|(subject, m)| {
+            let grew_too_much = match m.change.percent() {
+                Some(percent) => percent > allowed,
                 // Time where the base had none: any of it is more than allowed.
-                None => measure.new_samples > 0,
+                None => m.new_samples > 0,
             };
-            let held = !(grew_too_much && measure.change.p_value < level);
+            let held = !(grew_too_much && m.change.p_value < level);
+            let change = match m.change.percent() {
+                Some(p) => format!("{p:+.1}%"),
+                None => "new".to_owned(),
+            };
+            let why = if !held {
+                format!("more than the allowed +{allowed}%, and more than sampling noise")
+            } else if grew_too_much {
+                "more than allowed, but not more than sampling noise".to_owned()
+            } else {
+                format!("within +{allowed}%")
+            };
             Outcome {
+                line: format!(
+                    "{subject} {what} CPU time {change} ({:.1} ms -> {:.1} ms, p = {}): {why}",
+                    m.base_ms,
+                    m.new_ms,
+                    format_p(m.change.p_value),
+                ),
                 subject,
-                measure,
                 held,
             }
         })
         .collect())
+}
+
+/// Judges the count assertions on `new`, exactly.
+pub fn judge_counts(new: &Side, assertions: &Assertions) -> Result<Vec<Outcome>, CheckError> {
+    assertions
+        .max_counts
+        .iter()
+        .map(|(function, most)| {
+            let Some(&(_, calls)) = new.calls.iter().find(|(f, _)| f == function) else {
+                let counted: Vec<&str> = new.calls.iter().map(|(f, _)| f.as_str()).collect();
+                return Err(CheckError::NotCounted {
+                    profile: new.label.clone(),
+                    function: function.clone(),
+                    hint: if counted.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (it counted {})", counted.join(", "))
+                    },
+                });
+            };
+            let held = calls <= *most;
+            let why = if held {
+                format!("at most {most}")
+            } else {
+                format!("more than the allowed {most}, by {}", calls - most)
+            };
+            Ok(Outcome {
+                subject: function.clone(),
+                held,
+                line: format!("{function} {calls} calls (exact): {why}"),
+            })
+        })
+        .collect()
 }
 
 /// Close names for a name not found: those containing it or contained in it.
@@ -120,43 +189,12 @@ fn hint(diff: &Diff, name: &str) -> String {
     }
 }
 
-/// Writes one line per outcome: `ok` or `FAILED`, and why. Returns the exit status: 0 if every
+/// Writes one line per outcome, `ok: ...` or `FAILED: ...`. Returns the exit status: 0 if every
 /// assertion held, 1 otherwise.
-pub fn report(
-    outcomes: &[Outcome],
-    assertions: &Assertions,
-    out: &mut impl Write,
-) -> io::Result<i32> {
-    let what = if assertions.self_time {
-        "self"
-    } else {
-        "inclusive"
-    };
-    let allowed = assertions.max_increase;
+pub fn report(outcomes: &[Outcome], out: &mut impl Write) -> io::Result<i32> {
     for o in outcomes {
-        let m = &o.measure;
-        let change = match m.change.percent() {
-            Some(p) => format!("{p:+.1}%"),
-            None => "new".to_owned(),
-        };
         let verdict = if o.held { "ok" } else { "FAILED" };
-        let why = if o.held {
-            if m.change.percent().is_some_and(|p| p > allowed) {
-                "more than allowed, but not more than sampling noise".to_owned()
-            } else {
-                format!("within +{allowed}%")
-            }
-        } else {
-            format!("more than the allowed +{allowed}%, and more than sampling noise")
-        };
-        writeln!(
-            out,
-            "{verdict}: {} {what} CPU time {change} ({:.1} ms -> {:.1} ms, p = {}): {why}",
-            o.subject,
-            m.base_ms,
-            m.new_ms,
-            format_p(m.change.p_value),
-        )?;
+        writeln!(out, "{verdict}: {}", o.line)?;
     }
     Ok(if outcomes.iter().all(|o| o.held) {
         0
@@ -194,14 +232,16 @@ mod tests {
             stacks,
             main_executable: "vm".to_owned(),
             params: Vec::new(),
+            calls: Vec::new(),
         }
     }
 
     fn assertions(functions: &[&str]) -> Assertions {
         Assertions {
-            max_increase: 5.0,
+            max_increase: Some(5.0),
             functions: functions.iter().map(|f| (*f).to_owned()).collect(),
             self_time: false,
+            max_counts: Vec::new(),
         }
     }
 
@@ -214,7 +254,7 @@ mod tests {
         let a = assertions(functions);
         let outcomes = judge(&d, &a).unwrap();
         let mut out = Vec::new();
-        let code = report(&outcomes, &a, &mut out).unwrap();
+        let code = report(&outcomes, &mut out).unwrap();
         (code, String::from_utf8(out).unwrap())
     }
 
@@ -250,6 +290,35 @@ mod tests {
         assert!(
             text.starts_with("FAILED: total inclusive CPU time +66.7%"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn counts_are_compared_exactly() {
+        let mut new = side(10);
+        new.calls = vec![("libc.so.6:malloc".to_owned(), 1_000_001)];
+        let at_most = |n| Assertions {
+            max_increase: None,
+            functions: Vec::new(),
+            self_time: false,
+            max_counts: vec![("libc.so.6:malloc".to_owned(), n)],
+        };
+        let outcomes = judge_counts(&new, &at_most(1_000_000)).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(report(&outcomes, &mut out).unwrap(), 1);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "FAILED: libc.so.6:malloc 1000001 calls (exact): more than the allowed 1000000, by 1\n"
+        );
+        let outcomes = judge_counts(&new, &at_most(1_000_001)).unwrap();
+        assert!(outcomes[0].held);
+        let mut other = at_most(1);
+        other.max_counts[0].0 = "libc.so.6:free".to_owned();
+        let error = judge_counts(&new, &other).unwrap_err().to_string();
+        assert!(
+            error.contains("counted no calls of libc.so.6:free: record it with --count")
+                && error.contains("(it counted libc.so.6:malloc)"),
+            "{error}"
         );
     }
 

@@ -162,6 +162,32 @@ pub fn render_text(diff: &Diff, out: &mut impl Write) -> io::Result<()> {
             }
         }
     }
+    if !diff.calls.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "Calls counted (exact: uprobes, compared as they are)")?;
+        writeln!(
+            out,
+            "{:>15} {:>15} {:>9}   function",
+            "base", "new", "change"
+        )?;
+        for c in &diff.calls {
+            let shown = |n: Option<u64>| n.map_or("-".to_owned(), |n| n.to_string());
+            let change = match (c.base, c.new) {
+                (Some(b), Some(n)) if b > 0 => {
+                    format!("{:+.2}%", (n as f64 / b as f64 - 1.0) * 100.0)
+                }
+                (Some(b), Some(n)) if b == n => "+0.00%".to_owned(),
+                _ => "-".to_owned(),
+            };
+            writeln!(
+                out,
+                "{:>15} {:>15} {change:>9}   {}",
+                shown(c.base),
+                shown(c.new),
+                c.function
+            )?;
+        }
+    }
     if diff.folded_rows > 0 {
         writeln!(out)?;
         writeln!(

@@ -128,12 +128,17 @@ enum Command {
         /// The functions to check, by exact name (inclusive time, or --self); the whole
         /// profile when none is given.
         functions: Vec<String>,
-        /// The baseline: a session id or a pprof file.
-        #[arg(long, value_parser = vmscope::diff::Input::parse)]
-        baseline: vmscope::diff::Input,
-        /// The largest growth allowed: `5%` or `5`.
-        #[arg(long, value_name = "PERCENT", value_parser = parse_increase)]
-        max_increase: f64,
+        /// The baseline: a session id or a pprof file (for --max-increase).
+        #[arg(long, value_parser = vmscope::diff::Input::parse, requires = "max_increase")]
+        baseline: Option<vmscope::diff::Input>,
+        /// The largest growth of time allowed against the baseline: `5%` or `5`.
+        #[arg(long, value_name = "PERCENT", value_parser = parse_increase, requires = "baseline")]
+        max_increase: Option<f64>,
+        /// The most calls of a counted function allowed, FUNCTION=N (`libc.so.6:malloc=1e6`),
+        /// as `record --count FUNCTION` counted them in NEW: compared exactly. Repeat for
+        /// several.
+        #[arg(long = "max-count", value_name = "FUNCTION=N", value_parser = parse_max_count)]
+        max_counts: Vec<(String, u64)>,
         /// Check self time rather than inclusive time.
         #[arg(long = "self")]
         self_time: bool,
@@ -244,6 +249,12 @@ struct RecordArgs {
     /// into its pprof file, for `vmscope fit` to fit costs against; repeat for several.
     #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
     params: Vec<(String, String)>,
+    /// Count the calls of a native function exactly, MODULE:FUNCTION (`libc.so.6:malloc`,
+    /// `./vm:gc_scavenge`): a uprobe at its entry in each target, every thread, counted in the
+    /// kernel; the report lists them under Counts. MODULE is a library's file name or a path
+    /// (made absolute here). Repeat for several, at most 16; not with --system.
+    #[arg(long = "count", value_name = "MODULE:FUNCTION", value_parser = parse_count)]
+    counts: Vec<String>,
     #[command(flatten)]
     output: OutputArgs,
     /// The command to run and record, after `--`.
@@ -379,12 +390,44 @@ enum DiffFormat {
     Flamegraph,
 }
 
+/// `--count MODULE:FUNCTION`, a module given as a path made absolute: the daemon does not run
+/// in the caller's directory.
+fn parse_count(s: &str) -> Result<String, String> {
+    let Some((module, function)) = s.rsplit_once(':') else {
+        return Err(format!("`{s}` is not MODULE:FUNCTION (libc.so.6:malloc)"));
+    };
+    if module.is_empty() || function.is_empty() {
+        return Err(format!("`{s}` is not MODULE:FUNCTION (libc.so.6:malloc)"));
+    }
+    if !module.contains('/') {
+        return Ok(s.to_owned());
+    }
+    let path = std::path::absolute(module).map_err(|e| format!("{module}: {e}"))?;
+    Ok(format!("{}:{function}", path.display()))
+}
+
 /// `--param KEY=VALUE` (the daemon checks the key's characters and the sizes).
 fn parse_param(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("`{s}` is not KEY=VALUE")),
     }
+}
+
+/// `--max-count FUNCTION=N`, N a whole number, in scientific notation too (`1e6`).
+fn parse_max_count(s: &str) -> Result<(String, u64), String> {
+    let (function, n) = s
+        .rsplit_once('=')
+        .filter(|(f, _)| !f.is_empty())
+        .ok_or_else(|| format!("`{s}` is not FUNCTION=N (libc.so.6:malloc=1e6)"))?;
+    let n: f64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{n}` is not a number of calls"))?;
+    if !(0.0..=u64::MAX as f64).contains(&n) || n.fract() != 0.0 {
+        return Err(format!("{n} is not a whole number of calls"));
+    }
+    Ok((function.to_owned(), n as u64))
 }
 
 /// `--max-increase`: a percentage, 0 or more.
@@ -439,27 +482,35 @@ async fn run_diff(
 /// `vmscope check`: 0 when every assertion holds, 1 when one fails, 2 when it cannot check.
 async fn run_check(
     socket: &std::path::Path,
-    [base, new]: [vmscope::diff::Input; 2],
+    base: Option<vmscope::diff::Input>,
+    new: vmscope::diff::Input,
     compare: &CompareArgs,
     assertions: vmscope::check::Assertions,
 ) -> i32 {
     let checked = async {
+        if assertions.max_increase.is_none() && assertions.max_counts.is_empty() {
+            anyhow::bail!("nothing to check: give --baseline with --max-increase, or --max-count");
+        }
+        let inputs: Vec<&vmscope::diff::Input> = base.iter().chain([&new]).collect();
         let sides = vmscope::diff::load(
             socket,
-            &[&base, &new],
+            &inputs,
             &compare.report_options(),
             &Default::default(),
         )
         .await?;
-        let options = vmscope_report::diff::DiffOptions {
-            normalize: compare.normalize,
-            min_percent: 0.0,
-        };
-        let diff = vmscope::diff::compare(&sides[0], &sides[1], [&base, &new], &options);
-        let outcomes = vmscope::check::judge(&diff, &assertions)?;
+        let new_side = sides.last().expect("NEW is loaded");
+        let mut outcomes = vmscope::check::judge_counts(new_side, &assertions)?;
+        if let Some(base) = &base {
+            let options = vmscope_report::diff::DiffOptions {
+                normalize: compare.normalize,
+                min_percent: 0.0,
+            };
+            let diff = vmscope::diff::compare(&sides[0], new_side, [base, &new], &options);
+            outcomes.extend(vmscope::check::judge(&diff, &assertions)?);
+        }
         Ok::<_, anyhow::Error>(vmscope::check::report(
             &outcomes,
-            &assertions,
             &mut std::io::stdout().lock(),
         )?)
     };
@@ -724,6 +775,7 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
         },
         min_block: args.min_block,
         params: args.params,
+        counts: args.counts,
         threads: args.output.threads(),
         format: args.output.format(),
         report: args.output.options()?,
@@ -788,16 +840,19 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             functions,
             baseline,
             max_increase,
+            max_counts,
             self_time,
             compare,
         } => Ok(run_check(
             &cli.socket,
-            [baseline, new],
+            baseline,
+            new,
             &compare,
             vmscope::check::Assertions {
                 max_increase,
                 functions,
                 self_time,
+                max_counts,
             },
         )
         .await),

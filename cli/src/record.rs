@@ -67,6 +67,8 @@ pub struct RecordOptions {
     pub min_block: Option<Duration>,
     /// The workload's parameters (`--param n=1000`), kept with the session.
     pub params: Vec<(String, String)>,
+    /// Native functions whose calls to count (`--count libc.so.6:malloc`).
+    pub counts: Vec<String>,
     /// The threads the report is of.
     pub threads: crate::sessions::Threads,
     /// Report format.
@@ -341,6 +343,7 @@ async fn start(
                 value: value.clone(),
             })
             .collect(),
+        counts: options.counts.clone(),
     };
     let session = client
         .start_session(request)

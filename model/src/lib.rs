@@ -47,7 +47,7 @@ pub use frame::{CodeKind, Frame, Section};
 pub use issue::{IssueKind, SymbolizationIssue};
 pub use kernel::{KernelCounts, KernelEvents, ProcessKernelCounts};
 pub use off_cpu::{BlockState, OffCpu, StateTime};
-pub use profile::Profile;
+pub use profile::{CallCount, Profile};
 pub use row::{
     CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples, ThreadSamples,
 };

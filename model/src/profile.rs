@@ -91,6 +91,8 @@ pub struct Profile {
     /// The threads the profile was cut to, for a person (`tid 4243, threads named GC*`);
     /// empty when it has every thread.
     pub thread_filter: String,
+    /// The native functions whose calls were counted (`record --count`), per target.
+    pub call_counts: Vec<CallCount>,
 }
 
 impl Profile {
@@ -204,4 +206,20 @@ mod tests {
         assert!(json.contains(r#""kind":"closed_pic""#), "{json}");
         assert_eq!(serde_json::from_str::<Profile>(&json).unwrap(), profile);
     }
+}
+
+/// A native function's calls in one target over the session, counted exactly by a uprobe at its
+/// entry (`record --count 'libc.so.6:malloc'`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCount {
+    /// As asked: `MODULE:FUNCTION`.
+    pub function: String,
+    /// The target.
+    pub pid: u32,
+    /// The file the uprobe was attached to.
+    pub path: String,
+    /// Its calls.
+    pub calls: u64,
+    /// Empty when counted; else why not, and `calls` is 0.
+    pub note: String,
 }

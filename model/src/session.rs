@@ -47,6 +47,8 @@ pub struct Session {
     /// The workload parameters it was recorded with (`record --param n=1000`), in the order
     /// given: what `vmscope fit` fits costs against.
     pub params: Vec<(String, String)>,
+    /// The native functions whose calls it counts (`record --count`), as asked.
+    pub counts: Vec<String>,
 }
 
 /// What a session measures (`vmscope record --mode`).

@@ -78,6 +78,17 @@ impl From<m::Profile> for v1::Profile {
             throttled: p.throttled,
             off_cpu: p.off_cpu.map(Into::into),
             thread_filter: p.thread_filter,
+            call_counts: p
+                .call_counts
+                .into_iter()
+                .map(|c| v1::CallCount {
+                    function: c.function,
+                    pid: c.pid,
+                    path: c.path,
+                    calls: c.calls,
+                    note: c.note,
+                })
+                .collect(),
         }
     }
 }
@@ -136,6 +147,17 @@ impl From<v1::Profile> for m::Profile {
                 .collect(),
             off_cpu: p.off_cpu.map(Into::into),
             thread_filter: p.thread_filter,
+            call_counts: p
+                .call_counts
+                .into_iter()
+                .map(|c| m::CallCount {
+                    function: c.function,
+                    pid: c.pid,
+                    path: c.path,
+                    calls: c.calls,
+                    note: c.note,
+                })
+                .collect(),
         }
     }
 }
@@ -282,6 +304,7 @@ impl From<m::Session> for v1::Session {
                 .into_iter()
                 .map(|(key, value)| v1::Param { key, value })
                 .collect(),
+            counts: s.counts,
         }
     }
 }
@@ -319,6 +342,7 @@ impl From<v1::Session> for m::Session {
             mode: model_profile_mode(s.mode).unwrap_or_default(),
             min_block_ns: s.min_block_ns,
             params: s.params.into_iter().map(|p| (p.key, p.value)).collect(),
+            counts: s.counts,
         }
     }
 }

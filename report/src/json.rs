@@ -378,6 +378,7 @@ mod tests {
                 "symbolization_issues",
                 "kernel_events",
                 "vm_statistics",
+                "call_counts",
                 "mode",
                 "off_cpu",
                 "thread_filter",

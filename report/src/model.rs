@@ -409,6 +409,8 @@ pub struct Report {
     pub kernel_events: Option<KernelEventsReport>,
     /// What the VMs among the targets published of their own statistics, by pid.
     pub vm_statistics: Vec<VmStatsReport>,
+    /// The native functions whose calls were counted (`record --count`), per target, exact.
+    pub call_counts: Vec<vmscope_model::CallCount>,
     /// Samples whose stack was cut at the depth limit (`kernel.perf_event_max_stack`): their
     /// outermost callers are missing. JSON's stack table says it.
     #[serde(skip)]
@@ -556,6 +558,7 @@ impl Report {
             v8_interpreted_frames: call_graph.then(|| v8_interpreted_frames(profile)).flatten(),
             kernel_events: KernelEventsReport::from_profile(profile),
             vm_statistics: VmStatsReport::from_profile(profile),
+            call_counts: profile.call_counts.clone(),
             mode: session.mode,
             off_cpu: OffCpuReport::from_profile(profile, options),
             thread_filter: (!profile.thread_filter.is_empty())

@@ -38,7 +38,9 @@
 //!   `thread.state` (`sleeping`, `uninterruptible`, `preempted`...). An off-CPU profile's
 //!   `period_type` is `off_cpu/nanoseconds`, its period 1.
 //! - The session's workload parameters (`record --param n=1000`) are comments `vmscope param
-//!   n=1000` ([`crate::diff::PARAM_COMMENT`]), which `vmscope diff` reads back.
+//!   n=1000` ([`crate::diff::PARAM_COMMENT`]), and the calls it counted (`record --count`)
+//!   comments `vmscope calls libc.so.6:malloc pid 42: 1000000` ([`crate::diff::CALLS_COMMENT`]),
+//!   which `vmscope diff` and `check` read back.
 //! - `time_nanos` is the session's start, `duration_nanos` its sampled time; a few comments say
 //!   which session, at what frequency, and what was lost or truncated, and, from a client that
 //!   chose how to show the stacks ([`encode_shown`]), which view they are in.
@@ -391,6 +393,25 @@ impl<'a> Builder<'a> {
                     ));
                 }
             }
+        }
+        for count in &profile.call_counts {
+            lines.push(if count.note.is_empty() {
+                format!(
+                    "{}{} pid {}: {}",
+                    crate::diff::CALLS_COMMENT,
+                    count.function,
+                    count.pid,
+                    count.calls
+                )
+            } else {
+                format!(
+                    "{}{} pid {}: not counted: {}",
+                    crate::diff::CALLS_COMMENT,
+                    count.function,
+                    count.pid,
+                    count.note
+                )
+            });
         }
         for (key, value) in profile.session.iter().flat_map(|s| &s.params) {
             lines.push(format!("{}{key}={value}", crate::diff::PARAM_COMMENT));

@@ -141,6 +141,8 @@ pub struct Fixtures {
     /// `cost N`: (N² + 3N)·0.5 µs of CPU in `quadratic`, N·0.25 ms in `linear`, for the cost
     /// models of `vmscope fit`.
     pub cost: PathBuf,
+    /// `mallocs N [THREADS]`: exactly N calls of malloc, split among THREADS threads.
+    pub mallocs: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -216,6 +218,14 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
     ])?;
     gcc(&["-pthread", "-o", &s(&p("switches")), "switches.c"])?;
     gcc(&["-o", &s(&p("cost")), "cost.c"])?;
+    // Every call a real call of libc's malloc: no builtin for the compiler to fold away.
+    gcc(&[
+        "-pthread",
+        "-fno-builtin",
+        "-o",
+        &s(&p("mallocs")),
+        "mallocs.c",
+    ])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -230,6 +240,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         offcpu_nofp: p("offcpu-nofp"),
         switches: p("switches"),
         cost: p("cost"),
+        mallocs: p("mallocs"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

@@ -237,6 +237,45 @@ fn write_statistics(report: &Report, out: &mut impl Write) -> io::Result<()> {
 /// method's activations), most first, with where the counts come from and, when they are not
 /// exact, why.
 fn write_exact_counts(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    if !report.call_counts.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "**Counts**: calls (exact: a uprobe at each function's entry, every thread)"
+        )?;
+        let width = report
+            .call_counts
+            .iter()
+            .map(|c| c.function.chars().count())
+            .max()
+            .unwrap_or(0)
+            .min(60);
+        let several = report
+            .call_counts
+            .iter()
+            .any(|c| c.pid != report.call_counts[0].pid);
+        for c in &report.call_counts {
+            let whose = if several {
+                format!(" (pid {})", c.pid)
+            } else {
+                String::new()
+            };
+            if c.note.is_empty() {
+                writeln!(
+                    out,
+                    "  {:<width$} {:>15}{whose}",
+                    c.function,
+                    grouped(c.calls.into())
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "  {:<width$} not counted{whose}: {}",
+                    c.function, c.note
+                )?;
+            }
+        }
+    }
     let several = report.vm_statistics.len() > 1;
     for vm in &report.vm_statistics {
         for region in &vm.exact_counts {

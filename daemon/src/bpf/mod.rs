@@ -8,6 +8,7 @@
 //! Requires Linux 5.8 (BPF ring buffer) and root (CAP_BPF + CAP_PERFMON at least).
 
 pub mod btf;
+mod call_counts;
 pub mod fake;
 mod reader;
 mod user_copy;
@@ -87,6 +88,9 @@ pub enum SamplerError {
     /// Off-CPU profiling cannot run on this kernel; the message says why and what it needs.
     #[error("off-CPU profiling is not available here: {0}")]
     OffCpu(String),
+    /// A function's calls cannot be counted (`record --count`).
+    #[error("cannot count calls: {0}")]
+    Count(String),
 }
 
 impl SamplerError {
@@ -228,6 +232,27 @@ pub trait SamplerControl: Send {
     /// The threads off their CPU that the kernel follows now, by thread id: at a session's
     /// stop, those still off it.
     fn blocked(&self) -> Vec<(u32, Blocked)>;
+    /// Counts the calls of `symbol` (in the ELF file at `path`) by process `pid` in `slot`
+    /// (below [`vmscope_common::MAX_COUNT_SLOTS`]), from zero.
+    fn attach_count(
+        &mut self,
+        slot: u32,
+        path: &std::path::Path,
+        symbol: &str,
+        pid: u32,
+    ) -> Result<(), SamplerError> {
+        let _ = (slot, path, symbol, pid);
+        Err(SamplerError::Count("this sampler counts no calls".into()))
+    }
+    /// The calls counted in `slot` so far.
+    fn read_count(&self, slot: u32) -> Result<u64, SamplerError> {
+        let _ = slot;
+        Err(SamplerError::Count("this sampler counts no calls".into()))
+    }
+    /// Stops counting in `slot`.
+    fn detach_count(&mut self, slot: u32) {
+        let _ = slot;
+    }
 }
 
 /// The stack depth the kernel program works to: `kernel.perf_event_max_stack`, which bounds
@@ -282,6 +307,8 @@ pub struct Sampler {
     off_cpu_link: Option<BtfTracePointLinkId>,
     /// Why off-CPU sessions cannot run here (the kernel refused the switch program).
     off_cpu_refusal: Option<String>,
+    /// Calls counted by uprobes (`record --count`).
+    call_counts: call_counts::CallCounter,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -395,6 +422,7 @@ impl Sampler {
         if let Some(refusal) = &off_cpu_refusal {
             tracing::warn!("off-CPU profiling is not available: {refusal}");
         }
+        let call_counts = call_counts::CallCounter::load(&mut ebpf, possible_cpus)?;
         let events = take_map(&mut ebpf, "EVENTS")?;
         let mut config: Array<MapData, u32> = take_map(&mut ebpf, "CONFIG")?;
         // The kernel walks no deeper than kernel.perf_event_max_stack; the program marks a
@@ -433,6 +461,7 @@ impl Sampler {
             off_cpu_counts: take_map(&mut ebpf, "OFF_CPU_COUNTS")?,
             off_cpu_link: None,
             off_cpu_refusal,
+            call_counts,
             ebpf,
             cpus,
             links: HashMap::new(),
@@ -711,6 +740,25 @@ impl SamplerControl for Sampler {
 
     fn blocked(&self) -> Vec<(u32, Blocked)> {
         self.blocked.iter().filter_map(Result::ok).collect()
+    }
+
+    fn attach_count(
+        &mut self,
+        slot: u32,
+        path: &std::path::Path,
+        symbol: &str,
+        pid: u32,
+    ) -> Result<(), SamplerError> {
+        self.call_counts
+            .attach(&mut self.ebpf, slot, path, symbol, pid)
+    }
+
+    fn read_count(&self, slot: u32) -> Result<u64, SamplerError> {
+        self.call_counts.read(slot)
+    }
+
+    fn detach_count(&mut self, slot: u32) {
+        self.call_counts.detach(&mut self.ebpf, slot);
     }
 }
 

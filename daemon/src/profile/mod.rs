@@ -161,6 +161,7 @@ pub fn build_profile_unless(
         throttled,
         off_cpu,
         thread_filter: snapshot.thread_filter.unwrap_or_default(),
+        call_counts: snapshot.call_counts,
     })
 }
 

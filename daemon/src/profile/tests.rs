@@ -61,6 +61,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
             mode: vmscope_model::ProfileMode::Cpu,
             min_block_ns: 0,
             params: Vec::new(),
+            counts: Vec::new(),
         },
         total_samples: counts.iter().map(|(_, n)| n).sum(),
         stacks: leaves(counts.into_iter().map(|(l, n)| (7, l, n))),
@@ -83,6 +84,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         kernel_events: None,
         off_cpu: None,
         thread_filter: None,
+        call_counts: Vec::new(),
         vm_statistics: Vec::new(),
     }
 }

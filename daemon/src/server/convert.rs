@@ -81,6 +81,7 @@ pub fn session_request(request: pb::StartSessionRequest) -> SessionRequest {
             .into_iter()
             .map(|p| (p.key, p.value))
             .collect(),
+        counts: request.counts,
     }
 }
 
@@ -205,6 +206,7 @@ mod tests {
             mode: vmscope_model::ProfileMode::Wall,
             min_block_ns: 5_000,
             params: vec![("n".into(), "10".into())],
+            counts: vec!["libc.so.6:malloc".into()],
         };
         let shown = session(&info);
         assert_eq!(
@@ -247,6 +249,7 @@ mod tests {
                     key: "n".into(),
                     value: "10".into()
                 }],
+                counts: vec!["libc.so.6:malloc".into()],
             }
         );
     }

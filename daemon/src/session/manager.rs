@@ -397,6 +397,7 @@ pub fn spawn_manager(
         unwinder: Unwinder::new(modules.clone()),
         process_memory: ProcessMemory::with_access(process_access.clone()),
         process_access,
+        count_slots: Default::default(),
         warmer: Warmer::spawn(modules.clone()),
         modules,
         codemaps: CodeMaps::with_readers(readers),
@@ -498,6 +499,8 @@ struct Manager {
     process_memory: ProcessMemory,
     /// Runs the reads of processes that wait on their memory lock (both above use it).
     process_access: Arc<ProcessAccess>,
+    /// The kernel's call counter slots free (`record --count`).
+    count_slots: super::call_counts::CountSlots,
     /// HotSpot targets asked for their perf map.
     jvms: JvmSnapshots,
     /// What the kernel can count for the targets here.

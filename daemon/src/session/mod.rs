@@ -7,6 +7,7 @@
 //! session counts exactly the samples of its targets at its period stamped in
 //! `[start, stop)`, whatever other sessions run alongside.
 
+pub mod call_counts;
 mod jvm;
 mod kept;
 mod manager;
@@ -138,6 +139,8 @@ pub struct SessionInfo {
     pub min_block_ns: u64,
     /// The workload's parameters.
     pub params: Vec<(String, String)>,
+    /// The functions whose calls it counts, as asked.
+    pub counts: Vec<String>,
 }
 
 /// A target process as clients see it.
@@ -188,6 +191,7 @@ impl SessionInfo {
             mode: self.mode,
             min_block_ns: self.min_block_ns,
             params: self.params.clone(),
+            counts: self.counts.clone(),
         }
     }
 }
@@ -366,6 +370,8 @@ pub struct Session {
     pub hotspot: Option<SessionPerfData>,
     /// Off-CPU and wall sessions: what it gathered of time off the CPU.
     pub off_cpu: Option<OffCpuTally>,
+    /// The native functions whose calls it counts (`record --count`).
+    pub call_counts: call_counts::CallCounts,
 }
 
 /// A reading of the host's CPU times, and when it was taken.
@@ -674,6 +680,7 @@ impl Session {
             mode: self.spec.mode,
             min_block_ns: self.spec.min_block_ns,
             params: self.spec.params.clone(),
+            counts: self.spec.counts.iter().map(|c| c.asked.clone()).collect(),
         }
     }
 }
@@ -730,6 +737,8 @@ pub struct Snapshot {
     /// The threads it was cut to, for a person ([`threads::ThreadFilter::describe`]); `None`
     /// for every thread.
     pub thread_filter: Option<String>,
+    /// The native functions' calls counted (`record --count`).
+    pub call_counts: Vec<vmscope_model::CallCount>,
 }
 
 impl Snapshot {
@@ -814,6 +823,7 @@ impl Snapshot {
             // Continuous windows sample the CPU alone.
             off_cpu: None,
             thread_filter: None,
+            call_counts: Vec::new(),
             stacks,
         }
     }
@@ -839,6 +849,7 @@ mod tests {
                 mode: vmscope_model::ProfileMode::Cpu,
                 min_block_ns: 0,
                 params: Vec::new(),
+                counts: Vec::new(),
             },
             period_ns: 714_285,
             started_at: SystemTime::UNIX_EPOCH,
@@ -866,6 +877,7 @@ mod tests {
             hotspot: None,
             vm: Default::default(),
             off_cpu: None,
+            call_counts: Default::default(),
         }
     }
 

@@ -134,6 +134,8 @@ pub struct SessionRequest {
     /// The workload's parameters (`record --param n=1000`), kept with the session for
     /// `vmscope fit`.
     pub params: Vec<(String, String)>,
+    /// Native functions whose calls to count, `MODULE:FUNCTION`.
+    pub counts: Vec<String>,
 }
 
 /// The mode a request asks for: one this daemon knows, or a value from a newer client, which
@@ -193,6 +195,67 @@ pub struct SessionSpec {
     pub min_block_ns: u64,
     /// The workload's parameters, checked ([`check_params`]).
     pub params: Vec<(String, String)>,
+    /// Native functions whose calls it counts, checked ([`check_counts`]).
+    pub counts: Vec<CountedFunction>,
+}
+
+/// A native function whose calls a session counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountedFunction {
+    /// As asked: `MODULE:FUNCTION`.
+    pub asked: String,
+    /// A file name (found among the target's mappings, or by the dynamic linker) or an
+    /// absolute path.
+    pub module: String,
+    /// The symbol.
+    pub function: String,
+}
+
+/// Most functions one session counts.
+pub const MAX_COUNTED_FUNCTIONS: usize = 16;
+
+/// Checks `--count`s: `MODULE:FUNCTION`, at most [`MAX_COUNTED_FUNCTIONS`], each once, a
+/// module that is a file name or an absolute path.
+fn check_counts(counts: &[String], system_wide: bool) -> Result<Vec<CountedFunction>, String> {
+    if counts.is_empty() {
+        return Ok(Vec::new());
+    }
+    if system_wide {
+        return Err("counting calls needs targets: a system-wide session has none".into());
+    }
+    if counts.len() > MAX_COUNTED_FUNCTIONS {
+        return Err(format!(
+            "{} functions to count: a session counts at most {MAX_COUNTED_FUNCTIONS}",
+            counts.len()
+        ));
+    }
+    let mut checked: Vec<CountedFunction> = Vec::with_capacity(counts.len());
+    for asked in counts {
+        let bad = || format!("{asked:?} is not MODULE:FUNCTION (libc.so.6:malloc)");
+        let (module, function) = asked.rsplit_once(':').ok_or_else(bad)?;
+        if module.is_empty()
+            || function.is_empty()
+            || asked.len() > 4096
+            || asked.chars().any(char::is_control)
+        {
+            return Err(bad());
+        }
+        if module.contains('/') && !module.starts_with('/') {
+            return Err(format!(
+                "{asked:?}: a module path must be absolute (the daemon has no working directory \
+                 of yours)"
+            ));
+        }
+        if checked.iter().any(|c| &c.asked == asked) {
+            return Err(format!("{asked} is counted twice"));
+        }
+        checked.push(CountedFunction {
+            asked: asked.clone(),
+            module: module.to_owned(),
+            function: function.to_owned(),
+        });
+    }
+    Ok(checked)
 }
 
 impl SessionSpec {
@@ -421,6 +484,8 @@ pub fn validate(
         (_, min) => min.map_or(0, |d| d.as_nanos() as u64),
     };
     let params = check_params(&request.params).map_err(SessionError::InvalidArgument)?;
+    let counts = check_counts(&request.counts, request.system_wide)
+        .map_err(SessionError::InvalidArgument)?;
     if mode.off_cpu() && call_graph == CallGraph::None {
         return invalid(format!(
             "the {} mode needs call stacks: a thread off its CPU is always in the scheduler, and \
@@ -440,6 +505,7 @@ pub fn validate(
         mode,
         min_block_ns,
         params,
+        counts,
     })
 }
 

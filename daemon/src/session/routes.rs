@@ -401,6 +401,7 @@ mod tests {
             mode: vmscope_model::ProfileMode::Cpu,
             min_block_ns: 0,
             params: Vec::new(),
+            counts: Vec::new(),
         }
     }
 

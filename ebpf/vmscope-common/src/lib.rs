@@ -6,6 +6,10 @@
 #![cfg_attr(not(test), no_std)]
 #![deny(missing_docs)]
 
+/// Slots of the kernel's per-CPU call counters (`record --count`): one per counted function
+/// and process, over every session at once.
+pub const MAX_COUNT_SLOTS: u32 = 256;
+
 /// [`Event::kind`] of a timer sample.
 pub const EVENT_SAMPLE: u32 = 0;
 /// [`Event::kind`] of an `execve` by a tracked process: its mappings were all replaced. It

@@ -46,6 +46,12 @@
 //! Built for `bpfel-unknown-none` by `daemon/build.rs` (aya-build). On the host this file
 //! compiles to an empty `main` so that `cargo build --workspace` and clippy work.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
+// The atomic add of the call counters (vmscope_count): the eBPF program builds with nightly.
+#![cfg_attr(
+    target_arch = "bpf",
+    allow(internal_features),
+    feature(core_intrinsics)
+)]
 
 #[cfg(target_arch = "bpf")]
 mod prog {
@@ -60,14 +66,14 @@ mod prog {
             bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
             bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
             generated::{
-                bpf_get_current_task, bpf_get_current_task_btf, bpf_get_task_stack,
-                bpf_probe_read_kernel as probe_read_kernel_raw, bpf_probe_read_user,
-                bpf_task_pt_regs,
+                bpf_get_attach_cookie, bpf_get_current_task, bpf_get_current_task_btf,
+                bpf_get_task_stack, bpf_probe_read_kernel as probe_read_kernel_raw,
+                bpf_probe_read_user, bpf_task_pt_regs,
             },
         },
-        macros::{btf_tracepoint, map, perf_event, raw_tracepoint},
+        macros::{btf_tracepoint, map, perf_event, raw_tracepoint, uprobe},
         maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-        programs::{BtfTracePointContext, PerfEventContext, RawTracePointContext},
+        programs::{BtfTracePointContext, PerfEventContext, ProbeContext, RawTracePointContext},
     };
     use vmscope_common::{
         BLOCK_EXITED, BLOCKED_NOTED, Blocked, BlockedCopy, CONFIG_CRED_CAPS, CONFIG_CRED_IDS,
@@ -76,10 +82,10 @@ mod prog {
         Event, FLAG_BLOCK_STATE_SHIFT, FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK,
         FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED,
         FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_HELD, GUARD_OPEN, MAX_BLOCKED_COPIES,
-        MAX_BLOCKED_THREADS, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS, MAX_USER_COPY,
-        OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN, OFF_CPU_MAX_COPY, OFF_CPU_PERIOD, OFF_CPU_SHORT,
-        OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED, RING_BUFFER_BYTES, ShortBlocks, TRACK_ANY_THREAD,
-        TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants, block_state,
+        MAX_BLOCKED_THREADS, MAX_COUNT_SLOTS, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS,
+        MAX_USER_COPY, OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN, OFF_CPU_MAX_COPY, OFF_CPU_PERIOD,
+        OFF_CPU_SHORT, OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED, RING_BUFFER_BYTES, ShortBlocks,
+        TRACK_ANY_THREAD, TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants, block_state,
     };
 
     /// `MAX_STACK_FRAMES` is 127 = 0x7f: masking a frame count with it gives the verifier a
@@ -1091,6 +1097,33 @@ mod prog {
             // SAFETY: as in count_lost.
             unsafe { *slot += 1 };
         }
+    }
+
+    /// Calls of the functions sessions count (`record --count`), per CPU, by slot.
+    #[map]
+    static CALL_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_COUNT_SLOTS, 0);
+
+    /// Counts a call of a function a session counts: a uprobe at its entry, attached for one
+    /// process (the kernel installs its breakpoint in that process's memory only, for all its
+    /// threads), its slot in the attachment's cookie. An atomic add: a uprobe's program can be
+    /// preempted, and another thread on the CPU hit the same slot.
+    #[uprobe]
+    pub fn vmscope_count(ctx: ProbeContext) -> u32 {
+        // SAFETY: the context is the program's own.
+        let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+        if let Some(count) = CALL_COUNTS.get_ptr_mut(slot) {
+            // SAFETY: the pointer comes from the map, valid and aligned for this run.
+            // The bpf target has atomic adds but no compare-and-swap, so core's atomic types
+            // offer no fetch_add: the intrinsic, which LLVM emits as BPF_ATOMIC | BPF_ADD.
+            unsafe {
+                core::intrinsics::atomic_xadd::<
+                    u64,
+                    u64,
+                    { core::intrinsics::AtomicOrdering::Relaxed },
+                >(count, 1)
+            };
+        }
+        0
     }
 
     #[panic_handler]

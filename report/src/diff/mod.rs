@@ -17,7 +17,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 
 pub use noise::Change;
-pub use side::{FrameKey, Granularity, MAIN_MODULE, PARAM_COMMENT, Side, SideError, SideStack};
+pub use side::{
+    CALLS_COMMENT, FrameKey, Granularity, MAIN_MODULE, PARAM_COMMENT, Side, SideError, SideStack,
+};
 
 /// How to compare.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,6 +91,17 @@ pub struct FunctionDiff {
     pub positions: Vec<PositionDiff>,
 }
 
+/// A counted function's calls in both sides (`record --count`): exact, compared as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallsDiff {
+    /// `MODULE:FUNCTION`.
+    pub function: String,
+    /// Its calls in the base, `None` when the base did not count it.
+    pub base: Option<u64>,
+    /// Its calls in the new side.
+    pub new: Option<u64>,
+}
+
 /// One side as the diff's header describes it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SideSummary {
@@ -132,6 +145,8 @@ pub struct Diff {
     pub folded_significant: usize,
     /// How the test is made, in one sentence, for the output.
     pub test: String,
+    /// The functions either side counted the calls of, in the order counted.
+    pub calls: Vec<CallsDiff>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -286,6 +301,27 @@ pub fn diff(base: &Side, new: &Side, options: &DiffOptions) -> Diff {
     } else {
         "sampled CPU time"
     };
+    let mut calls: Vec<CallsDiff> = Vec::new();
+    for (side, counts) in [&base.calls, &new.calls].into_iter().enumerate() {
+        for (function, n) in counts {
+            let at = match calls.iter().position(|c| &c.function == function) {
+                Some(at) => at,
+                None => {
+                    calls.push(CallsDiff {
+                        function: function.clone(),
+                        base: None,
+                        new: None,
+                    });
+                    calls.len() - 1
+                }
+            };
+            if side == 0 {
+                calls[at].base = Some(*n);
+            } else {
+                calls[at].new = Some(*n);
+            }
+        }
+    }
     Diff {
         base: summary(base),
         new: summary(new),
@@ -306,6 +342,7 @@ pub fn diff(base: &Side, new: &Side, options: &DiffOptions) -> Diff {
             format_p(level),
             noise::ALPHA,
         ),
+        calls,
     }
 }
 
@@ -359,6 +396,7 @@ mod tests {
             stacks,
             main_executable: "hotspots".to_owned(),
             params: Vec::new(),
+            calls: Vec::new(),
         }
     }
 
@@ -439,6 +477,7 @@ mod tests {
             stacks,
             main_executable: String::new(),
             params: Vec::new(),
+            calls: Vec::new(),
         };
         let d = diff(
             &s,

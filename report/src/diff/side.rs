@@ -76,6 +76,24 @@ pub struct Side {
     pub main_executable: String,
     /// The workload parameters the profile was recorded with (`record --param n=1000`).
     pub params: Vec<(String, String)>,
+    /// The calls counted of native functions (`record --count`), summed over the targets, in
+    /// the order asked; a function not counted (its reason in the profile) is left out.
+    pub calls: Vec<(String, u64)>,
+}
+
+/// Calls per function of `counts`, summed over targets, leaving out what was not counted.
+fn calls_of<'a>(counts: impl Iterator<Item = (&'a str, u64, bool)>) -> Vec<(String, u64)> {
+    let mut calls: Vec<(String, u64)> = Vec::new();
+    for (function, n, counted) in counts {
+        if !counted {
+            continue;
+        }
+        match calls.iter_mut().find(|(f, _)| f == function) {
+            Some((_, total)) => *total += n,
+            None => calls.push((function.to_owned(), n)),
+        }
+    }
+    calls
 }
 
 /// Why a side cannot be read.
@@ -184,6 +202,12 @@ impl Side {
                 .as_ref()
                 .map(|s| s.params.clone())
                 .unwrap_or_default(),
+            calls: calls_of(
+                profile
+                    .call_counts
+                    .iter()
+                    .map(|c| (c.function.as_str(), c.calls, c.note.is_empty())),
+            ),
         })
     }
 
@@ -299,6 +323,16 @@ impl Side {
             .filter_map(|p| p.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
+        // `vmscope calls MODULE:FUNCTION pid PID: CALLS` (or `...: not counted: why`).
+        let calls = calls_of(profile.comment.iter().filter_map(|&c| {
+            let rest = string(c).strip_prefix(CALLS_COMMENT)?;
+            let (head, calls) = rest.split_once(": ")?;
+            let (function, _pid) = head.rsplit_once(" pid ")?;
+            match calls.parse::<u64>() {
+                Ok(n) => Some((function, n, true)),
+                Err(_) => Some((function, 0, false)),
+            }
+        }));
         Ok(Side {
             label,
             period_ns,
@@ -306,6 +340,7 @@ impl Side {
             stacks,
             main_executable: main,
             params,
+            calls,
         })
     }
 
@@ -318,6 +353,10 @@ impl Side {
 /// How a pprof file vmscope writes carries a workload parameter: a comment `vmscope param
 /// KEY=VALUE`.
 pub const PARAM_COMMENT: &str = "vmscope param ";
+
+/// How a pprof file vmscope writes carries a function's counted calls (`record --count`): a
+/// comment `vmscope calls MODULE:FUNCTION pid PID: CALLS`.
+pub const CALLS_COMMENT: &str = "vmscope calls ";
 
 fn pc_label(line: i64) -> String {
     if line > 0 {
@@ -368,6 +407,26 @@ mod tests {
         if let Some(session) = profile.session.as_mut() {
             session.params = vec![("n".to_owned(), "1000".to_owned())];
         }
+        profile.call_counts = vec![
+            vmscope_model::CallCount {
+                function: "libc.so.6:malloc".into(),
+                pid: 1,
+                calls: 7,
+                ..Default::default()
+            },
+            vmscope_model::CallCount {
+                function: "libc.so.6:malloc".into(),
+                pid: 2,
+                calls: 5,
+                ..Default::default()
+            },
+            vmscope_model::CallCount {
+                function: "libc.so.6:nosuch".into(),
+                pid: 2,
+                note: "no function".into(),
+                ..Default::default()
+            },
+        ];
         let options = ReportOptions::default();
         let from_profile =
             Side::from_profile("session", &profile, &options, Granularity::Lines).unwrap();
@@ -377,6 +436,8 @@ mod tests {
         assert_eq!(from_pprof.total_samples, from_profile.total_samples);
         assert_eq!(from_pprof.period_ns, from_profile.period_ns);
         assert_eq!(from_pprof.params, [("n".to_owned(), "1000".to_owned())]);
+        assert_eq!(from_pprof.calls, [("libc.so.6:malloc".to_owned(), 12)]);
+        assert_eq!(from_pprof.calls, from_profile.calls);
         // Generated code keeps where it ran; the main executable is [main] on both sides.
         assert!(
             from_pprof

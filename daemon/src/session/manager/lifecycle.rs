@@ -94,6 +94,7 @@ impl Manager {
             hotspot,
             vm: Default::default(),
             off_cpu,
+            call_counts: Default::default(),
             spec,
         };
         // VMs publishing already: the session takes over their state (baselines, intervals
@@ -129,6 +130,19 @@ impl Manager {
         self.note_blocked_threads(&spec, start_ns);
         self.watch_gcs(id);
         self.read_counts_at_start(id);
+        if !spec.counts.is_empty() {
+            let owner = self.sessions[&id].owner_uid;
+            let counts = super::super::call_counts::CallCounts::start(
+                &spec.counts,
+                &pids,
+                owner,
+                self.sampler.as_mut(),
+                &mut self.count_slots,
+            );
+            if let Some(session) = self.sessions.get_mut(&id) {
+                session.call_counts = counts;
+            }
+        }
         let reply = self.sessions[&id].info(start_ns);
         self.after_start(id, &pids);
         Ok(reply)
@@ -341,6 +355,11 @@ impl Manager {
         }
         // The VMs' counters as the session ends (an exited VM's last values are its own).
         self.read_counts_at_end(id);
+        if let Some(session) = self.sessions.get_mut(&id) {
+            session
+                .call_counts
+                .stop(self.sampler.as_mut(), &mut self.count_slots);
+        }
         let Some(session) = self.sessions.get_mut(&id) else {
             return;
         };

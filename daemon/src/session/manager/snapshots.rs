@@ -27,6 +27,9 @@ impl Manager {
         let lost = self.sampler.lost().ok();
         if self.sessions[&id].state == State::Running {
             self.read_counts_at_end(id);
+            if let Some(session) = self.sessions.get_mut(&id) {
+                session.call_counts.refresh(self.sampler.as_ref());
+            }
         }
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
         if session.state == State::Running {
@@ -101,6 +104,7 @@ impl Manager {
             vm_statistics: vm_statistics(session, now),
             off_cpu: session.off_cpu.clone(),
             thread_filter: None,
+            call_counts: session.call_counts.to_model(),
         }
     }
 }
