@@ -10,6 +10,7 @@
 mod bench;
 mod bench_attacks;
 mod bench_continuous;
+mod bench_counts;
 mod bench_daemon_cpu;
 mod bench_exit;
 mod bench_jvm;
@@ -137,6 +138,11 @@ enum Task {
         /// session on another process, and sessions on it (fp, --min-block 1ms, dwarf).
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline"])]
         off_cpu: bool,
+        /// Instead, how steady exact counts are beside samples over ten runs of `jitvm tiny`
+        /// (Compteur's ψ₁₀ and coefficients of variation), what the demo VM's counters cost it,
+        /// and what one uprobe hit of `record --count` costs.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu"])]
+        counts: bool,
         /// With --off-cpu, instead one off-CPU session of MINUTES on the pair of threads: the
         /// daemon's RSS and CPU every minute.
         #[arg(long, value_name = "MINUTES", requires = "off_cpu")]
@@ -181,6 +187,7 @@ fn main() -> ExitCode {
             ..
         } => setup::run().and_then(|()| bench_off_cpu::soak(minutes)),
         Task::Bench { off_cpu: true, .. } => setup::run().and_then(|()| bench_off_cpu::run()),
+        Task::Bench { counts: true, .. } => setup::run().and_then(|()| bench_counts::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
         Task::Bench {
             continuous: Some(minutes),

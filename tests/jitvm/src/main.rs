@@ -64,6 +64,11 @@ struct Args {
     /// thread waits for them, off its CPU, as a stop-the-world collector's mutators do.
     #[arg(long, requires = "eden_kb")]
     gc_thread: bool,
+    /// Count nothing: no activation counters in compiled code, inlined bodies or the
+    /// interpreter, none published (and so no optimising tier, which goes by them): what
+    /// exact counts cost, measured against this.
+    #[arg(long)]
+    no_counters: bool,
     /// Size of the code zone in KiB.
     #[arg(long, default_value_t = 1024)]
     zone_kb: usize,
@@ -120,6 +125,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             full_every: args.full_gc_every,
             thread: args.gc_thread,
         }),
+        counters: !args.no_counters,
         ..Config::default()
     };
     let mut heap = Heap::new(config.heap_size).context("object heap")?;

@@ -54,6 +54,11 @@ pub struct Config {
     /// The GC-heavy mode: young objects collected when they fill an eden, not at every
     /// safepoint.
     pub gc: Option<GcConfig>,
+    /// Count each method's activations (prologues, inlined bodies, the interpreter) and
+    /// publish the counters (`CounterRegion`). Off, nothing is counted, the optimising tier
+    /// never sees a method as hot, and the VM runs as it would without exact counts: the
+    /// baseline of what counting costs.
+    pub counters: bool,
 }
 
 impl Default for Config {
@@ -67,6 +72,7 @@ impl Default for Config {
             jit_stack_bytes: 1 << 20,
             publish: publish::Config::none(),
             gc: None,
+            counters: true,
         }
     }
 }
@@ -254,7 +260,11 @@ impl Vm {
             must_be_boolean: at(trampolines::MUST_BE_BOOLEAN),
             stack_overflow: at(trampolines::STACK_OVERFLOW),
             stack_limit: std::ptr::from_ref::<AtomicU64>(&stack_limit) as u64,
-            counters: counters.as_ptr() as u64,
+            counters: if config.counters {
+                counters.as_ptr() as u64
+            } else {
+                0
+            },
             nil: heap.nil().0,
             true_: heap.true_().0,
             false_: heap.false_().0,
@@ -293,7 +303,9 @@ impl Vm {
             );
         }
         vm.publish_configuration();
-        vm.publish_counter_region();
+        if vm.config.counters {
+            vm.publish_counter_region();
+        }
         vm.publish_levels();
         vm.publish_zone();
         for p in &glue.pieces {
@@ -320,7 +332,9 @@ impl Vm {
     /// answers what the VM did, those last levels included.
     pub fn finish(mut self) -> Stats {
         self.publish_levels();
-        self.publish_counter_values();
+        if self.config.counters {
+            self.publish_counter_values();
+        }
         self.publisher.finish();
         self.stats
     }
@@ -532,8 +546,8 @@ impl Vm {
         plan: &InlinePlan,
         pad_to: Option<usize>,
     ) -> Result<Option<EntryId>, VmError> {
-        let counter = self.counter_addr(method);
-        let cc = x64::compile_method(&self.prog, method, &self.addrs, Some(counter), plan)
+        let counter = self.config.counters.then(|| self.counter_addr(method));
+        let cc = x64::compile_method(&self.prog, method, &self.addrs, counter, plan)
             .map_err(|e| VmError::Internal(format!("{}: {e}", self.prog.method(method).name)))?;
         let mut code = cc.code;
         if let Some(n) = pad_to {
@@ -670,9 +684,13 @@ impl Vm {
             // No room until the next compaction: interpret this call.
             self.compaction_wanted = true;
             self.stats.interpreted += 1;
-            let r = Interpreter::new(&self.prog, &mut self.heap)
-                .counting(&self.counters)
-                .run(method, receiver, &argv);
+            let interpreter = Interpreter::new(&self.prog, &mut self.heap);
+            let mut interpreter = if self.config.counters {
+                interpreter.counting(&self.counters)
+            } else {
+                interpreter
+            };
+            let r = interpreter.run(method, receiver, &argv);
             return match r {
                 Ok(v) => MissAnswer {
                     target: 0,

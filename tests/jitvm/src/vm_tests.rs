@@ -306,3 +306,20 @@ fn errors_unwind_to_the_caller() {
         Some(21891)
     );
 }
+
+#[test]
+fn without_counters_nothing_is_counted_and_the_answers_hold() {
+    let (mut vm, m, calls) = vm_with(Config {
+        counters: false,
+        ..Config::default()
+    });
+    for c in &calls {
+        assert_eq!(
+            vm.call(c.method, c.receiver, &c.args).unwrap().as_int(),
+            Some(c.expected)
+        );
+        vm.safepoint();
+    }
+    assert_eq!(vm.calls_of(m.bench_fib), 0);
+    assert_eq!(vm.sends(), 0);
+}
