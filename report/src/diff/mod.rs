@@ -358,8 +358,8 @@ pub fn format_p(p: f64) -> String {
 }
 
 impl Diff {
-    /// The function named `name` exactly, if the diff holds it (shown or folded rows alike are
-    /// looked up by [`diff`]'s caller; this finds shown ones).
+    /// The first function named `name` exactly among the rows shown (a diff made with
+    /// `min_percent` 0 shows every row).
     pub fn function(&self, name: &str) -> Option<&FunctionDiff> {
         self.functions.iter().find(|f| f.name == name)
     }

@@ -68,8 +68,8 @@ pub(super) struct Counters {
     pub(super) hotspot_perf_data_failed: u64,
     /// Reads of VMs' counter regions for exact counts, and those that failed (the process
     /// exited, its memory was unreadable or did not answer in time).
-    pub(super) counter_region_reads: u64,
-    pub(super) counter_region_reads_failed: u64,
+    pub(super) exact_count_reads: u64,
+    pub(super) exact_count_reads_failed: u64,
 }
 
 impl Manager {
@@ -143,8 +143,8 @@ impl Manager {
             ("kernel_counters_failed", c.kernel_counters_failed),
             ("hotspot_perf_data_read", c.hotspot_perf_data_read),
             ("hotspot_perf_data_failed", c.hotspot_perf_data_failed),
-            ("counter_region_reads", c.counter_region_reads),
-            ("counter_region_reads_failed", c.counter_region_reads_failed),
+            ("exact_count_reads", c.exact_count_reads),
+            ("exact_count_reads_failed", c.exact_count_reads_failed),
             ("jvm_gc_reads", gc_reads),
             ("jvm_gc_reads_failed", gc_reads_failed),
             ("jvm_gc_watches_refused", gc_refused),

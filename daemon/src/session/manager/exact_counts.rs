@@ -57,9 +57,9 @@ impl Manager {
                 Some(expected) => self.read_region(pid, expected, region.clone()),
             };
             if values.is_err() {
-                self.counters.counter_region_reads_failed += 1;
+                self.counters.exact_count_reads_failed += 1;
             } else {
-                self.counters.counter_region_reads += 1;
+                self.counters.exact_count_reads += 1;
             }
             answers.push((pid, region.id, values));
         }

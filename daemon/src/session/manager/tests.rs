@@ -2346,3 +2346,19 @@ async fn renamed_threads_are_named_from_the_event() {
     assert_eq!(counters["thread_names_read"], read_before);
     assert_eq!(counters["rename_events"], 1);
 }
+
+/// Every counter and gauge becomes a Prometheus metric (`--http`): promtool refuses a family
+/// whose name holds its type (`..._counter_..._total`), as it refused `counter_region_reads`.
+#[tokio::test]
+async fn no_metric_name_holds_a_metric_type() {
+    let h = harness();
+    let counters = h.manager.counters().await.unwrap();
+    for name in counters.values.keys().chain(counters.gauges.keys()) {
+        for word in name.split('_') {
+            assert!(
+                !["counter", "gauge", "histogram", "summary"].contains(&word),
+                "{name} holds the metric type {word}"
+            );
+        }
+    }
+}
