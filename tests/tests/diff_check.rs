@@ -362,3 +362,89 @@ fn fit_recovers_a_quadratic_and_a_linear_cost() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("has no numeric parameter m"));
 }
+
+/// The demo VM's methods are compared per bytecode range: whole ranges between sessions
+/// (`8->23`), first pcs when a side is a pprof file (`@8`), each range's self time adding up to
+/// its method's.
+#[test]
+fn diff_compares_jit_methods_per_bytecode_range() {
+    let daemon = Daemon::start();
+    let dir = shared_tempdir();
+    let mut ids = Vec::new();
+    let pprof = dir.path().join("fib.pb.gz");
+    for run in 0..2 {
+        let mut command = daemon.cli();
+        command.args(["record", "--format"]);
+        if run == 0 {
+            command.arg("json");
+        } else {
+            command.args(["pprof", "-o"]).arg(&pprof);
+        }
+        let out = command
+            .arg("--")
+            .arg(vmscope_tests::binary("jitvm"))
+            .args(["fib", "--fib-n", "20", "--iterations", "400"])
+            .output()
+            .expect("vmscope record");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if run == 0 {
+            ids.push(
+                vmscope_tests::json_report(&out)["session_id"]
+                    .as_u64()
+                    .unwrap()
+                    .to_string(),
+            );
+        } else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let id = stderr
+                .split_once("session ")
+                .and_then(|(_, rest)| rest.split(':').next())
+                .expect("the session's id on stderr");
+            ids.push(id.to_owned());
+        }
+    }
+    let bench_fib = |diff: &serde_json::Value| {
+        diff["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "SmallInteger>>benchFib")
+            .unwrap_or_else(|| panic!("benchFib in {diff:#}"))
+            .clone()
+    };
+    let diff = diff_json(&daemon, &ids[0], &ids[1]);
+    let function = bench_fib(&diff);
+    let positions = function["positions"].as_array().unwrap();
+    assert!(positions.len() >= 3, "{function:#}");
+    for p in positions {
+        assert!(p["position"].as_str().unwrap().contains("->"), "{p:#}");
+    }
+    // Folding drops no self time of a row it shows.
+    let diff = daemon
+        .cli()
+        .args(["diff", &ids[0], &ids[1], "--format", "json", "--fold", "0"])
+        .output()
+        .unwrap();
+    let diff: serde_json::Value = serde_json::from_slice(&diff.stdout).unwrap();
+    let function = bench_fib(&diff);
+    let of_positions: u64 = function["positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["self"]["base_samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        of_positions,
+        function["self"]["base_samples"].as_u64().unwrap()
+    );
+
+    let diff = diff_json(&daemon, &ids[0], pprof.to_str().unwrap());
+    assert_eq!(diff["positions_by_first_pc"], true);
+    for p in bench_fib(&diff)["positions"].as_array().unwrap() {
+        assert!(p["position"].as_str().unwrap().starts_with('@'), "{p:#}");
+    }
+}
