@@ -59,12 +59,13 @@ impl CallCounter {
         })
     }
 
-    /// Counts calls of `symbol` in the ELF file at `path` by process `pid` in `slot`, from 0.
+    /// Counts calls of `symbol` in the ELF file at `path` (`shown` in messages) by process
+    /// `pid` in `slot`, from 0.
     pub(super) fn attach(
         &mut self,
         ebpf: &mut Ebpf,
         slot: u32,
-        path: &Path,
+        (path, shown): (&Path, &str),
         symbol: &str,
         pid: u32,
     ) -> Result<(), SamplerError> {
@@ -96,11 +97,10 @@ impl CallCounter {
             )
             .map_err(|e| match e {
                 ProgramError::UProbeError(UProbeError::SymbolError { .. }) => refused(format!(
-                    "no function {symbol} in {} (neither in its symbols nor in its dynamic \
-                     symbols)",
-                    path.display()
+                    "no function {symbol} in {shown} (neither in its symbols nor in its \
+                     dynamic symbols)"
                 )),
-                e => refused(format!("{symbol} in {}: {}", path.display(), chain(&e))),
+                e => refused(format!("{symbol} in {shown}: {:#}", anyhow::Error::new(e))),
             })?;
         self.links.insert(slot, link);
         Ok(())
@@ -125,19 +125,4 @@ impl CallCounter {
             tracing::warn!("detaching the uprobe of slot {slot} failed: {e}");
         }
     }
-}
-
-/// An error and its causes, on one line, each cause once (aya's errors repeat theirs).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

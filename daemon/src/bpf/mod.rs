@@ -232,16 +232,16 @@ pub trait SamplerControl: Send {
     /// The threads off their CPU that the kernel follows now, by thread id: at a session's
     /// stop, those still off it.
     fn blocked(&self) -> Vec<(u32, Blocked)>;
-    /// Counts the calls of `symbol` (in the ELF file at `path`) by process `pid` in `slot`
-    /// (below [`vmscope_common::MAX_COUNT_SLOTS`]), from zero.
+    /// Counts the calls of `symbol` (in the ELF file at `path`, named `shown` in messages) by
+    /// process `pid` in `slot` (below [`vmscope_common::MAX_COUNT_SLOTS`]), from zero.
     fn attach_count(
         &mut self,
         slot: u32,
-        path: &std::path::Path,
+        file: (&std::path::Path, &str),
         symbol: &str,
         pid: u32,
     ) -> Result<(), SamplerError> {
-        let _ = (slot, path, symbol, pid);
+        let _ = (slot, file, symbol, pid);
         Err(SamplerError::Count("this sampler counts no calls".into()))
     }
     /// The calls counted in `slot` so far.
@@ -745,12 +745,12 @@ impl SamplerControl for Sampler {
     fn attach_count(
         &mut self,
         slot: u32,
-        path: &std::path::Path,
+        file: (&std::path::Path, &str),
         symbol: &str,
         pid: u32,
     ) -> Result<(), SamplerError> {
         self.call_counts
-            .attach(&mut self.ebpf, slot, path, symbol, pid)
+            .attach(&mut self.ebpf, slot, file, symbol, pid)
     }
 
     fn read_count(&self, slot: u32) -> Result<u64, SamplerError> {

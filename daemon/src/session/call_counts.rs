@@ -2,11 +2,12 @@
 //! one uprobe per function and target (`bpf/call_counts.rs`), attached at the start, read when
 //! a profile is asked for, read a last time and detached at the stop.
 //!
-//! The module of a function is found as the target sees it: a file name among its mappings
-//! (the held child of `record -- CMD` maps the libraries `vmscope` does, the same files), else
-//! as the dynamic linker would (`ld.so.cache`, aya's lookup); an absolute path is taken only
-//! if the session's owner may read it, so that the daemon parses no file for a user that the
-//! user could not.
+//! The module of a function is found as the target sees it: a binary of that file name among
+//! the mappings the process table knows (the held child of `record -- CMD` maps the libraries
+//! `vmscope` does, the same files), attached through the registry's own open file so that the
+//! file counted is the one mapped; else as the dynamic linker would (`ld.so.cache`, aya's
+//! lookup). An absolute path is taken only if the session's owner may read it, so that the
+//! daemon parses no file for a user that the user could not.
 
 use std::{os::unix::fs::MetadataExt as _, path::PathBuf};
 
@@ -14,7 +15,7 @@ use vmscope_common::MAX_COUNT_SLOTS;
 use vmscope_model::CallCount;
 
 use super::request::CountedFunction;
-use crate::{bpf::SamplerControl, sys};
+use crate::bpf::SamplerControl;
 
 /// Most of the kernel's counter slots one user other than root holds at once: a quarter, so
 /// that no user's counts can leave the others none.
@@ -86,12 +87,14 @@ pub struct CallCounts {
 }
 
 impl CallCounts {
-    /// Attaches a counter for each of `functions` in each of `pids`, for a session of `uid`.
-    /// What cannot be counted is noted, never fatal: the session samples as asked.
+    /// Attaches a counter for each of `functions` in each of `pids`, for a session of `uid`;
+    /// `mapped(pid, name)` finds the binary of file name `name` that `pid` maps. What cannot be
+    /// counted is noted, never fatal: the session samples as asked.
     pub fn start(
         functions: &[CountedFunction],
         pids: &[u32],
         uid: u32,
+        mapped: impl Fn(u32, &str) -> Option<ModuleFile>,
         sampler: &mut dyn SamplerControl,
         slots: &mut CountSlots,
     ) -> CallCounts {
@@ -106,23 +109,22 @@ impl CallCounts {
                     calls: 0,
                     note: String::new(),
                 };
-                match resolve(&function.module, pid, uid) {
+                let attached =
+                    resolve(&function.module, uid, |name| mapped(pid, name)).and_then(|file| {
+                        counted.path = file.shown.clone();
+                        let slot = slots.take(uid)?;
+                        let file = (file.open.as_path(), file.shown.as_str());
+                        sampler
+                            .attach_count(slot, file, &function.function, pid)
+                            .map(|()| slot)
+                            .map_err(|e| {
+                                slots.give(uid, slot);
+                                e.to_string()
+                            })
+                    });
+                match attached {
+                    Ok(slot) => counted.slot = Some(slot),
                     Err(why) => counted.note = why,
-                    Ok(path) => {
-                        counted.path = path.display().to_string();
-                        match slots.take(uid) {
-                            Err(why) => counted.note = why,
-                            Ok(slot) => {
-                                match sampler.attach_count(slot, &path, &function.function, pid) {
-                                    Ok(()) => counted.slot = Some(slot),
-                                    Err(e) => {
-                                        slots.give(uid, slot);
-                                        counted.note = e.to_string();
-                                    }
-                                }
-                            }
-                        }
-                    }
                 }
                 if !counted.note.is_empty() {
                     tracing::info!(pid, function = %counted.asked, why = %counted.note, "not counted");
@@ -176,8 +178,24 @@ impl CallCounts {
     }
 }
 
-/// The file to attach `module`'s uprobe to, for target `pid` of a session of `uid`.
-fn resolve(module: &str, pid: u32, uid: u32) -> Result<PathBuf, String> {
+/// Where to attach a module's uprobe: the path the kernel opens, and the path reports show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleFile {
+    /// What the kernel and the symbol lookup open.
+    pub open: PathBuf,
+    /// What the report says.
+    pub shown: String,
+}
+
+/// The file to attach `module`'s uprobe to, for a session of `uid`: an absolute path the user
+/// may read, else the binary of that file name the target maps (`mapped`, from the mappings the
+/// process table read through the access threads), else the bare name, for the dynamic
+/// linker's cache.
+fn resolve(
+    module: &str,
+    uid: u32,
+    mapped: impl Fn(&str) -> Option<ModuleFile>,
+) -> Result<ModuleFile, String> {
     if module.starts_with('/') {
         let meta = std::fs::metadata(module).map_err(|e| format!("{module}: {e}"))?;
         let readable = uid == 0 || meta.uid() == uid || meta.mode() & 0o004 != 0;
@@ -186,22 +204,45 @@ fn resolve(module: &str, pid: u32, uid: u32) -> Result<PathBuf, String> {
                 "{module} is not a file its owner's session may read"
             ));
         }
-        return Ok(PathBuf::from(module));
+        return Ok(ModuleFile {
+            open: PathBuf::from(module),
+            shown: module.to_owned(),
+        });
     }
-    let maps = sys::read_proc(pid, "maps").map_err(|e| format!("the target's mappings: {e}"))?;
-    let mapped = String::from_utf8_lossy(&maps)
-        .lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .filter(|path| path.starts_with('/'))
-        .find(|path| path.rsplit('/').next() == Some(module))
-        .map(PathBuf::from);
-    // Not mapped (yet): the dynamic linker's cache finds it, as aya looks for a bare name.
-    Ok(mapped.unwrap_or_else(|| PathBuf::from(module)))
+    Ok(mapped(module).unwrap_or_else(|| ModuleFile {
+        open: PathBuf::from(module),
+        shown: module.to_owned(),
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_module_is_the_mapped_binary_else_the_linkers_else_a_readable_path() {
+        let held = ModuleFile {
+            open: PathBuf::from("/proc/self/fd/7"),
+            shown: "/usr/lib/x86_64-linux-gnu/libc.so.6".to_owned(),
+        };
+        assert_eq!(
+            resolve("libc.so.6", 1000, |name| (name == "libc.so.6")
+                .then(|| held.clone())),
+            Ok(held)
+        );
+        assert_eq!(
+            resolve("libz.so.1", 1000, |_| None).unwrap().open,
+            PathBuf::from("libz.so.1")
+        );
+        assert_eq!(
+            resolve("/etc/shadow", 1000, |_| None),
+            Err("/etc/shadow is not a file its owner's session may read".to_owned())
+        );
+        assert!(
+            resolve("/etc/shadow", 0, |_| None).is_ok(),
+            "root may read it"
+        );
+    }
 
     #[test]
     fn a_user_holds_a_quarter_of_the_slots_at_most_and_root_any() {

@@ -113,6 +113,16 @@ impl<T> Reparsable<T> {
 }
 
 impl Module {
+    /// A path to the very file the registry holds open (`/proc/self/fd/N`), for the kernel to
+    /// resolve where the file itself is needed (a uprobe's target): whatever the process's
+    /// mount namespace, and whatever has been put at its path since. `None` when it could not
+    /// be opened.
+    pub fn held_path(&self) -> Option<PathBuf> {
+        use std::os::fd::AsRawFd as _;
+        let file = self.file.as_ref().ok()?;
+        Some(PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
+    }
+
     /// The module's symbols, parsed on first use; the error is a reason for the report.
     pub fn symbols(&self, modules: &Modules) -> Result<Arc<ElfSymbols>, String> {
         self.symbols.get_or_parse(|| {

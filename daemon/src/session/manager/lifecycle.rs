@@ -132,10 +132,22 @@ impl Manager {
         self.read_counts_at_start(id);
         if !spec.counts.is_empty() {
             let owner = self.sessions[&id].owner_uid;
+            let (processes, modules) = (&self.processes, &self.modules);
+            let mapped = |pid: u32, name: &str| {
+                let process = processes.get(pid)?;
+                process.file_mappings().find_map(|(_, _, id)| {
+                    let module = modules.get(id).filter(|m| m.name == name)?;
+                    Some(super::super::call_counts::ModuleFile {
+                        open: module.held_path()?,
+                        shown: module.path.display().to_string(),
+                    })
+                })
+            };
             let counts = super::super::call_counts::CallCounts::start(
                 &spec.counts,
                 &pids,
                 owner,
+                mapped,
                 self.sampler.as_mut(),
                 &mut self.count_slots,
             );
