@@ -1,7 +1,9 @@
-//! Reads of the counter regions VMs publish (`stats/counters.rs`), for sessions' exact counts:
-//! the values at a session's start, and at its stop or when its profile is asked for.
+//! A session's exact counts: the counter regions VMs publish (`stats/counters.rs`), read at the
+//! session's start, at its stop and when its profile is asked for; and the calls of native
+//! functions `record --count` counts (`session/call_counts.rs`), attached at the start, read at
+//! a profile, read and detached at the stop.
 //!
-//! Each read goes through the process-access threads (`process/access.rs`), as every read of
+//! Each read of a region goes through the process-access threads (`process/access.rs`), as every read of
 //! another process's memory does, and is made only of a target the session has not seen exit,
 //! whose start time is the same before and after the read as when the session took it on: a
 //! region's address is the VM's word, good in the VM only, never in a process that took its
@@ -9,19 +11,65 @@
 
 use std::sync::Arc;
 
-use super::Manager;
+use super::{
+    super::{
+        call_counts::{CallCounts, ModuleFile},
+        request::SessionSpec,
+    },
+    Manager,
+};
 use crate::{stats::counters::CounterRegion, sys};
 
 impl Manager {
-    /// Reads the start values of session `id`'s regions not read yet.
-    pub(super) fn read_counts_at_start(&mut self, id: u64) {
+    /// Session `id`'s counts at its start: its VMs' regions read, its functions' counters
+    /// attached in each of `pids`.
+    pub(super) fn start_counts(&mut self, id: u64, spec: &SessionSpec, pids: &[u32]) {
         self.read_counts(id, true);
+        if spec.counts.is_empty() {
+            return;
+        }
+        let owner = self.sessions[&id].owner_uid;
+        let (processes, modules) = (&self.processes, &self.modules);
+        // A binary of that file name among the mappings the process table read.
+        let mapped = |pid: u32, name: &str| {
+            processes.get(pid)?.file_mappings().find_map(|(_, _, id)| {
+                let module = modules.get(id).filter(|m| m.name == name)?;
+                Some(ModuleFile {
+                    open: module.held_path()?,
+                    shown: module.path.display().to_string(),
+                })
+            })
+        };
+        let counts = CallCounts::start(
+            &spec.counts,
+            pids,
+            owner,
+            mapped,
+            self.sampler.as_mut(),
+            &mut self.count_slots,
+        );
+        if let Some(session) = self.sessions.get_mut(&id) {
+            session.call_counts = counts;
+        }
     }
 
-    /// Reads every region of session `id` for its end (a stop, or a profile of a running
-    /// session).
-    pub(super) fn read_counts_at_end(&mut self, id: u64) {
+    /// Session `id`'s counts so far, for a profile while it runs.
+    pub(super) fn refresh_counts(&mut self, id: u64) {
         self.read_counts(id, false);
+        if let Some(session) = self.sessions.get_mut(&id) {
+            session.call_counts.refresh(self.sampler.as_ref());
+        }
+    }
+
+    /// Session `id`'s counts as it stops (an exited VM's last values are its own), its
+    /// functions' counters detached.
+    pub(super) fn end_counts(&mut self, id: u64) {
+        self.read_counts(id, false);
+        if let Some(session) = self.sessions.get_mut(&id) {
+            session
+                .call_counts
+                .stop(self.sampler.as_mut(), &mut self.count_slots);
+        }
     }
 
     fn read_counts(&mut self, id: u64, start: bool) {

@@ -129,32 +129,7 @@ impl Manager {
         }
         self.note_blocked_threads(&spec, start_ns);
         self.watch_gcs(id);
-        self.read_counts_at_start(id);
-        if !spec.counts.is_empty() {
-            let owner = self.sessions[&id].owner_uid;
-            let (processes, modules) = (&self.processes, &self.modules);
-            let mapped = |pid: u32, name: &str| {
-                let process = processes.get(pid)?;
-                process.file_mappings().find_map(|(_, _, id)| {
-                    let module = modules.get(id).filter(|m| m.name == name)?;
-                    Some(super::super::call_counts::ModuleFile {
-                        open: module.held_path()?,
-                        shown: module.path.display().to_string(),
-                    })
-                })
-            };
-            let counts = super::super::call_counts::CallCounts::start(
-                &spec.counts,
-                &pids,
-                owner,
-                mapped,
-                self.sampler.as_mut(),
-                &mut self.count_slots,
-            );
-            if let Some(session) = self.sessions.get_mut(&id) {
-                session.call_counts = counts;
-            }
-        }
+        self.start_counts(id, &spec, &pids);
         let reply = self.sessions[&id].info(start_ns);
         self.after_start(id, &pids);
         Ok(reply)
@@ -365,13 +340,7 @@ impl Manager {
             }
             hotspot.freeze_all();
         }
-        // The VMs' counters as the session ends (an exited VM's last values are its own).
-        self.read_counts_at_end(id);
-        if let Some(session) = self.sessions.get_mut(&id) {
-            session
-                .call_counts
-                .stop(self.sampler.as_mut(), &mut self.count_slots);
-        }
+        self.end_counts(id);
         let Some(session) = self.sessions.get_mut(&id) else {
             return;
         };

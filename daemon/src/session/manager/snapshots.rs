@@ -26,10 +26,7 @@ impl Manager {
         let now = sys::monotonic_ns();
         let lost = self.sampler.lost().ok();
         if self.sessions[&id].state == State::Running {
-            self.read_counts_at_end(id);
-            if let Some(session) = self.sessions.get_mut(&id) {
-                session.call_counts.refresh(self.sampler.as_ref());
-            }
+            self.refresh_counts(id);
         }
         let session = self.sessions.get_mut(&id).expect("checked by visible()");
         if session.state == State::Running {
