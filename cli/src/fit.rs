@@ -9,7 +9,7 @@ use std::{
 
 use serde::Serialize;
 use vmscope_report::{
-    diff::{MAIN_MODULE, Side},
+    diff::{MAIN_MODULE, Side, Tally},
     fit::{Fit, fit},
 };
 
@@ -128,20 +128,15 @@ pub fn fits(sides: &[Side], options: &FitOptions) -> Result<Fits, FitError> {
     let mut times: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     let mut shown: BTreeMap<(String, String), bool> = BTreeMap::new();
     for (i, side) in sides.iter().enumerate() {
-        let mut samples: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for stack in &side.stacks {
-            let mut seen = Vec::new();
-            for (depth, frame) in stack.frames.iter().enumerate() {
-                if options.self_time && depth > 0 {
-                    break;
-                }
-                let key = (frame.name.clone(), frame.module.clone());
-                if !seen.contains(&key) {
-                    *samples.entry(key.clone()).or_default() += stack.samples;
-                    seen.push(key);
-                }
-            }
-        }
+        let tally = Tally::of(side);
+        let samples = tally.functions.into_iter().map(|((name, module), t)| {
+            let count = if options.self_time {
+                t.self_samples
+            } else {
+                t.inclusive
+            };
+            ((name.to_owned(), module.to_owned()), count)
+        });
         for (key, count) in samples {
             let share = count as f64 * 100.0 / side.total_samples.max(1) as f64;
             let big = shown.entry(key.clone()).or_default();

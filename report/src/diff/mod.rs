@@ -12,7 +12,7 @@
 pub mod noise;
 mod side;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -155,39 +155,77 @@ struct Counts {
     inclusive: [u64; 2],
 }
 
-type FunctionKey = (String, String);
+/// A function as a side names it: name and module, borrowed from the side.
+pub type FunctionKey<'a> = (&'a str, &'a str);
 
-/// Compares `base` and `new`.
-pub fn diff(base: &Side, new: &Side, options: &DiffOptions) -> Diff {
-    let mut functions: BTreeMap<FunctionKey, Counts> = BTreeMap::new();
-    let mut positions: BTreeMap<(FunctionKey, String), Counts> = BTreeMap::new();
-    for (side, profile) in [base, new].into_iter().enumerate() {
-        let mut seen_functions: BTreeSet<FunctionKey> = BTreeSet::new();
-        let mut seen_positions: BTreeSet<(FunctionKey, String)> = BTreeSet::new();
-        for stack in &profile.stacks {
+/// One side's samples of a function or position: whose leaf it is (self), and in how many
+/// stacks it stands (inclusive, once per stack).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tallied {
+    /// Samples whose leaf it is.
+    pub self_samples: u64,
+    /// Samples whose stack holds it.
+    pub inclusive: u64,
+}
+
+/// A side's samples per function and per position in a function.
+#[derive(Debug, Default)]
+pub struct Tally<'a> {
+    /// Per function.
+    pub functions: BTreeMap<FunctionKey<'a>, Tallied>,
+    /// Per (function, position).
+    pub positions: BTreeMap<(FunctionKey<'a>, &'a str), Tallied>,
+}
+
+impl<'a> Tally<'a> {
+    /// The self and inclusive samples of `side`'s functions and positions.
+    pub fn of(side: &'a Side) -> Tally<'a> {
+        let mut tally = Tally::default();
+        // Each function and position counts once per stack in inclusive time.
+        let mut seen_functions: HashSet<FunctionKey<'a>> = HashSet::new();
+        let mut seen_positions: HashSet<(FunctionKey<'a>, &'a str)> = HashSet::new();
+        for stack in &side.stacks {
             seen_functions.clear();
             seen_positions.clear();
             for (depth, frame) in stack.frames.iter().enumerate() {
-                let function = (frame.name.clone(), frame.module.clone());
+                let function = (frame.name.as_str(), frame.module.as_str());
                 let leaf = depth == 0;
                 if leaf {
-                    functions.entry(function.clone()).or_default().self_samples[side] +=
-                        stack.samples;
+                    tally.functions.entry(function).or_default().self_samples += stack.samples;
                 }
                 if !frame.position.is_empty() {
-                    let key = (function.clone(), frame.position.clone());
+                    let key = (function, frame.position.as_str());
                     if leaf {
-                        positions.entry(key.clone()).or_default().self_samples[side] +=
-                            stack.samples;
+                        tally.positions.entry(key).or_default().self_samples += stack.samples;
                     }
-                    if seen_positions.insert(key.clone()) {
-                        positions.entry(key).or_default().inclusive[side] += stack.samples;
+                    if seen_positions.insert(key) {
+                        tally.positions.entry(key).or_default().inclusive += stack.samples;
                     }
                 }
-                if seen_functions.insert(function.clone()) {
-                    functions.entry(function).or_default().inclusive[side] += stack.samples;
+                if seen_functions.insert(function) {
+                    tally.functions.entry(function).or_default().inclusive += stack.samples;
                 }
             }
+        }
+        tally
+    }
+}
+
+/// Compares `base` and `new`.
+pub fn diff(base: &Side, new: &Side, options: &DiffOptions) -> Diff {
+    let mut functions: BTreeMap<FunctionKey<'_>, Counts> = BTreeMap::new();
+    let mut positions: BTreeMap<(FunctionKey<'_>, &str), Counts> = BTreeMap::new();
+    for (side, profile) in [base, new].into_iter().enumerate() {
+        let tally = Tally::of(profile);
+        for (key, t) in tally.functions {
+            let counts = functions.entry(key).or_default();
+            counts.self_samples[side] = t.self_samples;
+            counts.inclusive[side] = t.inclusive;
+        }
+        for (key, t) in tally.positions {
+            let counts = positions.entry(key).or_default();
+            counts.self_samples[side] = t.self_samples;
+            counts.inclusive[side] = t.inclusive;
         }
     }
 
@@ -231,16 +269,13 @@ pub fn diff(base: &Side, new: &Side, options: &DiffOptions) -> Diff {
     };
     let total = measure([base.total_samples, new.total_samples]);
 
-    let mut by_function: HashMap<FunctionKey, Vec<PositionDiff>> = HashMap::new();
-    for ((function, position), counts) in &positions {
-        by_function
-            .entry(function.clone())
-            .or_default()
-            .push(PositionDiff {
-                position: position.clone(),
-                self_time: measure(counts.self_samples),
-                inclusive: measure(counts.inclusive),
-            });
+    let mut by_function: HashMap<FunctionKey<'_>, Vec<PositionDiff>> = HashMap::new();
+    for (&(function, position), counts) in &positions {
+        by_function.entry(function).or_default().push(PositionDiff {
+            position: position.to_owned(),
+            self_time: measure(counts.self_samples),
+            inclusive: measure(counts.inclusive),
+        });
     }
     let shown = |m: &Measure, totals: [u64; 2]| {
         let share = |k: u64, n: u64| k as f64 * 100.0 / n.max(1) as f64;
@@ -254,12 +289,10 @@ pub fn diff(base: &Side, new: &Side, options: &DiffOptions) -> Diff {
         folded_significant += usize::from(significant);
     };
     let mut rows = Vec::new();
-    for ((name, module), counts) in &functions {
+    for (&(name, module), counts) in &functions {
         let self_time = measure(counts.self_samples);
         let inclusive = measure(counts.inclusive);
-        let mut positions = by_function
-            .remove(&(name.clone(), module.clone()))
-            .unwrap_or_default();
+        let mut positions = by_function.remove(&(name, module)).unwrap_or_default();
         if !shown(&self_time, totals) && !shown(&inclusive, totals) {
             fold(self_time.change.significant || inclusive.change.significant);
             for p in &positions {
@@ -275,8 +308,8 @@ pub fn diff(base: &Side, new: &Side, options: &DiffOptions) -> Diff {
             keep
         });
         rows.push(FunctionDiff {
-            name: name.clone(),
-            module: module.clone(),
+            name: name.to_owned(),
+            module: module.to_owned(),
             self_time,
             inclusive,
             positions,
