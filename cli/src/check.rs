@@ -167,21 +167,13 @@ pub fn judge_counts(new: &Side, assertions: &Assertions) -> Result<Vec<Outcome>,
         .collect()
 }
 
-/// Close names for a name not found: those containing it or contained in it.
+/// Close names for a name not found, as call trees suggest them (`tree::close_names`): the
+/// same in another case, containing it or contained in it, a few edits away.
 fn hint(diff: &Diff, name: &str) -> String {
-    let lower = name.to_lowercase();
-    let mut close: Vec<&str> = diff
-        .functions
-        .iter()
-        .map(|f| f.name.as_str())
-        .filter(|n| {
-            let n = n.to_lowercase();
-            n.contains(&lower) || lower.contains(&n) && n.len() > 2
-        })
-        .collect();
-    close.sort_unstable();
-    close.dedup();
-    close.truncate(5);
+    let mut names: Vec<&str> = diff.functions.iter().map(|f| f.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let close = vmscope_report::tree::close_names(name, names.into_iter());
     if close.is_empty() {
         String::new()
     } else {

@@ -576,7 +576,7 @@ fn sorted_sites(sites: BTreeMap<String, u64>) -> Vec<CallSite> {
 /// Names among `names` that look like `wanted`, closest first, at most [`MAX_CLOSE_NAMES`]:
 /// the same name in another case, names containing it or contained in it (case ignored), and
 /// names a few edits away (a quarter of its length, at least 2).
-fn close_names<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub fn close_names<'a>(wanted: &str, names: impl Iterator<Item = &'a str>) -> Vec<String> {
     let lower = wanted.to_lowercase();
     let budget = (wanted.chars().count() / 4).max(2);
     let mut close: Vec<(usize, &str)> = names
