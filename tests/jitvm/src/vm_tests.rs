@@ -174,13 +174,7 @@ fn opt_compiles_inlined_from_the_start() {
         opt: true,
         ..Config::default()
     });
-    for c in &calls {
-        assert_eq!(
-            vm.call(c.method, c.receiver, &c.args).unwrap().as_int(),
-            Some(c.expected)
-        );
-        vm.safepoint();
-    }
+    call_each(&mut vm, &calls);
     assert!(
         vm.methods[m.heavy.0 as usize].code.is_none(),
         "heavy never needed code of its own: it only ever ran inlined"
@@ -313,13 +307,18 @@ fn without_counters_nothing_is_counted_and_the_answers_hold() {
         counters: false,
         ..Config::default()
     });
-    for c in &calls {
+    call_each(&mut vm, &calls);
+    assert_eq!(vm.calls_of(m.bench_fib), 0);
+    assert_eq!(vm.sends(), 0);
+}
+
+/// Makes each of `calls` once, a safepoint after each, checking its answer.
+fn call_each(vm: &mut Vm, calls: &[benchmarks::Call]) {
+    for c in calls {
         assert_eq!(
             vm.call(c.method, c.receiver, &c.args).unwrap().as_int(),
             Some(c.expected)
         );
         vm.safepoint();
     }
-    assert_eq!(vm.calls_of(m.bench_fib), 0);
-    assert_eq!(vm.sends(), 0);
 }
