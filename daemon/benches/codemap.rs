@@ -301,6 +301,7 @@ fn generated_sample(pid: u32, timestamp_ns: u64) -> PendingSample<RoutedSample> 
             }],
             fp: None,
             sessions: vec![(1, Wanted::Leaf)],
+            sends: Vec::new(),
             block: None,
         },
     }
@@ -321,6 +322,7 @@ impl Sink for Counting {
                 stack: 0,
                 kept: None,
                 block: None,
+                sends: 0,
             })
             .collect()
     }

@@ -74,6 +74,12 @@ pub fn thread_name(pid: u32, tid: u32) -> io::Result<String> {
     Ok(String::from_utf8_lossy(text).into_owned())
 }
 
+/// Whether `tid` is a thread of process `pid` now: `/proc/PID/task/TID` exists (a look at a
+/// directory, which takes none of the process's locks).
+pub fn thread_exists(pid: u32, tid: u32) -> bool {
+    std::fs::symlink_metadata(proc_path(pid, &format!("task/{tid}"))).is_ok()
+}
+
 /// The pids of every process now (the numeric entries of `/proc`).
 pub fn pids() -> io::Result<Vec<u32>> {
     Ok(std::fs::read_dir("/proc")?

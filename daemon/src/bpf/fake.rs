@@ -56,6 +56,8 @@ pub struct FakeKernel {
     pub blocked: BTreeMap<u32, Blocked>,
     /// The minimum block of each off-CPU filter entry with one.
     pub min_blocks: BTreeMap<(u64, u32), u64>,
+    /// Threads whose send counters samples read (`THREAD_COUNTERS`): tid to (tgid, address).
+    pub thread_counters: BTreeMap<u32, (u32, u64)>,
 }
 
 /// A [`SamplerControl`] whose state tests can inspect through a shared handle.
@@ -228,5 +230,22 @@ impl SamplerControl for FakeSampler {
 
     fn blocked(&self) -> Vec<(u32, Blocked)> {
         self.with(|k| k.blocked.iter().map(|(&tid, &b)| (tid, b)).collect())
+    }
+
+    fn set_thread_counter(
+        &mut self,
+        tid: u32,
+        tgid: u32,
+        address: u64,
+    ) -> Result<(), SamplerError> {
+        self.with(|k| {
+            injected_filter_failure(k)?;
+            k.thread_counters.insert(tid, (tgid, address));
+            Ok(())
+        })
+    }
+
+    fn remove_thread_counter(&mut self, tid: u32) {
+        self.with(|k| k.thread_counters.remove(&tid));
     }
 }

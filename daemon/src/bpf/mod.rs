@@ -32,7 +32,7 @@ use vmscope_common::{
     Blocked, BlockedCopy, CONFIG_CRED_CAPS, CONFIG_CRED_IDS, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE,
     CONFIG_TASK_CRED, CONFIG_TASK_PID, CONFIG_TASK_TGID, Creds, GUARD_CREDS, GUARD_HELD,
     GUARD_OPEN, MAX_STACK_FRAMES, OFF_CPU_COUNTS_LEN, OFF_CPU_PERIOD, ShortBlocks,
-    TRACK_ANY_THREAD, TRACK_LEADER, TargetKey, Tracked, Wants,
+    TRACK_ANY_THREAD, TRACK_LEADER, TargetKey, ThreadCounter, Tracked, Wants,
 };
 
 use crate::sys;
@@ -253,6 +253,24 @@ pub trait SamplerControl: Send {
     fn detach_count(&mut self, slot: u32) {
         let _ = slot;
     }
+    /// Has each sample of thread `tid` of process `tgid` read its send counter at `address`
+    /// (see [`vmscope_common::ThreadCounter`]).
+    fn set_thread_counter(
+        &mut self,
+        tid: u32,
+        tgid: u32,
+        address: u64,
+    ) -> Result<(), SamplerError> {
+        let _ = (tid, tgid, address);
+        Err(SamplerError::Count(
+            "this sampler reads no thread counters".into(),
+        ))
+    }
+    /// Reads thread `tid`'s counter no more (it may be gone already: the exit program removes
+    /// a thread's entry as it exits).
+    fn remove_thread_counter(&mut self, tid: u32) {
+        let _ = tid;
+    }
 }
 
 /// The stack depth the kernel program works to: `kernel.perf_event_max_stack`, which bounds
@@ -309,6 +327,7 @@ pub struct Sampler {
     off_cpu_refusal: Option<String>,
     /// Calls counted by uprobes (`record --count`).
     call_counts: call_counts::CallCounter,
+    thread_counters: BpfHashMap<MapData, u32, ThreadCounter>,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -462,6 +481,7 @@ impl Sampler {
             off_cpu_link: None,
             off_cpu_refusal,
             call_counts,
+            thread_counters: take_map(&mut ebpf, "THREAD_COUNTERS")?,
             ebpf,
             cpus,
             links: HashMap::new(),
@@ -759,6 +779,30 @@ impl SamplerControl for Sampler {
 
     fn detach_count(&mut self, slot: u32) {
         self.call_counts.detach(&mut self.ebpf, slot);
+    }
+
+    fn set_thread_counter(
+        &mut self,
+        tid: u32,
+        tgid: u32,
+        address: u64,
+    ) -> Result<(), SamplerError> {
+        let counter = ThreadCounter {
+            address,
+            tgid,
+            _pad: 0,
+        };
+        self.thread_counters
+            .insert(tid, counter, 0)
+            .map_err(map_err("THREAD_COUNTERS"))
+    }
+
+    fn remove_thread_counter(&mut self, tid: u32) {
+        match self.thread_counters.remove(&tid) {
+            Ok(()) | Err(MapError::KeyNotFound) => {}
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => tracing::warn!(tid, "removing a thread's send counter failed: {e}"),
+        }
     }
 }
 

@@ -1123,6 +1123,7 @@ mod tests {
                     stack,
                     kept: None,
                     block: None,
+                    sends: 0,
                 })
                 .collect()
         }
@@ -1187,6 +1188,7 @@ mod tests {
                 }],
                 fp: None,
                 sessions: vec![(1, Wanted::Leaf)],
+                sends: Vec::new(),
                 block: None,
             },
         }

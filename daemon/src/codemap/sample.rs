@@ -28,6 +28,8 @@ pub struct Counted {
     pub kept: Option<u32>,
     /// A block off the CPU: why, and the session's share of its time (what moves with it).
     pub block: Option<(BlockState, u64)>,
+    /// The sends counted with the sample in the session (what moves with it too).
+    pub sends: u64,
 }
 
 impl Counted {
@@ -251,6 +253,9 @@ pub struct RoutedSample {
     pub fp: FpStack,
     /// The sessions that counted it, and which of its stacks each counts.
     pub sessions: Vec<(u64, Wanted)>,
+    /// The sends its thread executed since its previous sample in each of `sessions`, in
+    /// their order (`--weight sends`); empty when its thread has no send counter.
+    pub sends: Vec<u64>,
     /// A thread's block off its CPU rather than a sample: its stacks were taken as it came
     /// back.
     pub block: Option<RawBlock>,

@@ -185,7 +185,8 @@ impl Publication {
             | Event::Begin(_)
             | Event::End(_)
             | Event::CounterRegion(_)
-            | Event::CounterValues(_) => {
+            | Event::CounterValues(_)
+            | Event::ThreadCounter(_) => {
                 let stat = self
                     .rules
                     .check(body)
@@ -198,6 +199,14 @@ impl Publication {
                         },
                         problem,
                     })?;
+                let stat = match stat {
+                    StatEvent::ThreadCounter { tid, address, .. } => StatEvent::ThreadCounter {
+                        tid,
+                        address,
+                        owner: self.owner,
+                    },
+                    stat => stat,
+                };
                 return Ok(Accepted::Stat(ts, stat));
             }
             Event::Zone(zone) => {

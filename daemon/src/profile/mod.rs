@@ -111,6 +111,10 @@ pub fn build_profile_unless(
     };
     let issues = issues(&placement.placed, issue_samples);
     let samples = kept_samples(&snapshot, &placement.placed, &during);
+    let mut sample_types = SampleType::of_mode(mode).to_vec();
+    if !stacks.sends.is_empty() {
+        sample_types.push(SampleType::Sends);
+    }
     let frames = std::mem::take(&mut placement.frames);
     let processes = threads.iter().map(|t| t.pid).collect::<HashSet<_>>().len() as u32;
     let duration_seconds = snapshot.duration.as_secs_f64();
@@ -152,7 +156,7 @@ pub fn build_profile_unless(
         processes,
         frames: frames.frames,
         stack_nodes,
-        sample_types: SampleType::of_mode(mode).to_vec(),
+        sample_types,
         stacks: frame_stacks,
         threads,
         truncated_stacks: snapshot.truncated,

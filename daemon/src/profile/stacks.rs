@@ -16,18 +16,27 @@ use crate::{
 };
 
 /// What a stack of a profile holds before its values are laid out in the mode's sample types:
-/// samples, and blocks with their time.
+/// samples, and blocks with their time, and the sends counted with the samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Tally {
     samples: u64,
     blocks: u64,
     ns: u64,
+    sends: u64,
 }
 
 impl Tally {
     /// The values of [`SampleType::of_mode`]`(mode)`, one sample standing for `period_ns` of
-    /// CPU time.
-    fn values(self, mode: ProfileMode, period_ns: u64) -> Vec<u64> {
+    /// CPU time, then its sends when the profile has them (`with_sends`).
+    fn values(self, mode: ProfileMode, period_ns: u64, with_sends: bool) -> Vec<u64> {
+        let mut values = self.mode_values(mode, period_ns);
+        if with_sends {
+            values.push(self.sends);
+        }
+        values
+    }
+
+    fn mode_values(self, mode: ProfileMode, period_ns: u64) -> Vec<u64> {
         let cpu = self.samples.saturating_mul(period_ns);
         match mode {
             ProfileMode::Cpu => vec![self.samples, cpu],
@@ -107,7 +116,8 @@ pub(super) fn stack_end(
 }
 
 /// The stacks of the profile, most time first, with their values of the sample types of
-/// `mode` ([`SampleType::of_mode`]: one sample stands for `period_ns` of CPU time) and the
+/// `mode` ([`SampleType::of_mode`]: one sample stands for `period_ns` of CPU time; then
+/// [`SampleType::Sends`] when the snapshot has sends) and the
 /// stack tree they name, and the samples (and blocks) per way they ended; `during` gives each
 /// set of interval kinds as indices (see [`interval_kinds`]). Blocks are stacks apart from
 /// samples, one per reason their thread was off its CPU. `None` once `cancelled` says so.
@@ -145,7 +155,15 @@ pub(super) fn profile_stacks(
         };
         (task, stack, Some(state), tally)
     });
-    for (i, (task, stack, state, tally)) in samples.chain(blocks).enumerate() {
+    let sends = stacks.sends.iter().map(|&(task, stack, sends)| {
+        let tally = Tally {
+            sends,
+            ..Tally::default()
+        };
+        (task, stack, None, tally)
+    });
+    let with_sends = !stacks.sends.is_empty();
+    for (i, (task, stack, state, tally)) in samples.chain(blocks).chain(sends).enumerate() {
         if cancelled(i) {
             return None;
         }
@@ -166,6 +184,7 @@ pub(super) fn profile_stacks(
         sum.samples += tally.samples;
         sum.blocks += tally.blocks;
         sum.ns = sum.ns.saturating_add(tally.ns);
+        sum.sends = sum.sends.saturating_add(tally.sends);
     }
     let mut merged: Vec<_> = by_frames.into_iter().collect();
     // Ranked before the tree is built, so that its nodes come in the order of the stacks.
@@ -199,7 +218,7 @@ pub(super) fn profile_stacks(
             node: tree.intern(&frames),
             pid: task.pid,
             tid: task.tid,
-            values: tally.values(mode, period_ns),
+            values: tally.values(mode, period_ns, with_sends),
             truncated: end == Some(model::StackEnd::DepthLimit),
             end,
             during: during[during_id.0 as usize].clone(),

@@ -142,6 +142,37 @@ fn stacks_are_per_thread_with_their_samples_and_cpu_time() {
     assert_eq!(profile.rows[0].processes[0].samples, 8);
 }
 
+/// Sends counted with the samples are a sample type after the mode's: each stack carries the
+/// sum of its samples' sends, and a stack whose samples had none carries 0.
+#[test]
+fn sends_counted_with_samples_are_a_sample_type_of_their_own() {
+    let kernel = Location::Kernel {
+        ip: 0xffff_ffff_8100_0101,
+    };
+    let (busy, idle) = (Task::from(7), Task::new(7, 8));
+    let mut table = StackTable::default();
+    for sends in [100, 250, 50] {
+        let stack = table.count(busy, [kernel], None, DuringId(0));
+        table.add_sends(busy, stack, sends);
+    }
+    let stack = table.count(idle, [kernel], None, DuringId(0));
+    table.add_sends(idle, stack, 0);
+    let mut snap = snapshot(Vec::new());
+    snap.stacks = table.snapshot();
+    snap.total_samples = 4;
+    let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+    assert_eq!(
+        profile.sample_types,
+        [
+            model::SampleType::Samples,
+            model::SampleType::CpuTime,
+            model::SampleType::Sends
+        ]
+    );
+    let values: Vec<&[u64]> = profile.stacks.iter().map(|s| s.values.as_slice()).collect();
+    assert_eq!(values, [&[3, 3_000_000, 400][..], &[1, 1_000_000, 0][..]]);
+}
+
 /// Samples taken during a VM's intervals are stacks of their own, which name the kinds by
 /// the profile's table; the same frames outside any interval stay one stack.
 #[test]

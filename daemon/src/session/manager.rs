@@ -33,7 +33,8 @@
 //! * `tick.rs`: the housekeeping tick and the sweeps of binaries and codes;
 //! * `snapshots.rs`: profiles taken once the reads their samples need are done;
 //! * `cpu.rs`: CPU time and lost samples;
-//! * `counters.rs`: the manager's counters, and the daemon-wide list `vmscope info` shows.
+//! * `counters.rs`: the manager's counters, and the daemon-wide list `vmscope info` shows;
+//! * `thread_counters.rs`: the VMs' per-thread send counters handed to the kernel.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -44,7 +45,7 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 use vmscope_common::{
-    EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_RENAME, EVENT_SAMPLE, Event,
+    EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_RENAME, EVENT_SAMPLE, Event, FLAG_COUNT,
     FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
 };
 use vmscope_model::{IntervalKind, VmStatistics};
@@ -56,7 +57,7 @@ use super::{
     jvm::{JvmReply, JvmSnapshots},
     request::{self, Caller},
     routes::Routes,
-    vms::Vms,
+    vms::{PublishedCounter, Vms},
 };
 use crate::{
     bpf::{Batch, Guard, LostCounts, ReaderControl, SamplerControl, Tracking, UserCopy, period_of},
@@ -398,6 +399,7 @@ pub fn spawn_manager(
         process_memory: ProcessMemory::with_access(process_access.clone()),
         process_access,
         count_slots: Default::default(),
+        thread_counters: Default::default(),
         warmer: Warmer::spawn(modules.clone()),
         modules,
         codemaps: CodeMaps::with_readers(readers),
@@ -501,6 +503,8 @@ struct Manager {
     process_access: Arc<ProcessAccess>,
     /// The kernel's call counter slots free (`record --count`).
     count_slots: super::call_counts::CountSlots,
+    /// The VMs' thread send counters the kernel reads with each sample.
+    thread_counters: super::thread_counters::ThreadCounters,
     /// HotSpot targets asked for their perf map.
     jvms: JvmSnapshots,
     /// What the kernel can count for the targets here.
@@ -798,6 +802,7 @@ mod placements;
 mod process_events;
 mod routing;
 mod snapshots;
+mod thread_counters;
 mod tick;
 mod windows;
 

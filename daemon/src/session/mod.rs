@@ -15,6 +15,7 @@ pub mod request;
 mod routes;
 pub mod shares;
 pub mod stacks;
+pub mod thread_counters;
 pub mod threads;
 mod vms;
 
@@ -50,6 +51,10 @@ pub const STOPPED_ALL_TARGETS_EXITED: &str = "all targets exited";
 /// a target that starts thread after thread costs a bounded amount. Threads beyond are counted
 /// as any other, by id, without a name.
 pub const MAX_THREAD_NAMES: usize = 16_384;
+
+/// Most sends a thread can execute a nanosecond (a send takes cycles, a core runs a few a
+/// nanosecond): a counter said to grow faster between two samples is not trusted.
+pub const MAX_SENDS_PER_NS: u64 = 4;
 
 /// Why a session request failed. The gRPC layer maps each to a status code.
 #[derive(Debug, thiserror::Error)]
@@ -336,6 +341,9 @@ pub struct Session {
     /// The name of every thread sampled, from its first sample, up to [`MAX_THREAD_NAMES`]
     /// threads: empty where it could not be read.
     pub thread_names: HashMap<Task, String, foldhash::fast::RandomState>,
+    /// Each thread's send counter at its last sample, and when, for threads whose VM publishes
+    /// one (up to [`MAX_THREAD_NAMES`] threads): see [`Session::sends_since`].
+    sends_last: HashMap<Task, (u64, u64), foldhash::fast::RandomState>,
     /// All samples.
     pub total: u64,
     /// The host's CPU times (`/proc/stat`) at start and at the last reading: work time is a
@@ -504,18 +512,22 @@ impl Session {
     }
 
     /// Counts one sample of `task` whose stack is `locations` (leaf first), taken `during`
-    /// those intervals of its VM, and keeps it while there is room: `kept` is called only
-    /// then, for its addresses.
+    /// those intervals of its VM, with the `sends` its thread executed since its previous
+    /// sample, and keeps it while there is room: `kept` is called only then, for its
+    /// addresses.
     pub fn count(
         &mut self,
         task: impl Into<Task>,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
         during: Option<During<'_>>,
+        sends: u64,
         kept: impl FnOnce(StackId) -> KeptSample,
     ) -> (StackId, Option<usize>) {
+        let task = task.into();
         let during = self.stacks.during(during);
         let stack = self.stacks.count(task, locations, end, during);
+        self.stacks.add_sends(task, stack, sends);
         if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
         }
@@ -532,6 +544,7 @@ impl Session {
         leaf_only: bool,
         locations: &[Location],
         end: StackEnd,
+        sends: u64,
     ) {
         let (locations, end) = if leaf_only {
             (&locations[..1], None)
@@ -542,8 +555,29 @@ impl Session {
             .stacks
             .intern_placed(placement, leaf_only, locations, end);
         self.stacks.add(task, stack);
+        self.stacks.add_sends(task, stack, sends);
         if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
+        }
+    }
+
+    /// The sends thread `task` executed since its previous sample in the session, given its
+    /// send counter at `timestamp_ns` (`count`): none for its first sample here, which has
+    /// nothing to count from, nor when the counter went back (another thread under the id, a
+    /// VM that started again). `None` for more than [`MAX_SENDS_PER_NS`] a nanosecond since
+    /// the previous sample, which no thread executes: the counter is not one (memory freed
+    /// and reused, a broken VM), and the sample counts none.
+    pub fn sends_since(&mut self, task: Task, count: u64, timestamp_ns: u64) -> Option<u64> {
+        if self.sends_last.len() >= MAX_THREAD_NAMES && !self.sends_last.contains_key(&task) {
+            return Some(0);
+        }
+        match self.sends_last.insert(task, (count, timestamp_ns)) {
+            Some((last, at)) if count >= last => {
+                let elapsed = timestamp_ns.saturating_sub(at);
+                let sends = count - last;
+                (sends <= elapsed.saturating_mul(MAX_SENDS_PER_NS)).then_some(sends)
+            }
+            _ => Some(0),
         }
     }
 
@@ -553,14 +587,16 @@ impl Session {
     }
 
     /// Moves one sample of `task` counted in stack `from` to the stack `locations` (its
-    /// attribution changed; how its walk ended and when it was taken did not), and its kept
-    /// copy at `kept` with it (`update` fixes its frames). Returns the new stack.
+    /// attribution changed; how its walk ended and when it was taken did not), with its
+    /// `sends`, and its kept copy at `kept` with it (`update` fixes its frames). Returns the
+    /// new stack.
     pub fn recount(
         &mut self,
         task: impl Into<Task>,
         from: StackId,
         locations: impl IntoIterator<Item = Location>,
         kept: Option<usize>,
+        sends: u64,
         update: impl FnOnce(&mut KeptSample),
     ) -> StackId {
         let to = self.stacks.restack(from, locations);
@@ -568,6 +604,7 @@ impl Session {
             let task = task.into();
             self.stacks.uncount(task, from);
             self.stacks.add(task, to);
+            self.stacks.move_sends(task, from, to, sends);
             if let Some(index) = kept {
                 self.kept.update(index, |sample| {
                     sample.stack = to;
@@ -862,6 +899,7 @@ mod tests {
             commands: HashMap::default(),
             executables: HashMap::default(),
             thread_names: HashMap::default(),
+            sends_last: HashMap::default(),
             total: 0,
             host_cpu: (first, last),
             lost_baseline: Vec::new(),
@@ -950,15 +988,16 @@ mod tests {
             stack,
             frames: Box::new([]),
         };
-        let (first, index) = s.count(7, [anon], None, None, kept);
-        let (other, _) = s.count(7, [anon], None, None, kept);
+        // Each with the sends its thread counted since its previous sample.
+        let (first, index) = s.count(7, [anon], None, None, 30, kept);
+        let (other, _) = s.count(7, [anon], None, None, 12, kept);
         assert_eq!(first, other);
         // Taken during a scavenge: a stack of its own, which it keeps when placed again.
         let mut log = crate::stats::intervals::IntervalLog::default();
         log.begin(0, &vmscope_model::IntervalKind::Scavenge, 1);
-        let (in_gc, _) = s.count(7, [anon], None, Some(log.during(1)), kept);
+        let (in_gc, _) = s.count(7, [anon], None, Some(log.during(1)), 0, kept);
         assert_ne!(in_gc, first);
-        let in_gc_named = s.recount(7, in_gc, [named], None, |_| {});
+        let in_gc_named = s.recount(7, in_gc, [named], None, 0, |_| {});
         let snapshot = s.stacks.snapshot();
         assert_eq!(
             snapshot.during_of(in_gc_named),
@@ -971,18 +1010,45 @@ mod tests {
                 code_start: 0x1000,
             }])
         };
-        let to = s.recount(7, first, [named], index, frames);
+        let to = s.recount(7, first, [named], index, 30, frames);
         assert_ne!(to, in_gc_named);
         assert!(s.stacks.snapshot().during_of(to).is_empty());
         assert_ne!(to, first);
         assert_eq!(s.stacks.counts.get(&(Task::from(7), first)), Some(&1));
         assert_eq!(s.stacks.counts.get(&(Task::from(7), to)), Some(&1));
+        // The sends moved with the sample: 30 to the new stack, the other sample's 12 stay.
+        assert_eq!(s.stacks.sends.get(&(Task::from(7), to)), Some(&30));
+        assert_eq!(s.stacks.sends.get(&(Task::from(7), first)), Some(&12));
         let after = s.kept.snapshot();
         assert_eq!(after[0][0].stack, to);
         assert_eq!(after[0][0].frames[0].code_start, 0x1000);
         assert_eq!(before[0][0].stack, first, "a snapshot never changes");
         // Moved to where it already is: nothing changes.
-        assert_eq!(s.recount(7, to, [named], index, frames), to);
+        assert_eq!(s.recount(7, to, [named], index, 30, frames), to);
         assert_eq!(s.stacks.counts.get(&(Task::from(7), to)), Some(&1));
+        assert_eq!(s.stacks.sends.get(&(Task::from(7), to)), Some(&30));
+    }
+
+    /// A thread's sends are the differences of its counter between its samples in the
+    /// session: nothing for its first, nor when the counter went back.
+    #[test]
+    fn sends_are_counted_from_the_thread_s_previous_sample() {
+        let mut s = system_wide(0, 5, reading(0, 0, 0), reading(5, 0, 0));
+        let (a, b) = (Task::new(7, 7), Task::new(7, 8));
+        assert_eq!(s.sends_since(a, 1_000, 0), Some(0), "nothing to count from");
+        assert_eq!(s.sends_since(a, 1_250, 1_000), Some(250));
+        assert_eq!(s.sends_since(b, 10, 1_000), Some(0), "each thread apart");
+        assert_eq!(s.sends_since(a, 1_250, 2_000), Some(0));
+        assert_eq!(
+            s.sends_since(a, 40, 3_000),
+            Some(0),
+            "went back: another thread under the id"
+        );
+        assert_eq!(s.sends_since(a, 45, 4_000), Some(5));
+        assert_eq!(s.sends_since(b, 17, 5_000), Some(7));
+        // A counter in memory freed and reused: more than a thread can send in the time.
+        let garbage = 45 + 4 * 1_000 + 1;
+        assert_eq!(s.sends_since(a, garbage, 5_000), None);
+        assert_eq!(s.sends_since(a, garbage + 4_000, 6_000), Some(4_000));
     }
 }

@@ -29,6 +29,10 @@
 //! and counted apart ([`StackTable::blocks`]): per `(thread, stack, why it was off the CPU)`,
 //! how many and their time. A stack the thread both ran and blocked in (rare: a block's stack
 //! goes through the scheduler) has both counts.
+//!
+//! A thread whose VM publishes its send counter has, with each sample, the sends it executed
+//! since its previous one: summed per `(thread, stack)` ([`StackTable::sends`]) beside the
+//! samples, and moved with them when their attribution changes.
 
 use std::hash::BuildHasher;
 
@@ -109,6 +113,8 @@ pub struct StackTable {
     pub counts: HashMap<(Task, StackId), u64, foldhash::fast::RandomState>,
     /// Blocks per thread, stack and why (off-CPU and wall sessions).
     pub blocks: HashMap<BlockKey, Blocks, foldhash::fast::RandomState>,
+    /// Sends counted with the samples, per thread and stack (threads with a send counter).
+    pub sends: HashMap<(Task, StackId), u64, foldhash::fast::RandomState>,
     /// Distinct sets of interval kinds, by [`DuringId`] (0, the empty set, included).
     pub during: Vec<Box<[IntervalKind]>>,
     during_index: HashMap<Box<[IntervalKind]>, DuringId, foldhash::fast::RandomState>,
@@ -149,6 +155,7 @@ impl StackTable {
             stacks: Vec::new(),
             counts: HashMap::default(),
             blocks: HashMap::default(),
+            sends: HashMap::default(),
             during: Vec::new(),
             during_index: HashMap::default(),
             during_of_log: HashMap::default(),
@@ -180,6 +187,29 @@ impl StackTable {
         if self.stacks.len() >= self.max_stacks && self.cut_at_limit(stack) {
             self.beyond_limit += 1;
         }
+    }
+
+    /// Adds the `sends` counted with a sample of `task` in `stack`.
+    pub fn add_sends(&mut self, task: impl Into<Task>, stack: StackId, sends: u64) {
+        if sends > 0 {
+            let sum = self.sends.entry((task.into(), stack)).or_insert(0);
+            *sum = sum.saturating_add(sends);
+        }
+    }
+
+    /// Moves the `sends` of a sample of `task` from stack `from` to `to`.
+    pub fn move_sends(&mut self, task: impl Into<Task>, from: StackId, to: StackId, sends: u64) {
+        if sends == 0 || from == to {
+            return;
+        }
+        let task = task.into();
+        if let Some(sum) = self.sends.get_mut(&(task, from)) {
+            *sum = sum.saturating_sub(sends);
+            if *sum == 0 {
+                self.sends.remove(&(task, from));
+            }
+        }
+        self.add_sends(task, to, sends);
     }
 
     /// Counts one block of `task` in `stack`, off the CPU `ns` for `state`.
@@ -529,6 +559,11 @@ impl StackTable {
                 .iter()
                 .map(|(&(task, stack, state), &b)| (task, stack, state, b))
                 .collect(),
+            sends: self
+                .sends
+                .iter()
+                .map(|(&(task, stack), &n)| (task, stack, n))
+                .collect(),
             during: self.during.clone(),
         }
     }
@@ -556,6 +591,8 @@ pub struct StackSnapshot {
     pub counts: Vec<(Task, StackId, u64)>,
     /// Blocks per thread, stack and why.
     pub blocks: Vec<(Task, StackId, BlockState, Blocks)>,
+    /// Sends per thread and stack; empty when no thread had a send counter.
+    pub sends: Vec<(Task, StackId, u64)>,
     /// Sets of interval kinds, by [`DuringId`] (empty when no sample was in one).
     pub during: Vec<Box<[IntervalKind]>>,
 }
@@ -635,9 +672,19 @@ impl StackSnapshot {
             let (_, id) = part_stack(task.pid, stack);
             blocks.push((task, id, state, b));
         }
+        let mut sends = Vec::with_capacity(self.sends.len());
+        for &(task, stack, n) in &self.sends {
+            let (_, id) = part_stack(task.pid, stack);
+            sends.push((task, id, n));
+        }
         for (task, id, samples) in counts {
             if let Some((part, ..)) = parts.get_mut(&task.pid) {
                 part.counts.push((task, id, samples));
+            }
+        }
+        for (task, id, n) in sends {
+            if let Some((part, ..)) = parts.get_mut(&task.pid) {
+                part.sends.push((task, id, n));
             }
         }
         for (task, id, state, b) in blocks {

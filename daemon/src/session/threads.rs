@@ -91,6 +91,7 @@ impl Snapshot {
         let keeps = |task: &Task| filter.keeps(*task, names.get(task).map(String::as_str));
         self.stacks.counts.retain(|(task, ..)| keeps(task));
         self.stacks.blocks.retain(|(task, ..)| keeps(task));
+        self.stacks.sends.retain(|(task, ..)| keeps(task));
         self.kept = self
             .kept
             .iter()

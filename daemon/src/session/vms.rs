@@ -36,6 +36,21 @@ pub struct Vms {
     /// The collections of the JVMs off-CPU sessions watch, which publish none of their own
     /// but keep them in their performance data file.
     pub gcs: JvmGcs,
+    /// Thread counters published since the manager last took them, for the kernel.
+    thread_counters: Vec<PublishedCounter>,
+}
+
+/// A thread's send counter as its VM published it (see [`StatEvent::ThreadCounter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PublishedCounter {
+    /// The publishing process.
+    pub pid: u32,
+    /// Its thread.
+    pub tid: u32,
+    /// Where the counter is, or 0 for no longer.
+    pub address: u64,
+    /// The publisher's uid.
+    pub owner: u32,
 }
 
 impl Vms {
@@ -56,6 +71,20 @@ impl Vms {
         }
         let state = self.states.entry(pid).or_default();
         for (ts, event) in &stats {
+            if let &StatEvent::ThreadCounter {
+                tid,
+                address,
+                owner,
+            } = event
+            {
+                self.thread_counters.push(PublishedCounter {
+                    pid,
+                    tid,
+                    address,
+                    owner,
+                });
+                continue;
+            }
             for session in sessions.values_mut() {
                 if session.state == State::Stopped || !session.watches(pid, *ts) {
                     continue;
@@ -70,6 +99,11 @@ impl Vms {
             state.apply(*ts, event);
         }
         self.taken += stats.len() as u64;
+    }
+
+    /// The thread counters published since the last call, in their order.
+    pub fn take_thread_counters(&mut self) -> Vec<PublishedCounter> {
+        std::mem::take(&mut self.thread_counters)
     }
 
     /// Whether `pid` publishes as a VM: its samples wait for its publication, to be tagged

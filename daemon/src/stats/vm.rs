@@ -38,6 +38,9 @@ pub const MAX_NAMED_KINDS: usize = 16;
 pub const MAX_OPEN_INTERVALS: usize = 1024;
 /// Longest name of a statistic or a kind, and longest unit or text value.
 pub const MAX_NAME_BYTES: usize = 128;
+/// Most threads of one publication whose send counters the sampler reads at once
+/// (`ThreadCounter`).
+pub const MAX_THREAD_COUNTERS: usize = 1024;
 
 /// The kind of a published interval, or why there is none: a kind of the VM's own may not be
 /// nameless, nor take the name of one of the protocol's.
@@ -125,6 +128,17 @@ pub enum StatEvent {
         /// Its values.
         values: Vec<u64>,
     },
+    /// Where a thread keeps its send counter, for the sampler to read with its samples; 0: no
+    /// longer. The manager hands it to the kernel (it is no statistic of a window).
+    ThreadCounter {
+        /// The thread.
+        tid: u32,
+        /// The counter's address in the VM's memory, or 0.
+        address: u64,
+        /// The publisher's uid (its share of the kernel's map is counted by it); the
+        /// publication sets it, the rules leave it 0.
+        owner: u32,
+    },
 }
 
 /// A name or unit the protocol accepts: at most [`MAX_NAME_BYTES`].
@@ -162,6 +176,8 @@ pub struct Rules {
     open: HashSet<(IntervalKind, u64)>,
     /// Counter regions published, by id, with their number of counters.
     regions: HashMap<u32, usize>,
+    /// Threads with a send counter published now.
+    thread_counters: HashSet<u32>,
 }
 
 impl Rules {
@@ -307,6 +323,33 @@ impl Rules {
                     values: v.values.clone(),
                 }),
             },
+            Event::ThreadCounter(t) => {
+                if t.tid == 0 {
+                    return Err(invalid("a thread counter of thread 0".into()));
+                }
+                if t.address == 0 {
+                    self.thread_counters.remove(&t.tid);
+                } else if t.address % 8 != 0 || t.address.checked_add(8).is_none() {
+                    return Err(invalid(format!(
+                        "thread {}'s counter at {:#x}, not an aligned 8-byte word",
+                        t.tid, t.address
+                    )));
+                } else if !self.thread_counters.contains(&t.tid)
+                    && self.thread_counters.len() >= MAX_THREAD_COUNTERS
+                {
+                    return Err((
+                        Broken::TooMany,
+                        format!("more than {MAX_THREAD_COUNTERS} threads with counters"),
+                    ));
+                } else {
+                    self.thread_counters.insert(t.tid);
+                }
+                Ok(StatEvent::ThreadCounter {
+                    tid: t.tid,
+                    address: t.address,
+                    owner: 0,
+                })
+            }
             _ => Err(invalid("not a statistics event".into())),
         }
     }
@@ -521,6 +564,7 @@ impl Window {
             StatEvent::RegionValues { region, values } => {
                 self.counts.values_published(ts, *region, values);
             }
+            StatEvent::ThreadCounter { .. } => {}
         }
     }
 
@@ -871,6 +915,43 @@ mod tests {
             unit: String::new(),
             value,
         })
+    }
+
+    /// A thread counter names a thread and an aligned word; a publication holds at most
+    /// [`MAX_THREAD_COUNTERS`] at once, and address 0 gives one back.
+    #[test]
+    fn thread_counters_are_checked_and_bounded() {
+        let counter = |tid, address| {
+            pb::code_map_event::Event::ThreadCounter(pb::ThreadCounter { tid, address })
+        };
+        let mut rules = Rules::default();
+        assert_eq!(
+            rules.check(&counter(7, 0x7000)).unwrap(),
+            StatEvent::ThreadCounter {
+                tid: 7,
+                address: 0x7000,
+                owner: 0
+            }
+        );
+        for bad in [
+            counter(0, 0x7000),
+            counter(8, 0x7004),
+            counter(8, u64::MAX - 7),
+        ] {
+            assert_eq!(rules.check(&bad).unwrap_err().0, Broken::Invalid);
+        }
+        for tid in 8..7 + MAX_THREAD_COUNTERS as u32 {
+            rules.check(&counter(tid, 0x8000)).unwrap();
+        }
+        let one_more = 7 + MAX_THREAD_COUNTERS as u32;
+        assert_eq!(
+            rules.check(&counter(one_more, 0x8000)).unwrap_err().0,
+            Broken::TooMany
+        );
+        // Moved, given back: room again.
+        rules.check(&counter(7, 0x9000)).unwrap();
+        rules.check(&counter(7, 0)).unwrap();
+        rules.check(&counter(one_more, 0x8000)).unwrap();
     }
 
     #[test]

@@ -286,6 +286,30 @@ pub const FLAG_BLOCK_STATE_MASK: u32 = 0xf << FLAG_BLOCK_STATE_SHIFT;
 /// was taken for system-wide sessions only, and no target session may count it.
 pub const FLAG_TARGET: u32 = 128;
 
+/// [`Event::flags`] bit: [`Event::count`] holds the sampled thread's send counter, read from
+/// the address its VM published ([`ThreadCounter`]).
+pub const FLAG_COUNT: u32 = 512;
+
+/// Value of the `THREAD_COUNTERS` map, keyed by thread id: where a thread of a VM keeps its own
+/// send counter (a `u64` it only ever increments), which the sampler reads with each of its
+/// samples. The daemon writes an entry for each thread its VM published one for; the exit
+/// program removes it as the thread exits. The read is of the sampled thread's own memory, and
+/// only while the thread is in `tgid`: a thread id reused by another process reads nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ThreadCounter {
+    /// Address of the counter in the thread's process.
+    pub address: u64,
+    /// The process that published it.
+    pub tgid: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+}
+
+/// Most threads whose send counters the kernel reads at once (`THREAD_COUNTERS`, allocated as
+/// they are added).
+pub const MAX_THREAD_COUNTERS: u32 = 64 * 1024;
+
 /// Most frames of each stack (kernel, user) a sample carries: the default of
 /// `kernel.perf_event_max_stack`, which bounds what the kernel walks anyway.
 pub const MAX_STACK_FRAMES: usize = 127;
@@ -457,7 +481,7 @@ pub const CONFIG_LEN: u32 = 8;
 
 /// One record in the ring buffer, written by the kernel and read by the daemon.
 ///
-/// 48 bytes, no implicit padding. A sample with [`FLAG_STACK`] is followed in the same record by
+/// 56 bytes, no implicit padding. A sample with [`FLAG_STACK`] is followed in the same record by
 /// [`Event::kernel_frames`] kernel addresses then [`Event::user_frames`] user addresses (u64
 /// each, leaf first): see [`Event::frames_from_bytes`].
 #[repr(C)]
@@ -488,6 +512,9 @@ pub struct Event {
     pub kernel_frames: u16,
     /// User frames after the kernel frames.
     pub user_frames: u16,
+    /// With [`FLAG_COUNT`], the sampled thread's own send counter as the sample read it (see
+    /// [`ThreadCounter`]): the daemon counts the sends between two samples of the thread.
+    pub count: u64,
 }
 
 impl Event {
@@ -644,7 +671,12 @@ unsafe impl aya::Pod for BlockedCopy {}
 // SAFETY: repr(C), no padding, any bit pattern is valid.
 unsafe impl aya::Pod for ShortBlocks {}
 
-const _: () = assert!(Event::SIZE == 48);
+#[cfg(feature = "user")]
+// SAFETY: repr(C), explicit padding, any bit pattern is valid.
+unsafe impl aya::Pod for ThreadCounter {}
+
+const _: () = assert!(Event::SIZE == 56);
+const _: () = assert!(core::mem::size_of::<ThreadCounter>() == 16);
 const _: () = assert!(core::mem::size_of::<TargetKey>() == 16);
 const _: () = assert!(UserCopyHeader::SIZE == 32);
 const _: () = assert!(core::mem::size_of::<Wants>() == 16);
@@ -669,9 +701,10 @@ mod tests {
             timestamp_ns: 123_456_789,
             ip: 0xffff_ffff_8100_0000,
             period_ns: 714_285,
-            flags: FLAG_KERNEL_MODE,
+            flags: FLAG_KERNEL_MODE | FLAG_COUNT,
             kernel_frames: 0,
             user_frames: 0,
+            count: 1_234_567,
         };
         let bytes = e.to_bytes();
         assert_eq!(Event::from_bytes(&bytes), Some(e));
@@ -831,22 +864,22 @@ mod tests {
         };
         let big = users.max_record_bytes();
         // The largest record the program writes: event, 2 x 127 frames, header, copy.
-        assert_eq!(big, 48 + 2032 + 32 + 65528);
-        assert_eq!(Wants::default().max_record_bytes(), 48);
+        assert_eq!(big, 56 + 2032 + 32 + 65528);
+        assert_eq!(Wants::default().max_record_bytes(), 56);
         assert_eq!(
             Wants {
                 flags: WANT_STACKS,
                 ..Wants::default()
             }
             .max_record_bytes(),
-            48 + 2032
+            56 + 2032
         );
         assert!(users.fits(big, RING / 2 - big, RING), "just up to half");
         assert!(
             !users.fits(big, RING / 2 - big + 1, RING),
             "a byte past half"
         );
-        assert!(!Wants::default().fits(48, RING / 2, RING));
+        assert!(!Wants::default().fits(56, RING / 2, RING));
         assert!(roots.fits(big, RING - big, RING), "root's may use it all");
         // A union with root's sessions is root's.
         assert!(users.union(roots).for_root() && roots.union(users).for_root());

@@ -20,14 +20,18 @@
 //!   `execve`, whose event the daemon may never see when the ring is full) is not sampled for
 //!   them from its first tick on; the process goes to `CREDS_CHANGED`, for the daemon to check
 //!   again. Samples kept for target sessions carry [`FLAG_TARGET`]; those taken for system-wide
-//!   sessions alone do not, and no target session counts them.
+//!   sessions alone do not, and no target session counts them. A thread whose VM published
+//!   where it keeps its send counter (`THREAD_COUNTERS`) has the counter read with each sample
+//!   ([`FLAG_COUNT`], `bpf_probe_read_user` of its own memory): the daemon counts the sends
+//!   between two samples of the thread on the stack of the second.
 //! * `vmscope_exec` (raw tracepoint `sched_process_exec`) reports `execve` of tracked
 //!   processes, whose mappings the daemon must then re-read, with the new program's name.
 //! * `vmscope_exit` (raw tracepoint `sched_process_exit`) ends a tracked process's life in the
 //!   kernel itself: it removes the process from `TRACKED`, which `vmscope_sample` requires of
 //!   every target, the moment its thread-group leader exits, and tells the daemon
 //!   ([`EVENT_EXIT`]). Whatever is forked into the pid afterwards is never sampled for the old
-//!   target's sessions, however late the daemon reads the event.
+//!   target's sessions, however late the daemon reads the event. Any exiting thread's send
+//!   counter entry goes with it.
 //! * `vmscope_rename` (raw tracepoint `task_rename`) reports a tracked process's thread given a
 //!   name ([`EVENT_RENAME`]), with the name: the name of a thread at its samples, even one
 //!   gone before the daemon could read `/proc`.
@@ -79,13 +83,14 @@ mod prog {
         BLOCK_EXITED, BLOCKED_NOTED, Blocked, BlockedCopy, CONFIG_CRED_CAPS, CONFIG_CRED_IDS,
         CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, CONFIG_TASK_CRED, CONFIG_TASK_PID,
         CONFIG_TASK_TGID, Creds, EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_RENAME, EVENT_SAMPLE,
-        Event, FLAG_BLOCK_STATE_SHIFT, FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED, FLAG_STACK,
-        FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED,
+        Event, FLAG_BLOCK_STATE_SHIFT, FLAG_COUNT, FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED,
+        FLAG_STACK, FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED,
         FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_HELD, GUARD_OPEN, MAX_BLOCKED_COPIES,
         MAX_BLOCKED_THREADS, MAX_COUNT_SLOTS, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS,
-        MAX_USER_COPY, OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN, OFF_CPU_MAX_COPY, OFF_CPU_PERIOD,
-        OFF_CPU_SHORT, OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED, RING_BUFFER_BYTES, ShortBlocks,
-        TRACK_ANY_THREAD, TargetKey, Tracked, UserCopyHeader, WANT_STACKS, Wants, block_state,
+        MAX_THREAD_COUNTERS, MAX_USER_COPY, OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN,
+        OFF_CPU_MAX_COPY, OFF_CPU_PERIOD, OFF_CPU_SHORT, OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED,
+        RING_BUFFER_BYTES, ShortBlocks, TRACK_ANY_THREAD, TargetKey, ThreadCounter, Tracked,
+        UserCopyHeader, WANT_STACKS, Wants, block_state,
     };
 
     /// `MAX_STACK_FRAMES` is 127 = 0x7f: masking a frame count with it gives the verifier a
@@ -243,6 +248,12 @@ mod prog {
     #[map]
     static OFF_CPU_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(OFF_CPU_COUNTS_LEN, 0);
 
+    /// Where the VMs' threads keep their send counters, by thread id (see [`ThreadCounter`]):
+    /// written by the daemon, read with each sample of the thread, removed as it exits.
+    #[map]
+    static THREAD_COUNTERS: HashMap<u32, ThreadCounter> =
+        HashMap::with_max_entries(MAX_THREAD_COUNTERS, BPF_F_NO_PREALLOC);
+
     #[perf_event]
     pub fn vmscope_sample(ctx: PerfEventContext) -> u32 {
         let pid_tgid = bpf_get_current_pid_tgid();
@@ -277,19 +288,22 @@ mod prog {
             return 0;
         }
         let kernel = data.regs.cs & 3 == 0;
+        let tid = pid_tgid as u32;
+        let (count_flag, sends) = thread_count(tid, tgid);
         let event = Event {
             kind: EVENT_SAMPLE,
             // SAFETY: these helpers have no preconditions.
             cpu: unsafe { bpf_get_smp_processor_id() },
             tgid,
-            tid: pid_tgid as u32,
+            tid,
             // SAFETY: as above.
             timestamp_ns: unsafe { bpf_ktime_get_ns() },
             ip: data.regs.rip,
             period_ns,
-            flags: (if kernel { FLAG_KERNEL_MODE } else { 0 }) | target_flag,
+            flags: (if kernel { FLAG_KERNEL_MODE } else { 0 }) | target_flag | count_flag,
             kernel_frames: 0,
             user_frames: 0,
+            count: sends,
         };
         let sent = if value.any_stack() {
             output_with_stacks(ctx.as_ptr(), || user_regs(data, kernel), &event, value)
@@ -302,6 +316,35 @@ mod prog {
             count(&LOST, &LOST_UNKEYED, &key);
         }
         0
+    }
+
+    /// The current thread's send counter, if its VM published one: ([`FLAG_COUNT`], its value),
+    /// or `(0, 0)`. Read from the thread's own memory, only while it is in the process that
+    /// published the address; a page not present (the tick cannot fault it in) reads nothing,
+    /// and the next sample counts the sends since the last one read.
+    #[inline(always)]
+    fn thread_count(tid: u32, tgid: u32) -> (u32, u64) {
+        // SAFETY: see vmscope_sample.
+        let Some(&counter) = (unsafe { THREAD_COUNTERS.get(tid) }) else {
+            return (0, 0);
+        };
+        if counter.tgid != tgid {
+            return (0, 0);
+        }
+        // SAFETY: bpf_probe_read_user copes with any address: a bad one fails.
+        let mut value = 0u64;
+        let read = unsafe {
+            bpf_probe_read_user(
+                core::ptr::from_mut(&mut value).cast(),
+                8,
+                counter.address as *const c_void,
+            )
+        };
+        if read == 0 {
+            (FLAG_COUNT, value)
+        } else {
+            (0, 0)
+        }
     }
 
     /// What the sessions at `key` (a sampling period, or [`OFF_CPU_PERIOD`]) want of the current
@@ -405,7 +448,7 @@ mod prog {
     /// Writes `event` followed by its kernel stack (when it interrupted the kernel), its user
     /// stack by frame pointers (with [`WANT_STACKS`]) and its user registers and stack copy
     /// (with [`Wants::user_copy_bytes`], from `user_regs`) as one record, as long as what it
-    /// holds: a record is 48 bytes plus 8 per frame plus the copy, so the ring keeps as many
+    /// holds: a record is 56 bytes plus 8 per frame plus the copy, so the ring keeps as many
     /// samples as it did for shallow stacks. `ctx` is the program's context, whose registers
     /// the kernel stack is walked from. An off-CPU event takes its `ip` from its kernel stack's
     /// first entry (the daemon places the leaf by `ip`).
@@ -905,6 +948,7 @@ mod prog {
             flags,
             kernel_frames: kernel_frames as u16,
             user_frames: user_frames as u16,
+            count: 0,
         };
         // SAFETY: len <= size_of::<StackRecord>() as every part is masked to the bounds the
         // tail was sized for, and every byte up to len was written above.
@@ -1023,6 +1067,9 @@ mod prog {
         let pid_tgid = bpf_get_current_pid_tgid();
         let tgid = (pid_tgid >> 32) as u32;
         let leader = pid_tgid as u32 == tgid;
+        // Any thread's: a thread id is the exiting thread's alone until it is reaped, and a
+        // failed delete means it had no counter.
+        let _ = THREAD_COUNTERS.remove(pid_tgid as u32);
         // SAFETY: see vmscope_sample.
         let tracked = match unsafe { TRACKED.get(tgid) } {
             Some(entry) => leader || entry.mode == TRACK_ANY_THREAD,
@@ -1063,6 +1110,7 @@ mod prog {
             flags: 0,
             kernel_frames: 0,
             user_frames: 0,
+            count: 0,
         };
         if EVENTS
             .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))

@@ -70,6 +70,11 @@ pub(super) struct Counters {
     /// exited, its memory was unreadable or did not answer in time).
     pub(super) exact_count_reads: u64,
     pub(super) exact_count_reads_failed: u64,
+    /// Samples that carried their thread's send counter.
+    pub(super) samples_with_sends: u64,
+    /// Of those, samples in a session whose counter grew more than a thread can send
+    /// ([`crate::session::MAX_SENDS_PER_NS`]): no sends counted.
+    pub(super) sends_implausible: u64,
 }
 
 impl Manager {
@@ -145,6 +150,10 @@ impl Manager {
             ("hotspot_perf_data_failed", c.hotspot_perf_data_failed),
             ("exact_count_reads", c.exact_count_reads),
             ("exact_count_reads_failed", c.exact_count_reads_failed),
+            ("samples_with_sends", c.samples_with_sends),
+            ("sends_implausible", c.sends_implausible),
+            ("thread_counters_set", self.thread_counters.set),
+            ("thread_counters_refused", self.thread_counters.refused),
             ("jvm_gc_reads", gc_reads),
             ("jvm_gc_reads_failed", gc_reads_failed),
             ("jvm_gc_watches_refused", gc_refused),
@@ -257,6 +266,7 @@ impl Manager {
             ("code_store_codes", store.len() as u64),
             ("code_store_bytes", store.bytes() as u64),
             ("kernel_event_fds", self.kernel_counter_fds() as u64),
+            ("thread_counters_read", self.thread_counters.held().0 as u64),
         ];
         DaemonCounters {
             values: values.into_iter().chain(refused).chain(unwound).collect(),

@@ -79,6 +79,7 @@ impl Manager {
             commands,
             executables: Default::default(),
             thread_names: Default::default(),
+            sends_last: Default::default(),
             total: 0,
             host_cpu: (host, host),
             lost: vec![0; lost_baseline.len()],

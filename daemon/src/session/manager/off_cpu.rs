@@ -178,6 +178,7 @@ impl Manager {
             frames,
             fp,
             sessions: wanting,
+            sends: Vec::new(),
             block: Some(RawBlock {
                 begin_ns,
                 end_ns,

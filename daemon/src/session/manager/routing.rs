@@ -44,6 +44,7 @@ impl Manager {
         for pid in self.codemaps.counting() {
             self.advance_code_maps(pid, now);
         }
+        self.apply_thread_counters();
         self.finalize_ready(now);
     }
 
@@ -89,6 +90,25 @@ impl Manager {
                 session.total += 1;
             }
         }
+        // In the order the thread's samples come (the ring keeps it), whenever each is
+        // counted: a sample parked for its code map is counted after later ones.
+        let sends: Vec<u64> = if event.flags & FLAG_COUNT != 0 {
+            self.counters.samples_with_sends += 1;
+            wanting
+                .iter()
+                .map(|(id, _)| {
+                    let session = self.sessions.get_mut(id)?;
+                    let sends = session.sends_since(task, event.count, event.timestamp_ns);
+                    if sends.is_none() {
+                        self.counters.sends_implausible += 1;
+                    }
+                    sends
+                })
+                .map(|sends| sends.unwrap_or(0))
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.note_names(&wanting, task, now_ns);
         let whole = wanting.iter().any(|&(_, w)| w != Wanted::Leaf);
         let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
@@ -106,7 +126,7 @@ impl Manager {
         {
             self.counters.stacks_placed_before += 1;
             count_stack_flags(&mut self.counters, event, whole);
-            for &(id, wanted) in &wanting {
+            for (i, &(id, wanted)) in wanting.iter().enumerate() {
                 if let Some(session) = self.sessions.get_mut(&id) {
                     session.count_placed(
                         task,
@@ -114,6 +134,7 @@ impl Manager {
                         wanted == Wanted::Leaf,
                         &placement.locations,
                         placement.end,
+                        sends.get(i).copied().unwrap_or(0),
                     );
                 }
             }
@@ -135,6 +156,7 @@ impl Manager {
             frames,
             fp,
             sessions: wanting,
+            sends,
             block: None,
         };
         self.count_or_park(pid, event.timestamp_ns, routed, generation, now_ns);
@@ -460,10 +482,11 @@ fn count_routed(
     gc_read: bool,
     mut counted: impl FnMut(Counted),
 ) {
-    for &(id, wanted) in &sample.sessions {
+    for (i, &(id, wanted)) in sample.sessions.iter().enumerate() {
         let Some(session) = sessions.get_mut(&id) else {
             continue;
         };
+        let sends = sample.sends.get(i).copied().unwrap_or(0);
         let (frames, end) = sample.stack_for(wanted);
         let locations = frames.iter().map(|f| f.location);
         let task = Task::new(pid, sample.tid);
@@ -492,17 +515,19 @@ fn count_routed(
                 stack: stack.0,
                 kept: None,
                 block: Some((block.state, ns)),
+                sends: 0,
             });
             continue;
         }
-        let (stack, kept) = session.count(task, locations, end, during, |stack| KeptSample {
-            timestamp_ns,
-            pid,
-            tid: sample.tid,
-            kernel: sample.kernel,
-            stack,
-            frames: kept_frames(frames),
-        });
+        let (stack, kept) =
+            session.count(task, locations, end, during, sends, |stack| KeptSample {
+                timestamp_ns,
+                pid,
+                tid: sample.tid,
+                kernel: sample.kernel,
+                stack,
+                frames: kept_frames(frames),
+            });
         counted(Counted {
             session: id,
             tid: sample.tid,
@@ -510,6 +535,7 @@ fn count_routed(
             stack: stack.0,
             kept: kept.map(|k| k as u32),
             block: None,
+            sends,
         });
     }
 }
@@ -630,7 +656,8 @@ impl Sink for SessionSink<'_> {
                 continue;
             }
             let kept = c.kept.map(|k| k as usize);
-            let to = session.recount(Task::new(pid, c.tid), from, locations, kept, |sample| {
+            let (task, sends) = (Task::new(pid, c.tid), c.sends);
+            let to = session.recount(task, from, locations, kept, sends, |sample| {
                 for &(index, code_start) in &moved {
                     if let Some(kept) = sample.frames.get_mut(index) {
                         kept.code_start = code_start;

@@ -199,6 +199,7 @@ impl Manager {
         };
         self.codemaps.settle(now, samples_until);
         self.codemaps.retire_idle_readers(now);
+        self.apply_thread_counters();
         self.answer_snapshots(now);
         self.end_elapsed();
 
@@ -266,6 +267,7 @@ impl Manager {
         // A VM's statistics go with its code map: sessions keep their own windows.
         let codemaps = &self.codemaps;
         self.vms.retain(|pid| codemaps.knows(pid));
+        self.forget_thread_counters();
         if (unsettled || maps_unsettled) && sampling {
             self.reader.flush_at(now_ns + slack);
         }
