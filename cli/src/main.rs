@@ -297,6 +297,13 @@ struct OutputArgs {
     /// still counts once in every function it holds.
     #[arg(long)]
     collapse_recursion: bool,
+    /// Weigh the call trees and the stack formats (JSON's stacks, pprof's default type,
+    /// folded, flame graph) by another of the profile's measures: `sends`, the work the VM's
+    /// threads counted between samples (a VM that publishes per-thread send counters: see
+    /// docs/recording.md), or `samples`, `cpu`, `off_cpu`, `off_cpu_blocks`, `wall`. Default:
+    /// samples, or the time off the CPU (--mode off-cpu), or the wall-clock time (--mode wall).
+    #[arg(long, value_name = "MEASURE", value_parser = parse_weight)]
+    weight: Option<vmscope_model::SampleType>,
     /// Print only the statistics after the code: what the VMs published of themselves (their
     /// settings, Memory, GCs, Compiled Code Compactions, counters) and the events the kernel
     /// counted for the targets (context switches, voluntary and not, CPU migrations, page
@@ -637,6 +644,12 @@ impl OutputArgs {
             check_stats_format(self.format())?;
         }
         vmscope::report::sort_keys::check(&self.sort).map_err(anyhow::Error::msg)?;
+        if self.weight.is_some() && tree.is_none() && self.format() == Format::Text {
+            anyhow::bail!(
+                "--weight weighs the call trees and the stack formats, not the flat report's \
+                 rows: add --tree (or --callers, --callees) or a stack --format"
+            );
+        }
         Ok(ReportOptions {
             min_percent: self.fold.unwrap_or(defaults.min_percent),
             name_width: if self.wide { 0 } else { defaults.name_width },
@@ -653,9 +666,17 @@ impl OutputArgs {
                 collapse_recursion: self.collapse_recursion,
             },
             stats: self.stats,
+            weight: self.weight,
             ..defaults
         })
     }
+}
+
+/// A measure to weigh stacks by (`--weight`), as JSON's `sample_types` or pprof name it.
+fn parse_weight(name: &str) -> Result<vmscope_model::SampleType, String> {
+    vmscope_model::SampleType::from_name(name).ok_or_else(|| {
+        format!("no measure {name:?}: sends, samples, cpu, off_cpu, off_cpu_blocks or wall")
+    })
 }
 
 /// Module patterns match file names: a path would never match, so it is refused rather than

@@ -22,6 +22,11 @@ pub enum SampleType {
     /// Wall-clock time, in nanoseconds: the CPU time samples stand for plus the time off the
     /// CPU (wall profiles), so that each thread's total is its elapsed time.
     WallTime,
+    /// Sends (message sends, calls: what the VM counts) its thread executed since its previous
+    /// sample, read from the thread's own counter with each sample: a stack weighed by the
+    /// work done in it rather than the time. After the mode's types, in profiles of VMs that
+    /// publish per-thread send counters.
+    Sends,
 }
 
 impl SampleType {
@@ -33,6 +38,7 @@ impl SampleType {
             Self::OffCpuBlocks => "off_cpu_blocks",
             Self::OffCpuTime => "off_cpu_time",
             Self::WallTime => "wall_time",
+            Self::Sends => "sends",
         }
     }
 
@@ -44,13 +50,14 @@ impl SampleType {
             Self::OffCpuBlocks => "off_cpu_blocks",
             Self::OffCpuTime => "off_cpu",
             Self::WallTime => "wall",
+            Self::Sends => "sends",
         }
     }
 
     /// Its unit, as pprof spells units (`ValueType.unit`).
     pub fn unit(self) -> &'static str {
         match self {
-            Self::Samples | Self::OffCpuBlocks => "count",
+            Self::Samples | Self::OffCpuBlocks | Self::Sends => "count",
             Self::CpuTime | Self::OffCpuTime | Self::WallTime => "nanoseconds",
         }
     }
@@ -80,6 +87,15 @@ impl SampleType {
             OffCpu => Self::OffCpuTime,
             Wall => Self::WallTime,
         }
+    }
+
+    /// The type named `name` as [`SampleType::as_str`] or [`SampleType::name`] spell it
+    /// (`--weight`).
+    pub fn from_name(name: &str) -> Option<SampleType> {
+        use SampleType::*;
+        [Samples, CpuTime, OffCpuBlocks, OffCpuTime, WallTime, Sends]
+            .into_iter()
+            .find(|t| t.as_str() == name || t.name() == name)
     }
 
     /// Whether its values are durations in nanoseconds.

@@ -521,6 +521,7 @@ pub fn sample_type(kind: m::SampleType) -> v1::SampleType {
         m::SampleType::OffCpuBlocks => v1::SampleType::OffCpuBlocks,
         m::SampleType::OffCpuTime => v1::SampleType::OffCpuTime,
         m::SampleType::WallTime => v1::SampleType::WallTime,
+        m::SampleType::Sends => v1::SampleType::Sends,
     }
 }
 
@@ -533,6 +534,7 @@ pub fn model_sample_type(kind: i32) -> Option<m::SampleType> {
         v1::SampleType::OffCpuBlocks => Some(m::SampleType::OffCpuBlocks),
         v1::SampleType::OffCpuTime => Some(m::SampleType::OffCpuTime),
         v1::SampleType::WallTime => Some(m::SampleType::WallTime),
+        v1::SampleType::Sends => Some(m::SampleType::Sends),
     }
 }
 

@@ -76,6 +76,12 @@ pub struct ReportOptions {
     /// Only the statistics after the code (`--stats`): the VMs' own and the events the
     /// kernel counted, with the header lines that say which session. [`Report::from_profile`] does not read it.
     pub stats: bool,
+    /// What the call trees and the stack formats weigh stacks by (`--weight`): `None` for the
+    /// profile's main measure (samples, or the time off the CPU or on the wall clock), or one
+    /// of its sample types, such as [`SampleType::Sends`](vmscope_model::SampleType::Sends)
+    /// for the work counted with the samples. Check it against the profile with
+    /// [`crate::stack_view::check_weight`].
+    pub weight: Option<vmscope_model::SampleType>,
 }
 
 impl ReportOptions {
@@ -92,6 +98,7 @@ impl ReportOptions {
         tree: None,
         stacks: StackOptions::DEFAULT,
         stats: false,
+        weight: None,
     };
 }
 

@@ -53,7 +53,9 @@ use std::{
 };
 
 use serde::Serialize;
-use vmscope_model::{CodeKind, Frame, Profile, Section, Stack, StackKey, StackTreeBuilder};
+use vmscope_model::{
+    CodeKind, Frame, Profile, SampleType, Section, Stack, StackKey, StackTreeBuilder,
+};
 
 use crate::{
     functions::Functions,
@@ -150,8 +152,11 @@ impl<'a> ShownStacks<'a> {
     /// have that measure first among their values, their sample types in the same order, and
     /// `total_samples` its sum, so that every stack output (trees, folded stacks, flame
     /// graphs, pprof's default) draws by it.
+    ///
+    /// With [`ReportOptions::weight`], the stacks are weighed by that type instead, where the
+    /// profile has it ([`check_weight`] says when it has not).
     pub fn new(profile: &'a Profile, options: &ReportOptions) -> ShownStacks<'a> {
-        match by_main_value(profile) {
+        match by_weight(profile, options.weight) {
             Some(weighed) => {
                 let shown = ShownStacks::weighed(&weighed, options);
                 ShownStacks {
@@ -169,6 +174,11 @@ impl<'a> ShownStacks<'a> {
             .sample_types
             .first()
             .is_some_and(|t| t.is_time())
+    }
+
+    /// Whether the shown stacks weigh the sends counted with the samples (`--weight sends`).
+    pub fn weighs_sends(&self) -> bool {
+        self.profile.sample_types.first() == Some(&SampleType::Sends)
     }
 
     /// [`ShownStacks::new`] of a profile whose main measure is first already.
@@ -279,6 +289,8 @@ impl<'a> ShownStacks<'a> {
         let total = self.profile.total_samples;
         let of = if self.weighs_time() {
             "of the time"
+        } else if self.weighs_sends() {
+            "of the sends"
         } else {
             "of the samples"
         };
@@ -305,10 +317,37 @@ impl<'a> ShownStacks<'a> {
     }
 }
 
-/// A copy of `profile` whose stacks have its main measure first among their values (and its
-/// sample types in that order), `total_samples` its sum; `None` when it is first already.
-fn by_main_value(profile: &Profile) -> Option<Profile> {
-    let (_, main) = profile.main_value();
+/// Whether `profile` can be weighed by `weight` (`--weight`): it must be one of its sample
+/// types. The error says which it has, and for sends what gives them.
+pub fn check_weight(profile: &Profile, weight: Option<SampleType>) -> Result<(), String> {
+    let Some(weight) = weight else {
+        return Ok(());
+    };
+    if profile.value_index(weight).is_some() {
+        return Ok(());
+    }
+    let has: Vec<&str> = profile.sample_types.iter().map(|t| t.as_str()).collect();
+    let why = if weight == SampleType::Sends {
+        ": no sampled thread had a send counter (a VM publishes one per thread: CODE-MAPS.md, \
+         \"Counts per stack\")"
+    } else {
+        ""
+    };
+    Err(format!(
+        "the profile has no {} to weigh stacks by{why}; it has {}",
+        weight.as_str(),
+        has.join(", ")
+    ))
+}
+
+/// A copy of `profile` whose stacks have `weight` (its main measure when `None` or absent)
+/// first among their values (and its sample types in that order), `total_samples` its sum;
+/// `None` when it is first already.
+fn by_weight(profile: &Profile, weight: Option<SampleType>) -> Option<Profile> {
+    let main = match weight.and_then(|w| profile.value_index(w)) {
+        Some(index) => index,
+        None => profile.main_value().1,
+    };
     if main == 0 {
         return None;
     }

@@ -124,6 +124,7 @@ pub fn render_profile(
     format: Format,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    stack_view::check_weight(profile, options.weight).map_err(anyhow::Error::msg)?;
     if options.stats {
         check_stats_format(format)?;
         render_stats_text(&Report::from_profile(profile, options), out)?;

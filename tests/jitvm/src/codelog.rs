@@ -241,7 +241,8 @@ pub fn replay(events: &[CodeMapEvent]) -> Result<History, String> {
             | Event::Begin(_)
             | Event::End(_)
             | Event::CounterRegion(_)
-            | Event::CounterValues(_) => {}
+            | Event::CounterValues(_)
+            | Event::ThreadCounter(_) => {}
         }
     }
     Ok(h)

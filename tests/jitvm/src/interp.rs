@@ -72,6 +72,8 @@ pub struct Interpreter<'a> {
     pub bytecodes: u64,
     /// The VM's activation counters, bumped as compiled prologues bump them.
     counters: Option<&'a [AtomicU64]>,
+    /// The thread's send counter, bumped with them.
+    sends: Option<&'a AtomicU64>,
 }
 
 impl<'a> Interpreter<'a> {
@@ -83,13 +85,16 @@ impl<'a> Interpreter<'a> {
             depth: 0,
             bytecodes: 0,
             counters: None,
+            sends: None,
         }
     }
 
     /// Counts each activation of a method (not of a primitive, as compiled code) in
-    /// `counters`, one per method: interpreted calls count as compiled ones do.
-    pub fn counting(mut self, counters: &'a [AtomicU64]) -> Interpreter<'a> {
+    /// `counters`, one per method, and in the thread's `sends`: interpreted calls count as
+    /// compiled ones do.
+    pub fn counting(mut self, counters: &'a [AtomicU64], sends: &'a AtomicU64) -> Interpreter<'a> {
         self.counters = Some(counters);
+        self.sends = Some(sends);
         self
     }
 
@@ -133,6 +138,9 @@ impl<'a> Interpreter<'a> {
         self.depth += 1;
         if let Some(counter) = self.counters.and_then(|c| c.get(id.0 as usize)) {
             counter.fetch_add(1, Ordering::Relaxed);
+            if let Some(sends) = self.sends {
+                sends.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let r = self.execute(id, receiver, args);
         self.depth -= 1;

@@ -29,8 +29,8 @@ struct Args {
     /// Make exactly this many calls of the workload instead, however long they take.
     #[arg(long)]
     iterations: Option<u64>,
-    /// The fib workload: the receiver of `benchFib` (25 by default). benchFib answers the
-    /// number of its own activations.
+    /// The fib and tiny workloads: the receiver of `benchFib` (25 by default). benchFib
+    /// answers the number of its own activations.
     #[arg(long)]
     fib_n: Option<i64>,
     /// Compact the code zone every N ms (default 5 for `compact`, never for the others).
@@ -133,8 +133,8 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("object heap too small for the workload")?;
     if let Some(n) = args.fib_n {
         anyhow::ensure!(
-            args.workload == Workload::Fib && (0..=32).contains(&n),
-            "--fib-n goes with the fib workload, from 0 to 32"
+            matches!(args.workload, Workload::Fib | Workload::Tiny) && (0..=32).contains(&n),
+            "--fib-n goes with the fib and tiny workloads, from 0 to 32"
         );
         calls[0].receiver = jitvm::value::Value::small(n);
         calls[0].expected = benchmarks::fib_reference(n);

@@ -147,6 +147,9 @@ pub struct Vm {
     stack_limit: Box<AtomicU64>,
     /// Calls of each method (incremented by generated code).
     counters: Box<[AtomicU64]>,
+    /// The VM thread's sends (incremented with the counters). Never freed: the profiler's
+    /// kernel may read it until the thread exits, after its withdrawal too.
+    thread_sends: &'static AtomicU64,
     /// Counters at the last compaction: unchanged means cold.
     pub(crate) counters_then: Vec<u64>,
     pub(crate) methods: Vec<MethodState>,
@@ -239,6 +242,7 @@ impl Vm {
         let stack_limit = Box::new(AtomicU64::new(u64::MAX));
         let counters: Box<[AtomicU64]> =
             (0..prog.methods.len()).map(|_| AtomicU64::new(0)).collect();
+        let thread_sends: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
         let fns = RuntimeFns {
             send_miss: ce_send_miss as *const () as u64,
             new_array: ce_new_array as *const () as u64,
@@ -265,6 +269,11 @@ impl Vm {
             } else {
                 0
             },
+            sends: if config.counters {
+                std::ptr::from_ref::<AtomicU64>(thread_sends) as u64
+            } else {
+                0
+            },
             nil: heap.nil().0,
             true_: heap.true_().0,
             false_: heap.false_().0,
@@ -281,6 +290,7 @@ impl Vm {
             unwind_cell,
             stack_limit,
             counters,
+            thread_sends,
             counters_then: vec![0; nmethods],
             methods: vec![MethodState::default(); nmethods],
             open_pics: HashMap::new(),
@@ -305,6 +315,7 @@ impl Vm {
         vm.publish_configuration();
         if vm.config.counters {
             vm.publish_counter_region();
+            vm.publish_thread_counter();
         }
         vm.publish_levels();
         vm.publish_zone();
@@ -329,11 +340,13 @@ impl Vm {
     }
 
     /// Publishes the counters a last time and ends publication (see [`Publisher::finish`]);
-    /// answers what the VM did, those last levels included.
+    /// answers what the VM did, those last levels included. The thread's send counter is
+    /// withdrawn before it is freed.
     pub fn finish(mut self) -> Stats {
         self.publish_levels();
         if self.config.counters {
             self.publish_counter_values();
+            self.withdraw_thread_counter();
         }
         self.publisher.finish();
         self.stats
@@ -395,6 +408,12 @@ impl Vm {
     /// The activation counters, one per method in method order.
     pub(crate) fn counters(&self) -> &[AtomicU64] {
         &self.counters
+    }
+
+    /// The VM thread's send counter: the sum of the activation counters, kept in one word
+    /// that the profiler reads with each sample of the thread.
+    pub fn thread_sends(&self) -> &AtomicU64 {
+        self.thread_sends
     }
 
     pub(crate) fn counter_addr(&self, m: MethodId) -> u64 {
@@ -686,7 +705,7 @@ impl Vm {
             self.stats.interpreted += 1;
             let interpreter = Interpreter::new(&self.prog, &mut self.heap);
             let mut interpreter = if self.config.counters {
-                interpreter.counting(&self.counters)
+                interpreter.counting(&self.counters, self.thread_sends)
             } else {
                 interpreter
             };

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use vmscope_proto::v1::code_map_event::Event;
 use vmscope_proto::v1::{
     Configuration, CounterKind, CounterRegion, CounterRegionValues, CounterValue, GaugeValue,
-    IntervalBegin, IntervalEnd, IntervalKind, configuration,
+    IntervalBegin, IntervalEnd, IntervalKind, ThreadCounter, configuration,
 };
 
 use crate::runtime::Vm;
@@ -108,6 +108,25 @@ impl Vm {
             names: self.prog.methods.iter().map(|m| m.name.clone()).collect(),
         };
         self.publisher().publish(Event::CounterRegion(region));
+    }
+
+    /// Publishes where the VM thread (this one: the VM runs on the thread that made it) keeps
+    /// its send counter, for the profiler to read with each of its samples.
+    pub(crate) fn publish_thread_counter(&mut self) {
+        let address = std::ptr::from_ref(self.thread_sends()) as u64;
+        self.publish_thread_counter_at(address);
+    }
+
+    /// Withdraws the thread counter: its memory goes with the VM.
+    pub(crate) fn withdraw_thread_counter(&mut self) {
+        self.publish_thread_counter_at(0);
+    }
+
+    fn publish_thread_counter_at(&mut self, address: u64) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        self.publisher()
+            .publish(Event::ThreadCounter(ThreadCounter { tid, address }));
     }
 
     /// Publishes the counters' values as the VM finishes: a session that outlives the process

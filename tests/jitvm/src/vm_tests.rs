@@ -182,6 +182,37 @@ fn opt_compiles_inlined_from_the_start() {
     assert!(vm.calls_of(m.heavy) > 0, "its inlined activations count");
 }
 
+/// The thread's send counter moves with the activation counters wherever an activation runs:
+/// compiled prologues, inlined bodies (opt), the interpreter (a zone too small for the code).
+#[test]
+fn the_thread_s_send_counter_is_the_sum_of_the_activations() {
+    for config in [
+        Config::default(),
+        Config {
+            opt: true,
+            ..Config::default()
+        },
+        Config {
+            zone_size: 4 << 10,
+            ..Config::default()
+        },
+    ] {
+        let (mut vm, m, calls) = vm_with(config);
+        for c in calls.iter().filter(|c| c.method != m.sieve) {
+            assert_eq!(
+                vm.call(c.method, c.receiver, &c.args).unwrap().as_int(),
+                Some(c.expected)
+            );
+            vm.safepoint();
+        }
+        assert!(vm.sends() > 0);
+        assert_eq!(
+            vm.thread_sends().load(std::sync::atomic::Ordering::Relaxed),
+            vm.sends()
+        );
+    }
+}
+
 #[test]
 fn full_zone_interprets_then_compacts() {
     // Too small for the working set of Poly>>run:with:with: (and for the sieve at all).
@@ -310,6 +341,10 @@ fn without_counters_nothing_is_counted_and_the_answers_hold() {
     call_each(&mut vm, &calls);
     assert_eq!(vm.calls_of(m.bench_fib), 0);
     assert_eq!(vm.sends(), 0);
+    assert_eq!(
+        vm.thread_sends().load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
 
 /// Makes each of `calls` once, a safepoint after each, checking its answer.

@@ -41,6 +41,8 @@ const SELF_HEADING: &str = "self%";
 const SAMPLES_HEADING: &str = "(samples)";
 /// The count column's heading when the counts are times.
 const TIME_HEADING: &str = "(time)";
+/// The count column's heading when the counts are sends (`--weight sends`).
+const SENDS_HEADING: &str = "(sends)";
 /// Narrowest percentage column ("100.00%").
 const MIN_PERCENT_WIDTH: usize = 7;
 /// Blanks per level of the tree.
@@ -132,6 +134,8 @@ enum Measure {
     Samples,
     /// Nanoseconds, of what (`time off the CPU`, `wall-clock time`).
     Time(&'static str),
+    /// The sends counted with the samples (`--weight sends`).
+    Sends,
 }
 
 impl Measure {
@@ -139,6 +143,7 @@ impl Measure {
         match shown.profile.sample_types.first() {
             Some(SampleType::OffCpuTime) => Measure::Time("time off the CPU"),
             Some(SampleType::WallTime) => Measure::Time("wall-clock time"),
+            Some(SampleType::Sends) => Measure::Sends,
             Some(t) if t.is_time() => Measure::Time("time"),
             _ => Measure::Samples,
         }
@@ -147,7 +152,7 @@ impl Measure {
     /// A count: `1014`, or a time, `602ms`.
     fn amount(self, n: u64) -> String {
         match self {
-            Measure::Samples => n.to_string(),
+            Measure::Samples | Measure::Sends => n.to_string(),
             Measure::Time(_) => super::off_cpu::duration(n),
         }
     }
@@ -156,6 +161,7 @@ impl Measure {
     fn total(self, n: u64) -> String {
         match self {
             Measure::Samples => count(n, "sample"),
+            Measure::Sends => count(n, "send"),
             Measure::Time(what) => format!("{} of {what}", super::off_cpu::duration(n)),
         }
     }
@@ -164,6 +170,15 @@ impl Measure {
         match self {
             Measure::Samples => SAMPLES_HEADING,
             Measure::Time(_) => TIME_HEADING,
+            Measure::Sends => SENDS_HEADING,
+        }
+    }
+
+    /// What the inclusive and self columns are: time, or sends.
+    fn what(self) -> &'static str {
+        match self {
+            Measure::Sends => "sends",
+            Measure::Samples | Measure::Time(_) => "time",
         }
     }
 
@@ -172,6 +187,7 @@ impl Measure {
         match self {
             Measure::Samples => "all samples",
             Measure::Time(_) => "all the time",
+            Measure::Sends => "all sends",
         }
     }
 }
@@ -196,8 +212,9 @@ fn view_line(tree: &CallTree, measure: Measure) -> String {
     };
     match &tree.view {
         TreeView::TopDown => format!(
-            "call tree of {}: inclusive and self time in % of {all}{folded}",
-            measure.total(tree.tree_samples)
+            "call tree of {}: inclusive and self {} in % of {all}{folded}",
+            measure.total(tree.tree_samples),
+            measure.what()
         ),
         TreeView::Callees(name) => format!(
             "callees of {name}: {}, each counted once from its outermost {name}{folded}",

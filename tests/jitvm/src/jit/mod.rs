@@ -75,6 +75,10 @@ pub struct Addrs {
     /// per method, in method order), or 0 for none: inlined bodies bump their method's, as
     /// prologues do (`compile_method`'s `counter`), so that activations count exactly.
     pub counters: u64,
+    /// Address of the VM thread's send counter (a `u64`), or 0 for none: bumped beside every
+    /// activation counter, it counts the thread's sends, which the profiler reads with each
+    /// sample (`ThreadCounter`).
+    pub sends: u64,
     /// The nil object.
     pub nil: u64,
     /// The true object.

@@ -525,6 +525,10 @@ impl Gen<'_> {
             // The inlined activation counts as its method's, as its prologue would have.
             let counter = self.addrs.counters + 8 * u64::from(inl.callee.0);
             dynasm!(self.ops ; .arch x64 ; mov r11, QWORD counter as i64 ; add QWORD [r11], 1);
+            if self.addrs.sends != 0 {
+                let sends = self.addrs.sends;
+                dynasm!(self.ops ; .arch x64 ; mov r11, QWORD sends as i64 ; add QWORD [r11], 1);
+            }
         }
         if ntemps > 0 {
             dynasm!(self.ops ; .arch x64 ; mov rax, QWORD self.addrs.nil as i64);
@@ -580,6 +584,10 @@ pub fn compile_method(
     );
     if let Some(c) = counter {
         dynasm!(ops ; .arch x64 ; mov r11, QWORD c as i64 ; add QWORD [r11], 1);
+        if addrs.sends != 0 {
+            let sends = addrs.sends;
+            dynasm!(ops ; .arch x64 ; mov r11, QWORD sends as i64 ; add QWORD [r11], 1);
+        }
     }
     if m.ntemps > 0 {
         dynasm!(ops ; .arch x64 ; mov rax, QWORD addrs.nil as i64);
@@ -742,6 +750,7 @@ mod tests {
             stack_overflow: 0x5555,
             stack_limit: 0x6666,
             counters: 0,
+            sends: 0,
             nil: 0x10,
             true_: 0x20,
             false_: 0x30,
