@@ -84,7 +84,8 @@ impl<'a> JsonReport<'a> {
 ///   first: `samples`, then `cpu_time` (nanoseconds of CPU the samples stand for, one sampling
 ///   interval each); an off-CPU profile's `off_cpu_time` (nanoseconds) then `off_cpu_blocks`;
 ///   a wall profile's `wall_time` (CPU time plus time off the CPU), then `samples`,
-///   `cpu_time`, `off_cpu_blocks`, `off_cpu_time`.
+///   `cpu_time`, `off_cpu_blocks`, `off_cpu_time`; then `sends` (the sends counted with the
+///   samples) where a VM's threads published send counters. `--weight` puts its type first.
 /// - `stacks`: values per distinct (thread, stack), most samples first: `frames` (indices
 ///   into `frames`, **leaf first**: kernel frames, then user frames, outermost caller last),
 ///   `pid`, `tid`, `samples`, `values` (one per `sample_types`), `truncated` (cut at the depth limit: outermost callers missing), `end` (how the
