@@ -91,6 +91,9 @@ pub enum SamplerError {
     /// A function's calls cannot be counted (`record --count`).
     #[error("cannot count calls: {0}")]
     Count(String),
+    /// A thread's send counter cannot be read with its samples.
+    #[error("cannot read thread send counters: {0}")]
+    ThreadCounter(String),
 }
 
 impl SamplerError {
@@ -262,8 +265,8 @@ pub trait SamplerControl: Send {
         address: u64,
     ) -> Result<(), SamplerError> {
         let _ = (tid, tgid, address);
-        Err(SamplerError::Count(
-            "this sampler reads no thread counters".into(),
+        Err(SamplerError::ThreadCounter(
+            "this sampler has no kernel side".into(),
         ))
     }
     /// Reads thread `tid`'s counter no more (it may be gone already: the exit program removes
