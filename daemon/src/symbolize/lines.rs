@@ -8,7 +8,8 @@
 //! [`vmscope_parse::dwarf::SourceLines`]: sections stay in the file, read a page at a time, and
 //! only the compilation units lookups fall in are parsed. What each binary's tables cost (what
 //! they hold, and about what lookups parsed: [`SourceLines::weight`]) is kept under a budget
-//! (`--dwarf-cache-mib`), least recently used first out, after each load and lookup. A
+//! (`--dwarf-cache-mib`) after each load and lookup: least recently used first, tables shed
+//! what their lookups parsed and read, and only then are dropped whole. A
 //! binary without DWARF, or whose tables failed to load, is remembered as such (no retry per
 //! profile). Loads, evictions, failures and binaries without DWARF are counted. Once no
 //! session can ask for lines, the daemon lets every table go ([`LineTables::release`]):
@@ -69,6 +70,9 @@ pub struct LineCounters {
     pub from_debug_files: u64,
     /// Loaded tables dropped to stay within the budget.
     pub evicted: u64,
+    /// Times tables let go of what lookups parsed and read to stay within the budget, before
+    /// any is dropped.
+    pub shed: u64,
     /// Binaries whose DWARF could not be read (malformed, truncated, over the budget).
     pub failures: u64,
     /// Binaries with no DWARF line information, in themselves or in a debug file.
@@ -372,9 +376,40 @@ impl LineTables {
 }
 
 impl State {
-    /// Drops the least recently used tables until `weight` more bytes fit in `budget`, but
-    /// those under `keep` (the tables that grew: a lookup in them is under way).
+    /// Makes room for `weight` more bytes in `budget`, but not in the tables under `keep` (the
+    /// tables that grew: a lookup in them is under way). First the least recently used tables
+    /// shed what lookups parsed and read ([`SourceLines::shed`]): the next lookups in them
+    /// parse a unit again each. Only then are whole tables dropped, least recently used
+    /// first: loading one again inflates and indexes its sections, which, when a host's tables
+    /// outweigh the budget, every profile would pay for each binary it names.
     fn make_room(&mut self, weight: u64, budget: u64, keep: Option<&Key>) {
+        if self.bytes + weight > budget {
+            let mut by_age: Vec<(u64, Key)> = self
+                .entries
+                .iter()
+                .filter(|(key, entry)| entry.lines.is_some() && Some(*key) != keep)
+                .map(|(key, entry)| (entry.last_used, key.clone()))
+                .collect();
+            by_age.sort_unstable_by_key(|(used, _)| *used);
+            for (_, key) in by_age {
+                if self.bytes + weight <= budget {
+                    break;
+                }
+                let entry = self.entries.get_mut(&key).expect("listed above");
+                // A table a lookup holds is in use: not the one to shed.
+                let Some(Ok(mut lines)) = entry.lines.as_ref().map(|l| l.try_lock()) else {
+                    continue;
+                };
+                lines.shed();
+                let shed = lines.weight().saturating_mul(WEIGHT_PER_BYTE);
+                drop(lines);
+                if shed < entry.weight {
+                    self.bytes -= entry.weight - shed;
+                    entry.weight = shed;
+                    self.counters.shed += 1;
+                }
+            }
+        }
         while self.bytes + weight > budget {
             let oldest = self
                 .entries
@@ -468,7 +503,7 @@ mod tests {
     }
 
     #[test]
-    fn tables_load_once_per_build_id_and_are_evicted_least_recently_used_first() {
+    fn tables_load_once_per_build_id_shed_then_are_evicted_least_recently_used_first() {
         let (exe, id) = this_exe();
         let one = LineTables::new(u64::MAX / 4, Vec::new());
         let (_, a) = one.tables(binary(&exe, 1, Some(&id))).expect("tables");
@@ -478,24 +513,52 @@ mod tests {
         let counters = one.counters();
         assert_eq!((counters.loaded, counters.evicted), (1, 0));
         let weight = counters.bytes;
-        assert!(weight > 0);
+        // What they weigh shed: what the load must hold, not the pages it read.
+        let shed = {
+            let mut lines = a.lock().unwrap();
+            lines.shed();
+            lines.weight() * WEIGHT_PER_BYTE
+        };
+        assert!(0 < shed && shed < weight, "{shed} shed, {weight} loaded");
 
-        // Room for two tables of this size: three binaries (keyed apart) evict the least
-        // recently used.
-        let two = LineTables::new(weight * 2 + weight / 2, Vec::new());
+        // Room for two tables as loaded and one shed: the third sheds the least recently used,
+        // and all three stay.
         let (k1, k2, k3) = (b"one".as_slice(), b"two".as_slice(), b"three".as_slice());
-        two.tables(binary(&exe, 1, Some(k1))).unwrap();
-        two.tables(binary(&exe, 2, Some(k2))).unwrap();
+        let key = |k: &[u8]| Key::BuildId(k.to_vec());
+        let roomy = LineTables::new(weight * 2 + shed, Vec::new());
+        roomy.tables(binary(&exe, 1, Some(k1))).unwrap();
+        roomy.tables(binary(&exe, 2, Some(k2))).unwrap();
         // k1 used again: k2 is now the oldest.
-        two.tables(binary(&exe, 1, Some(k1))).unwrap();
-        two.tables(binary(&exe, 3, Some(k3))).unwrap();
-        let counters = two.counters();
-        assert_eq!((counters.loaded, counters.evicted), (3, 1));
-        assert!(counters.bytes <= weight * 2 + weight / 2);
-        let state = two.lock();
-        assert!(state.entries.contains_key(&Key::BuildId(k1.to_vec())));
-        assert!(!state.entries.contains_key(&Key::BuildId(k2.to_vec())));
-        assert!(state.entries.contains_key(&Key::BuildId(k3.to_vec())));
+        roomy.tables(binary(&exe, 1, Some(k1))).unwrap();
+        roomy.tables(binary(&exe, 3, Some(k3))).unwrap();
+        let counters = roomy.counters();
+        assert_eq!(
+            (counters.loaded, counters.shed, counters.evicted),
+            (3, 1, 0)
+        );
+        assert_eq!(counters.bytes, weight * 2 + shed);
+        let state = roomy.lock();
+        assert_eq!(state.entries[&key(k2)].weight, shed);
+        assert_eq!(state.entries[&key(k1)].weight, weight);
+        drop(state);
+
+        // Room for one as loaded and one and a half shed: shedding is not enough for the third,
+        // and the least recently used goes.
+        let tight = LineTables::new(weight + shed + shed / 2, Vec::new());
+        tight.tables(binary(&exe, 1, Some(k1))).unwrap();
+        tight.tables(binary(&exe, 2, Some(k2))).unwrap();
+        tight.tables(binary(&exe, 3, Some(k3))).unwrap();
+        let counters = tight.counters();
+        assert_eq!(
+            (counters.loaded, counters.shed, counters.evicted),
+            (3, 2, 1),
+            "{counters:?}"
+        );
+        assert!(counters.bytes <= weight + shed + shed / 2);
+        let state = tight.lock();
+        assert!(!state.entries.contains_key(&key(k1)));
+        assert_eq!(state.entries[&key(k2)].weight, shed);
+        assert_eq!(state.entries[&key(k3)].weight, weight);
     }
 
     /// Tables weigh what lookups made them read and parse: they grow as lookups reach new
@@ -530,7 +593,8 @@ mod tests {
             .len();
         assert!(grown < exe_bytes, "{grown} of a {exe_bytes}-byte binary");
 
-        // Another binary's tables (keyed apart) grown past the budget: the first goes.
+        // Another binary's tables (keyed apart) grown past the budget: the first sheds what its
+        // lookups parsed and read, and stays loaded.
         let budget = grown + grown / 2;
         let two = LineTables::new(budget, Vec::new());
         for &svma in starts.iter().step_by((starts.len() / 100).max(1)) {
@@ -541,8 +605,10 @@ mod tests {
             two.frames_for_test(binary(&exe, 2, Some(b"second")), svma);
         }
         let counters = two.counters();
-        assert_eq!(counters.evicted, 1, "{counters:?}");
+        assert_eq!((counters.loaded, counters.evicted), (2, 0), "{counters:?}");
+        assert!(counters.shed >= 1, "{counters:?}");
         assert!(counters.bytes <= budget, "{counters:?}");
+        assert!(two.lock().entries[&Key::BuildId(b"first".to_vec())].weight < grown);
 
         assert_eq!(tables.release(), grown);
         let counters = tables.counters();

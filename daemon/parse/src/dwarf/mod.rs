@@ -190,6 +190,15 @@ impl SourceLines {
         self.owned_bytes + self.pages.bytes() + self.units.bytes()
     }
 
+    /// Lets go of what lookups parsed and read (parsed units, cached pages), keeping what a
+    /// load costs to make again (inflated sections, the units' index); answers stay the same.
+    /// For a cache of many files' tables: shedding one costs the next lookups a unit parse
+    /// each, dropping it costs the next lookup a whole load.
+    pub fn shed(&mut self) {
+        self.units.shed();
+        self.pages.clear();
+    }
+
     /// Compilation units in the file, units parsed now, and parses in all.
     pub fn units(&self) -> (usize, usize, u64) {
         let (all, parsed) = self.units.counts();
@@ -533,6 +542,39 @@ mod tests {
         // Outside every unit: no frame, no error. (Not 0: functions the linker dropped keep
         // their DWARF, at address 0.)
         assert_eq!(lines.lookup(u64::MAX - 1).unwrap(), []);
+    }
+
+    /// Shedding lets go of what lookups parsed and read, down to what a load must hold,
+    /// and the next lookup answers the same, parsing its unit again.
+    #[test]
+    fn shed_tables_weigh_what_the_load_held_and_answer_the_same() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let symbols = crate::elf::ElfSymbols::parse(&exe[..]).unwrap();
+        let mut lines =
+            SourceLines::parse(&exe[..], Arc::new(exe.clone()), u64::MAX, None).unwrap();
+        let loaded = lines.weight();
+        let me = symbols
+            .symbols()
+            .find(|s| {
+                s.demangled()
+                    .ends_with("shed_tables_weigh_what_the_load_held_and_answer_the_same")
+            })
+            .expect("the test function's symbol");
+        let before = lines.lookup(me.start).unwrap();
+        assert!(!before.is_empty());
+        let (_, parsed, parses) = lines.units();
+        assert!(parsed > 0 && lines.weight() > loaded, "{lines:?}");
+        lines.shed();
+        // The pages the load read to index the units go too.
+        assert!(lines.weight() <= loaded, "{lines:?}");
+        assert_eq!(
+            lines.weight(),
+            lines.owned_bytes() + lines.units.index_bytes(),
+            "{lines:?}"
+        );
+        assert_eq!(lines.units().1, 0);
+        assert_eq!(lines.lookup(me.start).unwrap(), before);
+        assert!(lines.units().2 > parses, "its unit parsed again");
     }
 
     /// Our lookups answer what addr2line's do (its whole-file context, over the same

@@ -118,6 +118,13 @@ impl PageCache {
         self.lock().bytes
     }
 
+    /// Lets every page go (they are read again as lookups need them); the counts stay.
+    pub fn clear(&self) {
+        let mut state = self.lock();
+        state.pages.clear();
+        state.bytes = 0;
+    }
+
     /// Bytes read from the file so far, and reads that failed.
     pub fn reads(&self) -> (u64, u64) {
         let state = self.lock();

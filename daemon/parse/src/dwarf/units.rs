@@ -204,6 +204,13 @@ impl Units {
         self.parsed.iter().map(|(_, p)| p.bytes()).sum::<u64>() + self.others.bytes()
     }
 
+    /// Lets every parsed unit go, keeping the index: the next lookups parse the units they
+    /// fall in again.
+    pub fn shed(&mut self) {
+        self.parsed.clear();
+        self.others = Others::default();
+    }
+
     /// Units known, and of them parsed now.
     pub fn counts(&self) -> (usize, usize) {
         (self.offsets.len(), self.parsed.len())

@@ -201,6 +201,7 @@ impl Manager {
             ("dwarf_loaded", l.loaded),
             ("dwarf_from_debug_files", l.from_debug_files),
             ("dwarf_evicted", l.evicted),
+            ("dwarf_shed", l.shed),
             ("dwarf_failures", l.failures),
             ("dwarf_missing", l.missing),
             ("dwarf_lookup_failures", l.lookup_failures),
