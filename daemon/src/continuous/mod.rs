@@ -49,9 +49,20 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(10);
 /// otherwise.
 pub const DEFAULT_BUDGET_BYTES: usize = 32 << 20;
 
-/// Final windows waiting to be built: a window builds in milliseconds, so more waiting means
-/// the daemon is starved, and the manager drops the next (counted) rather than hold it.
-const WINDOWS_QUEUED: usize = 4;
+/// How far window building may fall behind before the manager drops the next final window
+/// (counted) rather than hold it: a daemon further behind is starved. A busy host's first
+/// windows look up the source lines of every binary they name, and take longer than later
+/// ones: 1 s windows of 2,400 samples build in 40 to 180 ms in a release build, and of 3,700
+/// samples (the debug daemon sampling itself too) in 0.3 s once warm but up to 1.1 s in the
+/// first ten.
+const MOST_BEHIND: Duration = Duration::from_secs(30);
+
+/// Final windows of `window` that may wait to be built: [`MOST_BEHIND`]'s worth, and at least
+/// four.
+fn windows_queued(window: Duration) -> usize {
+    let windows = MOST_BEHIND.as_secs_f64() / window.as_secs_f64().max(1.0);
+    (windows.ceil() as usize).max(4)
+}
 
 /// How continuous profiling runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +115,7 @@ impl Continuous {
             None => None,
         };
         let host = host_name();
-        let (out, mut windows) = mpsc::channel::<Snapshot>(WINDOWS_QUEUED);
+        let (out, mut windows) = mpsc::channel::<Snapshot>(windows_queued(config.window));
         let request = SessionRequest {
             system_wide: true,
             frequency_hz: config.frequency_hz,
@@ -128,7 +139,15 @@ impl Continuous {
                 let host = host.clone();
                 let export = exporter.is_some();
                 let built = tokio::task::spawn_blocking(move || {
-                    entries(window, &symbolizer, export.then_some(host.as_str()))
+                    let began = std::time::Instant::now();
+                    let built = entries(window, &symbolizer, export.then_some(host.as_str()));
+                    tracing::debug!(
+                        id,
+                        processes = built.entries.len(),
+                        took = ?began.elapsed(),
+                        "a continuous window built"
+                    );
+                    built
                 })
                 .await;
                 match built {
@@ -316,4 +335,17 @@ fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_wait_for_thirty_seconds_of_building_and_four_at_least() {
+        assert_eq!(windows_queued(Duration::from_secs(1)), 30);
+        assert_eq!(windows_queued(Duration::from_secs(7)), 5);
+        assert_eq!(windows_queued(DEFAULT_WINDOW), 4);
+        assert_eq!(windows_queued(Duration::from_secs(600)), 4);
+    }
 }
