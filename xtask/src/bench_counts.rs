@@ -11,6 +11,10 @@
 //!   runs alternated, medians.
 //! - **Cost of a uprobe hit.** `mallocs 1000000` recorded with and without `--count
 //!   libc.so.6:malloc`: the difference of wall times over a million calls.
+//! - **Cost of counts per stack to each sample.** The sampler's BPF program's own time per run
+//!   (the kernel's `bpf_stats_enabled` accounting, from the daemon's program descriptor's
+//!   fdinfo) while a session samples `jitvm tiny` with its thread's send counter published,
+//!   and with `--no-counters` (none published): runs alternated, medians.
 
 use std::{
     collections::BTreeMap,
@@ -40,6 +44,7 @@ pub fn run() -> anyhow::Result<()> {
     stability(&built, &daemon)?;
     vm_cost(&built)?;
     uprobe_cost(&built, &daemon)?;
+    sample_read_cost(&built, &daemon)?;
     Ok(())
 }
 
@@ -201,6 +206,107 @@ fn uprobe_cost(built: &Built, daemon: &Daemon) -> anyhow::Result<()> {
     println!("| with --count libc.so.6:malloc | {w:.3} s |");
     println!("| per uprobe hit | {:.2} µs |", (w - wo) / 1e6 * 1e6);
     Ok(())
+}
+
+/// Where the kernel turns BPF run-time accounting on and off.
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+fn sample_read_cost(built: &Built, daemon: &Daemon) -> anyhow::Result<()> {
+    let pid = daemon.pid().context("the bench's own daemon")?;
+    let before = std::fs::read_to_string(BPF_STATS).context(BPF_STATS)?;
+    std::fs::write(BPF_STATS, "1").context("turn BPF run-time accounting on")?;
+    let measured = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..COST_RUNS {
+            for (counting, into) in [(true, &mut with), (false, &mut without)] {
+                into.push(ns_per_sampler_run(built, daemon, pid, counting)?);
+            }
+        }
+        Ok((with, without))
+    })();
+    std::fs::write(BPF_STATS, before.trim()).context("restore BPF run-time accounting")?;
+    let (with, without) = measured?;
+    let range = |v: &[f64]| {
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(0.0, f64::max);
+        format!("{min:.0}–{max:.0}")
+    };
+    let (w_range, wo_range) = (range(&with), range(&without));
+    let (w, wo) = (median(with), median(without));
+    println!();
+    println!(
+        "| the sampler's BPF program sampling `jitvm tiny`, {COST_RUNS} alternated runs | ns \
+         per run, median | min–max |"
+    );
+    println!("|---|---|---|");
+    println!("| no thread counter published (`--no-counters`) | {wo:.0} | {wo_range} |");
+    println!("| its send counter read with each sample | {w:.0} | {w_range} |");
+    println!("| ratio with/without | {:.3} | |", w / wo);
+    Ok(())
+}
+
+/// The sampler program's time per run over a 3 s session of `jitvm tiny`, its send counter
+/// published or not.
+fn ns_per_sampler_run(
+    built: &Built,
+    daemon: &Daemon,
+    daemon_pid: u32,
+    counting: bool,
+) -> anyhow::Result<f64> {
+    let mut vm = Command::new(&built.jitvm);
+    vm.env("VMSCOPE_SOCKET", &daemon.socket)
+        .args(["tiny", "--seconds", "4", "--ready"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if !counting {
+        vm.arg("--no-counters");
+    }
+    let mut vm = vm.spawn().context("start jitvm")?;
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(vm.stdout.as_mut().context("jitvm's stdout")?),
+        &mut ready,
+    )?;
+    let (time0, runs0) = sampler_stats(daemon_pid)?;
+    let status = Command::new(&built.cli)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args(["record", "-o", "/dev/null", "--duration", "3", "-p"])
+        .arg(vm.id().to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    let (time1, runs1) = sampler_stats(daemon_pid)?;
+    let _ = vm.wait();
+    if !status.success() {
+        bail!("vmscope record -p jitvm failed");
+    }
+    let runs = runs1.saturating_sub(runs0);
+    if runs == 0 {
+        bail!("the sampler did not run: is BPF run-time accounting on?");
+    }
+    Ok(time1.saturating_sub(time0) as f64 / runs as f64)
+}
+
+/// The sampler's (the daemon's one perf-event program's) run time and run count so far.
+fn sampler_stats(daemon_pid: u32) -> anyhow::Result<(u64, u64)> {
+    for fd in std::fs::read_dir(format!("/proc/{daemon_pid}/fdinfo"))? {
+        let Ok(info) = std::fs::read_to_string(fd?.path()) else {
+            continue;
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        // BPF_PROG_TYPE_PERF_EVENT.
+        if field("prog_type:").as_deref() == Some("7") {
+            let time = field("run_time_ns:").context("run_time_ns")?.parse()?;
+            let runs = field("run_cnt:").context("run_cnt")?.parse()?;
+            return Ok((time, runs));
+        }
+    }
+    bail!("no perf-event BPF program among the daemon's descriptors")
 }
 
 /// The session id `vmscope record` names on standard error.
