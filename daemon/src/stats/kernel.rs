@@ -789,11 +789,28 @@ mod tests {
             for _ in 0..50 {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
-            let mut pages = vec![0u8; 4 << 20];
-            for page in pages.chunks_mut(4096) {
-                page[0] = 1;
+            // Pages of a mapping of its own: a heap allocation may reuse pages other tests
+            // touched already (glibc's mmap threshold grows once big blocks are freed), which
+            // then fault no more (999 faults for 1024 pages seen).
+            const BYTES: usize = 4 << 20;
+            // SAFETY: a fresh private anonymous mapping, written only below, unmapped after.
+            unsafe {
+                let pages = libc::mmap(
+                    std::ptr::null_mut(),
+                    BYTES,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(pages, libc::MAP_FAILED, "mmap 4 MiB");
+                // One fault per page, not one per huge page.
+                libc::madvise(pages, BYTES, libc::MADV_NOHUGEPAGE);
+                for offset in (0..BYTES).step_by(4096) {
+                    std::ptr::write_volatile(pages.cast::<u8>().add(offset), 1);
+                }
+                libc::munmap(pages, BYTES);
             }
-            std::hint::black_box(&pages);
         });
         let tid = rx.recv().unwrap();
         // The thread as a process of its own: /proc/TID/task lists the whole thread group, so
