@@ -18,6 +18,7 @@
 
 use std::{
     collections::BTreeMap,
+    io::{BufRead, BufReader},
     process::{Command, Stdio},
     time::Instant,
 };
@@ -25,7 +26,7 @@ use std::{
 use anyhow::{Context, bail};
 
 use crate::{
-    bench_exit::median,
+    bench_exit::{BpfStats, median, program_stats},
     demo::{self, Built, Daemon},
     root,
 };
@@ -208,24 +209,19 @@ fn uprobe_cost(built: &Built, daemon: &Daemon) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where the kernel turns BPF run-time accounting on and off.
-const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+/// `BPF_PROG_TYPE_PERF_EVENT` in fdinfo's `prog_type`: the sampler, the daemon's only one.
+const PERF_EVENT: u64 = 7;
 
 fn sample_read_cost(built: &Built, daemon: &Daemon) -> anyhow::Result<()> {
     let pid = daemon.pid().context("the bench's own daemon")?;
-    let before = std::fs::read_to_string(BPF_STATS).context(BPF_STATS)?;
-    std::fs::write(BPF_STATS, "1").context("turn BPF run-time accounting on")?;
-    let measured = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-        let (mut with, mut without) = (Vec::new(), Vec::new());
-        for _ in 0..COST_RUNS {
-            for (counting, into) in [(true, &mut with), (false, &mut without)] {
-                into.push(ns_per_sampler_run(built, daemon, pid, counting)?);
-            }
+    let stats = BpfStats::enable()?;
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..COST_RUNS {
+        for (counting, into) in [(true, &mut with), (false, &mut without)] {
+            into.push(ns_per_sampler_run(built, daemon, pid, counting)?);
         }
-        Ok((with, without))
-    })();
-    std::fs::write(BPF_STATS, before.trim()).context("restore BPF run-time accounting")?;
-    let (with, without) = measured?;
+    }
+    drop(stats);
     let range = |v: &[f64]| {
         let min = v.iter().copied().fold(f64::INFINITY, f64::min);
         let max = v.iter().copied().fold(0.0, f64::max);
@@ -262,11 +258,8 @@ fn ns_per_sampler_run(
         vm.arg("--no-counters");
     }
     let mut vm = vm.spawn().context("start jitvm")?;
-    let mut ready = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(vm.stdout.as_mut().context("jitvm's stdout")?),
-        &mut ready,
-    )?;
+    // Its code map and counter published, it says so.
+    BufReader::new(vm.stdout.as_mut().context("jitvm's stdout")?).read_line(&mut String::new())?;
     let (time0, runs0) = sampler_stats(daemon_pid)?;
     let status = Command::new(&built.cli)
         .arg("--socket")
@@ -288,25 +281,15 @@ fn ns_per_sampler_run(
     Ok(time1.saturating_sub(time0) as f64 / runs as f64)
 }
 
-/// The sampler's (the daemon's one perf-event program's) run time and run count so far.
+/// The sampler's run time and run count so far.
 fn sampler_stats(daemon_pid: u32) -> anyhow::Result<(u64, u64)> {
-    for fd in std::fs::read_dir(format!("/proc/{daemon_pid}/fdinfo"))? {
-        let Ok(info) = std::fs::read_to_string(fd?.path()) else {
-            continue;
-        };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_owned())
-        };
-        // BPF_PROG_TYPE_PERF_EVENT.
-        if field("prog_type:").as_deref() == Some("7") {
-            let time = field("run_time_ns:").context("run_time_ns")?.parse()?;
-            let runs = field("run_cnt:").context("run_cnt")?.parse()?;
-            return Ok((time, runs));
-        }
+    match program_stats(daemon_pid, PERF_EVENT)?[..] {
+        [(_, time, runs)] => Ok((time, runs)),
+        ref found => bail!(
+            "the daemon holds {} perf-event programs, not one",
+            found.len()
+        ),
     }
-    bail!("no perf-event BPF program among the daemon's descriptors")
 }
 
 /// The session id `vmscope record` names on standard error.
