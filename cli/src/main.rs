@@ -332,9 +332,12 @@ struct OutputArgs {
     /// Group each section's rows by KEYS, as `perf report --sort` does: `comm` (process name),
     /// `pid` (process), `tid` (thread, `name[tid]`: a JVM's `C2 CompilerThread0`, `GC
     /// Thread#0`), `dso` (module), `sym` (function), `srcline` (the source line the samples
-    /// fell in, `hot.c:12`, from DWARF; not with `tid`). `--sort pid` tells processes apart in
-    /// a system-wide profile; `--sort comm,sym` shows functions per program; `--sort tid,sym`
-    /// functions per thread; `--sort srcline` the hot lines.
+    /// fell in, `hot.c:12`, from DWARF; not with `tid`), `label:KEY` (the value of the
+    /// program's label KEY, `phase=a` or `phase unset`; not with `tid` or `srcline`). `--sort
+    /// pid` tells processes apart in a system-wide profile; `--sort comm,sym` shows functions
+    /// per program; `--sort tid,sym` functions per thread; `--sort srcline` the hot lines;
+    /// `--sort label:phase,sym` functions per phase. With --tree, --callers or --callees, the
+    /// label keys root each stack under its values.
     #[arg(
         long,
         value_name = "KEYS",
@@ -352,6 +355,33 @@ struct OutputArgs {
     /// either names.
     #[arg(long = "thread", value_name = "PATTERN")]
     thread_names: Vec<String>,
+    /// Only the samples whose thread had label KEY set to VALUE when they were taken (labels
+    /// a program sets with proto/vmscope_labels.h or the code map protocol); `KEY=` for those
+    /// without a label of KEY. Repeat for several: samples with all of them.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<String>,
+    /// One report block per value of label KEY (`label:KEY`), most samples first, then one
+    /// for the samples without it: each with the usual sections, ranges and trees of its
+    /// samples alone. Text and JSON.
+    #[arg(long = "group-by", value_name = "label:KEY", value_parser = parse_group_by)]
+    group_by: Option<String>,
+}
+
+/// `--label KEY=VALUE` (the daemon checks the sizes).
+fn parse_label(s: &str) -> Result<String, String> {
+    vmscope_model::LabelFilter::parse(&[s])
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// `--group-by label:KEY`: the key.
+fn parse_group_by(s: &str) -> Result<String, String> {
+    match s.strip_prefix("label:") {
+        Some(key) if !key.is_empty() && !key.contains('=') => Ok(key.to_owned()),
+        _ => Err(format!(
+            "`{s}` is not label:KEY (reports group by a label's values: label:phase)"
+        )),
+    }
 }
 
 /// How `diff` and `check` read and compare their profiles.
@@ -365,9 +395,32 @@ struct CompareArgs {
     /// --native`); pprof files are read as they were written.
     #[arg(long)]
     native: bool,
+    /// Compare only the samples labelled KEY=VALUE on both sides (`KEY=` for those without a
+    /// label of KEY; repeat for several): the daemon builds each session's profile from them
+    /// alone. For sessions; cut a pprof file with `go tool pprof -tagfocus`.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<String>,
 }
 
 impl CompareArgs {
+    /// The samples each session's side is of, refused for pprof files, which the daemon does
+    /// not cut.
+    fn samples(&self, inputs: &[&vmscope::diff::Input]) -> anyhow::Result<sessions::Threads> {
+        if !self.labels.is_empty()
+            && inputs
+                .iter()
+                .any(|i| matches!(i, vmscope::diff::Input::File(_)))
+        {
+            anyhow::bail!(
+                "--label cuts sessions; cut a pprof file with go tool pprof -tagfocus KEY=VALUE"
+            );
+        }
+        Ok(sessions::Threads {
+            labels: self.labels.clone(),
+            ..Default::default()
+        })
+    }
+
     fn report_options(&self) -> ReportOptions {
         let mut options = ReportOptions::default();
         if self.native {
@@ -464,7 +517,7 @@ async fn run_diff(
         socket,
         &[&base, &new],
         &compare.report_options(),
-        &Default::default(),
+        &compare.samples(&[&base, &new])?,
     )
     .await?;
     let options = vmscope_report::diff::DiffOptions {
@@ -503,7 +556,7 @@ async fn run_check(
             socket,
             &inputs,
             &compare.report_options(),
-            &Default::default(),
+            &compare.samples(&inputs)?,
         )
         .await?;
         let new_side = sides.last().expect("NEW is loaded");
@@ -606,6 +659,7 @@ impl OutputArgs {
         vmscope::sessions::Threads {
             tids: self.tids.clone(),
             names: self.thread_names.clone(),
+            labels: self.labels.clone(),
         }
     }
 
@@ -630,6 +684,10 @@ impl OutputArgs {
         Some(TreeOptions {
             view,
             fold_percent: self.fold.unwrap_or(DEFAULT_FOLD_PERCENT),
+            labels: vmscope::report::sort_keys::label_keys(&self.sort)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
         })
     }
 
@@ -822,6 +880,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             .map(|()| 0),
         Command::Report { id, output } => {
             let threads = output.threads();
+            if let Some(key) = &output.group_by {
+                return print_groups(&cli.socket, id, &threads, key, &output).await;
+            }
             print_profile(&output, sessions::profile(&cli.socket, id, &threads)).await
         }
         Command::Continuous {
@@ -889,6 +950,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let compare = CompareArgs {
                 normalize: false,
                 native,
+                labels: Vec::new(),
             };
             let inputs: Vec<&vmscope::diff::Input> = profiles.iter().collect();
             let sides = vmscope::diff::load(
@@ -936,6 +998,36 @@ async fn print_profile(
     let mut out = destination.open()?;
     let options = output.options()?;
     vmscope::report::render_profile(&profile.await?, &options, output.format(), &mut out)?;
+    out.flush()?;
+    Ok(0)
+}
+
+/// `report --group-by label:KEY`: one report per value of `key` among the samples `threads`
+/// keeps, then one of those without it.
+async fn print_groups(
+    socket: &std::path::Path,
+    id: u64,
+    threads: &sessions::Threads,
+    key: &str,
+    output: &OutputArgs,
+) -> anyhow::Result<i32> {
+    let format = output.format();
+    if !matches!(format, Format::Text | Format::Json) {
+        anyhow::bail!(
+            "--group-by draws text or json; pprof, folded stacks and flame graphs carry the \
+             labels themselves (pprof: -tagfocus {key}=VALUE), or cut one with --label"
+        );
+    }
+    let destination = Destination::choose(output.output.as_deref(), false);
+    let options = output.options()?;
+    let whole = sessions::profile(socket, id, threads).await?;
+    let mut groups = Vec::new();
+    for group in vmscope::report::groups::label_groups(&whole, key) {
+        let cut = threads.with_label(group.filter());
+        groups.push((group, sessions::profile(socket, id, &cut).await?));
+    }
+    let mut out = destination.open()?;
+    vmscope::report::groups::render_groups(&whole, key, &groups, &options, format, &mut out)?;
     out.flush()?;
     Ok(0)
 }

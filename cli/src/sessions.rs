@@ -63,24 +63,35 @@ pub async fn stop(socket: &Path, id: u64, out: &mut impl Write) -> anyhow::Resul
     Ok(())
 }
 
-/// The threads a report is of (`--tid`, `--thread`): every thread when both are empty.
+/// The samples a report is of: its threads (`--tid`, `--thread`; every thread when both are
+/// empty) and labels (`--label`; every sample when empty).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Threads {
     /// Thread ids.
     pub tids: Vec<u32>,
     /// Shell-style patterns of thread names.
     pub names: Vec<String>,
+    /// `KEY=VALUE` labels the samples' threads had set (`KEY=`: no label of KEY).
+    pub labels: Vec<String>,
 }
 
 impl Threads {
-    /// The request for session `id`'s profile of these threads.
+    /// The request for session `id`'s profile of these samples.
     pub fn request(&self, id: u64) -> pb::GetProfileRequest {
         pb::GetProfileRequest {
             session_id: id,
             pprof: false,
             tids: self.tids.clone(),
             thread_names: self.names.clone(),
+            labels: self.labels.clone(),
         }
+    }
+
+    /// These samples, of those also with `label` (`KEY=VALUE`).
+    pub fn with_label(&self, label: String) -> Threads {
+        let mut cut = self.clone();
+        cut.labels.push(label);
+        cut
     }
 }
 

@@ -302,6 +302,7 @@ fn generated_sample(pid: u32, timestamp_ns: u64) -> PendingSample<RoutedSample> 
             fp: None,
             sessions: vec![(1, Wanted::Leaf)],
             sends: Vec::new(),
+            labels: 0,
             block: None,
         },
     }

@@ -10,6 +10,7 @@
 //! Pure: no I/O, no gRPC. Every type serialises with serde.
 //!
 //! - [`profile`]: the [`Profile`] and its session-wide facts, each judged once (throttling).
+//! - [`domain_event`]: the program's own events counted by type, object and second.
 //! - [`frame`]: a distinct frame ([`Frame`]): its section, name, module, code kind, range and
 //!   source line.
 //! - [`stack`]: values per (process, thread, stack of frames), how each stack ended, the VM's
@@ -20,6 +21,7 @@
 //! - [`off_cpu`]: time off the CPU: why threads waited, its rows, what was left out.
 //! - [`row`]: self and inclusive samples per (section, module, name), with their ranges,
 //!   inlined methods, processes and source lines.
+//! - [`label`]: what the program said it was doing at a sample ([`Label`]), and filters by it.
 //! - [`issue`]: samples that could not be symbolised, by module and typed reason.
 //! - [`session`]: the session a profile is of.
 //! - [`vm_stats`], [`kernel`]: what the VMs published of their own statistics, and what the
@@ -28,9 +30,11 @@
 //! - [`rank`]: the one order of every ranked list.
 #![deny(missing_docs)]
 
+pub mod domain_event;
 pub mod frame;
 pub mod issue;
 pub mod kernel;
+pub mod label;
 pub mod merge;
 pub mod off_cpu;
 pub mod profile;
@@ -43,13 +47,16 @@ pub mod stack_tree;
 pub mod thread;
 pub mod vm_stats;
 
+pub use domain_event::{DomainEventType, EventStack, ObjectEvents};
 pub use frame::{CodeKind, Frame, Section};
 pub use issue::{IssueKind, SymbolizationIssue};
 pub use kernel::{KernelCounts, KernelEvents, ProcessKernelCounts};
+pub use label::{Label, LabelFilter, LabelFilterError};
 pub use off_cpu::{BlockState, OffCpu, StateTime};
 pub use profile::{CallCount, Profile};
 pub use row::{
-    CodeRange, InlinedMethod, ProcessSamples, ProfileRow, SourceLineSamples, ThreadSamples,
+    CodeRange, InlinedMethod, LabelSetSamples, ProcessSamples, ProfileRow, SourceLineSamples,
+    ThreadSamples,
 };
 pub use sample_type::SampleType;
 pub use session::{CallGraph, ProfileMode, Session, SessionState, TargetProcess};

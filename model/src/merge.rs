@@ -16,7 +16,7 @@ use crate::{
     StackTreeBuilder, SymbolizationIssue, Thread,
     profile::taken_rate,
     rank::rank,
-    row::{CodeRange, InlinedMethod, SourceLineSamples, ThreadSamples},
+    row::{CodeRange, InlinedMethod, LabelSetSamples, SourceLineSamples, ThreadSamples},
 };
 
 /// The maps that intern by value a frame, a stack and a row of every part of every window:
@@ -29,6 +29,7 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
     let mut merged = Profile::default();
     let mut frames: Map<&Frame, u32> = Map::default();
     let mut kinds: Map<&IntervalKind, u32> = Map::default();
+    let mut labels: Map<&crate::Label, u32> = Map::default();
     let mut tree = StackTreeBuilder::new();
     let mut stacks: Map<StackKey, usize> = Map::default();
     let mut rows: Map<RowKey<'_>, ProfileRow> = Map::default();
@@ -60,6 +61,16 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
                 })
             })
             .collect();
+        let label_ids: Vec<u32> = part
+            .labels
+            .iter()
+            .map(|label| {
+                *labels.entry(label).or_insert_with(|| {
+                    merged.labels.push(label.clone());
+                    (merged.labels.len() - 1) as u32
+                })
+            })
+            .collect();
         for stack in &part.stacks {
             scratch.clear();
             scratch.extend(
@@ -72,13 +83,21 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
                 .filter_map(|&k| kind_ids.get(k as usize).copied())
                 .collect();
             during.sort_unstable();
-            let key = stack.key(tree.intern(&scratch), during.clone());
+            let mut stack_labels: Vec<u32> = stack
+                .labels
+                .iter()
+                .filter_map(|&l| label_ids.get(l as usize).copied())
+                .collect();
+            stack_labels.sort_unstable();
+            let mut key = stack.key(tree.intern(&scratch), during.clone());
+            key.labels = stack_labels.clone();
             match stacks.get(&key) {
                 Some(&at) => merged.stacks[at].add_values(&stack.values),
                 None => {
                     merged.stacks.push(Stack {
                         node: key.node,
                         during,
+                        labels: stack_labels,
                         ..stack.clone()
                     });
                     stacks.insert(key, merged.stacks.len() - 1);
@@ -88,9 +107,12 @@ pub fn merge(parts: &[&Profile], requested_hz: u32) -> Profile {
         for row in &part.rows {
             let key = RowKey::of(row);
             match rows.get_mut(&key) {
-                Some(sum) => add_row(sum, row),
+                Some(sum) => add_row(sum, row, &label_ids),
                 None => {
-                    rows.insert(key, row.clone());
+                    let mut sum = row.clone();
+                    sum.labels.clear();
+                    add_label_sets(&mut sum, row, &label_ids);
+                    rows.insert(key, sum);
                 }
             }
         }
@@ -193,7 +215,7 @@ type IssueKey = (String, Option<crate::IssueKind>, String);
 /// Adds `row`'s samples to `sum`, the same code in another part. Its processes and source
 /// lines are only appended: a row shared by every process of every window would otherwise be
 /// searched and sorted again at each part, and [`coalesce_row`] sums them once at the end.
-fn add_row(sum: &mut ProfileRow, row: &ProfileRow) {
+fn add_row(sum: &mut ProfileRow, row: &ProfileRow, label_ids: &[u32]) {
     sum.samples = sum.samples.saturating_add(row.samples);
     sum.inclusive_samples = sum.inclusive_samples.saturating_add(row.inclusive_samples);
     sum.later_snapshot_samples = sum
@@ -222,6 +244,26 @@ fn add_row(sum: &mut ProfileRow, row: &ProfileRow) {
     sum.processes.extend(row.processes.iter().cloned());
     sum.source_lines.extend(row.source_lines.iter().cloned());
     sum.threads.extend(row.threads.iter().cloned());
+    add_label_sets(sum, row, label_ids);
+}
+
+/// Appends `row`'s label sets to `sum`'s, each label by its merged index (`label_ids`, the
+/// part's index to the merged one), as its stacks are.
+fn add_label_sets(sum: &mut ProfileRow, row: &ProfileRow, label_ids: &[u32]) {
+    for set in &row.labels {
+        let mut labels: Vec<u32> = set
+            .labels
+            .iter()
+            .filter_map(|&l| label_ids.get(l as usize).copied())
+            .collect();
+        labels.sort_unstable();
+        if !labels.is_empty() {
+            sum.labels.push(LabelSetSamples {
+                labels,
+                ..set.clone()
+            });
+        }
+    }
 }
 
 /// A merged row with its processes and source lines summed (one entry per process, per line
@@ -249,6 +291,16 @@ fn coalesce_row(mut row: ProfileRow) -> ProfileRow {
         same
     });
     row.threads.sort_by(ThreadSamples::order);
+    row.labels
+        .sort_by(|a, b| (a.pid, &a.labels).cmp(&(b.pid, &b.labels)));
+    row.labels.dedup_by(|later, kept| {
+        let same = (later.pid, &later.labels) == (kept.pid, &kept.labels);
+        if same {
+            kept.samples = kept.samples.saturating_add(later.samples);
+        }
+        same
+    });
+    row.labels.sort_by(LabelSetSamples::order);
     let line_key = |l: &SourceLineSamples| (l.file.clone(), l.line, l.pid);
     row.source_lines.sort_by_cached_key(line_key);
     row.source_lines.dedup_by(|later, kept| {
@@ -439,5 +491,44 @@ mod tests {
             .collect();
         assert_eq!(pids, [(7, 5), (8, 3)]);
         assert_eq!(merge(&[], 100), Profile::default());
+    }
+
+    /// Windows that named their labels in other orders merge by label, not by index: the same
+    /// labels add up, other labels stay apart.
+    #[test]
+    fn labelled_stacks_merge_by_their_labels() {
+        let (a_label, b_label) = (
+            crate::Label::new("phase", "a"),
+            crate::Label::new("phase", "b"),
+        );
+        let mut first = part(7, &[(&["hot", "main"], 5), (&["hot", "main"], 2)]);
+        first.labels = vec![a_label.clone(), b_label.clone()];
+        first.stacks[0].labels = vec![0];
+        first.stacks[1].labels = vec![1];
+        let mut second = part(7, &[(&["hot", "main"], 3)]);
+        second.labels = vec![b_label.clone(), a_label.clone()];
+        second.stacks[0].labels = vec![1];
+        // The row's labelled samples, as the daemon splits them: in the first window 5 with
+        // a and 2 with b; in the second 3 with a (its index 1).
+        let set = |labels: Vec<u32>, samples| LabelSetSamples {
+            pid: 7,
+            labels,
+            samples,
+        };
+        first.rows[0].labels = vec![set(vec![0], 5), set(vec![1], 2)];
+        second.rows[0].labels = vec![set(vec![1], 3)];
+        let merged = merge(&[&first, &second], 100);
+        let by_label: Vec<(Vec<&crate::Label>, u64)> = merged
+            .stacks
+            .iter()
+            .map(|s| (merged.labels_of(s).collect(), s.samples()))
+            .collect();
+        assert_eq!(by_label, [(vec![&a_label], 8), (vec![&b_label], 2)]);
+        let row: Vec<(&crate::Label, u64)> = merged.rows[0]
+            .labels
+            .iter()
+            .map(|s| (&merged.labels[s.labels[0] as usize], s.samples))
+            .collect();
+        assert_eq!(row, [(&a_label, 8), (&b_label, 2)]);
     }
 }

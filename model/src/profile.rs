@@ -86,6 +86,13 @@ pub struct Profile {
     pub vm_statistics: Vec<VmStatistics>,
     /// The kinds of VM interval that [`Stack::during`] and kept samples name, each once.
     pub vm_interval_kinds: Vec<IntervalKind>,
+    /// The labels that [`Stack::labels`] name, each distinct (key, value) once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<crate::Label>,
+    /// The labels the profile was cut to, for a person (`phase=a`); empty when it has every
+    /// sample.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label_filter: String,
     /// Off-CPU and wall profiles: the time off the CPU, its rows and what was left out.
     pub off_cpu: Option<OffCpu>,
     /// The threads the profile was cut to, for a person (`tid 4243, threads named GC*`);
@@ -127,6 +134,24 @@ impl Profile {
                 0,
             ),
         }
+    }
+
+    /// The labels of `stack`, in key order.
+    pub fn labels_of<'a>(
+        &'a self,
+        stack: &'a Stack,
+    ) -> impl Iterator<Item = &'a crate::Label> + Clone + 'a {
+        stack
+            .labels
+            .iter()
+            .filter_map(|&i| self.labels.get(i as usize))
+    }
+
+    /// The value of label `key` of `stack`, if it has one.
+    pub fn label_of<'a>(&'a self, stack: &'a Stack, key: &str) -> Option<&'a str> {
+        self.labels_of(stack)
+            .find(|l| l.key == key)
+            .map(|l| l.value.as_str())
     }
 
     /// A stack's value of the main type ([`Profile::main_value`]).

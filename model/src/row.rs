@@ -45,6 +45,29 @@ pub struct ProfileRow {
     pub later_snapshot_samples: u64,
     /// Its samples by thread, most first (`--sort tid`).
     pub threads: Vec<ThreadSamples>,
+    /// Its labelled samples by label set and process, most first (`--sort label:KEY`); the
+    /// rest of `samples` had no label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<LabelSetSamples>,
+}
+
+/// Samples of a row taken with one label set, in one process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelSetSamples {
+    /// Its process.
+    pub pid: u32,
+    /// The set, as indices into [`Profile::labels`](crate::Profile::labels) in ascending
+    /// order; never empty.
+    pub labels: Vec<u32>,
+    /// Samples.
+    pub samples: u64,
+}
+
+impl LabelSetSamples {
+    /// The one order of a row's label sets: most samples first, then by process and set.
+    pub fn order(a: &LabelSetSamples, b: &LabelSetSamples) -> Ordering {
+        most_first(a.samples, b.samples).then_with(|| (a.pid, &a.labels).cmp(&(b.pid, &b.labels)))
+    }
 }
 
 /// Samples of a row in one thread.

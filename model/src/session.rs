@@ -39,6 +39,10 @@ pub struct Session {
     pub max_stacks: u64,
     /// Samples counted by leaf alone once it held `max_stacks`.
     pub stack_limit_samples: u64,
+    /// Samples counted unlabelled because their thread's label set was new once the session
+    /// told apart as many as it keeps (4,096).
+    #[serde(default)]
+    pub label_limit_samples: u64,
     /// What it measures: CPU time (samples), time off the CPU, or both (wall-clock time).
     pub mode: ProfileMode,
     /// Off-CPU and wall sessions: blocks shorter than this were counted, not recorded with

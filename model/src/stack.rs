@@ -29,6 +29,10 @@ pub struct Stack {
     pub during: Vec<u32>,
     /// Blocks: why the thread was off its CPU; `None` for samples taken on it.
     pub state: Option<BlockState>,
+    /// The labels its thread had set when these samples were taken, as indices into
+    /// [`crate::Profile::labels`]; empty when none was set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<u32>,
 }
 
 /// What identifies a stack among a profile's: stacks that agree on all of it are one, and
@@ -49,6 +53,8 @@ pub struct StackKey {
     pub during: Vec<u32>,
     /// Off the CPU, why.
     pub state: Option<BlockState>,
+    /// Its labels.
+    pub labels: Vec<u32>,
 }
 
 impl Stack {
@@ -63,6 +69,7 @@ impl Stack {
             end: self.end,
             during,
             state: self.state,
+            labels: self.labels.clone(),
         }
     }
 

@@ -25,6 +25,9 @@ pub struct VmStatistics {
     /// What the VM counted exactly in its own memory over the window, one entry per counter
     /// region it published.
     pub exact_counts: Vec<ExactCounts>,
+    /// The events of its domain it published over the window, by type, most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domain_events: Vec<crate::DomainEventType>,
 }
 
 /// A counter region's counts over a session (`codemap.proto`'s `CounterRegion`): each

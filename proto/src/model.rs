@@ -12,6 +12,8 @@ use vmscope_model as m;
 
 use crate::v1;
 
+mod vm_statistics;
+
 impl From<m::Profile> for v1::Profile {
     fn from(p: m::Profile) -> Self {
         // The API gives each stack its frames as a list (pprof's way): a client reads a stack
@@ -78,6 +80,15 @@ impl From<m::Profile> for v1::Profile {
             throttled: p.throttled,
             off_cpu: p.off_cpu.map(Into::into),
             thread_filter: p.thread_filter,
+            labels: p
+                .labels
+                .into_iter()
+                .map(|l| v1::Label {
+                    key: l.key,
+                    value: l.value,
+                })
+                .collect(),
+            label_filter: p.label_filter,
             call_counts: p
                 .call_counts
                 .into_iter()
@@ -147,6 +158,12 @@ impl From<v1::Profile> for m::Profile {
                 .collect(),
             off_cpu: p.off_cpu.map(Into::into),
             thread_filter: p.thread_filter,
+            labels: p
+                .labels
+                .into_iter()
+                .map(|l| m::Label::new(l.key, l.value))
+                .collect(),
+            label_filter: p.label_filter,
             call_counts: p
                 .call_counts
                 .into_iter()
@@ -297,6 +314,7 @@ impl From<m::Session> for v1::Session {
             awaiting_code_map_samples: s.awaiting_code_map_samples,
             max_stacks: s.max_stacks,
             stack_limit_samples: s.stack_limit_samples,
+            label_limit_samples: s.label_limit_samples,
             mode: profile_mode(s.mode) as i32,
             min_block_ns: s.min_block_ns,
             params: s
@@ -338,6 +356,7 @@ impl From<v1::Session> for m::Session {
             awaiting_code_map_samples: s.awaiting_code_map_samples,
             max_stacks: s.max_stacks,
             stack_limit_samples: s.stack_limit_samples,
+            label_limit_samples: s.label_limit_samples,
             // A mode this build does not know measured something it cannot show as such.
             mode: model_profile_mode(s.mode).unwrap_or_default(),
             min_block_ns: s.min_block_ns,
@@ -510,6 +529,7 @@ fn api_stack(s: &m::Stack, frames: Vec<u32>) -> v1::Stack {
         end: stack_end(s.end) as i32,
         during: s.during.clone(),
         state: block_state(s.state) as i32,
+        labels: s.labels.clone(),
     }
 }
 
@@ -592,6 +612,7 @@ fn model_stacks(
                 end: model_stack_end(s.end),
                 during: s.during,
                 state: model_block_state(s.state),
+                labels: s.labels,
             }
         })
         .collect();
@@ -763,6 +784,15 @@ impl From<m::ProfileRow> for v1::ProfileRow {
                     samples: t.samples,
                 })
                 .collect(),
+            labels: r
+                .labels
+                .into_iter()
+                .map(|l| v1::LabelSetSamples {
+                    pid: l.pid,
+                    labels: l.labels,
+                    samples: l.samples,
+                })
+                .collect(),
         }
     }
 }
@@ -824,6 +854,15 @@ impl From<v1::ProfileRow> for m::ProfileRow {
                     tid: t.tid,
                     name: t.name,
                     samples: t.samples,
+                })
+                .collect(),
+            labels: r
+                .labels
+                .into_iter()
+                .map(|l| m::LabelSetSamples {
+                    pid: l.pid,
+                    labels: l.labels,
+                    samples: l.samples,
                 })
                 .collect(),
         }
@@ -998,158 +1037,6 @@ pub fn model_interval_kind(kind: i32, name: String) -> m::IntervalKind {
     }
 }
 
-impl From<m::VmStatistics> for v1::VmStatistics {
-    fn from(s: m::VmStatistics) -> Self {
-        v1::VmStatistics {
-            pid: s.pid,
-            vm: s.vm,
-            configuration: s
-                .configuration
-                .into_iter()
-                .map(|c| v1::Configuration {
-                    name: c.name,
-                    value: c.value.map(|value| match value {
-                        m::ConfigValue::Number(n) => v1::configuration::Value::Number(n),
-                        m::ConfigValue::Text(t) => v1::configuration::Value::Text(t),
-                    }),
-                    unit: c.unit,
-                })
-                .collect(),
-            counters: s
-                .counters
-                .into_iter()
-                .map(|c| v1::CounterDelta {
-                    name: c.name,
-                    unit: c.unit,
-                    delta: c.delta,
-                    last: c.last,
-                })
-                .collect(),
-            gauges: s
-                .gauges
-                .into_iter()
-                .map(|g| v1::GaugeDelta {
-                    name: g.name,
-                    unit: g.unit,
-                    delta: g.delta,
-                    last: g.last,
-                    low: g.low,
-                    high: g.high,
-                })
-                .collect(),
-            intervals: s
-                .intervals
-                .into_iter()
-                .map(|t| {
-                    let (kind, name) = interval_kind(&t.kind);
-                    v1::IntervalTotals {
-                        kind: kind as i32,
-                        name,
-                        count: t.count,
-                        total_ns: t.total_ns,
-                        longest_ns: t.longest_ns,
-                        sampled: t.sampled,
-                    }
-                })
-                .collect(),
-            window_ns: s.window_ns,
-            samples: s.samples,
-            exact_counts: s
-                .exact_counts
-                .into_iter()
-                .map(|c| v1::ExactCounts {
-                    kind: c.kind,
-                    counts: c
-                        .counts
-                        .into_iter()
-                        .map(|n| v1::NamedCount {
-                            name: n.name,
-                            count: n.count,
-                        })
-                        .collect(),
-                    start_source: c.start_source,
-                    end_source: c.end_source,
-                    note: c.note,
-                })
-                .collect(),
-        }
-    }
-}
-
-impl From<v1::VmStatistics> for m::VmStatistics {
-    fn from(s: v1::VmStatistics) -> Self {
-        m::VmStatistics {
-            pid: s.pid,
-            vm: s.vm,
-            configuration: s
-                .configuration
-                .into_iter()
-                .map(|c| m::Configuration {
-                    name: c.name,
-                    value: c.value.map(|value| match value {
-                        v1::configuration::Value::Number(n) => m::ConfigValue::Number(n),
-                        v1::configuration::Value::Text(t) => m::ConfigValue::Text(t),
-                    }),
-                    unit: c.unit,
-                })
-                .collect(),
-            counters: s
-                .counters
-                .into_iter()
-                .map(|c| m::CounterDelta {
-                    name: c.name,
-                    unit: c.unit,
-                    delta: c.delta,
-                    last: c.last,
-                })
-                .collect(),
-            gauges: s
-                .gauges
-                .into_iter()
-                .map(|g| m::GaugeDelta {
-                    name: g.name,
-                    unit: g.unit,
-                    delta: g.delta,
-                    last: g.last,
-                    low: g.low,
-                    high: g.high,
-                })
-                .collect(),
-            intervals: s
-                .intervals
-                .into_iter()
-                .map(|t| m::IntervalTotals {
-                    kind: model_interval_kind(t.kind, t.name),
-                    count: t.count,
-                    total_ns: t.total_ns,
-                    longest_ns: t.longest_ns,
-                    sampled: t.sampled,
-                })
-                .collect(),
-            window_ns: s.window_ns,
-            samples: s.samples,
-            exact_counts: s
-                .exact_counts
-                .into_iter()
-                .map(|c| m::ExactCounts {
-                    kind: c.kind,
-                    counts: c
-                        .counts
-                        .into_iter()
-                        .map(|n| m::NamedCount {
-                            name: n.name,
-                            count: n.count,
-                        })
-                        .collect(),
-                    start_source: c.start_source,
-                    end_source: c.end_source,
-                    note: c.note,
-                })
-                .collect(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1285,6 +1172,11 @@ mod tests {
                     tid: 43,
                     name: "GC Thread#0".into(),
                     samples: 10,
+                }],
+                labels: vec![m::LabelSetSamples {
+                    pid: 42,
+                    labels: vec![0],
+                    samples: 6,
                 }],
                 ..m::ProfileRow::default()
             }],

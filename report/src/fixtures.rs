@@ -567,6 +567,7 @@ pub fn stacks_of(stacks: &[(&[u32], u64, bool)]) -> (Vec<StackNode>, Vec<Stack>)
             }),
             during: Vec::new(),
             state: None,
+            labels: Vec::new(),
         })
         .collect();
     (tree.finish(), stacks)

@@ -95,8 +95,8 @@ impl<'a> JsonReport<'a> {
 ///   samples were taken, as `vm_statistics` names them: `scavenge`, `full_gc`,
 ///   `code_compaction`, `safepoint`, or the VM's own name; empty for most stacks), and for
 ///   a stack of blocks off the CPU its `state` (`sleeping`, `uninterruptible`, `preempted`,
-///   `stopped`, `idle`, `other`). `samples` is the stack's samples whatever the measure (0
-///   for blocks).
+///   `stopped`, `idle`, `other`), and `labels` (an object, key to value) when its thread had
+///   labels set. `samples` is the stack's samples whatever the measure (0 for blocks).
 /// - `threads`: the threads the stacks name, most time first: `pid`, `tid`, `name` (its
 ///   `comm` when first sampled, or null) and `samples`; in off-CPU and wall profiles also
 ///   `cpu_ns`, `off_cpu_blocks` and `off_cpu_ns`.
@@ -175,7 +175,7 @@ impl Serialize for InProfile<'_, model::Stack> {
             .filter_map(|&i| profile.vm_interval_kinds.get(i as usize))
             .map(IntervalKind::key)
             .collect();
-        let mut object = serializer.serialize_struct("Stack", 9)?;
+        let mut object = serializer.serialize_struct("Stack", 10)?;
         let frames: Vec<u32> = profile.stack_frames(stack).collect();
         // Its samples, whichever measure the stacks are shown by (an off-CPU profile has
         // none).
@@ -194,6 +194,13 @@ impl Serialize for InProfile<'_, model::Stack> {
         object.serialize_field("during", &during)?;
         if let Some(state) = stack.state {
             object.serialize_field("state", state.as_str())?;
+        }
+        if !stack.labels.is_empty() {
+            let labels: std::collections::BTreeMap<&str, &str> = profile
+                .labels_of(stack)
+                .map(|l| (l.key.as_str(), l.value.as_str()))
+                .collect();
+            object.serialize_field("labels", &labels)?;
         }
         object.end()
     }
@@ -383,6 +390,8 @@ mod tests {
                 "mode",
                 "off_cpu",
                 "thread_filter",
+                "label_filter",
+                "label_limit_samples",
             ]
         );
         assert_eq!(
@@ -485,6 +494,7 @@ mod tests {
                 window_ns: 3_000_000_000,
                 samples: 0,
                 exact_counts: Vec::new(),
+                domain_events: Vec::new(),
             }],
             kernel_events: Some(KernelEvents {
                 total: Some(KernelCounts {

@@ -436,6 +436,11 @@ pub struct Report {
     /// The threads the profile was cut to (`--tid`, `--thread`), for a person; null for
     /// every thread.
     pub thread_filter: Option<String>,
+    /// The labels the profile was cut to (`--label`), for a person; null for every sample.
+    pub label_filter: Option<String>,
+    /// Samples counted unlabelled because their label set was new once the session told
+    /// apart as many as it keeps.
+    pub label_limit_samples: u64,
     /// Share of all samples (percent) whose stacks run through V8's interpreter entry
     /// trampoline, behind which interpreted JavaScript callers stay nameless unless node runs
     /// with `--interpreted-frames-native-stack`: for a hint to use it. `None` below
@@ -509,7 +514,13 @@ impl Report {
             vm_samples,
             vm_modules,
             vm_module_hint,
-        } = sections(&profile.rows, total, session, call_graph, options);
+        } = sections(
+            (&profile.rows, &profile.labels),
+            total,
+            session,
+            call_graph,
+            options,
+        );
         let duration_seconds = finite_or_zero(profile.duration_seconds);
         let cpu_seconds = finite_or_zero(profile.cpu_seconds);
         let measured = cpu_seconds >= MIN_MEASURED_CPU_SECONDS && duration_seconds > 0.0;
@@ -570,6 +581,8 @@ impl Report {
             off_cpu: OffCpuReport::from_profile(profile, options),
             thread_filter: (!profile.thread_filter.is_empty())
                 .then(|| profile.thread_filter.clone()),
+            label_filter: (!profile.label_filter.is_empty()).then(|| profile.label_filter.clone()),
+            label_limit_samples: session.label_limit_samples,
         }
     }
 }
@@ -587,9 +600,10 @@ pub(crate) struct Sections {
 }
 
 /// The sections of `rows`, whose counts add up to `total` (samples, or nanoseconds off the CPU:
-/// the arithmetic is the same): sorted, folded and shared out as `options` asks.
+/// the arithmetic is the same): sorted, folded and shared out as `options` asks; `labels` are
+/// the profile's, that rows' label sets index.
 pub(crate) fn sections(
-    rows: &[ProfileRow],
+    (rows, labels): (&[ProfileRow], &[vmscope_model::Label]),
     total: u64,
     session: &Session,
     call_graph: bool,
@@ -605,7 +619,7 @@ pub(crate) fn sections(
         (!sort_keys::is_by_symbol(&options.sort)).then(|| {
             by_section
                 .each_ref()
-                .map(|rows| sort_keys::group(rows, &options.sort))
+                .map(|rows| sort_keys::group(rows, &options.sort, labels))
         });
     if let Some(grouped) = &grouped {
         by_section = grouped.each_ref().map(|rows| rows.iter().collect());

@@ -102,7 +102,13 @@ impl OffCpuReport {
         let no_session = Session::default();
         let session = profile.session.as_ref().unwrap_or(&no_session);
         // Blocks always come with their stacks: their rows have inclusive time.
-        let shown = sections(&off.rows, off.total_ns, session, true, options);
+        let shown = sections(
+            (&off.rows, &profile.labels),
+            off.total_ns,
+            session,
+            true,
+            options,
+        );
         let mut states: Vec<StateShare> = off
             .states
             .iter()

@@ -8,7 +8,9 @@
 //!   `container.id` (when the process runs in a container), `host.name`; and, where known,
 //!   `service.name` and `process.vpid` (its pid in its own pid namespace).
 //! - One profile each, of sample type `samples/count` and period type `cpu/nanoseconds` (the
-//!   sampling interval), with the sample attributes `thread.id` and `thread.name`.
+//!   sampling interval), with the sample attributes `thread.id`, `thread.name`, and
+//!   `process.context.label.KEY` for each label the sample's thread had set (as the OTel
+//!   profiler names custom labels).
 //! - One shared dictionary: every table's entry 0 is the zero value (`string_table[0]` is "").
 //! - Locations carry `profile.frame.type`: `kernel`, `native`, the runtime of a process's JIT
 //!   code named from its perf map or jitdump (`v8js` for node, `jvm` for java, `cpython` for
@@ -32,6 +34,9 @@ use opentelemetry_proto::tonic::{
 use vmscope_model::{self as model, Section};
 
 use crate::pprof::range_position;
+
+/// The prefix of a program's label's key as a sample attribute.
+pub const LABEL_ATTRIBUTE_PREFIX: &str = "process.context.label.";
 
 /// One process's profile over one window, and what its resource says of it.
 #[derive(Debug, Clone, Copy)]
@@ -346,6 +351,10 @@ impl Dictionary {
             {
                 attribute_indices.push(self.text_attribute("thread.name", name));
             }
+            for label in profile.labels_of(stack) {
+                let key = format!("{LABEL_ATTRIBUTE_PREFIX}{}", label.key);
+                attribute_indices.push(self.text_attribute(&key, &label.value));
+            }
             samples.push(otlp::Sample {
                 stack_index: self.stack(locations),
                 attribute_indices,
@@ -558,6 +567,29 @@ mod tests {
             kinds.iter().any(|k| k.starts_with("vmscope.code.range=")),
             "{kinds:?}"
         );
+    }
+
+    /// A sample's thread's labels are its attributes `process.context.label.KEY`.
+    #[test]
+    fn labels_are_sample_attributes() {
+        let mut profile = fixture::profile();
+        profile.labels = vec![model::Label::new("phase", "parse")];
+        for stack in &mut profile.stacks {
+            stack.labels = vec![0];
+        }
+        let request = export_request(&[process(&profile, 100)], "host");
+        let d = request.dictionary.as_ref().unwrap();
+        let samples = &request.resource_profiles[0].scope_profiles[0].profiles[0].samples;
+        assert!(!samples.is_empty());
+        for sample in samples {
+            let found = sample.attribute_indices.iter().any(|&a| {
+                let kv = &d.attribute_table[a as usize];
+                string(&request, kv.key_strindex) == "process.context.label.phase"
+                    && kv.value.as_ref().unwrap().value
+                        == Some(any_value::Value::StringValue("parse".into()))
+            });
+            assert!(found, "{sample:?}");
+        }
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //!   generated code named from a perf map read after the sample (not time-correct), and one
 //!   `vm_interval` label per kind of interval its VM had under way when the samples were
 //!   taken (`scavenge`, `full_gc`, `code_compaction`, `safepoint`, or the VM's own name of
-//!   the kind), so that `-tagfocus vm_interval=scavenge` cuts a flame graph to the GC's time.
+//!   the kind), so that `-tagfocus vm_interval=scavenge` cuts a flame graph to the GC's time;
+//!   and the labels its thread had set (codemap.proto's `LabelSet`), each under its own key
+//!   (`-tagfocus phase=compile`), or `label.KEY` for a key that is one of the above.
 //! - One `Mapping` per module (and build id): file name (the target's executable path for the
 //!   main executable, else the module's name as reports show it) and build id. The profile
 //!   aggregates by frame, not by address, so mappings have no address range and locations
@@ -57,6 +59,19 @@ use flate2::{Compression, write::GzEncoder};
 use prost::Message as _;
 use vmscope_model::{self as model, SampleType};
 use vmscope_proto::{DEFAULT_FREQUENCY_HZ, pprof as pp};
+
+/// The label keys vmscope writes itself: a program's label of one of these keys is written as
+/// `label.KEY`.
+pub const RESERVED_LABEL_KEYS: &[&str] = &[
+    "pid",
+    "comm",
+    "thread.id",
+    "thread.name",
+    "thread.state",
+    "truncated",
+    "attribution",
+    "vm_interval",
+];
 
 /// The profile as a gzipped pprof file. Fails only if gzip fails to write into memory, which
 /// it does not in practice; the error is kept rather than hidden behind a panic.
@@ -242,6 +257,20 @@ impl<'a> Builder<'a> {
             .iter()
             .map(|k| self.string(k.key()))
             .collect();
+        // The program's own labels, under their own keys, but for those that would be taken
+        // for one of ours.
+        let program_labels: Vec<(i64, i64)> = profile
+            .labels
+            .iter()
+            .map(|l| {
+                let key = if RESERVED_LABEL_KEYS.contains(&l.key.as_str()) {
+                    self.string(&format!("label.{}", l.key))
+                } else {
+                    self.string(&l.key)
+                };
+                (key, self.string(&l.value))
+            })
+            .collect();
 
         // pprof takes the first mapping for the main binary ("File:" in its reports): the VM
         // executable's, when it has frames.
@@ -316,6 +345,15 @@ impl<'a> Builder<'a> {
                     label.push(pp::Label {
                         key: interval_key,
                         str: value,
+                        ..Default::default()
+                    });
+                }
+            }
+            for &at in &stack.labels {
+                if let Some(&(key, str)) = program_labels.get(at as usize) {
+                    label.push(pp::Label {
+                        key,
+                        str,
                         ..Default::default()
                     });
                 }
@@ -855,6 +893,29 @@ mod tests {
                 .iter()
                 .all(|s| label(&p, s, "vm_interval").is_none())
         );
+    }
+
+    /// A program's labels are each sample's pprof labels under their own keys, but for a key
+    /// vmscope writes itself, which becomes `label.KEY`.
+    #[test]
+    fn program_labels_are_pprof_labels() {
+        let mut profile = fixture::profile();
+        profile.labels = vec![
+            model::Label::new("phase", "parse"),
+            model::Label::new("pid", "7"),
+        ];
+        profile.stacks[0].labels = vec![0, 1];
+        let p = to_pprof(&profile);
+        let phase = label(&p, &p.sample[0], "phase").expect("the phase label");
+        assert_eq!(string(&p, phase.str), "parse");
+        let theirs = label(&p, &p.sample[0], "label.pid").expect("their pid, renamed");
+        assert_eq!(string(&p, theirs.str), "7");
+        assert_eq!(
+            label(&p, &p.sample[0], "pid").unwrap().num,
+            100,
+            "ours untouched"
+        );
+        assert!(label(&p, &p.sample[1], "phase").is_none());
     }
 
     /// Each sample's values are its stack's, type by type (not derived here), and it is

@@ -10,15 +10,23 @@
 //! `srcline` is perf's: the file name and line of the sample's leaf (`hot.c:12`; the innermost
 //! inlined function's line where code was inlined). Samples without a known line are grouped
 //! per function, shown as `NAME ??:0` (perf's spelling of an unknown line).
+//!
+//! `label:KEY` is ours: the value of the label KEY that the program's thread had set when the
+//! sample was taken (`phase=a`), or `phase unset`. The daemon counts each row's labelled
+//! samples per label set and process, so labels group with processes and functions, not with
+//! threads or source lines.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+};
 
 #[cfg(test)]
 use vmscope_model::ThreadSamples;
-use vmscope_model::{ProcessSamples, ProfileRow, SourceLineSamples};
+use vmscope_model::{Label, ProcessSamples, ProfileRow, SourceLineSamples};
 
 /// A key that rows are grouped by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SortKey {
     /// The process's name (comm): every process of one program together.
     Comm,
@@ -32,13 +40,16 @@ pub enum SortKey {
     Srcline,
     /// The thread: `name[tid]`.
     Tid,
+    /// The value of the program's label of this key (`label:phase`): `phase=a`, or `phase
+    /// unset` for the samples taken without one.
+    Label(String),
 }
 
 /// How perf writes a line it does not know.
 pub const UNKNOWN_SRCLINE: &str = "??:0";
 
 impl SortKey {
-    /// Every key, as `--sort` spells them.
+    /// Every key but `label:KEY`, as `--sort` spells them.
     pub const ALL: [SortKey; 6] = [
         SortKey::Comm,
         SortKey::Pid,
@@ -48,34 +59,71 @@ impl SortKey {
         SortKey::Srcline,
     ];
 
-    /// The key's name in `--sort`.
-    pub fn as_str(self) -> &'static str {
-        match self {
+    /// Parses one key.
+    pub fn parse(key: &str) -> Result<SortKey, String> {
+        if let Some(label) = key.strip_prefix("label:") {
+            if label.is_empty() || label.contains('=') {
+                return Err(format!(
+                    "sort key `{key}`: label:KEY names a label's key, e.g. label:phase"
+                ));
+            }
+            return Ok(SortKey::Label(label.to_owned()));
+        }
+        SortKey::ALL
+            .into_iter()
+            .find(|k| k.to_string() == key)
+            .ok_or_else(|| {
+                format!(
+                    "unknown sort key `{key}`: use comm, pid, tid, dso, sym, srcline or \
+                     label:KEY (e.g. --sort pid,sym)"
+                )
+            })
+    }
+}
+
+impl fmt::Display for SortKey {
+    /// As `--sort` spells it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
             SortKey::Comm => "comm",
             SortKey::Pid => "pid",
             SortKey::Dso => "dso",
             SortKey::Sym => "sym",
             SortKey::Srcline => "srcline",
             SortKey::Tid => "tid",
-        }
-    }
-
-    /// Parses one key.
-    pub fn parse(key: &str) -> Result<SortKey, String> {
-        SortKey::ALL
-            .into_iter()
-            .find(|k| k.as_str() == key)
-            .ok_or_else(|| {
-                format!(
-                    "unknown sort key `{key}`: use comm, pid, tid, dso, sym or srcline \
-                     (e.g. --sort pid,sym)"
-                )
-            })
+            SortKey::Label(key) => return write!(f, "label:{key}"),
+        })
     }
 }
 
-/// Why `keys` cannot go together, if they cannot: a row's source lines are counted per process,
-/// not per thread.
+/// The label keys among `keys`, in their order.
+pub fn label_keys(keys: &[SortKey]) -> Vec<&str> {
+    keys.iter()
+        .filter_map(|k| match k {
+            SortKey::Label(key) => Some(key.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How one label key reads for a sample: `phase=a`, or `phase unset` without it.
+pub fn label_value_name(key: &str, value: Option<&str>) -> String {
+    match value {
+        Some(value) => format!("{key}={value}"),
+        None => format!("{key} unset"),
+    }
+}
+
+/// The value of `key` in a label set given as indices into `labels`, if it has one.
+pub fn value_of<'a>(labels: &'a [Label], set: &[u32], key: &str) -> Option<&'a str> {
+    set.iter()
+        .filter_map(|&i| labels.get(i as usize))
+        .find(|l| l.key == key)
+        .map(|l| l.value.as_str())
+}
+
+/// Why `keys` cannot go together, if they cannot: a row's source lines and labelled samples
+/// are counted per process, not per thread, and not per line of each other.
 pub fn check(keys: &[SortKey]) -> Result<(), String> {
     if keys.contains(&SortKey::Tid) && keys.contains(&SortKey::Srcline) {
         return Err(
@@ -83,6 +131,16 @@ pub fn check(keys: &[SortKey]) -> Result<(), String> {
              not per thread"
                 .to_owned(),
         );
+    }
+    if let Some(label) = keys.iter().find(|k| matches!(k, SortKey::Label(_)))
+        && let Some(other) = keys
+            .iter()
+            .find(|k| matches!(k, SortKey::Tid | SortKey::Srcline))
+    {
+        return Err(format!(
+            "--sort {label} and {other} do not go together: labelled samples are counted per \
+             process and function, not per thread or source line"
+        ));
     }
     Ok(())
 }
@@ -98,6 +156,8 @@ struct GroupKey<'a> {
     pid: Option<u32>,
     /// The thread: its id and name.
     thread: Option<(u32, &'a str)>,
+    /// The values of the label keys, as an index into the grouping's [`LabelValues`].
+    labels: Option<u32>,
     module: Option<&'a str>,
     symbol: Option<(&'a str, &'a str, bool)>,
     srcline: Option<Srcline<'a>>,
@@ -125,24 +185,42 @@ impl Srcline<'_> {
 }
 
 /// One part of a row: samples of one process (or of all, pid 0), of one of its threads (or of
-/// all) at one source line (or at none or any).
+/// all) at one source line (or at none or any), with one label set (or none or any).
 struct Part<'a> {
     pid: u32,
     command: &'a str,
     /// The thread (id, name); `None` for every thread of the part's process.
     thread: Option<(u32, &'a str)>,
     line: Option<&'a SourceLineSamples>,
+    /// The label set, as indices into the profile's labels; `None` for no labels or any.
+    labels: Option<&'a [u32]>,
     samples: u64,
 }
 
-/// The parts of `row` that the keys tell apart: by thread (and so by process), or by process
-/// and source line.
-fn parts(row: &ProfileRow, by_process: bool, by_thread: bool, by_line: bool) -> Vec<Part<'_>> {
+/// How the keys split a row.
+#[derive(Clone, Copy)]
+struct Split {
+    process: bool,
+    thread: bool,
+    line: bool,
+    label: bool,
+}
+
+/// The parts of `row` that the keys tell apart: by thread (and so by process), by process and
+/// source line, or by process and label set.
+fn parts(row: &ProfileRow, split: Split) -> Vec<Part<'_>> {
+    let Split {
+        process: by_process,
+        thread: by_thread,
+        line: by_line,
+        label: by_label,
+    } = split;
     let whole = |pid, command, samples| Part {
         pid,
         command,
         thread: None,
         line: None,
+        labels: None,
         samples,
     };
     if by_thread && !row.threads.is_empty() {
@@ -158,6 +236,7 @@ fn parts(row: &ProfileRow, by_process: bool, by_thread: bool, by_line: bool) -> 
                     .map_or("", |p| p.command.as_str()),
                 thread: Some((t.tid, t.name.as_str())),
                 line: None,
+                labels: None,
                 samples: t.samples,
             })
             .collect();
@@ -170,6 +249,9 @@ fn parts(row: &ProfileRow, by_process: bool, by_thread: bool, by_line: bool) -> 
     } else {
         vec![whole(0, "", row.samples)]
     };
+    if by_label {
+        return label_parts(row, processes);
+    }
     if !by_line || row.source_lines.is_empty() {
         return processes;
     }
@@ -197,6 +279,79 @@ fn parts(row: &ProfileRow, by_process: bool, by_thread: bool, by_line: bool) -> 
     out
 }
 
+/// Each process's labelled samples by label set, then the rest of its samples, unlabelled.
+fn label_parts<'a>(row: &'a ProfileRow, processes: Vec<Part<'a>>) -> Vec<Part<'a>> {
+    let mut out = Vec::with_capacity(row.labels.len() + processes.len());
+    for mut process in processes {
+        for set in &row.labels {
+            let ours = process.pid == 0 || set.pid == process.pid;
+            if !ours || set.samples == 0 || set.labels.is_empty() {
+                continue;
+            }
+            // A broken daemon could send more labelled than in all: never more than there is.
+            let samples = set.samples.min(process.samples);
+            process.samples -= samples;
+            out.push(Part {
+                labels: Some(&set.labels),
+                samples,
+                ..process
+            });
+        }
+        if process.samples > 0 {
+            out.push(process);
+        }
+    }
+    out
+}
+
+/// The distinct values of some label keys that rows' parts or stacks had, each given an index
+/// and named once (`phase=a  tenant unset`, joined by `separator`): what rows and call trees
+/// are grouped by.
+#[derive(Debug)]
+pub(crate) struct LabelValues<'a> {
+    separator: &'static str,
+    index: HashMap<Vec<Option<&'a str>>, u32>,
+    /// The name of each index.
+    pub(crate) names: Vec<String>,
+}
+
+impl<'a> LabelValues<'a> {
+    /// No values yet; names join their keys' values with `separator`.
+    pub(crate) fn new(separator: &'static str) -> LabelValues<'a> {
+        LabelValues {
+            separator,
+            index: HashMap::new(),
+            names: Vec::new(),
+        }
+    }
+
+    /// The index of the values of `keys` in `set` (indices into `labels`; `None` for none).
+    pub(crate) fn of<K: AsRef<str>>(
+        &mut self,
+        labels: &'a [Label],
+        keys: &[K],
+        set: Option<&[u32]>,
+    ) -> u32 {
+        let values: Vec<Option<&'a str>> = keys
+            .iter()
+            .map(|key| set.and_then(|set| value_of(labels, set, key.as_ref())))
+            .collect();
+        if let Some(&i) = self.index.get(&values) {
+            return i;
+        }
+        let name = keys
+            .iter()
+            .zip(&values)
+            .map(|(key, value)| label_value_name(key.as_ref(), *value))
+            .collect::<Vec<_>>()
+            .join(self.separator);
+        let i = self.names.len() as u32;
+        self.names.push(name);
+        self.index.insert(values, i);
+        i
+    }
+}
+
 #[derive(Debug, Default)]
 struct Group<'a> {
     samples: u64,
@@ -206,30 +361,44 @@ struct Group<'a> {
     processes: Vec<ProcessSamples>,
 }
 
-/// One section's rows grouped by `keys` (not the usual ones: see [`is_by_symbol`]).
+/// One section's rows grouped by `keys` (not the usual ones: see [`is_by_symbol`]), with
+/// `labels` the profile's (what rows' label sets index).
 ///
 /// A grouped row's name says its keys (`node[4242]  hotLoop`); it keeps its module when
 /// grouped by module or function, and its kind, code map, ranges and inlined methods when
 /// grouped by function and made of exactly one of the daemon's rows, whole (ranges cannot be
 /// split by process). Rows from a daemon that sends no samples per process are one group of
 /// an unknown process.
-pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
+pub fn group<'a>(
+    rows: &[&'a ProfileRow],
+    keys: &[SortKey],
+    labels: &'a [Label],
+) -> Vec<ProfileRow> {
     let has = |key| keys.contains(&key);
     let by_thread = has(SortKey::Tid);
     let by_process = has(SortKey::Comm) || has(SortKey::Pid);
     let by_line = has(SortKey::Srcline) && !by_thread;
-    // Lines are per process: a row is split by process to split it by line, whether or not
-    // processes are keys.
-    let split = by_process || by_line || by_thread;
+    let label_keys = label_keys(keys);
+    let by_label = !label_keys.is_empty() && !by_thread && !by_line;
+    // Lines and label sets are per process: a row is split by process to split it by either,
+    // whether or not processes are keys.
+    let split = Split {
+        process: by_process || by_line || by_thread || by_label,
+        thread: by_thread,
+        line: by_line,
+        label: by_label,
+    };
+    let mut values = LabelValues::new("  ");
     let mut order: Vec<GroupKey<'_>> = Vec::new();
     let mut groups: HashMap<GroupKey<'_>, Group<'_>> = HashMap::new();
     for &row in rows {
-        for part in parts(row, split, by_thread, by_line) {
+        for part in parts(row, split) {
             let key = GroupKey {
                 command: by_process.then_some(part.command),
                 pid: has(SortKey::Pid).then_some(part.pid),
                 // A row from a daemon that sends no threads is one group of an unknown thread.
                 thread: by_thread.then_some(part.thread.unwrap_or((0, ""))),
+                labels: by_label.then(|| values.of(labels, &label_keys, part.labels)),
                 module: has(SortKey::Dso).then_some(row.module.as_str()),
                 symbol: has(SortKey::Sym).then_some((
                     row.name.as_str(),
@@ -257,7 +426,7 @@ pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
             if !group.sources.last().is_some_and(|s| std::ptr::eq(*s, row)) {
                 group.sources.push(row);
             }
-            if !split {
+            if !split.process {
                 group.processes.extend(row.processes.iter().cloned());
             } else if !row.processes.is_empty() {
                 group.processes.push(ProcessSamples {
@@ -272,7 +441,7 @@ pub fn group(rows: &[&ProfileRow], keys: &[SortKey]) -> Vec<ProfileRow> {
         .into_iter()
         .map(|key| {
             let group = groups.remove(&key).expect("every key has its group");
-            grouped_row(&key, group, keys)
+            grouped_row(&key, group, keys, &values.names)
         })
         .collect()
 }
@@ -294,7 +463,12 @@ pub fn sum_by_process<'a>(
     processes
 }
 
-fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> ProfileRow {
+fn grouped_row(
+    key: &GroupKey<'_>,
+    group: Group<'_>,
+    keys: &[SortKey],
+    label_names: &[String],
+) -> ProfileRow {
     let first = group.sources[0];
     let by_symbol = keys.contains(&SortKey::Sym);
     let mut label: Vec<String> = Vec::new();
@@ -316,6 +490,9 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
         Some((tid, "")) => label.push(format!("[{tid}]")),
         Some((tid, name)) => label.push(format!("{name}[{tid}]")),
         None => {}
+    }
+    if let Some(name) = key.labels.and_then(|i| label_names.get(i as usize)) {
+        label.push(name.clone());
     }
     if let (Some(module), false) = (key.module, by_symbol) {
         label.push(module.to_owned());
@@ -385,6 +562,11 @@ fn grouped_row(key: &GroupKey<'_>, group: Group<'_>, keys: &[SortKey]) -> Profil
         },
         threads: if whole_source {
             first.threads.clone()
+        } else {
+            Vec::new()
+        },
+        labels: if whole_source {
+            first.labels.clone()
         } else {
             Vec::new()
         },
@@ -481,7 +663,7 @@ mod tests {
             samples: 20,
         }];
         let refs: Vec<&ProfileRow> = rows.iter().collect();
-        let grouped = group(&refs[..2], &[SortKey::Tid]);
+        let grouped = group(&refs[..2], &[SortKey::Tid], &[]);
         assert_eq!(
             summary(&grouped),
             [
@@ -495,11 +677,15 @@ mod tests {
             grouped[3].processes[0].pid, 12,
             "a thread's samples are its process's"
         );
-        let with_process = group(&refs[1..2], &[SortKey::Pid, SortKey::Tid, SortKey::Sym]);
+        let with_process = group(
+            &refs[1..2],
+            &[SortKey::Pid, SortKey::Tid, SortKey::Sym],
+            &[],
+        );
         assert_eq!(with_process[0].name, "node[12]  V8 Worker[14]  poll");
         // A row with no threads (an older daemon's) is one unknown thread.
         assert_eq!(
-            group(&refs[2..], &[SortKey::Tid])[0].name,
+            group(&refs[2..], &[SortKey::Tid], &[])[0].name,
             "[unknown thread]"
         );
         assert!(check(&[SortKey::Tid, SortKey::Srcline]).is_err());
@@ -512,7 +698,7 @@ mod tests {
         let rows = rows();
         let refs: Vec<&ProfileRow> = rows.iter().collect();
         assert_eq!(
-            summary(&group(&refs, &[SortKey::Pid])),
+            summary(&group(&refs, &[SortKey::Pid], &[])),
             [
                 ("vmscoped[10]", "", 37, 0),
                 ("vmscoped[11]", "", 5, 0),
@@ -520,11 +706,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            summary(&group(&refs, &[SortKey::Comm])),
+            summary(&group(&refs, &[SortKey::Comm], &[])),
             [("vmscoped", "", 42, 0), ("node", "", 21, 0)]
         );
         assert_eq!(
-            summary(&group(&refs, &[SortKey::Dso])),
+            summary(&group(&refs, &[SortKey::Dso], &[])),
             [
                 ("libc.so.6", "libc.so.6", 55, 0),
                 ("[kernel.kallsyms]", "[kernel.kallsyms]", 8, 0)
@@ -532,7 +718,7 @@ mod tests {
         );
         // Function and process: a row that is one process's whole keeps its ranges.
         assert_eq!(
-            summary(&group(&refs, &[SortKey::Comm, SortKey::Sym])),
+            summary(&group(&refs, &[SortKey::Comm, SortKey::Sym], &[])),
             [
                 ("vmscoped  memcpy", "libc.so.6", 35, 1),
                 ("node  poll", "libc.so.6", 20, 1),
@@ -540,7 +726,7 @@ mod tests {
                 ("node  schedule", "[kernel.kallsyms]", 1, 0)
             ]
         );
-        let by_pid = group(&refs, &[SortKey::Pid]);
+        let by_pid = group(&refs, &[SortKey::Pid], &[]);
         let processes: Vec<(u32, &str, u64)> = by_pid[0]
             .processes
             .iter()
@@ -553,16 +739,89 @@ mod tests {
             &[SortKey::Dso, SortKey::Comm],
             &[SortKey::Sym],
         ] {
-            let total: u64 = group(&refs, keys).iter().map(|r| r.samples).sum();
+            let total: u64 = group(&refs, keys, &[]).iter().map(|r| r.samples).sum();
             assert_eq!(total, 63, "{keys:?}");
         }
+    }
+
+    /// `--sort label:KEY` splits rows by the label's value per process, the rest of each
+    /// process's samples unset, every sample still counted; it goes with processes and
+    /// functions, not with threads or lines.
+    #[test]
+    fn label_splits_rows_by_the_labels_value() {
+        use vmscope_model::LabelSetSamples;
+        let labels = [
+            Label::new("phase", "a"),
+            Label::new("phase", "b"),
+            Label::new("tenant", "x"),
+        ];
+        let set = |pid, labels: &[u32], samples| LabelSetSamples {
+            pid,
+            labels: labels.to_vec(),
+            samples,
+        };
+        let mut rows = rows();
+        // memcpy: pid 10 has 30 (20 a with tenant x, 6 b, 4 unset), pid 11 has 5 (all a).
+        rows[0].labels = vec![set(10, &[0, 2], 20), set(10, &[1], 6), set(11, &[0], 5)];
+        // poll: none labelled.
+        let refs: Vec<&ProfileRow> = rows.iter().collect();
+        let phase = SortKey::parse("label:phase").unwrap();
+        assert_eq!(phase, SortKey::Label("phase".into()));
+        assert_eq!(phase.to_string(), "label:phase");
+        let by_phase = group(&refs, &[phase.clone(), SortKey::Sym], &labels);
+        assert_eq!(
+            summary(&by_phase),
+            [
+                ("phase=a  memcpy", "libc.so.6", 25, 0),
+                ("phase=b  memcpy", "libc.so.6", 6, 0),
+                ("phase unset  memcpy", "libc.so.6", 4, 0),
+                ("phase unset  poll", "libc.so.6", 20, 1),
+                // Rows whole in one value keep their ranges.
+                ("phase unset  schedule", "[kernel.kallsyms]", 8, 1),
+            ]
+        );
+        let processes: Vec<(u32, u64)> = by_phase[0]
+            .processes
+            .iter()
+            .map(|p| (p.pid, p.samples))
+            .collect();
+        assert_eq!(processes, [(10, 20), (11, 5)]);
+        // Two label keys and the process.
+        let tenant = SortKey::Label("tenant".into());
+        let by_both = group(&refs[..1], &[SortKey::Pid, phase.clone(), tenant], &labels);
+        assert_eq!(
+            summary(&by_both),
+            [
+                ("vmscoped[10]  phase=a  tenant=x", "", 20, 0),
+                ("vmscoped[10]  phase=b  tenant unset", "", 6, 0),
+                ("vmscoped[10]  phase unset  tenant unset", "", 4, 0),
+                ("vmscoped[11]  phase=a  tenant unset", "", 5, 0),
+            ]
+        );
+        let total: u64 = group(&refs, std::slice::from_ref(&phase), &labels)
+            .iter()
+            .map(|r| r.samples)
+            .sum();
+        assert_eq!(total, 63, "every sample stays counted");
+        // A broken daemon's labelled samples beyond the process's are never counted twice.
+        let mut broken = row("f", "m", &[(10, "x", 3)]);
+        broken.labels = vec![set(10, &[0], 9)];
+        assert_eq!(
+            summary(&group(&[&broken], std::slice::from_ref(&phase), &labels)),
+            [("phase=a", "", 3, 0)]
+        );
+        assert!(check(&[phase.clone(), SortKey::Tid]).is_err());
+        assert!(check(&[SortKey::Srcline, phase.clone()]).is_err());
+        assert!(check(&[phase, SortKey::Pid, SortKey::Sym]).is_ok());
+        assert!(SortKey::parse("label:").is_err());
+        assert!(SortKey::parse("label:phase=a").is_err());
     }
 
     #[test]
     fn rows_without_processes_are_an_unknown_process() {
         let mut old = row("f", "m", &[]);
         old.samples = 9;
-        let grouped = group(&[&old], &[SortKey::Pid]);
+        let grouped = group(&[&old], &[SortKey::Pid], &[]);
         assert_eq!(summary(&grouped), [("[unknown process]", "", 9, 0)]);
     }
 
@@ -570,7 +829,10 @@ mod tests {
     fn keys_parse_as_perf_spells_them() {
         assert_eq!(SortKey::parse("pid"), Ok(SortKey::Pid));
         let err = SortKey::parse("symbol").unwrap_err();
-        assert!(err.contains("comm, pid, tid, dso, sym or srcline"), "{err}");
+        assert!(
+            err.contains("comm, pid, tid, dso, sym, srcline or label:KEY"),
+            "{err}"
+        );
         assert_eq!(SortKey::parse("srcline"), Ok(SortKey::Srcline));
         assert!(is_by_symbol(&[]) && is_by_symbol(&[SortKey::Sym]));
         assert!(!is_by_symbol(&[SortKey::Sym, SortKey::Pid]));
@@ -604,7 +866,7 @@ mod tests {
         other.source_lines = vec![line("/src/b/hot.c", 19, 10, 8)];
         let nolines = row("memcpy", "libc.so.6", &[(10, "fixture", 4)]);
         let refs = [&hot, &other, &nolines];
-        let by_line = group(&refs, &[SortKey::Srcline]);
+        let by_line = group(&refs, &[SortKey::Srcline], &[]);
         let got: Vec<(&str, &str, u64, &str)> = by_line
             .iter()
             .map(|r| {
@@ -636,14 +898,14 @@ mod tests {
         let total: u64 = by_line.iter().map(|r| r.samples).sum();
         assert_eq!(total, 112, "every sample stays counted");
 
-        let by_pid_line = group(&refs, &[SortKey::Pid, SortKey::Srcline]);
+        let by_pid_line = group(&refs, &[SortKey::Pid, SortKey::Srcline], &[]);
         let names: Vec<(&str, u64)> = by_pid_line
             .iter()
             .map(|r| (r.name.as_str(), r.samples))
             .collect();
         assert_eq!(names[0], ("fixture[10]  hot.c:19", 70));
         assert!(names.contains(&("fixture[11]  hot.c:19", 10)), "{names:?}");
-        let by_dso_line = group(&refs, &[SortKey::Dso, SortKey::Srcline]);
+        let by_dso_line = group(&refs, &[SortKey::Dso, SortKey::Srcline], &[]);
         assert_eq!(by_dso_line[0].name, "fixture  hot.c:19");
     }
 }

@@ -82,6 +82,7 @@ fn stack(
         }),
         during: Vec::new(),
         state: None,
+        labels: Vec::new(),
     }
 }
 

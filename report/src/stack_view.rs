@@ -536,6 +536,7 @@ mod tests {
             end: Some(StackEnd::Complete),
             during: Vec::new(),
             state: None,
+            labels: Vec::new(),
         };
         (frames, stack)
     }

@@ -48,6 +48,10 @@ pub struct VmStatsReport {
     /// What it counted exactly in its own memory (counter regions), each region's counts most
     /// first.
     pub exact_counts: Vec<vmscope_model::ExactCounts>,
+    /// The events of its domain it published, by type, most first (objects and stacks most
+    /// first within each).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub domain_events: Vec<vmscope_model::DomainEventType>,
 }
 
 /// Intervals of one kind over the session.
@@ -249,6 +253,7 @@ impl VmStatsReport {
                     region
                 })
                 .collect(),
+            domain_events: stats.domain_events.clone(),
             seconds,
         }
     }
@@ -443,6 +448,7 @@ mod tests {
                 window_ns: 7_126_000_000,
                 samples: 0,
                 exact_counts: Vec::new(),
+                domain_events: Vec::new(),
             }],
             ..Profile::default()
         };

@@ -33,6 +33,10 @@
 //!
 //! Processes are merged: a function is one node whatever process ran it.
 //!
+//! With [`TreeOptions::labels`] (`--sort label:KEY`), each stack first goes under the values
+//! of those labels that its sample was taken with (`[phase=a]`, `[phase unset]`): the
+//! top-down views' roots, and the callers view's outermost nodes.
+//!
 //! A tree shows the stacks it is given: clients give it the stacks as they show them
 //! ([`crate::stack_view::ShownStacks`]: the language view by default, recursion collapsed on
 //! request), so that the tree and the stack formats agree.
@@ -52,6 +56,7 @@ use vmscope_model::{CodeKind, Profile, Section, Stack};
 use crate::{
     functions::Functions,
     model::{OTHERS_NAME, percent},
+    sort_keys::LabelValues,
 };
 
 /// Name of the pseudo-node under which the top-down view puts stacks cut at the depth limit,
@@ -77,6 +82,8 @@ pub struct TreeOptions {
     /// Nodes with fewer inclusive samples than this percentage of the profile's samples fold
     /// into one `...others...` node per parent; 0 keeps every node.
     pub fold_percent: f64,
+    /// Label keys whose values each stack goes under (see the module docs); empty for none.
+    pub labels: Vec<String>,
 }
 
 impl Default for TreeOptions {
@@ -88,6 +95,7 @@ impl Default for TreeOptions {
         TreeOptions {
             view: TreeView::TopDown,
             fold_percent: DEFAULT_FOLD_PERCENT,
+            labels: Vec::new(),
         }
     }
 }
@@ -151,6 +159,8 @@ pub enum NodeLabel {
     Others(usize),
     /// Stacks cut at the depth limit, whose outermost callers are unknown ([`TRUNCATED_NAME`]).
     Truncated,
+    /// The values of [`TreeOptions::labels`] that its stacks were taken with: `[phase=a]`.
+    Label(String),
 }
 
 impl NodeLabel {
@@ -160,6 +170,7 @@ impl NodeLabel {
             NodeLabel::Function(function) => &function.name,
             NodeLabel::Others(_) => OTHERS_NAME,
             NodeLabel::Truncated => TRUNCATED_NAME,
+            NodeLabel::Label(name) => name,
         }
     }
 
@@ -280,6 +291,7 @@ impl CallTree {
             })
             .collect();
         let mut arena = Arena::default();
+        let mut label_values = LabelValues::new(", ");
         let (mut tree_samples, mut truncated_samples) = (0u64, 0u64);
         let stack_samples = profile
             .stacks
@@ -294,6 +306,20 @@ impl CallTree {
             }
             let frames = valid_frames(profile, stack);
             path.clear();
+            let label = (!options.labels.is_empty()).then(|| {
+                (
+                    Key::Label(label_values.of(
+                        &profile.labels,
+                        &options.labels,
+                        Some(&stack.labels),
+                    )),
+                    None,
+                    None,
+                )
+            });
+            if let (Some(label), false) = (label, matches!(options.view, TreeView::Callers(_))) {
+                path.push(label);
+            }
             let leaf_is_self = match &options.view {
                 TreeView::TopDown => {
                     if stack.truncated {
@@ -333,13 +359,14 @@ impl CallTree {
                         if stack.truncated {
                             path.push((Key::Truncated, None, None));
                         }
+                        path.extend(label);
                         frames
                             .first()
                             .is_some_and(|&leaf| wanted.contains(&functions.of_frame[leaf]))
                     }
                 }
             };
-            if path.is_empty() {
+            if path.len() <= usize::from(label.is_some()) {
                 continue;
             }
             tree_samples = tree_samples.saturating_add(stack.samples());
@@ -382,12 +409,17 @@ impl CallTree {
         }
 
         let total_samples = profile.total_samples.max(stack_samples);
+        let label_nodes: Vec<String> = label_values
+            .names
+            .iter()
+            .map(|name| format!("[{name}]"))
+            .collect();
         let fold_percent = if options.fold_percent.is_finite() {
             options.fold_percent.max(0.0)
         } else {
             0.0
         };
-        let (nodes, roots) = arena.finish(&functions, total_samples, fold_percent);
+        let (nodes, roots) = arena.finish(&functions, &label_nodes, total_samples, fold_percent);
         Ok(CallTree {
             view: options.view.clone(),
             total_samples,
@@ -434,6 +466,8 @@ fn describe(functions: &Functions<'_>, id: u32) -> TreeFunction {
 enum Key {
     Function(u32),
     Truncated,
+    /// An index into the tree's label values' names.
+    Label(u32),
 }
 
 /// The arena's invisible root, parent of the view's roots.
@@ -482,6 +516,7 @@ impl Arena {
     fn finish(
         mut self,
         functions: &Functions<'_>,
+        label_names: &[String],
         total: u64,
         fold_percent: f64,
     ) -> (Vec<TreeNode>, Vec<usize>) {
@@ -494,6 +529,7 @@ impl Arena {
             let mut children: Vec<usize> = self.nodes[raw].children.values().copied().collect();
             let name = |raw: &RawNode| match raw.key {
                 Some(Key::Function(id)) => functions.frame(id).name.as_str(),
+                Some(Key::Label(i)) => label_names[i as usize].as_str(),
                 _ => TRUNCATED_NAME,
             };
             children.sort_by(|&a, &b| {
@@ -513,6 +549,7 @@ impl Arena {
                 nodes.push(TreeNode {
                     label: match node.key {
                         Some(Key::Function(id)) => NodeLabel::Function(describe(functions, id)),
+                        Some(Key::Label(i)) => NodeLabel::Label(label_names[i as usize].clone()),
                         _ => NodeLabel::Truncated,
                     },
                     inclusive_samples: node.inclusive,
@@ -556,8 +593,9 @@ impl RawNode {
     fn key_order(&self) -> (u8, u32) {
         match self.key {
             Some(Key::Function(id)) => (0, id),
-            Some(Key::Truncated) => (1, 0),
-            None => (2, 0),
+            Some(Key::Label(i)) => (1, i),
+            Some(Key::Truncated) => (2, 0),
+            None => (3, 0),
         }
     }
 }
@@ -673,8 +711,15 @@ mod tests {
     }
 
     fn build(profile: &Profile, view: TreeView, fold_percent: f64) -> CallTree {
-        let tree = CallTree::from_profile(profile, &TreeOptions { view, fold_percent })
-            .expect("the tree builds");
+        let tree = CallTree::from_profile(
+            profile,
+            &TreeOptions {
+                view,
+                fold_percent,
+                labels: Vec::new(),
+            },
+        )
+        .expect("the tree builds");
         check_invariants(&tree);
         tree
     }
@@ -753,6 +798,62 @@ mod tests {
                 (&[0], 2, false),
             ],
         )
+    }
+
+    /// With label keys, each stack goes under its values: the roots of the top-down views, the
+    /// outermost nodes of the callers view; stacks without the label under `[KEY unset]`.
+    #[test]
+    fn label_keys_root_the_stacks_under_their_values() {
+        let mut profile = callers_profile();
+        profile.labels = vec![
+            vmscope_model::Label::new("phase", "a"),
+            vmscope_model::Label::new("tenant", "x"),
+        ];
+        // caller_a's stack had phase a (and tenant x), caller_b's none, main's tenant x only.
+        profile.stacks[0].labels = vec![0, 1];
+        profile.stacks[2].labels = vec![1];
+        let with = |view, labels: &[&str]| {
+            let tree = CallTree::from_profile(
+                &profile,
+                &TreeOptions {
+                    view,
+                    fold_percent: 0.0,
+                    labels: labels.iter().map(|l| l.to_string()).collect(),
+                },
+            )
+            .expect("the tree builds");
+            check_invariants(&tree);
+            lines(&tree)
+        };
+        assert_eq!(
+            with(TreeView::TopDown, &["phase"]),
+            [
+                "[phase=a] 70/0",
+                "  main 70/0",
+                "    caller_a 70/0",
+                "      leaf 70/70",
+                "[phase unset] 32/0",
+                "  main 32/2",
+                "    caller_b 30/0",
+                "      leaf 30/30",
+            ]
+        );
+        assert_eq!(
+            with(TreeView::Callers("leaf".into()), &["phase", "tenant"]),
+            [
+                "leaf 100/100",
+                "  caller_a 70/70",
+                "    main 70/70",
+                "      [phase=a, tenant=x] 70/70",
+                "  caller_b 30/30",
+                "    main 30/30",
+                "      [phase unset, tenant unset] 30/30",
+            ]
+        );
+        assert_eq!(
+            with(TreeView::Callees("caller_b".into()), &["phase"]),
+            ["[phase unset] 30/0", "  caller_b 30/0", "    leaf 30/30",]
+        );
     }
 
     #[test]
@@ -1123,6 +1224,7 @@ mod tests {
             &TreeOptions {
                 view: TreeView::Callers("Leaf".to_owned()),
                 fold_percent: 0.0,
+                labels: Vec::new(),
             },
         )
         .expect_err("no exact match");
@@ -1138,6 +1240,7 @@ mod tests {
             &TreeOptions {
                 view: TreeView::Callees("caller".to_owned()),
                 fold_percent: 0.0,
+                labels: Vec::new(),
             },
         )
         .expect_err("no exact match");
@@ -1151,6 +1254,7 @@ mod tests {
             &TreeOptions {
                 view: TreeView::Callees("zzzzzzzzzz".to_owned()),
                 fold_percent: 0.0,
+                labels: Vec::new(),
             },
         )
         .expect_err("no match");

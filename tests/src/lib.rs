@@ -143,6 +143,9 @@ pub struct Fixtures {
     pub cost: PathBuf,
     /// `mallocs N [THREADS]`: exactly N calls of malloc, split among THREADS threads.
     pub mallocs: PathBuf,
+    /// `labels SECONDS [phases|threads|events]`: labels and domain events by construction,
+    /// through proto/vmscope_labels.h (see the source's header).
+    pub labels: PathBuf,
     /// Where the fixtures live, for tests that make copies.
     pub dir: PathBuf,
 }
@@ -226,6 +229,14 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         &s(&p("mallocs")),
         "mallocs.c",
     ])?;
+    gcc(&[
+        "-pthread",
+        "-Wall",
+        "-Werror",
+        "-o",
+        &s(&p("labels")),
+        "labels.c",
+    ])?;
     Ok(Fixtures {
         hotspots_pie: p("hotspots-pie"),
         hotspots_nopie: p("hotspots-nopie"),
@@ -241,6 +252,7 @@ fn build_fixtures() -> anyhow::Result<Fixtures> {
         switches: p("switches"),
         cost: p("cost"),
         mallocs: p("mallocs"),
+        labels: p("labels"),
         dir: dir.path().to_path_buf(),
         _dir: dir,
     })

@@ -260,19 +260,34 @@ fn ns_per_sampler_run(
     let mut vm = vm.spawn().context("start jitvm")?;
     // Its code map and counter published, it says so.
     BufReader::new(vm.stdout.as_mut().context("jitvm's stdout")?).read_line(&mut String::new())?;
+    let ns = sampler_ns_per_run(built, daemon, daemon_pid, vm.id(), 3);
+    let _ = vm.wait();
+    ns
+}
+
+/// The sampler program's time per run over a `seconds` session of process `target`
+/// (`vmscope record -p`).
+pub(crate) fn sampler_ns_per_run(
+    built: &Built,
+    daemon: &Daemon,
+    daemon_pid: u32,
+    target: u32,
+    seconds: u32,
+) -> anyhow::Result<f64> {
     let (time0, runs0) = sampler_stats(daemon_pid)?;
     let status = Command::new(&built.cli)
         .arg("--socket")
         .arg(&daemon.socket)
-        .args(["record", "-o", "/dev/null", "--duration", "3", "-p"])
-        .arg(vm.id().to_string())
+        .args(["record", "-o", "/dev/null", "--duration"])
+        .arg(seconds.to_string())
+        .arg("-p")
+        .arg(target.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()?;
     let (time1, runs1) = sampler_stats(daemon_pid)?;
-    let _ = vm.wait();
     if !status.success() {
-        bail!("vmscope record -p jitvm failed");
+        bail!("vmscope record -p {target} failed");
     }
     let runs = runs1.saturating_sub(runs0);
     if runs == 0 {

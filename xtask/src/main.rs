@@ -14,6 +14,7 @@ mod bench_counts;
 mod bench_daemon_cpu;
 mod bench_exit;
 mod bench_jvm;
+mod bench_labels;
 mod bench_late;
 mod bench_lines;
 mod bench_memory;
@@ -143,6 +144,11 @@ enum Task {
         /// and what one uprobe hit of `record --count` costs.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu"])]
         counts: bool,
+        /// Instead, what domain labels cost: the labels fixture changing its label a million
+        /// times a second against never, sampled, its work per second and the sampler's BPF
+        /// time per run.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu", "counts"])]
+        labels: bool,
         /// With --off-cpu, instead one off-CPU session of MINUTES on the pair of threads: the
         /// daemon's RSS and CPU every minute.
         #[arg(long, value_name = "MINUTES", requires = "off_cpu")]
@@ -188,6 +194,7 @@ fn main() -> ExitCode {
         } => setup::run().and_then(|()| bench_off_cpu::soak(minutes)),
         Task::Bench { off_cpu: true, .. } => setup::run().and_then(|()| bench_off_cpu::run()),
         Task::Bench { counts: true, .. } => setup::run().and_then(|()| bench_counts::run()),
+        Task::Bench { labels: true, .. } => setup::run().and_then(|()| bench_labels::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
         Task::Bench {
             continuous: Some(minutes),

@@ -330,6 +330,7 @@ mod tests {
                 end: Some(model::StackEnd::Complete),
                 during: Vec::new(),
                 state: None,
+                labels: Vec::new(),
             },
             model::Stack {
                 node: tree.intern(&[2, 0]),
@@ -340,6 +341,7 @@ mod tests {
                 end: Some(model::StackEnd::DepthLimit),
                 during: vec![0],
                 state: None,
+                labels: Vec::new(),
             },
         ];
         profile.stack_nodes = tree.finish();

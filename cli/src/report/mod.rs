@@ -37,6 +37,7 @@
 //! encoded there, the flame graph by [`render_flamegraph`].
 
 mod flamegraph;
+pub mod groups;
 mod json;
 mod names;
 mod text;

@@ -150,6 +150,12 @@ fn write_title(report: &Report, out: &mut impl Write) -> io::Result<()> {
             "only {threads}: every number below is of their samples and blocks alone"
         )?;
     }
+    if let Some(labels) = &report.label_filter {
+        writeln!(
+            out,
+            "only samples labelled {labels}: every number below is of them alone"
+        )?;
+    }
     if report.mode == ProfileMode::OffCpu {
         writeln!(
             out,
@@ -233,6 +239,14 @@ fn write_header(report: &Report, out: &mut impl Write) -> io::Result<()> {
             })
             .collect();
         writeln!(out, "vanilla vm code also in: {}", modules.join(", "))?;
+    }
+    if report.label_limit_samples > 0 {
+        writeln!(
+            out,
+            "note: {} counted unlabelled: their label set was new once the session told apart \
+             as many as it keeps",
+            count(report.label_limit_samples, "sample")
+        )?;
     }
     if report.jit_samples_before_code_map > 0 {
         writeln!(
@@ -1132,6 +1146,7 @@ mod tests {
                 end_source: "published".into(),
                 note: String::new(),
             }],
+            domain_events: Vec::new(),
         }];
         let mut stats = Vec::new();
         render_stats_text(&Report::from_profile(&profile, &OPTIONS), &mut stats).unwrap();
@@ -1265,6 +1280,22 @@ mod tests {
         let text = render(&stolen, &OPTIONS);
         assert!(
             text.contains("note: the hypervisor stole 12.2% of this host's CPU time meanwhile"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn samples_past_the_label_sets_limit_are_noted() {
+        let text = render(&node_profile(), &OPTIONS);
+        assert!(!text.contains("unlabelled"), "{text}");
+        let mut full = node_profile();
+        full.session
+            .as_mut()
+            .expect("a session")
+            .label_limit_samples = 12;
+        let text = render(&full, &OPTIONS);
+        assert!(
+            text.contains("note: 12 samples counted unlabelled: their label set was new once"),
             "{text}"
         );
     }

@@ -8,7 +8,7 @@ use std::{
 
 use vmscope_common::{Blocked, TargetKey, WANT_STACKS, Wants};
 
-use super::{Guard, LostCounts, SamplerControl, SamplerError, Tracking};
+use super::{Guard, LostCounts, SamplerControl, SamplerError, ThreadWords, Tracking};
 
 /// What the fake kernel currently holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,8 +56,8 @@ pub struct FakeKernel {
     pub blocked: BTreeMap<u32, Blocked>,
     /// The minimum block of each off-CPU filter entry with one.
     pub min_blocks: BTreeMap<(u64, u32), u64>,
-    /// Threads whose send counters samples read (`THREAD_COUNTERS`): tid to (tgid, address).
-    pub thread_counters: BTreeMap<u32, (u32, u64)>,
+    /// Threads whose words samples read (`THREAD_COUNTERS`): tid to (tgid, words).
+    pub thread_counters: BTreeMap<u32, (u32, ThreadWords)>,
 }
 
 /// A [`SamplerControl`] whose state tests can inspect through a shared handle.
@@ -236,11 +236,11 @@ impl SamplerControl for FakeSampler {
         &mut self,
         tid: u32,
         tgid: u32,
-        address: u64,
+        words: ThreadWords,
     ) -> Result<(), SamplerError> {
         self.with(|k| {
             injected_filter_failure(k)?;
-            k.thread_counters.insert(tid, (tgid, address));
+            k.thread_counters.insert(tid, (tgid, words));
             Ok(())
         })
     }

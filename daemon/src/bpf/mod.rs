@@ -50,6 +50,23 @@ pub fn period_of(frequency_hz: u32) -> u64 {
     NSEC_PER_SEC / u64::from(frequency_hz.max(1))
 }
 
+/// The words of a thread's own memory its samples read, by address (0: not read): its send
+/// counter and the id of its current label set (see [`vmscope_common::ThreadCounter`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadWords {
+    /// Where its send counter is.
+    pub sends: u64,
+    /// Where the id of its current label set is.
+    pub labels: u64,
+}
+
+impl ThreadWords {
+    /// Whether it reads nothing.
+    pub fn is_empty(&self) -> bool {
+        self.sends == 0 && self.labels == 0
+    }
+}
+
 /// Failure to load, attach or drive the BPF side. Each message includes the underlying error's,
 /// which is therefore no `source`: a chain printer (`{:#}`) would print it twice.
 #[derive(Debug, thiserror::Error)]
@@ -256,15 +273,15 @@ pub trait SamplerControl: Send {
     fn detach_count(&mut self, slot: u32) {
         let _ = slot;
     }
-    /// Has each sample of thread `tid` of process `tgid` read its send counter at `address`
-    /// (see [`vmscope_common::ThreadCounter`]).
+    /// Has each sample of thread `tid` of process `tgid` read the words of its memory at
+    /// `words` (see [`vmscope_common::ThreadCounter`]).
     fn set_thread_counter(
         &mut self,
         tid: u32,
         tgid: u32,
-        address: u64,
+        words: ThreadWords,
     ) -> Result<(), SamplerError> {
-        let _ = (tid, tgid, address);
+        let _ = (tid, tgid, words);
         Err(SamplerError::ThreadCounter(
             "this sampler has no kernel side".into(),
         ))
@@ -788,10 +805,11 @@ impl SamplerControl for Sampler {
         &mut self,
         tid: u32,
         tgid: u32,
-        address: u64,
+        words: ThreadWords,
     ) -> Result<(), SamplerError> {
         let counter = ThreadCounter {
-            address,
+            address: words.sends,
+            labels: words.labels,
             tgid,
             _pad: 0,
         };

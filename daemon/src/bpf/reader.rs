@@ -376,7 +376,7 @@ mod tests {
         }
     }
 
-    /// `events` plain 56-byte sample records, the one at `malformed_at` cut short.
+    /// `events` plain 64-byte sample records, the one at `malformed_at` cut short.
     fn source(events: usize, malformed_at: Option<usize>) -> impl FnMut(&mut Batch) -> bool {
         ring(
             (0..events)

@@ -1189,6 +1189,7 @@ mod tests {
                 fp: None,
                 sessions: vec![(1, Wanted::Leaf)],
                 sends: Vec::new(),
+                labels: 0,
                 block: None,
             },
         }

@@ -256,6 +256,10 @@ pub struct RoutedSample {
     /// The sends its thread executed since its previous sample in each of `sessions`, in
     /// their order (`--weight sends`); empty when its thread has no send counter.
     pub sends: Vec<u64>,
+    /// The id of the label set its thread had set when it was taken, as its process published
+    /// it (`LabelSet`); 0 for none. Looked up as it is counted, once its process's
+    /// publication is known up to its time.
+    pub labels: u64,
     /// A thread's block off its CPU rather than a sample: its stacks were taken as it came
     /// back.
     pub block: Option<RawBlock>,

@@ -186,7 +186,10 @@ impl Publication {
             | Event::End(_)
             | Event::CounterRegion(_)
             | Event::CounterValues(_)
-            | Event::ThreadCounter(_) => {
+            | Event::ThreadCounter(_)
+            | Event::ThreadLabels(_)
+            | Event::LabelSet(_)
+            | Event::DomainEvent(_) => {
                 let stat = self
                     .rules
                     .check(body)
@@ -201,6 +204,11 @@ impl Publication {
                     })?;
                 let stat = match stat {
                     StatEvent::ThreadCounter { tid, address, .. } => StatEvent::ThreadCounter {
+                        tid,
+                        address,
+                        owner: self.owner,
+                    },
+                    StatEvent::ThreadLabels { tid, address, .. } => StatEvent::ThreadLabels {
                         tid,
                         address,
                         owner: self.owner,

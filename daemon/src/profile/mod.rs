@@ -31,7 +31,7 @@ use self::{
     kernel::kernel_events,
     placed::place_locations,
     rows::{issues, profile_rows, sum_rows},
-    stacks::{interval_kinds, kept_samples, profile_stacks, threads},
+    stacks::{interval_kinds, kept_samples, profile_labels, profile_stacks, threads},
 };
 use crate::{
     cancel::Cancel,
@@ -74,12 +74,13 @@ pub fn build_profile_unless(
     let samples = stacks.counts.iter().copied();
     let (row_sums, issue_samples) = sum_rows(stacks, &placement, samples, false, cancelled)?;
     let (vm_interval_kinds, during) = interval_kinds(stacks, snapshot.off_cpu.as_ref());
+    let (labels, label_sets) = profile_labels(stacks);
     let hidden_kernel = options.hide_kernel.is_some();
     let (stack_nodes, frame_stacks, stack_ends) = profile_stacks(
         stacks,
         &placement.placed,
         hidden_kernel,
-        &during,
+        (&during, &label_sets),
         mode,
         snapshot.period_ns,
         cancelled,
@@ -91,12 +92,8 @@ pub fn build_profile_unless(
         snapshot.off_cpu.as_ref(),
         &vm_interval_kinds,
     );
-    let rows = profile_rows(
-        row_sums,
-        &placement,
-        &snapshot.commands,
-        &snapshot.thread_names,
-    );
+    let names = (&snapshot.commands, &snapshot.thread_names);
+    let rows = profile_rows(row_sums, &placement, names, &label_sets);
     let off_cpu = match &snapshot.off_cpu {
         Some(tally) => {
             let blocks = stacks
@@ -104,7 +101,7 @@ pub fn build_profile_unless(
                 .iter()
                 .map(|&(task, stack, _, b)| (task, stack, b.ns));
             let (sums, _) = sum_rows(stacks, &placement, blocks, true, cancelled)?;
-            let rows = profile_rows(sums, &placement, &snapshot.commands, &snapshot.thread_names);
+            let rows = profile_rows(sums, &placement, names, &label_sets);
             Some(off_cpu(tally, stacks, rows))
         }
         None => None,
@@ -165,6 +162,8 @@ pub fn build_profile_unless(
         throttled,
         off_cpu,
         thread_filter: snapshot.thread_filter.unwrap_or_default(),
+        labels,
+        label_filter: snapshot.label_filter.unwrap_or_default(),
         call_counts: snapshot.call_counts,
     })
 }

@@ -9,13 +9,13 @@ use std::{
 };
 
 use vmscope_model::{
-    CodeKind, CodeRange, InlinedMethod, IssueKind, ProcessSamples, ProfileRow, SourceLineSamples,
-    SymbolizationIssue, ThreadSamples, rank::rank,
+    CodeKind, CodeRange, InlinedMethod, IssueKind, LabelSetSamples, ProcessSamples, ProfileRow,
+    SourceLineSamples, SymbolizationIssue, ThreadSamples, rank::rank,
 };
 
 use super::placed::{Placed, Placement};
 use crate::{
-    session::{StackId, StackSnapshot},
+    session::{LabelsId, StackId, StackSnapshot},
     vocab::{Location, Task},
 };
 
@@ -36,6 +36,8 @@ pub(super) struct RowSum {
     pub(super) processes: HashMap<u32, u64>,
     /// Samples per thread.
     pub(super) threads: HashMap<Task, u64>,
+    /// Labelled samples per (process, label set).
+    pub(super) labels: HashMap<(u32, LabelsId), u64>,
     /// Samples per (source line of the leaf, as an index into [`SourceLinesTable`], process).
     pub(super) lines: HashMap<(u32, u32), u64>,
     /// Samples named from a perf map read after them.
@@ -85,6 +87,10 @@ pub(super) fn sum_rows(
         }
         *row.processes.entry(task.pid).or_insert(0) += samples;
         *row.threads.entry(task).or_insert(0) += samples;
+        let labels = stacks.stacks[stack.0 as usize].labels;
+        if labels != LabelsId(0) {
+            *row.labels.entry((task.pid, labels)).or_insert(0) += samples;
+        }
         if let Some(line) = leaf.line {
             *row.lines.entry((line, task.pid)).or_insert(0) += samples;
         }
@@ -115,12 +121,16 @@ pub(super) fn sum_rows(
 }
 
 /// The rows of the profile, most samples first; rows of callers only (no self time) after
-/// every row with some.
+/// every row with some. `label_sets` names each label set by the profile's labels (see
+/// `profile_labels`).
 pub(super) fn profile_rows(
     rows: Vec<RowSum>,
     placement: &Placement,
-    commands: &HashMap<u32, String, foldhash::fast::RandomState>,
-    thread_names: &HashMap<Task, String, foldhash::fast::RandomState>,
+    (commands, thread_names): (
+        &HashMap<u32, String, foldhash::fast::RandomState>,
+        &HashMap<Task, String, foldhash::fast::RandomState>,
+    ),
+    label_sets: &[Vec<u32>],
 ) -> Vec<ProfileRow> {
     let source_lines = &placement.source_lines;
     let mut rows: Vec<ProfileRow> = rows
@@ -155,6 +165,19 @@ pub(super) fn profile_rows(
                 })
                 .collect();
             threads.sort_by(ThreadSamples::order);
+            let mut labels: Vec<LabelSetSamples> = sum
+                .labels
+                .into_iter()
+                .filter_map(|((pid, set), samples)| {
+                    let labels = label_sets.get(set.0 as usize)?.clone();
+                    (!labels.is_empty()).then_some(LabelSetSamples {
+                        pid,
+                        labels,
+                        samples,
+                    })
+                })
+                .collect();
+            labels.sort_by(LabelSetSamples::order);
             let mut lines: Vec<SourceLineSamples> = sum
                 .lines
                 .into_iter()
@@ -194,6 +217,7 @@ pub(super) fn profile_rows(
                 srcline: String::new(),
                 source_lines: lines,
                 threads,
+                labels,
             }
         })
         .collect();

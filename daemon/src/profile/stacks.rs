@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use vmscope_model::{
-    self as model, AttributedSample, BlockState, IntervalKind, IntervalTime, ProfileMode, Section,
-    Stack, StackEndSamples, StackFrame, StackNode, StackTreeBuilder, Thread, rank::rank,
+    self as model, AttributedSample, BlockState, IntervalKind, IntervalTime, Label, ProfileMode,
+    Section, Stack, StackEndSamples, StackFrame, StackNode, StackTreeBuilder, Thread, rank::rank,
 };
 
 use super::placed::Placed;
 use crate::{
-    session::{DuringId, LocationId, OffCpuTally, Snapshot, StackSnapshot},
+    session::{LocationId, OffCpuTally, Snapshot, StackSnapshot, StackTags},
     symbolize::{Issue, KERNEL_MODULE},
     vocab::{Location, StackEnd, Task},
 };
@@ -119,14 +119,15 @@ pub(super) fn stack_end(
 /// `mode` ([`SampleType::of_mode`]: one sample stands for `period_ns` of CPU time; then
 /// [`SampleType::Sends`] when the snapshot has sends) and the
 /// stack tree they name, and the samples (and blocks) per way they ended; `during` gives each
-/// set of interval kinds as indices (see [`interval_kinds`]). Blocks are stacks apart from
+/// set of interval kinds as indices (see [`interval_kinds`]), `labels` each label set (see
+/// [`profile_labels`]). Blocks are stacks apart from
 /// samples, one per reason their thread was off its CPU. `None` once `cancelled` says so.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn profile_stacks(
     stacks: &StackSnapshot,
     placed: &[Placed],
     hidden_kernel: bool,
-    during: &[Vec<u32>],
+    (during, labels): (&[Vec<u32>], &[Vec<u32>]),
     mode: ProfileMode,
     period_ns: u64,
     cancelled: impl Fn(usize) -> bool,
@@ -135,7 +136,7 @@ pub(super) fn profile_stacks(
         Task,
         Vec<u32>,
         Option<model::StackEnd>,
-        DuringId,
+        StackTags,
         Option<BlockState>,
     );
     let mut by_frames: HashMap<Key, Tally, foldhash::fast::RandomState> = HashMap::default();
@@ -179,7 +180,7 @@ pub(super) fn profile_stacks(
             *ends.entry(end).or_insert(0) += tally.samples;
         }
         let sum = by_frames
-            .entry((task, frame_ids, end, span.during, state))
+            .entry((task, frame_ids, end, span.tags(), state))
             .or_default();
         sum.samples += tally.samples;
         sum.blocks += tally.blocks;
@@ -198,7 +199,8 @@ pub(super) fn profile_stacks(
                 a.tid,
                 a_frames,
                 a_end,
-                &during[a_during.0 as usize],
+                &during[a_during.during.0 as usize],
+                &labels[a_during.labels.0 as usize],
                 a_state,
             )
                 .cmp(&(
@@ -206,7 +208,8 @@ pub(super) fn profile_stacks(
                     b.tid,
                     b_frames,
                     b_end,
-                    &during[b_during.0 as usize],
+                    &during[b_during.during.0 as usize],
+                    &labels[b_during.labels.0 as usize],
                     b_state,
                 ))
         },
@@ -214,15 +217,16 @@ pub(super) fn profile_stacks(
     let mut tree = StackTreeBuilder::new();
     let profile_stacks: Vec<Stack> = merged
         .into_iter()
-        .map(|((task, frames, end, during_id, state), tally)| Stack {
+        .map(|((task, frames, end, tags, state), tally)| Stack {
             node: tree.intern(&frames),
             pid: task.pid,
             tid: task.tid,
             values: tally.values(mode, period_ns, with_sends),
             truncated: end == Some(model::StackEnd::DepthLimit),
             end,
-            during: during[during_id.0 as usize].clone(),
+            during: during[tags.during.0 as usize].clone(),
             state,
+            labels: labels[tags.labels.0 as usize].clone(),
         })
         .collect();
     let mut stack_ends: Vec<StackEndSamples> = ends
@@ -364,6 +368,32 @@ pub(super) fn interval_kinds(
         .collect::<Vec<_>>();
     let table = kinds.into_iter().cloned().collect();
     // A snapshot with no interval has no sets at all: every stack is in none.
+    let sets = if sets.is_empty() {
+        vec![Vec::new()]
+    } else {
+        sets
+    };
+    (table, sets)
+}
+
+/// The labels the stacks were taken with, each distinct (key, value) once, in order, and each
+/// of the snapshot's label sets as indices into them.
+pub(super) fn profile_labels(stacks: &StackSnapshot) -> (Vec<Label>, Vec<Vec<u32>>) {
+    let mut labels: Vec<&Label> = stacks.labels.iter().flat_map(|set| set.iter()).collect();
+    labels.sort();
+    labels.dedup();
+    let sets: Vec<Vec<u32>> = stacks
+        .labels
+        .iter()
+        .map(|set| {
+            set.iter()
+                .filter_map(|l| labels.binary_search(&l).ok())
+                .map(|i| i as u32)
+                .collect()
+        })
+        .collect();
+    let table = labels.into_iter().cloned().collect();
+    // A snapshot with no labels has no sets at all: every stack has none.
     let sets = if sets.is_empty() {
         vec![Vec::new()]
     } else {

@@ -58,6 +58,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
             awaiting_code_map_samples: 0,
             max_stacks: 0,
             stack_limit_samples: 0,
+            label_limit_samples: 0,
             mode: vmscope_model::ProfileMode::Cpu,
             min_block_ns: 0,
             params: Vec::new(),
@@ -84,6 +85,7 @@ fn snapshot(counts: Vec<(Location, u64)>) -> Snapshot {
         kernel_events: None,
         off_cpu: None,
         thread_filter: None,
+        label_filter: None,
         call_counts: Vec::new(),
         vm_statistics: Vec::new(),
     }
@@ -834,4 +836,107 @@ fn a_profile_of_some_threads_has_their_counts_alone() {
     assert_eq!(profile.rows[0].samples, 3);
     assert_eq!(profile.threads.len(), 1);
     assert_eq!(profile.thread_filter, "threads named GC*");
+}
+
+/// A profile cut to a label is built from its samples alone, and its blocks off the CPU
+/// (which carry no labels) go with the cut, those still blocked at the stop included.
+#[test]
+fn a_profile_of_a_label_has_its_samples_alone_and_no_blocks() {
+    use crate::session::{OffCpuTally, StackTags};
+    use vmscope_model::{Label, LabelFilter};
+    let kernel = |ip| Location::Kernel { ip };
+    let mut table = StackTable::default();
+    let phase_b: std::sync::Arc<[Label]> = vec![Label::new("phase", "b")].into();
+    let labelled = StackTags {
+        during: DuringId(0),
+        labels: table.labels(Some(&phase_b)),
+    };
+    for _ in 0..4 {
+        table.count(Task::new(7, 8), [kernel(1)], None, labelled);
+    }
+    for _ in 0..2 {
+        table.count(Task::new(7, 8), [kernel(2)], None, DuringId(0));
+    }
+    let still = table.intern([Location::StillOffCpu], None, DuringId(0));
+    table.add_block(
+        Task::new(7, 9),
+        still,
+        model::BlockState::Sleeping,
+        5_000_000,
+    );
+    let mut snap = snapshot(Vec::new());
+    snap.stacks = table.snapshot();
+    snap.total_samples = 6;
+    snap.off_cpu = Some(OffCpuTally {
+        blocks: 1,
+        ns: 5_000_000,
+        still_blocked: (1, 5_000_000),
+        ..OffCpuTally::default()
+    });
+    let cut = LabelFilter::parse(&["phase=b"]).unwrap();
+    let profile = build_profile(
+        snap.only_labels(&cut),
+        &symbolizer(),
+        &ProfileOptions { hide_kernel: None },
+    );
+    assert_eq!(profile.total_samples, 4);
+    assert_eq!(profile.rows.len(), 1);
+    assert_eq!(profile.rows[0].samples, 4);
+    let off_cpu = profile.off_cpu.as_ref().expect("the tally stays, emptied");
+    assert_eq!(
+        (
+            off_cpu.blocks,
+            off_cpu.still_blocked_threads,
+            off_cpu.still_blocked_ns
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(profile.label_filter, "phase=b");
+}
+
+/// Each row counts its labelled samples per process and label set, as indices into the
+/// profile's labels (what `--sort label:KEY` splits rows by); unlabelled samples are the rest.
+#[test]
+fn rows_count_their_labelled_samples_per_process_and_set() {
+    use crate::session::StackTags;
+    use vmscope_model::{Label, LabelSetSamples};
+    let kernel = |ip| Location::Kernel { ip };
+    let mut table = StackTable::default();
+    let a: std::sync::Arc<[Label]> = vec![Label::new("phase", "a")].into();
+    let b: std::sync::Arc<[Label]> =
+        vec![Label::new("phase", "b"), Label::new("tenant", "x")].into();
+    let tags = |table: &mut StackTable, set| StackTags {
+        during: DuringId(0),
+        labels: table.labels(Some(set)),
+    };
+    let (with_a, with_b) = (tags(&mut table, &a), tags(&mut table, &b));
+    for (pid, tags, n) in [(7, with_a, 3), (7, with_b, 2), (9, with_a, 1)] {
+        for _ in 0..n {
+            table.count(Task::new(pid, pid), [kernel(1)], None, tags);
+        }
+    }
+    table.count(Task::new(7, 7), [kernel(1)], None, DuringId(0));
+    let mut snap = snapshot(Vec::new());
+    snap.stacks = table.snapshot();
+    snap.total_samples = 7;
+    let profile = build_profile(snap, &symbolizer(), &ProfileOptions { hide_kernel: None });
+    assert_eq!(
+        profile.labels,
+        [
+            Label::new("phase", "a"),
+            Label::new("phase", "b"),
+            Label::new("tenant", "x")
+        ]
+    );
+    assert_eq!(profile.rows.len(), 1);
+    assert_eq!(profile.rows[0].samples, 7);
+    let set = |pid, labels: &[u32], samples| LabelSetSamples {
+        pid,
+        labels: labels.to_vec(),
+        samples,
+    };
+    assert_eq!(
+        profile.rows[0].labels,
+        [set(7, &[0], 3), set(7, &[1, 2], 2), set(9, &[0], 1)]
+    );
 }

@@ -203,6 +203,7 @@ mod tests {
             awaiting_code_map_samples: 1,
             max_stacks: 100,
             stack_limit_samples: 2,
+            label_limit_samples: 3,
             mode: vmscope_model::ProfileMode::Wall,
             min_block_ns: 5_000,
             params: vec![("n".into(), "10".into())],
@@ -243,6 +244,7 @@ mod tests {
                 awaiting_code_map_samples: 1,
                 max_stacks: 100,
                 stack_limit_samples: 2,
+                label_limit_samples: 3,
                 mode: pb::ProfileMode::Wall as i32,
                 min_block_ns: 5_000,
                 params: vec![vmscope_proto::v1::Param {

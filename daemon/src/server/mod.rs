@@ -39,10 +39,23 @@ use crate::{
     cancel::CancelOnDrop,
     continuous::{Continuous, store::Selection},
     profile::{ProfileOptions, build_profile_unless},
-    session::{Caller, ManagerHandle, request::FrequencyLimits, threads::ThreadFilter},
+    session::{
+        Caller, ManagerHandle, labels::label_filter, request::FrequencyLimits,
+        threads::ThreadFilter,
+    },
     symbolize::Symbolizer,
     sys,
 };
+
+/// Which of a session's samples a profile is built from: `GetProfileRequest`'s threads and
+/// labels; everything by default.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ProfileCut {
+    /// The threads.
+    pub(crate) threads: ThreadFilter,
+    /// The labels.
+    pub(crate) labels: vmscope_model::LabelFilter,
+}
 
 /// Shortest interval between watch snapshots.
 pub const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
@@ -166,20 +179,20 @@ impl ProfilerService {
         id: u64,
         pprof: bool,
     ) -> Result<pb::Profile, Status> {
-        self.profile_of_threads(caller, id, pprof, ThreadFilter::default())
+        self.profile_of_threads(caller, id, pprof, ProfileCut::default())
             .await
     }
 
-    /// [`ProfilerService::profile`] of the threads `threads` keeps alone.
+    /// [`ProfilerService::profile`] of the samples `cut` keeps alone.
     pub(crate) async fn profile_of_threads(
         &self,
         caller: Caller,
         id: u64,
         pprof: bool,
-        threads: ThreadFilter,
+        cut: ProfileCut,
     ) -> Result<pb::Profile, Status> {
         let share = self.builds.take(caller.uid, builds::BUILD_WAIT).await?;
-        self.build(share, caller, id, pprof, threads).await
+        self.build(share, caller, id, pprof, cut).await
     }
 
     /// [`ProfilerService::profile`] with the share taken. The build is given up when this
@@ -191,7 +204,7 @@ impl ProfilerService {
         caller: Caller,
         id: u64,
         pprof: bool,
-        threads: ThreadFilter,
+        cut: ProfileCut,
     ) -> Result<pb::Profile, Status> {
         let (guard, cancel) = CancelOnDrop::new();
         let snapshot = self
@@ -199,7 +212,8 @@ impl ProfilerService {
             .snapshot(caller, id)
             .await
             .map_err(to_status)?
-            .only_threads(&threads);
+            .only_threads(&cut.threads)
+            .only_labels(&cut.labels);
         let symbolizer = self.symbolizer.clone();
         let options = profile_options(caller);
         let builds = self.builds.clone();
@@ -356,8 +370,11 @@ impl pb::profiler_server::Profiler for ProfilerService {
     ) -> Result<Response<pb::Profile>, Status> {
         let caller = caller(&request)?;
         let request = request.into_inner();
-        let threads = ThreadFilter::new(request.tids, request.thread_names).map_err(to_status)?;
-        self.profile_of_threads(caller, request.session_id, request.pprof, threads)
+        let cut = ProfileCut {
+            threads: ThreadFilter::new(request.tids, request.thread_names).map_err(to_status)?,
+            labels: label_filter(&request.labels).map_err(to_status)?,
+        };
+        self.profile_of_threads(caller, request.session_id, request.pprof, cut)
             .await
             .map(Response::new)
     }

@@ -93,13 +93,7 @@ impl ProfilerService {
                     let shutting_down = *shutdown.borrow_and_update();
                     // Watches stream our message only: pprof is for GetProfile.
                     let profile = service
-                        .build(
-                            share,
-                            caller,
-                            session,
-                            false,
-                            crate::session::threads::ThreadFilter::default(),
-                        )
+                        .build(share, caller, session, false, super::ProfileCut::default())
                         .await;
                     // The stopped session's profile is the last: it changes no more, whole or
                     // not.

@@ -46,14 +46,16 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 use vmscope_common::{
     EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_RENAME, EVENT_SAMPLE, Event, FLAG_COUNT,
-    FLAG_KERNEL_TRUNCATED, FLAG_STACK, FLAG_TARGET, FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED,
+    FLAG_KERNEL_TRUNCATED, FLAG_LABELS, FLAG_STACK, FLAG_TARGET, FLAG_USER_STACK_FAILED,
+    FLAG_USER_TRUNCATED,
 };
 use vmscope_model::{IntervalKind, VmStatistics};
 use vmscope_parse::stat;
 
 use super::{
     HostCpu, KeptFrame, KeptSample, KeptSamples, MAX_THREAD_NAMES, STOPPED_ALL_TARGETS_EXITED,
-    Session, SessionError, SessionInfo, SessionRequest, Snapshot, StackId, State, Target,
+    SampleTags, Session, SessionError, SessionInfo, SessionRequest, Snapshot, StackId, State,
+    Target,
     jvm::{JvmReply, JvmSnapshots},
     request::{self, Caller},
     routes::Routes,
@@ -78,7 +80,6 @@ use crate::{
     },
     stats::{
         hotspot::{self, SessionPerfData},
-        intervals::During,
         kernel::{self, SessionCounters},
         vm::{StatEvent, VmState},
     },

@@ -10,6 +10,7 @@
 pub mod call_counts;
 mod jvm;
 mod kept;
+pub mod labels;
 mod manager;
 pub mod request;
 mod routes;
@@ -21,15 +22,18 @@ mod vms;
 
 use std::{
     collections::{BTreeMap, HashMap},
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
 pub use kept::{KeptFrame, KeptSample, KeptSamples};
 pub use manager::{DaemonCounters, ManagerConfig, ManagerHandle, Publication, spawn_manager};
 pub use request::{CallGraph, CallGraphMode, Caller, ModeRequest, SessionRequest, SessionSpec};
-pub use stacks::{Blocks, DuringId, LocationId, StackId, StackSnapshot, StackTable};
+pub use stacks::{
+    Blocks, DuringId, LabelsId, LocationId, StackId, StackSnapshot, StackTable, StackTags,
+};
 use vmscope_common::ShortBlocks;
-use vmscope_model::{BlockState, IntervalKind, VmStatistics};
+use vmscope_model::{BlockState, IntervalKind, Label, VmStatistics};
 use vmscope_parse::stat::CpuTimes;
 
 use crate::{
@@ -138,6 +142,8 @@ pub struct SessionInfo {
     pub max_stacks: u64,
     /// Samples beyond that limit.
     pub stack_limit_samples: u64,
+    /// Samples counted unlabelled past the session's label sets' limit.
+    pub label_limit_samples: u64,
     /// What it measures.
     pub mode: vmscope_model::ProfileMode,
     /// Its minimum block, in ns.
@@ -193,6 +199,7 @@ impl SessionInfo {
             awaiting_code_map_samples: self.awaiting_code_map_samples,
             max_stacks: self.max_stacks,
             stack_limit_samples: self.stack_limit_samples,
+            label_limit_samples: self.label_limit_samples,
             mode: self.mode,
             min_block_ns: self.min_block_ns,
             params: self.params.clone(),
@@ -511,22 +518,26 @@ impl Session {
                 .any(|t| t.pid == pid && t.until_ns.is_none_or(|until| timestamp_ns < until))
     }
 
-    /// Counts one sample of `task` whose stack is `locations` (leaf first), taken `during`
-    /// those intervals of its VM, with the `sends` its thread executed since its previous
-    /// sample, and keeps it while there is room: `kept` is called only then, for its
-    /// addresses.
-    pub fn count(
+    /// Counts one sample of `task` whose stack is `locations` (leaf first), taken as `tags`
+    /// say (during those intervals of its VM, its thread's labels), with the `sends` its
+    /// thread executed since its previous sample, and keeps it while there is room: `kept` is
+    /// called only then, for its addresses.
+    pub fn count<'a>(
         &mut self,
         task: impl Into<Task>,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
-        during: Option<During<'_>>,
+        tags: impl Into<SampleTags<'a>>,
         sends: u64,
         kept: impl FnOnce(StackId) -> KeptSample,
     ) -> (StackId, Option<usize>) {
         let task = task.into();
-        let during = self.stacks.during(during);
-        let stack = self.stacks.count(task, locations, end, during);
+        let tags = tags.into();
+        let tags = StackTags {
+            during: self.stacks.during(tags.during),
+            labels: self.stacks.labels(tags.labels),
+        };
+        let stack = self.stacks.count(task, locations, end, tags);
         self.stacks.add_sends(task, stack, sends);
         if end == Some(StackEnd::FrameLimit) {
             self.truncated += 1;
@@ -714,6 +725,7 @@ impl Session {
             awaiting_code_map_samples: self.jit.awaiting,
             max_stacks: self.stacks.max_stacks() as u64,
             stack_limit_samples: self.stacks.beyond_limit(),
+            label_limit_samples: self.stacks.labels_beyond_limit(),
             mode: self.spec.mode,
             min_block_ns: self.spec.min_block_ns,
             params: self.spec.params.clone(),
@@ -774,8 +786,30 @@ pub struct Snapshot {
     /// The threads it was cut to, for a person ([`threads::ThreadFilter::describe`]); `None`
     /// for every thread.
     pub thread_filter: Option<String>,
+    /// The labels it was cut to, for a person ([`vmscope_model::LabelFilter::describe`]);
+    /// `None` for every sample.
+    pub label_filter: Option<String>,
     /// The native functions' calls counted (`record --count`).
     pub call_counts: Vec<vmscope_model::CallCount>,
+}
+
+/// What a sample is told apart by as it is counted, beside its stack: its VM's intervals under
+/// way, and the labels its thread had set.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleTags<'a> {
+    /// The intervals under way; `None` outside any.
+    pub during: Option<During<'a>>,
+    /// Its thread's labels; `None` when it had none.
+    pub labels: Option<&'a Arc<[Label]>>,
+}
+
+impl<'a> From<Option<During<'a>>> for SampleTags<'a> {
+    fn from(during: Option<During<'a>>) -> SampleTags<'a> {
+        SampleTags {
+            during,
+            labels: None,
+        }
+    }
 }
 
 impl Snapshot {
@@ -860,6 +894,7 @@ impl Snapshot {
             // Continuous windows sample the CPU alone.
             off_cpu: None,
             thread_filter: None,
+            label_filter: None,
             call_counts: Vec::new(),
             stacks,
         }

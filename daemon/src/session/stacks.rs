@@ -30,15 +30,19 @@
 //! how many and their time. A stack the thread both ran and blocked in (rare: a block's stack
 //! goes through the scheduler) has both counts.
 //!
+//! A stack is told apart, too, by the labels its thread had set when the sample was taken
+//! ([`LabelsId`]: each distinct set once per session), so that a profile can be grouped and
+//! cut by them from the same counts.
+//!
 //! A thread whose VM publishes its send counter has, with each sample, the sends it executed
 //! since its previous one: summed per `(thread, stack)` ([`StackTable::sends`]) beside the
 //! samples, and moved with them when their attribution changes.
 
-use std::hash::BuildHasher;
+use std::{hash::BuildHasher, sync::Arc};
 
 use hashbrown::{HashMap, HashSet, HashTable};
 
-use vmscope_model::{BlockState, IntervalKind};
+use vmscope_model::{BlockState, IntervalKind, Label};
 
 use crate::{
     stats::intervals::During,
@@ -68,6 +72,33 @@ pub struct StackId(pub u32);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DuringId(pub u16);
 
+/// A set of labels a thread had set, as an index into its session's [`StackTable::labels`]: 0
+/// is none (most samples, and every sample of a process that publishes no labels).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LabelsId(pub u16);
+
+/// Most distinct label sets one session tells apart; samples with more are counted as
+/// unlabelled (and said so: [`StackTable::labels_beyond_limit`]).
+pub const MAX_LABEL_SETS: usize = 4096;
+
+/// What a stack is told apart by beside its locations and end: when its samples were taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StackTags {
+    /// The intervals under way.
+    pub during: DuringId,
+    /// The labels its thread had set.
+    pub labels: LabelsId,
+}
+
+impl From<DuringId> for StackTags {
+    fn from(during: DuringId) -> StackTags {
+        StackTags {
+            during,
+            labels: LabelsId(0),
+        }
+    }
+}
+
 /// Where a stack's locations are in [`StackTable::frames`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StackSpan {
@@ -79,6 +110,18 @@ pub struct StackSpan {
     pub end: Option<StackEnd>,
     /// The intervals under way when its samples were taken.
     pub during: DuringId,
+    /// The labels its thread had set then.
+    pub labels: LabelsId,
+}
+
+impl StackSpan {
+    /// What it is told apart by beside its locations and end.
+    pub fn tags(&self) -> StackTags {
+        StackTags {
+            during: self.during,
+            labels: self.labels,
+        }
+    }
 }
 
 impl StackSpan {
@@ -120,6 +163,12 @@ pub struct StackTable {
     during_index: HashMap<Box<[IntervalKind]>, DuringId, foldhash::fast::RandomState>,
     /// What a set of a process's interval log is here, by (log, set).
     during_of_log: HashMap<(u64, u32), DuringId, foldhash::fast::RandomState>,
+    /// Distinct label sets, by [`LabelsId`] (0, no labels, included once any is).
+    pub labels: Vec<Arc<[Label]>>,
+    labels_index: HashMap<Arc<[Label]>, LabelsId, foldhash::fast::RandomState>,
+    /// Samples whose label set was new once [`MAX_LABEL_SETS`] were told apart: counted
+    /// unlabelled.
+    labels_beyond_limit: u64,
     location_index: HashTable<LocationId>,
     stack_index: HashTable<StackId>,
     /// The binaries of its locations.
@@ -159,6 +208,9 @@ impl StackTable {
             during: Vec::new(),
             during_index: HashMap::default(),
             during_of_log: HashMap::default(),
+            labels: Vec::new(),
+            labels_index: HashMap::default(),
+            labels_beyond_limit: 0,
             location_index: HashTable::new(),
             stack_index: HashTable::new(),
             modules: HashSet::default(),
@@ -253,9 +305,9 @@ impl StackTable {
         task: impl Into<Task>,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
-        during: DuringId,
+        tags: impl Into<StackTags>,
     ) -> StackId {
-        let stack = self.intern(locations, end, during);
+        let stack = self.intern(locations, end, tags);
         self.add(task, stack);
         stack
     }
@@ -265,15 +317,16 @@ impl StackTable {
         &mut self,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
-        during: DuringId,
+        tags: impl Into<StackTags>,
     ) -> StackId {
+        let tags = tags.into();
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         let stack = if self.stacks.len() < self.max_stacks {
             ids.extend(locations.into_iter().map(|l| self.location(l)));
-            self.stack(&ids, end, during)
+            self.stack(&ids, end, tags)
         } else {
-            self.intern_beyond_limit(&mut ids, locations, end, during)
+            self.intern_beyond_limit(&mut ids, locations, end, tags)
         };
         self.scratch = ids;
         stack
@@ -313,7 +366,7 @@ impl StackTable {
         ids: &mut Vec<LocationId>,
         locations: impl IntoIterator<Item = Location>,
         end: Option<StackEnd>,
-        during: DuringId,
+        tags: StackTags,
     ) -> StackId {
         let mut locations = locations.into_iter();
         let leaf = locations.next();
@@ -322,7 +375,7 @@ impl StackTable {
             ids.extend(found);
             found.is_some()
         });
-        if known && let Some(stack) = self.find_stack(ids, end, during) {
+        if known && let Some(stack) = self.find_stack(ids, end, tags) {
             return stack;
         }
         ids.clear();
@@ -330,7 +383,7 @@ impl StackTable {
         if let Some(leaf) = leaf.filter(|&l| l != Location::StackLimit) {
             let under_marker = self
                 .find_location(leaf)
-                .and_then(|id| self.find_stack(&[id, marker], end, during));
+                .and_then(|id| self.find_stack(&[id, marker], end, tags));
             if let Some(stack) = under_marker {
                 return stack;
             }
@@ -340,7 +393,7 @@ impl StackTable {
         }
         ids.push(marker);
         // How the walk ended is kept: a sample placed again keeps it (see `restack`).
-        self.stack(ids, end, during)
+        self.stack(ids, end, tags)
     }
 
     /// The id of a location already interned.
@@ -356,15 +409,15 @@ impl StackTable {
         &self,
         ids: &[LocationId],
         end: Option<StackEnd>,
-        during: DuringId,
+        tags: StackTags,
     ) -> Option<StackId> {
-        let hash = self.hasher.hash_one((ids, end, during));
+        let hash = self.hasher.hash_one((ids, end, tags));
         self.stack_index
             .find(hash, |id| {
                 let span = &self.stacks[id.0 as usize];
                 let start = span.start as usize;
                 span.end == end
-                    && span.during == during
+                    && span.tags() == tags
                     && &self.frames[start..start + span.len as usize] == ids
             })
             .copied()
@@ -400,6 +453,33 @@ impl StackTable {
         id
     }
 
+    /// The id of a label set, interning it on first sight: none for `None` or an empty set,
+    /// and none (counted) past [`MAX_LABEL_SETS`].
+    pub fn labels(&mut self, labels: Option<&Arc<[Label]>>) -> LabelsId {
+        let Some(labels) = labels.filter(|l| !l.is_empty()) else {
+            return LabelsId(0);
+        };
+        if let Some(&id) = self.labels_index.get(labels) {
+            return id;
+        }
+        if self.labels.is_empty() {
+            self.labels.push(Arc::new([]));
+        }
+        if self.labels.len() >= MAX_LABEL_SETS {
+            self.labels_beyond_limit += 1;
+            return LabelsId(0);
+        }
+        let id = LabelsId(self.labels.len() as u16);
+        self.labels.push(labels.clone());
+        self.labels_index.insert(labels.clone(), id);
+        id
+    }
+
+    /// Samples counted unlabelled because their set was new past [`MAX_LABEL_SETS`].
+    pub fn labels_beyond_limit(&self) -> u64 {
+        self.labels_beyond_limit
+    }
+
     /// The locations of a stack, leaf first.
     pub fn locations_of(&self, stack: StackId) -> Vec<Location> {
         let Some(span) = self.stacks.get(stack.0 as usize) else {
@@ -420,11 +500,11 @@ impl StackTable {
         like: StackId,
         locations: impl IntoIterator<Item = Location>,
     ) -> StackId {
-        let (end, during) = self
+        let (end, tags) = self
             .stacks
             .get(like.0 as usize)
-            .map_or((None, DuringId(0)), |span| (span.end, span.during));
-        self.intern(locations, end, during)
+            .map_or((None, StackTags::default()), |span| (span.end, span.tags()));
+        self.intern(locations, end, tags)
     }
 
     /// Takes back one sample of `task` counted in `stack` (it is counted elsewhere now).
@@ -493,9 +573,10 @@ impl StackTable {
         &mut self,
         ids: &[LocationId],
         end: Option<StackEnd>,
-        during: DuringId,
+        tags: impl Into<StackTags>,
     ) -> StackId {
-        let hash = self.hasher.hash_one((ids, end, during));
+        let tags = tags.into();
+        let hash = self.hasher.hash_one((ids, end, tags));
         let (frames, stacks) = (&mut self.frames, &mut self.stacks);
         let ids_of = |span: &StackSpan| -> &[LocationId] {
             let start = span.start as usize;
@@ -507,11 +588,11 @@ impl StackTable {
                 hash,
                 |id| {
                     let span = &stacks[id.0 as usize];
-                    span.end == end && span.during == during && ids_of(span) == ids
+                    span.end == end && span.tags() == tags && ids_of(span) == ids
                 },
                 |id| {
                     let span = &stacks[id.0 as usize];
-                    self.hasher.hash_one((ids_of(span), span.end, span.during))
+                    self.hasher.hash_one((ids_of(span), span.end, span.tags()))
                 },
             )
             .or_insert_with(|| {
@@ -521,7 +602,8 @@ impl StackTable {
                     start,
                     len: ids.len() as u32,
                     end,
-                    during,
+                    during: tags.during,
+                    labels: tags.labels,
                 });
                 StackId(stacks.len() as u32 - 1)
             })
@@ -565,6 +647,7 @@ impl StackTable {
                 .map(|(&(task, stack), &n)| (task, stack, n))
                 .collect(),
             during: self.during.clone(),
+            labels: self.labels.clone(),
         }
     }
 }
@@ -595,6 +678,8 @@ pub struct StackSnapshot {
     pub sends: Vec<(Task, StackId, u64)>,
     /// Sets of interval kinds, by [`DuringId`] (empty when no sample was in one).
     pub during: Vec<Box<[IntervalKind]>>,
+    /// Label sets, by [`LabelsId`] (empty when no sample had labels).
+    pub labels: Vec<Arc<[Label]>>,
 }
 
 impl StackSnapshot {
@@ -602,6 +687,12 @@ impl StackSnapshot {
     pub fn during_of(&self, stack: StackId) -> &[IntervalKind] {
         let id = self.stacks[stack.0 as usize].during.0 as usize;
         self.during.get(id).map_or(&[], |set| set)
+    }
+
+    /// The labels its thread had set when a stack's samples were taken.
+    pub fn labels_of(&self, stack: StackId) -> &[Label] {
+        let id = self.stacks[stack.0 as usize].labels.0 as usize;
+        self.labels.get(id).map_or(&[], |set| set)
     }
 
     /// The location ids of a stack, leaf first.
@@ -643,6 +734,7 @@ impl StackSnapshot {
             let (part, stack_ids, location_ids) = parts.entry(pid).or_insert_with(|| {
                 let part = StackSnapshot {
                     during: self.during.clone(),
+                    labels: self.labels.clone(),
                     ..StackSnapshot::default()
                 };
                 (part, HashMap::new(), HashMap::new())
@@ -708,6 +800,39 @@ mod tests {
 
     fn k(ip: u64) -> Location {
         Location::Kernel { ip }
+    }
+
+    /// The same frames with other labels are another stack; a set is interned once, and past
+    /// the session's bound a new set counts unlabelled, and is counted.
+    #[test]
+    fn labels_tell_stacks_apart_and_are_bounded() {
+        let mut table = StackTable::default();
+        let set = |v: &str| -> Arc<[Label]> { Arc::from(vec![Label::new("phase", v)]) };
+        let (a, b) = (set("a"), set("b"));
+        let tags = |table: &mut StackTable, labels: Option<&Arc<[Label]>>| StackTags {
+            during: NONE,
+            labels: table.labels(labels),
+        };
+        let ta = tags(&mut table, Some(&a));
+        let tb = tags(&mut table, Some(&b));
+        assert_eq!(tags(&mut table, Some(&a)), ta, "interned once");
+        assert_eq!(tags(&mut table, None).labels, LabelsId(0));
+        let sa = table.count(7, [k(1)], DONE, ta);
+        let sb = table.count(7, [k(1)], DONE, tb);
+        let none = table.count(7, [k(1)], DONE, NONE);
+        assert!(sa != sb && sb != none && sa != none);
+        let snapshot = table.snapshot();
+        assert_eq!(snapshot.labels_of(sb), &b[..]);
+        assert!(snapshot.labels_of(none).is_empty());
+        // A placed-again sample keeps its labels.
+        assert_eq!(table.restack(sa, [k(2)]), table.count(7, [k(2)], DONE, ta));
+        for i in 0..MAX_LABEL_SETS {
+            table.labels(Some(&set(&i.to_string())));
+        }
+        assert_eq!(table.labels.len(), MAX_LABEL_SETS);
+        assert_eq!(table.labels(Some(&set("more"))), LabelsId(0));
+        assert!(table.labels_beyond_limit() > 0);
+        assert_eq!(table.labels(Some(&a)), ta.labels, "known sets still are");
     }
 
     /// A process's part holds its samples, stacks and locations, and nothing of others'.

@@ -1,7 +1,9 @@
-//! The send counters the VMs' threads publish (`codemap.proto`'s `ThreadCounter`), as the
-//! kernel's `THREAD_COUNTERS` map holds them, and each user's share of that map.
+//! The words the VMs' threads publish for their samples to read (`codemap.proto`'s
+//! `ThreadCounter` and `ThreadLabels`: a send counter, the id of the current label set), as
+//! the kernel's `THREAD_COUNTERS` map holds them (one entry per thread for both), and each
+//! user's share of that map.
 //!
-//! A thread's counter is read by the sampler with each of the thread's samples, from the
+//! A thread's words are read by the sampler with each of the thread's samples, from the
 //! thread's own memory: the kernel checks that the thread is still in the process that
 //! published it, so what one process publishes is never read in another. The daemon checks
 //! that the thread is the publisher's when it is published (`/proc/PID/task/TID`), and bounds
@@ -14,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::bpf::SamplerControl;
+use crate::bpf::{SamplerControl, ThreadWords};
 
 /// Most entries the VMs of one user other than root hold at once.
 pub const USER_SHARE: usize = 4096;
@@ -51,11 +53,31 @@ pub enum Refusal {
     },
 }
 
-/// The thread counters the kernel reads, by process.
+/// One word of a thread's memory, as its process published it: where it is, 0 for no longer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// Its send counter.
+    Sends(u64),
+    /// The id of its current label set.
+    Labels(u64),
+}
+
+impl Word {
+    /// `words` with this one changed.
+    fn into(self, mut words: ThreadWords) -> ThreadWords {
+        match self {
+            Word::Sends(address) => words.sends = address,
+            Word::Labels(address) => words.labels = address,
+        }
+        words
+    }
+}
+
+/// The thread words the kernel reads, by process.
 #[derive(Debug, Default)]
 pub struct ThreadCounters {
-    /// Per process: its owner, and its threads' counters by thread id.
-    by_pid: HashMap<u32, (u32, BTreeMap<u32, u64>)>,
+    /// Per process: its owner, and its threads' words by thread id.
+    by_pid: HashMap<u32, (u32, BTreeMap<u32, ThreadWords>)>,
     /// Entries held per owner.
     by_owner: HashMap<u32, usize>,
     /// Counters handed to the kernel so far (one per thread and process).
@@ -65,29 +87,35 @@ pub struct ThreadCounters {
 }
 
 impl ThreadCounters {
-    /// Has the samples of thread `tid` of `pid` (owned by `owner`) read its counter at
-    /// `address`, or no longer when `address` is 0. `is_thread` says whether a thread of `pid`
-    /// is alive now.
+    /// Has the samples of thread `tid` of `pid` (owned by `owner`) read `word` where it says,
+    /// or no longer when its address is 0 (the thread's other word is still read). `is_thread`
+    /// says whether a thread of `pid` is alive now.
     pub fn publish(
         &mut self,
         sampler: &mut dyn SamplerControl,
         (pid, owner): (u32, u32),
         tid: u32,
-        address: u64,
+        word: Word,
         is_thread: impl Fn(u32, u32) -> bool,
     ) -> Result<(), Refusal> {
-        if address == 0 {
+        let old = self
+            .by_pid
+            .get(&pid)
+            .and_then(|(_, threads)| threads.get(&tid))
+            .copied();
+        let words = word.into(old.unwrap_or_default());
+        if words.is_empty() {
             self.remove(sampler, pid, tid);
+            return Ok(());
+        }
+        if old == Some(words) {
             return Ok(());
         }
         if !is_thread(pid, tid) {
             self.refused += 1;
             return Err(Refusal::NotItsThread { pid, tid });
         }
-        let known = self
-            .by_pid
-            .get(&pid)
-            .is_some_and(|(_, threads)| threads.contains_key(&tid));
+        let known = old.is_some();
         if !known && owner != 0 {
             let mut held = self.by_owner.get(&owner).copied().unwrap_or(0);
             if held >= USER_SHARE || self.users_held() >= USERS_SHARE {
@@ -100,7 +128,7 @@ impl ThreadCounters {
                 return Err(Refusal::Share { owner, held });
             }
         }
-        if let Err(e) = sampler.set_thread_counter(tid, pid, address) {
+        if let Err(e) = sampler.set_thread_counter(tid, pid, words) {
             self.refused += 1;
             return Err(Refusal::Kernel {
                 tid,
@@ -111,7 +139,7 @@ impl ThreadCounters {
             .by_pid
             .entry(pid)
             .or_insert_with(|| (owner, BTreeMap::new()));
-        if threads.insert(tid, address).is_none() {
+        if threads.insert(tid, words).is_none() {
             *self.by_owner.entry(owner).or_insert(0) += 1;
             self.set += 1;
         }
@@ -203,7 +231,11 @@ mod tests {
     use crate::bpf::fake::FakeSampler;
 
     fn kernel(sampler: &FakeSampler) -> BTreeMap<u32, (u32, u64)> {
-        sampler.kernel.lock().unwrap().thread_counters.clone()
+        let kernel = sampler.kernel.lock().unwrap();
+        let sends = kernel.thread_counters.iter();
+        sends
+            .map(|(&tid, &(tgid, w))| (tid, (tgid, w.sends)))
+            .collect()
     }
 
     /// What a VM publishes reaches the kernel with its process; a thread that is not the
@@ -214,26 +246,58 @@ mod tests {
         let mut counters = ThreadCounters::default();
         let alive = |pid: u32, tid: u32| pid == 10 && (10..20).contains(&tid);
         counters
-            .publish(&mut sampler, (10, 1000), 11, 0x7000, alive)
+            .publish(&mut sampler, (10, 1000), 11, Word::Sends(0x7000), alive)
             .unwrap();
         assert_eq!(
-            counters.publish(&mut sampler, (10, 1000), 99, 0x7008, alive),
+            counters.publish(&mut sampler, (10, 1000), 99, Word::Sends(0x7008), alive),
             Err(Refusal::NotItsThread { pid: 10, tid: 99 })
         );
         assert_eq!(kernel(&sampler), BTreeMap::from([(11, (10, 0x7000))]));
         // Published again at another address: moved, still one entry.
         counters
-            .publish(&mut sampler, (10, 1000), 11, 0x8000, alive)
+            .publish(&mut sampler, (10, 1000), 11, Word::Sends(0x8000), alive)
             .unwrap();
         assert_eq!((counters.set, counters.held()), (1, (1, 1)));
         counters
-            .publish(&mut sampler, (10, 1000), 11, 0, alive)
+            .publish(&mut sampler, (10, 1000), 11, Word::Sends(0), alive)
             .unwrap();
         assert!(kernel(&sampler).is_empty());
         assert_eq!(
             (counters.set, counters.refused, counters.held()),
             (1, 1, (0, 0))
         );
+    }
+
+    /// A thread's send counter and its label word are one entry of the kernel's map, held
+    /// once against its user's share: taking one out leaves the other read.
+    #[test]
+    fn a_thread_s_counter_and_labels_are_one_entry() {
+        let mut sampler = FakeSampler::default();
+        let mut counters = ThreadCounters::default();
+        let alive = |_: u32, _: u32| true;
+        let both = ThreadWords {
+            sends: 0x7000,
+            labels: 0x9000,
+        };
+        counters
+            .publish(&mut sampler, (10, 1000), 11, Word::Labels(0x9000), alive)
+            .unwrap();
+        counters
+            .publish(&mut sampler, (10, 1000), 11, Word::Sends(0x7000), alive)
+            .unwrap();
+        let words = |s: &FakeSampler| s.kernel.lock().unwrap().thread_counters.clone();
+        assert_eq!(words(&sampler), BTreeMap::from([(11, (10, both))]));
+        assert_eq!((counters.set, counters.held()), (1, (1, 1)));
+        counters
+            .publish(&mut sampler, (10, 1000), 11, Word::Sends(0), alive)
+            .unwrap();
+        let labels_only = ThreadWords { sends: 0, ..both };
+        assert_eq!(words(&sampler), BTreeMap::from([(11, (10, labels_only))]));
+        counters
+            .publish(&mut sampler, (10, 1000), 11, Word::Labels(0), alive)
+            .unwrap();
+        assert!(words(&sampler).is_empty());
+        assert_eq!(counters.held(), (0, 0));
     }
 
     /// A user's VMs hold at most its share; threads gone make room again, and root's are not
@@ -246,12 +310,18 @@ mod tests {
         let alive = |_: u32, tid: u32| tid >= gone.get();
         for tid in 1..=USER_SHARE as u32 {
             counters
-                .publish(&mut sampler, (5, 1000), tid, 8 * u64::from(tid), alive)
+                .publish(
+                    &mut sampler,
+                    (5, 1000),
+                    tid,
+                    Word::Sends(8 * u64::from(tid)),
+                    alive,
+                )
                 .unwrap();
         }
         let over = USER_SHARE as u32 + 1;
         assert_eq!(
-            counters.publish(&mut sampler, (5, 1000), over, 0x10, alive),
+            counters.publish(&mut sampler, (5, 1000), over, Word::Sends(0x10), alive),
             Err(Refusal::Share {
                 owner: 1000,
                 held: USER_SHARE
@@ -259,21 +329,27 @@ mod tests {
         );
         // Another user, and root, are not refused for it.
         counters
-            .publish(&mut sampler, (6, 1001), over, 0x10, alive)
+            .publish(&mut sampler, (6, 1001), over, Word::Sends(0x10), alive)
             .unwrap();
         counters
-            .publish(&mut sampler, (7, 0), over + 1, 0x10, alive)
+            .publish(&mut sampler, (7, 0), over + 1, Word::Sends(0x10), alive)
             .unwrap();
         // Ten of the first user's threads exit: room for ten more.
         gone.set(11);
         for tid in 0..10 {
             counters
-                .publish(&mut sampler, (5, 1000), over + 2 + tid, 0x10, alive)
+                .publish(
+                    &mut sampler,
+                    (5, 1000),
+                    over + 2 + tid,
+                    Word::Sends(0x10),
+                    alive,
+                )
                 .unwrap();
         }
         assert!(
             counters
-                .publish(&mut sampler, (5, 1000), over + 20, 0x10, alive)
+                .publish(&mut sampler, (5, 1000), over + 20, Word::Sends(0x10), alive)
                 .is_err()
         );
         assert_eq!(counters.held(), (USER_SHARE + 2, USER_SHARE + 1));

@@ -105,6 +105,23 @@ impl Snapshot {
             .collect();
         if let Some(tally) = &mut self.off_cpu {
             tally.during.retain(|(task, _), _| keeps(task));
+        }
+        let kept: Vec<Task> = self
+            .thread_names
+            .keys()
+            .copied()
+            .filter(|task| keeps(task))
+            .collect();
+        self.thread_names.retain(|task, _| kept.contains(task));
+        self.recount();
+        self.thread_filter = Some(filter.describe());
+        self
+    }
+
+    /// Sums again what a cut of the snapshot changed: its samples, those truncated, the CPU
+    /// time they stand for, and its blocks off the CPU (those still blocked included).
+    pub(super) fn recount(&mut self) {
+        if let Some(tally) = &mut self.off_cpu {
             tally.blocks = self.stacks.blocks.iter().map(|b| b.3.count).sum();
             tally.ns = self.stacks.blocks.iter().map(|b| b.3.ns).sum();
             let still: Vec<u64> = self
@@ -131,15 +148,6 @@ impl Snapshot {
             .map(|&(.., n)| n)
             .sum();
         self.cpu_seconds = self.total_samples as f64 * self.period_ns as f64 / 1e9;
-        let kept: Vec<Task> = self
-            .thread_names
-            .keys()
-            .copied()
-            .filter(|task| keeps(task))
-            .collect();
-        self.thread_names.retain(|task, _| kept.contains(task));
-        self.thread_filter = Some(filter.describe());
-        self
     }
 }
 

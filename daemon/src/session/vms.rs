@@ -7,11 +7,14 @@
 //! generated code: a sample taken in the collector must see the collection's begin, which
 //! may still be on its way when the sample is read from the kernel.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
-use vmscope_model::IntervalKind;
+use vmscope_model::{IntervalKind, Label};
 
-use super::{Session, State};
+use super::{Session, State, thread_counters::Word};
 use crate::stats::{
     intervals::During,
     jvm_gcs::JvmGcs,
@@ -38,17 +41,20 @@ pub struct Vms {
     pub gcs: JvmGcs,
     /// Thread counters published since the manager last took them, for the kernel.
     thread_counters: Vec<PublishedCounter>,
+    /// The label sets each process published, by pid and set id.
+    label_sets: HashMap<u32, HashMap<u64, Arc<[Label]>>>,
 }
 
-/// A thread's send counter as its VM published it (see [`StatEvent::ThreadCounter`]).
+/// A thread's word for the sampler as its VM published it (see [`StatEvent::ThreadCounter`],
+/// [`StatEvent::ThreadLabels`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PublishedCounter {
     /// The publishing process.
     pub pid: u32,
     /// Its thread.
     pub tid: u32,
-    /// Where the counter is, or 0 for no longer.
-    pub address: u64,
+    /// Which word, and where it is (0 for no longer).
+    pub word: Word,
     /// The publisher's uid.
     pub owner: u32,
 }
@@ -71,18 +77,34 @@ impl Vms {
         }
         let state = self.states.entry(pid).or_default();
         for (ts, event) in &stats {
-            if let &StatEvent::ThreadCounter {
-                tid,
-                address,
-                owner,
-            } = event
-            {
-                self.thread_counters.push(PublishedCounter {
-                    pid,
+            let word = match *event {
+                StatEvent::ThreadCounter {
                     tid,
                     address,
                     owner,
+                } => Some((tid, Word::Sends(address), owner)),
+                StatEvent::ThreadLabels {
+                    tid,
+                    address,
+                    owner,
+                } => Some((tid, Word::Labels(address), owner)),
+                _ => None,
+            };
+            if let Some((tid, word, owner)) = word {
+                self.thread_counters.push(PublishedCounter {
+                    pid,
+                    tid,
+                    word,
+                    owner,
                 });
+                continue;
+            }
+            if let StatEvent::LabelSet { id, labels } = event {
+                // The rules bound a publication's sets, and refuse an id changing its set.
+                self.label_sets
+                    .entry(pid)
+                    .or_default()
+                    .insert(*id, labels.clone());
                 continue;
             }
             for session in sessions.values_mut() {
@@ -110,6 +132,14 @@ impl Vms {
     /// with the intervals under way at their time.
     pub fn holds(&self, pid: u32) -> bool {
         self.states.contains_key(&pid)
+    }
+
+    /// The labels `pid` published under `id`, if it did (0 is none).
+    pub fn labels(&self, pid: u32, id: u64) -> Option<&Arc<[Label]>> {
+        if id == 0 {
+            return None;
+        }
+        self.label_sets.get(&pid)?.get(&id)
     }
 
     /// The intervals of `pid` under way at `ts`; none for a process that publishes none.
@@ -149,6 +179,8 @@ impl Vms {
             }
             kept
         });
+        let states = &self.states;
+        self.label_sets.retain(|pid, _| states.contains_key(pid));
     }
 
     /// Intervals forgotten before no sample could need them, of every process so far.

@@ -307,6 +307,7 @@ pub fn statistics(
         // Its collections have no times: no sample is known to be in one.
         samples: 0,
         exact_counts: Vec::new(),
+        domain_events: Vec::new(),
     }
 }
 

@@ -16,6 +16,7 @@
 //!   sample was taken.
 
 pub mod counters;
+pub mod domain_events;
 pub mod hotspot;
 pub mod hotspot_gc;
 pub mod intervals;

@@ -19,13 +19,14 @@ use std::{
 };
 
 use vmscope_model::{
-    ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals,
+    ConfigValue, Configuration, CounterDelta, GaugeDelta, IntervalKind, IntervalTotals, Label,
     VmStatistics,
 };
 use vmscope_proto::v1::{self as pb, IntervalKind as PbKind};
 
 use super::{
     counters::{CountKind, CountWindow, CounterRegion, MAX_COUNTERS, MAX_REGIONS, MAX_STRIDE},
+    domain_events::EventWindow,
     intervals::{During, IntervalLog},
 };
 
@@ -41,6 +42,20 @@ pub const MAX_NAME_BYTES: usize = 128;
 /// Most threads of one publication whose send counters the sampler reads at once
 /// (`ThreadCounter`).
 pub const MAX_THREAD_COUNTERS: usize = 1024;
+/// Most labels in one set (`LabelSet`).
+pub const MAX_LABELS: usize = 8;
+/// Longest label key.
+pub const MAX_LABEL_KEY_BYTES: usize = 64;
+/// Longest label value.
+pub const MAX_LABEL_VALUE_BYTES: usize = 128;
+/// Most label sets one process publishes.
+pub const MAX_LABEL_SETS: usize = 4096;
+/// Longest domain event type.
+pub const MAX_EVENT_TYPE_BYTES: usize = 128;
+/// Most frames a domain event names.
+pub const MAX_EVENT_FRAMES: usize = 64;
+/// Longest frame name of a domain event.
+pub const MAX_EVENT_FRAME_BYTES: usize = 256;
 
 /// The kind of a published interval, or why there is none: a kind of the VM's own may not be
 /// nameless, nor take the name of one of the protocol's.
@@ -139,6 +154,38 @@ pub enum StatEvent {
         /// publication sets it, the rules leave it 0.
         owner: u32,
     },
+    /// Where a thread keeps the id of its current label set, for the sampler to read with its
+    /// samples; 0: no longer. Handed to the kernel as [`StatEvent::ThreadCounter`] is.
+    ThreadLabels {
+        /// The thread.
+        tid: u32,
+        /// The word's address in the VM's memory, or 0.
+        address: u64,
+        /// As [`StatEvent::ThreadCounter`]'s.
+        owner: u32,
+    },
+    /// A set of labels under the id its threads store: the same set for the process's life.
+    LabelSet {
+        /// Its id, never 0.
+        id: u64,
+        /// Its labels, in key order, each key once.
+        labels: Arc<[Label]>,
+    },
+    /// An event of the program's domain.
+    Domain(Arc<DomainEvent>),
+}
+
+/// An event of a program's domain, as its VM published it (`codemap.proto`'s `DomainEvent`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainEvent {
+    /// What happened.
+    pub kind: String,
+    /// The object it happened to, by the VM's stable id; 0: none.
+    pub object: u64,
+    /// The thread that emitted it; 0: unknown.
+    pub tid: u32,
+    /// What emitted it, innermost first; empty when the VM does not say.
+    pub frames: Vec<String>,
 }
 
 /// A name or unit the protocol accepts: at most [`MAX_NAME_BYTES`].
@@ -150,6 +197,76 @@ pub fn checked_name(name: &str, what: &str) -> Result<String, String> {
         ));
     }
     Ok(name.to_owned())
+}
+
+/// Checks a thread word's publication (`ThreadCounter`, `ThreadLabels`) against `published`,
+/// the threads with one now, which it keeps: a thread of its own, an aligned word, at most
+/// [`MAX_THREAD_COUNTERS`] threads.
+fn thread_word(
+    published: &mut HashSet<u32>,
+    tid: u32,
+    address: u64,
+    what: &str,
+) -> Result<(), (Broken, String)> {
+    let invalid = |e: String| (Broken::Invalid, e);
+    if tid == 0 {
+        return Err(invalid(format!("a thread {what} of thread 0")));
+    }
+    if address == 0 {
+        published.remove(&tid);
+    } else if !address.is_multiple_of(8) || address.checked_add(8).is_none() {
+        return Err(invalid(format!(
+            "thread {tid}'s {what} at {address:#x}, not an aligned 8-byte word"
+        )));
+    } else if !published.contains(&tid) && published.len() >= MAX_THREAD_COUNTERS {
+        return Err((
+            Broken::TooMany,
+            format!("more than {MAX_THREAD_COUNTERS} threads with a {what}"),
+        ));
+    } else {
+        published.insert(tid);
+    }
+    Ok(())
+}
+
+/// A published label set's labels, in key order, or why it breaks the protocol.
+fn checked_labels(set: &pb::LabelSet) -> Result<Vec<Label>, (Broken, String)> {
+    let invalid = |e: String| (Broken::Invalid, e);
+    if set.id == 0 {
+        return Err(invalid("label set 0 (0 is no labels)".into()));
+    }
+    if set.labels.len() > MAX_LABELS {
+        return Err(invalid(format!(
+            "label set {} of {} labels (at most {MAX_LABELS})",
+            set.id,
+            set.labels.len()
+        )));
+    }
+    let mut labels: Vec<Label> = Vec::with_capacity(set.labels.len());
+    for l in &set.labels {
+        if l.key.is_empty() || l.key.len() > MAX_LABEL_KEY_BYTES {
+            return Err(invalid(format!(
+                "a label key of {} bytes (1 to {MAX_LABEL_KEY_BYTES})",
+                l.key.len()
+            )));
+        }
+        if l.value.is_empty() || l.value.len() > MAX_LABEL_VALUE_BYTES {
+            return Err(invalid(format!(
+                "label {:?}'s value of {} bytes (1 to {MAX_LABEL_VALUE_BYTES})",
+                l.key,
+                l.value.len()
+            )));
+        }
+        labels.push(Label::new(l.key.clone(), l.value.clone()));
+    }
+    labels.sort();
+    if let Some(twice) = labels.windows(2).find(|w| w[0].key == w[1].key) {
+        return Err(invalid(format!(
+            "label set {} has key {:?} twice",
+            set.id, twice[0].key
+        )));
+    }
+    Ok(labels)
 }
 
 /// Why a statistics event breaks the protocol, beyond its shape: the daemon counts these
@@ -178,6 +295,10 @@ pub struct Rules {
     regions: HashMap<u32, usize>,
     /// Threads with a send counter published now.
     thread_counters: HashSet<u32>,
+    /// Threads with a label word published now.
+    thread_labels: HashSet<u32>,
+    /// Label sets published, by id (an id means one set for the process's life).
+    label_sets: HashMap<u64, Arc<[Label]>>,
 }
 
 impl Rules {
@@ -324,31 +445,70 @@ impl Rules {
                 }),
             },
             Event::ThreadCounter(t) => {
-                if t.tid == 0 {
-                    return Err(invalid("a thread counter of thread 0".into()));
-                }
-                if t.address == 0 {
-                    self.thread_counters.remove(&t.tid);
-                } else if t.address % 8 != 0 || t.address.checked_add(8).is_none() {
-                    return Err(invalid(format!(
-                        "thread {}'s counter at {:#x}, not an aligned 8-byte word",
-                        t.tid, t.address
-                    )));
-                } else if !self.thread_counters.contains(&t.tid)
-                    && self.thread_counters.len() >= MAX_THREAD_COUNTERS
-                {
-                    return Err((
-                        Broken::TooMany,
-                        format!("more than {MAX_THREAD_COUNTERS} threads with counters"),
-                    ));
-                } else {
-                    self.thread_counters.insert(t.tid);
-                }
+                thread_word(&mut self.thread_counters, t.tid, t.address, "counter")?;
                 Ok(StatEvent::ThreadCounter {
                     tid: t.tid,
                     address: t.address,
                     owner: 0,
                 })
+            }
+            Event::ThreadLabels(t) => {
+                thread_word(&mut self.thread_labels, t.tid, t.address, "label word")?;
+                Ok(StatEvent::ThreadLabels {
+                    tid: t.tid,
+                    address: t.address,
+                    owner: 0,
+                })
+            }
+            Event::LabelSet(set) => {
+                let labels = checked_labels(set)?;
+                let labels = match self.label_sets.get(&set.id) {
+                    Some(known) if **known != *labels => {
+                        return Err(invalid(format!(
+                            "label set {} published again with other labels",
+                            set.id
+                        )));
+                    }
+                    Some(known) => known.clone(),
+                    None if self.label_sets.len() >= MAX_LABEL_SETS => {
+                        return Err((
+                            Broken::TooMany,
+                            format!("more than {MAX_LABEL_SETS} label sets"),
+                        ));
+                    }
+                    None => {
+                        let labels: Arc<[Label]> = labels.into();
+                        self.label_sets.insert(set.id, labels.clone());
+                        labels
+                    }
+                };
+                Ok(StatEvent::LabelSet { id: set.id, labels })
+            }
+            Event::DomainEvent(e) => {
+                if e.r#type.is_empty() || e.r#type.len() > MAX_EVENT_TYPE_BYTES {
+                    return Err(invalid(format!(
+                        "a domain event type of {} bytes (1 to {MAX_EVENT_TYPE_BYTES})",
+                        e.r#type.len()
+                    )));
+                }
+                if e.frames.len() > MAX_EVENT_FRAMES {
+                    return Err(invalid(format!(
+                        "a domain event of {} frames (at most {MAX_EVENT_FRAMES})",
+                        e.frames.len()
+                    )));
+                }
+                if let Some(long) = e.frames.iter().find(|f| f.len() > MAX_EVENT_FRAME_BYTES) {
+                    return Err(invalid(format!(
+                        "a domain event frame of {} bytes (at most {MAX_EVENT_FRAME_BYTES})",
+                        long.len()
+                    )));
+                }
+                Ok(StatEvent::Domain(Arc::new(DomainEvent {
+                    kind: e.r#type.clone(),
+                    object: e.object,
+                    tid: e.tid,
+                    frames: e.frames.clone(),
+                })))
             }
             _ => Err(invalid("not a statistics event".into())),
         }
@@ -498,6 +658,8 @@ pub struct Window {
     open: HashMap<(IntervalKind, u64), u64>,
     /// The VM's counter regions, and the session's values of them.
     pub counts: CountWindow,
+    /// The domain events it published in the window.
+    events: EventWindow,
 }
 
 impl Window {
@@ -564,7 +726,10 @@ impl Window {
             StatEvent::RegionValues { region, values } => {
                 self.counts.values_published(ts, *region, values);
             }
-            StatEvent::ThreadCounter { .. } => {}
+            StatEvent::ThreadCounter { .. }
+            | StatEvent::ThreadLabels { .. }
+            | StatEvent::LabelSet { .. } => {}
+            StatEvent::Domain(event) => self.events.count(self.start_ns, ts, event),
         }
     }
 
@@ -592,6 +757,7 @@ impl Window {
             kinds: Vec::new(),
             open: self.open.clone(),
             counts: self.counts.carried(),
+            events: EventWindow::default(),
         }
     }
 
@@ -621,7 +787,8 @@ impl Window {
             && self.gauges.is_empty()
             && self.kinds.is_empty()
             && self.open.is_empty()
-            && self.counts.is_empty())
+            && self.counts.is_empty()
+            && self.events.is_empty())
     }
 
     /// The window up to `end_ns`, for a profile.
@@ -681,6 +848,18 @@ impl Window {
             window_ns: end_ns.saturating_sub(self.start_ns),
             samples: 0,
             exact_counts: self.counts.summary(),
+            domain_events: {
+                let seconds = end_ns.saturating_sub(self.start_ns).div_ceil(1_000_000_000);
+                let mut types = self.events.summary(seconds as usize);
+                if self.events.untyped > 0 {
+                    types.push(vmscope_model::DomainEventType {
+                        name: "(more types than a window tells apart)".into(),
+                        count: self.events.untyped,
+                        ..Default::default()
+                    });
+                }
+                types
+            },
         }
     }
 }
@@ -952,6 +1131,101 @@ mod tests {
         rules.check(&counter(7, 0x9000)).unwrap();
         rules.check(&counter(7, 0)).unwrap();
         rules.check(&counter(one_more, 0x8000)).unwrap();
+    }
+
+    /// A label set is bounded and means one set for the process's life: its labels come out
+    /// in key order, an id republished with the same labels is taken, with others refused;
+    /// past the bounds, refused with the reason.
+    #[test]
+    fn label_sets_are_checked_and_bounded() {
+        use pb::code_map_event::Event;
+        let set = |id, labels: &[(&str, &str)]| {
+            Event::LabelSet(pb::LabelSet {
+                id,
+                labels: labels
+                    .iter()
+                    .map(|&(key, value)| pb::Label {
+                        key: key.into(),
+                        value: value.into(),
+                    })
+                    .collect(),
+            })
+        };
+        let mut rules = Rules::default();
+        let StatEvent::LabelSet { id, labels } = rules
+            .check(&set(5, &[("tenant", "acme"), ("phase", "parse")]))
+            .unwrap()
+        else {
+            panic!("a label set");
+        };
+        assert_eq!(id, 5);
+        assert_eq!(
+            &labels[..],
+            [Label::new("phase", "parse"), Label::new("tenant", "acme")]
+        );
+        rules
+            .check(&set(5, &[("phase", "parse"), ("tenant", "acme")]))
+            .expect("the same set again");
+        let long_key = "k".repeat(MAX_LABEL_KEY_BYTES + 1);
+        let long_value = "v".repeat(MAX_LABEL_VALUE_BYTES + 1);
+        let many: Vec<(String, String)> = (0..=MAX_LABELS)
+            .map(|i| (format!("k{i}"), "v".to_owned()))
+            .collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        for bad in [
+            set(5, &[("phase", "print")]),
+            set(0, &[("phase", "a")]),
+            set(6, &[("phase", "a"), ("phase", "b")]),
+            set(6, &[("phase", "")]),
+            set(6, &[("", "a")]),
+            set(6, &[(&long_key, "a")]),
+            set(6, &[("phase", &long_value)]),
+            set(6, &many),
+        ] {
+            assert_eq!(rules.check(&bad).unwrap_err().0, Broken::Invalid, "{bad:?}");
+        }
+        for id in 6..5 + MAX_LABEL_SETS as u64 {
+            rules.check(&set(id, &[("n", "1")])).unwrap();
+        }
+        let past = rules.check(&set(u64::MAX, &[("n", "1")])).unwrap_err();
+        assert_eq!(past.0, Broken::TooMany, "{past:?}");
+        // Thread label words follow the counters' rules.
+        let word = |tid, address| Event::ThreadLabels(pb::ThreadLabels { tid, address });
+        rules.check(&word(7, 0x7000)).unwrap();
+        assert_eq!(
+            rules.check(&word(7, 0x7001)).unwrap_err().0,
+            Broken::Invalid
+        );
+        assert_eq!(
+            rules.check(&word(0, 0x7000)).unwrap_err().0,
+            Broken::Invalid
+        );
+    }
+
+    /// Domain events: a type of 1 to 128 bytes, at most 64 frames of 256 bytes.
+    #[test]
+    fn domain_events_are_checked() {
+        let event = |kind: &str, frames: Vec<String>| {
+            pb::code_map_event::Event::DomainEvent(pb::DomainEvent {
+                r#type: kind.into(),
+                object: 3,
+                tid: 1,
+                frames,
+            })
+        };
+        let mut rules = Rules::default();
+        assert!(matches!(
+            rules.check(&event("refresh", vec!["a".into()])).unwrap(),
+            StatEvent::Domain(e) if e.kind == "refresh" && e.object == 3
+        ));
+        for bad in [
+            event("", vec![]),
+            event(&"t".repeat(MAX_EVENT_TYPE_BYTES + 1), vec![]),
+            event("t", vec!["f".into(); MAX_EVENT_FRAMES + 1]),
+            event("t", vec!["f".repeat(MAX_EVENT_FRAME_BYTES + 1)]),
+        ] {
+            assert_eq!(rules.check(&bad).unwrap_err().0, Broken::Invalid);
+        }
     }
 
     #[test]

@@ -290,16 +290,25 @@ pub const FLAG_TARGET: u32 = 128;
 /// the address its VM published ([`ThreadCounter`]).
 pub const FLAG_COUNT: u32 = 512;
 
-/// Value of the `THREAD_COUNTERS` map, keyed by thread id: where a thread of a VM keeps its own
-/// send counter (a `u64` it only ever increments), which the sampler reads with each of its
-/// samples. The daemon writes an entry for each thread its VM published one for; the exit
-/// program removes it as the thread exits. The read is of the sampled thread's own memory, and
-/// only while the thread is in `tgid`: a thread id reused by another process reads nothing.
+/// [`Event::flags`] bit: [`Event::labels`] holds the id of the sampled thread's current label
+/// set, read from the word its process published ([`ThreadCounter::labels`]); 0 is none.
+pub const FLAG_LABELS: u32 = 1024;
+
+/// Value of the `THREAD_COUNTERS` map, keyed by thread id: the words a thread of a VM keeps in
+/// its own memory for the sampler to read with each of its samples: its send counter (a `u64`
+/// it only ever increments) and the id of its current label set (a `u64` it stores as its
+/// labels change). The daemon writes an entry for each thread its process published either
+/// for; the exit program removes it as the thread exits. The reads are of the sampled thread's
+/// own memory, and only while the thread is in `tgid`: a thread id reused by another process
+/// reads nothing. Two 8-byte reads at most per sample, whatever the labels hold: the sets
+/// themselves are published once each to the daemon, never read by the kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ThreadCounter {
-    /// Address of the counter in the thread's process.
+    /// Address of the send counter in the thread's process; 0: none.
     pub address: u64,
+    /// Address of the word holding the id of the thread's current label set; 0: none.
+    pub labels: u64,
     /// The process that published it.
     pub tgid: u32,
     /// Explicit padding; always 0.
@@ -481,7 +490,7 @@ pub const CONFIG_LEN: u32 = 8;
 
 /// One record in the ring buffer, written by the kernel and read by the daemon.
 ///
-/// 56 bytes, no implicit padding. A sample with [`FLAG_STACK`] is followed in the same record by
+/// 64 bytes, no implicit padding. A sample with [`FLAG_STACK`] is followed in the same record by
 /// [`Event::kernel_frames`] kernel addresses then [`Event::user_frames`] user addresses (u64
 /// each, leaf first): see [`Event::frames_from_bytes`].
 #[repr(C)]
@@ -515,6 +524,9 @@ pub struct Event {
     /// With [`FLAG_COUNT`], the sampled thread's own send counter as the sample read it (see
     /// [`ThreadCounter`]): the daemon counts the sends between two samples of the thread.
     pub count: u64,
+    /// With [`FLAG_LABELS`], the id of the sampled thread's label set at the sample's instant
+    /// (0: no labels set), as its process published the set.
+    pub labels: u64,
 }
 
 impl Event {
@@ -675,8 +687,8 @@ unsafe impl aya::Pod for ShortBlocks {}
 // SAFETY: repr(C), explicit padding, any bit pattern is valid.
 unsafe impl aya::Pod for ThreadCounter {}
 
-const _: () = assert!(Event::SIZE == 56);
-const _: () = assert!(core::mem::size_of::<ThreadCounter>() == 16);
+const _: () = assert!(Event::SIZE == 64);
+const _: () = assert!(core::mem::size_of::<ThreadCounter>() == 24);
 const _: () = assert!(core::mem::size_of::<TargetKey>() == 16);
 const _: () = assert!(UserCopyHeader::SIZE == 32);
 const _: () = assert!(core::mem::size_of::<Wants>() == 16);
@@ -701,10 +713,11 @@ mod tests {
             timestamp_ns: 123_456_789,
             ip: 0xffff_ffff_8100_0000,
             period_ns: 714_285,
-            flags: FLAG_KERNEL_MODE | FLAG_COUNT,
+            flags: FLAG_KERNEL_MODE | FLAG_COUNT | FLAG_LABELS,
             kernel_frames: 0,
             user_frames: 0,
             count: 1_234_567,
+            labels: 0x1234,
         };
         let bytes = e.to_bytes();
         assert_eq!(Event::from_bytes(&bytes), Some(e));
@@ -864,22 +877,22 @@ mod tests {
         };
         let big = users.max_record_bytes();
         // The largest record the program writes: event, 2 x 127 frames, header, copy.
-        assert_eq!(big, 56 + 2032 + 32 + 65528);
-        assert_eq!(Wants::default().max_record_bytes(), 56);
+        assert_eq!(big, 64 + 2032 + 32 + 65528);
+        assert_eq!(Wants::default().max_record_bytes(), 64);
         assert_eq!(
             Wants {
                 flags: WANT_STACKS,
                 ..Wants::default()
             }
             .max_record_bytes(),
-            56 + 2032
+            64 + 2032
         );
         assert!(users.fits(big, RING / 2 - big, RING), "just up to half");
         assert!(
             !users.fits(big, RING / 2 - big + 1, RING),
             "a byte past half"
         );
-        assert!(!Wants::default().fits(56, RING / 2, RING));
+        assert!(!Wants::default().fits(64, RING / 2, RING));
         assert!(roots.fits(big, RING - big, RING), "root's may use it all");
         // A union with root's sessions is root's.
         assert!(users.union(roots).for_root() && roots.union(users).for_root());

@@ -23,7 +23,9 @@
 //!   sessions alone do not, and no target session counts them. A thread whose VM published
 //!   where it keeps its send counter (`THREAD_COUNTERS`) has the counter read with each sample
 //!   ([`FLAG_COUNT`], `bpf_probe_read_user` of its own memory): the daemon counts the sends
-//!   between two samples of the thread on the stack of the second.
+//!   between two samples of the thread on the stack of the second. One that published where it
+//!   keeps the id of its current label set has that word read too ([`FLAG_LABELS`]): each
+//!   sample carries the thread's labels as they were at its instant.
 //! * `vmscope_exec` (raw tracepoint `sched_process_exec`) reports `execve` of tracked
 //!   processes, whose mappings the daemon must then re-read, with the new program's name.
 //! * `vmscope_exit` (raw tracepoint `sched_process_exit`) ends a tracked process's life in the
@@ -84,10 +86,10 @@ mod prog {
         CONFIG_LEN, CONFIG_MAX_STACK, CONFIG_SYSTEM_WIDE, CONFIG_TASK_CRED, CONFIG_TASK_PID,
         CONFIG_TASK_TGID, Creds, EVENT_EXEC, EVENT_EXIT, EVENT_OFF_CPU, EVENT_RENAME, EVENT_SAMPLE,
         Event, FLAG_BLOCK_STATE_SHIFT, FLAG_COUNT, FLAG_KERNEL_MODE, FLAG_KERNEL_TRUNCATED,
-        FLAG_STACK, FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED, FLAG_USER_STACK_FAILED,
-        FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_HELD, GUARD_OPEN, MAX_BLOCKED_COPIES,
-        MAX_BLOCKED_THREADS, MAX_COUNT_SLOTS, MAX_LOST_KEYS, MAX_STACK_FRAMES, MAX_TARGETS,
-        MAX_THREAD_COUNTERS, MAX_USER_COPY, OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN,
+        FLAG_LABELS, FLAG_STACK, FLAG_TARGET, FLAG_USER_COPY, FLAG_USER_COPY_FAULTED,
+        FLAG_USER_STACK_FAILED, FLAG_USER_TRUNCATED, GUARD_CREDS, GUARD_HELD, GUARD_OPEN,
+        MAX_BLOCKED_COPIES, MAX_BLOCKED_THREADS, MAX_COUNT_SLOTS, MAX_LOST_KEYS, MAX_STACK_FRAMES,
+        MAX_TARGETS, MAX_THREAD_COUNTERS, MAX_USER_COPY, OFF_CPU_COPIES_FULL, OFF_CPU_COUNTS_LEN,
         OFF_CPU_MAX_COPY, OFF_CPU_PERIOD, OFF_CPU_SHORT, OFF_CPU_SHORT_NS, OFF_CPU_UNFOLLOWED,
         RING_BUFFER_BYTES, ShortBlocks, TRACK_ANY_THREAD, TargetKey, ThreadCounter, Tracked,
         UserCopyHeader, WANT_STACKS, Wants, block_state,
@@ -289,7 +291,7 @@ mod prog {
         }
         let kernel = data.regs.cs & 3 == 0;
         let tid = pid_tgid as u32;
-        let (count_flag, sends) = thread_count(tid, tgid);
+        let (words_flags, sends, labels) = thread_words(tid, tgid);
         let event = Event {
             kind: EVENT_SAMPLE,
             // SAFETY: these helpers have no preconditions.
@@ -300,10 +302,11 @@ mod prog {
             timestamp_ns: unsafe { bpf_ktime_get_ns() },
             ip: data.regs.rip,
             period_ns,
-            flags: (if kernel { FLAG_KERNEL_MODE } else { 0 }) | target_flag | count_flag,
+            flags: (if kernel { FLAG_KERNEL_MODE } else { 0 }) | target_flag | words_flags,
             kernel_frames: 0,
             user_frames: 0,
             count: sends,
+            labels,
         };
         let sent = if value.any_stack() {
             output_with_stacks(ctx.as_ptr(), || user_regs(data, kernel), &event, value)
@@ -318,32 +321,41 @@ mod prog {
         0
     }
 
-    /// The current thread's send counter, if its VM published one: ([`FLAG_COUNT`], its value),
-    /// or `(0, 0)`. Read from the thread's own memory, only while it is in the process that
-    /// published the address; a page not present (the tick cannot fault it in) reads nothing,
-    /// and the next sample counts the sends since the last one read.
+    /// The current thread's send counter and label set id, where its process published their
+    /// words: ([`FLAG_COUNT`] and [`FLAG_LABELS`] for the words read, the counter, the set id).
+    /// Read from the thread's own memory, only while it is in the process that published the
+    /// addresses; a page not present (the tick cannot fault it in) reads nothing: the next
+    /// sample counts the sends since the last one read, and this one is unlabelled.
     #[inline(always)]
-    fn thread_count(tid: u32, tgid: u32) -> (u32, u64) {
+    fn thread_words(tid: u32, tgid: u32) -> (u32, u64, u64) {
         // SAFETY: see vmscope_sample.
-        let Some(&counter) = (unsafe { THREAD_COUNTERS.get(tid) }) else {
-            return (0, 0);
+        let Some(&words) = (unsafe { THREAD_COUNTERS.get(tid) }) else {
+            return (0, 0, 0);
         };
-        if counter.tgid != tgid {
-            return (0, 0);
+        if words.tgid != tgid {
+            return (0, 0, 0);
         }
+        let (mut flags, mut sends, mut labels) = (0, 0, 0);
+        if words.address != 0 && read_user_word(words.address, &mut sends) {
+            flags |= FLAG_COUNT;
+        }
+        if words.labels != 0 && read_user_word(words.labels, &mut labels) {
+            flags |= FLAG_LABELS;
+        }
+        (flags, sends, labels)
+    }
+
+    /// Reads the `u64` at `address` of the current task's memory into `value`: whether it
+    /// could (a bad or absent page fails).
+    #[inline(always)]
+    fn read_user_word(address: u64, value: &mut u64) -> bool {
         // SAFETY: bpf_probe_read_user copes with any address: a bad one fails.
-        let mut value = 0u64;
-        let read = unsafe {
+        unsafe {
             bpf_probe_read_user(
-                core::ptr::from_mut(&mut value).cast(),
+                core::ptr::from_mut(value).cast(),
                 8,
-                counter.address as *const c_void,
-            )
-        };
-        if read == 0 {
-            (FLAG_COUNT, value)
-        } else {
-            (0, 0)
+                address as *const c_void,
+            ) == 0
         }
     }
 
@@ -448,7 +460,7 @@ mod prog {
     /// Writes `event` followed by its kernel stack (when it interrupted the kernel), its user
     /// stack by frame pointers (with [`WANT_STACKS`]) and its user registers and stack copy
     /// (with [`Wants::user_copy_bytes`], from `user_regs`) as one record, as long as what it
-    /// holds: a record is 56 bytes plus 8 per frame plus the copy, so the ring keeps as many
+    /// holds: a record is 64 bytes plus 8 per frame plus the copy, so the ring keeps as many
     /// samples as it did for shallow stacks. `ctx` is the program's context, whose registers
     /// the kernel stack is walked from. An off-CPU event takes its `ip` from its kernel stack's
     /// first entry (the daemon places the leaf by `ip`).
@@ -949,6 +961,7 @@ mod prog {
             kernel_frames: kernel_frames as u16,
             user_frames: user_frames as u16,
             count: 0,
+            labels: 0,
         };
         // SAFETY: len <= size_of::<StackRecord>() as every part is masked to the bounds the
         // tail was sized for, and every byte up to len was written above.
@@ -1111,6 +1124,7 @@ mod prog {
             kernel_frames: 0,
             user_frames: 0,
             count: 0,
+            labels: 0,
         };
         if EVENTS
             .output::<Event>(&event, u64::from(BPF_RB_NO_WAKEUP))

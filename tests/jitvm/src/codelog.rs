@@ -242,7 +242,10 @@ pub fn replay(events: &[CodeMapEvent]) -> Result<History, String> {
             | Event::End(_)
             | Event::CounterRegion(_)
             | Event::CounterValues(_)
-            | Event::ThreadCounter(_) => {}
+            | Event::ThreadCounter(_)
+            | Event::ThreadLabels(_)
+            | Event::LabelSet(_)
+            | Event::DomainEvent(_) => {}
         }
     }
     Ok(h)

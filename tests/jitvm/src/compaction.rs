@@ -87,6 +87,14 @@ impl Vm {
                 continue;
             };
             let (start, size) = (e.start, e.size);
+            let method = match e.kind {
+                EntryKind::Method {
+                    method,
+                    decoy: false,
+                    ..
+                } => Some(method),
+                _ => None,
+            };
             if start < self.glue_end {
                 continue;
             }
@@ -96,6 +104,12 @@ impl Vm {
                 self.entries.relocate(id, dest);
                 self.publish_move(start, dest);
                 self.stats.moves += 1;
+                // A domain event of the VM's own: the method's code moved, named by the
+                // method's id, which stays the method's however often its code moves.
+                if let Some(method) = method {
+                    self.publish_domain_event("method moved", u64::from(method.0) + 1);
+                    self.stats.method_moves += 1;
+                }
             }
             dest = (dest + size).next_multiple_of(ALIGN);
         }

@@ -37,6 +37,7 @@ pub mod gc;
 pub mod heap;
 pub mod interp;
 pub mod jit;
+pub mod labels;
 pub mod pic;
 pub mod program;
 pub mod publish;

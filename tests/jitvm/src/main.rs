@@ -174,7 +174,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
          frees={} interpreted={} zone_used={} zone_size={} scavenges={} full_gcs={} gc_ms={:.3} \
          compaction_ms={:.3} sends={} stack_overflows={} young_low={} young_high={} \
          seconds={:.3} gc_thread_cpu_ms={:.3} thread_cpu_ms={:.3} gc_process_cpu_ms={:.3} \
-         process_cpu_ms={:.3} bench_fib_calls={}",
+         process_cpu_ms={:.3} bench_fib_calls={} phase_cpu_ms={} receiver_cpu_ms={} method_moves={}",
         args.workload,
         s.iterations,
         s.iterations as f64 / secs,
@@ -206,6 +206,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         st.gc_process_cpu_ns as f64 / 1e6,
         process_cpu_ns as f64 / 1e6,
         bench_fib_calls,
+        s.cpu_ms_by("phase"),
+        s.cpu_ms_by("receiver"),
+        st.method_moves,
     );
     Ok(if s.mismatches == 0 {
         ExitCode::SUCCESS

@@ -94,6 +94,8 @@ pub struct Stats {
     pub open_pics: u64,
     /// Entries moved by compactions.
     pub moves: u64,
+    /// Of those, moves of methods' code (each published as a `method moved` domain event).
+    pub method_moves: u64,
     /// Entries freed.
     pub frees: u64,
     /// Send misses handled.
@@ -150,6 +152,10 @@ pub struct Vm {
     /// The VM thread's sends (incremented with the counters). Never freed: the profiler's
     /// kernel may read it until the thread exits, after its withdrawal too.
     thread_sends: &'static AtomicU64,
+    /// The VM thread's label word (see `labels.rs`).
+    pub(crate) thread_labels: &'static AtomicU64,
+    /// The last label set id published.
+    pub(crate) next_label_set: u64,
     /// Counters at the last compaction: unchanged means cold.
     pub(crate) counters_then: Vec<u64>,
     pub(crate) methods: Vec<MethodState>,
@@ -291,6 +297,8 @@ impl Vm {
             stack_limit,
             counters,
             thread_sends,
+            thread_labels: crate::labels::new_word(),
+            next_label_set: 0,
             counters_then: vec![0; nmethods],
             methods: vec![MethodState::default(); nmethods],
             open_pics: HashMap::new(),
@@ -313,6 +321,7 @@ impl Vm {
             );
         }
         vm.publish_configuration();
+        vm.publish_thread_labels(true);
         if vm.config.counters {
             vm.publish_counter_region();
             vm.publish_thread_counter();
@@ -344,6 +353,8 @@ impl Vm {
     /// withdrawn before it is freed.
     pub fn finish(mut self) -> Stats {
         self.publish_levels();
+        self.use_labels(0);
+        self.publish_thread_labels(false);
         if self.config.counters {
             self.publish_counter_values();
             self.withdraw_thread_counter();

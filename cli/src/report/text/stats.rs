@@ -43,6 +43,7 @@ pub(super) fn write_statistics(report: &Report, out: &mut impl Write) -> io::Res
         write_vm_sections(vm, out)?;
     }
     write_exact_counts(report, out)?;
+    write_domain_events(report, out)?;
     let vm_counters = report
         .vm_statistics
         .iter()
@@ -153,6 +154,71 @@ fn write_exact_counts(report: &Report, out: &mut impl Write) -> io::Result<()> {
                     c.name,
                     grouped(c.count.into()),
                     c.count as f64 * 100.0 / total.max(1) as f64
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Most objects and stacks listed under each type of domain event; JSON has them all.
+const DOMAIN_EVENT_TOP: usize = 5;
+
+/// **Domain events**: the events each VM published of its own domain (after MetaSpy), per
+/// type with their rate (mean and busiest second), then each type's busiest objects and the
+/// stacks that emitted it, when the VM named them.
+fn write_domain_events(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    let several = report.vm_statistics.len() > 1;
+    for vm in report
+        .vm_statistics
+        .iter()
+        .filter(|vm| !vm.domain_events.is_empty())
+    {
+        writeln!(out)?;
+        let whose = if several {
+            format!(" of pid {}", vm.pid)
+        } else {
+            String::new()
+        };
+        let total: u64 = vm.domain_events.iter().map(|t| t.count).sum();
+        writeln!(
+            out,
+            "**Domain events**{whose}: {} in {:.1} s (exact: each one the VM published)",
+            grouped(total.into()),
+            vm.seconds
+        )?;
+        let width = name_width(vm.domain_events.iter().map(|t| t.name.as_str()));
+        for t in &vm.domain_events {
+            let busiest = t.per_second.iter().copied().max().unwrap_or(0);
+            writeln!(
+                out,
+                "  {:<width$} {:>15}  {:>10.1}/s  (busiest second {})",
+                t.name,
+                grouped(t.count.into()),
+                t.count as f64 / vm.seconds.max(1e-9),
+                grouped(busiest.into()),
+            )?;
+            for o in t.objects.iter().take(DOMAIN_EVENT_TOP) {
+                writeln!(
+                    out,
+                    "      object {:<12} {:>15}",
+                    o.object,
+                    grouped(o.count.into())
+                )?;
+            }
+            if t.objects.len() > DOMAIN_EVENT_TOP {
+                writeln!(
+                    out,
+                    "      ... {} more objects",
+                    t.objects.len() - DOMAIN_EVENT_TOP
+                )?;
+            }
+            for e in t.stacks.iter().take(DOMAIN_EVENT_TOP) {
+                writeln!(
+                    out,
+                    "      from {} {:>15}",
+                    e.frames.join(" < "),
+                    grouped(e.count.into())
                 )?;
             }
         }

@@ -239,7 +239,7 @@ fn label(node: &TreeNode) -> String {
         NodeLabel::Others(nodes) => {
             format!("{} ({})", node.label.name(), count(*nodes as u64, "node"))
         }
-        NodeLabel::Truncated => node.label.name().to_owned(),
+        NodeLabel::Truncated | NodeLabel::Label(_) => node.label.name().to_owned(),
         NodeLabel::Function(function) => format!("{}{}", function.name, suffix(function)),
     };
     // Source lines right after the name, as perf shows them: the one line, or the first few
@@ -332,6 +332,7 @@ mod tests {
             tree: Some(TreeOptions {
                 view,
                 fold_percent: DEFAULT_FOLD_PERCENT,
+                labels: Vec::new(),
             }),
             stacks,
             ..ReportOptions::default()

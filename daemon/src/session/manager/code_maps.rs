@@ -45,6 +45,7 @@ impl Manager {
             &mut SessionSink {
                 sessions,
                 vms: &mut self.vms,
+                labels_unknown: &mut self.counters.labels_unknown,
             },
         );
     }
@@ -60,6 +61,7 @@ impl Manager {
         let mut sink = SessionSink {
             sessions: &mut self.sessions,
             vms: &mut self.vms,
+            labels_unknown: &mut self.counters.labels_unknown,
         };
         let again = self
             .codemaps

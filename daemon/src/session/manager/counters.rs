@@ -75,6 +75,10 @@ pub(super) struct Counters {
     /// Of those, samples in a session whose counter grew more than a thread can send
     /// ([`crate::session::MAX_SENDS_PER_NS`]): no sends counted.
     pub(super) sends_implausible: u64,
+    /// Samples that carried their thread's label set id (0 included: no labels set now).
+    pub(super) samples_with_labels: u64,
+    /// Of those, samples whose label set was never published: counted unlabelled.
+    pub(super) labels_unknown: u64,
 }
 
 impl Manager {
@@ -152,6 +156,8 @@ impl Manager {
             ("exact_count_reads_failed", c.exact_count_reads_failed),
             ("samples_with_sends", c.samples_with_sends),
             ("sends_implausible", c.sends_implausible),
+            ("samples_with_labels", c.samples_with_labels),
+            ("labels_unknown", c.labels_unknown),
             ("thread_counters_set", self.thread_counters.set),
             ("thread_counters_refused", self.thread_counters.refused),
             ("jvm_gc_reads", gc_reads),

@@ -456,6 +456,7 @@ impl Manager {
                 &mut SessionSink {
                     sessions: &mut self.sessions,
                     vms: &mut self.vms,
+                    labels_unknown: &mut self.counters.labels_unknown,
                 },
             );
             self.place_gc_waits(Some(id));

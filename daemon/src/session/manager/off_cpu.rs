@@ -179,6 +179,7 @@ impl Manager {
             fp,
             sessions: wanting,
             sends: Vec::new(),
+            labels: 0,
             block: Some(RawBlock {
                 begin_ns,
                 end_ns,

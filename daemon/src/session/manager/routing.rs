@@ -109,12 +109,18 @@ impl Manager {
         } else {
             Vec::new()
         };
+        let labels = if event.flags & FLAG_LABELS != 0 {
+            self.counters.samples_with_labels += 1;
+            event.labels
+        } else {
+            0
+        };
         self.note_names(&wanting, task, now_ns);
         let whole = wanting.iter().any(|&(_, w)| w != Wanted::Leaf);
         let fp_too = wanting.iter().any(|&(_, w)| w == Wanted::FramePointers);
         // A stack the kernel walked, of a process whose samples need nothing of their time,
         // for sessions that keep no samples one by one: placed as before if seen before.
-        let placeable = copy.is_none() && !kept_one_by_one && !self.vms.holds(pid);
+        let placeable = copy.is_none() && !kept_one_by_one && !self.vms.holds(pid) && labels == 0;
         let generation = if placeable {
             self.placements.note(event, kernel, user, whole);
             self.processes.placed_generation(pid, now_ns)
@@ -157,6 +163,7 @@ impl Manager {
             fp,
             sessions: wanting,
             sends,
+            labels,
             block: None,
         };
         self.count_or_park(pid, event.timestamp_ns, routed, generation, now_ns);
@@ -212,12 +219,19 @@ impl Manager {
         let first_generated = routed.frames_mut().find(|f| f.is_generated()).copied();
         if first_generated.is_none() && !self.vms.holds(pid) {
             let gc_read = routed.block.is_some() && self.vms.gcs.reads(pid);
+            let labels = self.vms.labels(pid, routed.labels);
+            if labels.is_none() && routed.labels != 0 {
+                self.counters.labels_unknown += 1;
+            }
             count_routed(
                 &mut self.sessions,
                 pid,
                 timestamp_ns,
                 &routed,
-                None,
+                SampleTags {
+                    during: None,
+                    labels,
+                },
                 &|_, _| Vec::new(),
                 gc_read,
                 |_| {},
@@ -477,7 +491,7 @@ fn count_routed(
     pid: u32,
     timestamp_ns: u64,
     sample: &RoutedSample,
-    during: Option<During<'_>>,
+    tags: SampleTags<'_>,
     overlaps: &dyn Fn(u64, u64) -> Vec<(IntervalKind, u64)>,
     gc_read: bool,
     mut counted: impl FnMut(Counted),
@@ -500,7 +514,7 @@ fn count_routed(
                 task,
                 locations,
                 end,
-                during,
+                tags.during,
                 block.state,
                 ns,
                 overlaps(from, to),
@@ -519,15 +533,14 @@ fn count_routed(
             });
             continue;
         }
-        let (stack, kept) =
-            session.count(task, locations, end, during, sends, |stack| KeptSample {
-                timestamp_ns,
-                pid,
-                tid: sample.tid,
-                kernel: sample.kernel,
-                stack,
-                frames: kept_frames(frames),
-            });
+        let (stack, kept) = session.count(task, locations, end, tags, sends, |stack| KeptSample {
+            timestamp_ns,
+            pid,
+            tid: sample.tid,
+            kernel: sample.kernel,
+            stack,
+            frames: kept_frames(frames),
+        });
         counted(Counted {
             session: id,
             tid: sample.tid,
@@ -565,6 +578,8 @@ fn kept_frames(frames: &[SampleFrame]) -> Box<[KeptFrame]> {
 pub(super) struct SessionSink<'a> {
     pub(super) sessions: &'a mut BTreeMap<u64, Session>,
     pub(super) vms: &'a mut Vms,
+    /// Samples whose label set id their process never published (counted unlabelled).
+    pub(super) labels_unknown: &'a mut u64,
 }
 
 impl Sink for SessionSink<'_> {
@@ -590,13 +605,17 @@ impl Sink for SessionSink<'_> {
         // A block is tagged with the intervals under way as it ended: it counts its time
         // inside each apart.
         let during = vms.during(pid, timestamp_ns);
+        let labels = vms.labels(pid, sample.labels);
+        if labels.is_none() && sample.labels != 0 {
+            *self.labels_unknown += 1;
+        }
         let gc_read = sample.block.is_some() && vms.gcs.reads(pid);
         count_routed(
             self.sessions,
             pid,
             timestamp_ns,
             sample,
-            during,
+            SampleTags { during, labels },
             &|from, to| vms.overlaps(pid, from, to),
             gc_read,
             |c| counted.push(c),

@@ -101,6 +101,7 @@ impl Manager {
             vm_statistics: vm_statistics(session, now),
             off_cpu: session.off_cpu.clone(),
             thread_filter: None,
+            label_filter: None,
             call_counts: session.call_counts.to_model(),
         }
     }

@@ -11,17 +11,17 @@ impl Manager {
             let PublishedCounter {
                 pid,
                 tid,
-                address,
+                word,
                 owner,
             } = published;
             if let Err(refusal) = self.thread_counters.publish(
                 self.sampler.as_mut(),
                 (pid, owner),
                 tid,
-                address,
+                word,
                 sys::thread_exists,
             ) {
-                tracing::debug!(pid, tid, "a thread's send counter is not read: {refusal}");
+                tracing::debug!(pid, tid, ?word, "a thread's word is not read: {refusal}");
             }
         }
     }
