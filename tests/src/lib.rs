@@ -20,6 +20,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use vmscope_proto::v1::{Profile, ProfileRow, Section, profiler_client::ProfilerClient};
 
 pub mod fuse;
+pub mod java;
 pub mod off_cpu;
 pub mod otlp;
 pub mod srclines;

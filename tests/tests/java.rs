@@ -14,32 +14,19 @@ use std::{
 
 use vmscope_proto::v1::{CallGraph, Profile, Section, StackEnd};
 use vmscope_tests::{
-    Daemon, Running, connect, json_report, rows, shared_tempdir, stacks::record_stacks,
+    Daemon, Running, connect,
+    java::{clean_jvm, java_fixture},
+    json_report, rows, shared_tempdir,
+    stacks::record_stacks,
 };
 
 fn hot_java() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/java/Hot.java")
+    java_fixture("Hot.java")
 }
 
 /// `java [FLAGS] Hot.java SECONDS`, started and warmed up ("ready").
 fn start_java(flags: &[&str], seconds: &str) -> Running {
-    Running::start(
-        Command::new("java")
-            .args(flags)
-            .arg(hot_java())
-            .arg(seconds),
-    )
-}
-
-/// Removes what a JVM leaves in /tmp when killed.
-fn clean(pid: u32) {
-    for path in [
-        format!("/tmp/perf-{pid}.map"),
-        format!("/tmp/.java_pid{pid}"),
-        format!("/tmp/.attach_pid{pid}"),
-    ] {
-        let _ = std::fs::remove_file(path);
-    }
+    vmscope_tests::java::start_java("Hot.java", flags, seconds)
 }
 
 fn n(v: &serde_json::Value, key: &str) -> u64 {
@@ -87,7 +74,7 @@ fn a_running_jvm_without_flags_gets_its_java_methods_named() {
     let jvm = start_java(&[], "8");
     let pid = jvm.pid();
     let report = record(&daemon, &["--pid", &pid.to_string(), "--duration", "3"]);
-    clean(pid);
+    clean_jvm(pid);
     let total = n(&report, "total_samples");
     let (hot, later) = hot_row(&report);
     assert!(
@@ -145,7 +132,7 @@ fn a_jvm_recorded_from_its_start_without_flags_gets_its_java_methods_named() {
     let daemon = Daemon::start();
     let report = record(&daemon, &["--", "java", hot_java().to_str().unwrap(), "4"]);
     if let Some(pid) = report["targets"][0]["pid"].as_u64() {
-        clean(pid as u32);
+        clean_jvm(pid as u32);
     }
     // The JVM's start (the source launcher compiling Hot.java, the JIT warming up) takes a
     // share of its CPU that grows on a busy machine: counted among the generated code only.
@@ -186,7 +173,7 @@ fn a_perf_map_written_at_exit_names_the_samples_marked_as_a_later_snapshot() {
         ],
     );
     if let Some(pid) = report["targets"][0]["pid"].as_u64() {
-        clean(pid as u32);
+        clean_jvm(pid as u32);
     }
     // As recorded from its start: the start's share depends on the machine's load.
     let (jit, _) = generated(&report);
@@ -206,7 +193,7 @@ fn no_jvm_attach_leaves_the_jvm_alone() {
     let pid = jvm.pid();
     // This JVM writes no perf map: one at its pid is an earlier process's, left behind by
     // whatever ran under that pid before (pids wrap at 32,768 here; CI once read one).
-    clean(pid);
+    clean_jvm(pid);
     let report = record(
         &daemon,
         &[
@@ -228,7 +215,7 @@ fn no_jvm_attach_leaves_the_jvm_alone() {
     if let Some(mut stdout) = jvm.child.stdout.take() {
         let _ = std::io::Read::read_to_string(&mut stdout, &mut output);
     }
-    clean(pid);
+    clean_jvm(pid);
     assert!(!listener, "the JVM was attached to: {socket} exists");
     assert!(!left, "{trigger} was made");
     assert!(
@@ -281,7 +268,7 @@ async fn java_stacks_are_whole_with_preserve_frame_pointer_and_said_to_end_witho
 
     let jvm = start_java(&["-XX:+PreserveFramePointer"], "6");
     let profile = record_stacks(&mut client, jvm.pid(), CallGraph::Fp, 0, 2.5).await;
-    clean(jvm.pid());
+    clean_jvm(jvm.pid());
     drop(jvm);
     let total: u64 = rows(&profile, Section::Generated).map(|r| r.samples).sum();
     let (hot, called, cut) = hot_stacks(&profile);
@@ -294,7 +281,7 @@ async fn java_stacks_are_whole_with_preserve_frame_pointer_and_said_to_end_witho
 
     let jvm = start_java(&[], "6");
     let profile = record_stacks(&mut client, jvm.pid(), CallGraph::Fp, 0, 2.5).await;
-    clean(jvm.pid());
+    clean_jvm(jvm.pid());
     let (hot, _, cut) = hot_stacks(&profile);
     assert!(hot > 0);
     assert!(
@@ -334,8 +321,8 @@ fn the_daemon_removes_the_perf_maps_it_caused_and_keeps_the_users() {
     }
     let left = caused.exists();
     let users_kept = users_map.exists();
-    clean(pid as u32);
-    clean(users_pid);
+    clean_jvm(pid as u32);
+    clean_jvm(users_pid);
     assert!(named, "the daemon's requests named Hot.hot: {report}");
     assert!(
         !left,

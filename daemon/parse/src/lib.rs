@@ -19,6 +19,8 @@
 //! - [`codemap_file`]: vmscope's own code map files, `vmscope-PID.codemap`.
 //! - [`hsperfdata`]: HotSpot's performance data file (`/tmp/hsperfdata_<user>/<pid>`), the GC,
 //!   heap and JIT counters `jstat` reads.
+//! - [`hotspot`]: HotSpot's vmStructs tables, read from a live JVM, and the code heaps and code
+//!   blobs they describe: what the Java unwinder follows.
 //! - [`h2_authority`]: the HTTP/2 bytes a gRPC client sends, with the `:authority` values h2
 //!   refuses (C-core's socket path) replaced by ones it accepts.
 #![deny(missing_docs)]
@@ -30,6 +32,7 @@ pub mod dwarf;
 pub mod elf;
 pub mod environ;
 pub mod h2_authority;
+pub mod hotspot;
 pub mod hsperfdata;
 pub mod jitdump;
 pub mod jvm_options;

@@ -32,6 +32,8 @@ pub enum CodeSource {
     Jitdump,
     /// A perf map.
     PerfMap,
+    /// A HotSpot interpreted frame, named from the `Method*` in its slot.
+    Interpreter,
 }
 
 impl CodeSource {
@@ -41,6 +43,7 @@ impl CodeSource {
             CodeSource::Vm(_) => "vm",
             CodeSource::Jitdump => "jitdump",
             CodeSource::PerfMap => "perf map",
+            CodeSource::Interpreter => "interpreter",
         }
     }
 }

@@ -5,6 +5,9 @@
 //! jcmd does, through the attach mechanism, and refuses whenever asking could harm the process
 //! (see [`attach::AttachError::is_refusal`]); [`options`] reads the JVM flags that decide it.
 //!
+//! [`code_cache`] follows a JVM's code cache through its vmStructs, for the unwinder's Java
+//! frames.
+//!
 //! The caller decides whether a process is a HotSpot JVM (it maps `libjvm.so`), when to ask
 //! (a snapshot holds the code compiled so far), and reads the perf map itself, as the target's
 //! user's file, with the code-map machinery. [`perf_map_file`] tells whether a perf map was
@@ -24,6 +27,7 @@
 //! ```
 
 pub mod attach;
+pub mod code_cache;
 pub mod options;
 pub mod perf_map_file;
 

@@ -123,6 +123,16 @@ impl Module {
         Some(PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
     }
 
+    /// The vmStructs exports of a `libjvm.so` (its dynamic symbols `gHotSpotVM*`), read from
+    /// the very file the registry holds; the error is a reason for the log.
+    pub fn hotspot_exports(
+        &self,
+    ) -> Result<vmscope_parse::hotspot::vm_structs::ElfExports, String> {
+        let file = self.file.as_ref().map_err(Clone::clone)?;
+        let cache = open_binary(file)?;
+        vmscope_parse::hotspot::vm_structs::ElfExports::parse(&cache)
+    }
+
     /// The module's symbols, parsed on first use; the error is a reason for the report.
     pub fn symbols(&self, modules: &Modules) -> Result<Arc<ElfSymbols>, String> {
         self.symbols.get_or_parse(|| {

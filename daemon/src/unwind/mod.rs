@@ -10,7 +10,10 @@
 //!   ([`crate::symbolize::unwind_tables`], `Module::unwind_sections`);
 //! - code in no binary (JIT code) by frame pointers, framehop's fallback;
 //! - CPython 3.12's perf trampolines, which have neither, by their known frame layout
-//!   ([`cpython`]), recognised by their bytes read from the live process ([`ReadCode`]).
+//!   ([`cpython`]), recognised by their bytes read from the live process ([`ReadCode`]);
+//! - HotSpot's Java frames (compiled, interpreted, stubs and the call stub back into the VM)
+//!   by the frame layout the JVM describes in its vmStructs ([`hotspot`]), for a process that
+//!   maps `libjvm.so`.
 //!
 //! Each process gets a framehop unwinder over its own mappings (`process.rs`), rebuilt only when
 //! its mappings were read again; framehop's rule cache is shared by all processes (its entries
@@ -20,6 +23,9 @@
 //! stopped, which is counted and shown in reports.
 
 pub mod cpython;
+mod hotspot;
+
+pub use hotspot::JavaFrame;
 mod memory;
 mod process;
 
@@ -31,11 +37,13 @@ use framehop::{
 };
 pub use memory::{MAX_CACHED_READS, MemoryCounters, ProcessMemory, ReadCode};
 pub use vmscope_common::MAX_STACK_FRAMES;
+use vmscope_parse::hotspot::vm_structs::ElfExports;
 
 use crate::{
+    jvm::code_cache::CodeCache,
     process::Process,
     symbolize::{Modules, unwind_tables::UnwindTables},
-    vocab::StackEnd,
+    vocab::{ModuleId, StackEnd},
 };
 use process::ProcessUnwinder;
 
@@ -95,6 +103,13 @@ pub struct UnwindCounters {
     pub table_failures: u64,
     /// Whether the vDSO's tables could not be read (its frames use frame pointers then).
     pub vdso_failures: u64,
+    /// Frames unwound by a JVM's frame layout (compiled, interpreted, stub and entry frames).
+    pub java_frames: u64,
+    /// JVMs whose code cache the unwinder follows.
+    pub jvms_attached: u64,
+    /// JVMs whose vmStructs could not be read or lack what the unwinder needs: their Java
+    /// frames end the stack.
+    pub jvms_refused: u64,
 }
 
 impl UnwindCounters {
@@ -104,6 +119,20 @@ impl UnwindCounters {
     }
 }
 
+/// How often, and how long after the last try, a JVM whose tables could not be read is tried
+/// again: a JVM that has just mapped `libjvm.so` has not set up its code cache yet.
+const JVM_TRIES: u32 = 8;
+const JVM_RETRY_NS: u64 = 500_000_000;
+
+/// What the unwinder knows of a process's JVM.
+#[derive(Debug)]
+enum Jvm {
+    /// Its code cache is followed; the uid it runs as.
+    Following(Box<CodeCache>, u32),
+    /// It could not be followed: tried `tries` times, the last at `at_ns`.
+    Refused { tries: u32, at_ns: u64 },
+}
+
 /// Unwinds user stacks of sampled processes; owns per-process state and framehop's caches.
 pub struct Unwinder {
     modules: Arc<Modules>,
@@ -111,6 +140,12 @@ pub struct Unwinder {
     cache: CacheX86_64,
     /// Loaded on first use: `None` until then, `Some(None)` if it cannot be read.
     vdso: Option<Option<UnwindTables>>,
+    /// The code cache of each process that maps `libjvm.so`, or when to try again.
+    jvms: HashMap<u32, Jvm, foldhash::fast::RandomState>,
+    /// The vmStructs exports of each `libjvm.so` seen, or why they cannot be read.
+    jvm_exports: HashMap<ModuleId, Result<Arc<ElfExports>, String>, foldhash::fast::RandomState>,
+    /// The interpreted frames of the last stack unwound.
+    java_frames: Vec<JavaFrame>,
     counters: UnwindCounters,
 }
 
@@ -131,6 +166,9 @@ impl Unwinder {
             processes: HashMap::default(),
             cache: CacheX86_64::new(),
             vdso: None,
+            jvms: HashMap::default(),
+            jvm_exports: HashMap::default(),
+            java_frames: Vec::new(),
             counters: UnwindCounters::default(),
         }
     }
@@ -161,11 +199,28 @@ impl Unwinder {
                 ProcessUnwinder::build(process, &self.modules, vdso.as_ref(), &mut self.counters);
             self.processes.insert(process.pid, built);
         }
+        let now_ns = crate::sys::monotonic_ns();
+        let retry = match self.jvms.get(&process.pid) {
+            None => !current,
+            Some(Jvm::Following(..)) => false,
+            Some(&Jvm::Refused { tries, at_ns }) => {
+                tries < JVM_TRIES && now_ns.saturating_sub(at_ns) >= JVM_RETRY_NS
+            }
+        };
+        if retry {
+            self.attach_jvm(process, code, now_ns);
+        }
         let unwinder = &self.processes[&process.pid];
+        let jvm = match self.jvms.get_mut(&process.pid) {
+            Some(Jvm::Following(cache, owner)) => Some((&mut **cache, *owner)),
+            _ => None,
+        };
+        self.java_frames.clear();
         let end = walk(
             unwinder,
             &mut self.cache,
             process,
+            jvm.map(|(cache, owner)| (cache, owner, &mut self.java_frames)),
             regs,
             stack,
             code,
@@ -183,14 +238,94 @@ impl Unwinder {
         self.counters.stacks[end.index()] += 1;
     }
 
+    /// Follows the code cache of `process` if it maps `libjvm.so`. A JVM whose tables cannot
+    /// be read is tried again [`JVM_TRIES`] times, [`JVM_RETRY_NS`] apart, and then left alone.
+    fn attach_jvm(&mut self, process: &Process, code: &mut dyn ReadCode, now_ns: u64) {
+        let Some((range, offset, module)) = process
+            .file_mappings()
+            .find(|&(_, _, id)| self.modules.get(id).is_some_and(|m| m.name == "libjvm.so"))
+        else {
+            return;
+        };
+        let exports = self
+            .jvm_exports
+            .entry(module)
+            .or_insert_with(|| {
+                let module = self.modules.get(module).ok_or("libjvm.so is closed")?;
+                module.hotspot_exports().map(Arc::new)
+            })
+            .clone();
+        let attached = exports.and_then(|exports| {
+            let owner = crate::sys::read_status(process.pid)
+                .map_err(|e| format!("cannot read its status: {e}"))?
+                .uids
+                .effective;
+            let placed = exports
+                .in_process(range.start, offset)
+                .ok_or("libjvm.so's mapping is in none of its segments")?;
+            let mut mem = hotspot::LiveMemory {
+                code,
+                pid: process.pid,
+            };
+            CodeCache::attach(&mut mem, &placed, now_ns)
+                .map(|cache| (cache, owner))
+                .map_err(|e| e.to_string())
+        });
+        let pid = process.pid;
+        match attached {
+            Ok((cache, owner)) => {
+                self.counters.jvms_attached += 1;
+                tracing::debug!(pid, "following the JVM's Java frames");
+                self.jvms
+                    .insert(pid, Jvm::Following(Box::new(cache), owner));
+            }
+            Err(e) => {
+                let tries = match self.jvms.get(&pid) {
+                    Some(Jvm::Refused { tries, .. }) => tries + 1,
+                    _ => 1,
+                };
+                if tries == JVM_TRIES {
+                    self.counters.jvms_refused += 1;
+                    tracing::warn!(
+                        pid,
+                        "cannot follow the JVM's Java frames, its stacks end at Java code: {e}"
+                    );
+                } else {
+                    tracing::debug!(pid, tries, "cannot follow the JVM's Java frames yet: {e}");
+                }
+                self.jvms.insert(
+                    pid,
+                    Jvm::Refused {
+                        tries,
+                        at_ns: now_ns,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The interpreted Java frames of the stack [`Unwinder::unwind`] gave last, named by the
+    /// methods their frames hold.
+    pub fn java_frames(&self) -> &[JavaFrame] {
+        &self.java_frames
+    }
+
+    /// Whether the Java frames of `pid` are unwound by its JVM's frame layout: a JVM whose
+    /// vmStructs were read.
+    pub fn follows_java(&self, pid: u32) -> bool {
+        matches!(self.jvms.get(&pid), Some(Jvm::Following(..)))
+    }
+
     /// Drops what is kept about a process (it exited or exec'd).
     pub fn forget(&mut self, pid: u32) {
         self.processes.remove(&pid);
+        self.jvms.remove(&pid);
     }
 
     /// Keeps only the processes `keep` says, as the process table forgets idle ones.
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
         self.processes.retain(|&pid, _| keep(pid));
+        self.jvms.retain(|&pid, _| keep(pid));
     }
 
     /// The counters, with the module registry's counts of unwind tables.
@@ -268,6 +403,7 @@ fn walk(
     unwinder: &ProcessUnwinder,
     cache: &mut CacheX86_64,
     process: &Process,
+    mut jvm: Option<(&mut CodeCache, u32, &mut Vec<JavaFrame>)>,
     regs: UserRegs,
     stack: StackCopy<'_>,
     code: &mut dyn ReadCode,
@@ -282,7 +418,64 @@ fn walk(
     let mut state = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     out.push(regs.ip);
+    let now_ns = crate::sys::monotonic_ns();
     loop {
+        let (pc, leaf) = match address {
+            FrameAddress::InstructionPointer(ip) => (ip, true),
+            FrameAddress::ReturnAddress(ra) => (ra.get(), false),
+        };
+        let java = jvm.as_mut().and_then(|(jvm, owner, frames)| {
+            let mut mem = hotspot::LiveMemory {
+                code: &mut *code,
+                pid: process.pid,
+            };
+            let step = hotspot::caller(
+                jvm,
+                &mut mem,
+                pc,
+                leaf,
+                state.sp(),
+                state.bp(),
+                &mut read_stack,
+                now_ns,
+            );
+            if let Some(Ok(hotspot::Caller {
+                interpreted: Some((method, bcp)),
+                ..
+            })) = step
+                && let Some(method) = jvm.method(&mut mem, method, now_ns)
+            {
+                frames.push(JavaFrame {
+                    index: out.len() - 1,
+                    owner: *owner,
+                    bci: method.bci(bcp),
+                    method: method.name,
+                });
+            }
+            step
+        });
+        if let Some(java) = java {
+            counters.java_frames += 1;
+            if reader.past_end.get() {
+                return reader.end_of_copy();
+            }
+            let caller = match java {
+                Ok(caller) => caller,
+                Err(end) => return end,
+            };
+            state.set_ip(caller.return_address);
+            state.set_sp(caller.sp);
+            state.set_bp(caller.bp);
+            let Some(next) = FrameAddress::from_return_address(caller.return_address) else {
+                return StackEnd::NullReturnAddress;
+            };
+            if out.len() >= MAX_STACK_FRAMES {
+                return StackEnd::FrameLimit;
+            }
+            out.push(caller.return_address);
+            address = next;
+            continue;
+        }
         let step = match address {
             FrameAddress::ReturnAddress(ra) if is_trampoline(process, ra.get(), code) => {
                 counters.trampolines += 1;

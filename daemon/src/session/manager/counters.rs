@@ -57,6 +57,10 @@ pub(super) struct Counters {
     /// Samples that came with a copy of the user stack, and its bytes in all.
     pub(super) user_copies: u64,
     pub(super) user_copy_bytes: u64,
+    /// Interpreted Java frames named by the method in their frame.
+    pub(super) interpreted_frames_named: u64,
+    /// Interpreted Java frames left unnamed: the code store refused their name.
+    pub(super) interpreted_frames_refused: u64,
     /// Copies that stopped at an unreadable page before the size asked for.
     pub(super) user_copies_faulted: u64,
     /// Targets whose kernel counters were opened, and those whose could not be.
@@ -147,6 +151,8 @@ impl Manager {
             ("stack_frames_unmapped", c.stack_frames_unmapped),
             ("user_copies", c.user_copies),
             ("user_copy_bytes", c.user_copy_bytes),
+            ("interpreted_frames_named", c.interpreted_frames_named),
+            ("interpreted_frames_refused", c.interpreted_frames_refused),
             ("user_copies_faulted", c.user_copies_faulted),
             ("kernel_counters_opened", c.kernel_counters_opened),
             ("kernel_counters_failed", c.kernel_counters_failed),
@@ -183,6 +189,9 @@ impl Manager {
             ("unwind_tables_shared", u.tables_shared),
             ("unwind_table_failures", u.table_failures),
             ("unwind_vdso_failures", u.vdso_failures),
+            ("unwind_java_frames", u.java_frames),
+            ("unwind_jvms_attached", u.jvms_attached),
+            ("unwind_jvms_refused", u.jvms_refused),
             ("process_memory_reads", r.reads),
             ("process_memory_cache_hits", r.cache_hits),
             ("process_memory_failures", r.failures),

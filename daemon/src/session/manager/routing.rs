@@ -3,6 +3,8 @@
 //! and counted, or held until its code map is known.
 
 use super::*;
+use crate::codemap::code::{Code, CodeSource};
+use vmscope_model::CodeKind;
 
 impl Manager {
     pub(super) fn ingest(&mut self, batch: Batch) {
@@ -146,11 +148,15 @@ impl Manager {
             }
             return;
         }
+        let unwound = copy.is_some();
         let (mut frames, mut end, mut fp) =
             self.frames_of(event, kernel, user, copy, (whole, fp_too), now_ns);
-        // Past Java code compiled without frame pointers, a walk reads garbage.
+        // Past Java code compiled without frame pointers, a frame-pointer walk reads garbage;
+        // a stack unwound from its copy by the JVM's own frame layout does not.
         if whole && self.jvms.cuts_stacks(pid) {
-            end_at_generated_code(&mut frames, &mut end);
+            if !(unwound && self.unwinder.follows_java(pid)) {
+                end_at_generated_code(&mut frames, &mut end);
+            }
             if let Some((fp, fp_end)) = &mut fp {
                 end_at_generated_code(fp, fp_end);
             }
@@ -354,16 +360,43 @@ impl Manager {
             }
             end = dwarf_end;
         }
+        let user_start = frames.len();
         if self.push_user_frames(pid, event, &unwound, &mut frames, now_ns) {
             end = StackEnd::Unmapped;
         }
         if unwound_from_copy {
+            self.name_java_frames(&unwound, &mut frames[user_start..]);
             // Counted as the profile says it ended: a walk framehop ended otherwise may show
             // an address outside every mapping last.
             self.unwinder.count_end(end);
         }
         self.user_scratch = unwound;
         (frames, end, fp)
+    }
+
+    /// Names the interpreted Java frames the unwinder found in `unwound` by their methods:
+    /// `user` are the frames `unwound` became, in the same order.
+    fn name_java_frames(&mut self, unwound: &[u64], user: &mut [SampleFrame]) {
+        for java in self.unwinder.java_frames() {
+            let Some(frame) = user.get_mut(java.index) else {
+                continue;
+            };
+            if unwound.get(java.index) != Some(&frame.address) {
+                continue;
+            }
+            let code = Code::named(CodeKind::Method, &*java.method, CodeSource::Interpreter);
+            match self.codemaps.store().intern(code, java.owner) {
+                Ok(code) => {
+                    self.counters.interpreted_frames_named += 1;
+                    frame.location = Location::Jit {
+                        code,
+                        offset: java.bci.map_or(0, u64::from),
+                        later_snapshot: false,
+                    };
+                }
+                Err(_) => self.counters.interpreted_frames_refused += 1,
+            }
+        }
     }
 
     /// Places a user stack (leaf first, as [`Manager::user_frames_of`] gives it) after the

@@ -1,0 +1,568 @@
+//! What the Java unwinder needs of a JVM's vmStructs: where the code cache and the interpreter
+//! are, how a code blob's header is laid out, and the interpreter's frame layout.
+//!
+//! Every number comes from the JVM's own tables. Two generations of layout are known: JDK 17's
+//! code blob keeps pointers to its code (`_code_begin`, `_code_end`), JDK 23 and later keep
+//! offsets from the blob (`_code_offset`, `_data_offset`); whichever the tables describe is
+//! used. What the tables lack is listed by name in [`LayoutError`], not guessed.
+//!
+//! The interpreter's frame slots are the one derivation: the tables export
+//! `frame::interpreter_frame_sender_sp_offset` and `..._last_sp_offset`, and, as the
+//! serviceability agent does (`X86Frame.java`), the method slot is the one below `last_sp` and
+//! the bytecode pointer five below the method (mirror, mdp, cache, locals, bcp), which has held
+//! on x86_64 since JDK 9.
+
+use thiserror::Error;
+
+use super::vm_structs::VmStructs;
+
+/// A field of a HotSpot object: where it is in the object, and how wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldAt {
+    /// Offset from the start of the object.
+    pub offset: u64,
+    /// Bytes: 1, 2, 4 or 8.
+    pub width: u8,
+    /// Whether it is a signed integer.
+    pub signed: bool,
+}
+
+impl FieldAt {
+    /// The field's value in `object` (the object's bytes from its start), sign-extended.
+    pub fn get(&self, object: &[u8]) -> Option<i64> {
+        let start = usize::try_from(self.offset).ok()?;
+        let bytes = object.get(start..start.checked_add(usize::from(self.width))?)?;
+        let mut b = [0u8; 8];
+        b[..bytes.len()].copy_from_slice(bytes);
+        let raw = u64::from_le_bytes(b);
+        let bits = u32::from(self.width) * 8;
+        Some(if self.signed && bits < 64 {
+            let shift = 64 - bits;
+            ((raw << shift) as i64) >> shift
+        } else {
+            raw as i64
+        })
+    }
+
+    /// The field's value as an address or unsigned count.
+    pub fn get_u64(&self, object: &[u8]) -> Option<u64> {
+        self.get(object).map(|v| v as u64)
+    }
+
+    /// The first byte after the field.
+    pub fn end(&self) -> u64 {
+        self.offset + u64::from(self.width)
+    }
+}
+
+/// How a code blob says where its instructions are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeBounds {
+    /// JDK 17 to 22: `_code_begin` and `_code_end` are addresses.
+    Pointers {
+        /// `CodeBlob::_code_begin`.
+        begin: FieldAt,
+        /// `CodeBlob::_code_end`.
+        end: FieldAt,
+    },
+    /// JDK 23 and later: `_code_offset` and `_data_offset` are offsets from the blob.
+    Offsets {
+        /// `CodeBlob::_code_offset`.
+        code: FieldAt,
+        /// `CodeBlob::_data_offset`: the code ends where the data starts.
+        data: FieldAt,
+    },
+}
+
+/// The layout of a code blob's header, and of an nmethod's beyond it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobLayout {
+    /// `CodeBlob::_name`, a `const char*`.
+    pub name: FieldAt,
+    /// `CodeBlob::_size`: bytes of the whole blob.
+    pub size: FieldAt,
+    /// `CodeBlob::_frame_complete_offset`: from the code's start, where the frame is built.
+    pub frame_complete_offset: FieldAt,
+    /// `CodeBlob::_frame_size`: in words, return address included; 0 for blobs without a
+    /// frame of their own.
+    pub frame_size: FieldAt,
+    /// Where the instructions are.
+    pub code: CodeBounds,
+    /// `nmethod::_compile_id` (`CompiledMethod`'s subclass in JDK 17).
+    pub compile_id: FieldAt,
+    /// `nmethod::_method` (`CompiledMethod::_method` in JDK 17), a `Method*`.
+    pub method: FieldAt,
+    /// Bytes of a header worth reading: past every field above (an nmethod's).
+    pub read_size: u64,
+}
+
+/// The layout of a code heap and of the blocks in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeapLayout {
+    /// `CodeHeap::_memory._low`: the heap's first byte.
+    pub memory_low: FieldAt,
+    /// `CodeHeap::_memory._high`: the end of its committed part.
+    pub memory_high: FieldAt,
+    /// `CodeHeap::_segmap._low`: its segment map, one byte per segment.
+    pub segmap_low: FieldAt,
+    /// `CodeHeap::_log2_segment_size`.
+    pub log2_segment_size: FieldAt,
+    /// Bytes of a `CodeHeap` worth reading.
+    pub read_size: u64,
+    /// `sizeof(HeapBlock)`: the block header before each blob.
+    pub block_header: u64,
+    /// `HeapBlock::Header::_length`: the block's length in segments.
+    pub block_length: FieldAt,
+    /// `HeapBlock::Header::_used`.
+    pub block_used: FieldAt,
+}
+
+/// What the Java unwinder needs of one JVM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Address of the static `CodeCache::_heaps` (a `GrowableArray<CodeHeap*>*`).
+    pub heaps: u64,
+    /// `GrowableArrayBase::_len`.
+    pub array_len: FieldAt,
+    /// `GrowableArray<int>::_data` (the same for every element type).
+    pub array_data: FieldAt,
+    /// Address of the static `CodeCache::_low_bound`.
+    pub low_bound: u64,
+    /// Address of the static `CodeCache::_high_bound`.
+    pub high_bound: u64,
+    /// Code heaps and their blocks.
+    pub heap: HeapLayout,
+    /// Code blobs.
+    pub blob: BlobLayout,
+    /// Address of the static `AbstractInterpreter::_code` (a `StubQueue*`).
+    pub interpreter: u64,
+    /// `StubQueue::_stub_buffer`: the interpreter's first byte.
+    pub stub_buffer: FieldAt,
+    /// `StubQueue::_buffer_limit`: its length.
+    pub buffer_limit: FieldAt,
+    /// Address of the static `StubRoutines::_call_stub_return_address`: where Java code called
+    /// from the VM returns to, in the call stub that built the entry frame.
+    pub call_stub_return_address: u64,
+    /// The interpreter's frame, in words from its frame pointer.
+    pub frame: InterpreterFrame,
+    /// Methods, for naming the interpreted ones.
+    pub method: MethodLayout,
+}
+
+/// What names a `Method*`: its `ConstMethod`, its constant pool's holder class and symbols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MethodLayout {
+    /// `Method::_constMethod`.
+    pub const_method: FieldAt,
+    /// `ConstMethod::_constants`, the `ConstantPool*`.
+    pub constants: FieldAt,
+    /// `ConstMethod::_name_index`, into the constant pool.
+    pub name_index: FieldAt,
+    /// `ConstMethod::_signature_index`.
+    pub signature_index: FieldAt,
+    /// `sizeof(ConstMethod)`: the bytecodes follow it.
+    pub const_method_size: u64,
+    /// `ConstMethod::_code_size`: bytes of bytecode.
+    pub code_size: FieldAt,
+    /// `ConstantPool::_pool_holder`, the `InstanceKlass*`.
+    pub pool_holder: FieldAt,
+    /// `sizeof(ConstantPool)`: its slots follow it, one word each.
+    pub constant_pool_size: u64,
+    /// `Klass::_name`, a `Symbol*`.
+    pub klass_name: FieldAt,
+    /// `Symbol::_length`.
+    pub symbol_length: FieldAt,
+    /// Offset of `Symbol::_body`, the bytes.
+    pub symbol_body: u64,
+}
+
+/// Slots of an interpreted frame, in words from its saved frame pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpreterFrame {
+    /// The caller's stack pointer (before any extension by an adapter).
+    pub sender_sp: i64,
+    /// The `Method*` being interpreted.
+    pub method: i64,
+    /// The bytecode pointer, as last saved.
+    pub bcp: i64,
+}
+
+/// What this JVM's tables lack that the unwinder needs.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("the JVM's vmStructs lack {}", .0.join(", "))]
+pub struct LayoutError(pub Vec<String>);
+
+/// Collects lookups, remembering every one that failed.
+struct Lookup<'a> {
+    tables: &'a VmStructs,
+    missing: Vec<String>,
+}
+
+impl Lookup<'_> {
+    fn has(&self, ty: &str, field: &str) -> bool {
+        self.tables.field(ty, field).is_some()
+    }
+
+    fn field(&mut self, ty: &str, field: &str) -> FieldAt {
+        self.field_plus(ty, field, 0)
+    }
+
+    /// A field of a member (`CodeHeap::_memory` then `VirtualSpace::_low`): `extra` added.
+    fn field_plus(&mut self, ty: &str, field: &str, extra: u64) -> FieldAt {
+        match self.tables.field(ty, field) {
+            Some(f) if !f.is_static => match width_of(&f.type_string) {
+                Some((width, signed)) => FieldAt {
+                    offset: f.offset + extra,
+                    width,
+                    signed,
+                },
+                None => {
+                    self.missing.push(format!(
+                        "{ty}::{field} of a known width ({})",
+                        f.type_string
+                    ));
+                    FieldAt::default_missing()
+                }
+            },
+            _ => {
+                self.missing.push(format!("{ty}::{field}"));
+                FieldAt::default_missing()
+            }
+        }
+    }
+
+    /// The offset of a member (`CodeHeap::_memory`), whatever its type.
+    fn member(&mut self, ty: &str, field: &str) -> u64 {
+        match self.tables.field(ty, field) {
+            Some(f) if !f.is_static => f.offset,
+            _ => {
+                self.missing.push(format!("{ty}::{field}"));
+                0
+            }
+        }
+    }
+
+    fn static_(&mut self, ty: &str, field: &str) -> u64 {
+        match self.tables.field(ty, field) {
+            Some(f) if f.is_static => f.address,
+            _ => {
+                self.missing.push(format!("static {ty}::{field}"));
+                0
+            }
+        }
+    }
+
+    fn size(&mut self, ty: &str) -> u64 {
+        match self.tables.type_(ty) {
+            Some(t) => t.size,
+            None => {
+                self.missing.push(format!("type {ty}"));
+                0
+            }
+        }
+    }
+
+    fn constant(&mut self, name: &str) -> i64 {
+        self.tables.constant(name).unwrap_or_else(|| {
+            self.missing.push(format!("constant {name}"));
+            0
+        })
+    }
+
+    /// `nmethod`'s field, or `CompiledMethod`'s where JDK 17 keeps it.
+    fn nmethod_field(&mut self, field: &str) -> FieldAt {
+        if !self.has("nmethod", field) && self.has("CompiledMethod", field) {
+            self.field("CompiledMethod", field)
+        } else {
+            self.field("nmethod", field)
+        }
+    }
+}
+
+impl FieldAt {
+    fn default_missing() -> FieldAt {
+        FieldAt {
+            offset: 0,
+            width: 8,
+            signed: false,
+        }
+    }
+}
+
+/// The width and signedness of a C++ type as vmStructs spells it; `None` for a type that is
+/// not a scalar this module reads.
+fn width_of(type_string: &str) -> Option<(u8, bool)> {
+    let t = type_string.trim_start_matches("volatile ").trim();
+    if t.ends_with('*') {
+        return Some((8, false));
+    }
+    Some(match t {
+        "address" | "size_t" | "uintptr_t" | "uint64_t" | "julong" | "u8" => (8, false),
+        "intptr_t" | "int64_t" | "jlong" | "long" => (8, true),
+        "int" | "jint" | "int32_t" => (4, true),
+        "uint" | "unsigned int" | "juint" | "uint32_t" | "u4" => (4, false),
+        "short" | "jshort" | "int16_t" => (2, true),
+        "u2" | "jushort" | "uint16_t" | "unsigned short" => (2, false),
+        "bool" | "u1" | "jubyte" | "uint8_t" | "unsigned char" | "CodeBlobKind" => (1, false),
+        "signed char" | "jbyte" | "int8_t" | "char" => (1, true),
+        _ => return None,
+    })
+}
+
+impl Layout {
+    /// The layout `tables` describe, or every name they lack.
+    pub fn new(tables: &VmStructs) -> Result<Layout, LayoutError> {
+        let mut l = Lookup {
+            tables,
+            missing: Vec::new(),
+        };
+        let memory = l.member("CodeHeap", "_memory");
+        let segmap = l.member("CodeHeap", "_segmap");
+        let heap = HeapLayout {
+            memory_low: l.field_plus("VirtualSpace", "_low", memory),
+            memory_high: l.field_plus("VirtualSpace", "_high", memory),
+            segmap_low: l.field_plus("VirtualSpace", "_low", segmap),
+            log2_segment_size: l.field("CodeHeap", "_log2_segment_size"),
+            read_size: 0,
+            block_header: l.size("HeapBlock"),
+            block_length: l.field("HeapBlock::Header", "_length"),
+            block_used: l.field("HeapBlock::Header", "_used"),
+        };
+        let heap = HeapLayout {
+            read_size: [
+                heap.memory_low,
+                heap.memory_high,
+                heap.segmap_low,
+                heap.log2_segment_size,
+            ]
+            .iter()
+            .map(FieldAt::end)
+            .max()
+            .unwrap_or(0),
+            ..heap
+        };
+        let code = if l.has("CodeBlob", "_code_begin") {
+            CodeBounds::Pointers {
+                begin: l.field("CodeBlob", "_code_begin"),
+                end: l.field("CodeBlob", "_code_end"),
+            }
+        } else {
+            CodeBounds::Offsets {
+                code: l.field("CodeBlob", "_code_offset"),
+                data: l.field("CodeBlob", "_data_offset"),
+            }
+        };
+        let blob = BlobLayout {
+            name: l.field("CodeBlob", "_name"),
+            size: l.field("CodeBlob", "_size"),
+            frame_complete_offset: l.field("CodeBlob", "_frame_complete_offset"),
+            frame_size: l.field("CodeBlob", "_frame_size"),
+            code,
+            compile_id: l.nmethod_field("_compile_id"),
+            method: l.nmethod_field("_method"),
+            read_size: 0,
+        };
+        let code_fields = match blob.code {
+            CodeBounds::Pointers { begin, end } => [begin, end],
+            CodeBounds::Offsets { code, data } => [code, data],
+        };
+        let blob = BlobLayout {
+            read_size: [
+                blob.name,
+                blob.size,
+                blob.frame_complete_offset,
+                blob.frame_size,
+                blob.compile_id,
+                blob.method,
+            ]
+            .iter()
+            .chain(&code_fields)
+            .map(FieldAt::end)
+            .max()
+            .unwrap_or(0),
+            ..blob
+        };
+        let method = MethodLayout {
+            const_method: l.field("Method", "_constMethod"),
+            constants: l.field("ConstMethod", "_constants"),
+            name_index: l.field("ConstMethod", "_name_index"),
+            signature_index: l.field("ConstMethod", "_signature_index"),
+            const_method_size: l.size("ConstMethod"),
+            code_size: l.field("ConstMethod", "_code_size"),
+            pool_holder: l.field("ConstantPool", "_pool_holder"),
+            constant_pool_size: l.size("ConstantPool"),
+            klass_name: l.field("Klass", "_name"),
+            symbol_length: l.field("Symbol", "_length"),
+            symbol_body: l.member("Symbol", "_body"),
+        };
+        let last_sp = l.constant("frame::interpreter_frame_last_sp_offset");
+        let layout = Layout {
+            heaps: l.static_("CodeCache", "_heaps"),
+            array_len: l.field("GrowableArrayBase", "_len"),
+            array_data: l.field("GrowableArray<int>", "_data"),
+            low_bound: l.static_("CodeCache", "_low_bound"),
+            high_bound: l.static_("CodeCache", "_high_bound"),
+            heap,
+            blob,
+            interpreter: l.static_("AbstractInterpreter", "_code"),
+            stub_buffer: l.field("StubQueue", "_stub_buffer"),
+            buffer_limit: l.field("StubQueue", "_buffer_limit"),
+            call_stub_return_address: l.static_("StubRoutines", "_call_stub_return_address"),
+            frame: InterpreterFrame {
+                sender_sp: l.constant("frame::interpreter_frame_sender_sp_offset"),
+                method: last_sp - 1,
+                bcp: last_sp - 6,
+            },
+            method,
+        };
+        if l.missing.is_empty() {
+            Ok(layout)
+        } else {
+            Err(LayoutError(l.missing))
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::hotspot::vm_structs::{Field, Type};
+
+    fn f(ty: &str, name: &str, ts: &str, offset: u64) -> ((String, String), Field) {
+        (
+            (ty.into(), name.into()),
+            Field {
+                type_string: ts.into(),
+                is_static: false,
+                offset,
+                address: 0,
+            },
+        )
+    }
+
+    fn s(ty: &str, name: &str, address: u64) -> ((String, String), Field) {
+        (
+            (ty.into(), name.into()),
+            Field {
+                type_string: "address".into(),
+                is_static: true,
+                offset: 0,
+                address,
+            },
+        )
+    }
+
+    /// JDK 17.0.15's tables as Debian builds it (the numbers read from a live JVM), as far as
+    /// the layout uses them.
+    pub(crate) fn jdk17() -> VmStructs {
+        VmStructs::from_parts(
+            [
+                s("CodeCache", "_heaps", 0x10),
+                s("CodeCache", "_low_bound", 0x18),
+                s("CodeCache", "_high_bound", 0x20),
+                s("AbstractInterpreter", "_code", 0x28),
+                s("StubRoutines", "_call_stub_return_address", 0x30),
+                f("GrowableArrayBase", "_len", "int", 0),
+                f("GrowableArray<int>", "_data", "int*", 8),
+                f("CodeHeap", "_memory", "VirtualSpace", 8),
+                f("CodeHeap", "_segmap", "VirtualSpace", 120),
+                f("CodeHeap", "_log2_segment_size", "int", 256),
+                f("VirtualSpace", "_low", "char*", 16),
+                f("VirtualSpace", "_high", "char*", 24),
+                f("HeapBlock::Header", "_length", "size_t", 0),
+                f("HeapBlock::Header", "_used", "bool", 8),
+                f("CodeBlob", "_name", "const char*", 96),
+                f("CodeBlob", "_size", "int", 12),
+                f("CodeBlob", "_frame_complete_offset", "int", 20),
+                f("CodeBlob", "_frame_size", "int", 28),
+                f("CodeBlob", "_code_begin", "address", 32),
+                f("CodeBlob", "_code_end", "address", 40),
+                f("CompiledMethod", "_method", "Method*", 112),
+                f("nmethod", "_compile_id", "int", 304),
+                f("StubQueue", "_stub_buffer", "address", 8),
+                f("StubQueue", "_buffer_limit", "int", 20),
+                f("Method", "_constMethod", "ConstMethod*", 8),
+                f("ConstMethod", "_constants", "ConstantPool*", 8),
+                f("ConstMethod", "_name_index", "u2", 34),
+                f("ConstMethod", "_code_size", "u2", 32),
+                f("ConstMethod", "_signature_index", "u2", 36),
+                f("ConstantPool", "_pool_holder", "InstanceKlass*", 24),
+                f("Klass", "_name", "Symbol*", 24),
+                f("Symbol", "_length", "u2", 4),
+                f("Symbol", "_body", "None", 6),
+            ],
+            [("HeapBlock", 16), ("ConstMethod", 48), ("ConstantPool", 72)].map(|(name, size)| {
+                (
+                    name.to_string(),
+                    Type {
+                        superclass: None,
+                        size,
+                    },
+                )
+            }),
+            [
+                ("frame::interpreter_frame_sender_sp_offset".to_string(), -1),
+                ("frame::interpreter_frame_last_sp_offset".to_string(), -2),
+            ],
+        )
+    }
+
+    #[test]
+    fn jdk17s_tables_give_its_layout() {
+        let l = Layout::new(&jdk17()).unwrap();
+        assert_eq!(l.heap.memory_low.offset, 24);
+        assert_eq!(l.heap.segmap_low.offset, 136);
+        assert_eq!(l.heap.block_header, 16);
+        assert_eq!(l.blob.method.offset, 112, "CompiledMethod's in JDK 17");
+        assert!(matches!(l.blob.code, CodeBounds::Pointers { .. }));
+        assert_eq!(l.blob.read_size, 308);
+        assert_eq!(
+            l.frame,
+            InterpreterFrame {
+                sender_sp: -1,
+                method: -3,
+                bcp: -8
+            },
+            "frame_x86.hpp's interpreter_frame_{{sender_sp,method,bcp}}_offset"
+        );
+    }
+
+    #[test]
+    fn what_the_tables_lack_is_named() {
+        let tables = VmStructs::from_parts(
+            [f("CodeBlob", "_size", "int", 12)],
+            [],
+            [("frame::interpreter_frame_last_sp_offset".to_string(), -2)],
+        );
+        let err = Layout::new(&tables).unwrap_err();
+        let text = err.to_string();
+        for needed in [
+            "CodeHeap::_memory",
+            "type HeapBlock",
+            "CodeBlob::_code_offset",
+            "static StubRoutines::_call_stub_return_address",
+            "constant frame::interpreter_frame_sender_sp_offset",
+        ] {
+            assert!(text.contains(needed), "{needed} in {text}");
+        }
+        assert!(!text.contains("CodeBlob::_size"), "{text}");
+    }
+
+    #[test]
+    fn fields_are_read_at_their_width_and_sign() {
+        let bytes = [0xfe, 0xff, 0xff, 0xff, 0x34, 0x12, 0, 0, 0xff];
+        let at = |offset, width, signed| FieldAt {
+            offset,
+            width,
+            signed,
+        };
+        assert_eq!(at(0, 4, true).get(&bytes), Some(-2));
+        assert_eq!(at(0, 4, false).get(&bytes), Some(0xffff_fffe));
+        assert_eq!(at(4, 2, false).get(&bytes), Some(0x1234));
+        assert_eq!(at(8, 1, true).get(&bytes), Some(-1));
+        assert_eq!(at(8, 2, false).get(&bytes), None, "past the end");
+        assert_eq!(width_of("volatile signed char"), Some((1, true)));
+        assert_eq!(width_of("GrowableArray<CodeHeap*>*"), Some((8, false)));
+        assert_eq!(width_of("VirtualSpace"), None);
+    }
+}

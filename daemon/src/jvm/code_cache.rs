@@ -1,0 +1,362 @@
+//! A live JVM's code cache, read from outside through its vmStructs: which code blob holds a
+//! pc, and what the Java unwinder needs of it.
+//!
+//! [`CodeCache::attach`] reads the JVM's tables once (through [`Pages`]: a few dozen page
+//! reads) and derives the [`Layout`]; a JVM whose tables lack something needed is refused
+//! with the names of what it lacks. [`CodeCache::blob_at`] then finds a pc's blob the way
+//! HotSpot's `CodeHeap::find_block_for` does (segment map walk back to the block start, block
+//! header, blob header), reading only what the walk needs, and keeps what it read.
+//!
+//! The cache holds a blob's header for [`MAX_BLOB_AGE_NS`] and then reads it again: a blob
+//! freed since (its method deoptimised and flushed) is found gone, or replaced, within that
+//! time. The unwinder reads the header within milliseconds of the sample, and HotSpot frees
+//! no nmethod that a thread has a frame in; naming is left to the code-map timeline, which
+//! places each frame in the map of its sample's time.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    ops::Range,
+    sync::Arc,
+};
+
+use thiserror::Error;
+use vmscope_parse::hotspot::{
+    Memory, Pages,
+    code_heap::{self, Blob, BlockError, Heap, Walk},
+    layout::{FieldAt, Layout, LayoutError},
+    method::external_name,
+    vm_structs::{Exports, VmStructs, VmStructsError, read_c_string},
+};
+
+/// How long a blob's header read once is believed before it is read again.
+pub const MAX_BLOB_AGE_NS: u64 = 200_000_000;
+
+/// Most blob headers kept per JVM; the cache starts afresh when it fills up.
+pub const MAX_CACHED_BLOBS: usize = 65_536;
+
+/// Most methods whose names are kept per JVM; the cache starts afresh when it fills up.
+pub const MAX_CACHED_METHODS: usize = 16_384;
+
+/// How long a method's name read once is believed: a class unloaded frees its methods, and
+/// their memory may come to hold another's.
+pub const MAX_METHOD_AGE_NS: u64 = 10_000_000_000;
+
+/// Longest class, method or signature symbol read.
+const MAX_SYMBOL: u64 = 1024;
+
+/// Most segment map bytes read per step of a walk.
+const SEGMAP_WINDOW: u64 = 512;
+
+/// Most steps of one segment map walk (a block of 64k segments, 8 MiB of code, is far beyond
+/// HotSpot's largest).
+const MAX_WALK_STEPS: usize = 128;
+
+/// Most pages kept while the tables are read.
+const TABLE_PAGES: usize = 1024;
+
+/// How often the heaps' bounds may be read again when a pc in the code cache falls in none
+/// of them (a heap committed more).
+const HEAPS_REFRESH_NS: u64 = 100_000_000;
+
+/// Why a JVM's code cache cannot be followed.
+#[derive(Debug, Error)]
+pub enum CodeCacheError {
+    /// The vmStructs tables could not be read.
+    #[error("cannot read the JVM's vmStructs: {0}")]
+    Tables(#[from] VmStructsError),
+    /// The tables lack what the unwinder needs.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// Memory the tables point to could not be read.
+    #[error("cannot read {0} of the JVM")]
+    Unreadable(&'static str),
+}
+
+/// Counters of one JVM's code cache reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CodeCacheCounters {
+    /// Blob headers read.
+    pub blobs_read: u64,
+    /// Lookups answered from the cache.
+    pub cache_hits: u64,
+    /// Lookups of a pc in the code cache that found no blob (free, unreadable, inconsistent).
+    pub misses: u64,
+}
+
+/// A Java method, as its `Method*` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JavaMethod {
+    /// Its external name (`long Callers.hot(long)`), as the perf map spells it.
+    pub name: Arc<str>,
+    /// Where its bytecodes start: a bytecode pointer minus this is a bytecode index.
+    pub code_base: u64,
+    /// Bytes of bytecode.
+    pub code_size: u64,
+}
+
+impl JavaMethod {
+    /// The bytecode index that `bcp` points at, if it points into the method's bytecode.
+    pub fn bci(&self, bcp: u64) -> Option<u32> {
+        let bci = bcp.checked_sub(self.code_base)?;
+        (bci < self.code_size).then_some(bci as u32)
+    }
+}
+
+/// One JVM's code cache.
+#[derive(Debug)]
+pub struct CodeCache {
+    layout: Layout,
+    bounds: Range<u64>,
+    heaps: Vec<Heap>,
+    heaps_read_ns: u64,
+    interpreter: Range<u64>,
+    call_stub_return: u64,
+    /// Name pointer -> whether it names an nmethod.
+    nmethod_names: BTreeMap<u64, bool>,
+    /// Blob start -> (its header, when it was read).
+    blobs: BTreeMap<u64, (Blob, u64)>,
+    /// `Method*` -> (the method, when it was read); `None` for one that could not be read.
+    methods: HashMap<u64, (Option<JavaMethod>, u64)>,
+    counters: CodeCacheCounters,
+}
+
+impl CodeCache {
+    /// Reads the tables of the JVM whose `libjvm.so` exports are at `exports`, and where its
+    /// code cache and interpreter are.
+    pub fn attach(
+        mem: &mut dyn Memory,
+        exports: &Exports,
+        now_ns: u64,
+    ) -> Result<CodeCache, CodeCacheError> {
+        let tables = {
+            let mut pages = Pages::new(&mut *mem, TABLE_PAGES);
+            VmStructs::read(&mut pages, exports)?
+        };
+        let layout = Layout::new(&tables)?;
+        let word = |mem: &mut dyn Memory, addr, what| {
+            mem.read_u64(addr).ok_or(CodeCacheError::Unreadable(what))
+        };
+        let low = word(mem, layout.low_bound, "CodeCache::_low_bound")?;
+        let high = word(mem, layout.high_bound, "CodeCache::_high_bound")?;
+        let queue = word(mem, layout.interpreter, "AbstractInterpreter::_code")?;
+        let mut stub_queue = vec![0u8; 64];
+        if queue == 0 || !mem.read(queue, &mut stub_queue) {
+            return Err(CodeCacheError::Unreadable("the interpreter's StubQueue"));
+        }
+        let start = layout
+            .stub_buffer
+            .get_u64(&stub_queue)
+            .ok_or(CodeCacheError::Unreadable("StubQueue::_stub_buffer"))?;
+        let limit = layout
+            .buffer_limit
+            .get_u64(&stub_queue)
+            .ok_or(CodeCacheError::Unreadable("StubQueue::_buffer_limit"))?;
+        let call_stub_return = word(
+            mem,
+            layout.call_stub_return_address,
+            "StubRoutines::_call_stub_return_address",
+        )?;
+        let mut cache = CodeCache {
+            layout,
+            bounds: low..high,
+            heaps: Vec::new(),
+            heaps_read_ns: 0,
+            interpreter: start..start.saturating_add(limit),
+            call_stub_return,
+            nmethod_names: BTreeMap::new(),
+            blobs: BTreeMap::new(),
+            methods: HashMap::new(),
+            counters: CodeCacheCounters::default(),
+        };
+        cache.read_heaps(mem, now_ns);
+        if cache.heaps.is_empty() {
+            return Err(CodeCacheError::Unreadable("the code heaps"));
+        }
+        Ok(cache)
+    }
+
+    fn read_heaps(&mut self, mem: &mut dyn Memory, now_ns: u64) {
+        self.heaps_read_ns = now_ns;
+        let l = &self.layout;
+        let Some(array) = mem.read_u64(l.heaps).filter(|&a| a != 0) else {
+            return;
+        };
+        let mut head = [0u8; 16];
+        if !mem.read(array, &mut head) {
+            return;
+        }
+        let (Some(len), Some(data)) = (l.array_len.get(&head), l.array_data.get_u64(&head)) else {
+            return;
+        };
+        let mut heaps = Vec::new();
+        for i in 0..len.clamp(0, 16) as u64 {
+            let Some(heap) = mem.read_u64(data + 8 * i) else {
+                continue;
+            };
+            let mut bytes = vec![0u8; l.heap.read_size as usize];
+            if mem.read(heap, &mut bytes)
+                && let Some(h) = Heap::parse(&bytes, &l.heap)
+            {
+                heaps.push(h);
+            }
+        }
+        if !heaps.is_empty() {
+            self.heaps = heaps;
+        }
+    }
+
+    /// Whether `pc` is in the code cache (generated code of this JVM).
+    pub fn contains(&self, pc: u64) -> bool {
+        self.bounds.contains(&pc)
+    }
+
+    /// Whether `pc` is in the template interpreter.
+    pub fn in_interpreter(&self, pc: u64) -> bool {
+        self.interpreter.contains(&pc)
+    }
+
+    /// Where Java code called from the VM's C++ code returns to (in the call stub).
+    pub fn call_stub_return(&self) -> u64 {
+        self.call_stub_return
+    }
+
+    /// The interpreter's frame layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> CodeCacheCounters {
+        self.counters
+    }
+
+    /// The blob whose instructions hold `pc`, if one does.
+    pub fn blob_at(&mut self, mem: &mut dyn Memory, pc: u64, now_ns: u64) -> Option<Blob> {
+        if let Some((_, &(blob, read_ns))) = self.blobs.range(..=pc).next_back()
+            && blob.contains(pc)
+            && now_ns.saturating_sub(read_ns) <= MAX_BLOB_AGE_NS
+        {
+            self.counters.cache_hits += 1;
+            return Some(blob);
+        }
+        let found = self.read_blob_at(mem, pc, now_ns);
+        match found {
+            Some(blob) => {
+                self.counters.blobs_read += 1;
+                if self.blobs.len() >= MAX_CACHED_BLOBS {
+                    self.blobs.clear();
+                }
+                // What overlapped it is gone: the heap has one blob per byte.
+                let stale: Vec<u64> = self
+                    .blobs
+                    .range(..blob.start + blob.size)
+                    .rev()
+                    .take_while(|(_, (b, _))| b.start + b.size > blob.start)
+                    .map(|(&s, _)| s)
+                    .collect();
+                for s in stale {
+                    self.blobs.remove(&s);
+                }
+                self.blobs.insert(blob.start, (blob, now_ns));
+            }
+            None => self.counters.misses += 1,
+        }
+        found
+    }
+
+    /// The method a `Method*` of this JVM names (from an interpreted frame's method slot).
+    pub fn method(&mut self, mem: &mut dyn Memory, method: u64, now_ns: u64) -> Option<JavaMethod> {
+        if let Some((known, read_ns)) = self.methods.get(&method)
+            && now_ns.saturating_sub(*read_ns) <= MAX_METHOD_AGE_NS
+        {
+            return known.clone();
+        }
+        let read = self.read_method(mem, method);
+        if self.methods.len() >= MAX_CACHED_METHODS {
+            self.methods.clear();
+        }
+        self.methods.insert(method, (read.clone(), now_ns));
+        read
+    }
+
+    fn read_method(&self, mem: &mut dyn Memory, method: u64) -> Option<JavaMethod> {
+        let m = &self.layout.method;
+        // One field of an object, read alone.
+        let read = |mem: &mut dyn Memory, object: u64, f: FieldAt| -> Option<u64> {
+            let mut bytes = [0u8; 8];
+            let at = object.checked_add(f.offset)?;
+            if !mem.read(at, &mut bytes[..usize::from(f.width)]) {
+                return None;
+            }
+            FieldAt { offset: 0, ..f }.get_u64(&bytes)
+        };
+        let const_method = read(mem, method, m.const_method).filter(|&p| p != 0)?;
+        let constants = read(mem, const_method, m.constants).filter(|&p| p != 0)?;
+        let name_index = read(mem, const_method, m.name_index)?;
+        let signature_index = read(mem, const_method, m.signature_index)?;
+        let code_size = read(mem, const_method, m.code_size)?;
+        let holder = read(mem, constants, m.pool_holder).filter(|&p| p != 0)?;
+        let class_symbol = read(mem, holder, m.klass_name).filter(|&p| p != 0)?;
+        let slot = |index: u64| constants + m.constant_pool_size + 8 * index;
+        let name_symbol = mem.read_u64(slot(name_index)).filter(|&p| p != 0)?;
+        let signature_symbol = mem.read_u64(slot(signature_index)).filter(|&p| p != 0)?;
+        let symbol = |mem: &mut dyn Memory, symbol: u64| -> Option<String> {
+            let length = read(mem, symbol, m.symbol_length)?.min(MAX_SYMBOL);
+            let mut bytes = vec![0u8; length as usize];
+            mem.read(symbol + m.symbol_body, &mut bytes)
+                .then(|| String::from_utf8(bytes).ok())
+                .flatten()
+        };
+        let class = symbol(mem, class_symbol)?;
+        let name = symbol(mem, name_symbol)?;
+        let signature = symbol(mem, signature_symbol)?;
+        Some(JavaMethod {
+            name: external_name(&class, &name, &signature).into(),
+            code_base: const_method + m.const_method_size,
+            code_size,
+        })
+    }
+
+    fn read_blob_at(&mut self, mem: &mut dyn Memory, pc: u64, now_ns: u64) -> Option<Blob> {
+        let mut heap = self.heaps.iter().find(|h| h.contains(pc)).copied();
+        if heap.is_none() && now_ns.saturating_sub(self.heaps_read_ns) >= HEAPS_REFRESH_NS {
+            self.read_heaps(mem, now_ns);
+            heap = self.heaps.iter().find(|h| h.contains(pc)).copied();
+        }
+        let heap = heap?;
+        let mut segment = heap.segment_of(pc);
+        let mut start = None;
+        for _ in 0..MAX_WALK_STEPS {
+            let first = segment.saturating_sub(SEGMAP_WINDOW - 1);
+            let mut window = vec![0u8; (segment - first + 1) as usize];
+            if !mem.read(heap.segmap + first, &mut window) {
+                return None;
+            }
+            match code_heap::walk_segmap(&window, first, segment) {
+                Walk::Start(s) => {
+                    start = Some(s);
+                    break;
+                }
+                Walk::Free => return None,
+                Walk::Before(s) => segment = s,
+            }
+        }
+        let block = heap.segment_start(start?);
+        let l = self.layout;
+        let mut bytes = vec![0u8; (l.heap.block_header + l.blob.read_size) as usize];
+        if !mem.read(block, &mut bytes) {
+            return None;
+        }
+        let names = &mut self.nmethod_names;
+        let mut name_of = |name: u64| -> bool {
+            *names.entry(name).or_insert_with(|| {
+                read_c_string(mem, name, 64)
+                    .is_some_and(|n| n == "nmethod" || n == "native nmethod")
+            })
+        };
+        match code_heap::parse_block(&bytes, block, &heap, &l.heap, &l.blob, &mut name_of) {
+            Ok(blob) if blob.contains(pc) => Some(blob),
+            Ok(_) | Err(BlockError::Free | BlockError::Inconsistent | BlockError::Short) => None,
+        }
+    }
+}
