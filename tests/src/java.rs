@@ -15,10 +15,16 @@ pub fn java_fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The `java` the tests run: `$VMSCOPE_TEST_JAVA` (to measure another JDK by hand), or the
+/// one on PATH (Debian's OpenJDK 17, which `cargo xtask setup` installs).
+pub fn java() -> String {
+    std::env::var("VMSCOPE_TEST_JAVA").unwrap_or_else(|_| "java".into())
+}
+
 /// `java [FLAGS] FIXTURE SECONDS`, started and warmed up (it printed "ready").
 pub fn start_java(fixture: &str, flags: &[&str], seconds: &str) -> Running {
     Running::start(
-        Command::new("java")
+        Command::new(java())
             .args(flags)
             .arg(java_fixture(fixture))
             .arg(seconds),

@@ -6,10 +6,13 @@
 //! `callerThirty`, which call `hot` 7 and 3 times a round, so 70% and 30% of `hot`'s time is
 //! under each by construction.
 
+use std::process::Command;
+
 use vmscope_proto::v1::{CallGraph, Profile, StackEnd};
 use vmscope_tests::{
-    Daemon, connect,
-    java::{clean_jvm, start_java},
+    Daemon, Running, connect,
+    java::{clean_jvm, java, java_fixture, start_java},
+    shared_tempdir,
     stacks::record_stacks,
 };
 
@@ -88,6 +91,18 @@ async fn java_stacks_without_flags_reach_main_through_their_callers_70_30() {
     let stacks = top_stacks(&profile, 12);
     eprintln!("{counts:?}\n{stacks}");
     assert!(counts.hot >= 1000, "{counts:?}\n{stacks}");
+    assert_split(&counts, 3.0, &stacks);
+    assert!(
+        counts.complete * 10 >= counts.hot * 9,
+        "{} of {} stacks reach the thread's start\n{stacks}",
+        counts.complete,
+        counts.hot
+    );
+}
+
+/// Checks the 70/30 split of `counts`: at least 90% of `hot`'s samples reach `main` through
+/// their caller, 70 ± `points` under `callerSeventy`.
+fn assert_split(counts: &HotStacks, points: f64, stacks: &str) {
     let reached = counts.seventy + counts.thirty;
     assert!(
         reached * 10 >= counts.hot * 9,
@@ -96,13 +111,42 @@ async fn java_stacks_without_flags_reach_main_through_their_callers_70_30() {
     );
     let seventy = 100.0 * counts.seventy as f64 / reached as f64;
     assert!(
-        (seventy - 70.0).abs() <= 3.0,
-        "callerSeventy has {seventy:.1}% of hot's samples, not 70 ± 3\n{stacks}"
+        (seventy - 70.0).abs() <= points,
+        "callerSeventy has {seventy:.1}% of hot's samples, not 70 ± {points}\n{stacks}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_that_only_run_interpreted_are_named_in_their_frames() {
+    // Compiled ahead: the source launcher's compiler would take seconds under -Xint.
+    let classes = shared_tempdir();
+    let javac = Command::new("javac")
+        .arg("-d")
+        .arg(classes.path())
+        .arg(java_fixture("Callers.java"))
+        .status()
+        .expect("run javac");
+    assert!(javac.success(), "javac failed");
+    let daemon = Daemon::start();
+    let mut client = connect(&daemon.socket).await.unwrap();
+    let jvm = Running::start(
+        Command::new(java())
+            .args(["-Xint", "-cp"])
+            .arg(classes.path())
+            .args(["Callers", "7"]),
+    );
+    let profile = record_stacks(&mut client, jvm.pid(), CallGraph::Dwarf, 0, 2.5).await;
+    clean_jvm(jvm.pid());
+    drop(jvm);
+    let total: u64 = profile.stacks.iter().map(|s| s.samples).sum();
+    let counts = hot_stacks(&profile);
+    let stacks = top_stacks(&profile, 6);
+    eprintln!("{counts:?} of {total}\n{stacks}");
+    // Nothing is compiled: every Java frame is the interpreter's, named by its method.
     assert!(
-        counts.complete * 10 >= counts.hot * 9,
-        "{} of {} stacks reach the thread's start\n{stacks}",
-        counts.complete,
+        counts.hot * 10 >= total * 8,
+        "Callers.hot named in {} of {total} samples\n{stacks}",
         counts.hot
     );
+    assert_split(&counts, 3.0, &stacks);
 }
