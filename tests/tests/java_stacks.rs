@@ -79,17 +79,18 @@ fn top_stacks(profile: &Profile, n: usize) -> String {
         .join("\n")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn java_stacks_without_flags_reach_main_through_their_callers_70_30() {
+/// Records Callers.java with no JVM flags after its warm-up and checks its stacks: `hot`
+/// under its caller under `main` 70/30, and the walks reaching the thread's start.
+async fn callers_stacks_are_whole(call_graph: CallGraph) {
     let daemon = Daemon::start();
     let mut client = connect(&daemon.socket).await.unwrap();
     let jvm = start_java("Callers.java", &[], "8");
-    let profile = record_stacks(&mut client, jvm.pid(), CallGraph::Dwarf, 0, 3.0).await;
+    let profile = record_stacks(&mut client, jvm.pid(), call_graph, 0, 3.0).await;
     clean_jvm(jvm.pid());
     drop(jvm);
     let counts = hot_stacks(&profile);
     let stacks = top_stacks(&profile, 12);
-    eprintln!("{counts:?}\n{stacks}");
+    eprintln!("{call_graph:?}: {counts:?}\n{stacks}");
     assert!(counts.hot >= 1000, "{counts:?}\n{stacks}");
     assert_split(&counts, 3.0, &stacks);
     assert!(
@@ -98,6 +99,17 @@ async fn java_stacks_without_flags_reach_main_through_their_callers_70_30() {
         counts.complete,
         counts.hot
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_stacks_without_flags_reach_main_through_their_callers_70_30_dwarf() {
+    callers_stacks_are_whole(CallGraph::Dwarf).await;
+}
+
+/// A JVM target of a frame-pointer session has its stack copied as well: the same stacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_stacks_without_flags_reach_main_through_their_callers_70_30_fp() {
+    callers_stacks_are_whole(CallGraph::Fp).await;
 }
 
 /// Checks the 70/30 split of `counts`: at least 90% of `hot`'s samples reach `main` through

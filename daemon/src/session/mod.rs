@@ -922,6 +922,7 @@ mod tests {
                 min_block_ns: 0,
                 params: Vec::new(),
                 counts: Vec::new(),
+                java_copies: Vec::new(),
             },
             period_ns: 714_285,
             started_at: SystemTime::UNIX_EPOCH,

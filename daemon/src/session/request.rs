@@ -197,6 +197,10 @@ pub struct SessionSpec {
     pub params: Vec<(String, String)>,
     /// Native functions whose calls it counts, checked ([`check_counts`]).
     pub counts: Vec<CountedFunction>,
+    /// Targets whose stacks the kernel copies although the session walks frame pointers:
+    /// HotSpot JVMs whose compiled code keeps none, unwound from the copy by their own frame
+    /// layout (see [`crate::unwind`]). Found at the start; empty for other call graphs.
+    pub java_copies: Vec<u32>,
 }
 
 /// A native function whose calls a session counts.
@@ -266,6 +270,21 @@ impl SessionSpec {
         if self.root {
             Wants {
                 flags: wants.flags | WANT_ROOT,
+                ..wants
+            }
+        } else {
+            wants
+        }
+    }
+
+    /// What the kernel must record with the session's events of `channel` for target `tgid`:
+    /// [`SessionSpec::wants_at`], with a copy of the user stack for a JVM of
+    /// [`SessionSpec::java_copies`] (as much as `--call-graph dwarf` copies by default).
+    pub fn wants_for(&self, channel: u64, tgid: u32) -> Wants {
+        let wants = self.wants_at(channel);
+        if self.java_copies.contains(&tgid) {
+            Wants {
+                user_copy_bytes: wants.user_copy_bytes.max(DEFAULT_USER_COPY),
                 ..wants
             }
         } else {
@@ -506,6 +525,7 @@ pub fn validate(
         min_block_ns,
         params,
         counts,
+        java_copies: Vec::new(),
     })
 }
 

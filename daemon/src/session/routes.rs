@@ -266,6 +266,7 @@ impl Routes {
         }
         for (i, &tgid) in spec.pids.iter().enumerate() {
             let key = target_key(channel, tgid);
+            let wants = spec.wants_for(channel, tgid);
             let update = self.targets.join(key, wants);
             if let Err(e) = apply_target(sampler, key, update) {
                 self.targets.leave(key, wants);
@@ -332,7 +333,7 @@ impl Routes {
         tgid: u32,
     ) {
         let key = target_key(channel, tgid);
-        let update = self.targets.leave(key, spec.wants_at(channel));
+        let update = self.targets.leave(key, spec.wants_for(channel, tgid));
         if let Err(e) = apply_target(sampler, key, update) {
             // Only a value change can fail here; the entry stays, with stacks nobody reads.
             tracing::warn!(?key, "turning stacks down for a target failed: {e}");
@@ -402,6 +403,7 @@ mod tests {
             min_block_ns: 0,
             params: Vec::new(),
             counts: Vec::new(),
+            java_copies: Vec::new(),
         }
     }
 

@@ -152,6 +152,7 @@ mod tests {
             min_block_ns: 0,
             params: Vec::new(),
             counts: Vec::new(),
+            java_copies: Vec::new(),
         }
     }
 

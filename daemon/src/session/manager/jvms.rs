@@ -2,6 +2,7 @@
 //! taking its answer.
 
 use super::*;
+use crate::session::{CallGraph, request::SessionSpec};
 
 impl Manager {
     /// Whether the session lets its HotSpot targets be asked for their perf map.
@@ -27,24 +28,46 @@ impl Manager {
             if self.jvms.is_jvm(pid) {
                 continue;
             }
-            let Some(process) = self.processes.get(pid) else {
-                continue;
-            };
-            if process.gone {
-                continue;
+            if self.maps_libjvm(pid) {
+                self.jvms.observe(pid);
             }
-            let modules = &self.modules;
-            let hotspot = process.file_mappings().any(|(_, _, module)| {
+        }
+    }
+
+    /// Whether `pid`, as the process table last read it, maps HotSpot's `libjvm.so`.
+    fn maps_libjvm(&self, pid: u32) -> bool {
+        let Some(process) = self.processes.get(pid) else {
+            return false;
+        };
+        let modules = &self.modules;
+        !process.gone
+            && process.file_mappings().any(|(_, _, module)| {
                 modules.get(module).is_some_and(|m| {
                     Path::new(&m.name)
                         .file_name()
                         .is_some_and(|n| n == "libjvm.so")
                 })
-            });
-            if hotspot {
-                self.jvms.observe(pid);
-            }
+            })
+    }
+
+    /// The targets of a frame-pointer session whose stacks the kernel must copy as well: the
+    /// JVMs among them whose compiled code keeps no frame pointer, so that their Java frames
+    /// are unwound by the JVM's own layout. A command recorded from its start maps libjvm.so
+    /// only later, and is walked by frame pointers alone.
+    pub(super) fn java_copy_targets(&self, spec: &SessionSpec) -> Vec<u32> {
+        if spec.call_graph != CallGraph::FramePointers || spec.system_wide {
+            return Vec::new();
         }
+        spec.pids
+            .iter()
+            .copied()
+            .filter(|&pid| {
+                self.maps_libjvm(pid)
+                    && !crate::jvm::options::read(pid)
+                        .unwrap_or_default()
+                        .preserve_frame_pointer
+            })
+            .collect()
     }
 
     /// Finds HotSpot targets of running sessions, and asks those whose samples in code no map

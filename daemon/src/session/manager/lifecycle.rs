@@ -20,10 +20,11 @@ impl Manager {
         request: &SessionRequest,
         start_ns: Option<u64>,
     ) -> Result<SessionInfo, SessionError> {
-        let (spec, named) = self.admit(&caller, request)?;
+        let (mut spec, named) = self.admit(&caller, request)?;
         let now = sys::monotonic_ns();
         self.check_unfetched(&caller, now)?;
         let targets = self.identify_targets(&spec, &named, now)?;
+        spec.java_copies = self.java_copy_targets(&spec);
         self.routes
             .acquire(self.sampler.as_mut(), &spec)
             .map_err(|e| {

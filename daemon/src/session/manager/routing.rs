@@ -333,9 +333,11 @@ impl Manager {
         let mut unwound = std::mem::take(&mut self.user_scratch);
         unwound.clear();
         let unwound_from_copy = copy.is_some();
+        let dwarf_end = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound);
         // Sessions asking for frame-pointer stacks get the kernel's walk as it came, even when
-        // another session on the target had the stack copied and unwound.
-        let fp = (unwound_from_copy && fp_too).then(|| {
+        // another session on the target had the stack copied and unwound; but a JVM's stack
+        // is copied for them too, and its unwound Java frames are what they get.
+        let fp = (unwound_from_copy && fp_too && !self.unwinder.follows_java(pid)).then(|| {
             let mut fp_frames = frames.clone();
             let mut fp_end = end;
             if self.push_user_frames(pid, event, user_fp, &mut fp_frames, now_ns) {
@@ -343,8 +345,7 @@ impl Manager {
             }
             (fp_frames, fp_end)
         });
-        if let Some(mut dwarf_end) = self.user_frames_of(event, user_fp, copy, now_ns, &mut unwound)
-        {
+        if let Some(mut dwarf_end) = dwarf_end {
             // A return address the unwinder could not place may be new code (CPython maps its
             // trampolines as it goes): with the mappings read again, the unwind is done again,
             // since how a frame is stepped depends on what holds its address.
