@@ -41,6 +41,7 @@ fn unwind(c: &mut Criterion) {
         sp: captured.sp,
         bytes: &captured.stack,
         faulted: captured.faulted,
+        taken_ns: 0,
     };
     let mut out = Vec::with_capacity(128);
     let end = unwinder.unwind(process, regs, stack, &mut memory, &mut out);

@@ -222,16 +222,14 @@ fn no_jvm_attach_leaves_the_jvm_alone() {
         !output.contains("Full thread dump"),
         "the JVM got a SIGQUIT: {output}"
     );
+    // Its Java code is still named, from its own structures read from outside (its
+    // vmStructs), which asks nothing of it: no perf map names any of it.
     let (hot, _) = hot_row(&report);
-    assert_eq!(hot, 0, "nothing names Java code: {report}");
-    let issues = report["symbolization_issues"].as_array().unwrap();
-    assert!(
-        issues
-            .iter()
-            .any(|i| i["module"] == "[anon]"
-                && i["reason"].as_str().unwrap().contains("no code map")),
-        "{issues:?}"
-    );
+    assert!(hot > 0, "Hot.hot named from the JVM's structures: {report}");
+    let perf_mapped: Vec<&serde_json::Value> = generated_rows(&report)
+        .filter(|r| r["code_map"] == "perf map")
+        .collect();
+    assert!(perf_mapped.is_empty(), "named by a perf map: {perf_mapped:?}");
 }
 
 /// The stacks whose leaf is `Hot.hot`: (samples, with `Hot.caller` under it, ended at Java

@@ -162,3 +162,71 @@ async fn methods_that_only_run_interpreted_are_named_in_their_frames() {
     );
     assert_split(&counts, 3.0, &stacks);
 }
+
+/// `java FLAGS FIXTURE SECONDS` started, its output up to "ready" (a compiler's log).
+fn start_java_logging(fixture: &str, flags: &[&str], seconds: &str) -> (Running, Vec<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(java())
+        .args(flags)
+        .arg(java_fixture(fixture))
+        .arg(seconds)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn java");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("read java's output");
+        if line.trim() == "ready" {
+            break;
+        }
+        lines.push(line);
+    }
+    (Running { child }, lines)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_c2_inlined_shows_as_its_own_frame_under_its_caller() {
+    let daemon = Daemon::start();
+    let mut client = connect(&daemon.socket).await.unwrap();
+    // PrintInlining only reports C2's decisions: the code is what it is without it.
+    let (jvm, log) = start_java_logging(
+        "Inline.java",
+        &["-XX:+UnlockDiagnosticVMOptions", "-XX:+PrintInlining"],
+        "8",
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("Inline::inner") && l.contains("inline (hot)")),
+        "C2 did not say it inlined Inline::inner:\n{}",
+        log.join("\n")
+    );
+    let profile = record_stacks(&mut client, jvm.pid(), CallGraph::Dwarf, 0, 3.0).await;
+    clean_jvm(jvm.pid());
+    drop(jvm);
+    let name = |i: u32| profile.frames[i as usize].name.as_str();
+    let (mut in_outer, mut inner_under_outer) = (0, 0);
+    for stack in &profile.stacks {
+        let frames: Vec<&str> = stack.frames.iter().map(|&f| name(f)).collect();
+        let Some(outer) = frames.iter().position(|f| f.contains("Inline.outer(")) else {
+            continue;
+        };
+        if !frames[outer..].iter().any(|f| f.contains("Inline.main(")) {
+            continue;
+        }
+        in_outer += stack.samples;
+        if outer > 0 && frames[outer - 1].contains("Inline.inner(") {
+            inner_under_outer += stack.samples;
+        }
+    }
+    let stacks = top_stacks(&profile, 6);
+    eprintln!("{inner_under_outer} of {in_outer}\n{stacks}");
+    assert!(
+        in_outer >= 1000,
+        "{in_outer} samples under Inline.outer\n{stacks}"
+    );
+    assert!(
+        inner_under_outer * 10 >= in_outer * 9,
+        "Inline.inner under Inline.outer in {inner_under_outer} of {in_outer} samples\n{stacks}"
+    );
+}

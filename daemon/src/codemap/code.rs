@@ -32,8 +32,9 @@ pub enum CodeSource {
     Jitdump,
     /// A perf map.
     PerfMap,
-    /// A HotSpot interpreted frame, named from the `Method*` in its slot.
-    Interpreter,
+    /// A HotSpot JVM's own structures (vmStructs): an interpreted frame's `Method*`, an
+    /// nmethod's method and scopes.
+    HotSpot,
 }
 
 impl CodeSource {
@@ -43,7 +44,7 @@ impl CodeSource {
             CodeSource::Vm(_) => "vm",
             CodeSource::Jitdump => "jitdump",
             CodeSource::PerfMap => "perf map",
-            CodeSource::Interpreter => "interpreter",
+            CodeSource::HotSpot => "hotspot",
         }
     }
 }

@@ -7,11 +7,18 @@
 //! HotSpot's `CodeHeap::find_block_for` does (segment map walk back to the block start, block
 //! header, blob header), reading only what the walk needs, and keeps what it read.
 //!
-//! The cache holds a blob's header for [`MAX_BLOB_AGE_NS`] and then reads it again: a blob
-//! freed since (its method deoptimised and flushed) is found gone, or replaced, within that
-//! time. The unwinder reads the header within milliseconds of the sample, and HotSpot frees
-//! no nmethod that a thread has a frame in; naming is left to the code-map timeline, which
-//! places each frame in the map of its sample's time.
+//! What the code cache held at a sample's time: every header read is timestamped, and a blob
+//! is known to have held a pc at the sample's time when the same blob (every field of its
+//! header equal, its compile id among them, which is unique for the JVM's life) was read there
+//! at or before that time and again at or after it. [`CodeCache::blob_at`] says whether that
+//! holds ([`BlobAt::exact`]), reading the header again when the last read is older than the
+//! sample (once per blob per batch of samples, since a batch is unwound after its samples
+//! were taken). A blob read for the first time after the sample, or found replaced, may not be
+//! what ran then: its frame is still unwound by it (the best there is), but not named by it;
+//! the perf map path names it under its own time rules, and marks what it names late.
+//!
+//! [`CodeCache::compiled`] reads an nmethod's method name and, from its scopes, the methods
+//! inlined at each of its pcs, once per nmethod.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -28,9 +35,6 @@ use vmscope_parse::hotspot::{
     vm_structs::{Exports, VmStructs, VmStructsError, read_c_string},
 };
 
-/// How long a blob's header read once is believed before it is read again.
-pub const MAX_BLOB_AGE_NS: u64 = 200_000_000;
-
 /// Most blob headers kept per JVM; the cache starts afresh when it fills up.
 pub const MAX_CACHED_BLOBS: usize = 65_536;
 
@@ -40,6 +44,12 @@ pub const MAX_CACHED_METHODS: usize = 16_384;
 /// How long a method's name read once is believed: a class unloaded frees its methods, and
 /// their memory may come to hold another's.
 pub const MAX_METHOD_AGE_NS: u64 = 10_000_000_000;
+
+/// Most bytes of an nmethod's scopes, `PcDesc`s or metadata read.
+pub const MAX_DEBUG_INFO: u64 = 1 << 20;
+
+/// Most nmethods whose names and inlining are kept per JVM.
+pub const MAX_CACHED_COMPILED: usize = 16_384;
 
 /// Longest class, method or signature symbol read.
 const MAX_SYMBOL: u64 = 1024;
@@ -83,6 +93,38 @@ pub struct CodeCacheCounters {
     pub misses: u64,
 }
 
+/// A blob header and when it was read.
+#[derive(Debug, Clone, Copy)]
+struct SeenBlob {
+    blob: Blob,
+    /// When this header was first read.
+    first_ns: u64,
+    /// When it was last read, unchanged.
+    confirmed_ns: u64,
+}
+
+/// The blob that holds a pc, as [`CodeCache::blob_at`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobAt {
+    /// Its header, as last read.
+    pub blob: Blob,
+    /// Whether it held the pc at the sample's time: read there before the sample and after.
+    pub exact: bool,
+}
+
+/// An nmethod as reports show it: its method and the methods inlined at each of its pcs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledCode {
+    /// The compiled method's external name.
+    pub name: Arc<str>,
+    /// Where its instructions start: offsets in `pc_map` are from here.
+    pub code_begin: u64,
+    /// From its `PcDesc`s: from each point's offset to the next, the compiled method's bci
+    /// and the methods inlined there, outermost first, with theirs. Empty when nothing is
+    /// known of its scopes.
+    pub pc_map: Vec<crate::codemap::code::PcPoint>,
+}
+
 /// A Java method, as its `Method*` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JavaMethod {
@@ -113,8 +155,10 @@ pub struct CodeCache {
     call_stub_return: u64,
     /// Name pointer -> whether it names an nmethod.
     nmethod_names: BTreeMap<u64, bool>,
-    /// Blob start -> (its header, when it was read).
-    blobs: BTreeMap<u64, (Blob, u64)>,
+    /// Blob start -> its header, and when it was first and last read the same.
+    blobs: BTreeMap<u64, SeenBlob>,
+    /// (blob start, compile id) -> the nmethod as reports show it.
+    compiled: HashMap<(u64, i64), Option<Arc<CompiledCode>>>,
     /// `Method*` -> (the method, when it was read); `None` for one that could not be read.
     methods: HashMap<u64, (Option<JavaMethod>, u64)>,
     counters: CodeCacheCounters,
@@ -165,6 +209,7 @@ impl CodeCache {
             call_stub_return,
             nmethod_names: BTreeMap::new(),
             blobs: BTreeMap::new(),
+            compiled: HashMap::new(),
             methods: HashMap::new(),
             counters: CodeCacheCounters::default(),
         };
@@ -230,38 +275,189 @@ impl CodeCache {
         self.counters
     }
 
-    /// The blob whose instructions hold `pc`, if one does.
-    pub fn blob_at(&mut self, mem: &mut dyn Memory, pc: u64, now_ns: u64) -> Option<Blob> {
-        if let Some((_, &(blob, read_ns))) = self.blobs.range(..=pc).next_back()
-            && blob.contains(pc)
-            && now_ns.saturating_sub(read_ns) <= MAX_BLOB_AGE_NS
+    /// The blob whose instructions hold `pc`, if one does, and whether it held it at
+    /// `sample_ns` (see the module's documentation); `now_ns` is the time of any read.
+    pub fn blob_at(
+        &mut self,
+        mem: &mut dyn Memory,
+        pc: u64,
+        sample_ns: u64,
+        now_ns: u64,
+    ) -> Option<BlobAt> {
+        let cached = self
+            .blobs
+            .range(..=pc)
+            .next_back()
+            .map(|(_, seen)| *seen)
+            .filter(|seen| seen.blob.contains(pc));
+        if let Some(seen) = cached
+            && seen.confirmed_ns >= sample_ns
         {
             self.counters.cache_hits += 1;
-            return Some(blob);
+            return Some(BlobAt {
+                blob: seen.blob,
+                exact: seen.first_ns <= sample_ns,
+            });
         }
-        let found = self.read_blob_at(mem, pc, now_ns);
-        match found {
-            Some(blob) => {
-                self.counters.blobs_read += 1;
-                if self.blobs.len() >= MAX_CACHED_BLOBS {
-                    self.blobs.clear();
-                }
-                // What overlapped it is gone: the heap has one blob per byte.
-                let stale: Vec<u64> = self
-                    .blobs
-                    .range(..blob.start + blob.size)
-                    .rev()
-                    .take_while(|(_, (b, _))| b.start + b.size > blob.start)
-                    .map(|(&s, _)| s)
-                    .collect();
-                for s in stale {
-                    self.blobs.remove(&s);
-                }
-                self.blobs.insert(blob.start, (blob, now_ns));
+        let Some(blob) = self.read_blob_at(mem, pc, now_ns) else {
+            self.counters.misses += 1;
+            return None;
+        };
+        self.counters.blobs_read += 1;
+        let seen = match cached {
+            Some(seen) if seen.blob == blob => SeenBlob {
+                confirmed_ns: now_ns,
+                ..seen
+            },
+            _ => SeenBlob {
+                blob,
+                first_ns: now_ns,
+                confirmed_ns: now_ns,
+            },
+        };
+        if self.blobs.len() >= MAX_CACHED_BLOBS {
+            self.blobs.clear();
+        }
+        // What overlapped it is gone: the heap has one blob per byte.
+        let stale: Vec<u64> = self
+            .blobs
+            .range(..blob.start + blob.size)
+            .rev()
+            .take_while(|(_, s)| s.blob.start + s.blob.size > blob.start)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in stale {
+            self.blobs.remove(&s);
+        }
+        self.blobs.insert(blob.start, seen);
+        Some(BlobAt {
+            blob,
+            exact: seen.first_ns <= sample_ns,
+        })
+    }
+
+    /// The nmethod `blob` as reports show it: its method's name, and its inlining where its
+    /// tables say where the scopes are. `None` for a blob that is not an nmethod, or whose
+    /// method cannot be read.
+    pub fn compiled(
+        &mut self,
+        mem: &mut dyn Memory,
+        blob: &Blob,
+        now_ns: u64,
+    ) -> Option<Arc<CompiledCode>> {
+        if blob.method == 0 {
+            return None;
+        }
+        let key = (blob.start, blob.compile_id);
+        if let Some(known) = self.compiled.get(&key) {
+            return known.clone();
+        }
+        let read = self.read_compiled(mem, blob, now_ns).map(Arc::new);
+        if self.compiled.len() >= MAX_CACHED_COMPILED {
+            self.compiled.clear();
+        }
+        self.compiled.insert(key, read.clone());
+        read
+    }
+
+    fn read_compiled(
+        &mut self,
+        mem: &mut dyn Memory,
+        blob: &Blob,
+        now_ns: u64,
+    ) -> Option<CompiledCode> {
+        let own = self.method(mem, blob.method, now_ns)?;
+        let pc_map = self.read_pc_map(mem, blob, now_ns).unwrap_or_default();
+        Some(CompiledCode {
+            name: own.name,
+            code_begin: blob.code_begin,
+            pc_map,
+        })
+    }
+
+    /// The pc map of an nmethod from its `PcDesc`s and scopes: a `PcDesc` at a pc describes
+    /// the code up to it (a call's return address; a safepoint poll), so each becomes a point
+    /// at the previous one's pc.
+    fn read_pc_map(
+        &mut self,
+        mem: &mut dyn Memory,
+        blob: &Blob,
+        now_ns: u64,
+    ) -> Option<Vec<crate::codemap::code::PcPoint>> {
+        use vmscope_parse::hotspot::scopes::{pc_descs, scope_chain};
+        let layout = self.layout.scopes.clone().ok()?;
+        let mut header = vec![0u8; layout.read_size as usize];
+        if !mem.read(blob.start, &mut header) {
+            return None;
+        }
+        let end = blob.start + blob.size;
+        let offset = |f: FieldAt| {
+            f.get_u64(&header)
+                .and_then(|o| blob.start.checked_add(o))
+                .filter(|&a| a <= end)
+        };
+        let data_begin = layout
+            .scopes_data_begin
+            .get_u64(&header)
+            .filter(|&a| a >= blob.start && a <= end)?;
+        let pcs_begin = offset(layout.scopes_pcs_offset)?;
+        let pcs_end = offset(layout.dependencies_offset)?;
+        let metadata_begin = offset(layout.metadata_offset)?;
+        let mut region = |from: u64, to: u64| -> Option<Vec<u8>> {
+            let len = to.checked_sub(from).filter(|&l| l <= MAX_DEBUG_INFO)?;
+            let mut bytes = vec![0u8; len as usize];
+            mem.read(from, &mut bytes).then_some(bytes)
+        };
+        let data = region(data_begin, pcs_begin)?;
+        let pcs = region(pcs_begin, pcs_end)?;
+        let metadata = region(metadata_begin, data_begin)?;
+        let metadata: Vec<u64> = metadata
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+            .collect();
+        let mut names: HashMap<u32, Option<Arc<str>>> = HashMap::new();
+        let mut points: Vec<crate::codemap::code::PcPoint> = Vec::new();
+        let mut previous = 0u64;
+        for desc in pc_descs(&pcs, &layout.pc_desc) {
+            let from = previous;
+            previous = u64::from(desc.pc_offset);
+            let Some(chain) = scope_chain(&data, desc.scope) else {
+                continue;
+            };
+            let mut named = Vec::with_capacity(chain.len());
+            for scope in &chain {
+                let name = names
+                    .entry(scope.method)
+                    .or_insert_with(|| {
+                        let method = *metadata.get((scope.method as usize).checked_sub(1)?)?;
+                        self.method(mem, method, now_ns).map(|m| m.name)
+                    })
+                    .clone();
+                named.push((name, scope.bci.max(0) as u32));
             }
-            None => self.counters.misses += 1,
+            let Some(((_, bcpc), inlined)) = named.split_last() else {
+                continue;
+            };
+            let inlined: Option<Vec<(String, u32)>> = inlined
+                .iter()
+                .rev()
+                .map(|(name, bci)| name.as_ref().map(|n| (n.to_string(), *bci)))
+                .collect();
+            let Some(inlined) = inlined else {
+                continue;
+            };
+            let point = crate::codemap::code::PcPoint {
+                offset: from,
+                bcpc: *bcpc,
+                inlined,
+            };
+            match points.last_mut() {
+                Some(last) if last.offset == point.offset => *last = point,
+                Some(last) if last.bcpc == point.bcpc && last.inlined == point.inlined => {}
+                _ => points.push(point),
+            }
         }
-        found
+        Some(points)
     }
 
     /// The method a `Method*` of this JVM names (from an interpreted frame's method slot).
@@ -342,8 +538,8 @@ impl CodeCache {
             }
         }
         let block = heap.segment_start(start?);
-        let l = self.layout;
-        let mut bytes = vec![0u8; (l.heap.block_header + l.blob.read_size) as usize];
+        let (heap_layout, blob_layout) = (self.layout.heap, self.layout.blob);
+        let mut bytes = vec![0u8; (heap_layout.block_header + blob_layout.read_size) as usize];
         if !mem.read(block, &mut bytes) {
             return None;
         }
@@ -354,7 +550,14 @@ impl CodeCache {
                     .is_some_and(|n| n == "nmethod" || n == "native nmethod")
             })
         };
-        match code_heap::parse_block(&bytes, block, &heap, &l.heap, &l.blob, &mut name_of) {
+        match code_heap::parse_block(
+            &bytes,
+            block,
+            &heap,
+            &heap_layout,
+            &blob_layout,
+            &mut name_of,
+        ) {
             Ok(blob) if blob.contains(pc) => Some(blob),
             Ok(_) | Err(BlockError::Free | BlockError::Inconsistent | BlockError::Short) => None,
         }

@@ -6,7 +6,7 @@
 //! (see [`attach::AttachError::is_refusal`]); [`options`] reads the JVM flags that decide it.
 //!
 //! [`code_cache`] follows a JVM's code cache through its vmStructs, for the unwinder's Java
-//! frames.
+//! frames; [`java_codes`] keeps the codes their compiled frames are named by.
 //!
 //! The caller decides whether a process is a HotSpot JVM (it maps `libjvm.so`), when to ask
 //! (a snapshot holds the code compiled so far), and reads the perf map itself, as the target's
@@ -28,6 +28,7 @@
 
 pub mod attach;
 pub mod code_cache;
+pub mod java_codes;
 pub mod options;
 pub mod perf_map_file;
 

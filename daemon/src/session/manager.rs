@@ -398,6 +398,7 @@ pub fn spawn_manager(
         processes: ProcessTable::with_access(modules.clone(), process_access.clone()),
         unwinder: Unwinder::new(modules.clone()),
         process_memory: ProcessMemory::with_access(process_access.clone()),
+        java_codes: crate::jvm::java_codes::JavaCodes::default(),
         process_access,
         count_slots: Default::default(),
         thread_counters: Default::default(),
@@ -500,6 +501,8 @@ struct Manager {
     unwinder: Unwinder,
     /// Code bytes of live processes, for the unwinder's CPython trampoline rule.
     process_memory: ProcessMemory,
+    /// The codes of the JVMs' compiled frames, interned once per nmethod.
+    java_codes: crate::jvm::java_codes::JavaCodes,
     /// Runs the reads of processes that wait on their memory lock (both above use it).
     process_access: Arc<ProcessAccess>,
     /// The kernel's call counter slots free (`record --count`).

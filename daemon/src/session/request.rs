@@ -278,11 +278,13 @@ impl SessionSpec {
     }
 
     /// What the kernel must record with the session's events of `channel` for target `tgid`:
-    /// [`SessionSpec::wants_at`], with a copy of the user stack for a JVM of
+    /// [`SessionSpec::wants_at`], with a copy of the user stack for the samples of a JVM of
     /// [`SessionSpec::java_copies`] (as much as `--call-graph dwarf` copies by default).
     pub fn wants_for(&self, channel: u64, tgid: u32) -> Wants {
         let wants = self.wants_at(channel);
-        if self.java_copies.contains(&tgid) {
+        // Blocks keep their frame-pointer walk: a copy at every switch of every JVM thread
+        // would cost far more than the samples' (and the off-CPU copies are bounded).
+        if channel != OFF_CPU_PERIOD && self.java_copies.contains(&tgid) {
             Wants {
                 user_copy_bytes: wants.user_copy_bytes.max(DEFAULT_USER_COPY),
                 ..wants

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use vmscope_parse::hotspot::Memory;
 
 use super::{ReadCode, StackEnd};
-use crate::jvm::code_cache::CodeCache;
+use crate::jvm::code_cache::{BlobAt, CodeCache, CompiledCode};
 
 /// A frame's caller, as the JVM's frame layout gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,20 +40,34 @@ pub(super) struct Caller {
     pub bp: u64,
     /// For an interpreted frame: its `Method*` and bytecode pointer, from its slots.
     pub interpreted: Option<(u64, u64)>,
+    /// For a compiled frame: its blob, and whether it held the pc at the sample's time.
+    pub compiled: Option<BlobAt>,
 }
 
-/// An interpreted frame of an unwound stack, named by its method.
+/// A Java frame of an unwound stack, named by the JVM's own structures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JavaFrame {
     /// Its index in the stack, leaf first.
     pub index: usize,
-    /// The method being interpreted.
-    pub method: Arc<str>,
     /// The uid the JVM runs as: the owner of the code its name is kept as.
     pub owner: u32,
-    /// The bytecode index its frame last saved (for the leaf frame, the one of the last call
-    /// or safepoint: the interpreter keeps the current one in a register).
-    pub bci: Option<u32>,
+    /// What it is.
+    pub name: JavaName,
+}
+
+/// What names a Java frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JavaName {
+    /// An interpreted frame.
+    Interpreted {
+        /// The method being interpreted.
+        method: Arc<str>,
+        /// The bytecode index its frame last saved (for the leaf frame, the one of the last
+        /// call or safepoint: the interpreter keeps the current one in a register).
+        bci: Option<u32>,
+    },
+    /// A compiled frame whose nmethod held its pc at the sample's time.
+    Compiled(Arc<CompiledCode>),
 }
 
 /// The live memory of one process, for [`CodeCache`]'s reads.
@@ -80,6 +94,7 @@ pub(super) fn caller(
     sp: u64,
     bp: u64,
     read_stack: &mut dyn FnMut(u64) -> Result<u64, ()>,
+    sample_ns: u64,
     now_ns: u64,
 ) -> Option<Result<Caller, StackEnd>> {
     let lookup = if leaf { pc } else { pc.checked_sub(1)? };
@@ -94,6 +109,7 @@ pub(super) fn caller(
                 sp: bp.checked_add(16).ok_or(StackEnd::BadAddress)?,
                 bp: read(bp)?,
                 interpreted: None,
+                compiled: None,
             })
         };
     let step = if cache.in_interpreter(lookup) {
@@ -106,6 +122,7 @@ pub(super) fn caller(
         frame_pointer_frame(&mut read).and_then(|c| {
             Ok(Caller {
                 sp: sender_sp?,
+                compiled: None,
                 interpreted: method.map(|m| (m, bcp.unwrap_or(0))),
                 ..c
             })
@@ -113,9 +130,11 @@ pub(super) fn caller(
     } else if !leaf && pc == cache.call_stub_return() {
         frame_pointer_frame(&mut read)
     } else {
-        let Some(blob) = cache.blob_at(mem, lookup, now_ns) else {
+        let Some(at) = cache.blob_at(mem, lookup, sample_ns, now_ns) else {
             return Some(Err(StackEnd::BadAddress));
         };
+        let blob = at.blob;
+        let compiled = (blob.method != 0).then_some(at);
         if blob.frame_words == 0 || (leaf && pc < blob.frame_complete) {
             if leaf {
                 read(sp).map(|ra| Caller {
@@ -123,6 +142,7 @@ pub(super) fn caller(
                     sp: sp + 8,
                     bp,
                     interpreted: None,
+                    compiled,
                 })
             } else {
                 frame_pointer_frame(&mut read)
@@ -137,6 +157,7 @@ pub(super) fn caller(
                     sp: caller_sp,
                     bp: read(caller_sp - 16)?,
                     interpreted: None,
+                    compiled,
                 })
             })
         }

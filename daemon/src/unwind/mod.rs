@@ -25,7 +25,7 @@
 pub mod cpython;
 mod hotspot;
 
-pub use hotspot::JavaFrame;
+pub use hotspot::{JavaFrame, JavaName};
 mod memory;
 mod process;
 
@@ -68,6 +68,9 @@ pub struct StackCopy<'a> {
     /// Whether the copy stopped early at memory that could not be read (the top of the stack,
     /// usually), rather than at the size asked for.
     pub faulted: bool,
+    /// When it was taken (the sample's CLOCK_MONOTONIC time): a JVM's code is believed for
+    /// it only if it was there then.
+    pub taken_ns: u64,
 }
 
 impl StackCopy<'_> {
@@ -437,19 +440,31 @@ fn walk(
                 state.sp(),
                 state.bp(),
                 &mut read_stack,
+                stack.taken_ns,
                 now_ns,
             );
-            if let Some(Ok(hotspot::Caller {
-                interpreted: Some((method, bcp)),
-                ..
-            })) = step
-                && let Some(method) = jvm.method(&mut mem, method, now_ns)
-            {
+            let name = match step {
+                Some(Ok(hotspot::Caller {
+                    interpreted: Some((method, bcp)),
+                    ..
+                })) => jvm
+                    .method(&mut mem, method, now_ns)
+                    .map(|m| JavaName::Interpreted {
+                        bci: m.bci(bcp),
+                        method: m.name,
+                    }),
+                Some(Ok(hotspot::Caller {
+                    compiled: Some(at), ..
+                })) if at.exact => jvm
+                    .compiled(&mut mem, &at.blob, now_ns)
+                    .map(JavaName::Compiled),
+                _ => None,
+            };
+            if let Some(name) = name {
                 frames.push(JavaFrame {
                     index: out.len() - 1,
                     owner: *owner,
-                    bci: method.bci(bcp),
-                    method: method.name,
+                    name,
                 });
             }
             step

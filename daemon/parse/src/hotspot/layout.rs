@@ -118,7 +118,7 @@ pub struct HeapLayout {
 }
 
 /// What the Java unwinder needs of one JVM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Address of the static `CodeCache::_heaps` (a `GrowableArray<CodeHeap*>*`).
     pub heaps: u64,
@@ -147,6 +147,27 @@ pub struct Layout {
     pub frame: InterpreterFrame,
     /// Methods, for naming the interpreted ones.
     pub method: MethodLayout,
+    /// Where an nmethod keeps its debug information, for its inlined methods; or what the
+    /// tables lack for it (JDK 23 and later move it out of the code heap, and their tables
+    /// do not say where the metadata is).
+    pub scopes: Result<ScopesLayout, LayoutError>,
+}
+
+/// Where an nmethod's scopes, `PcDesc`s and metadata are (JDK 17 to 22: all inside the blob).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScopesLayout {
+    /// `CompiledMethod::_scopes_data_begin`: an address.
+    pub scopes_data_begin: FieldAt,
+    /// `nmethod::_scopes_pcs_offset`: from the blob; the scopes data ends there.
+    pub scopes_pcs_offset: FieldAt,
+    /// `nmethod::_dependencies_offset`: the `PcDesc`s end there.
+    pub dependencies_offset: FieldAt,
+    /// `nmethod::_metadata_offset`: the metadata table, up to the scopes data.
+    pub metadata_offset: FieldAt,
+    /// The `PcDesc` layout.
+    pub pc_desc: super::scopes::PcDescLayout,
+    /// Bytes of the nmethod header worth reading for these.
+    pub read_size: u64,
 }
 
 /// What names a `Method*`: its `ConstMethod`, its constant pool's holder class and symbols.
@@ -395,6 +416,42 @@ impl Layout {
             symbol_length: l.field("Symbol", "_length"),
             symbol_body: l.member("Symbol", "_body"),
         };
+        let scopes = {
+            let mut s = Lookup {
+                tables,
+                missing: Vec::new(),
+            };
+            let layout = ScopesLayout {
+                scopes_data_begin: s.nmethod_field("_scopes_data_begin"),
+                scopes_pcs_offset: s.field("nmethod", "_scopes_pcs_offset"),
+                dependencies_offset: s.field("nmethod", "_dependencies_offset"),
+                metadata_offset: s.field("nmethod", "_metadata_offset"),
+                pc_desc: super::scopes::PcDescLayout {
+                    size: s.size("PcDesc"),
+                    pc_offset: s.field("PcDesc", "_pc_offset"),
+                    scope: s.field("PcDesc", "_scope_decode_offset"),
+                },
+                read_size: 0,
+            };
+            let read_size = [
+                layout.scopes_data_begin,
+                layout.scopes_pcs_offset,
+                layout.dependencies_offset,
+                layout.metadata_offset,
+            ]
+            .iter()
+            .map(FieldAt::end)
+            .max()
+            .unwrap_or(0);
+            if s.missing.is_empty() {
+                Ok(ScopesLayout {
+                    read_size,
+                    ..layout
+                })
+            } else {
+                Err(LayoutError(s.missing))
+            }
+        };
         let last_sp = l.constant("frame::interpreter_frame_last_sp_offset");
         let layout = Layout {
             heaps: l.static_("CodeCache", "_heaps"),
@@ -414,6 +471,7 @@ impl Layout {
                 bcp: last_sp - 6,
             },
             method,
+            scopes,
         };
         if l.missing.is_empty() {
             Ok(layout)
@@ -490,8 +548,20 @@ pub(crate) mod tests {
                 f("Klass", "_name", "Symbol*", 24),
                 f("Symbol", "_length", "u2", 4),
                 f("Symbol", "_body", "None", 6),
+                f("CompiledMethod", "_scopes_data_begin", "address", 120),
+                f("nmethod", "_scopes_pcs_offset", "int", 268),
+                f("nmethod", "_dependencies_offset", "int", 272),
+                f("nmethod", "_metadata_offset", "int", 260),
+                f("PcDesc", "_pc_offset", "int", 0),
+                f("PcDesc", "_scope_decode_offset", "int", 4),
             ],
-            [("HeapBlock", 16), ("ConstMethod", 48), ("ConstantPool", 72)].map(|(name, size)| {
+            [
+                ("HeapBlock", 16),
+                ("ConstMethod", 48),
+                ("ConstantPool", 72),
+                ("PcDesc", 16),
+            ]
+            .map(|(name, size)| {
                 (
                     name.to_string(),
                     Type {
@@ -516,6 +586,7 @@ pub(crate) mod tests {
         assert_eq!(l.blob.method.offset, 112, "CompiledMethod's in JDK 17");
         assert!(matches!(l.blob.code, CodeBounds::Pointers { .. }));
         assert_eq!(l.blob.read_size, 308);
+        assert_eq!(l.scopes.unwrap().read_size, 276);
         assert_eq!(
             l.frame,
             InterpreterFrame {

@@ -10,6 +10,7 @@
 //! - [`vm_structs`]: the tables themselves, read through a [`Memory`] of the process;
 //! - [`layout`]: what the unwinder needs of them (code heaps, code blobs, the interpreter's
 //!   frame), or the names of what this JVM's tables lack;
+//! - [`scopes`]: an nmethod's `PcDesc`s and scopes, the methods inlined at each pc;
 //! - [`method`]: Java method names as HotSpot's perf map spells them;
 //! - [`code_heap`]: the code cache's blocks, found from a pc through the segment map, and the
 //!   code blob headers in them.
@@ -21,6 +22,7 @@
 pub mod code_heap;
 pub mod layout;
 pub mod method;
+pub mod scopes;
 pub mod vm_structs;
 
 #[cfg(test)]

@@ -57,10 +57,11 @@ pub(super) struct Counters {
     /// Samples that came with a copy of the user stack, and its bytes in all.
     pub(super) user_copies: u64,
     pub(super) user_copy_bytes: u64,
-    /// Interpreted Java frames named by the method in their frame.
-    pub(super) interpreted_frames_named: u64,
-    /// Interpreted Java frames left unnamed: the code store refused their name.
-    pub(super) interpreted_frames_refused: u64,
+    /// Java frames named by the JVM's structures (interpreted frames by their method,
+    /// compiled ones by their nmethod's method and scopes).
+    pub(super) java_frames_named: u64,
+    /// Java frames left to the perf map: the code store refused their code.
+    pub(super) java_frames_refused: u64,
     /// Copies that stopped at an unreadable page before the size asked for.
     pub(super) user_copies_faulted: u64,
     /// Targets whose kernel counters were opened, and those whose could not be.
@@ -151,8 +152,8 @@ impl Manager {
             ("stack_frames_unmapped", c.stack_frames_unmapped),
             ("user_copies", c.user_copies),
             ("user_copy_bytes", c.user_copy_bytes),
-            ("interpreted_frames_named", c.interpreted_frames_named),
-            ("interpreted_frames_refused", c.interpreted_frames_refused),
+            ("java_frames_named", c.java_frames_named),
+            ("java_frames_refused", c.java_frames_refused),
             ("user_copies_faulted", c.user_copies_faulted),
             ("kernel_counters_opened", c.kernel_counters_opened),
             ("kernel_counters_failed", c.kernel_counters_failed),

@@ -3,7 +3,10 @@
 //! and counted, or held until its code map is known.
 
 use super::*;
-use crate::codemap::code::{Code, CodeSource};
+use crate::{
+    codemap::code::{Code, CodeSource},
+    unwind::JavaName,
+};
 use vmscope_model::CodeKind;
 
 impl Manager {
@@ -366,7 +369,7 @@ impl Manager {
             end = StackEnd::Unmapped;
         }
         if unwound_from_copy {
-            self.name_java_frames(&unwound, &mut frames[user_start..]);
+            self.name_java_frames(pid, &unwound, &mut frames[user_start..]);
             // Counted as the profile says it ended: a walk framehop ended otherwise may show
             // an address outside every mapping last.
             self.unwinder.count_end(end);
@@ -375,9 +378,10 @@ impl Manager {
         (frames, end, fp)
     }
 
-    /// Names the interpreted Java frames the unwinder found in `unwound` by their methods:
-    /// `user` are the frames `unwound` became, in the same order.
-    fn name_java_frames(&mut self, unwound: &[u64], user: &mut [SampleFrame]) {
+    /// Names the Java frames the unwinder found in `unwound` by the JVM's structures (the
+    /// interpreted ones by their methods, the compiled ones by their nmethods' methods and
+    /// scopes): `user` are the frames `unwound` became, in the same order.
+    fn name_java_frames(&mut self, pid: u32, unwound: &[u64], user: &mut [SampleFrame]) {
         for java in self.unwinder.java_frames() {
             let Some(frame) = user.get_mut(java.index) else {
                 continue;
@@ -385,18 +389,34 @@ impl Manager {
             if unwound.get(java.index) != Some(&frame.address) {
                 continue;
             }
-            let code = Code::named(CodeKind::Method, &*java.method, CodeSource::Interpreter);
-            match self.codemaps.store().intern(code, java.owner) {
-                Ok(code) => {
-                    self.counters.interpreted_frames_named += 1;
-                    frame.location = Location::Jit {
-                        code,
-                        offset: java.bci.map_or(0, u64::from),
-                        later_snapshot: false,
-                    };
+            let (code, offset) = match &java.name {
+                JavaName::Interpreted { method, bci } => {
+                    let code = Code::named(CodeKind::Method, &**method, CodeSource::HotSpot);
+                    match self.codemaps.store().intern(code, java.owner) {
+                        Ok(code) => (code, bci.map_or(0, u64::from)),
+                        Err(_) => {
+                            self.counters.java_frames_refused += 1;
+                            continue;
+                        }
+                    }
                 }
-                Err(_) => self.counters.interpreted_frames_refused += 1,
-            }
+                JavaName::Compiled(compiled) => {
+                    let Some(code) =
+                        self.java_codes
+                            .code(self.codemaps.store(), pid, java.owner, compiled)
+                    else {
+                        self.counters.java_frames_refused += 1;
+                        continue;
+                    };
+                    (code, frame.lookup.saturating_sub(compiled.code_begin))
+                }
+            };
+            self.counters.java_frames_named += 1;
+            frame.location = Location::Jit {
+                code,
+                offset,
+                later_snapshot: false,
+            };
         }
     }
 
@@ -474,6 +494,7 @@ impl Manager {
                 sp: copy.sp,
                 bytes: copy.stack,
                 faulted: copy.faulted,
+                taken_ns: event.timestamp_ns,
             },
             &mut self.process_memory,
             out,

@@ -224,6 +224,7 @@ impl Manager {
                 .forget_idle(|pid| keep.contains(&pid), horizon);
             let processes = &self.processes;
             self.unwinder.retain(|pid| processes.get(pid).is_some());
+            self.java_codes.retain(|pid| processes.get(pid).is_some());
             // Code bytes are read again when next asked: code may have been freed or moved.
             self.process_memory.clear();
             self.codemaps
@@ -334,6 +335,7 @@ impl Manager {
         if lines > 0 || !self.memory_given_back {
             self.memory_given_back = true;
             self.unwinder.retain(|_| false);
+            self.java_codes.retain(|_| false);
             let tables = self.modules.release_parsed();
             sys::return_free_memory();
             tracing::debug!(
