@@ -229,7 +229,10 @@ fn no_jvm_attach_leaves_the_jvm_alone() {
     let perf_mapped: Vec<&serde_json::Value> = generated_rows(&report)
         .filter(|r| r["code_map"] == "perf map")
         .collect();
-    assert!(perf_mapped.is_empty(), "named by a perf map: {perf_mapped:?}");
+    assert!(
+        perf_mapped.is_empty(),
+        "named by a perf map: {perf_mapped:?}"
+    );
 }
 
 /// The stacks whose leaf is `Hot.hot`: (samples, with `Hot.caller` under it, ended at Java

@@ -63,10 +63,18 @@ fn top_stacks(profile: &Profile, n: usize) -> String {
         .iter()
         .take(n)
         .map(|s| {
-            let names: Vec<&str> = s
+            // Generated code with the map that named it and its range.
+            let names: Vec<String> = s
                 .frames
                 .iter()
-                .map(|&f| profile.frames[f as usize].name.as_str())
+                .map(|&f| {
+                    let f = &profile.frames[f as usize];
+                    if f.code_map.is_empty() {
+                        f.name.clone()
+                    } else {
+                        format!("{} [{} {}]", f.name, f.code_map, f.range)
+                    }
+                })
                 .collect();
             format!(
                 "{} samples, end {}: {}",
@@ -228,5 +236,74 @@ async fn a_method_c2_inlined_shows_as_its_own_frame_under_its_caller() {
     assert!(
         inner_under_outer * 10 >= in_outer * 9,
         "Inline.inner under Inline.outer in {inner_under_outer} of {in_outer} samples\n{stacks}"
+    );
+}
+
+/// After a deoptimisation, the code compiled again is named by itself: no sample taken after
+/// the switch is named by the nmethod the JVM made not entrant (and flushes), whose inlining
+/// (`Square.area`) no longer runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_deoptimisation_no_sample_is_named_by_the_code_it_freed() {
+    use std::io::{BufRead, BufReader, Write};
+    let daemon = Daemon::start();
+    let mut client = connect(&daemon.socket).await.unwrap();
+    let mut child = Command::new(java())
+        .arg(java_fixture("Deopt.java"))
+        .arg("9")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn java");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut wait_for = |word: &str| {
+        let mut line = String::new();
+        while line.trim() != word {
+            line.clear();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "no {word}");
+        }
+    };
+    wait_for("ready");
+    // Before the switch, Square.area is inlined into work and named so.
+    let pid = child.id();
+    let before = record_stacks(&mut client, pid, CallGraph::Dwarf, 0, 1.0).await;
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    wait_for("switched");
+    let after = record_stacks(&mut client, pid, CallGraph::Dwarf, 0, 2.5).await;
+    let jvm = Running { child };
+    clean_jvm(pid);
+    drop(jvm);
+    let under_work = |profile: &Profile, method: &str| -> (u64, u64) {
+        let name = |i: u32| profile.frames[i as usize].name.as_str();
+        let mut counts = (0, 0);
+        for stack in &profile.stacks {
+            let frames: Vec<&str> = stack.frames.iter().map(|&f| name(f)).collect();
+            let Some(work) = frames.iter().position(|f| f.contains("Deopt.work(")) else {
+                continue;
+            };
+            counts.0 += stack.samples;
+            if work > 0 && frames[work - 1].contains(method) {
+                counts.1 += stack.samples;
+            }
+        }
+        counts
+    };
+    // The samples of a session's first batch precede the first read of the nmethod they are
+    // in: those are left to the perf map, which knows nothing of inlining (about 10%).
+    let (work, square) = under_work(&before, "Deopt$Square.area(");
+    assert!(
+        work >= 500 && square * 10 >= work * 8,
+        "before: Square.area under work in {square} of {work}\n{}",
+        top_stacks(&before, 6)
+    );
+    let (work, circle) = under_work(&after, "Deopt$Circle.area(");
+    let (_, square) = under_work(&after, "Deopt$Square.area(");
+    let stacks = top_stacks(&after, 8);
+    assert_eq!(
+        square, 0,
+        "after: samples named by the freed code\n{stacks}"
+    );
+    assert!(
+        work >= 1000 && circle * 10 >= work * 8,
+        "after: Circle.area under work in {circle} of {work}\n{stacks}"
     );
 }
