@@ -95,6 +95,12 @@ struct Args {
     /// their own (`jcmd PID Compiler.perfmap`, `-XX:+DumpPerfMapAtExit`).
     #[arg(long)]
     no_jvm_attach: bool,
+    /// Leave HotSpot JVMs' Java frames to frame pointers: their stacks then end at the first
+    /// compiled Java frame (unless `-XX:+PreserveFramePointer`). By default the daemon reads
+    /// each JVM's vmStructs to unwind and name its compiled and interpreted frames, and copies
+    /// the stacks of JVM targets of frame-pointer sessions to do so.
+    #[arg(long)]
+    no_java_frames: bool,
     /// Most connections one user other than root may hold at once.
     #[arg(long, default_value_t = ConnectionLimits::default().per_user)]
     max_connections_per_user: usize,
@@ -286,6 +292,7 @@ fn main() -> std::process::ExitCode {
         manager: ManagerConfig {
             max_stopped_per_user: args.keep_sessions,
             jvm_attach: !args.no_jvm_attach,
+            java_frames: !args.no_java_frames,
             max_frequency_hz: args.max_frequency,
             max_stacks_per_session: args.max_stacks_per_session,
             tick: std::time::Duration::from_millis(args.tick_ms),

@@ -150,6 +150,9 @@ pub struct ManagerConfig {
     pub sweep_modules: Duration,
     /// Whether HotSpot targets may be asked for their perf map (sessions may still opt out).
     pub jvm_attach: bool,
+    /// Whether HotSpot JVMs' Java frames are unwound by their vmStructs (and their stacks
+    /// copied for frame-pointer sessions); off, they end at the first compiled Java frame.
+    pub java_frames: bool,
     /// Highest frequency a session may ask for, unless the kernel's limit is lower (see
     /// [`request::DEFAULT_MAX_FREQUENCY_HZ`]).
     pub max_frequency_hz: u32,
@@ -180,6 +183,7 @@ impl Default for ManagerConfig {
             forget_processes_after: Duration::from_secs(30),
             sweep_modules: Duration::from_secs(1),
             jvm_attach: true,
+            java_frames: true,
             max_frequency_hz: request::DEFAULT_MAX_FREQUENCY_HZ,
             max_kernel_counter_fds: 16_384,
             max_stacks_per_session: super::stacks::DEFAULT_MAX_STACKS,
@@ -396,7 +400,7 @@ pub fn spawn_manager(
         stop_waiters: HashMap::new(),
         snapshot_waiters: Vec::new(),
         processes: ProcessTable::with_access(modules.clone(), process_access.clone()),
-        unwinder: Unwinder::new(modules.clone()),
+        unwinder: Unwinder::new(modules.clone()).following_java(config.java_frames),
         process_memory: ProcessMemory::with_access(process_access.clone()),
         java_codes: crate::jvm::java_codes::JavaCodes::default(),
         process_access,

@@ -70,7 +70,13 @@ pub fn load<'a>(sessions: impl IntoIterator<Item = &'a SessionSpec>) -> Load {
             .entry(period_of(spec.frequency_hz))
             .or_insert((0, 0));
         entry.0 = entry.0.max(spec.frequency_hz);
-        entry.1 = entry.1.max(spec.call_graph.dwarf_stack_bytes());
+        // A frame-pointer session copies its JVM targets' stacks too.
+        let java = if spec.java_copies.is_empty() {
+            0
+        } else {
+            vmscope_common::DEFAULT_USER_COPY
+        };
+        entry.1 = entry.1.max(spec.call_graph.dwarf_stack_bytes()).max(java);
     }
     periods
         .values()

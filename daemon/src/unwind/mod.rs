@@ -147,8 +147,10 @@ pub struct Unwinder {
     jvms: HashMap<u32, Jvm, foldhash::fast::RandomState>,
     /// The vmStructs exports of each `libjvm.so` seen, or why they cannot be read.
     jvm_exports: HashMap<ModuleId, Result<Arc<ElfExports>, String>, foldhash::fast::RandomState>,
-    /// The interpreted frames of the last stack unwound.
+    /// The Java frames of the last stack unwound.
     java_frames: Vec<JavaFrame>,
+    /// Whether JVMs' code caches are followed at all.
+    follow_java: bool,
     counters: UnwindCounters,
 }
 
@@ -172,7 +174,17 @@ impl Unwinder {
             jvms: HashMap::default(),
             jvm_exports: HashMap::default(),
             java_frames: Vec::new(),
+            follow_java: true,
             counters: UnwindCounters::default(),
+        }
+    }
+
+    /// Whether to follow JVMs' code caches for their Java frames (on by default); off, their
+    /// frames are unwound as any JIT code's, by frame pointers.
+    pub fn following_java(self, follow: bool) -> Self {
+        Unwinder {
+            follow_java: follow,
+            ..self
         }
     }
 
@@ -203,13 +215,14 @@ impl Unwinder {
             self.processes.insert(process.pid, built);
         }
         let now_ns = crate::sys::monotonic_ns();
-        let retry = match self.jvms.get(&process.pid) {
-            None => !current,
-            Some(Jvm::Following(..)) => false,
-            Some(&Jvm::Refused { tries, at_ns }) => {
-                tries < JVM_TRIES && now_ns.saturating_sub(at_ns) >= JVM_RETRY_NS
-            }
-        };
+        let retry = self.follow_java
+            && match self.jvms.get(&process.pid) {
+                None => !current,
+                Some(Jvm::Following(..)) => false,
+                Some(&Jvm::Refused { tries, at_ns }) => {
+                    tries < JVM_TRIES && now_ns.saturating_sub(at_ns) >= JVM_RETRY_NS
+                }
+            };
         if retry {
             self.attach_jvm(process, code, now_ns);
         }

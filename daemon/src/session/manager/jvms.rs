@@ -55,7 +55,10 @@ impl Manager {
     /// are unwound by the JVM's own layout. A command recorded from its start maps libjvm.so
     /// only later, and is walked by frame pointers alone.
     pub(super) fn java_copy_targets(&self, spec: &SessionSpec) -> Vec<u32> {
-        if spec.call_graph != CallGraph::FramePointers || spec.system_wide {
+        if !self.config.java_frames
+            || spec.call_graph != CallGraph::FramePointers
+            || spec.system_wide
+        {
             return Vec::new();
         }
         spec.pids

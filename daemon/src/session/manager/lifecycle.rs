@@ -25,6 +25,25 @@ impl Manager {
         self.check_unfetched(&caller, now)?;
         let targets = self.identify_targets(&spec, &named, now)?;
         spec.java_copies = self.java_copy_targets(&spec);
+        if !spec.java_copies.is_empty() && !caller.is_root() {
+            let specs: Vec<&request::SessionSpec> = self
+                .running()
+                .filter(|s| s.owner_uid == caller.uid)
+                .map(|s| &s.spec)
+                .collect();
+            if let Some(refusal) =
+                self.config
+                    .sampling_share
+                    .refusal(caller.uid, specs.iter().copied(), &spec)
+            {
+                tracing::info!(
+                    uid = caller.uid,
+                    "a session's JVM targets keep their frame-pointer walk, without Java frames: \
+                     copying their stacks would pass the user's share: {refusal}"
+                );
+                spec.java_copies.clear();
+            }
+        }
         self.routes
             .acquire(self.sampler.as_mut(), &spec)
             .map_err(|e| {
