@@ -13,6 +13,7 @@ mod bench_continuous;
 mod bench_counts;
 mod bench_daemon_cpu;
 mod bench_exit;
+mod bench_java;
 mod bench_jvm;
 mod bench_labels;
 mod bench_late;
@@ -149,6 +150,12 @@ enum Task {
         /// time per run.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu", "counts"])]
         labels: bool,
+        /// Instead, what unwinding HotSpot's Java frames costs: a 70/30 Java fixture with no
+        /// JVM flags, not recorded and recorded by fp without Java frames, fp and dwarf, for
+        /// each JDK under /usr/lib/jvm: the daemon's CPU per 1,000 samples, the target's speed
+        /// and the stacks that reach the thread's start.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu", "counts", "labels"])]
+        java_stacks: bool,
         /// With --off-cpu, instead one off-CPU session of MINUTES on the pair of threads: the
         /// daemon's RSS and CPU every minute.
         #[arg(long, value_name = "MINUTES", requires = "off_cpu")]
@@ -195,6 +202,9 @@ fn main() -> ExitCode {
         Task::Bench { off_cpu: true, .. } => setup::run().and_then(|()| bench_off_cpu::run()),
         Task::Bench { counts: true, .. } => setup::run().and_then(|()| bench_counts::run()),
         Task::Bench { labels: true, .. } => setup::run().and_then(|()| bench_labels::run()),
+        Task::Bench {
+            java_stacks: true, ..
+        } => setup::run().and_then(|()| bench_java::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
         Task::Bench {
             continuous: Some(minutes),
