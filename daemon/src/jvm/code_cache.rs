@@ -11,9 +11,9 @@
 //! is known to have held a pc at the sample's time when the same blob (every field of its
 //! header equal, its compile id among them, which is unique for the JVM's life) was read there
 //! at or before that time and again at or after it. [`CodeCache::blob_at`] says whether that
-//! holds ([`BlobAt::exact`]), reading the header again when the last read is older than the
-//! sample (once per blob per batch of samples, since a batch is unwound after its samples
-//! were taken). A blob read for the first time after the sample, or found replaced, may not be
+//! holds ([`BlobAt::exact`]), reading an nmethod's header again when the last read is older
+//! than the sample (once per nmethod per batch of samples, since a batch is unwound after its
+//! samples were taken; stubs, which are not named from here, are read once). A blob read for the first time after the sample, or found replaced, may not be
 //! what ran then: its frame is still unwound by it (the best there is), but not named by it;
 //! the perf map path names it under its own time rules, and marks what it names late.
 //!
@@ -290,8 +290,11 @@ impl CodeCache {
             .next_back()
             .map(|(_, seen)| *seen)
             .filter(|seen| seen.blob.contains(pc));
+        // Only an nmethod's frame is named from its blob, so only an nmethod needs the proof
+        // that it was there after the sample; a stub's header read once serves to unwind (the
+        // JVM keeps its stubs, adapters and interpreter for its life).
         if let Some(seen) = cached
-            && seen.confirmed_ns >= sample_ns
+            && (seen.confirmed_ns >= sample_ns || seen.blob.method == 0)
         {
             self.counters.cache_hits += 1;
             return Some(BlobAt {

@@ -38,7 +38,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    path::Path,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };

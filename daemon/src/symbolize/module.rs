@@ -123,6 +123,11 @@ impl Module {
         Some(PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
     }
 
+    /// Whether it is HotSpot's `libjvm.so`.
+    pub fn is_libjvm(&self) -> bool {
+        self.name == "libjvm.so"
+    }
+
     /// The vmStructs exports of a `libjvm.so` (its dynamic symbols `gHotSpotVM*`), read from
     /// the very file the registry holds; the error is a reason for the log.
     pub fn hotspot_exports(

@@ -237,6 +237,7 @@ impl Unwinder {
             &mut self.cache,
             process,
             jvm.map(|(cache, owner)| (cache, owner, &mut self.java_frames)),
+            now_ns,
             regs,
             stack,
             code,
@@ -259,7 +260,7 @@ impl Unwinder {
     fn attach_jvm(&mut self, process: &Process, code: &mut dyn ReadCode, now_ns: u64) {
         let Some((range, offset, module)) = process
             .file_mappings()
-            .find(|&(_, _, id)| self.modules.get(id).is_some_and(|m| m.name == "libjvm.so"))
+            .find(|&(_, _, id)| self.modules.get(id).is_some_and(|m| m.is_libjvm()))
         else {
             return;
         };
@@ -420,6 +421,7 @@ fn walk(
     cache: &mut CacheX86_64,
     process: &Process,
     mut jvm: Option<(&mut CodeCache, u32, &mut Vec<JavaFrame>)>,
+    now_ns: u64,
     regs: UserRegs,
     stack: StackCopy<'_>,
     code: &mut dyn ReadCode,
@@ -434,7 +436,6 @@ fn walk(
     let mut state = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     out.push(regs.ip);
-    let now_ns = crate::sys::monotonic_ns();
     loop {
         let (pc, leaf) = match address {
             FrameAddress::InstructionPointer(ip) => (ip, true),

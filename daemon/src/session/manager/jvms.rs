@@ -41,13 +41,9 @@ impl Manager {
         };
         let modules = &self.modules;
         !process.gone
-            && process.file_mappings().any(|(_, _, module)| {
-                modules.get(module).is_some_and(|m| {
-                    Path::new(&m.name)
-                        .file_name()
-                        .is_some_and(|n| n == "libjvm.so")
-                })
-            })
+            && process
+                .file_mappings()
+                .any(|(_, _, module)| modules.get(module).is_some_and(|m| m.is_libjvm()))
     }
 
     /// The targets of a frame-pointer session whose stacks the kernel must copy as well: the

@@ -4,6 +4,19 @@
 use super::*;
 
 impl Manager {
+    /// Why `caller` may not run `spec` beside its running sessions: its sampling share
+    /// (frequency, stack bytes copied) would be passed.
+    fn share_refusal(&self, caller: &Caller, spec: &request::SessionSpec) -> Option<String> {
+        let specs: Vec<&request::SessionSpec> = self
+            .running()
+            .filter(|s| s.owner_uid == caller.uid)
+            .map(|s| &s.spec)
+            .collect();
+        self.config
+            .sampling_share
+            .refusal(caller.uid, specs.iter().copied(), spec)
+    }
+
     pub(super) fn start(
         &mut self,
         caller: Caller,
@@ -25,24 +38,16 @@ impl Manager {
         self.check_unfetched(&caller, now)?;
         let targets = self.identify_targets(&spec, &named, now)?;
         spec.java_copies = self.java_copy_targets(&spec);
-        if !spec.java_copies.is_empty() && !caller.is_root() {
-            let specs: Vec<&request::SessionSpec> = self
-                .running()
-                .filter(|s| s.owner_uid == caller.uid)
-                .map(|s| &s.spec)
-                .collect();
-            if let Some(refusal) =
-                self.config
-                    .sampling_share
-                    .refusal(caller.uid, specs.iter().copied(), &spec)
-            {
-                tracing::info!(
-                    uid = caller.uid,
-                    "a session's JVM targets keep their frame-pointer walk, without Java frames: \
-                     copying their stacks would pass the user's share: {refusal}"
-                );
-                spec.java_copies.clear();
-            }
+        if !spec.java_copies.is_empty()
+            && !caller.is_root()
+            && let Some(refusal) = self.share_refusal(&caller, &spec)
+        {
+            tracing::info!(
+                uid = caller.uid,
+                "a session's JVM targets keep their frame-pointer walk, without Java frames: \
+                 copying their stacks would pass the user's share: {refusal}"
+            );
+            spec.java_copies.clear();
         }
         self.routes
             .acquire(self.sampler.as_mut(), &spec)
@@ -187,19 +192,10 @@ impl Manager {
                 caller.uid
             )));
         }
-        if !caller.is_root() {
-            let specs: Vec<&request::SessionSpec> = self
-                .running()
-                .filter(|s| s.owner_uid == caller.uid)
-                .map(|s| &s.spec)
-                .collect();
-            if let Some(refusal) =
-                self.config
-                    .sampling_share
-                    .refusal(caller.uid, specs.iter().copied(), &spec)
-            {
-                return Err(SessionError::ResourceExhausted(refusal));
-            }
+        if !caller.is_root()
+            && let Some(refusal) = self.share_refusal(caller, &spec)
+        {
+            return Err(SessionError::ResourceExhausted(refusal));
         }
         // The processes named, by start time, before the caller is authorized for them: the
         // targets read after must be these, not others given their pids in between.

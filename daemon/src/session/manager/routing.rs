@@ -3,11 +3,7 @@
 //! and counted, or held until its code map is known.
 
 use super::*;
-use crate::{
-    codemap::code::{Code, CodeSource},
-    unwind::JavaName,
-};
-use vmscope_model::CodeKind;
+use crate::unwind::JavaName;
 
 impl Manager {
     pub(super) fn ingest(&mut self, batch: Batch) {
@@ -389,27 +385,20 @@ impl Manager {
             if unwound.get(java.index) != Some(&frame.address) {
                 continue;
             }
+            let store = self.codemaps.store();
             let (code, offset) = match &java.name {
-                JavaName::Interpreted { method, bci } => {
-                    let code = Code::named(CodeKind::Method, &**method, CodeSource::HotSpot);
-                    match self.codemaps.store().intern(code, java.owner) {
-                        Ok(code) => (code, bci.map_or(0, u64::from)),
-                        Err(_) => {
-                            self.counters.java_frames_refused += 1;
-                            continue;
-                        }
-                    }
-                }
-                JavaName::Compiled(compiled) => {
-                    let Some(code) =
-                        self.java_codes
-                            .code(self.codemaps.store(), pid, java.owner, compiled)
-                    else {
-                        self.counters.java_frames_refused += 1;
-                        continue;
-                    };
-                    (code, frame.lookup.saturating_sub(compiled.code_begin))
-                }
+                JavaName::Interpreted { method, bci } => (
+                    self.java_codes.interpreted(store, pid, java.owner, method),
+                    bci.map_or(0, u64::from),
+                ),
+                JavaName::Compiled(compiled) => (
+                    self.java_codes.compiled(store, pid, java.owner, compiled),
+                    frame.lookup.saturating_sub(compiled.code_begin),
+                ),
+            };
+            let Some(code) = code else {
+                self.counters.java_frames_refused += 1;
+                continue;
             };
             self.counters.java_frames_named += 1;
             frame.location = Location::Jit {

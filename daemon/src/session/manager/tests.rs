@@ -2,6 +2,7 @@
 //! permissions. Real processes (this test process, short-lived children) stand in as targets.
 
 use std::{
+    path::Path,
     process::{Child, Command},
     sync::{Arc, Mutex},
     time::Duration,
