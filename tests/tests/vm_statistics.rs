@@ -244,8 +244,11 @@ fn check_sampled_gc(publish: &str, report: &Value, vm: &Value, figures: &HashMap
         "{publish}: {collector} of {during_gc} samples during GCs in the collector, \
          {publisher} in the publisher"
     );
+    // None is expected: a sample in a collection waits for the VM's publication, a code map
+    // file's Hello included, before it is tagged (a few were counted untagged when the file
+    // was found only after the first collections).
     assert!(
-        (work_outside as f64) <= 0.02 * collector as f64,
+        (work_outside as f64) <= 0.005 * collector as f64,
         "{publish}: {work_outside} samples in the collection's work outside GCs, \
          {collector} inside"
     );

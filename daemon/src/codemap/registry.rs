@@ -50,8 +50,8 @@ use crate::{
     stats::vm::StatEvent,
     sys,
     vocab::{
-        CodeId, CodeMapKinds, Executable, Location, MappedCodeMapFile, ModuleId, RefusedEntry,
-        Unexplained,
+        CodeId, CodeMapKinds, Executable, Location, MappedCodeMapFile, MappedFileKind, ModuleId,
+        RefusedEntry, Unexplained,
     },
 };
 
@@ -280,6 +280,16 @@ impl CodeMaps {
         self.processes
             .get(&pid)
             .is_some_and(|p| p.status.any() || p.streams > 0)
+    }
+
+    /// Whether `pid` maps one of vmscope's code map files that no read has opened yet. Such a
+    /// file may open with the VM's Hello and carry its intervals, so even its native samples
+    /// must wait for it: a sample taken in a collection must see the collection's begin.
+    pub fn maps_unread_code_map_file(&self, pid: u32, files: &[MappedCodeMapFile]) -> bool {
+        let sources = self.processes.get(&pid).and_then(|p| p.sources.as_ref());
+        files
+            .iter()
+            .any(|f| f.kind == MappedFileKind::CodeMap && !sources.is_some_and(|s| s.knows(&f.id)))
     }
 
     /// Notes the jitdump and code map files a process maps: those not known yet are opened by

@@ -5,7 +5,8 @@
 //! A process that publishes as a VM (its Hello, on a stream or in a code map file) has *all*
 //! its samples wait for its publication to be known up to their time, not only those in
 //! generated code: a sample taken in the collector must see the collection's begin, which
-//! may still be on its way when the sample is read from the kernel.
+//! may still be on its way when the sample is read from the kernel. So does a process that maps
+//! a code map file no read has opened yet: the Hello may be in it.
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -222,7 +222,12 @@ impl Manager {
         now_ns: u64,
     ) {
         let first_generated = routed.frames_mut().find(|f| f.is_generated()).copied();
-        if first_generated.is_none() && !self.vms.holds(pid) {
+        let publishes = self.vms.holds(pid)
+            || self.processes.get(pid).is_some_and(|p| {
+                self.codemaps
+                    .maps_unread_code_map_file(pid, &p.code_map_files)
+            });
+        if first_generated.is_none() && !publishes {
             let gc_read = routed.block.is_some() && self.vms.gcs.reads(pid);
             let labels = self.vms.labels(pid, routed.labels);
             if labels.is_none() && routed.labels != 0 {
