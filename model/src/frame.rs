@@ -128,7 +128,9 @@ pub struct Frame {
     pub kernel: bool,
     /// Native code with DWARF line tables: the source file as the compiler recorded it, and
     /// the line (of the sample for the leaf, of the call for a caller, of the inlining call
-    /// for a function others were inlined into). Empty and 0 when unknown.
+    /// for a function others were inlined into); a HotSpot Java method with a line number
+    /// table, its class's source file and the line of the frame's bytecode index. Empty and 0
+    /// when unknown.
     pub file: String,
     /// See [`Frame::file`].
     pub line: u32,

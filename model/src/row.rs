@@ -138,7 +138,8 @@ impl ProcessSamples {
 /// Samples in one range of a method's code.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodeRange {
-    /// `1->23`, `38->end`, `Inline>>heavy 33->70`, `app.js:12:5`.
+    /// `1->23`, `38->end`, `Inline>>heavy 33->70`, `5->12 Callers.java:20` (HotSpot, with
+    /// its line), `app.js:12:5`.
     pub label: String,
     /// Samples.
     pub samples: u64,

@@ -10,10 +10,11 @@ use std::process::Command;
 
 use vmscope_proto::v1::{CallGraph, Profile, StackEnd};
 use vmscope_tests::{
-    Daemon, Running, connect,
+    Daemon, Running, connect, go_pprof,
     java::{clean_jvm, java, java_fixture, start_java},
-    shared_tempdir,
-    stacks::record_stacks,
+    pprof_top_rows, shared_tempdir,
+    stacks::{record_stacks, start_stacks_session},
+    stop_and_profile,
 };
 
 /// What the stacks whose leaf is `Callers.hot` say.
@@ -27,24 +28,73 @@ struct HotStacks {
     thirty: u64,
     /// Of them, whose walk reached the thread's start.
     complete: u64,
+    /// Of those under a caller, whose caller's frame has the line of its call to `hot`
+    /// (Callers.java's line number table, read from the JVM).
+    call_lines: u64,
+    /// Of them, whose own frame has a line of `hot`'s body.
+    leaf_lines: u64,
+}
+
+/// Lines of Callers.java, found in its source: `hot`'s body, and the calls to it in
+/// `callerSeventy` and `callerThirty`.
+struct CallersLines {
+    hot: std::ops::RangeInclusive<u32>,
+    seventy_call: u32,
+    thirty_call: u32,
+}
+
+fn callers_lines() -> CallersLines {
+    let source = std::fs::read_to_string(java_fixture("Callers.java")).expect("Callers.java");
+    let line = |text: &str| {
+        source
+            .lines()
+            .position(|l| l.contains(text))
+            .map(|i| i as u32 + 1)
+            .unwrap_or_else(|| panic!("{text:?} in Callers.java"))
+    };
+    CallersLines {
+        hot: line("static long hot(long seed)")..=line("return a ^ b ^ c ^ d;"),
+        seventy_call: line("s += hot(s + i);"),
+        thirty_call: line("s += hot(s - i);"),
+    }
 }
 
 fn hot_stacks(profile: &Profile) -> HotStacks {
-    let name = |i: u32| profile.frames[i as usize].name.as_str();
+    let frame = |i: u32| &profile.frames[i as usize];
+    let lines = callers_lines();
     let mut counts = HotStacks::default();
     for stack in &profile.stacks {
-        let frames: Vec<&str> = stack.frames.iter().map(|&f| name(f)).collect();
+        let frames: Vec<&str> = stack
+            .frames
+            .iter()
+            .map(|&f| frame(f).name.as_str())
+            .collect();
         if !frames.first().is_some_and(|f| f.contains("Callers.hot(")) {
             continue;
         }
         counts.hot += stack.samples;
+        let leaf = frame(stack.frames[0]);
+        if leaf.file == "Callers.java" && lines.hot.contains(&leaf.line) {
+            counts.leaf_lines += stack.samples;
+        }
         let reaches_main = frames[1..].iter().any(|f| f.contains("Callers.main("));
+        let caller_line = stack
+            .frames
+            .get(1)
+            .map(|&f| (frame(f).file.as_str(), frame(f).line));
+        let call_line = |line| caller_line == Some(("Callers.java", line));
         match frames.get(1) {
             Some(f) if reaches_main && f.contains("Callers.callerSeventy(") => {
-                counts.seventy += stack.samples
+                counts.seventy += stack.samples;
+                if call_line(lines.seventy_call) {
+                    counts.call_lines += stack.samples;
+                }
             }
             Some(f) if reaches_main && f.contains("Callers.callerThirty(") => {
-                counts.thirty += stack.samples
+                counts.thirty += stack.samples;
+                if call_line(lines.thirty_call) {
+                    counts.call_lines += stack.samples;
+                }
             }
             _ => {}
         }
@@ -88,12 +138,15 @@ fn top_stacks(profile: &Profile, n: usize) -> String {
 }
 
 /// Records Callers.java with no JVM flags after its warm-up and checks its stacks: `hot`
-/// under its caller under `main` 70/30, and the walks reaching the thread's start.
-async fn callers_stacks_are_whole(call_graph: CallGraph) {
+/// under its caller under `main` 70/30, the walks reaching the thread's start, and each frame
+/// with its source line. Returns the daemon and session, for the reports.
+async fn callers_stacks_are_whole(call_graph: CallGraph) -> (Daemon, u64, HotStacks) {
     let daemon = Daemon::start();
     let mut client = connect(&daemon.socket).await.unwrap();
     let jvm = start_java("Callers.java", &[], "8");
-    let profile = record_stacks(&mut client, jvm.pid(), call_graph, 0, 3.0).await;
+    let session = start_stacks_session(&mut client, jvm.pid(), call_graph, 0).await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let profile = stop_and_profile(&mut client, session).await;
     clean_jvm(jvm.pid());
     drop(jvm);
     let counts = hot_stacks(&profile);
@@ -107,11 +160,76 @@ async fn callers_stacks_are_whole(call_graph: CallGraph) {
         counts.complete,
         counts.hot
     );
+    // C2's frames: the line of each scope's bci, from the method's line number table.
+    assert!(
+        counts.leaf_lines * 10 >= counts.hot * 9,
+        "{} of {} samples in hot at a line of its body\n{stacks}",
+        counts.leaf_lines,
+        counts.hot
+    );
+    assert_call_lines(&counts, &stacks);
+    (daemon, session, counts)
 }
 
+/// At least 90% of the samples under a caller have the line of the caller's call to `hot`.
+fn assert_call_lines(counts: &HotStacks, stacks: &str) {
+    let under_callers = counts.seventy + counts.thirty;
+    assert!(
+        counts.call_lines * 10 >= under_callers * 9,
+        "{} of {under_callers} samples under a caller have the line of its call\n{stacks}",
+        counts.call_lines
+    );
+}
+
+/// With dwarf, pprof's reading of the same session too: `go tool pprof -top -cum` splits the
+/// callers 70/30, and `-lines` finds the calls at their lines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_stacks_without_flags_reach_main_through_their_callers_70_30_dwarf() {
-    callers_stacks_are_whole(CallGraph::Dwarf).await;
+    let (daemon, session, _) = callers_stacks_are_whole(CallGraph::Dwarf).await;
+    let dir = shared_tempdir();
+    let pprof = dir.path().join("callers.pb.gz");
+    let out = daemon
+        .cli()
+        .args(["report", &session.to_string(), "--format", "pprof", "-o"])
+        .arg(&pprof)
+        .output()
+        .expect("run vmscope report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let top = go_pprof(
+        &["-top", "-cum", "-sample_index=samples", "-nodefraction=0"],
+        &pprof,
+    );
+    let rows = pprof_top_rows(&top);
+    let cum = |method: &str| -> f64 {
+        let (_, cum) = rows
+            .iter()
+            .find(|(name, _)| name.contains(method))
+            .unwrap_or_else(|| panic!("{method} in pprof's -top -cum:\n{top}"))
+            .1;
+        cum.parse().unwrap_or_else(|_| panic!("a count: {cum:?}"))
+    };
+    let (seventy, thirty) = (cum("Callers.callerSeventy("), cum("Callers.callerThirty("));
+    let share = 100.0 * seventy / (seventy + thirty);
+    eprintln!("pprof -top -cum: callerSeventy {seventy}, callerThirty {thirty}: {share:.1}%");
+    assert!(
+        (share - 70.0).abs() <= 3.0,
+        "callerSeventy has {share:.1}% of the callers' cumulative samples in pprof\n{top}"
+    );
+    let lines = callers_lines();
+    let by_line = go_pprof(
+        &["-top", "-lines", "-sample_index=samples", "-nodefraction=0"],
+        &pprof,
+    );
+    for call in [lines.seventy_call, lines.thirty_call] {
+        assert!(
+            by_line.contains(&format!("Callers.java:{call}")),
+            "pprof -lines has no row at Callers.java:{call}\n{by_line}"
+        );
+    }
 }
 
 /// A JVM target of a frame-pointer session has its stack copied as well: the same stacks.
@@ -169,6 +287,9 @@ async fn methods_that_only_run_interpreted_are_named_in_their_frames() {
         counts.hot
     );
     assert_split(&counts, 3.0, &stacks);
+    // A caller's frame saved its bcp at the call: the line of the call. (The leaf's is the
+    // last one it saved, not where it is: the interpreter keeps that in a register.)
+    assert_call_lines(&counts, &stacks);
 }
 
 /// `java FLAGS FIXTURE SECONDS` started, its output up to "ready" (a compiler's log).

@@ -1,13 +1,17 @@
 //! Reading a JVM's vmStructs and code heap from hostile memory never panics nor runs away: the
 //! input is the process's memory (at one address), where the exports, tables, segment map and
-//! blocks are whatever the fuzzer wrote.
+//! blocks are whatever the fuzzer wrote. The same bytes are also read as the compressed streams
+//! (scopes, line number tables) of either JDK coding.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use vmscope_parse::hotspot::{
     Regions,
     code_heap::{Heap, Walk, parse_block, walk_segmap},
+    compressed::Unsigned5,
     layout::Layout,
+    lines::LineTable,
+    scopes::scope_chain,
     vm_structs::{EXPORTS, Exports, VmStructs},
 };
 
@@ -35,5 +39,13 @@ fuzz_target!(|data: &[u8]| {
             Walk::Before(s) => panic!("a walk from segment {from} left a window starting at 0 for {s}"),
             Walk::Free => {}
         }
+    }
+    for coding in [Unsigned5::for_jdk(17), Unsigned5::for_jdk(25)] {
+        if let Ok(table) = LineTable::parse(data, coding) {
+            let _ = table.line_at(data.len() as u32);
+        }
+        let _ = scope_chain(data, data.len() as u32 / 2, coding);
+        let mut pos = 0;
+        while pos < data.len() && coding.read_int(data, &mut pos).is_some() {}
     }
 });

@@ -59,6 +59,20 @@ pub struct PcPoint {
     /// Inlined methods the code from here to the next point came from, outermost first, with
     /// their bytecode pcs; empty for the method's own code.
     pub inlined: Vec<(String, u32)>,
+    /// The source line of each frame here where the VM keeps line tables (HotSpot): the
+    /// compiled method's own first (at `bcpc`), then each inlined method's, outermost first
+    /// (at its pc in `inlined`). Empty when none is known; an unknown one is `("", 0)`.
+    pub lines: Vec<(Arc<str>, u32)>,
+}
+
+impl PcPoint {
+    /// The innermost frame's source line here, if known: where the point's code came from.
+    pub fn innermost_line(&self) -> Option<(&str, u32)> {
+        self.lines
+            .get(self.inlined.len())
+            .filter(|(file, line)| !file.is_empty() && *line > 0)
+            .map(|(file, line)| (&**file, *line))
+    }
 }
 
 /// One source position (jitdump debug info), relative to the code's start.
@@ -116,6 +130,7 @@ impl Code {
                     offset,
                     bcpc,
                     inlined: Vec::new(),
+                    lines: Vec::new(),
                 })
                 .collect(),
             ..Code::named(CodeKind::Method, name, CodeSource::Vm("test vm".into()))
@@ -149,6 +164,12 @@ impl Code {
             .flat_map(|p| &p.inlined)
             .map(|(name, _)| size_of::<(String, u32)>() + name.len())
             .sum();
+        // Line files are shared with the method's other points (an `Arc` each).
+        let point_lines: usize = self
+            .pc_map
+            .iter()
+            .map(|p| p.lines.len() * size_of::<(Arc<str>, u32)>())
+            .sum();
         // A file name is shared by the points that name it; count it once per run of them.
         let files: usize = self
             .lines
@@ -168,6 +189,7 @@ impl Code {
             + vm_name
             + self.pc_map.len() * size_of::<PcPoint>()
             + inlined
+            + point_lines
             + self.lines.len() * size_of::<SourcePoint>()
             + files
             + MergedRanges::max_bytes(self)

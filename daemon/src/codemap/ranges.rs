@@ -12,6 +12,8 @@
 //!   leaves the inlined method (returning into the method it was inlined into) ends in `end`.
 //!   The compiled method's pc is the inlining send's throughout an inlined body, so labelling
 //!   those ranges with it said `2->2` for each of them.
+//! - **With line tables** (HotSpot's methods), either of the above followed by the line the
+//!   range's code came from, the innermost method's: `Inline.inner 5->9 Inline.java:12`.
 //! - **Source positions** (jitdump), by the range's own position, `file:line:col`: the code
 //!   from a position to the next one was generated for that position. Positions are not
 //!   monotonic in code order (V8 schedules code freely), so an interval between two of them,
@@ -81,9 +83,16 @@ impl Code {
     /// Label of unmerged range `range`, in `0..=points`.
     fn unmerged_label(&self, range: usize) -> String {
         if self.pc_map.is_empty() {
-            source_label(&self.lines, range)
-        } else {
-            bytecode_label(&self.pc_map, range)
+            return source_label(&self.lines, range);
+        }
+        let label = bytecode_label(&self.pc_map, range);
+        // With line tables (HotSpot), the line the range's code came from too.
+        match range
+            .checked_sub(1)
+            .and_then(|k| self.pc_map[k].innermost_line())
+        {
+            Some((file, line)) => format!("{label} {file}:{line}"),
+            None => label,
         }
     }
 }
@@ -165,6 +174,7 @@ mod tests {
                         .iter()
                         .map(|&(method, pc)| (method.to_owned(), pc))
                         .collect(),
+                    lines: Vec::new(),
                 })
                 .collect(),
             ..Code::named(CodeKind::Method, "Inline>>run", CodeSource::Vm("t".into()))

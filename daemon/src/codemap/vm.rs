@@ -299,6 +299,7 @@ impl Publication {
                     .iter()
                     .map(|f| (truncate(&f.method, MAX_NAME_BYTES), f.bcpc))
                     .collect(),
+                lines: Vec::new(),
             });
         }
         pc_map.sort_by_key(|p| p.offset);

@@ -30,7 +30,9 @@ use thiserror::Error;
 use vmscope_parse::hotspot::{
     Memory, Pages,
     code_heap::{self, Blob, BlockError, Heap, Walk},
-    layout::{FieldAt, Layout, LayoutError},
+    compressed::Unsigned5,
+    layout::{FieldAt, Layout, LayoutError, MethodLayout},
+    lines::{LineTable, LinesError},
     method::external_name,
     vm_structs::{Exports, VmStructs, VmStructsError, read_c_string},
 };
@@ -51,8 +53,14 @@ pub const MAX_DEBUG_INFO: u64 = 1 << 20;
 /// Most nmethods whose names and inlining are kept per JVM.
 pub const MAX_CACHED_COMPILED: usize = 16_384;
 
-/// Longest class, method or signature symbol read.
+/// Longest class, method, signature or source file symbol read.
 const MAX_SYMBOL: u64 = 1024;
+
+/// Most bytes of a method's line number table read (two or three bytes per line is usual).
+pub const MAX_LINE_TABLE: u64 = 64 * 1024;
+
+/// Bytes of a line number table read first.
+const LINE_TABLE_FIRST_READ: u64 = 256;
 
 /// Most segment map bytes read per step of a walk.
 const SEGMAP_WINDOW: u64 = 512;
@@ -134,6 +142,19 @@ pub struct JavaMethod {
     pub code_base: u64,
     /// Bytes of bytecode.
     pub code_size: u64,
+    /// Its line number table and its class's source file, when it has a table (javac writes
+    /// one unless told `-g:none`) and this JVM's tables say where it is.
+    pub lines: Option<MethodLines>,
+}
+
+/// Where a method's bytecodes came from in its source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodLines {
+    /// The class's source file, as its `SourceFile` attribute names it (`Callers.java`);
+    /// empty when the class has none.
+    pub file: Arc<str>,
+    /// bci -> line.
+    pub table: LineTable,
 }
 
 impl JavaMethod {
@@ -141,6 +162,15 @@ impl JavaMethod {
     pub fn bci(&self, bcp: u64) -> Option<u32> {
         let bci = bcp.checked_sub(self.code_base)?;
         (bci < self.code_size).then_some(bci as u32)
+    }
+
+    /// The source line of the bytecode at `bci`: the file (empty if unknown) and the line (0
+    /// if unknown).
+    pub fn line_at(&self, bci: u32) -> (Arc<str>, u32) {
+        match &self.lines {
+            Some(lines) => (lines.file.clone(), lines.table.line_at(bci).unwrap_or(0)),
+            None => (Arc::from(""), 0),
+        }
     }
 }
 
@@ -160,7 +190,10 @@ pub struct CodeCache {
     /// (blob start, compile id) -> the nmethod as reports show it.
     compiled: HashMap<(u64, i64), Option<Arc<CompiledCode>>>,
     /// `Method*` -> (the method, when it was read); `None` for one that could not be read.
-    methods: HashMap<u64, (Option<JavaMethod>, u64)>,
+    methods: HashMap<u64, (Option<Arc<JavaMethod>>, u64)>,
+    /// How this JVM compresses scopes and line tables; `None` when its version is unknown,
+    /// and then neither is read.
+    coding: Option<Unsigned5>,
     counters: CodeCacheCounters,
 }
 
@@ -200,7 +233,17 @@ impl CodeCache {
             layout.call_stub_return_address,
             "StubRoutines::_call_stub_return_address",
         )?;
+        // JDK 8 is the oldest with these tables; a version past any JDK's is not believed.
+        let coding = layout
+            .vm_major_version
+            .and_then(|at| {
+                let mut bytes = [0u8; 4];
+                mem.read(at, &mut bytes).then(|| i32::from_le_bytes(bytes))
+            })
+            .filter(|v| (8..1000).contains(v))
+            .map(|v| Unsigned5::for_jdk(v as u32));
         let mut cache = CodeCache {
+            coding,
             layout,
             bounds: low..high,
             heaps: Vec::new(),
@@ -372,7 +415,7 @@ impl CodeCache {
         let own = self.method(mem, blob.method, now_ns)?;
         let pc_map = self.read_pc_map(mem, blob, now_ns).unwrap_or_default();
         Some(CompiledCode {
-            name: own.name,
+            name: own.name.clone(),
             code_begin: blob.code_begin,
             pc_map,
         })
@@ -389,6 +432,7 @@ impl CodeCache {
     ) -> Option<Vec<crate::codemap::code::PcPoint>> {
         use vmscope_parse::hotspot::scopes::{pc_descs, scope_chain};
         let layout = self.layout.scopes.clone().ok()?;
+        let coding = self.coding?;
         let mut header = vec![0u8; layout.read_size as usize];
         if !mem.read(blob.start, &mut header) {
             return None;
@@ -418,45 +462,59 @@ impl CodeCache {
             .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
             .collect();
-        let mut names: HashMap<u32, Option<Arc<str>>> = HashMap::new();
+        let mut methods: HashMap<u32, Option<Arc<JavaMethod>>> = HashMap::new();
         let mut points: Vec<crate::codemap::code::PcPoint> = Vec::new();
         let mut previous = 0u64;
         for desc in pc_descs(&pcs, &layout.pc_desc) {
             let from = previous;
             previous = u64::from(desc.pc_offset);
-            let Some(chain) = scope_chain(&data, desc.scope) else {
+            let Some(chain) = scope_chain(&data, desc.scope, coding) else {
                 continue;
             };
-            let mut named = Vec::with_capacity(chain.len());
-            for scope in &chain {
-                let name = names
-                    .entry(scope.method)
-                    .or_insert_with(|| {
-                        let method = *metadata.get((scope.method as usize).checked_sub(1)?)?;
-                        self.method(mem, method, now_ns).map(|m| m.name)
-                    })
-                    .clone();
-                named.push((name, scope.bci.max(0) as u32));
-            }
-            let Some(((_, bcpc), inlined)) = named.split_last() else {
-                continue;
-            };
-            let inlined: Option<Vec<(String, u32)>> = inlined
+            // Outermost (the compiled method's own) first.
+            let named: Option<Vec<(Arc<JavaMethod>, u32)>> = chain
                 .iter()
                 .rev()
-                .map(|(name, bci)| name.as_ref().map(|n| (n.to_string(), *bci)))
+                .map(|scope| {
+                    let method = methods
+                        .entry(scope.method)
+                        .or_insert_with(|| {
+                            let method = *metadata.get((scope.method as usize).checked_sub(1)?)?;
+                            self.method(mem, method, now_ns)
+                        })
+                        .clone()?;
+                    Some((method, scope.bci.max(0) as u32))
+                })
                 .collect();
-            let Some(inlined) = inlined else {
+            let Some(named) = named else {
                 continue;
             };
+            let Some(((_, bcpc), inlined)) = named.split_first() else {
+                continue;
+            };
+            let lines: Vec<(Arc<str>, u32)> = named
+                .iter()
+                .map(|(method, bci)| method.line_at(*bci))
+                .collect();
             let point = crate::codemap::code::PcPoint {
                 offset: from,
                 bcpc: *bcpc,
-                inlined,
+                inlined: inlined
+                    .iter()
+                    .map(|(method, bci)| (method.name.to_string(), *bci))
+                    .collect(),
+                lines: if lines.iter().all(|(_, line)| *line == 0) {
+                    Vec::new()
+                } else {
+                    lines
+                },
             };
             match points.last_mut() {
                 Some(last) if last.offset == point.offset => *last = point,
-                Some(last) if last.bcpc == point.bcpc && last.inlined == point.inlined => {}
+                Some(last)
+                    if last.bcpc == point.bcpc
+                        && last.inlined == point.inlined
+                        && last.lines == point.lines => {}
                 _ => points.push(point),
             }
         }
@@ -464,13 +522,18 @@ impl CodeCache {
     }
 
     /// The method a `Method*` of this JVM names (from an interpreted frame's method slot).
-    pub fn method(&mut self, mem: &mut dyn Memory, method: u64, now_ns: u64) -> Option<JavaMethod> {
+    pub fn method(
+        &mut self,
+        mem: &mut dyn Memory,
+        method: u64,
+        now_ns: u64,
+    ) -> Option<Arc<JavaMethod>> {
         if let Some((known, read_ns)) = self.methods.get(&method)
             && now_ns.saturating_sub(*read_ns) <= MAX_METHOD_AGE_NS
         {
             return known.clone();
         }
-        let read = self.read_method(mem, method);
+        let read = self.read_method(mem, method).map(Arc::new);
         if self.methods.len() >= MAX_CACHED_METHODS {
             self.methods.clear();
         }
@@ -480,40 +543,51 @@ impl CodeCache {
 
     fn read_method(&self, mem: &mut dyn Memory, method: u64) -> Option<JavaMethod> {
         let m = &self.layout.method;
-        // One field of an object, read alone.
-        let read = |mem: &mut dyn Memory, object: u64, f: FieldAt| -> Option<u64> {
-            let mut bytes = [0u8; 8];
-            let at = object.checked_add(f.offset)?;
-            if !mem.read(at, &mut bytes[..usize::from(f.width)]) {
-                return None;
-            }
-            FieldAt { offset: 0, ..f }.get_u64(&bytes)
-        };
-        let const_method = read(mem, method, m.const_method).filter(|&p| p != 0)?;
-        let constants = read(mem, const_method, m.constants).filter(|&p| p != 0)?;
-        let name_index = read(mem, const_method, m.name_index)?;
-        let signature_index = read(mem, const_method, m.signature_index)?;
-        let code_size = read(mem, const_method, m.code_size)?;
-        let holder = read(mem, constants, m.pool_holder).filter(|&p| p != 0)?;
-        let class_symbol = read(mem, holder, m.klass_name).filter(|&p| p != 0)?;
-        let slot = |index: u64| constants + m.constant_pool_size + 8 * index;
-        let name_symbol = mem.read_u64(slot(name_index)).filter(|&p| p != 0)?;
-        let signature_symbol = mem.read_u64(slot(signature_index)).filter(|&p| p != 0)?;
-        let symbol = |mem: &mut dyn Memory, symbol: u64| -> Option<String> {
-            let length = read(mem, symbol, m.symbol_length)?.min(MAX_SYMBOL);
-            let mut bytes = vec![0u8; length as usize];
-            mem.read(symbol + m.symbol_body, &mut bytes)
-                .then(|| String::from_utf8(bytes).ok())
-                .flatten()
-        };
-        let class = symbol(mem, class_symbol)?;
-        let name = symbol(mem, name_symbol)?;
-        let signature = symbol(mem, signature_symbol)?;
+        let const_method = read_field(mem, method, m.const_method).filter(|&p| p != 0)?;
+        let constants = read_field(mem, const_method, m.constants).filter(|&p| p != 0)?;
+        let name_index = read_field(mem, const_method, m.name_index)?;
+        let signature_index = read_field(mem, const_method, m.signature_index)?;
+        let code_size = read_field(mem, const_method, m.code_size)?;
+        let holder = read_field(mem, constants, m.pool_holder).filter(|&p| p != 0)?;
+        let class_symbol = read_field(mem, holder, m.klass_name).filter(|&p| p != 0)?;
+        let class = read_symbol(mem, m, class_symbol)?;
+        let name_symbol = pool_symbol(mem, m, constants, name_index)?;
+        let signature_symbol = pool_symbol(mem, m, constants, signature_index)?;
+        let name = read_symbol(mem, m, name_symbol)?;
+        let signature = read_symbol(mem, m, signature_symbol)?;
+        let code_base = const_method + m.const_method_size;
         Some(JavaMethod {
             name: external_name(&class, &name, &signature).into(),
-            code_base: const_method + m.const_method_size,
+            code_base,
             code_size,
+            lines: self.read_lines(mem, const_method, constants, code_base + code_size),
         })
+    }
+
+    /// A method's line number table (at `table_at`, after its bytecodes) and its class's
+    /// source file, if it has a table and this JVM's tables say where.
+    fn read_lines(
+        &self,
+        mem: &mut dyn Memory,
+        const_method: u64,
+        constants: u64,
+        table_at: u64,
+    ) -> Option<MethodLines> {
+        let (lines, coding) = (self.layout.lines.as_ref().ok()?, self.coding?);
+        let m = &self.layout.method;
+        let flags = read_field(mem, const_method, lines.flags)?;
+        if flags & lines.has_line_table == 0 {
+            return None;
+        }
+        let table = read_line_table(mem, table_at, coding)?;
+        let file = match read_field(mem, constants, lines.source_file_index)? {
+            0 => Arc::from(""),
+            index => {
+                let symbol = pool_symbol(mem, m, constants, index)?;
+                read_symbol(mem, m, symbol)?.into()
+            }
+        };
+        Some(MethodLines { file, table })
     }
 
     fn read_blob_at(&mut self, mem: &mut dyn Memory, pc: u64, now_ns: u64) -> Option<Blob> {
@@ -563,6 +637,56 @@ impl CodeCache {
         ) {
             Ok(blob) if blob.contains(pc) => Some(blob),
             Ok(_) | Err(BlockError::Free | BlockError::Inconsistent | BlockError::Short) => None,
+        }
+    }
+}
+
+/// One field of an object, read alone.
+fn read_field(mem: &mut dyn Memory, object: u64, f: FieldAt) -> Option<u64> {
+    let mut bytes = [0u8; 8];
+    let at = object.checked_add(f.offset)?;
+    if !mem.read(at, &mut bytes[..usize::from(f.width)]) {
+        return None;
+    }
+    FieldAt { offset: 0, ..f }.get_u64(&bytes)
+}
+
+/// The `Symbol*` in slot `index` of a constant pool.
+fn pool_symbol(mem: &mut dyn Memory, m: &MethodLayout, constants: u64, index: u64) -> Option<u64> {
+    let slot = constants
+        .checked_add(m.constant_pool_size)?
+        .checked_add(index.checked_mul(8)?)?;
+    mem.read_u64(slot).filter(|&p| p != 0)
+}
+
+/// A symbol's text (at most [`MAX_SYMBOL`] bytes).
+fn read_symbol(mem: &mut dyn Memory, m: &MethodLayout, symbol: u64) -> Option<String> {
+    let length = read_field(mem, symbol, m.symbol_length)?.min(MAX_SYMBOL);
+    let mut bytes = vec![0u8; length as usize];
+    mem.read(symbol.checked_add(m.symbol_body)?, &mut bytes)
+        .then(|| String::from_utf8(bytes).ok())
+        .flatten()
+}
+
+/// The line number table at `at`, read a page at a time (the first read a little of it) until
+/// its terminator, at most [`MAX_LINE_TABLE`] bytes: the table's length is only known by
+/// decoding it, and the memory after it may not be mapped.
+fn read_line_table(mem: &mut dyn Memory, at: u64, coding: Unsigned5) -> Option<LineTable> {
+    const PAGE: u64 = 4096;
+    let page_end = |a: u64| (a | (PAGE - 1)).checked_add(1);
+    let mut end = at.checked_add(LINE_TABLE_FIRST_READ)?.min(page_end(at)?);
+    loop {
+        let mut bytes = vec![0u8; (end - at) as usize];
+        if !mem.read(at, &mut bytes) {
+            return None;
+        }
+        match LineTable::parse(&bytes, coding) {
+            Ok(table) => return Some(table),
+            Err(LinesError::Invalid) => return None,
+            Err(LinesError::Truncated) if end - at >= MAX_LINE_TABLE => return None,
+            Err(LinesError::Truncated) => {
+                end = page_end(end)?.min(at.checked_add(MAX_LINE_TABLE)?);
+            }
         }
     }
 }

@@ -10,9 +10,9 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use super::code_cache::CompiledCode;
+use super::code_cache::{CompiledCode, JavaMethod};
 use crate::{
-    codemap::code::{Code, CodeSource, CodeStore},
+    codemap::code::{Code, CodeSource, CodeStore, PcPoint},
     vocab::CodeId,
 };
 use vmscope_model::CodeKind;
@@ -21,12 +21,12 @@ use vmscope_model::CodeKind;
 pub const MAX_JAVA_CODES: usize = 16_384;
 
 /// What a code was made from, kept alive while it is a key (so that its address is not
-/// another's): an nmethod as the unwinder read it, or an interpreted method's name.
+/// another's): an nmethod as the unwinder read it, or an interpreted method.
 #[derive(Debug)]
 #[expect(dead_code, reason = "held alive as the key's owner, never read")]
 enum Source {
     Compiled(Arc<CompiledCode>),
-    Interpreted(Arc<str>),
+    Interpreted(Arc<JavaMethod>),
 }
 
 /// A code as interned: what it was made from, its id, and the code the store holds under it.
@@ -58,17 +58,22 @@ impl JavaCodes {
         })
     }
 
-    /// The id of the code that names the interpreted frames of `method`.
+    /// The id of the code that names the interpreted frames of `method`: its offsets are
+    /// bytecode indices, cut into ranges by its line number table (`5->12 Callers.java:20`)
+    /// where it has one.
     pub fn interpreted(
         &mut self,
         store: &CodeStore,
         pid: u32,
         owner: u32,
-        method: &Arc<str>,
+        method: &Arc<JavaMethod>,
     ) -> Option<CodeId> {
-        let key = (pid, Arc::as_ptr(method) as *const u8 as usize);
+        let key = (pid, Arc::as_ptr(method) as usize);
         self.code(store, key, owner, || {
-            let code = Code::named(CodeKind::Method, &**method, CodeSource::HotSpot);
+            let code = Code {
+                pc_map: interpreted_pc_map(method),
+                ..Code::named(CodeKind::Method, &*method.name, CodeSource::HotSpot)
+            };
             (code, Source::Interpreted(method.clone()))
         })
     }
@@ -98,5 +103,74 @@ impl JavaCodes {
     /// Keeps only the processes `keep` says, as the process table forgets idle ones.
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
         self.codes.retain(|&(pid, _), _| keep(pid));
+    }
+}
+
+/// An interpreted method's pc map, whose offsets are bytecode indices: a point where each
+/// line's bytecodes begin. Empty without a line number table.
+fn interpreted_pc_map(method: &JavaMethod) -> Vec<PcPoint> {
+    let Some(lines) = &method.lines else {
+        return Vec::new();
+    };
+    let mut starts: Vec<(u32, u32)> = lines.table.pairs().to_vec();
+    starts.sort_unstable();
+    starts.dedup_by_key(|&mut (bci, _)| bci);
+    starts
+        .into_iter()
+        .filter(|&(_, line)| line > 0)
+        .map(|(bci, line)| PcPoint {
+            offset: u64::from(bci),
+            bcpc: bci,
+            inlined: Vec::new(),
+            lines: vec![(lines.file.clone(), line)],
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use vmscope_parse::hotspot::{compressed::Unsigned5, lines};
+
+    use super::*;
+    use crate::jvm::code_cache::MethodLines;
+
+    #[test]
+    fn interpreted_frames_are_cut_by_their_lines() {
+        let coding = Unsigned5::for_jdk(17);
+        let table =
+            lines::LineTable::parse(&lines::write(&[(0, 7), (4, 8), (9, 7)], coding), coding)
+                .unwrap();
+        let method = Arc::new(JavaMethod {
+            name: "long Callers.hot(long)".into(),
+            code_base: 0x1000,
+            code_size: 20,
+            lines: Some(MethodLines {
+                file: "Callers.java".into(),
+                table,
+            }),
+        });
+        let store = CodeStore::new();
+        let mut codes = JavaCodes::default();
+        let id = codes.interpreted(&store, 1, 0, &method).unwrap();
+        assert_eq!(
+            codes.interpreted(&store, 1, 0, &method),
+            Some(id),
+            "interned once"
+        );
+        let code = store.get(id).unwrap();
+        let label = |bci| code.range_label(bci).unwrap().1;
+        assert_eq!(label(0), "1->5 Callers.java:7");
+        assert_eq!(label(5), "5->10 Callers.java:8");
+        assert_eq!(label(19), "10->end Callers.java:7");
+        let bare = Arc::new(JavaMethod {
+            lines: None,
+            ..(*method).clone()
+        });
+        let id = codes.interpreted(&store, 1, 0, &bare).unwrap();
+        assert_eq!(
+            store.get(id).unwrap().range_label(5),
+            None,
+            "no table, no ranges"
+        );
     }
 }

@@ -9,7 +9,7 @@ use vmscope_model::{CodeKind, Frame, Section};
 
 use super::ProfileOptions;
 use crate::{
-    codemap::code::Code,
+    codemap::code::{Code, PcPoint},
     session::StackSnapshot,
     symbolize::{Issue, KERNEL_MODULE, Resolved, SourceFrame, Symbolizer},
     vocab::Location,
@@ -284,7 +284,7 @@ pub(super) fn jit_frames(
     later_snapshot: bool,
 ) -> (Vec<u32>, u32) {
     let optimised = code.is_optimised();
-    let frame = |name: &str, range: String, inlined: bool| Frame {
+    let frame = |name: &str, range: String, inlined: bool, (file, line): (&str, u32)| Frame {
         section: resolved.section,
         name: name.to_owned(),
         module: resolved.module.clone(),
@@ -295,6 +295,8 @@ pub(super) fn jit_frames(
         code_map: code.source.label().to_owned(),
         optimised,
         later_snapshot,
+        file: file.to_owned(),
+        line,
         ..Frame::default()
     };
     let point = code
@@ -307,6 +309,7 @@ pub(super) fn jit_frames(
             &code.name,
             label.unwrap_or_default().to_owned(),
             false,
+            point.map_or(("", 0), |p| line_of(p, 0)),
         ));
         return (vec![id], id);
     };
@@ -322,9 +325,23 @@ pub(super) fn jit_frames(
         } else {
             format!("@{}", pc + 1)
         };
-        ids.push(frames.id(frame(method, range, true)));
+        ids.push(frames.id(frame(method, range, true, line_of(point, depth + 1))));
     }
-    let own = frames.id(frame(&code.name, format!("@{}", point.bcpc + 1), false));
+    let own = frames.id(frame(
+        &code.name,
+        format!("@{}", point.bcpc + 1),
+        false,
+        line_of(point, 0),
+    ));
     ids.push(own);
     (ids, own)
+}
+
+/// The source line of the frame at `depth` of a point (0 the compiled method's own), where
+/// known: `("", 0)` otherwise.
+fn line_of(point: &PcPoint, depth: usize) -> (&str, u32) {
+    point
+        .lines
+        .get(depth)
+        .map_or(("", 0), |(file, line)| (&**file, *line))
 }

@@ -375,6 +375,7 @@ fn jit_versions_get_rows_of_their_own() {
                 } else {
                     vec![(inlined.to_owned(), 0)]
                 },
+                lines: Vec::new(),
             })
             .collect(),
         ..Code::named(Kind::Method, "Foo>>bar", CodeSource::Vm("vm".into()))
@@ -487,6 +488,7 @@ fn stacks_expand_into_frames_and_give_inclusive_time() {
         offset,
         bcpc,
         inlined: inlined.iter().map(|&(m, pc)| (m.to_owned(), pc)).collect(),
+        lines: Vec::new(),
     };
     let optimised = codes
         .intern(

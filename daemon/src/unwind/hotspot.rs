@@ -27,7 +27,7 @@ use std::sync::Arc;
 use vmscope_parse::hotspot::Memory;
 
 use super::{ReadCode, StackEnd};
-use crate::jvm::code_cache::{BlobAt, CodeCache, CompiledCode};
+use crate::jvm::code_cache::{BlobAt, CodeCache, CompiledCode, JavaMethod};
 
 /// A frame's caller, as the JVM's frame layout gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub enum JavaName {
     /// An interpreted frame.
     Interpreted {
         /// The method being interpreted.
-        method: Arc<str>,
+        method: Arc<JavaMethod>,
         /// The bytecode index its frame last saved (for the leaf frame, the one of the last
         /// call or safepoint: the interpreter keeps the current one in a register).
         bci: Option<u32>,

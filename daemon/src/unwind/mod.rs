@@ -465,7 +465,7 @@ fn walk(
                     .method(&mut mem, method, now_ns)
                     .map(|m| JavaName::Interpreted {
                         bci: m.bci(bcp),
-                        method: m.name,
+                        method: m,
                     }),
                 Some(Ok(hotspot::Caller {
                     compiled: Some(at), ..

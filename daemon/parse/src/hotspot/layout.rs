@@ -151,6 +151,25 @@ pub struct Layout {
     /// tables lack for it (JDK 23 and later move it out of the code heap, and their tables
     /// do not say where the metadata is).
     pub scopes: Result<ScopesLayout, LayoutError>,
+    /// Where methods keep their line number tables and classes their source file's name; or
+    /// what the tables lack for them.
+    pub lines: Result<LinesLayout, LayoutError>,
+    /// Address of the static `Abstract_VM_Version::_vm_major_version` (an `int`): which JDK
+    /// wrote the compressed streams ([`super::compressed::Unsigned5::for_jdk`]); `None` when
+    /// the tables lack it, and then neither scopes nor lines are read.
+    pub vm_major_version: Option<u64>,
+}
+
+/// Where a method's line number table and its class's source file name are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinesLayout {
+    /// `ConstMethod::_flags` (JDK 17) or `ConstMethod::_flags._flags` (JDK 21 and later).
+    pub flags: FieldAt,
+    /// The bit of `flags` that says the table is there (`ConstMethod::_has_linenumber_table`,
+    /// or `ConstMethodFlags::_misc_has_linenumber_table`): it follows the bytecodes.
+    pub has_line_table: u64,
+    /// `ConstantPool::_source_file_name_index`: the slot of the source file's `Symbol*`.
+    pub source_file_index: FieldAt,
 }
 
 /// Where an nmethod's scopes, `PcDesc`s and metadata are (JDK 17 to 22: all inside the blob).
@@ -452,6 +471,37 @@ impl Layout {
                 Err(LayoutError(s.missing))
             }
         };
+        let lines = {
+            let mut s = Lookup {
+                tables,
+                missing: Vec::new(),
+            };
+            let (flags, bit) = if s.has("ConstMethod", "_flags._flags") {
+                (
+                    s.field("ConstMethod", "_flags._flags"),
+                    s.constant("ConstMethodFlags::_misc_has_linenumber_table"),
+                )
+            } else {
+                (
+                    s.field("ConstMethod", "_flags"),
+                    s.constant("ConstMethod::_has_linenumber_table"),
+                )
+            };
+            let layout = LinesLayout {
+                flags,
+                has_line_table: bit as u64,
+                source_file_index: s.field("ConstantPool", "_source_file_name_index"),
+            };
+            if s.missing.is_empty() {
+                Ok(layout)
+            } else {
+                Err(LayoutError(s.missing))
+            }
+        };
+        let vm_major_version = tables
+            .field("Abstract_VM_Version", "_vm_major_version")
+            .filter(|f| f.is_static)
+            .map(|f| f.address);
         let last_sp = l.constant("frame::interpreter_frame_last_sp_offset");
         let layout = Layout {
             heaps: l.static_("CodeCache", "_heaps"),
@@ -472,6 +522,8 @@ impl Layout {
             },
             method,
             scopes,
+            lines,
+            vm_major_version,
         };
         if l.missing.is_empty() {
             Ok(layout)
@@ -513,8 +565,19 @@ pub(crate) mod tests {
     /// JDK 17.0.15's tables as Debian builds it (the numbers read from a live JVM), as far as
     /// the layout uses them.
     pub(crate) fn jdk17() -> VmStructs {
-        VmStructs::from_parts(
-            [
+        let (fields, types, constants) = jdk17_parts();
+        VmStructs::from_parts(fields, types, constants)
+    }
+
+    type Parts = (
+        Vec<((String, String), Field)>,
+        Vec<(String, Type)>,
+        Vec<(String, i64)>,
+    );
+
+    fn jdk17_parts() -> Parts {
+        (
+            vec![
                 s("CodeCache", "_heaps", 0x10),
                 s("CodeCache", "_low_bound", 0x18),
                 s("CodeCache", "_high_bound", 0x20),
@@ -554,6 +617,17 @@ pub(crate) mod tests {
                 f("nmethod", "_metadata_offset", "int", 260),
                 f("PcDesc", "_pc_offset", "int", 0),
                 f("PcDesc", "_scope_decode_offset", "int", 4),
+                f("ConstMethod", "_flags", "u2", 28),
+                f("ConstantPool", "_source_file_name_index", "u2", 54),
+                (
+                    ("Abstract_VM_Version".into(), "_vm_major_version".into()),
+                    Field {
+                        type_string: "int".into(),
+                        is_static: true,
+                        offset: 0,
+                        address: 0x38,
+                    },
+                ),
             ],
             [
                 ("HeapBlock", 16),
@@ -569,10 +643,12 @@ pub(crate) mod tests {
                         size,
                     },
                 )
-            }),
-            [
+            })
+            .to_vec(),
+            vec![
                 ("frame::interpreter_frame_sender_sp_offset".to_string(), -1),
                 ("frame::interpreter_frame_last_sp_offset".to_string(), -2),
+                ("ConstMethod::_has_linenumber_table".to_string(), 1),
             ],
         )
     }
@@ -587,6 +663,11 @@ pub(crate) mod tests {
         assert!(matches!(l.blob.code, CodeBounds::Pointers { .. }));
         assert_eq!(l.blob.read_size, 308);
         assert_eq!(l.scopes.unwrap().read_size, 276);
+        let lines = l.lines.unwrap();
+        assert_eq!((lines.flags.offset, lines.flags.width), (28, 2));
+        assert_eq!(lines.has_line_table, 1);
+        assert_eq!(lines.source_file_index.offset, 54);
+        assert_eq!(l.vm_major_version, Some(0x38));
         assert_eq!(
             l.frame,
             InterpreterFrame {
@@ -596,6 +677,31 @@ pub(crate) mod tests {
             },
             "frame_x86.hpp's interpreter_frame_{{sender_sp,method,bcp}}_offset"
         );
+    }
+
+    #[test]
+    fn jdk21s_method_flags_are_found_where_it_moved_them() {
+        // JDK 25.0.3's numbers (Temurin), read from a live JVM: the flags became a
+        // `ConstMethodFlags` member, and their constants moved with them.
+        let (fields, types, mut constants) = jdk17_parts();
+        let mut fields: Vec<_> = fields
+            .into_iter()
+            .filter(|((ty, name), _)| (ty.as_str(), name.as_str()) != ("ConstMethod", "_flags"))
+            .collect();
+        fields.push(f("ConstMethod", "_flags._flags", "u4", 28));
+        constants.retain(|(name, _)| !name.starts_with("ConstMethod::"));
+        let without_bit = VmStructs::from_parts(fields.clone(), types.clone(), constants.clone());
+        let missing = Layout::new(&without_bit).unwrap().lines.unwrap_err();
+        assert_eq!(
+            missing.0,
+            ["constant ConstMethodFlags::_misc_has_linenumber_table"]
+        );
+        constants.push(("ConstMethodFlags::_misc_has_linenumber_table".into(), 1));
+        let lines = Layout::new(&VmStructs::from_parts(fields, types, constants))
+            .unwrap()
+            .lines
+            .unwrap();
+        assert_eq!((lines.flags.offset, lines.flags.width), (28, 4));
     }
 
     #[test]

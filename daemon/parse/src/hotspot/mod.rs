@@ -11,6 +11,8 @@
 //! - [`layout`]: what the unwinder needs of them (code heaps, code blobs, the interpreter's
 //!   frame), or the names of what this JVM's tables lack;
 //! - [`scopes`]: an nmethod's `PcDesc`s and scopes, the methods inlined at each pc;
+//! - [`lines`]: a method's line number table; [`compressed`]: the UNSIGNED5 stream both are
+//!   written in;
 //! - [`method`]: Java method names as HotSpot's perf map spells them;
 //! - [`code_heap`]: the code cache's blocks, found from a pc through the segment map, and the
 //!   code blob headers in them.
@@ -20,7 +22,9 @@
 //! panic or an unbounded walk.
 
 pub mod code_heap;
+pub mod compressed;
 pub mod layout;
+pub mod lines;
 pub mod method;
 pub mod scopes;
 pub mod vm_structs;

@@ -3,19 +3,11 @@
 //! C2 and C1 record, for every pc where the VM may stop the code (calls, safepoint polls,
 //! implicit exceptions), a `PcDesc`: the pc's offset from the code's start and where its scope
 //! is in the nmethod's scopes data. A scope is `(sender, method, bci, ...)` in HotSpot's
-//! compressed stream (`CompressedReadStream`: UNSIGNED5, 192 one-byte values, then up to four
-//! more bytes of 64 values each): the innermost method inlined there, its bytecode index, and
+//! compressed stream ([`super::compressed`]): the innermost method inlined there, its bytecode index, and
 //! the scope it was inlined into, up to the compiled method's own. Methods are indices into
 //! the nmethod's metadata table (1-based; 0 is null).
 
-use super::layout::FieldAt;
-
-/// Values a byte of the compressed stream ends with (`L`: 256 - 64).
-const L: u32 = 192;
-/// log2 of what each further byte is worth (`H` = 64).
-const LG_H: u32 = 6;
-/// Most bytes after the first (`MAX_i`).
-const MAX_I: usize = 4;
+use super::{compressed::Unsigned5, layout::FieldAt};
 
 /// `DebugInformationRecorder::serialized_null`: no scope, or no sender.
 pub const SERIALIZED_NULL: u32 = 0;
@@ -68,27 +60,6 @@ pub fn pc_descs(bytes: &[u8], layout: &PcDescLayout) -> Vec<PcDesc> {
     descs
 }
 
-/// Reads one int of the compressed stream at `*pos`, moving past it.
-pub fn read_int(data: &[u8], pos: &mut usize) -> Option<u32> {
-    let b0 = u32::from(*data.get(*pos)?);
-    *pos += 1;
-    if b0 < L {
-        return Some(b0);
-    }
-    let mut sum = b0;
-    let mut shift = LG_H;
-    for i in 1..=MAX_I {
-        let b = u32::from(*data.get(*pos)?);
-        *pos += 1;
-        sum = sum.wrapping_add(b << shift);
-        if b < L || i == MAX_I {
-            return Some(sum);
-        }
-        shift += LG_H;
-    }
-    Some(sum)
-}
-
 /// One scope: a method (by metadata index) at a bytecode index, inlined into its sender.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope {
@@ -100,13 +71,13 @@ pub struct Scope {
     pub bci: i32,
 }
 
-/// The scope at `offset` of `data` (the scopes data).
-pub fn scope_at(data: &[u8], offset: u32) -> Option<Scope> {
+/// The scope at `offset` of `data` (the scopes data, written in `coding`).
+pub fn scope_at(data: &[u8], offset: u32, coding: Unsigned5) -> Option<Scope> {
     let mut pos = usize::try_from(offset).ok()?;
-    let sender = read_int(data, &mut pos)?;
-    let method = read_int(data, &mut pos)?;
+    let sender = coding.read_int(data, &mut pos)?;
+    let method = coding.read_int(data, &mut pos)?;
     // `read_bci`: stored as bci - InvocationEntryBci.
-    let bci = (read_int(data, &mut pos)? as i32).wrapping_sub(1);
+    let bci = (coding.read_int(data, &mut pos)? as i32).wrapping_sub(1);
     Some(Scope {
         sender,
         method,
@@ -116,14 +87,14 @@ pub fn scope_at(data: &[u8], offset: u32) -> Option<Scope> {
 
 /// The scopes from the one at `offset` out to the compiled method's own, innermost first;
 /// `None` if the chain does not decode, loops, or is deeper than [`MAX_DEPTH`].
-pub fn scope_chain(data: &[u8], offset: u32) -> Option<Vec<Scope>> {
+pub fn scope_chain(data: &[u8], offset: u32, coding: Unsigned5) -> Option<Vec<Scope>> {
     let mut chain = Vec::new();
     let mut at = offset;
     while at != SERIALIZED_NULL {
         if chain.len() >= MAX_DEPTH {
             return None;
         }
-        let scope = scope_at(data, at)?;
+        let scope = scope_at(data, at, coding)?;
         // A sender is always recorded before the scopes inlined into it.
         if scope.sender >= at && scope.sender != SERIALIZED_NULL {
             return None;
@@ -138,44 +109,10 @@ pub fn scope_chain(data: &[u8], offset: u32) -> Option<Vec<Scope>> {
 mod tests {
     use super::*;
 
-    /// HotSpot's `CompressedWriteStream::write_int` (UNSIGNED5), for building streams.
-    fn write_int(out: &mut Vec<u8>, value: u32) {
-        let mut sum = value;
-        for i in 0.. {
-            if sum < L || i == MAX_I {
-                out.push(sum as u8);
-                return;
-            }
-            sum -= L;
-            let b = L + (sum % 64);
-            out.push(b as u8);
-            sum >>= LG_H;
-        }
-    }
+    const JDK17: Unsigned5 = Unsigned5 { excluded: 0 };
 
-    #[test]
-    fn ints_round_trip_through_the_compressed_stream() {
-        for value in [
-            0,
-            1,
-            191,
-            192,
-            193,
-            255,
-            4_000,
-            12_479,
-            12_480,
-            1 << 20,
-            u32::MAX >> 1,
-        ] {
-            let mut bytes = Vec::new();
-            write_int(&mut bytes, value);
-            let mut pos = 0;
-            assert_eq!(read_int(&bytes, &mut pos), Some(value), "{bytes:?}");
-            assert_eq!(pos, bytes.len());
-        }
-        let mut pos = 0;
-        assert_eq!(read_int(&[200], &mut pos), None, "cut short");
+    fn write_int(out: &mut Vec<u8>, value: u32) {
+        JDK17.write_int(out, value);
     }
 
     #[test]
@@ -191,7 +128,7 @@ mod tests {
         for v in [outer, 2, 3 + 1, 0, 0, 0] {
             write_int(&mut data, v);
         }
-        let chain = scope_chain(&data, inner).unwrap();
+        let chain = scope_chain(&data, inner, JDK17).unwrap();
         assert_eq!(
             chain,
             [
@@ -212,8 +149,8 @@ mod tests {
         for v in [5, 1, 1] {
             write_int(&mut looping, v);
         }
-        assert_eq!(scope_chain(&looping, 1), None);
-        assert_eq!(scope_chain(&data, 200), None, "outside the data");
+        assert_eq!(scope_chain(&looping, 1, JDK17), None);
+        assert_eq!(scope_chain(&data, 200, JDK17), None, "outside the data");
     }
 
     #[test]
