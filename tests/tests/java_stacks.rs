@@ -160,9 +160,11 @@ async fn callers_stacks_are_whole(call_graph: CallGraph) -> (Daemon, u64, HotSta
         counts.complete,
         counts.hot
     );
-    // C2's frames: the line of each scope's bci, from the method's line number table.
+    // C2's frames: the line of each scope's bci, from the method's line number table. The
+    // code cache is read whole as the session starts, so even its first samples' frames are
+    // named by their nmethods (else about 5% were left to the perf map, which has no lines).
     assert!(
-        counts.leaf_lines * 10 >= counts.hot * 9,
+        counts.leaf_lines * 100 >= counts.hot * 97,
         "{} of {} samples in hot at a line of its body\n{stacks}",
         counts.leaf_lines,
         counts.hot
@@ -171,11 +173,11 @@ async fn callers_stacks_are_whole(call_graph: CallGraph) -> (Daemon, u64, HotSta
     (daemon, session, counts)
 }
 
-/// At least 90% of the samples under a caller have the line of the caller's call to `hot`.
+/// At least 97% of the samples under a caller have the line of the caller's call to `hot`.
 fn assert_call_lines(counts: &HotStacks, stacks: &str) {
     let under_callers = counts.seventy + counts.thirty;
     assert!(
-        counts.call_lines * 10 >= under_callers * 9,
+        counts.call_lines * 100 >= under_callers * 97,
         "{} of {under_callers} samples under a caller have the line of its call\n{stacks}",
         counts.call_lines
     );
@@ -408,11 +410,13 @@ async fn after_a_deoptimisation_no_sample_is_named_by_the_code_it_freed() {
         }
         counts
     };
-    // The samples of a session's first batch precede the first read of the nmethod they are
-    // in: those are left to the perf map, which knows nothing of inlining (about 10%).
+    // The session read the code cache whole as it started, so its first samples are named by
+    // the nmethod too (without that scan, about 13% were left to the perf map, which knows
+    // nothing of inlining).
     let (work, square) = under_work(&before, "Deopt$Square.area(");
+    eprintln!("before: Square.area under work in {square} of {work}");
     assert!(
-        work >= 500 && square * 10 >= work * 8,
+        work >= 500 && square * 100 >= work * 95,
         "before: Square.area under work in {square} of {work}\n{}",
         top_stacks(&before, 6)
     );

@@ -65,6 +65,10 @@ const LINE_TABLE_FIRST_READ: u64 = 256;
 /// Most segment map bytes read per step of a walk.
 const SEGMAP_WINDOW: u64 = 512;
 
+/// Most blocks one scan of the code heaps reads ([`CodeCache::scan`]): a large application's
+/// code cache holds tens of thousands of blobs.
+pub const MAX_SCANNED_BLOCKS: usize = MAX_CACHED_BLOBS;
+
 /// Most steps of one segment map walk (a block of 64k segments, 8 MiB of code, is far beyond
 /// HotSpot's largest).
 const MAX_WALK_STEPS: usize = 128;
@@ -99,6 +103,8 @@ pub struct CodeCacheCounters {
     pub cache_hits: u64,
     /// Lookups of a pc in the code cache that found no blob (free, unreadable, inconsistent).
     pub misses: u64,
+    /// Blobs read by scans of the whole code cache.
+    pub scanned: u64,
 }
 
 /// A blob header and when it was read.
@@ -350,32 +356,7 @@ impl CodeCache {
             return None;
         };
         self.counters.blobs_read += 1;
-        let seen = match cached {
-            Some(seen) if seen.blob == blob => SeenBlob {
-                confirmed_ns: now_ns,
-                ..seen
-            },
-            _ => SeenBlob {
-                blob,
-                first_ns: now_ns,
-                confirmed_ns: now_ns,
-            },
-        };
-        if self.blobs.len() >= MAX_CACHED_BLOBS {
-            self.blobs.clear();
-        }
-        // What overlapped it is gone: the heap has one blob per byte.
-        let stale: Vec<u64> = self
-            .blobs
-            .range(..blob.start + blob.size)
-            .rev()
-            .take_while(|(_, s)| s.blob.start + s.blob.size > blob.start)
-            .map(|(&s, _)| s)
-            .collect();
-        for s in stale {
-            self.blobs.remove(&s);
-        }
-        self.blobs.insert(blob.start, seen);
+        let seen = self.remember(blob, now_ns);
         Some(BlobAt {
             blob,
             exact: seen.first_ns <= sample_ns,
@@ -588,6 +569,96 @@ impl CodeCache {
             }
         };
         Some(MethodLines { file, table })
+    }
+
+    /// Reads every blob of the code heaps now, block by block (one read each): the code a
+    /// session finds when it starts is then known to have been there at its first samples,
+    /// which [`CodeCache::blob_at`] would otherwise read only after them. Returns the blobs read;
+    /// a block that cannot be read or contradicts itself ends its heap's scan.
+    pub fn scan(&mut self, mem: &mut dyn Memory, now_ns: u64) -> usize {
+        if now_ns.saturating_sub(self.heaps_read_ns) >= HEAPS_REFRESH_NS {
+            self.read_heaps(mem, now_ns);
+        }
+        let (heap_layout, blob_layout) = (self.layout.heap, self.layout.blob);
+        let read_size = heap_layout.block_header + blob_layout.read_size;
+        let mut found = Vec::new();
+        let mut blocks = 0;
+        for heap in self.heaps.clone() {
+            let mut block = heap.low;
+            while block < heap.high && blocks < MAX_SCANNED_BLOCKS {
+                blocks += 1;
+                // The last block's header may end the heap's committed memory.
+                let mut bytes = vec![0u8; read_size.min(heap.high - block) as usize];
+                if !mem.read(block, &mut bytes) {
+                    break;
+                }
+                let Some(segments) = code_heap::block_segments(&bytes, &heap_layout) else {
+                    break;
+                };
+                let names = &mut self.nmethod_names;
+                let mut name_of = |name: u64| -> bool {
+                    *names.entry(name).or_insert_with(|| {
+                        read_c_string(mem, name, 64)
+                            .is_some_and(|n| n == "nmethod" || n == "native nmethod")
+                    })
+                };
+                match code_heap::parse_block(
+                    &bytes,
+                    block,
+                    &heap,
+                    &heap_layout,
+                    &blob_layout,
+                    &mut name_of,
+                ) {
+                    Ok(blob) => found.push(blob),
+                    Err(BlockError::Free | BlockError::Short) => {}
+                    Err(BlockError::Inconsistent) => break,
+                }
+                let Some(next) = segments
+                    .checked_shl(heap.log2_segment)
+                    .and_then(|bytes| block.checked_add(bytes))
+                else {
+                    break;
+                };
+                block = next;
+            }
+        }
+        for &blob in &found {
+            self.remember(blob, now_ns);
+        }
+        self.counters.scanned += found.len() as u64;
+        found.len()
+    }
+
+    /// Keeps `blob`, read at `now_ns`: confirmed if the same header was there, else new; the
+    /// blobs it overlaps are gone (the heap has one blob per byte).
+    fn remember(&mut self, blob: Blob, now_ns: u64) -> SeenBlob {
+        let seen = match self.blobs.get(&blob.start) {
+            Some(seen) if seen.blob == blob => SeenBlob {
+                confirmed_ns: now_ns,
+                ..*seen
+            },
+            _ => SeenBlob {
+                blob,
+                first_ns: now_ns,
+                confirmed_ns: now_ns,
+            },
+        };
+        if self.blobs.len() >= MAX_CACHED_BLOBS {
+            self.blobs.clear();
+        }
+        let stale: Vec<u64> = self
+            .blobs
+            .range(..blob.start + blob.size)
+            .rev()
+            .take_while(|(_, s)| s.blob.start + s.blob.size > blob.start)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in stale {
+            self.blobs.remove(&s);
+        }
+        self.blobs.insert(blob.start, seen);
+        seen
     }
 
     fn read_blob_at(&mut self, mem: &mut dyn Memory, pc: u64, now_ns: u64) -> Option<Blob> {

@@ -113,6 +113,8 @@ pub struct UnwindCounters {
     /// JVMs whose vmStructs could not be read or lack what the unwinder needs: their Java
     /// frames end the stack.
     pub jvms_refused: u64,
+    /// Blobs read by scans of JVMs' whole code caches as sessions started.
+    pub jvm_blobs_scanned: u64,
 }
 
 impl UnwindCounters {
@@ -246,6 +248,38 @@ impl Unwinder {
         );
         self.counters.frames += out.len() as u64;
         end
+    }
+
+    /// Reads the code cache of `process`, a JVM about to be sampled, whole (attaching to it
+    /// first if need be): every blob of its heaps read now is then known to have been there
+    /// at the samples that follow. Without it, a session's first samples in code compiled
+    /// before it would find their blobs first read after them, and be named by the perf map.
+    /// Returns the blobs read (0 for a process that is not a JVM, or not followed).
+    pub fn scan_jvm(&mut self, process: &Process, code: &mut dyn ReadCode) -> usize {
+        if !self.follow_java {
+            return 0;
+        }
+        let now_ns = crate::sys::monotonic_ns();
+        let attach = match self.jvms.get(&process.pid) {
+            None => true,
+            Some(Jvm::Following(..)) => false,
+            Some(&Jvm::Refused { tries, at_ns }) => {
+                tries < JVM_TRIES && now_ns.saturating_sub(at_ns) >= JVM_RETRY_NS
+            }
+        };
+        if attach {
+            self.attach_jvm(process, code, now_ns);
+        }
+        let Some(Jvm::Following(cache, _)) = self.jvms.get_mut(&process.pid) else {
+            return 0;
+        };
+        let mut mem = hotspot::LiveMemory {
+            code,
+            pid: process.pid,
+        };
+        let blobs = cache.scan(&mut mem, now_ns);
+        self.counters.jvm_blobs_scanned += blobs as u64;
+        blobs
     }
 
     /// Counts a stack unwound from a copy as ending for `end`: the end the profile gives it,

@@ -153,6 +153,16 @@ pub enum BlockError {
     Inconsistent,
 }
 
+/// The length in segments of the block whose header starts `bytes` (free or used): where a
+/// walk of the whole heap goes next. `None` for a header cut short or a length of 0, which a
+/// heap never holds (a walk would not move).
+pub fn block_segments(bytes: &[u8], layout: &HeapLayout) -> Option<u64> {
+    layout
+        .block_length
+        .get_u64(bytes)
+        .filter(|&length| length > 0)
+}
+
 /// The blob in the block at `block`, from `bytes` read there (the block header and at least
 /// `blob.read_size` more); `is_nmethod` tells nmethods from other blobs by their name's
 /// address (JDK 17 has no kind field: its nmethods are named `nmethod` or `native nmethod`).
@@ -314,6 +324,11 @@ mod tests {
         assert_eq!(other.unwrap().method, 0);
 
         let free = block(4, false, &[]);
+        // A scan moves block to block, free or used, by their lengths.
+        assert_eq!(block_segments(&bytes, &layout.heap), Some(4));
+        assert_eq!(block_segments(&free, &layout.heap), Some(4));
+        assert_eq!(block_segments(&block(0, true, &[]), &layout.heap), None);
+        assert_eq!(block_segments(&bytes[..4], &layout.heap), None);
         assert_eq!(
             parse_block(&free, at, &heap, &layout.heap, &layout.blob, |_| true),
             Err(BlockError::Free)

@@ -193,6 +193,7 @@ impl Manager {
             ("unwind_java_frames", u.java_frames),
             ("unwind_jvms_attached", u.jvms_attached),
             ("unwind_jvms_refused", u.jvms_refused),
+            ("unwind_jvm_blobs_scanned", u.jvm_blobs_scanned),
             ("process_memory_reads", r.reads),
             ("process_memory_cache_hits", r.cache_hits),
             ("process_memory_failures", r.failures),

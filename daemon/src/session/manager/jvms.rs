@@ -69,6 +69,30 @@ impl Manager {
             .collect()
     }
 
+    /// Reads the whole code cache of the JVM targets whose stacks `spec`'s session unwinds
+    /// from copies (dwarf, or a frame-pointer session's Java copies), before its first
+    /// sample: code compiled before the session then names its samples from the first.
+    pub(super) fn scan_jvm_targets(&mut self, spec: &SessionSpec) {
+        if !self.config.java_frames || spec.system_wide {
+            return;
+        }
+        let pids: Vec<u32> = match spec.call_graph {
+            CallGraph::Dwarf { .. } => spec
+                .pids
+                .iter()
+                .copied()
+                .filter(|&pid| self.maps_libjvm(pid))
+                .collect(),
+            CallGraph::FramePointers => spec.java_copies.clone(),
+            CallGraph::None => Vec::new(),
+        };
+        for pid in pids {
+            if let Some(process) = self.processes.get(pid) {
+                self.unwinder.scan_jvm(process, &mut self.process_memory);
+            }
+        }
+    }
+
     /// Finds HotSpot targets of running sessions, and asks those whose samples in code no map
     /// explains pile up for a new perf map.
     pub(super) fn tick_jvms(&mut self, now_ns: u64) {

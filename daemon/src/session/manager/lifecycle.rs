@@ -49,6 +49,7 @@ impl Manager {
             );
             spec.java_copies.clear();
         }
+        self.scan_jvm_targets(&spec);
         self.routes
             .acquire(self.sampler.as_mut(), &spec)
             .map_err(|e| {
