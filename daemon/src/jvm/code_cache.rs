@@ -65,6 +65,9 @@ const LINE_TABLE_FIRST_READ: u64 = 256;
 /// Most segment map bytes read per step of a walk.
 const SEGMAP_WINDOW: u64 = 512;
 
+/// Most nmethods [`CodeCache::confirm_used`] reads again at once.
+pub const MAX_CONFIRMED: usize = 256;
+
 /// Most blocks one scan of the code heaps reads ([`CodeCache::scan`]): a large application's
 /// code cache holds tens of thousands of blobs.
 pub const MAX_SCANNED_BLOCKS: usize = MAX_CACHED_BLOBS;
@@ -195,11 +198,16 @@ pub struct CodeCache {
     blobs: BTreeMap<u64, SeenBlob>,
     /// (blob start, compile id) -> the nmethod as reports show it.
     compiled: HashMap<(u64, i64), Option<Arc<CompiledCode>>>,
+    /// A stub's name pointer -> its name (static strings of libjvm's).
+    stub_names: HashMap<u64, Option<Arc<str>>>,
     /// `Method*` -> (the method, when it was read); `None` for one that could not be read.
     methods: HashMap<u64, (Option<Arc<JavaMethod>>, u64)>,
     /// How this JVM compresses scopes and line tables; `None` when its version is unknown,
     /// and then neither is read.
     coding: Option<Unsigned5>,
+    /// The nmethods stacks went through since [`CodeCache::confirm_used`] last ran (blob
+    /// starts), at most [`MAX_CONFIRMED`].
+    used: std::collections::HashSet<u64>,
     counters: CodeCacheCounters,
 }
 
@@ -250,6 +258,8 @@ impl CodeCache {
             .map(|v| Unsigned5::for_jdk(v as u32));
         let mut cache = CodeCache {
             coding,
+            used: std::collections::HashSet::new(),
+            stub_names: HashMap::new(),
             layout,
             bounds: low..high,
             heaps: Vec::new(),
@@ -343,6 +353,12 @@ impl CodeCache {
         // that it was there after the sample; a stub's header read once serves to unwind (the
         // JVM keeps its stubs, adapters and interpreter for its life).
         if let Some(seen) = cached
+            && seen.blob.method != 0
+            && self.used.len() < MAX_CONFIRMED
+        {
+            self.used.insert(seen.blob.start);
+        }
+        if let Some(seen) = cached
             && (seen.confirmed_ns >= sample_ns || seen.blob.method == 0)
         {
             self.counters.cache_hits += 1;
@@ -351,7 +367,16 @@ impl CodeCache {
                 exact: seen.first_ns <= sample_ns,
             });
         }
-        let Some(blob) = self.read_blob_at(mem, pc, now_ns) else {
+        // A blob known there is confirmed by reading its block again where it was (one read,
+        // not the segment map walk); only a changed header needs the walk.
+        let confirmed = cached
+            .and_then(|seen| self.read_block_of(mem, &seen.blob, pc))
+            .filter(|blob| cached.is_some_and(|seen| seen.blob == *blob));
+        let read = match confirmed {
+            Some(blob) => Some(blob),
+            None => self.read_blob_at(mem, pc, now_ns),
+        };
+        let Some(blob) = read else {
             self.counters.misses += 1;
             return None;
         };
@@ -502,6 +527,22 @@ impl CodeCache {
         Some(points)
     }
 
+    /// The name of a stub blob (its `CodeBlob::_name`), read once: stubs are named by static
+    /// strings of libjvm's.
+    pub fn stub_name(&mut self, mem: &mut dyn Memory, name: u64) -> Option<Arc<str>> {
+        if let Some(known) = self.stub_names.get(&name) {
+            return known.clone();
+        }
+        let read: Option<Arc<str>> = read_c_string(mem, name, 128)
+            .filter(|n| !n.is_empty())
+            .map(Into::into);
+        if self.stub_names.len() >= MAX_CACHED_METHODS {
+            self.stub_names.clear();
+        }
+        self.stub_names.insert(name, read.clone());
+        read
+    }
+
     /// The method a `Method*` of this JVM names (from an interpreted frame's method slot).
     pub fn method(
         &mut self,
@@ -595,21 +636,7 @@ impl CodeCache {
                 let Some(segments) = code_heap::block_segments(&bytes, &heap_layout) else {
                     break;
                 };
-                let names = &mut self.nmethod_names;
-                let mut name_of = |name: u64| -> bool {
-                    *names.entry(name).or_insert_with(|| {
-                        read_c_string(mem, name, 64)
-                            .is_some_and(|n| n == "nmethod" || n == "native nmethod")
-                    })
-                };
-                match code_heap::parse_block(
-                    &bytes,
-                    block,
-                    &heap,
-                    &heap_layout,
-                    &blob_layout,
-                    &mut name_of,
-                ) {
+                match self.parse_block_at(mem, &heap, block, &bytes) {
                     Ok(blob) => found.push(blob),
                     Err(BlockError::Free | BlockError::Short) => {}
                     Err(BlockError::Inconsistent) => break,
@@ -628,6 +655,51 @@ impl CodeCache {
         }
         self.counters.scanned += found.len() as u64;
         found.len()
+    }
+
+    /// Reads again, in one go, the blocks of the nmethods that stacks went through since the
+    /// last call, and marks those still there confirmed at `now_ns`. Called as a batch of
+    /// samples begins (every sample of it was taken before `now_ns`), it proves the nmethods
+    /// the batch's stacks go through again were there after their samples with one round
+    /// trip to the process, not one per nmethod. Returns the nmethods confirmed.
+    pub fn confirm_used(&mut self, mem: &mut dyn Memory, now_ns: u64) -> usize {
+        if self.used.is_empty() {
+            return 0;
+        }
+        let known: Vec<Blob> = self
+            .used
+            .drain()
+            .filter_map(|start| self.blobs.get(&start).map(|seen| seen.blob))
+            .collect();
+        let header = self.layout.heap.block_header;
+        let size = (header + self.layout.blob.read_size) as usize;
+        let mut buffers: Vec<Vec<u8>> = known.iter().map(|_| vec![0u8; size]).collect();
+        let mut reads: Vec<(u64, &mut [u8])> = known
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|(blob, buf)| (blob.start.saturating_sub(header), buf.as_mut_slice()))
+            .collect();
+        let filled = mem.read_many(&mut reads);
+        drop(reads);
+        let mut confirmed = 0;
+        for ((blob, bytes), filled) in known.iter().zip(&buffers).zip(filled) {
+            let Some(heap) = self.heaps.iter().find(|h| h.contains(blob.start)).copied() else {
+                continue;
+            };
+            let again = filled
+                .then(|| {
+                    self.parse_block_at(mem, &heap, blob.start - header, bytes)
+                        .ok()
+                })
+                .flatten();
+            if again == Some(*blob)
+                && let Some(seen) = self.blobs.get_mut(&blob.start)
+            {
+                seen.confirmed_ns = seen.confirmed_ns.max(now_ns);
+                confirmed += 1;
+            }
+        }
+        confirmed
     }
 
     /// Keeps `blob`, read at `now_ns`: confirmed if the same header was there, else new; the
@@ -661,6 +733,48 @@ impl CodeCache {
         seen
     }
 
+    /// The blob in the block that held `known`, read again there. The JVM clears a block's
+    /// used flag when it frees it, and compile ids are never reused, so the same header read
+    /// there again is the same blob, still there.
+    fn read_block_of(&mut self, mem: &mut dyn Memory, known: &Blob, pc: u64) -> Option<Blob> {
+        let heap = self.heaps.iter().find(|h| h.contains(pc)).copied()?;
+        let (heap_layout, blob_layout) = (self.layout.heap, self.layout.blob);
+        let block = known.start.checked_sub(heap_layout.block_header)?;
+        let mut bytes = vec![0u8; (heap_layout.block_header + blob_layout.read_size) as usize];
+        if !mem.read(block, &mut bytes) {
+            return None;
+        }
+        self.parse_block_at(mem, &heap, block, &bytes)
+            .ok()
+            .filter(|blob| blob.contains(pc))
+    }
+
+    /// The blob in the block at `block` of `heap`, from `bytes` read there; nmethods told
+    /// from other blobs by their name, read once per name.
+    fn parse_block_at(
+        &mut self,
+        mem: &mut dyn Memory,
+        heap: &Heap,
+        block: u64,
+        bytes: &[u8],
+    ) -> Result<Blob, BlockError> {
+        let names = &mut self.nmethod_names;
+        let mut name_of = |name: u64| -> bool {
+            *names.entry(name).or_insert_with(|| {
+                read_c_string(mem, name, 64)
+                    .is_some_and(|n| n == "nmethod" || n == "native nmethod")
+            })
+        };
+        code_heap::parse_block(
+            bytes,
+            block,
+            heap,
+            &self.layout.heap,
+            &self.layout.blob,
+            &mut name_of,
+        )
+    }
+
     fn read_blob_at(&mut self, mem: &mut dyn Memory, pc: u64, now_ns: u64) -> Option<Blob> {
         let mut heap = self.heaps.iter().find(|h| h.contains(pc)).copied();
         if heap.is_none() && now_ns.saturating_sub(self.heaps_read_ns) >= HEAPS_REFRESH_NS {
@@ -691,21 +805,7 @@ impl CodeCache {
         if !mem.read(block, &mut bytes) {
             return None;
         }
-        let names = &mut self.nmethod_names;
-        let mut name_of = |name: u64| -> bool {
-            *names.entry(name).or_insert_with(|| {
-                read_c_string(mem, name, 64)
-                    .is_some_and(|n| n == "nmethod" || n == "native nmethod")
-            })
-        };
-        match code_heap::parse_block(
-            &bytes,
-            block,
-            &heap,
-            &heap_layout,
-            &blob_layout,
-            &mut name_of,
-        ) {
+        match self.parse_block_at(mem, &heap, block, &bytes) {
             Ok(blob) if blob.contains(pc) => Some(blob),
             Ok(_) | Err(BlockError::Free | BlockError::Inconsistent | BlockError::Short) => None,
         }

@@ -27,6 +27,7 @@ pub const MAX_JAVA_CODES: usize = 16_384;
 enum Source {
     Compiled(Arc<CompiledCode>),
     Interpreted(Arc<JavaMethod>),
+    Stub(Arc<str>),
 }
 
 /// A code as interned: what it was made from, its id, and the code the store holds under it.
@@ -75,6 +76,21 @@ impl JavaCodes {
                 ..Code::named(CodeKind::Method, &*method.name, CodeSource::HotSpot)
             };
             (code, Source::Interpreted(method.clone()))
+        })
+    }
+
+    /// The id of the code that names a stub's frames (by its blob's name).
+    pub fn stub(
+        &mut self,
+        store: &CodeStore,
+        pid: u32,
+        owner: u32,
+        name: &Arc<str>,
+    ) -> Option<CodeId> {
+        let key = (pid, Arc::as_ptr(name) as *const u8 as usize);
+        self.code(store, key, owner, || {
+            let code = Code::named(CodeKind::Stub, &**name, CodeSource::HotSpot);
+            (code, Source::Stub(name.clone()))
         })
     }
 

@@ -126,8 +126,13 @@ impl ProcessAccess {
         pid: u32,
         read: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Stalled> {
-        let uid = sys::read_status(pid).map_or(u32::MAX, |s| s.uids.real);
-        self.run_as(uid, read)
+        self.run_as(Self::uid_of(pid), read)
+    }
+
+    /// The user whose thread reads of `pid` run on: its real uid, or `u32::MAX` (a thread
+    /// shared by such processes) when it cannot be read.
+    pub fn uid_of(pid: u32) -> u32 {
+        sys::read_status(pid).map_or(u32::MAX, |s| s.uids.real)
     }
 
     /// [`ProcessAccess::run`] for a read of a process of user `uid`.

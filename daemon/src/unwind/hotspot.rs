@@ -42,6 +42,9 @@ pub(super) struct Caller {
     pub interpreted: Option<(u64, u64)>,
     /// For a compiled frame: its blob, and whether it held the pc at the sample's time.
     pub compiled: Option<BlobAt>,
+    /// For a stub's frame (the call stub, adapters, runtime stubs: blobs the JVM keeps for its
+    /// life): where its name is, when its blob was read before the sample.
+    pub stub: Option<u64>,
 }
 
 /// A Java frame of an unwound stack, named by the JVM's own structures.
@@ -68,6 +71,8 @@ pub enum JavaName {
     },
     /// A compiled frame whose nmethod held its pc at the sample's time.
     Compiled(Arc<CompiledCode>),
+    /// A stub's frame, by its blob's name (`StubRoutines (1)`, the call stub).
+    Stub(Arc<str>),
 }
 
 /// The live memory of one process, for [`CodeCache`]'s reads.
@@ -79,6 +84,10 @@ pub(super) struct LiveMemory<'a> {
 impl Memory for LiveMemory<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
         self.code.read(self.pid, addr, buf)
+    }
+
+    fn read_many(&mut self, reads: &mut [(u64, &mut [u8])]) -> Vec<bool> {
+        self.code.read_many(self.pid, reads)
     }
 }
 
@@ -110,6 +119,7 @@ pub(super) fn caller(
                 bp: read(bp)?,
                 interpreted: None,
                 compiled: None,
+                stub: None,
             })
         };
     let step = if cache.in_interpreter(lookup) {
@@ -128,13 +138,18 @@ pub(super) fn caller(
             })
         })
     } else if !leaf && pc == cache.call_stub_return() {
-        frame_pointer_frame(&mut read)
+        let stub = cache
+            .blob_at(mem, lookup, sample_ns, now_ns)
+            .filter(|at| at.exact)
+            .map(|at| at.blob.name);
+        frame_pointer_frame(&mut read).map(|c| Caller { stub, ..c })
     } else {
         let Some(at) = cache.blob_at(mem, lookup, sample_ns, now_ns) else {
             return Some(Err(StackEnd::BadAddress));
         };
         let blob = at.blob;
         let compiled = (blob.method != 0).then_some(at);
+        let stub = (blob.method == 0 && at.exact).then_some(blob.name);
         if blob.frame_words == 0 || (leaf && pc < blob.frame_complete) {
             if leaf {
                 read(sp).map(|ra| Caller {
@@ -143,9 +158,10 @@ pub(super) fn caller(
                     bp,
                     interpreted: None,
                     compiled,
+                    stub,
                 })
             } else {
-                frame_pointer_frame(&mut read)
+                frame_pointer_frame(&mut read).map(|c| Caller { stub, ..c })
             }
         } else {
             let caller_sp = sp
@@ -158,6 +174,7 @@ pub(super) fn caller(
                     bp: read(caller_sp - 16)?,
                     interpreted: None,
                     compiled,
+                    stub,
                 })
             })
         }

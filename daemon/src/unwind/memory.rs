@@ -11,10 +11,22 @@ pub trait ReadCode {
     /// Fills `buf` with the bytes at `addr` in process `pid`; false if they cannot all be read
     /// (unmapped, process gone).
     fn read(&mut self, pid: u32, addr: u64, buf: &mut [u8]) -> bool;
+
+    /// Several reads of process `pid` at once, each as [`ReadCode::read`], uncached: whether
+    /// each filled its buffer.
+    fn read_many(&mut self, pid: u32, reads: &mut [(u64, &mut [u8])]) -> Vec<bool> {
+        reads
+            .iter_mut()
+            .map(|(addr, buf)| self.read(pid, *addr, buf))
+            .collect()
+    }
 }
 
 /// Most answers [`ProcessMemory`] keeps; the cache is emptied when it fills up.
 pub const MAX_CACHED_READS: usize = 1 << 16;
+
+/// Longest a process's real uid is believed without reading it again.
+pub const UID_TTL_NS: u64 = 1_000_000_000;
 
 /// Longest read [`ProcessMemory`] caches: enough for the trampoline rule.
 pub const MAX_CACHED_READ_BYTES: usize = 16;
@@ -46,6 +58,14 @@ pub struct ProcessMemory {
     counters: MemoryCounters,
     /// `process_vm_readv` waits on the process's memory lock, which it may hold for good.
     access: Arc<ProcessAccess>,
+    /// The real uid of processes read, with when it was read: it picks the thread their reads
+    /// run on ([`ProcessAccess::run_as`]). Reading `/proc/PID/status` for every read cost more
+    /// than the read itself (a sixth of the daemon's CPU unwinding Java stacks). A real uid
+    /// changes only by privileged code (`setuid` with `CAP_SETUID`), which makes the process
+    /// undumpable until it execs, so its new user controls it only from its exec: an exec or
+    /// exit forgets the uid ([`ProcessMemory::forget`]), and it is read again after
+    /// [`UID_TTL_NS`] in any case.
+    uids: HashMap<u32, (u32, u64), foldhash::fast::RandomState>,
 }
 
 impl ProcessMemory {
@@ -65,6 +85,23 @@ impl ProcessMemory {
     /// Drops what is cached about `pid`.
     pub fn forget(&mut self, pid: u32) {
         self.cache.retain(|&(p, _, _), _| p != pid);
+        self.uids.remove(&pid);
+    }
+
+    /// The real uid of `pid`, as last read if that was less than [`UID_TTL_NS`] ago.
+    fn uid_of(&mut self, pid: u32) -> u32 {
+        let now = sys::monotonic_ns();
+        match self.uids.get(&pid) {
+            Some(&(uid, read_ns)) if now.saturating_sub(read_ns) < UID_TTL_NS => uid,
+            _ => {
+                if self.uids.len() >= MAX_CACHED_READS {
+                    self.uids.clear();
+                }
+                let uid = ProcessAccess::uid_of(pid);
+                self.uids.insert(pid, (uid, now));
+                uid
+            }
+        }
     }
 
     /// Drops everything cached.
@@ -80,7 +117,8 @@ impl ProcessMemory {
     fn read_uncached(&mut self, pid: u32, addr: u64, buf: &mut [u8]) -> bool {
         self.counters.reads += 1;
         let len = buf.len();
-        let read = self.access.run(pid, move || {
+        let uid = self.uid_of(pid);
+        let read = self.access.run_as(uid, move || {
             let mut bytes = vec![0; len];
             let read = sys::read_process_memory(pid, addr, &mut bytes);
             read.is_ok_and(|n| n == len).then_some(bytes)
@@ -104,6 +142,43 @@ impl ProcessMemory {
 }
 
 impl ReadCode for ProcessMemory {
+    /// One round trip to the thread that reads as the process's user, whatever the number
+    /// of reads.
+    fn read_many(&mut self, pid: u32, reads: &mut [(u64, &mut [u8])]) -> Vec<bool> {
+        self.counters.reads += reads.len() as u64;
+        let wanted: Vec<(u64, usize)> = reads.iter().map(|(a, b)| (*a, b.len())).collect();
+        let uid = self.uid_of(pid);
+        let answers = self.access.run_as(uid, move || {
+            wanted
+                .into_iter()
+                .map(|(addr, len)| {
+                    let mut bytes = vec![0; len];
+                    let read = sys::read_process_memory(pid, addr, &mut bytes);
+                    read.is_ok_and(|n| n == len).then_some(bytes)
+                })
+                .collect::<Vec<_>>()
+        });
+        let stalled = answers.is_err();
+        let answers = answers.unwrap_or_default();
+        let filled: Vec<bool> = reads
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (_, buf))| match answers.get(i) {
+                Some(Some(bytes)) => {
+                    buf.copy_from_slice(bytes);
+                    true
+                }
+                _ => false,
+            })
+            .collect();
+        let failed = filled.iter().filter(|ok| !**ok).count() as u64;
+        self.counters.failures += failed;
+        if stalled {
+            self.counters.stalled += failed;
+        }
+        filled
+    }
+
     fn read(&mut self, pid: u32, addr: u64, buf: &mut [u8]) -> bool {
         if buf.len() > MAX_CACHED_READ_BYTES {
             return self.read_uncached(pid, addr, buf);

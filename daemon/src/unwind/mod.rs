@@ -115,6 +115,8 @@ pub struct UnwindCounters {
     pub jvms_refused: u64,
     /// Blobs read by scans of JVMs' whole code caches as sessions started.
     pub jvm_blobs_scanned: u64,
+    /// nmethods confirmed still there as batches began, their blocks read again together.
+    pub jvm_blobs_confirmed: u64,
 }
 
 impl UnwindCounters {
@@ -248,6 +250,19 @@ impl Unwinder {
         );
         self.counters.frames += out.len() as u64;
         end
+    }
+
+    /// A batch of samples begins: the nmethods the last batch's stacks went through are read
+    /// again, one round trip per JVM ([`CodeCache::confirm_used`]), so that this batch's
+    /// samples in them are known to have run in them.
+    pub fn begin_batch(&mut self, code: &mut dyn ReadCode) {
+        let now_ns = crate::sys::monotonic_ns();
+        for (&pid, jvm) in &mut self.jvms {
+            if let Jvm::Following(cache, _) = jvm {
+                let mut mem = hotspot::LiveMemory { code, pid };
+                self.counters.jvm_blobs_confirmed += cache.confirm_used(&mut mem, now_ns) as u64;
+            }
+        }
     }
 
     /// Reads the code cache of `process`, a JVM about to be sampled, whole (attaching to it
@@ -506,6 +521,9 @@ fn walk(
                 })) if at.exact => jvm
                     .compiled(&mut mem, &at.blob, now_ns)
                     .map(JavaName::Compiled),
+                Some(Ok(hotspot::Caller {
+                    stub: Some(name), ..
+                })) => jvm.stub_name(&mut mem, name).map(JavaName::Stub),
                 _ => None,
             };
             if let Some(name) = name {

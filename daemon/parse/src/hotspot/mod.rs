@@ -66,11 +66,25 @@ pub trait Memory {
         let mut b = [0u8; 8];
         self.read(addr, &mut b).then(|| u64::from_le_bytes(b))
     }
+
+    /// Several reads at once, each as [`Memory::read`]: whether each filled its buffer. One
+    /// at a time unless the memory can do better (the daemon's: one round trip to the thread
+    /// that reads the process, instead of one per read).
+    fn read_many(&mut self, reads: &mut [(u64, &mut [u8])]) -> Vec<bool> {
+        reads
+            .iter_mut()
+            .map(|(addr, buf)| self.read(*addr, buf))
+            .collect()
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &mut M {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
         (**self).read(addr, buf)
+    }
+
+    fn read_many(&mut self, reads: &mut [(u64, &mut [u8])]) -> Vec<bool> {
+        (**self).read_many(reads)
     }
 }
 

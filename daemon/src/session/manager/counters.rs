@@ -194,6 +194,7 @@ impl Manager {
             ("unwind_jvms_attached", u.jvms_attached),
             ("unwind_jvms_refused", u.jvms_refused),
             ("unwind_jvm_blobs_scanned", u.jvm_blobs_scanned),
+            ("unwind_jvm_blobs_confirmed", u.jvm_blobs_confirmed),
             ("process_memory_reads", r.reads),
             ("process_memory_cache_hits", r.cache_hits),
             ("process_memory_failures", r.failures),

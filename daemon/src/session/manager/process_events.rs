@@ -31,6 +31,8 @@ impl Manager {
     pub(super) fn exec(&mut self, event: &Event) {
         self.counters.exec_events += 1;
         let pid = event.tgid;
+        // Another program: its code and its user are read again.
+        self.process_memory.forget(pid);
         // Sessions that sample the process at the exec's time: stopping ones too, since a
         // program that exits at once can be seen to exit (and its session to stop) before its
         // exec is read from the ring.
@@ -233,6 +235,7 @@ impl Manager {
         self.counters.exit_events += 1;
         let (pid, at) = (event.tgid, event.timestamp_ns);
         self.thread_renames.forget(pid);
+        self.process_memory.forget(pid);
         let concerned = self.holders(pid, at);
         if concerned.is_empty() {
             // A process a system-wide session saw, or a target released already.

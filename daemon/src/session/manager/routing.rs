@@ -8,6 +8,7 @@ use crate::unwind::JavaName;
 impl Manager {
     pub(super) fn ingest(&mut self, batch: Batch) {
         self.counters.batches += 1;
+        self.unwinder.begin_batch(&mut self.process_memory);
         self.counters.events += batch.events.len() as u64;
         self.counters.malformed_events += batch.malformed;
         // Sessions whose duration elapsed stop first: a batch's samples past the end of a
@@ -400,6 +401,7 @@ impl Manager {
                     self.java_codes.compiled(store, pid, java.owner, compiled),
                     frame.lookup.saturating_sub(compiled.code_begin),
                 ),
+                JavaName::Stub(name) => (self.java_codes.stub(store, pid, java.owner, name), 0),
             };
             let Some(code) = code else {
                 self.counters.java_frames_refused += 1;
