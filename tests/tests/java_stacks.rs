@@ -15,6 +15,7 @@ use vmscope_tests::{
     pprof_top_rows, shared_tempdir,
     stacks::{record_stacks, start_stacks_session},
     stop_and_profile,
+    tree_text::run_report,
 };
 
 /// What the stacks whose leaf is `Callers.hot` say.
@@ -190,16 +191,17 @@ async fn java_stacks_without_flags_reach_main_through_their_callers_70_30_dwarf(
     let (daemon, session, _) = callers_stacks_are_whole(CallGraph::Dwarf).await;
     let dir = shared_tempdir();
     let pprof = dir.path().join("callers.pb.gz");
-    let out = daemon
-        .cli()
-        .args(["report", &session.to_string(), "--format", "pprof", "-o"])
-        .arg(&pprof)
-        .output()
-        .expect("run vmscope report");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let path = pprof.to_str().expect("a UTF-8 path");
+    run_report(
+        daemon.cli(),
+        &[
+            "report",
+            &session.to_string(),
+            "--format",
+            "pprof",
+            "-o",
+            path,
+        ],
     );
     let top = go_pprof(
         &["-top", "-cum", "-sample_index=samples", "-nodefraction=0"],

@@ -370,8 +370,8 @@ impl CodeCache {
         // A blob known there is confirmed by reading its block again where it was (one read,
         // not the segment map walk); only a changed header needs the walk.
         let confirmed = cached
-            .and_then(|seen| self.read_block_of(mem, &seen.blob, pc))
-            .filter(|blob| cached.is_some_and(|seen| seen.blob == *blob));
+            .map(|seen| seen.blob)
+            .filter(|known| self.reread(mem, known));
         let read = match confirmed {
             Some(blob) => Some(blob),
             None => self.read_blob_at(mem, pc, now_ns),
@@ -683,16 +683,8 @@ impl CodeCache {
         drop(reads);
         let mut confirmed = 0;
         for ((blob, bytes), filled) in known.iter().zip(&buffers).zip(filled) {
-            let Some(heap) = self.heaps.iter().find(|h| h.contains(blob.start)).copied() else {
-                continue;
-            };
-            let again = filled
-                .then(|| {
-                    self.parse_block_at(mem, &heap, blob.start - header, bytes)
-                        .ok()
-                })
-                .flatten();
-            if again == Some(*blob)
+            if filled
+                && self.still_there(mem, blob, bytes)
                 && let Some(seen) = self.blobs.get_mut(&blob.start)
             {
                 seen.confirmed_ns = seen.confirmed_ns.max(now_ns);
@@ -733,20 +725,23 @@ impl CodeCache {
         seen
     }
 
-    /// The blob in the block that held `known`, read again there. The JVM clears a block's
-    /// used flag when it frees it, and compile ids are never reused, so the same header read
-    /// there again is the same blob, still there.
-    fn read_block_of(&mut self, mem: &mut dyn Memory, known: &Blob, pc: u64) -> Option<Blob> {
-        let heap = self.heaps.iter().find(|h| h.contains(pc)).copied()?;
-        let (heap_layout, blob_layout) = (self.layout.heap, self.layout.blob);
-        let block = known.start.checked_sub(heap_layout.block_header)?;
-        let mut bytes = vec![0u8; (heap_layout.block_header + blob_layout.read_size) as usize];
-        if !mem.read(block, &mut bytes) {
-            return None;
-        }
-        self.parse_block_at(mem, &heap, block, &bytes)
-            .ok()
-            .filter(|blob| blob.contains(pc))
+    /// Whether `known` is still there: its block read again (one read, not the segment map
+    /// walk). The JVM clears a block's used flag when it frees it, and compile ids are never
+    /// reused, so the same header read there again is the same blob, still there.
+    fn reread(&mut self, mem: &mut dyn Memory, known: &Blob) -> bool {
+        let header = self.layout.heap.block_header;
+        let mut bytes = vec![0u8; (header + self.layout.blob.read_size) as usize];
+        mem.read(known.start.saturating_sub(header), &mut bytes)
+            && self.still_there(mem, known, &bytes)
+    }
+
+    /// Whether `bytes`, read at the block of `known`, hold `known` still.
+    fn still_there(&mut self, mem: &mut dyn Memory, known: &Blob, bytes: &[u8]) -> bool {
+        let Some(heap) = self.heaps.iter().find(|h| h.contains(known.start)).copied() else {
+            return false;
+        };
+        let block = known.start.saturating_sub(self.layout.heap.block_header);
+        self.parse_block_at(mem, &heap, block, bytes).ok() == Some(*known)
     }
 
     /// The blob in the block at `block` of `heap`, from `bytes` read there; nmethods told

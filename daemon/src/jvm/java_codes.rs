@@ -1,5 +1,5 @@
-//! The codes that HotSpot's frames are named by, interned once per nmethod or interpreted
-//! method.
+//! The codes that HotSpot's frames are named by, interned once per nmethod, interpreted
+//! method or stub.
 //!
 //! An nmethod's code carries its whole pc map (hundreds of points for a large method): hashing
 //! it into the code store for each frame of each sample would cost more than the unwinding,
@@ -20,99 +20,85 @@ use vmscope_model::CodeKind;
 /// Most nmethods whose codes are kept; the cache starts afresh when it fills up.
 pub const MAX_JAVA_CODES: usize = 16_384;
 
-/// What a code was made from, kept alive while it is a key (so that its address is not
-/// another's): an nmethod as the unwinder read it, or an interpreted method.
-#[derive(Debug)]
-#[expect(dead_code, reason = "held alive as the key's owner, never read")]
-enum Source {
+/// What names a Java frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JavaName {
+    /// An interpreted frame.
+    Interpreted {
+        /// The method being interpreted.
+        method: Arc<JavaMethod>,
+        /// The bytecode index its frame last saved (for the leaf frame, the one of the last
+        /// call or safepoint: the interpreter keeps the current one in a register).
+        bci: Option<u32>,
+    },
+    /// A compiled frame whose nmethod held its pc at the sample's time.
     Compiled(Arc<CompiledCode>),
-    Interpreted(Arc<JavaMethod>),
+    /// A stub's frame, by its blob's name (`StubRoutines (1)`, the call stub).
     Stub(Arc<str>),
 }
 
-/// A code as interned: what it was made from, its id, and the code the store holds under it.
-type Interned = (Source, CodeId, Arc<Code>);
+impl JavaName {
+    /// The address of what the name was made from: one code per nmethod, interpreted method
+    /// or stub name, whatever the bci.
+    fn address(&self) -> usize {
+        match self {
+            JavaName::Interpreted { method, .. } => Arc::as_ptr(method) as usize,
+            JavaName::Compiled(compiled) => Arc::as_ptr(compiled) as usize,
+            JavaName::Stub(name) => Arc::as_ptr(name) as *const u8 as usize,
+        }
+    }
 
-/// Interned codes of nmethods, by process and nmethod.
+    /// The code that names its frames: an nmethod's with its pc map (inlined methods and
+    /// lines); an interpreted method's, whose offsets are bytecode indices cut into ranges by
+    /// its line number table (`5->12 Callers.java:20`); a stub's, by name.
+    fn code(&self) -> Code {
+        match self {
+            JavaName::Compiled(compiled) => Code {
+                pc_map: compiled.pc_map.clone(),
+                ..Code::named(CodeKind::Method, &*compiled.name, CodeSource::HotSpot)
+            },
+            JavaName::Interpreted { method, .. } => Code {
+                pc_map: interpreted_pc_map(method),
+                ..Code::named(CodeKind::Method, &*method.name, CodeSource::HotSpot)
+            },
+            JavaName::Stub(name) => Code::named(CodeKind::Stub, &**name, CodeSource::HotSpot),
+        }
+    }
+}
+
+/// A code as interned: the name it was made from (kept alive while it is a key, so that its
+/// address is not another's), its id, and the code the store holds under it.
+type Interned = (JavaName, CodeId, Arc<Code>);
+
+/// Interned codes of Java frames, by process and what named them.
 #[derive(Debug, Default)]
 pub struct JavaCodes {
-    /// (pid, the address of what the code was made from) -> its id and code.
+    /// (pid, [`JavaName::address`]) -> its id and code.
     codes: HashMap<(u32, usize), Interned>,
 }
 
 impl JavaCodes {
-    /// The id of `compiled`'s code in `store`, interned for `owner` when it is not held.
-    pub fn compiled(
+    /// The id in `store` of the code that names frames named `name`, interned for `owner`
+    /// when it is not held.
+    pub fn code(
         &mut self,
         store: &CodeStore,
         pid: u32,
         owner: u32,
-        compiled: &Arc<CompiledCode>,
+        name: &JavaName,
     ) -> Option<CodeId> {
-        let key = (pid, Arc::as_ptr(compiled) as usize);
-        self.code(store, key, owner, || {
-            let code = Code {
-                pc_map: compiled.pc_map.clone(),
-                ..Code::named(CodeKind::Method, &*compiled.name, CodeSource::HotSpot)
-            };
-            (code, Source::Compiled(compiled.clone()))
-        })
-    }
-
-    /// The id of the code that names the interpreted frames of `method`: its offsets are
-    /// bytecode indices, cut into ranges by its line number table (`5->12 Callers.java:20`)
-    /// where it has one.
-    pub fn interpreted(
-        &mut self,
-        store: &CodeStore,
-        pid: u32,
-        owner: u32,
-        method: &Arc<JavaMethod>,
-    ) -> Option<CodeId> {
-        let key = (pid, Arc::as_ptr(method) as usize);
-        self.code(store, key, owner, || {
-            let code = Code {
-                pc_map: interpreted_pc_map(method),
-                ..Code::named(CodeKind::Method, &*method.name, CodeSource::HotSpot)
-            };
-            (code, Source::Interpreted(method.clone()))
-        })
-    }
-
-    /// The id of the code that names a stub's frames (by its blob's name).
-    pub fn stub(
-        &mut self,
-        store: &CodeStore,
-        pid: u32,
-        owner: u32,
-        name: &Arc<str>,
-    ) -> Option<CodeId> {
-        let key = (pid, Arc::as_ptr(name) as *const u8 as usize);
-        self.code(store, key, owner, || {
-            let code = Code::named(CodeKind::Stub, &**name, CodeSource::HotSpot);
-            (code, Source::Stub(name.clone()))
-        })
-    }
-
-    fn code(
-        &mut self,
-        store: &CodeStore,
-        key: (u32, usize),
-        owner: u32,
-        make: impl FnOnce() -> (Code, Source),
-    ) -> Option<CodeId> {
+        let key = (pid, name.address());
         if let Some((_, id, code)) = self.codes.get(&key)
             && store.get(*id).is_some_and(|held| Arc::ptr_eq(&held, code))
         {
             return Some(*id);
         }
-        let (code, source) = make();
-        let id = store.intern(code, owner).ok()?;
+        let id = store.intern(name.code(), owner).ok()?;
         let held = store.get(id)?;
         if self.codes.len() >= MAX_JAVA_CODES {
             self.codes.clear();
         }
-        self.codes.insert(key, (source, id, held));
+        self.codes.insert(key, (name.clone(), id, held));
         Some(id)
     }
 
@@ -167,9 +153,13 @@ mod tests {
         });
         let store = CodeStore::new();
         let mut codes = JavaCodes::default();
-        let id = codes.interpreted(&store, 1, 0, &method).unwrap();
+        let name = |method: &Arc<JavaMethod>, bci| JavaName::Interpreted {
+            method: method.clone(),
+            bci,
+        };
+        let id = codes.code(&store, 1, 0, &name(&method, Some(3))).unwrap();
         assert_eq!(
-            codes.interpreted(&store, 1, 0, &method),
+            codes.code(&store, 1, 0, &name(&method, Some(9))),
             Some(id),
             "interned once"
         );
@@ -182,7 +172,7 @@ mod tests {
             lines: None,
             ..(*method).clone()
         });
-        let id = codes.interpreted(&store, 1, 0, &bare).unwrap();
+        let id = codes.code(&store, 1, 0, &name(&bare, None)).unwrap();
         assert_eq!(
             store.get(id).unwrap().range_label(5),
             None,

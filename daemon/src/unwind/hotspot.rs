@@ -22,12 +22,11 @@
 //! Every step reads only the stack copy the sample carries; the blob headers come from the
 //! live process through [`CodeCache::blob_at`], within milliseconds of the sample.
 
-use std::sync::Arc;
-
 use vmscope_parse::hotspot::Memory;
 
 use super::{ReadCode, StackEnd};
-use crate::jvm::code_cache::{BlobAt, CodeCache, CompiledCode, JavaMethod};
+use crate::jvm::code_cache::{BlobAt, CodeCache};
+pub use crate::jvm::java_codes::JavaName;
 
 /// A frame's caller, as the JVM's frame layout gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,23 +55,6 @@ pub struct JavaFrame {
     pub owner: u32,
     /// What it is.
     pub name: JavaName,
-}
-
-/// What names a Java frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JavaName {
-    /// An interpreted frame.
-    Interpreted {
-        /// The method being interpreted.
-        method: Arc<JavaMethod>,
-        /// The bytecode index its frame last saved (for the leaf frame, the one of the last
-        /// call or safepoint: the interpreter keeps the current one in a register).
-        bci: Option<u32>,
-    },
-    /// A compiled frame whose nmethod held its pc at the sample's time.
-    Compiled(Arc<CompiledCode>),
-    /// A stub's frame, by its blob's name (`StubRoutines (1)`, the call stub).
-    Stub(Arc<str>),
 }
 
 /// The live memory of one process, for [`CodeCache`]'s reads.

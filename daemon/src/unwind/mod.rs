@@ -219,15 +219,9 @@ impl Unwinder {
             self.processes.insert(process.pid, built);
         }
         let now_ns = crate::sys::monotonic_ns();
-        let retry = self.follow_java
-            && match self.jvms.get(&process.pid) {
-                None => !current,
-                Some(Jvm::Following(..)) => false,
-                Some(&Jvm::Refused { tries, at_ns }) => {
-                    tries < JVM_TRIES && now_ns.saturating_sub(at_ns) >= JVM_RETRY_NS
-                }
-            };
-        if retry {
+        // A process not known as a JVM is looked at as its unwinder is built (its mappings
+        // read anew).
+        if self.follow_java && self.attach_due(process.pid, !current, now_ns) {
             self.attach_jvm(process, code, now_ns);
         }
         let unwinder = &self.processes[&process.pid];
@@ -275,14 +269,7 @@ impl Unwinder {
             return 0;
         }
         let now_ns = crate::sys::monotonic_ns();
-        let attach = match self.jvms.get(&process.pid) {
-            None => true,
-            Some(Jvm::Following(..)) => false,
-            Some(&Jvm::Refused { tries, at_ns }) => {
-                tries < JVM_TRIES && now_ns.saturating_sub(at_ns) >= JVM_RETRY_NS
-            }
-        };
-        if attach {
+        if self.attach_due(process.pid, true, now_ns) {
             self.attach_jvm(process, code, now_ns);
         }
         let Some(Jvm::Following(cache, _)) = self.jvms.get_mut(&process.pid) else {
@@ -302,6 +289,18 @@ impl Unwinder {
     /// its frames are placed). Once per stack, however often it was unwound.
     pub fn count_end(&mut self, end: StackEnd) {
         self.counters.stacks[end.index()] += 1;
+    }
+
+    /// Whether to try following `pid`'s code cache now: a process never tried when `unknown`
+    /// says so, a refused JVM [`JVM_RETRY_NS`] after its last try while it has tries left.
+    fn attach_due(&self, pid: u32, unknown: bool, now_ns: u64) -> bool {
+        match self.jvms.get(&pid) {
+            None => unknown,
+            Some(Jvm::Following(..)) => false,
+            Some(&Jvm::Refused { tries, at_ns }) => {
+                tries < JVM_TRIES && now_ns.saturating_sub(at_ns) >= JVM_RETRY_NS
+            }
+        }
     }
 
     /// Follows the code cache of `process` if it maps `libjvm.so`. A JVM whose tables cannot

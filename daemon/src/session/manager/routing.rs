@@ -391,18 +391,14 @@ impl Manager {
             if unwound.get(java.index) != Some(&frame.address) {
                 continue;
             }
-            let store = self.codemaps.store();
-            let (code, offset) = match &java.name {
-                JavaName::Interpreted { method, bci } => (
-                    self.java_codes.interpreted(store, pid, java.owner, method),
-                    bci.map_or(0, u64::from),
-                ),
-                JavaName::Compiled(compiled) => (
-                    self.java_codes.compiled(store, pid, java.owner, compiled),
-                    frame.lookup.saturating_sub(compiled.code_begin),
-                ),
-                JavaName::Stub(name) => (self.java_codes.stub(store, pid, java.owner, name), 0),
+            let offset = match &java.name {
+                JavaName::Interpreted { bci, .. } => bci.map_or(0, u64::from),
+                JavaName::Compiled(compiled) => frame.lookup.saturating_sub(compiled.code_begin),
+                JavaName::Stub(_) => 0,
             };
+            let code = self
+                .java_codes
+                .code(self.codemaps.store(), pid, java.owner, &java.name);
             let Some(code) = code else {
                 self.counters.java_frames_refused += 1;
                 continue;
