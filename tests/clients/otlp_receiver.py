@@ -52,6 +52,14 @@ class Receiver(profiles_service_pb2_grpc.ProfilesServiceServicer):
             return found
 
         resources = []
+        # The window's start (every profile of a window has it): a test knows from it which
+        # windows have arrived.
+        starts = [
+            profile.time_unix_nano
+            for rp in request.resource_profiles
+            for sp in rp.scope_profiles
+            for profile in sp.profiles
+        ]
         for rp in request.resource_profiles:
             resource = {kv.key: any_value(kv.value) for kv in rp.resource.attributes}
             samples = []
@@ -103,7 +111,14 @@ class Receiver(profiles_service_pb2_grpc.ProfilesServiceServicer):
         encoded = request.SerializeToString()
         sizes = {"encoded": len(encoded), "gzipped": len(gzip.compress(encoded))}
         self.out.write(
-            json.dumps({"resources": resources, "zero": zero, "bytes": sizes}) + "\n"
+            json.dumps(
+                {
+                    "resources": resources,
+                    "start": min(starts) if starts else None,
+                    "zero": zero,
+                    "bytes": sizes,
+                }
+            ) + "\n"
         )
         self.out.flush()
         return profiles_service_pb2.ExportProfilesServiceResponse()

@@ -8,7 +8,7 @@
 use std::{
     collections::HashMap,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use serde_json::Value;
@@ -55,28 +55,36 @@ fn a_receiver_gets_each_process_with_its_attributes_split_and_jit_ranges() {
         .expect("run the fixture");
     let pid = program.id();
     program.wait_with_output().expect("the fixture ends");
+    let ended = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     let _ = vm.wait();
-    // The windows of its last second, built and sent.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Every window the fixture ran in, built and sent: the windows come in order, so once one
+    // that started after the fixture ended is here, the others are. How long that takes is
+    // the daemon's pace building windows (an unoptimised one takes longer than a window to
+    // build one while profiling itself); the deadline is only for a daemon that sends none.
+    let deadline = Instant::now() + Duration::from_secs(90);
     let requests = loop {
         let requests = receiver.requests();
-        // Its windows arrived, and then three without it: its last one too.
-        let seen = !samples_of(&requests, pid).1.is_empty();
-        let after = requests
-            .iter()
-            .rev()
-            .take(3)
-            .all(|r| samples_of(std::slice::from_ref(r), pid).1.is_empty());
-        if seen && requests.len() > 3 && after {
+        if requests.iter().any(|r| r["start"].as_u64() > Some(ended)) {
             break requests;
         }
         assert!(
             Instant::now() < deadline,
-            "{} requests received",
-            requests.len()
+            "{} requests received, none of a window after the fixture; its samples in each: {:?}",
+            requests.len(),
+            requests
+                .iter()
+                .map(|r| samples_of(std::slice::from_ref(r), pid).1.len())
+                .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(200));
     };
+    assert!(
+        !samples_of(&requests, pid).1.is_empty(),
+        "no window has the fixture's samples"
+    );
 
     let (resource, samples) = samples_of(&requests, pid);
     let resource = resource.expect("the fixture is a resource");
