@@ -390,7 +390,8 @@ async fn after_a_deoptimisation_no_sample_is_named_by_the_code_it_freed() {
     wait_for("ready");
     // Before the switch, Square.area is inlined into work and named so.
     let pid = child.id();
-    let before = record_stacks(&mut client, pid, CallGraph::Dwarf, 0, 1.0).await;
+    // 2 s: the five tests of this file share two cores, a JVM gets about a third of one.
+    let before = record_stacks(&mut client, pid, CallGraph::Dwarf, 0, 2.0).await;
     writeln!(child.stdin.as_mut().unwrap()).unwrap();
     wait_for("switched");
     let after = record_stacks(&mut client, pid, CallGraph::Dwarf, 0, 2.5).await;
