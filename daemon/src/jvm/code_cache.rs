@@ -256,6 +256,18 @@ impl CodeCache {
             })
             .filter(|v| (8..1000).contains(v))
             .map(|v| Unsigned5::for_jdk(v as u32));
+        // Once per JVM: a JDK whose layout is not known loses inlining and lines, not stacks.
+        if let Err(e) = &layout.scopes {
+            tracing::info!("a JVM's compiled frames go without inlined methods or lines: {e}");
+        }
+        if let Err(e) = &layout.lines {
+            tracing::info!("a JVM's frames go without source lines: {e}");
+        }
+        if coding.is_none() {
+            tracing::info!(
+                "a JVM's version is unreadable: its frames go without inlined methods or lines"
+            );
+        }
         let mut cache = CodeCache {
             coding,
             used: std::collections::HashSet::new(),
@@ -443,27 +455,18 @@ impl CodeCache {
         if !mem.read(blob.start, &mut header) {
             return None;
         }
-        let end = blob.start + blob.size;
-        let offset = |f: FieldAt| {
-            f.get_u64(&header)
-                .and_then(|o| blob.start.checked_add(o))
-                .filter(|&a| a <= end)
-        };
-        let data_begin = layout
-            .scopes_data_begin
-            .get_u64(&header)
-            .filter(|&a| a >= blob.start && a <= end)?;
-        let pcs_begin = offset(layout.scopes_pcs_offset)?;
-        let pcs_end = offset(layout.dependencies_offset)?;
-        let metadata_begin = offset(layout.metadata_offset)?;
-        let mut region = |from: u64, to: u64| -> Option<Vec<u8>> {
-            let len = to.checked_sub(from).filter(|&l| l <= MAX_DEBUG_INFO)?;
+        let regions = layout.regions(&header, blob.start, blob.size)?;
+        let mut region = |range: std::ops::Range<u64>| -> Option<Vec<u8>> {
+            let len = range.end - range.start;
+            if len > MAX_DEBUG_INFO {
+                return None;
+            }
             let mut bytes = vec![0u8; len as usize];
-            mem.read(from, &mut bytes).then_some(bytes)
+            mem.read(range.start, &mut bytes).then_some(bytes)
         };
-        let data = region(data_begin, pcs_begin)?;
-        let pcs = region(pcs_begin, pcs_end)?;
-        let metadata = region(metadata_begin, data_begin)?;
+        let data = region(regions.data)?;
+        let pcs = region(regions.pcs)?;
+        let metadata = region(regions.metadata)?;
         let metadata: Vec<u64> = metadata
             .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().unwrap()))

@@ -147,9 +147,8 @@ pub struct Layout {
     pub frame: InterpreterFrame,
     /// Methods, for naming the interpreted ones.
     pub method: MethodLayout,
-    /// Where an nmethod keeps its debug information, for its inlined methods; or what the
-    /// tables lack for it (JDK 23 and later move it out of the code heap, and their tables
-    /// do not say where the metadata is).
+    /// Where an nmethod keeps its debug information, for its inlined methods and lines; or
+    /// what the tables lack for it (JDK 23 and 24 moved part of it, and are not read).
     pub scopes: Result<ScopesLayout, LayoutError>,
     /// Where methods keep their line number tables and classes their source file's name; or
     /// what the tables lack for them.
@@ -172,21 +171,126 @@ pub struct LinesLayout {
     pub source_file_index: FieldAt,
 }
 
-/// Where an nmethod's scopes, `PcDesc`s and metadata are (JDK 17 to 22: all inside the blob).
+/// Where an nmethod's scopes, `PcDesc`s and metadata are, and how its `PcDesc`s are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScopesLayout {
-    /// `CompiledMethod::_scopes_data_begin`: an address.
-    pub scopes_data_begin: FieldAt,
-    /// `nmethod::_scopes_pcs_offset`: from the blob; the scopes data ends there.
-    pub scopes_pcs_offset: FieldAt,
-    /// `nmethod::_dependencies_offset`: the `PcDesc`s end there.
-    pub dependencies_offset: FieldAt,
-    /// `nmethod::_metadata_offset`: the metadata table, up to the scopes data.
-    pub metadata_offset: FieldAt,
+    /// Which fields say where they are.
+    pub place: ScopesPlace,
     /// The `PcDesc` layout.
     pub pc_desc: super::scopes::PcDescLayout,
     /// Bytes of the nmethod header worth reading for these.
     pub read_size: u64,
+}
+
+/// The fields that place an nmethod's debug information: two generations are known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopesPlace {
+    /// JDK 17 to 22: inside the blob, after its code: the metadata, the scopes data, the
+    /// `PcDesc`s, then the dependencies.
+    InBlob {
+        /// `CompiledMethod::_scopes_data_begin`: an address.
+        scopes_data_begin: FieldAt,
+        /// `nmethod::_scopes_pcs_offset`: from the blob; the scopes data ends there.
+        scopes_pcs_offset: FieldAt,
+        /// `nmethod::_dependencies_offset`: the `PcDesc`s end there.
+        dependencies_offset: FieldAt,
+        /// `nmethod::_metadata_offset`: the metadata table, up to the scopes data.
+        metadata_offset: FieldAt,
+    },
+    /// JDK 25: outside the code heap. The `PcDesc`s and scopes data are in the nmethod's
+    /// immutable data (`[dependencies] [null checks] [handlers] [PcDescs] [scopes] ...`), its
+    /// metadata in its mutable data after the relocations (`nmethod::scopes_pcs_begin`,
+    /// `metadata_begin` and their ends in HotSpot's nmethod.hpp; the serviceability agent's
+    /// `NMethod.java` reads them in another order and is not the reference).
+    OutOfBlob {
+        /// `nmethod::_immutable_data`: an address.
+        immutable_data: FieldAt,
+        /// `nmethod::_immutable_data_size`.
+        immutable_data_size: FieldAt,
+        /// `nmethod::_scopes_pcs_offset`: from the immutable data.
+        scopes_pcs_offset: FieldAt,
+        /// `nmethod::_scopes_data_offset`: from the immutable data; the `PcDesc`s end there
+        /// and the scopes data begins, up to what follows it (speculations, JVMCI's data:
+        /// none for C1's and C2's code) or the immutable data's end.
+        scopes_data_offset: FieldAt,
+        /// `CodeBlob::_mutable_data`: an address.
+        mutable_data: FieldAt,
+        /// `CodeBlob::_mutable_data_size`: the metadata ends there (JVMCI's data would follow
+        /// it, none for C1's and C2's code).
+        mutable_data_size: FieldAt,
+        /// `CodeBlob::_relocation_size`: the relocations come first, the metadata after.
+        relocation_size: FieldAt,
+    },
+}
+
+/// Where one nmethod's debug information is in its process: address ranges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeRegions {
+    /// The `PcDesc`s.
+    pub pcs: std::ops::Range<u64>,
+    /// The scopes data, which the `PcDesc`s' decode offsets index.
+    pub data: std::ops::Range<u64>,
+    /// The metadata table (`Method*`s, one word each), which scopes index from 1.
+    pub metadata: std::ops::Range<u64>,
+}
+
+impl ScopesLayout {
+    /// Where the nmethod at `blob` (of `size` bytes), whose first [`ScopesLayout::read_size`]
+    /// bytes are `header`, keeps its debug information; `None` when the fields contradict
+    /// each other (a range that ends before it begins; in the blob, a range outside it).
+    pub fn regions(&self, header: &[u8], blob: u64, size: u64) -> Option<ScopeRegions> {
+        let end = blob.checked_add(size)?;
+        let ordered = |from: u64, to: u64| (from <= to).then_some(from..to);
+        match self.place {
+            ScopesPlace::InBlob {
+                scopes_data_begin,
+                scopes_pcs_offset,
+                dependencies_offset,
+                metadata_offset,
+            } => {
+                let in_blob = |f: FieldAt| {
+                    f.get_u64(header)
+                        .and_then(|o| blob.checked_add(o))
+                        .filter(|&a| a <= end)
+                };
+                let data = scopes_data_begin
+                    .get_u64(header)
+                    .filter(|&a| a >= blob && a <= end)?;
+                let pcs = in_blob(scopes_pcs_offset)?;
+                let pcs_end = in_blob(dependencies_offset)?;
+                let metadata = in_blob(metadata_offset)?;
+                Some(ScopeRegions {
+                    pcs: ordered(pcs, pcs_end)?,
+                    data: ordered(data, pcs)?,
+                    metadata: ordered(metadata, data)?,
+                })
+            }
+            ScopesPlace::OutOfBlob {
+                immutable_data,
+                immutable_data_size,
+                scopes_pcs_offset,
+                scopes_data_offset,
+                mutable_data,
+                mutable_data_size,
+                relocation_size,
+            } => {
+                let at = |base: FieldAt, offset: FieldAt| {
+                    base.get_u64(header)?
+                        .checked_add(u64::try_from(offset.get(header)?).ok()?)
+                };
+                let pcs = at(immutable_data, scopes_pcs_offset)?;
+                let data = at(immutable_data, scopes_data_offset)?;
+                let data_end = at(immutable_data, immutable_data_size)?;
+                let metadata = at(mutable_data, relocation_size)?;
+                let metadata_end = at(mutable_data, mutable_data_size)?;
+                Some(ScopeRegions {
+                    pcs: ordered(pcs, data)?,
+                    data: ordered(data, data_end)?,
+                    metadata: ordered(metadata, metadata_end)?,
+                })
+            }
+        }
+    }
 }
 
 /// What names a `Method*`: its `ConstMethod`, its constant pool's holder class and symbols.
@@ -440,33 +544,65 @@ impl Layout {
                 tables,
                 missing: Vec::new(),
             };
+            let place = if s.has("nmethod", "_immutable_data") {
+                ScopesPlace::OutOfBlob {
+                    immutable_data: s.field("nmethod", "_immutable_data"),
+                    immutable_data_size: s.field("nmethod", "_immutable_data_size"),
+                    scopes_pcs_offset: s.field("nmethod", "_scopes_pcs_offset"),
+                    scopes_data_offset: s.field("nmethod", "_scopes_data_offset"),
+                    mutable_data: s.field("CodeBlob", "_mutable_data"),
+                    mutable_data_size: s.field("CodeBlob", "_mutable_data_size"),
+                    relocation_size: s.field("CodeBlob", "_relocation_size"),
+                }
+            } else {
+                ScopesPlace::InBlob {
+                    scopes_data_begin: s.nmethod_field("_scopes_data_begin"),
+                    scopes_pcs_offset: s.field("nmethod", "_scopes_pcs_offset"),
+                    dependencies_offset: s.field("nmethod", "_dependencies_offset"),
+                    metadata_offset: s.field("nmethod", "_metadata_offset"),
+                }
+            };
+            let fields: Vec<FieldAt> = match place {
+                ScopesPlace::InBlob {
+                    scopes_data_begin,
+                    scopes_pcs_offset,
+                    dependencies_offset,
+                    metadata_offset,
+                } => vec![
+                    scopes_data_begin,
+                    scopes_pcs_offset,
+                    dependencies_offset,
+                    metadata_offset,
+                ],
+                ScopesPlace::OutOfBlob {
+                    immutable_data,
+                    immutable_data_size,
+                    scopes_pcs_offset,
+                    scopes_data_offset,
+                    mutable_data,
+                    mutable_data_size,
+                    relocation_size,
+                } => vec![
+                    immutable_data,
+                    immutable_data_size,
+                    scopes_pcs_offset,
+                    scopes_data_offset,
+                    mutable_data,
+                    mutable_data_size,
+                    relocation_size,
+                ],
+            };
             let layout = ScopesLayout {
-                scopes_data_begin: s.nmethod_field("_scopes_data_begin"),
-                scopes_pcs_offset: s.field("nmethod", "_scopes_pcs_offset"),
-                dependencies_offset: s.field("nmethod", "_dependencies_offset"),
-                metadata_offset: s.field("nmethod", "_metadata_offset"),
+                place,
                 pc_desc: super::scopes::PcDescLayout {
                     size: s.size("PcDesc"),
                     pc_offset: s.field("PcDesc", "_pc_offset"),
                     scope: s.field("PcDesc", "_scope_decode_offset"),
                 },
-                read_size: 0,
+                read_size: fields.iter().map(FieldAt::end).max().unwrap_or(0),
             };
-            let read_size = [
-                layout.scopes_data_begin,
-                layout.scopes_pcs_offset,
-                layout.dependencies_offset,
-                layout.metadata_offset,
-            ]
-            .iter()
-            .map(FieldAt::end)
-            .max()
-            .unwrap_or(0);
             if s.missing.is_empty() {
-                Ok(ScopesLayout {
-                    read_size,
-                    ..layout
-                })
+                Ok(layout)
             } else {
                 Err(LayoutError(s.missing))
             }
@@ -676,6 +812,147 @@ pub(crate) mod tests {
                 bcp: -8
             },
             "frame_x86.hpp's interpreter_frame_{{sender_sp,method,bcp}}_offset"
+        );
+    }
+
+    /// A header of `size` bytes with `values` at their fields.
+    fn header(size: u64, values: &[(FieldAt, u64)]) -> Vec<u8> {
+        let mut bytes = vec![0u8; size as usize];
+        for (field, value) in values {
+            let at = field.offset as usize;
+            let width = usize::from(field.width);
+            bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+        }
+        bytes
+    }
+
+    #[test]
+    fn jdk17s_scopes_are_inside_the_blob() {
+        let scopes = Layout::new(&jdk17()).unwrap().scopes.unwrap();
+        let ScopesPlace::InBlob {
+            scopes_data_begin,
+            scopes_pcs_offset,
+            dependencies_offset,
+            metadata_offset,
+        } = scopes.place
+        else {
+            panic!("{scopes:?}");
+        };
+        let blob = 0x7f00_0000_0000;
+        let h = |data: u64| {
+            header(
+                scopes.read_size,
+                &[
+                    (scopes_data_begin, blob + data),
+                    (scopes_pcs_offset, 0x300),
+                    (dependencies_offset, 0x380),
+                    (metadata_offset, 0x200),
+                ],
+            )
+        };
+        assert_eq!(
+            scopes.regions(&h(0x240), blob, 0x400),
+            Some(ScopeRegions {
+                pcs: blob + 0x300..blob + 0x380,
+                data: blob + 0x240..blob + 0x300,
+                metadata: blob + 0x200..blob + 0x240,
+            })
+        );
+        assert_eq!(
+            scopes.regions(&h(0x240), blob, 0x340),
+            None,
+            "past the blob"
+        );
+        assert_eq!(
+            scopes.regions(&h(0x1f0), blob, 0x400),
+            None,
+            "metadata after data"
+        );
+    }
+
+    #[test]
+    fn jdk25s_scopes_are_in_its_immutable_and_mutable_data() {
+        // JDK 25.0.3's numbers (Temurin), read from a live JVM (`jhsdb clhsdb`'s
+        // vmstructsdump): CompiledMethod is gone, the offsets are from the two data blocks.
+        let (fields, types, constants) = jdk17_parts();
+        let gone = [
+            "_scopes_data_begin",
+            "_dependencies_offset",
+            "_metadata_offset",
+            "_scopes_pcs_offset",
+        ];
+        let mut fields: Vec<_> = fields
+            .into_iter()
+            .filter(|((_, name), _)| !gone.contains(&name.as_str()))
+            .collect();
+        fields.extend([
+            f("nmethod", "_immutable_data", "address", 96),
+            f("nmethod", "_immutable_data_size", "int", 160),
+            f("nmethod", "_scopes_pcs_offset", "int", 196),
+            f("nmethod", "_scopes_data_offset", "int", 200),
+        ]);
+        // JDK 24 has the immutable data, not yet the mutable one: named, not guessed.
+        let jdk24 = VmStructs::from_parts(fields.clone(), types.clone(), constants.clone());
+        let missing = Layout::new(&jdk24).unwrap().scopes.unwrap_err();
+        assert!(
+            missing.0.contains(&"CodeBlob::_mutable_data".to_string()),
+            "{missing}"
+        );
+        fields.extend([
+            f("CodeBlob", "_mutable_data", "address", 16),
+            f("CodeBlob", "_relocation_size", "int", 28),
+            f("CodeBlob", "_mutable_data_size", "int", 48),
+        ]);
+        let scopes = Layout::new(&VmStructs::from_parts(fields, types, constants))
+            .unwrap()
+            .scopes
+            .unwrap();
+        assert_eq!(scopes.read_size, 204);
+        let ScopesPlace::OutOfBlob {
+            immutable_data,
+            immutable_data_size,
+            scopes_pcs_offset,
+            scopes_data_offset,
+            mutable_data,
+            mutable_data_size,
+            relocation_size,
+        } = scopes.place
+        else {
+            panic!("{scopes:?}");
+        };
+        let (immutable, mutable) = (0x5600_0000_1000, 0x5600_0008_0000);
+        let h = |pcs: u64, data: u64| {
+            header(
+                scopes.read_size,
+                &[
+                    (immutable_data, immutable),
+                    (immutable_data_size, 0x300),
+                    (scopes_pcs_offset, pcs),
+                    (scopes_data_offset, data),
+                    (mutable_data, mutable),
+                    (relocation_size, 0x40),
+                    (mutable_data_size, 0x90),
+                ],
+            )
+        };
+        // The blob's own bounds do not matter: the data are not in it.
+        assert_eq!(
+            scopes.regions(&h(0x100, 0x180), 0x7f00_0000_0000, 0x200),
+            Some(ScopeRegions {
+                pcs: immutable + 0x100..immutable + 0x180,
+                data: immutable + 0x180..immutable + 0x300,
+                metadata: mutable + 0x40..mutable + 0x90,
+            })
+        );
+        assert_eq!(
+            scopes.regions(&h(0x180, 0x100), 0x7f00_0000_0000, 0x200),
+            None,
+            "PcDescs that end before they begin"
+        );
+        assert_eq!(
+            scopes.regions(&h(0x100, 0x400), 0x7f00_0000_0000, 0x200),
+            None,
+            "scopes past the immutable data"
         );
     }
 
