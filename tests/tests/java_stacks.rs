@@ -10,7 +10,7 @@ use std::process::Command;
 
 use vmscope_proto::v1::{CallGraph, Profile, StackEnd};
 use vmscope_tests::{
-    Daemon, Running, connect, go_pprof,
+    Daemon, Running, connect, counters, go_pprof,
     java::{clean_jvm, java, java_fixture, start_java},
     pprof_top_rows, shared_tempdir,
     stacks::{record_stacks, start_stacks_session},
@@ -240,6 +240,51 @@ async fn java_stacks_without_flags_reach_main_through_their_callers_70_30_dwarf(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_stacks_without_flags_reach_main_through_their_callers_70_30_fp() {
     callers_stacks_are_whole(CallGraph::Fp).await;
+}
+
+/// `vmscope record --call-graph fp -- java ...`: the session starts before the JVM execs, so
+/// the JVM is found once it maps libjvm.so, and its stacks are copied from then on: the whole
+/// run's stacks reach `main` as a running JVM's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jvm_recorded_from_its_start_gets_whole_stacks_with_fp() {
+    let daemon = Daemon::start();
+    let out = daemon
+        .cli()
+        .args(["record", "--call-graph", "fp", "-o", "/dev/null", "--"])
+        .arg(java())
+        .arg(java_fixture("Callers.java"))
+        .arg("5")
+        .output()
+        .expect("run vmscope record");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "vmscope record failed: {stderr}");
+    let session: u64 = stderr
+        .split_once("session ")
+        .and_then(|(_, rest)| rest.split(':').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("a session id in {stderr:?}"));
+    let mut client = connect(&daemon.socket).await.unwrap();
+    let profile = stop_and_profile(&mut client, session).await;
+    let counts = hot_stacks(&profile);
+    let stacks = top_stacks(&profile, 12);
+    let added = counters(&mut client).await["jvm_copies_added"];
+    eprintln!("{counts:?}, {added} JVM copies added\n{stacks}");
+    assert_eq!(
+        added, 1,
+        "the JVM found after the start has its stack copied"
+    );
+    assert!(counts.hot >= 1000, "{counts:?}\n{stacks}");
+    assert_split(&counts, 3.0, &stacks);
+    assert!(
+        counts.complete * 10 >= counts.hot * 9,
+        "{} of {} stacks reach the thread's start\n{stacks}",
+        counts.complete,
+        counts.hot
+    );
+    assert_eq!(
+        added, 1,
+        "the JVM found after the start has its stack copied"
+    );
 }
 
 /// Checks the 70/30 split of `counts`: at least 90% of `hot`'s samples reach `main` through

@@ -387,6 +387,10 @@ pub struct Session {
     pub off_cpu: Option<OffCpuTally>,
     /// The native functions whose calls it counts (`record --count`).
     pub call_counts: call_counts::CallCounts,
+    /// Its targets found to be HotSpot JVMs (at its start, or once they mapped libjvm.so):
+    /// whether a frame-pointer session copies their stacks ([`SessionSpec::java_copies`]) is
+    /// decided once for each.
+    pub jvms_decided: Vec<u32>,
 }
 
 /// A reading of the host's CPU times, and when it was taken.
@@ -952,6 +956,7 @@ mod tests {
             vm: Default::default(),
             off_cpu: None,
             call_counts: Default::default(),
+            jvms_decided: Vec::new(),
         }
     }
 

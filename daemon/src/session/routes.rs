@@ -325,6 +325,64 @@ impl Routes {
         self.untrack(sampler, tgid);
     }
 
+    /// Changes what one target's entries carry for a running session, from what `before`
+    /// wants of them to what `after` wants (a JVM found since the session's start gets its
+    /// stack copied: `SessionSpec::java_copies`). On failure nothing is changed.
+    pub fn change_target(
+        &mut self,
+        sampler: &mut dyn SamplerControl,
+        before: &SessionSpec,
+        after: &SessionSpec,
+        tgid: u32,
+    ) -> Result<(), SamplerError> {
+        let changes: Vec<(TargetKey, Wants, Wants)> = after
+            .channels()
+            .map(|channel| {
+                let key = target_key(channel, tgid);
+                (
+                    key,
+                    before.wants_for(channel, tgid),
+                    after.wants_for(channel, tgid),
+                )
+            })
+            .filter(|(_, old, new)| old != new)
+            .collect();
+        for (i, &(key, old, new)) in changes.iter().enumerate() {
+            if let Err(e) = self.swap_wants(sampler, key, old, new) {
+                for &(key, old, new) in &changes[..i] {
+                    if let Err(e) = self.swap_wants(sampler, key, new, old) {
+                        tracing::warn!(?key, "restoring a target's wants failed: {e}");
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a session's wants of `key` as `to` instead of `from`. The new wants join before
+    /// the old leave, so the entry never carries less than either in between; an error means
+    /// the kernel and the counts are as they were.
+    fn swap_wants(
+        &mut self,
+        sampler: &mut dyn SamplerControl,
+        key: TargetKey,
+        from: Wants,
+        to: Wants,
+    ) -> Result<(), SamplerError> {
+        let update = self.targets.join(key, to);
+        if let Err(e) = apply_target(sampler, key, update) {
+            self.targets.leave(key, to);
+            return Err(e);
+        }
+        let update = self.targets.leave(key, from);
+        if let Err(e) = apply_target(sampler, key, update) {
+            // Only a value change can fail here: the entry carries the union of both.
+            tracing::warn!(?key, "dropping a target's former wants failed: {e}");
+        }
+        Ok(())
+    }
+
     fn leave_target(
         &mut self,
         sampler: &mut dyn SamplerControl,
@@ -377,6 +435,8 @@ fn target_key(period_ns: u64, tgid: u32) -> TargetKey {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+
+    use vmscope_common::DEFAULT_USER_COPY;
 
     use super::*;
     use crate::{
@@ -541,6 +601,44 @@ mod tests {
         assert_eq!(targets(&sampler), (vec![40], vec![40]));
         routes.release(&mut sampler, &fp);
         assert_eq!(targets(&sampler), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_target_that_becomes_a_jvm_gets_its_copy_and_loses_it_with_its_session() {
+        let mut sampler = FakeSampler::default();
+        let mut routes = Routes::default();
+        let before = spec(&[60, 61], false, CallGraph::FramePointers);
+        routes.acquire(&mut sampler, &before).unwrap();
+        let after = SessionSpec {
+            java_copies: vec![61],
+            ..before.clone()
+        };
+        // The switch fails: no copy, and the session's counts stay those of `before`.
+        sampler.kernel.lock().unwrap().fail_next_filter = true;
+        assert!(
+            routes
+                .change_target(&mut sampler, &before, &after, 61)
+                .is_err()
+        );
+        assert_eq!(copies(&sampler), []);
+        routes
+            .change_target(&mut sampler, &before, &after, 61)
+            .unwrap();
+        assert_eq!(copies(&sampler), [(61, DEFAULT_USER_COPY)]);
+        assert_eq!(
+            targets(&sampler),
+            (vec![60, 61], vec![60, 61]),
+            "the copy and the fp walk both"
+        );
+        // Nothing to change for a target the copy is not for.
+        routes
+            .change_target(&mut sampler, &before, &after, 60)
+            .unwrap();
+        assert_eq!(copies(&sampler), [(61, DEFAULT_USER_COPY)]);
+        // Released as it now is, nothing is left: the counts followed the change.
+        routes.release(&mut sampler, &after);
+        assert_eq!(targets(&sampler), (vec![], vec![]));
+        assert_eq!(copies(&sampler), []);
     }
 
     #[test]

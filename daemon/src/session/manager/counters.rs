@@ -62,6 +62,11 @@ pub(super) struct Counters {
     pub(super) java_frames_named: u64,
     /// Java frames left to the perf map: the code store refused their code.
     pub(super) java_frames_refused: u64,
+    /// Targets of frame-pointer sessions whose stacks began to be copied once they mapped
+    /// libjvm.so (after their session's start), and those whose could not be (the user's
+    /// share, the kernel's map).
+    pub(super) jvm_copies_added: u64,
+    pub(super) jvm_copies_refused: u64,
     /// Copies that stopped at an unreadable page before the size asked for.
     pub(super) user_copies_faulted: u64,
     /// Targets whose kernel counters were opened, and those whose could not be.
@@ -154,6 +159,8 @@ impl Manager {
             ("user_copy_bytes", c.user_copy_bytes),
             ("java_frames_named", c.java_frames_named),
             ("java_frames_refused", c.java_frames_refused),
+            ("jvm_copies_added", c.jvm_copies_added),
+            ("jvm_copies_refused", c.jvm_copies_refused),
             ("user_copies_faulted", c.user_copies_faulted),
             ("kernel_counters_opened", c.kernel_counters_opened),
             ("kernel_counters_failed", c.kernel_counters_failed),

@@ -46,27 +46,100 @@ impl Manager {
                 .any(|(_, _, module)| modules.get(module).is_some_and(|m| m.is_libjvm()))
     }
 
-    /// The targets of a frame-pointer session whose stacks the kernel must copy as well: the
-    /// JVMs among them whose compiled code keeps no frame pointer, so that their Java frames
-    /// are unwound by the JVM's own layout. A command recorded from its start maps libjvm.so
-    /// only later, and is walked by frame pointers alone.
-    pub(super) fn java_copy_targets(&self, spec: &SessionSpec) -> Vec<u32> {
-        if !self.config.java_frames
-            || spec.call_graph != CallGraph::FramePointers
-            || spec.system_wide
-        {
+    /// The targets of `spec` that map libjvm.so now.
+    pub(super) fn jvm_targets(&self, spec: &SessionSpec) -> Vec<u32> {
+        if spec.system_wide {
             return Vec::new();
         }
         spec.pids
             .iter()
             .copied()
-            .filter(|&pid| {
-                self.maps_libjvm(pid)
-                    && !crate::jvm::options::read(pid)
-                        .unwrap_or_default()
-                        .preserve_frame_pointer
-            })
+            .filter(|&pid| self.maps_libjvm(pid))
             .collect()
+    }
+
+    /// Whether a session walking `spec`'s call graph copies the stacks of its JVMs.
+    fn copies_jvm_stacks(&self, spec: &SessionSpec) -> bool {
+        self.config.java_frames && spec.call_graph == CallGraph::FramePointers && !spec.system_wide
+    }
+
+    /// The targets of a frame-pointer session whose stacks the kernel must copy as well: the
+    /// JVMs among them whose compiled code keeps no frame pointer, so that their Java frames
+    /// are unwound by the JVM's own layout. A command recorded from its start maps libjvm.so
+    /// only later: [`Manager::copy_new_jvm_stacks`] adds it then.
+    pub(super) fn java_copy_targets(&self, spec: &SessionSpec) -> Vec<u32> {
+        if !self.copies_jvm_stacks(spec) {
+            return Vec::new();
+        }
+        self.jvm_targets(spec)
+            .into_iter()
+            .filter(|&pid| !keeps_frame_pointers(pid))
+            .collect()
+    }
+
+    /// Copies the stacks of the targets of frame-pointer session `id` that mapped libjvm.so
+    /// since its start (`vmscope record -- java ...` execs the JVM after the session starts),
+    /// as [`Manager::java_copy_targets`] does for the JVMs found at the start: decided once
+    /// for each, within the owner's share, the kernel's entry changed first and the code
+    /// cache read whole next, so that the code compiled so far names the copies' frames.
+    pub(super) fn copy_new_jvm_stacks(&mut self, id: u64) {
+        let Some(session) = self.sessions.get(&id) else {
+            return;
+        };
+        if session.state != State::Running || !self.copies_jvm_stacks(&session.spec) {
+            return;
+        }
+        let found: Vec<u32> = session
+            .held_pids()
+            .into_iter()
+            .filter(|pid| !session.jvms_decided.contains(pid) && self.maps_libjvm(*pid))
+            .collect();
+        for pid in found {
+            let session = self.sessions.get_mut(&id).expect("the session is running");
+            session.jvms_decided.push(pid);
+            if keeps_frame_pointers(pid) {
+                continue;
+            }
+            let (owner, before) = (session.owner_uid, session.spec.clone());
+            let after = SessionSpec {
+                java_copies: [before.java_copies.as_slice(), &[pid]].concat(),
+                ..before.clone()
+            };
+            if owner != 0
+                && let Some(refusal) = self.share_refusal(owner, &after, Some(id))
+            {
+                tracing::info!(
+                    id,
+                    pid,
+                    uid = owner,
+                    "a JVM the session found keeps its frame-pointer walk, without Java \
+                     frames: copying its stack would pass the user's share: {refusal}"
+                );
+                self.counters.jvm_copies_refused += 1;
+                continue;
+            }
+            if let Err(e) = self
+                .routes
+                .change_target(self.sampler.as_mut(), &before, &after, pid)
+            {
+                tracing::warn!(
+                    id,
+                    pid,
+                    "cannot copy a JVM's stacks for its Java frames: {e}"
+                );
+                self.counters.jvm_copies_refused += 1;
+                continue;
+            }
+            tracing::info!(id, pid, "a target became a JVM: its stacks are copied");
+            self.counters.jvm_copies_added += 1;
+            self.sessions
+                .get_mut(&id)
+                .expect("the session is running")
+                .spec = after;
+            if let Some(process) = self.processes.get(pid) {
+                self.unwinder.scan_jvm(process, &mut self.process_memory);
+            }
+        }
     }
 
     /// Reads the whole code cache of the JVM targets whose stacks `spec`'s session unwinds
@@ -77,12 +150,7 @@ impl Manager {
             return;
         }
         let pids: Vec<u32> = match spec.call_graph {
-            CallGraph::Dwarf { .. } => spec
-                .pids
-                .iter()
-                .copied()
-                .filter(|&pid| self.maps_libjvm(pid))
-                .collect(),
+            CallGraph::Dwarf { .. } => self.jvm_targets(spec),
             CallGraph::FramePointers => spec.java_copies.clone(),
             CallGraph::None => Vec::new(),
         };
@@ -99,6 +167,7 @@ impl Manager {
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
         for id in running {
             self.observe_jvms(id);
+            self.copy_new_jvm_stacks(id);
             if !self.jvm_attach(id) {
                 continue;
             }
@@ -132,4 +201,12 @@ impl Manager {
         }
         self.finalize_ready(now);
     }
+}
+
+/// Whether the JVM `pid` runs with `-XX:+PreserveFramePointer`: its compiled frames are then
+/// walked by their frame pointers, with no copy.
+fn keeps_frame_pointers(pid: u32) -> bool {
+    crate::jvm::options::read(pid)
+        .unwrap_or_default()
+        .preserve_frame_pointer
 }

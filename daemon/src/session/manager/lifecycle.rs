@@ -4,17 +4,23 @@
 use super::*;
 
 impl Manager {
-    /// Why `caller` may not run `spec` beside its running sessions: its sampling share
-    /// (frequency, stack bytes copied) would be passed.
-    fn share_refusal(&self, caller: &Caller, spec: &request::SessionSpec) -> Option<String> {
+    /// Why `uid` may not run `spec` beside its running sessions (but `instead_of`, the session
+    /// `spec` would replace): its sampling share (frequency, stack bytes copied) would be
+    /// passed.
+    pub(super) fn share_refusal(
+        &self,
+        uid: u32,
+        spec: &request::SessionSpec,
+        instead_of: Option<u64>,
+    ) -> Option<String> {
         let specs: Vec<&request::SessionSpec> = self
             .running()
-            .filter(|s| s.owner_uid == caller.uid)
+            .filter(|s| s.owner_uid == uid && Some(s.id) != instead_of)
             .map(|s| &s.spec)
             .collect();
         self.config
             .sampling_share
-            .refusal(caller.uid, specs.iter().copied(), spec)
+            .refusal(uid, specs.iter().copied(), spec)
     }
 
     pub(super) fn start(
@@ -37,10 +43,11 @@ impl Manager {
         let now = sys::monotonic_ns();
         self.check_unfetched(&caller, now)?;
         let targets = self.identify_targets(&spec, &named, now)?;
+        let jvms_decided = self.jvm_targets(&spec);
         spec.java_copies = self.java_copy_targets(&spec);
         if !spec.java_copies.is_empty()
             && !caller.is_root()
-            && let Some(refusal) = self.share_refusal(&caller, &spec)
+            && let Some(refusal) = self.share_refusal(caller.uid, &spec, None)
         {
             tracing::info!(
                 uid = caller.uid,
@@ -122,6 +129,7 @@ impl Manager {
             vm: Default::default(),
             off_cpu,
             call_counts: Default::default(),
+            jvms_decided,
             spec,
         };
         // VMs publishing already: the session takes over their state (baselines, intervals
@@ -194,7 +202,7 @@ impl Manager {
             )));
         }
         if !caller.is_root()
-            && let Some(refusal) = self.share_refusal(caller, &spec)
+            && let Some(refusal) = self.share_refusal(caller.uid, &spec, None)
         {
             return Err(SessionError::ResourceExhausted(refusal));
         }
