@@ -7,6 +7,7 @@ pub mod client;
 pub mod diff;
 pub mod error_text;
 pub mod fit;
+pub mod heap;
 pub mod output;
 pub mod record;
 pub mod refusal;

@@ -179,6 +179,44 @@ enum Command {
         #[arg(long)]
         native: bool,
     },
+    /// What fills a process's heap: instances and bytes per class, and the classes that grew
+    /// since an earlier histogram (--since).
+    ///
+    /// A HotSpot JVM answers through its attach mechanism (GC.class_histogram, what `jmap
+    /// -histo:live` asks; no JVM flag needed): it runs a full GC first, unless --all, and
+    /// stops its threads at a safepoint to count; the report says for how long. The daemon
+    /// keeps each histogram under its id (each user's newest 64) for --id and --since.
+    #[command(after_help = "Examples:\n  \
+                            vmscope heap --pid $(pgrep java)            # histogram 1\n  \
+                            vmscope heap --pid $(pgrep java) --since 1  # what grew since\n  \
+                            vmscope heap --id 2 --since 1 --format json")]
+    Heap {
+        /// Take a new histogram of this process.
+        #[arg(short, long, required_unless_present = "id", conflicts_with = "id")]
+        pid: Option<u32>,
+        /// Show a histogram taken earlier.
+        #[arg(long)]
+        id: Option<u64>,
+        /// Show the growth since this earlier histogram (of the same process).
+        #[arg(long, value_name = "ID")]
+        since: Option<u64>,
+        /// Count every object, unreachable ones too, with no full GC first (jmap -histo
+        /// without :live): a shorter pause, garbage counted.
+        #[arg(long, requires = "pid")]
+        all: bool,
+        /// How long to wait for the VM's answer, in seconds [default: 60, at most 600].
+        #[arg(long, value_parser = parse_seconds, requires = "pid")]
+        timeout: Option<Duration>,
+        /// The classes shown, largest first, and of those that grew (0: all).
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// text or json (every class, whatever --top).
+        #[arg(long, value_enum, default_value_t = HeapFormat::Text)]
+        format: HeapFormat,
+        /// Write to FILE (`-` for standard output).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Show the daemon's limits, what it holds now (gauges) and its counters.
     Info {
         /// Print them as one JSON object (`version`, `online_cpus`, `default_frequency_hz`,
@@ -428,6 +466,15 @@ impl CompareArgs {
         }
         options
     }
+}
+
+/// `heap --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum HeapFormat {
+    /// The growth, then the largest classes.
+    Text,
+    /// The histogram and its growth, every class, for scripts.
+    Json,
 }
 
 /// `fit --format`.
@@ -976,6 +1023,33 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
                 FitFormat::Json => {
                     serde_json::to_writer_pretty(&mut out, &fits)?;
+                    writeln!(out)?;
+                }
+            }
+            out.flush()?;
+            Ok(0)
+        }
+        Command::Heap {
+            pid,
+            id,
+            since,
+            all,
+            timeout,
+            top,
+            format,
+            output,
+        } => {
+            let which = match (pid, id) {
+                (Some(pid), _) => vmscope::heap::Which::Take { pid, all, timeout },
+                (None, Some(id)) => vmscope::heap::Which::Kept(id),
+                (None, None) => unreachable!("clap requires --pid or --id"),
+            };
+            let report = vmscope::heap::fetch(&cli.socket, which, since).await?;
+            let mut out = Destination::choose(output.as_deref(), false).open()?;
+            match format {
+                HeapFormat::Text => vmscope::heap::render_text(&report, top, &mut out)?,
+                HeapFormat::Json => {
+                    serde_json::to_writer_pretty(&mut out, &report)?;
                     writeln!(out)?;
                 }
             }

@@ -12,7 +12,7 @@
 //!
 //! Folders follow that path: `bpf/` is all that talks to the kernel's BPF side, `process/` reads
 //! `/proc`, `symbolize/` names code, `unwind/` walks user stack copies, `session/` owns sessions,
-//! `jvm/` asks HotSpot JVMs for their perf maps, `server/` speaks gRPC, `http/` serves pprof and
+//! `jvm/` asks HotSpot JVMs for their perf maps, `heap/` for their class histograms, `server/` speaks gRPC, `http/` serves pprof and
 //! metrics over HTTP when asked (`--http`); `vocab/` holds the types
 //! they share, under all of them (`docs/architecture.md` has the layers). The parsers live in
 //! their own crate, `vmscope-parse` (`daemon/parse`): pure functions over bytes, unit-tested and
@@ -24,6 +24,7 @@ pub mod cancel;
 pub mod codemap;
 pub mod config;
 pub mod continuous;
+pub mod heap;
 pub mod http;
 pub mod jvm;
 pub mod process;

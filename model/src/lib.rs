@@ -26,12 +26,14 @@
 //! - [`session`]: the session a profile is of.
 //! - [`vm_stats`], [`kernel`]: what the VMs published of their own statistics, and what the
 //!   kernel counted.
+//! - [`heap`]: what fills a process's heap: class histograms, and what grew between two.
 //! - [`merge`]: profiles of disjoint samples (continuous profiling's windows) added into one.
 //! - [`rank`]: the one order of every ranked list.
 #![deny(missing_docs)]
 
 pub mod domain_event;
 pub mod frame;
+pub mod heap;
 pub mod issue;
 pub mod kernel;
 pub mod label;

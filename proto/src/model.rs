@@ -1037,6 +1037,64 @@ pub fn model_interval_kind(kind: i32, name: String) -> m::IntervalKind {
     }
 }
 
+impl From<m::heap::HeapHistogram> for v1::HeapHistogram {
+    fn from(h: m::heap::HeapHistogram) -> Self {
+        v1::HeapHistogram {
+            id: h.id,
+            pid: h.pid,
+            command: h.command,
+            taken_at: h.taken_at.map(prost_types::Timestamp::from),
+            elapsed: h
+                .elapsed
+                .and_then(|d| prost_types::Duration::try_from(d).ok()),
+            pause: h
+                .pause
+                .and_then(|d| prost_types::Duration::try_from(d).ok()),
+            live: h.live,
+            runtime: h.runtime,
+            classes: h
+                .classes
+                .into_iter()
+                .map(|c| v1::ClassCount {
+                    name: c.name,
+                    module: c.module,
+                    instances: c.instances,
+                    bytes: c.bytes,
+                })
+                .collect(),
+            total_instances: h.total_instances,
+            total_bytes: h.total_bytes,
+        }
+    }
+}
+
+impl From<v1::HeapHistogram> for m::heap::HeapHistogram {
+    fn from(h: v1::HeapHistogram) -> Self {
+        m::heap::HeapHistogram {
+            id: h.id,
+            pid: h.pid,
+            command: h.command,
+            taken_at: h.taken_at.and_then(|t| SystemTime::try_from(t).ok()),
+            elapsed: h.elapsed.and_then(|d| Duration::try_from(d).ok()),
+            pause: h.pause.and_then(|d| Duration::try_from(d).ok()),
+            live: h.live,
+            runtime: h.runtime,
+            classes: h
+                .classes
+                .into_iter()
+                .map(|c| m::heap::ClassCount {
+                    name: c.name,
+                    module: c.module,
+                    instances: c.instances,
+                    bytes: c.bytes,
+                })
+                .collect(),
+            total_instances: h.total_instances,
+            total_bytes: h.total_bytes,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1264,6 +1322,30 @@ mod tests {
     }
 
     /// What a newer daemon may say that this build does not know: never lost, never a panic.
+    #[test]
+    fn a_heap_histogram_crosses_the_api_and_back_unchanged() {
+        let histogram = m::heap::HeapHistogram {
+            id: 3,
+            pid: 77,
+            command: "java".into(),
+            taken_at: Some(SystemTime::UNIX_EPOCH + Duration::new(1_795_341_600, 500)),
+            elapsed: Some(Duration::from_millis(312)),
+            pause: Some(Duration::from_micros(287_123)),
+            live: true,
+            runtime: "hotspot".into(),
+            classes: vec![m::heap::ClassCount {
+                name: "[B".into(),
+                module: "java.base@17.0.15".into(),
+                instances: 13_028,
+                bytes: 793_848,
+            }],
+            total_instances: 13_028,
+            total_bytes: 793_848,
+        };
+        let api: v1::HeapHistogram = histogram.clone().into();
+        assert_eq!(m::heap::HeapHistogram::from(api), histogram);
+    }
+
     #[test]
     fn unknown_values_become_what_the_model_says_of_unknowns() {
         assert_eq!(model_section(0), m::Section::Other);

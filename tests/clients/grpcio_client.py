@@ -1,6 +1,7 @@
 """A C-core gRPC client (Python's grpcio) driving vmscoped, for tests/tests/grpcio.rs.
 
     grpcio_client.py SOCKET PID
+    grpcio_client.py heap SOCKET JVM_PID   (tests/tests/heap.rs: a heap histogram, kept and got)
 
 The channel has no options: grpcio sends the socket path, percent-encoded, as :authority, as
 every gRPC C-core client (Python, Ruby, C++, PHP) does over a Unix socket. Nothing here knows
@@ -21,29 +22,59 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 
+class Api:
+    """The daemon's services and messages, as its server reflection describes them."""
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.reflection = ProtoReflectionDescriptorDatabase(channel)
+        self.pool = descriptor_pool.DescriptorPool(self.reflection)
+
+    def message(self, name):
+        return message_factory.GetMessageClass(self.pool.FindMessageTypeByName(name))
+
+    def method(self, service, name, streaming=False):
+        descriptor = self.pool.FindServiceByName(service).FindMethodByName(name)
+        call = self.channel.unary_stream if streaming else self.channel.unary_unary
+        return call(
+            f"/{service}/{name}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=message_factory.GetMessageClass(
+                descriptor.output_type
+            ).FromString,
+        )
+
+
+def heap(socket, pid):
+    """Takes a heap histogram of JVM `pid`, gets it back by its id, and prints what both say."""
+    with grpc.insecure_channel("unix://" + socket) as channel:
+        api = Api(channel)
+        take = api.method("vmscope.v1.Profiler", "TakeHeapHistogram")
+        taken = take(api.message("vmscope.v1.TakeHeapHistogramRequest")(pid=pid), timeout=60)
+        get = api.method("vmscope.v1.Profiler", "GetHeapHistogram")
+        got = get(api.message("vmscope.v1.GetHeapHistogramRequest")(id=taken.id), timeout=10)
+        facts = {
+            "id": taken.id,
+            "same": taken == got,
+            "live": taken.live,
+            "pause_seconds": taken.pause.ToTimedelta().total_seconds(),
+            "classes": {c.name: [c.instances, c.bytes] for c in taken.classes},
+            "total_instances": taken.total_instances,
+        }
+    print(json.dumps(facts))
+
+
 def main():
+    if sys.argv[1] == "heap":
+        return heap(sys.argv[2], int(sys.argv[3]))
     socket, pid = sys.argv[1], int(sys.argv[2])
     facts = {"grpcio": grpc.__version__}
     with grpc.insecure_channel("unix://" + socket) as channel:
-        reflection = ProtoReflectionDescriptorDatabase(channel)
-        facts["services"] = sorted(reflection.get_services())
-        pool = descriptor_pool.DescriptorPool(reflection)
-        profiler = pool.FindServiceByName("vmscope.v1.Profiler")
+        api = Api(channel)
+        message, method = api.message, api.method
+        facts["services"] = sorted(api.reflection.get_services())
+        profiler = api.pool.FindServiceByName("vmscope.v1.Profiler")
         facts["profiler_methods"] = sorted(m.name for m in profiler.methods)
-
-        def message(name):
-            return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
-
-        def method(service, name, streaming=False):
-            descriptor = pool.FindServiceByName(service).FindMethodByName(name)
-            call = channel.unary_stream if streaming else channel.unary_unary
-            return call(
-                f"/{service}/{name}",
-                request_serializer=lambda m: m.SerializeToString(),
-                response_deserializer=message_factory.GetMessageClass(
-                    descriptor.output_type
-                ).FromString,
-            )
 
         check = method("grpc.health.v1.Health", "Check")
         response = check(message("grpc.health.v1.HealthCheckRequest")(service=""), timeout=10)

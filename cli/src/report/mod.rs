@@ -40,7 +40,7 @@ mod flamegraph;
 pub mod groups;
 mod json;
 mod names;
-mod text;
+pub(crate) mod text;
 
 use std::io::{self, Write};
 

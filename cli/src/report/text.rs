@@ -53,6 +53,7 @@ mod stats;
 mod tree;
 mod wide;
 
+pub(crate) use stats::grouped;
 pub use stats::render_stats_text;
 use stats::{milliseconds, settings_line, write_statistics};
 pub use tree::render_tree_text;

@@ -17,6 +17,8 @@
 //! - [`jitdump`]: Linux perf's `jit-PID.dump`, code loads and moves with source lines and unwind
 //!   tables, read as the file grows.
 //! - [`codemap_file`]: vmscope's own code map files, `vmscope-PID.codemap`.
+//! - [`class_histogram`]: HotSpot's class histogram (`jcmd PID GC.class_histogram`), instances
+//!   and bytes per class of the Java heap.
 //! - [`hsperfdata`]: HotSpot's performance data file (`/tmp/hsperfdata_<user>/<pid>`), the GC,
 //!   heap and JIT counters `jstat` reads.
 //! - [`hotspot`]: HotSpot's vmStructs tables, read from a live JVM, and the code heaps and code
@@ -26,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod cgroup;
+pub mod class_histogram;
 pub mod codemap_file;
 pub mod demangle;
 pub mod dwarf;

@@ -1,4 +1,5 @@
-//! HotSpot's attach mechanism, as `jcmd` uses it, to ask a JVM for its perf map.
+//! HotSpot's attach mechanism, as `jcmd` uses it, to ask a JVM for its perf map or its class
+//! histogram.
 //!
 //! What happens (HotSpot 17, `attachListener_linux.cpp`; the JDK's `VirtualMachineImpl` and
 //! jattach do the same):
@@ -44,8 +45,17 @@ use crate::sys;
 /// The attach request for the perf map: protocol 1, command `jcmd`, its three arguments.
 const PERF_MAP_REQUEST: &[u8] = b"1\0jcmd\0Compiler.perfmap\0\0\0";
 
-/// Largest reply read (`Compiler.perfmap` answers with a line; errors with a stack trace).
+/// Largest reply read to a perf map request (`Compiler.perfmap` answers with a line; errors
+/// with a stack trace).
 const MAX_REPLY_BYTES: usize = 1 << 20;
+
+/// The attach requests for a class histogram: of the live objects (after a full GC, what
+/// `jmap -histo:live` asks), and of all objects, unreachable ones too, with no GC.
+const HISTOGRAM_REQUEST: &[u8] = b"1\0jcmd\0GC.class_histogram\0\0\0";
+const HISTOGRAM_ALL_REQUEST: &[u8] = b"1\0jcmd\0GC.class_histogram -all\0\0\0";
+
+/// Largest class histogram read: some 100 bytes a class, so room for 600,000 classes.
+pub const MAX_HISTOGRAM_BYTES: usize = 64 << 20;
 
 /// Largest `/proc/PID/status` read.
 const MAX_STATUS_BYTES: u64 = 64 << 10;
@@ -101,8 +111,8 @@ pub enum AttachError {
     },
     /// `-XX:+DisableAttachMechanism`.
     #[error(
-        "JVM {pid} runs with -XX:+DisableAttachMechanism: it does not accept attach requests, \
-         so no perf map can be asked for"
+        "JVM {pid} runs with -XX:+DisableAttachMechanism: it does not accept attach requests \
+         (what jcmd sends), so nothing can be asked of it"
     )]
     AttachDisabled {
         /// The target.
@@ -260,7 +270,24 @@ fn poll_delays() -> impl Iterator<Item = Duration> {
 /// Asks the JVM `target` to write its perf map, `/tmp/perf-<nspid>.map` in its file system,
 /// waiting at most about `timeout` in all. Blocking: run it on a thread of its own.
 pub fn request_perf_map(target: &JvmTarget, timeout: Duration) -> Result<Snapshot, AttachError> {
-    Attach::new(target, timeout).run("Compiler.perfmap", PERF_MAP_REQUEST)
+    Attach::new(target, timeout).run("Compiler.perfmap", PERF_MAP_REQUEST, MAX_REPLY_BYTES)
+}
+
+/// Asks the JVM `target` for its class histogram (`GC.class_histogram`): of the objects alive
+/// after a full collection, or of all objects in the heap, unreachable ones too, with no
+/// collection when `all`. The JVM stops at a safepoint for it. The histogram is the snapshot's
+/// output. Blocking, like [`request_perf_map`].
+pub fn request_class_histogram(
+    target: &JvmTarget,
+    timeout: Duration,
+    all: bool,
+) -> Result<Snapshot, AttachError> {
+    let request = if all {
+        HISTOGRAM_ALL_REQUEST
+    } else {
+        HISTOGRAM_REQUEST
+    };
+    Attach::new(target, timeout).run("GC.class_histogram", request, MAX_HISTOGRAM_BYTES)
 }
 
 /// One attach, from the checks to the reply.
@@ -308,7 +335,12 @@ impl Attach<'_> {
         format!("/tmp/.java_pid{}", self.target.nspid)
     }
 
-    fn run(&self, command: &'static str, request: &[u8]) -> Result<Snapshot, AttachError> {
+    fn run(
+        &self,
+        command: &'static str,
+        request: &[u8],
+        max_reply: usize,
+    ) -> Result<Snapshot, AttachError> {
         let pid = self.target.pid;
         let process = sys::ProcessHandle::open(pid).map_err(self.io("opening a pidfd"))?;
         let options: JvmOptions =
@@ -348,7 +380,7 @@ impl Attach<'_> {
                 self.start_listener(&process, &tmp)?
             }
         };
-        self.ask(&socket, command, request)
+        self.ask(&socket, command, request, max_reply)
     }
 
     /// The JVM's socket, if it is there: a socket owned by the target's uid.
@@ -459,6 +491,7 @@ impl Attach<'_> {
         socket: &OwnedFd,
         command: &'static str,
         request: &[u8],
+        max_reply: usize,
     ) -> Result<Snapshot, AttachError> {
         let pid = self.target.pid;
         let timed_out = |what| AttachError::Timeout {
@@ -512,10 +545,10 @@ impl Attach<'_> {
             if n == 0 {
                 break;
             }
-            if reply.len() + n > MAX_REPLY_BYTES {
+            if reply.len() + n > max_reply {
                 return Err(AttachError::BadReply {
                     pid,
-                    why: format!("it is longer than {MAX_REPLY_BYTES} bytes"),
+                    why: format!("it is longer than {max_reply} bytes"),
                 });
             }
             reply.extend_from_slice(&chunk[..n]);

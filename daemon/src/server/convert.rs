@@ -91,6 +91,18 @@ pub fn session(session: &SessionInfo) -> pb::Session {
     session.to_model().into()
 }
 
+/// A histogram request with the API's defaults filled in; a timeout that is not a positive
+/// duration is left as zero, which the request's check refuses.
+pub fn heap_request(request: &pb::TakeHeapHistogramRequest) -> crate::heap::HistogramRequest {
+    crate::heap::HistogramRequest {
+        pid: request.pid,
+        all: request.all,
+        timeout: request.timeout.map_or(crate::heap::DEFAULT_TIMEOUT, |t| {
+            Duration::try_from(t).unwrap_or(Duration::ZERO)
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;

@@ -28,7 +28,7 @@ use builds::Builds;
 pub use connections::{ConnectionLimits, Connections};
 pub use listen::{bind_socket, restrict_socket};
 pub use publish::CodeMapService;
-use status::to_status;
+use status::{heap_status, to_status};
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, transport::server::UdsConnectInfo};
@@ -38,6 +38,7 @@ pub use watches::WATCH_UNREAD_LIMIT;
 use crate::{
     cancel::CancelOnDrop,
     continuous::{Continuous, store::Selection},
+    heap::Heaps,
     profile::{ProfileOptions, build_profile_unless},
     session::{
         Caller, ManagerHandle, labels::label_filter, request::FrequencyLimits,
@@ -84,6 +85,7 @@ pub struct ProfilerService {
     connections: Arc<Connections>,
     limits: Arc<BTreeMap<&'static str, u64>>,
     continuous: Option<Continuous>,
+    heaps: Arc<Heaps>,
 }
 
 impl ProfilerService {
@@ -108,6 +110,7 @@ impl ProfilerService {
             connections,
             limits: Arc::new(limits),
             continuous: None,
+            heaps: Heaps::new(),
         }
     }
 
@@ -135,6 +138,14 @@ impl ProfilerService {
         counters.extend(self.builds.counters.values());
         let mut gauges = daemon.gauges;
         gauges.insert("profile_builds", self.builds.in_flight() as u64);
+        let heap = &self.heaps.counters;
+        counters.extend([
+            ("heap_histograms_taken", heap.taken.load(Relaxed)),
+            ("heap_histograms_refused", heap.refused.load(Relaxed)),
+            ("heap_histograms_failed", heap.failed.load(Relaxed)),
+            ("heap_histogram_pause_ms", heap.pause_ms.load(Relaxed)),
+        ]);
+        gauges.insert("heap_histograms_kept", self.heaps.kept() as u64);
         if let Some(continuous) = &self.continuous {
             counters.extend(continuous.counters());
             gauges.extend(continuous.gauges());
@@ -446,6 +457,32 @@ impl pb::profiler_server::Profiler for ProfilerService {
         self.continuous_profile(selection, request.pprof)
             .await
             .map(Response::new)
+    }
+
+    async fn take_heap_histogram(
+        &self,
+        request: Request<pb::TakeHeapHistogramRequest>,
+    ) -> Result<Response<pb::HeapHistogram>, Status> {
+        let caller = caller(&request)?;
+        let ask = convert::heap_request(request.get_ref());
+        let heaps = self.heaps.clone();
+        // The attach waits for the JVM's safepoint and full GC: a blocking thread's work.
+        tokio::task::spawn_blocking(move || heaps.take(caller, ask))
+            .await
+            .map_err(|e| Status::internal(format!("the heap histogram's thread failed: {e}")))?
+            .map(|h| Response::new(pb::HeapHistogram::from(h.as_ref().clone())))
+            .map_err(heap_status)
+    }
+
+    async fn get_heap_histogram(
+        &self,
+        request: Request<pb::GetHeapHistogramRequest>,
+    ) -> Result<Response<pb::HeapHistogram>, Status> {
+        let caller = caller(&request)?;
+        self.heaps
+            .get(caller, request.get_ref().id)
+            .map(|h| Response::new(pb::HeapHistogram::from(h.as_ref().clone())))
+            .map_err(heap_status)
     }
 
     async fn get_daemon_info(

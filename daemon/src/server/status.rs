@@ -1,9 +1,9 @@
-//! Session errors as gRPC status codes. The messages are the errors' own: written for a person
+//! Session and heap errors as gRPC status codes. The messages are the errors' own: written for a person
 //! who has to act on them.
 
 use tonic::Status;
 
-use crate::session::SessionError;
+use crate::{heap::HeapError, session::SessionError};
 
 /// The status code and message for a session error.
 pub fn to_status(error: SessionError) -> Status {
@@ -18,6 +18,20 @@ pub fn to_status(error: SessionError) -> Status {
         SessionError::ResourceExhausted(_) => Status::resource_exhausted(message),
         SessionError::Kernel(_) | SessionError::Internal(_) => Status::internal(message),
         SessionError::ShuttingDown => Status::unavailable(message),
+    }
+}
+
+/// The gRPC status for a heap histogram that could not be taken or found.
+pub fn heap_status(error: HeapError) -> Status {
+    let message = error.to_string();
+    match error {
+        HeapError::InvalidArgument(_) => Status::invalid_argument(message),
+        HeapError::NotFound(_) => Status::not_found(message),
+        HeapError::PermissionDenied(_) => Status::permission_denied(message),
+        HeapError::CannotAnswer(_) => Status::failed_precondition(message),
+        HeapError::Timeout(_) => Status::deadline_exceeded(message),
+        HeapError::Busy(_) => Status::resource_exhausted(message),
+        HeapError::Failed(_) => Status::internal(message),
     }
 }
 

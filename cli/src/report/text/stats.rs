@@ -428,7 +428,7 @@ fn vm_name(vm: &VmStatsReport) -> &str {
 
 /// `n` with its thousands separated by commas ("3,801,936"), as VMProfiler's settings and
 /// memory read.
-fn grouped(n: i128) -> String {
+pub(crate) fn grouped(n: i128) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
     if n < 0 {

@@ -1,0 +1,139 @@
+//! HotSpot's class histogram, asked for through the attach mechanism (`GC.class_histogram`,
+//! [`crate::jvm::attach`]) with no JVM flag, and timed by the JVM's own safepoint counter.
+//!
+//! `GC.class_histogram` runs a full collection first unless asked for all objects (`-all`),
+//! then counts the heap at a safepoint: the JVM's threads are stopped for both. The pause is
+//! the growth of `sun.rt.safepointTime` in the JVM's performance data over the request (what
+//! `jstat` reads), so it is the JVM's figure, not the daemon's guess from the round trip; a
+//! JVM without performance data (`-XX:-UsePerfData`) has none.
+
+use std::time::Duration;
+
+use vmscope_parse::{
+    class_histogram::parse_class_histogram,
+    hsperfdata::PerfData,
+    maps::{MapPath, parse_maps},
+};
+
+use vmscope_model::heap::ClassCount;
+
+use super::{HeapError, HistogramRequest};
+use crate::{
+    jvm::attach::{self, AttachError, JvmTarget},
+    session::{Caller, request::may_profile},
+    stats::hotspot::PerfDataFile,
+    sys,
+};
+
+/// A JVM the caller may ask for its histogram.
+#[derive(Debug)]
+pub struct Target {
+    jvm: JvmTarget,
+    /// Its command (comm), for the histogram.
+    pub command: String,
+}
+
+/// What the JVM answered.
+#[derive(Debug)]
+pub struct Answer {
+    /// From the request to the end of the answer.
+    pub elapsed: Duration,
+    /// Its safepoint time over the request.
+    pub pause: Option<Duration>,
+    /// The classes, most bytes first.
+    pub classes: Vec<ClassCount>,
+    /// The instances of all of them.
+    pub total_instances: u64,
+    /// Their bytes.
+    pub total_bytes: u64,
+}
+
+/// Checks that `caller` may ask process `pid` for its heap, and that it is a HotSpot JVM (it
+/// maps libjvm.so): nothing is sent to any other process, which a SIGQUIT could kill.
+pub fn check(caller: Caller, pid: u32) -> Result<Target, HeapError> {
+    let gone = || HeapError::NotFound(format!("no process {pid}"));
+    let status = sys::read_status(pid).map_err(|_| gone())?;
+    if let Some(tgid) = status.tgid
+        && tgid != pid
+    {
+        return Err(HeapError::InvalidArgument(format!(
+            "{pid} is a thread of process {tgid}: give the process id {tgid}"
+        )));
+    }
+    if !caller.is_root()
+        && let Err(why) = may_profile(caller.uid, &status)
+    {
+        return Err(HeapError::PermissionDenied(format!(
+            "pid {pid} ({}) {why}; you are uid {} and may only ask your own processes for \
+             their heap (or run vmscope as root)",
+            status.name, caller.uid
+        )));
+    }
+    let maps = sys::read_proc(pid, "maps").map_err(|_| gone())?;
+    let is_jvm = parse_maps(&maps).entries.iter().any(|e| match &e.path {
+        MapPath::File { path, .. } => path.file_name().is_some_and(|n| n == "libjvm.so"),
+        _ => false,
+    });
+    if !is_jvm {
+        return Err(HeapError::CannotAnswer(format!(
+            "pid {pid} ({}) is not a HotSpot JVM (it maps no libjvm.so): heap histograms come \
+             from HotSpot JVMs",
+            status.name
+        )));
+    }
+    let jvm = JvmTarget::read(pid).map_err(|_| gone())?;
+    Ok(Target {
+        jvm,
+        command: status.name,
+    })
+}
+
+/// Asks the JVM for its histogram and reads it. Blocking.
+pub fn take(target: &Target, request: HistogramRequest) -> Result<Answer, HeapError> {
+    let pid = target.jvm.pid;
+    let perf_data = PerfDataFile::find(pid).ok().flatten();
+    let read = || perf_data.as_ref().and_then(|f| f.read().ok());
+    let before = read();
+    let snapshot = attach::request_class_histogram(&target.jvm, request.timeout, request.all)
+        .map_err(|e| attach_error(e, pid))?;
+    let pause = before.zip(read()).and_then(|(b, a)| safepoint_time(&b, &a));
+    let histogram = parse_class_histogram(&snapshot.output).map_err(|e| {
+        HeapError::Failed(format!("JVM {pid} answered with no class histogram: {e}"))
+    })?;
+    Ok(Answer {
+        elapsed: snapshot.elapsed,
+        pause,
+        classes: histogram
+            .classes
+            .into_iter()
+            .map(|c| ClassCount {
+                name: c.name,
+                module: c.module,
+                instances: c.instances,
+                bytes: c.bytes,
+            })
+            .collect(),
+        total_instances: histogram.total_instances,
+        total_bytes: histogram.total_bytes,
+    })
+}
+
+/// The safepoint time the JVM counted between two readings of its performance data.
+fn safepoint_time(before: &PerfData, after: &PerfData) -> Option<Duration> {
+    let ticks = after
+        .long("sun.rt.safepointTime")?
+        .checked_sub(before.long("sun.rt.safepointTime")?)?;
+    let frequency = after.long("sun.os.hrt.frequency").filter(|&f| f > 0)?;
+    let ns = u128::try_from(ticks).ok()? * 1_000_000_000 / frequency as u128;
+    Some(Duration::from_nanos(u64::try_from(ns).ok()?))
+}
+
+fn attach_error(error: AttachError, pid: u32) -> HeapError {
+    let message = error.to_string();
+    match error {
+        AttachError::Gone { .. } => HeapError::NotFound(format!("no process {pid}: {message}")),
+        AttachError::Timeout { .. } => HeapError::Timeout(message),
+        e if e.is_refusal() => HeapError::CannotAnswer(message),
+        _ => HeapError::Failed(message),
+    }
+}

@@ -1,0 +1,364 @@
+//! What fills a process's heap: class histograms, taken on request and kept under an id.
+//!
+//! A sampler cannot walk a moving heap from outside, but a VM can count its objects at a
+//! safepoint. HotSpot does it for `GC.class_histogram` through the attach mechanism the daemon
+//! already uses for perf maps ([`hotspot`]). A histogram is taken on a blocking thread of its
+//! own, with the requesting user's rights over the process checked first (the same rule as a
+//! session's: [`crate::session::request::may_profile`]), at most one per process at a time
+//! (a second full GC queued behind the first would double the pause) and at most
+//! [`IN_FLIGHT`] per user. Each user's newest [`KEPT_PER_USER`] histograms are kept for
+//! [`Heaps::get`], so that growth between two of them can be asked for by id.
+
+pub mod hotspot;
+
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::{Duration, SystemTime},
+};
+
+use vmscope_model::heap::HeapHistogram;
+
+use crate::{
+    session::Caller,
+    shares::{ShareLimits, Shares},
+};
+
+/// Histograms one user may wait for at once, all users together, everyone.
+pub const IN_FLIGHT: ShareLimits = ShareLimits {
+    per_user: 2,
+    non_root: 16,
+    total: 24,
+};
+
+/// Histograms kept per user, newest first out last; and in all.
+pub const KEPT_PER_USER: usize = 64;
+const KEPT_TOTAL: usize = 1024;
+
+/// How long a histogram is waited for unless the request says, and at most.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest wait a request may ask for.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A histogram kept, with who asked for it: only they (and root) may get it again.
+#[derive(Debug)]
+struct KeptHistogram {
+    owner_uid: u32,
+    histogram: Arc<HeapHistogram>,
+}
+
+/// What a histogram request asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistogramRequest {
+    /// The process.
+    pub pid: u32,
+    /// Every object, unreachable ones too, with no full collection first.
+    pub all: bool,
+    /// How long to wait for the answer.
+    pub timeout: Duration,
+}
+
+/// Why no histogram was taken or found.
+#[derive(Debug, thiserror::Error)]
+pub enum HeapError {
+    /// A request out of bounds.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No such process, or no such histogram.
+    #[error("{0}")]
+    NotFound(String),
+    /// Another user's process or histogram.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The process cannot answer: not a VM vmscope can ask, or one that refuses.
+    #[error("{0}")]
+    CannotAnswer(String),
+    /// The VM did not answer in time.
+    #[error("{0}")]
+    Timeout(String),
+    /// Too many histograms waited for.
+    #[error("{0}")]
+    Busy(String),
+    /// The VM answered with something that is not a histogram, or a system call failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Counters of the histograms asked for (`vmscope info`).
+#[derive(Debug, Default)]
+pub struct HeapCounters {
+    /// Histograms taken.
+    pub taken: AtomicU64,
+    /// Requests refused before anything was sent (permissions, limits, not a JVM, a JVM
+    /// that refuses attach).
+    pub refused: AtomicU64,
+    /// Requests sent whose answer failed (timeouts, malformed answers, the process exited).
+    pub failed: AtomicU64,
+    /// Milliseconds the targets' threads were stopped for them, in all.
+    pub pause_ms: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    histograms: VecDeque<KeptHistogram>,
+    /// Processes whose histogram is being taken.
+    in_progress: HashSet<u32>,
+}
+
+/// The daemon's histograms: taken on request, kept by id.
+#[derive(Debug)]
+pub struct Heaps {
+    kept: Mutex<Kept>,
+    in_flight: Arc<Shares>,
+    next_id: AtomicU64,
+    /// What was asked and how it went.
+    pub counters: HeapCounters,
+}
+
+impl Default for Heaps {
+    fn default() -> Self {
+        Heaps {
+            kept: Mutex::default(),
+            in_flight: Shares::new(IN_FLIGHT),
+            next_id: AtomicU64::new(1),
+            counters: HeapCounters::default(),
+        }
+    }
+}
+
+/// Takes a process out of [`Kept::in_progress`] when its histogram is done, however it ends.
+struct InProgress<'a> {
+    heaps: &'a Heaps,
+    pid: u32,
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.heaps.lock().in_progress.remove(&self.pid);
+    }
+}
+
+impl Heaps {
+    /// A new, empty store.
+    pub fn new() -> Arc<Heaps> {
+        Arc::new(Heaps::default())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a histogram of `request.pid` for `caller`, and keeps it. Blocks for up to the
+    /// request's timeout: call it on a blocking thread.
+    pub fn take(
+        &self,
+        caller: Caller,
+        request: HistogramRequest,
+    ) -> Result<Arc<HeapHistogram>, HeapError> {
+        let refused = |e: HeapError| {
+            self.counters.refused.fetch_add(1, Relaxed);
+            e
+        };
+        if request.pid == 0 {
+            return Err(refused(HeapError::InvalidArgument(
+                "pid 0 is no process: give the pid of a JVM".into(),
+            )));
+        }
+        if request.timeout.is_zero() || request.timeout > MAX_TIMEOUT {
+            return Err(refused(HeapError::InvalidArgument(format!(
+                "a timeout of {:?}: give one above 0 and at most {} s",
+                request.timeout,
+                MAX_TIMEOUT.as_secs()
+            ))));
+        }
+        let _share = self.in_flight.take(caller.uid).map_err(|refusal| {
+            refused(HeapError::Busy(format!(
+                "too many heap histograms are being taken ({refusal}): wait for yours to end"
+            )))
+        })?;
+        let pid = request.pid;
+        if !self.lock().in_progress.insert(pid) {
+            return Err(refused(HeapError::Busy(format!(
+                "a heap histogram of pid {pid} is being taken: wait for it, its full GC would \
+                 only be followed by another"
+            ))));
+        }
+        let _in_progress = InProgress { heaps: self, pid };
+        let target = hotspot::check(caller, pid).map_err(refused)?;
+        let taken_at = SystemTime::now();
+        let answer = hotspot::take(&target, request).inspect_err(|e| {
+            let counter = match e {
+                HeapError::CannotAnswer(_) => &self.counters.refused,
+                _ => &self.counters.failed,
+            };
+            counter.fetch_add(1, Relaxed);
+        })?;
+        let histogram = Arc::new(HeapHistogram {
+            id: self.next_id.fetch_add(1, Relaxed),
+            pid,
+            command: target.command.clone(),
+            taken_at: Some(taken_at),
+            elapsed: Some(answer.elapsed),
+            pause: answer.pause,
+            live: !request.all,
+            runtime: "hotspot".into(),
+            classes: answer.classes,
+            total_instances: answer.total_instances,
+            total_bytes: answer.total_bytes,
+        });
+        self.counters.taken.fetch_add(1, Relaxed);
+        if let Some(pause) = histogram.pause {
+            self.counters
+                .pause_ms
+                .fetch_add(pause.as_millis() as u64, Relaxed);
+        }
+        tracing::info!(
+            pid,
+            id = histogram.id,
+            classes = histogram.classes.len(),
+            ms = answer.elapsed.as_millis() as u64,
+            "heap histogram taken"
+        );
+        self.keep(caller.uid, histogram.clone());
+        Ok(histogram)
+    }
+
+    /// Keeps `histogram` for `owner`, dropping the owner's oldest past [`KEPT_PER_USER`] and
+    /// the oldest of all past the total.
+    fn keep(&self, owner_uid: u32, histogram: Arc<HeapHistogram>) {
+        let mut kept = self.lock();
+        kept.histograms.push_back(KeptHistogram {
+            owner_uid,
+            histogram,
+        });
+        let mine = kept
+            .histograms
+            .iter()
+            .filter(|h| h.owner_uid == owner_uid)
+            .count();
+        if mine > KEPT_PER_USER
+            && let Some(oldest) = kept
+                .histograms
+                .iter()
+                .position(|h| h.owner_uid == owner_uid)
+        {
+            kept.histograms.remove(oldest);
+        }
+        while kept.histograms.len() > KEPT_TOTAL {
+            kept.histograms.pop_front();
+        }
+    }
+
+    /// The histogram `id`, if `caller` may see it (its own; any for root).
+    pub fn get(&self, caller: Caller, id: u64) -> Result<Arc<HeapHistogram>, HeapError> {
+        let kept = self.lock();
+        let found = kept
+            .histograms
+            .iter()
+            .find(|h| h.histogram.id == id)
+            .ok_or_else(|| {
+                HeapError::NotFound(format!(
+                    "no heap histogram {id}: the daemon keeps each user's newest {KEPT_PER_USER}"
+                ))
+            })?;
+        if !caller.is_root() && found.owner_uid != caller.uid {
+            // As if absent: another user's histograms are none of the caller's business.
+            return Err(HeapError::NotFound(format!(
+                "no heap histogram {id} of yours (uid {})",
+                caller.uid
+            )));
+        }
+        Ok(found.histogram.clone())
+    }
+
+    /// Histograms kept now.
+    pub fn kept(&self) -> usize {
+        self.lock().histograms.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keep(heaps: &Heaps, id: u64, owner_uid: u32) {
+        let histogram = HeapHistogram {
+            id,
+            ..HeapHistogram::default()
+        };
+        heaps.keep(owner_uid, Arc::new(histogram));
+    }
+
+    #[test]
+    fn a_user_sees_its_own_histograms_and_root_sees_all() {
+        let heaps = Heaps::default();
+        keep(&heaps, 1, 1000);
+        let (user, other, root) = (
+            Caller {
+                uid: 1000,
+                pid: None,
+            },
+            Caller {
+                uid: 1001,
+                pid: None,
+            },
+            Caller { uid: 0, pid: None },
+        );
+        assert_eq!(heaps.get(user, 1).unwrap().id, 1);
+        assert_eq!(heaps.get(root, 1).unwrap().id, 1);
+        let err = heaps.get(other, 1).unwrap_err();
+        assert!(matches!(err, HeapError::NotFound(_)), "{err}");
+        assert!(matches!(heaps.get(user, 2), Err(HeapError::NotFound(_))));
+    }
+
+    #[test]
+    fn each_user_keeps_its_newest_and_cannot_push_out_anothers() {
+        let heaps = Heaps::default();
+        keep(&heaps, 1, 1001);
+        for id in 2..=(KEPT_PER_USER as u64 + 11) {
+            keep(&heaps, id, 1000);
+        }
+        let user = Caller {
+            uid: 1000,
+            pid: None,
+        };
+        assert!(heaps.get(user, 2).is_err(), "the oldest went");
+        assert!(heaps.get(user, 11).is_err());
+        assert!(heaps.get(user, 12).is_ok(), "the newest 64 stay: 12 to 75");
+        assert!(
+            heaps
+                .get(
+                    Caller {
+                        uid: 1001,
+                        pid: None
+                    },
+                    1
+                )
+                .is_ok()
+        );
+        assert_eq!(heaps.kept(), KEPT_PER_USER + 1);
+    }
+
+    #[test]
+    fn bad_requests_are_refused_and_counted() {
+        let heaps = Heaps::default();
+        let root = Caller { uid: 0, pid: None };
+        let ask = |pid, timeout| HistogramRequest {
+            pid,
+            all: false,
+            timeout,
+        };
+        for request in [
+            ask(0, DEFAULT_TIMEOUT),
+            ask(1, Duration::ZERO),
+            ask(1, MAX_TIMEOUT + Duration::from_secs(1)),
+        ] {
+            let err = heaps.take(root, request).unwrap_err();
+            assert!(matches!(err, HeapError::InvalidArgument(_)), "{err}");
+        }
+        assert_eq!(heaps.counters.refused.load(Relaxed), 3);
+    }
+}
