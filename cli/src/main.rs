@@ -293,6 +293,12 @@ struct RecordArgs {
     /// (made absolute here). Repeat for several, at most 16; not with --system.
     #[arg(long = "count", value_name = "MODULE:FUNCTION", value_parser = parse_count)]
     counts: Vec<String>,
+    /// Take a heap histogram of each --pid target (a HotSpot JVM) before the recording and
+    /// another after it, and print the classes that grew between them after the report (on
+    /// standard error for formats other than text). Each runs a full GC, outside the samples;
+    /// see `vmscope heap`.
+    #[arg(long, requires = "pids")]
+    heap: bool,
     #[command(flatten)]
     output: OutputArgs,
     /// The command to run and record, after `--`.
@@ -902,6 +908,7 @@ fn record_options(args: RecordArgs) -> anyhow::Result<RecordOptions> {
         min_block: args.min_block,
         params: args.params,
         counts: args.counts,
+        heap: args.heap,
         threads: args.output.threads(),
         format: args.output.format(),
         report: args.output.options()?,

@@ -69,6 +69,8 @@ pub struct RecordOptions {
     pub params: Vec<(String, String)>,
     /// Native functions whose calls to count (`--count libc.so.6:malloc`).
     pub counts: Vec<String>,
+    /// Heap histograms of the targets before and after (`--heap`, running processes only).
+    pub heap: bool,
     /// The threads the report is of.
     pub threads: crate::sessions::Threads,
     /// Report format.
@@ -110,6 +112,11 @@ pub async fn record(
             )
         }
         _ => None,
+    };
+    // The first histograms before the session: their full GCs are not in its samples.
+    let heaps_before = match (&options.target, options.heap) {
+        (Target::Pids(pids), true) => take_heaps(socket, pids).await?,
+        _ => Vec::new(),
     };
     let started = start(socket, &options, child.as_ref()).await;
     let (mut client, session) = match started {
@@ -164,6 +171,7 @@ pub async fn record(
         )
         .await?;
         stop(&mut client, id, reason).await?;
+        let heaps = heap_growth(socket, &heaps_before).await;
         let mut profile: vmscope_model::Profile = client
             .get_profile(options.threads.request(id))
             .await
@@ -181,6 +189,11 @@ pub async fn record(
             session.stop_reason = COMMAND_EXITED.to_owned();
         }
         crate::report::render_profile(&profile, &options.report, options.format, &mut &mut *out)?;
+        if options.format == Format::Text {
+            write_heaps(&heaps, &mut &mut *out)?;
+        } else {
+            write_heaps(&heaps, &mut std::io::stderr())?;
+        }
         out.flush()?;
         anyhow::Ok(())
     }
@@ -213,6 +226,70 @@ pub async fn record(
     };
     reported?;
     Ok(status.map_or(0, ExitStatus::as_exit_code))
+}
+
+/// How many classes that grew `--heap` shows per process.
+const HEAP_TOP: usize = 10;
+
+/// Takes a heap histogram of each of `pids`, before the session: its ids. A target that
+/// cannot answer ends the recording before it starts, with the reason.
+async fn take_heaps(socket: &Path, pids: &[u32]) -> anyhow::Result<Vec<u64>> {
+    let mut ids = Vec::with_capacity(pids.len());
+    for &pid in pids {
+        let which = crate::heap::Which::Take {
+            pid,
+            all: false,
+            timeout: None,
+        };
+        let report = crate::heap::fetch(socket, which, None)
+            .await
+            .context("--heap: the histogram before the recording failed")?;
+        ids.push(report.histogram.id);
+    }
+    Ok(ids)
+}
+
+/// After the session, a second histogram of each process `before` has one of, with its
+/// growth since; a process that exited or cannot answer any more says so instead.
+async fn heap_growth(
+    socket: &Path,
+    before: &[u64],
+) -> Vec<Result<crate::heap::HeapReport, (u64, anyhow::Error)>> {
+    let mut reports = Vec::with_capacity(before.len());
+    for &id in before {
+        let first = crate::heap::fetch(socket, crate::heap::Which::Kept(id), None).await;
+        let report = match first {
+            Ok(first) => {
+                let which = crate::heap::Which::Take {
+                    pid: first.histogram.pid,
+                    all: false,
+                    timeout: None,
+                };
+                crate::heap::fetch(socket, which, Some(id)).await
+            }
+            Err(e) => Err(e),
+        };
+        reports.push(report.map_err(|e| (id, e)));
+    }
+    reports
+}
+
+/// Writes each process's heap growth over the recording (or why there is none).
+fn write_heaps(
+    reports: &[Result<crate::heap::HeapReport, (u64, anyhow::Error)>],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    for report in reports {
+        writeln!(out)?;
+        match report {
+            Ok(report) => crate::heap::render_text(report, HEAP_TOP, out)?,
+            Err((id, e)) => writeln!(
+                out,
+                "Heap: no histogram after the recording to compare with histogram {id}: {e:#}"
+            )?,
+        }
+    }
+    Ok(())
 }
 
 /// Stops the session, unless the daemon already did.

@@ -184,6 +184,51 @@ fn a_histogram_counts_what_the_program_holds_as_jmap_does_and_growth_shows_what_
     assert!(leaky.alive());
 }
 
+/// `vmscope record --heap`: a histogram before the recording and one after, and what grew
+/// in between after the report; here the 1,000 `Leaky` added while it recorded.
+#[test]
+fn record_heap_shows_what_grew_while_it_recorded() {
+    let daemon = Daemon::start();
+    let mut leaky = Leaky::start(&[]);
+    let mut record = daemon
+        .cli()
+        .args(["record", "--heap", "--duration", "2", "--pid"])
+        .arg(leaky.pid().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmscope record");
+    // The first histogram is taken before the session starts, which stderr then says.
+    let mut stderr = BufReader::new(record.stderr.take().expect("stderr"));
+    let mut said = String::new();
+    while !said.contains("recording") {
+        said.clear();
+        let read = stderr.read_line(&mut said).expect("vmscope's stderr");
+        assert!(read > 0, "vmscope record ended before recording");
+    }
+    assert_eq!(leaky.more(1_000), "added 124457");
+    let out = record.wait_with_output().expect("vmscope record");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    let profile_end = report
+        .find("Heap histogram")
+        .unwrap_or_else(|| panic!("{report}"));
+    let heap = &report[profile_end..];
+    let first_growth = heap
+        .lines()
+        .skip_while(|l| !l.contains("INSTANCES BEFORE -> AFTER"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no growth rows:\n{report}"));
+    assert!(
+        first_growth.contains("+1,000") && first_growth.contains("123,457 -> 124,457"),
+        "{heap}"
+    );
+    assert!(
+        report[..profile_end].contains("samples"),
+        "the report comes first: {report}"
+    );
+}
+
 /// Runs `vmscope heap --pid PID` as `uid` and returns its failure's message, checking that it
 /// failed within `within`.
 fn refused(daemon: &Daemon, pid: u32, uid: u32, within: Duration) -> String {
