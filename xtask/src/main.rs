@@ -13,6 +13,7 @@ mod bench_continuous;
 mod bench_counts;
 mod bench_daemon_cpu;
 mod bench_exit;
+mod bench_heap;
 mod bench_java;
 mod bench_jvm;
 mod bench_labels;
@@ -156,6 +157,11 @@ enum Task {
         /// and the stacks that reach the thread's start.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu", "counts", "labels"])]
         java_stacks: bool,
+        /// Instead, what a heap histogram costs the JVM it counts: Leaky.java holding 123,457,
+        /// 1,234,567 and 3,999,999 objects, `vmscope heap` after a full GC and with --all, the
+        /// JVM's pause and the round trip, and `jmap -histo:live` beside them.
+        #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu", "counts", "labels", "java_stacks"])]
+        heap: bool,
         /// With --off-cpu, instead one off-CPU session of MINUTES on the pair of threads: the
         /// daemon's RSS and CPU every minute.
         #[arg(long, value_name = "MINUTES", requires = "off_cpu")]
@@ -205,6 +211,7 @@ fn main() -> ExitCode {
         Task::Bench {
             java_stacks: true, ..
         } => setup::run().and_then(|()| bench_java::run()),
+        Task::Bench { heap: true, .. } => setup::run().and_then(|()| bench_heap::run()),
         Task::Bench { attacks: true, .. } => setup::run().and_then(|()| bench_attacks::run()),
         Task::Bench {
             continuous: Some(minutes),
