@@ -8,6 +8,7 @@ pub mod diff;
 pub mod error_text;
 pub mod fit;
 pub mod heap;
+pub mod heap_check;
 pub mod output;
 pub mod record;
 pub mod refusal;

@@ -120,11 +120,12 @@ enum Command {
     /// assertions), so that a rerun of the same build passes.
     #[command(after_help = "Examples:\n  \
                             vmscope check new.pb.gz --baseline base.pb.gz --max-increase 5% 'SmallInteger>>benchFib'\n  \
-                            vmscope check 4 --baseline 3 --max-increase 10%   # the whole profile")]
+                            vmscope check 4 --baseline 3 --max-increase 10%   # the whole profile\n  \
+                            vmscope check --heap 'Order: count == 0' --pid $(pgrep java)   # after a full GC")]
     Check {
-        /// The profile to check: a session id or a pprof file.
-        #[arg(value_parser = vmscope::diff::Input::parse)]
-        new: vmscope::diff::Input,
+        /// The profile to check: a session id or a pprof file (none for --heap alone).
+        #[arg(value_parser = vmscope::diff::Input::parse, required_unless_present = "heap")]
+        new: Option<vmscope::diff::Input>,
         /// The functions to check, by exact name (inclusive time, or --self); the whole
         /// profile when none is given.
         functions: Vec<String>,
@@ -144,6 +145,21 @@ enum Command {
         self_time: bool,
         #[command(flatten)]
         compare: CompareArgs,
+        /// A heap assertion, `CLASS: count|bytes [growth] OP N` (`'Leaky: count == 0'`,
+        /// `'Order: count growth <= 0'`; OP one of == != < <= > >=), on a new heap histogram of
+        /// --pid (after a full GC) or on the kept --heap-id; growth is since --since. A class
+        /// the histogram lists not has no instances. Repeat for several.
+        #[arg(long = "heap", value_name = "ASSERTION", value_parser = vmscope::heap_check::parse)]
+        heap: Vec<vmscope::heap_check::HeapAssertion>,
+        /// The process whose heap --heap checks: a new histogram (`vmscope heap --pid`).
+        #[arg(long, requires = "heap", conflicts_with = "heap_id")]
+        pid: Option<u32>,
+        /// A heap histogram taken earlier for --heap to check.
+        #[arg(long, value_name = "ID", requires = "heap")]
+        heap_id: Option<u64>,
+        /// The earlier heap histogram that growth assertions compare with.
+        #[arg(long, value_name = "ID", requires = "heap")]
+        since: Option<u64>,
     },
     /// Fit each function's CPU time against a workload parameter: constant, n, n log n, n² or
     /// n³, chosen by cross-validated error, with its coefficients and R² (after Beagle).
@@ -592,15 +608,62 @@ async fn run_diff(
     Ok(0)
 }
 
+/// `vmscope check --heap`'s assertions and the histograms they are judged on.
+struct HeapChecks {
+    assertions: Vec<vmscope::heap_check::HeapAssertion>,
+    pid: Option<u32>,
+    id: Option<u64>,
+    since: Option<u64>,
+}
+
+impl HeapChecks {
+    /// Judges the assertions on a new histogram of the pid, or the kept one.
+    async fn judge(
+        &self,
+        socket: &std::path::Path,
+    ) -> anyhow::Result<Vec<vmscope::check::Outcome>> {
+        use vmscope::heap::{Which, fetch};
+        let which = match (self.pid, self.id) {
+            (Some(pid), _) => Which::Take {
+                pid,
+                all: false,
+                timeout: None,
+            },
+            (None, Some(id)) => Which::Kept(id),
+            (None, None) => {
+                anyhow::bail!("--heap checks a heap histogram: give --pid PID or --heap-id ID")
+            }
+        };
+        let report = fetch(socket, which, None).await?;
+        let since = match self.since {
+            Some(id) => Some(fetch(socket, Which::Kept(id), None).await?.histogram),
+            None => None,
+        };
+        vmscope::heap_check::judge(&report.histogram, since.as_ref(), &self.assertions)
+    }
+}
+
 /// `vmscope check`: 0 when every assertion holds, 1 when one fails, 2 when it cannot check.
 async fn run_check(
     socket: &std::path::Path,
     base: Option<vmscope::diff::Input>,
-    new: vmscope::diff::Input,
+    new: Option<vmscope::diff::Input>,
     compare: &CompareArgs,
     assertions: vmscope::check::Assertions,
+    heap: HeapChecks,
 ) -> i32 {
     let checked = async {
+        let mut outcomes = if heap.assertions.is_empty() {
+            Vec::new()
+        } else {
+            heap.judge(socket).await?
+        };
+        let Some(new) = new else {
+            return Ok(vmscope::check::report(
+                &outcomes,
+                &mut std::io::stdout().lock(),
+            )?);
+        };
         if assertions.max_increase.is_none() && assertions.max_counts.is_empty() {
             anyhow::bail!("nothing to check: give --baseline with --max-increase, or --max-count");
         }
@@ -613,7 +676,7 @@ async fn run_check(
         )
         .await?;
         let new_side = sides.last().expect("NEW is loaded");
-        let mut outcomes = vmscope::check::judge_counts(new_side, &assertions)?;
+        outcomes.extend(vmscope::check::judge_counts(new_side, &assertions)?);
         if let Some(base) = &base {
             let options = vmscope_report::diff::DiffOptions {
                 normalize: compare.normalize,
@@ -979,6 +1042,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             max_counts,
             self_time,
             compare,
+            heap,
+            pid,
+            heap_id,
+            since,
         } => Ok(run_check(
             &cli.socket,
             baseline,
@@ -989,6 +1056,12 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 functions,
                 self_time,
                 max_counts,
+            },
+            HeapChecks {
+                assertions: heap,
+                pid,
+                id: heap_id,
+                since,
             },
         )
         .await),

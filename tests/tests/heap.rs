@@ -56,7 +56,12 @@ impl Leaky {
     }
 
     fn more(&mut self, n: u32) -> String {
-        writeln!(self.stdin, "more {n}").expect("write to the fixture");
+        self.line_after(&format!("more {n}"))
+    }
+
+    /// Sends `command` and returns the fixture's answer.
+    fn line_after(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").expect("write to the fixture");
         self.line()
     }
 
@@ -182,6 +187,95 @@ fn a_histogram_counts_what_the_program_holds_as_jmap_does_and_growth_shows_what_
         "{text}"
     );
     assert!(leaky.alive());
+}
+
+/// `vmscope check --heap` as root: its exit code and standard output.
+fn check(daemon: &Daemon, args: &[&str]) -> (i32, String) {
+    let out = daemon
+        .cli()
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("run vmscope check");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Heap assertions for CI: true while the objects are held, false once they are let go and
+/// the full GC before the count collected them, and the other way round; growth since an
+/// earlier histogram; a typo is not a silent pass.
+#[test]
+fn heap_assertions_follow_what_the_program_holds() {
+    let daemon = Daemon::start();
+    let mut leaky = Leaky::start(&[]);
+    let pid = leaky.pid().to_string();
+    let (code, out) = check(
+        &daemon,
+        &[
+            "--pid",
+            &pid,
+            "--heap",
+            "Leaky: count == 123457",
+            "--heap",
+            "Leaky: count > 0",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok: Leaky: 123457 instances, asked == 123457"),
+        "{out}"
+    );
+    let (code, out) = check(&daemon, &["--pid", &pid, "--heap", "Leaky: count == 0"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAILED: Leaky: 123457 instances, asked == 0"),
+        "{out}"
+    );
+    let first = heap_json(&daemon, &["--pid", &pid])["histogram"]["id"].to_string();
+
+    assert_eq!(leaky.more(1_000), "added 124457");
+    let (code, out) = check(
+        &daemon,
+        &[
+            "--pid",
+            &pid,
+            "--since",
+            &first,
+            "--heap",
+            "Leaky: count growth <= 0",
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("+1000 instances since histogram"), "{out}");
+
+    assert_eq!(leaky.line_after("free"), "freed");
+    let (code, out) = check(
+        &daemon,
+        &[
+            "--pid",
+            &pid,
+            "--heap",
+            "Leaky: count == 0",
+            "--heap",
+            "Leaky: count > 0",
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("ok: Leaky: 0 instances (no such class in the histogram"),
+        "{out}"
+    );
+    assert!(out.contains("FAILED: Leaky: 0 instances"), "{out}");
+    let (code, out) = check(
+        &daemon,
+        &["--pid", &pid, "--heap", "Leaky: count growth == 0"],
+    );
+    assert_eq!(code, 2, "growth needs --since: {out}");
+    let (code, out) = check(&daemon, &["--pid", &pid, "--heap", "Leaky count == 0"]);
+    assert_eq!(code, 2, "a malformed assertion cannot be checked: {out}");
+    assert!(out.contains("e.g. 'Leaky: count == 0'"), "{out}");
 }
 
 /// `vmscope record --heap`: a histogram before the recording and one after, and what grew
