@@ -56,6 +56,22 @@ pub struct Growth {
 /// Fetches the histogram `which` says (taking it if asked), and the growth since `since`.
 pub async fn fetch(socket: &Path, which: Which, since: Option<u64>) -> anyhow::Result<HeapReport> {
     let mut client = client::connect(socket).await?;
+    // The earlier histogram first: a typo in its id must not cost the JVM a full GC.
+    let before: Option<HeapHistogram> = match since {
+        None => None,
+        Some(id) => Some(
+            client
+                .get_heap_histogram(pb::GetHeapHistogramRequest { id })
+                .await
+                .map_err(client::status_error)
+                .with_context(|| format!("cannot compare with heap histogram {id}"))?
+                .into_inner()
+                .into(),
+        ),
+    };
+    if let (Some(before), Which::Take { pid, .. }) = (&before, which) {
+        same_process(before, pid, "a new histogram")?;
+    }
     let histogram: HeapHistogram = match which {
         Which::Take { pid, all, timeout } => client
             .take_heap_histogram(pb::TakeHeapHistogramRequest {
@@ -73,25 +89,14 @@ pub async fn fetch(socket: &Path, which: Which, since: Option<u64>) -> anyhow::R
     }
     .into_inner()
     .into();
-    let growth = match since {
+    let growth = match before {
         None => None,
-        Some(id) => {
-            let before: HeapHistogram = client
-                .get_heap_histogram(pb::GetHeapHistogramRequest { id })
-                .await
-                .map_err(client::status_error)
-                .with_context(|| format!("cannot compare with heap histogram {id}"))?
-                .into_inner()
-                .into();
-            if before.pid != histogram.pid {
-                anyhow::bail!(
-                    "heap histogram {id} is of pid {}, histogram {} of pid {}: growth compares \
-                     two histograms of one process",
-                    before.pid,
-                    histogram.id,
-                    histogram.pid
-                );
-            }
+        Some(before) => {
+            same_process(
+                &before,
+                histogram.pid,
+                &format!("histogram {}", histogram.id),
+            )?;
             let seconds = match (before.taken_at, histogram.taken_at) {
                 (Some(a), Some(b)) => b
                     .duration_since(a)
@@ -99,7 +104,7 @@ pub async fn fetch(socket: &Path, which: Which, since: Option<u64>) -> anyhow::R
                 _ => 0.0,
             };
             Some(Growth {
-                since: id,
+                since: before.id,
                 seconds,
                 total_instances: before.total_instances,
                 total_bytes: before.total_bytes,
@@ -110,6 +115,20 @@ pub async fn fetch(socket: &Path, which: Which, since: Option<u64>) -> anyhow::R
     Ok(HeapReport { histogram, growth })
 }
 
+/// Growth compares two histograms of one process: `before` must be of `pid`, the process of
+/// `what`.
+pub fn same_process(before: &HeapHistogram, pid: u32, what: &str) -> anyhow::Result<()> {
+    if before.pid != pid {
+        anyhow::bail!(
+            "heap histogram {} is of pid {}, {what} of pid {pid}: growth compares two \
+             histograms of one process",
+            before.id,
+            before.pid
+        );
+    }
+    Ok(())
+}
+
 fn signed(n: i128) -> String {
     if n > 0 {
         format!("+{}", grouped(n))
@@ -118,11 +137,24 @@ fn signed(n: i128) -> String {
     }
 }
 
+/// A class as the report prints it: its module after it, and control characters escaped
+/// (the names come from the target process, and must not drive the reader's terminal).
 fn class_name(name: &str, module: &str) -> String {
+    let printable = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    };
     if module.is_empty() {
-        name.to_owned()
+        printable(name)
     } else {
-        format!("{name} ({module})")
+        format!("{} ({})", printable(name), printable(module))
     }
 }
 

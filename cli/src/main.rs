@@ -634,7 +634,8 @@ impl HeapChecks {
                 anyhow::bail!("--heap checks a heap histogram: give --pid PID or --heap-id ID")
             }
         };
-        let report = fetch(socket, which, None).await?;
+        // With --since, fetch compares the pids before it takes the new histogram.
+        let report = fetch(socket, which, self.since).await?;
         let since = match self.since {
             Some(id) => Some(fetch(socket, Which::Kept(id), None).await?.histogram),
             None => None,

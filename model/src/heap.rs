@@ -72,8 +72,8 @@ impl ClassGrowth {
 
 /// The classes whose instances or bytes grew from `before` to `after`, most bytes gained
 /// first (then most instances, then by name): a class that appeared counts from zero. Classes
-/// are the same when name and module are, so that two loaders' classes of one name stay
-/// apart.
+/// are the same when name and module are: classes of one name in two modules stay apart, and
+/// rows of one name and module (one class loaded by two loaders) are added together.
 pub fn growth(before: &HeapHistogram, after: &HeapHistogram) -> Vec<ClassGrowth> {
     let key = |c: &ClassCount| (c.name.clone(), c.module.clone());
     let mut was: std::collections::HashMap<(String, String), (u64, u64)> =

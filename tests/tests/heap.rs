@@ -186,6 +186,25 @@ fn a_histogram_counts_what_the_program_holds_as_jmap_does_and_growth_shows_what_
         first_growth.contains("+1,000") && first_growth.ends_with("  Leaky"),
         "{text}"
     );
+
+    // Every object, with no GC: the live ones at least, and the histogram says it is not live.
+    let all = heap_json(&daemon, &["--pid", &pid, "--all"]);
+    assert_eq!(all["histogram"]["live"], false);
+    assert!(class_of(&all["histogram"], "Leaky").0 >= 124_457, "{all}");
+
+    // Another user sees none of root's histograms, as if they never were.
+    let out = daemon
+        .cli()
+        .args(["heap", "--id", &second_id])
+        .uid(NOBODY)
+        .output()
+        .expect("run vmscope heap as nobody");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no heap histogram {second_id} of yours")),
+        "{stderr}"
+    );
     assert!(leaky.alive());
 }
 
@@ -273,6 +292,7 @@ fn heap_assertions_follow_what_the_program_holds() {
         &["--pid", &pid, "--heap", "Leaky: count growth == 0"],
     );
     assert_eq!(code, 2, "growth needs --since: {out}");
+    assert!(out.contains("give --since"), "{out}");
     let (code, out) = check(&daemon, &["--pid", &pid, "--heap", "Leaky count == 0"]);
     assert_eq!(code, 2, "a malformed assertion cannot be checked: {out}");
     assert!(out.contains("e.g. 'Leaky: count == 0'"), "{out}");
@@ -362,8 +382,8 @@ fn a_jvm_that_cannot_or_may_not_answer_is_refused_at_once_and_left_alone() {
         "{stderr}"
     );
     assert!(
-        !std::path::Path::new(&format!("/tmp/.attach_pid{}", roots.pid())).exists(),
-        "no trigger file was made for it"
+        !std::path::Path::new(&format!("/tmp/.java_pid{}", roots.pid())).exists(),
+        "the JVM was never asked: its attach listener's socket is not there"
     );
     assert!(roots.alive());
 

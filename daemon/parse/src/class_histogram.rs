@@ -11,8 +11,9 @@
 //! ```
 //!
 //! Class names are the JVM's (`[B`, `[Ljava.lang.Object;`, `Foo$Bar`, hidden classes with a
-//! `/0x...` suffix) and hold no space; the module follows in parentheses when the class is in a
-//! named one (JDK 9 on; JDK 8's header has no "(module)"). The text comes from a process the
+//! `/0x...` suffix) and may hold spaces (Kotlin's `Test$my test$1`): a class is the rest of its
+//! row. The module follows in parentheses when the class is in a named one (JDK 9 on; JDK 8's
+//! header has no "(module)"). The text comes from a process the
 //! daemon does not trust: a line it cannot read, a count that does not add up to the total or
 //! more rows than [`MAX_CLASSES`] is an error naming the line, never a partial histogram.
 
@@ -87,6 +88,18 @@ pub enum HistogramError {
     TooManyClasses,
 }
 
+/// The first word of `text` (which starts with it) and what follows it, without the
+/// whitespace between.
+fn next_word(text: &str) -> Option<(&str, &str)> {
+    if text.is_empty() {
+        return None;
+    }
+    Some(match text.find(char::is_whitespace) {
+        Some(end) => (&text[..end], text[end..].trim_start()),
+        None => (text, ""),
+    })
+}
+
 fn cut(text: &str) -> String {
     let mut end = text.len().min(200);
     while !text.is_char_boundary(end) {
@@ -119,15 +132,16 @@ pub fn parse_class_histogram(text: &str) -> Result<ClassHistogram, HistogramErro
         if trimmed.is_empty() || trimmed.bytes().all(|b| b == b'-') {
             continue;
         }
-        let mut words = trimmed.split_whitespace();
-        let first = words.next().ok_or_else(bad)?;
-        let number = |word: Option<&str>| word.and_then(|w| w.parse::<u64>().ok()).ok_or_else(bad);
+        let (first, rest) = next_word(trimmed).ok_or_else(bad)?;
+        let number = |word: &str| word.parse::<u64>().ok().ok_or_else(bad);
         if first == "Total" {
-            histogram.total_instances = number(words.next())?;
-            histogram.total_bytes = number(words.next())?;
-            if words.next().is_some() {
+            let (instances_word, rest) = next_word(rest).ok_or_else(bad)?;
+            let (bytes_word, rest) = next_word(rest).ok_or_else(bad)?;
+            if !rest.is_empty() {
                 return Err(bad());
             }
+            histogram.total_instances = number(instances_word)?;
+            histogram.total_bytes = number(bytes_word)?;
             if (instances, bytes) != (histogram.total_instances, histogram.total_bytes) {
                 return Err(HistogramError::Inconsistent {
                     instances,
@@ -142,21 +156,24 @@ pub fn parse_class_histogram(text: &str) -> Result<ClassHistogram, HistogramErro
             .strip_suffix(':')
             .and_then(|n| n.parse::<u64>().ok())
             .ok_or_else(bad)?;
-        let row_instances = number(words.next())?;
-        let row_bytes = number(words.next())?;
-        let name = words.next().ok_or_else(bad)?.to_owned();
-        let module = match words.next() {
-            None => String::new(),
-            Some(module) => module
-                .strip_prefix('(')
-                .and_then(|m| m.strip_suffix(')'))
-                .filter(|m| !m.is_empty())
-                .ok_or_else(bad)?
-                .to_owned(),
-        };
-        if words.next().is_some() {
+        let (instances_word, rest) = next_word(rest).ok_or_else(bad)?;
+        let (bytes_word, rest) = next_word(rest).ok_or_else(bad)?;
+        let (row_instances, row_bytes) = (number(instances_word)?, number(bytes_word)?);
+        if rest.is_empty() {
             return Err(bad());
         }
+        // The rest is the class, which may hold spaces (the JVM allows them; Kotlin makes
+        // them), and its module in parentheses after a space.
+        let (name, module) = match rest.strip_suffix(')').and_then(|r| r.rsplit_once(" (")) {
+            Some((name, module))
+                if !name.trim_end().is_empty()
+                    && !module.is_empty()
+                    && !module.contains(char::is_whitespace) =>
+            {
+                (name.trim_end().to_owned(), module.to_owned())
+            }
+            _ => (rest.to_owned(), String::new()),
+        };
         if histogram.classes.len() == MAX_CLASSES {
             return Err(HistogramError::TooManyClasses);
         }
@@ -222,6 +239,20 @@ Total        139488        4117688
     }
 
     #[test]
+    fn class_names_may_hold_spaces() {
+        let text = JDK17
+            .replace("  Leaky\n", "  Test$my test$1\n")
+            .replace("[B (java.base", "[B x (java.base");
+        let h = parse_class_histogram(&text).unwrap();
+        assert_eq!(h.classes[2].name, "Test$my test$1");
+        assert_eq!(h.classes[2].module, "");
+        assert_eq!(
+            (h.classes[0].name.as_str(), h.classes[0].module.as_str()),
+            ("[B x", "java.base@17.0.15")
+        );
+    }
+
+    #[test]
     fn an_error_message_is_no_histogram() {
         let err = parse_class_histogram("java.lang.IllegalArgumentException: Unknown argument\n")
             .unwrap_err();
@@ -246,9 +277,9 @@ Total        139488        4117688
             parse_class_histogram(&bad_count),
             Err(HistogramError::BadLine { line: 3, .. })
         ));
-        let extra_word = JDK17.replace("Leaky", "Leaky extra words");
+        let no_class = JDK17.replace("Leaky", "");
         assert!(matches!(
-            parse_class_histogram(&extra_word),
+            parse_class_histogram(&no_class),
             Err(HistogramError::BadLine { line: 5, .. })
         ));
         let overflow = format!(

@@ -28,7 +28,12 @@ use crate::{
 /// A JVM the caller may ask for its histogram.
 #[derive(Debug)]
 pub struct Target {
+    /// As the checked `/proc/PID/status` describes it: the attach then trusts only a socket
+    /// of that uid.
     jvm: JvmTarget,
+    /// Its start time: a process found at the pid after the answer with another one is not
+    /// the one checked, and its answer is not handed out.
+    start_time: u64,
     /// Its command (comm), for the histogram.
     pub command: String,
 }
@@ -69,6 +74,7 @@ pub fn check(caller: Caller, pid: u32) -> Result<Target, HeapError> {
             status.name, caller.uid
         )));
     }
+    let start_time = sys::read_start_time(pid).ok_or_else(gone)?;
     let maps = sys::read_proc(pid, "maps").map_err(|_| gone())?;
     let is_jvm = parse_maps(&maps).entries.iter().any(|e| match &e.path {
         MapPath::File { path, .. } => path.file_name().is_some_and(|n| n == "libjvm.so"),
@@ -81,9 +87,20 @@ pub fn check(caller: Caller, pid: u32) -> Result<Target, HeapError> {
             status.name
         )));
     }
-    let jvm = JvmTarget::read(pid).map_err(|_| gone())?;
+    // The status checked above, not a new read: a process at the pid since is another's.
+    let jvm = JvmTarget {
+        pid,
+        nspid: status.nspid.unwrap_or(pid),
+        uid: status.uids.effective,
+        gid: status.gids.effective,
+    };
+    // A process that started after the status was read is not the one checked.
+    if sys::read_start_time(pid) != Some(start_time) {
+        return Err(gone());
+    }
     Ok(Target {
         jvm,
+        start_time,
         command: status.name,
     })
 }
@@ -96,6 +113,11 @@ pub fn take(target: &Target, request: HistogramRequest) -> Result<Answer, HeapEr
     let before = read();
     let snapshot = attach::request_class_histogram(&target.jvm, request.timeout, request.all)
         .map_err(|e| attach_error(e, pid))?;
+    if sys::read_start_time(pid) != Some(target.start_time) {
+        return Err(HeapError::NotFound(format!(
+            "process {pid} exited during the request; the process now at its pid is another"
+        )));
+    }
     let pause = before.zip(read()).and_then(|(b, a)| safepoint_time(&b, &a));
     let histogram = parse_class_histogram(&snapshot.output).map_err(|e| {
         HeapError::Failed(format!("JVM {pid} answered with no class histogram: {e}"))
@@ -128,12 +150,19 @@ fn safepoint_time(before: &PerfData, after: &PerfData) -> Option<Duration> {
     Some(Duration::from_nanos(u64::try_from(ns).ok()?))
 }
 
+/// The error an attach that failed is: a JVM that refused, answered the command with an
+/// error or cannot be asked safely (an untrusted socket, another process serving it) cannot
+/// answer; a reply that breaks the protocol or a system call that failed is a failure.
 fn attach_error(error: AttachError, pid: u32) -> HeapError {
     let message = error.to_string();
     match error {
         AttachError::Gone { .. } => HeapError::NotFound(format!("no process {pid}: {message}")),
         AttachError::Timeout { .. } => HeapError::Timeout(message),
+        AttachError::Command { .. }
+        | AttachError::Untrusted { .. }
+        | AttachError::WrongPeer { .. } => HeapError::CannotAnswer(message),
         e if e.is_refusal() => HeapError::CannotAnswer(message),
+        AttachError::BadReply { .. } | AttachError::Io { .. } => HeapError::Failed(message),
         _ => HeapError::Failed(message),
     }
 }

@@ -34,9 +34,13 @@ pub const IN_FLIGHT: ShareLimits = ShareLimits {
     total: 24,
 };
 
-/// Histograms kept per user, newest first out last; and in all.
+/// Histograms kept per user (its newest), and in all.
 pub const KEPT_PER_USER: usize = 64;
 const KEPT_TOTAL: usize = 1024;
+/// Memory the histograms kept may hold, per user and in all: a histogram of a large
+/// application (20,000 classes) holds some 2 MB.
+pub const KEPT_BYTES_PER_USER: usize = 64 << 20;
+const KEPT_BYTES_TOTAL: usize = 512 << 20;
 
 /// How long a histogram is waited for unless the request says, and at most.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,7 +51,21 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Debug)]
 struct KeptHistogram {
     owner_uid: u32,
+    /// What it holds of the daemon's memory, about ([`footprint`]).
+    bytes: usize,
     histogram: Arc<HeapHistogram>,
+}
+
+/// About what a histogram holds of the daemon's memory: its names and a row's fixed size.
+fn footprint(histogram: &HeapHistogram) -> usize {
+    let row = std::mem::size_of::<vmscope_model::heap::ClassCount>();
+    histogram
+        .classes
+        .iter()
+        .map(|c| row + c.name.len() + c.module.len())
+        .sum::<usize>()
+        + std::mem::size_of::<HeapHistogram>()
+        + histogram.command.len()
 }
 
 /// What a histogram request asks.
@@ -97,8 +115,8 @@ pub struct HeapCounters {
     pub refused: AtomicU64,
     /// Requests sent whose answer failed (timeouts, malformed answers, the process exited).
     pub failed: AtomicU64,
-    /// Milliseconds the targets' threads were stopped for them, in all.
-    pub pause_ms: AtomicU64,
+    /// Microseconds the targets' threads were stopped for them, in all.
+    pub pause_us: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -106,6 +124,43 @@ struct Kept {
     histograms: VecDeque<KeptHistogram>,
     /// Processes whose histogram is being taken.
     in_progress: HashSet<u32>,
+}
+
+impl Kept {
+    /// Histograms and bytes `uid` keeps.
+    fn held_by(&self, uid: u32) -> (usize, usize) {
+        self.histograms
+            .iter()
+            .filter(|h| h.owner_uid == uid)
+            .fold((0, 0), |(n, b), h| (n + 1, b + h.bytes))
+    }
+
+    /// Whose oldest histogram must go: `owner`'s past its share, else the largest holder's
+    /// past the daemon's; `None` when everything fits. A lone histogram past the share stays
+    /// (it cannot be larger than an answer may be, [`crate::jvm::attach::MAX_HISTOGRAM_BYTES`]).
+    fn over_share(&self, owner: u32) -> Option<u32> {
+        let (n, bytes) = self.held_by(owner);
+        if n > 1 && (n > KEPT_PER_USER || bytes > KEPT_BYTES_PER_USER) {
+            return Some(owner);
+        }
+        let total_bytes: usize = self.histograms.iter().map(|h| h.bytes).sum();
+        if self.histograms.len() <= KEPT_TOTAL && total_bytes <= KEPT_BYTES_TOTAL {
+            return None;
+        }
+        let mut holders: Vec<u32> = self.histograms.iter().map(|h| h.owner_uid).collect();
+        holders.sort_unstable();
+        holders.dedup();
+        holders.into_iter().max_by_key(|&uid| {
+            let (n, bytes) = self.held_by(uid);
+            (bytes, n)
+        })
+    }
+
+    fn drop_oldest_of(&mut self, uid: u32) {
+        if let Some(oldest) = self.histograms.iter().position(|h| h.owner_uid == uid) {
+            self.histograms.remove(oldest);
+        }
+    }
 }
 
 /// The daemon's histograms: taken on request, kept by id.
@@ -180,6 +235,9 @@ impl Heaps {
             )))
         })?;
         let pid = request.pid;
+        // The caller's rights first: another user's process is none of its business, not even
+        // whether a histogram of it is under way.
+        let target = hotspot::check(caller, pid).map_err(refused)?;
         if !self.lock().in_progress.insert(pid) {
             return Err(refused(HeapError::Busy(format!(
                 "a heap histogram of pid {pid} is being taken: wait for it, its full GC would \
@@ -187,7 +245,6 @@ impl Heaps {
             ))));
         }
         let _in_progress = InProgress { heaps: self, pid };
-        let target = hotspot::check(caller, pid).map_err(refused)?;
         let taken_at = SystemTime::now();
         let answer = hotspot::take(&target, request).inspect_err(|e| {
             let counter = match e {
@@ -212,8 +269,8 @@ impl Heaps {
         self.counters.taken.fetch_add(1, Relaxed);
         if let Some(pause) = histogram.pause {
             self.counters
-                .pause_ms
-                .fetch_add(pause.as_millis() as u64, Relaxed);
+                .pause_us
+                .fetch_add(pause.as_micros() as u64, Relaxed);
         }
         tracing::info!(
             pid,
@@ -226,52 +283,38 @@ impl Heaps {
         Ok(histogram)
     }
 
-    /// Keeps `histogram` for `owner`, dropping the owner's oldest past [`KEPT_PER_USER`] and
-    /// the oldest of all past the total.
+    /// Keeps `histogram` for `owner`. Past the owner's share ([`KEPT_PER_USER`] histograms,
+    /// [`KEPT_BYTES_PER_USER`]) its oldest go; past the daemon's ([`KEPT_TOTAL`],
+    /// [`KEPT_BYTES_TOTAL`]), the oldest of whoever holds the most, so that no user can push
+    /// out another's while holding less.
     fn keep(&self, owner_uid: u32, histogram: Arc<HeapHistogram>) {
         let mut kept = self.lock();
+        let bytes = footprint(&histogram);
         kept.histograms.push_back(KeptHistogram {
             owner_uid,
+            bytes,
             histogram,
         });
-        let mine = kept
-            .histograms
-            .iter()
-            .filter(|h| h.owner_uid == owner_uid)
-            .count();
-        if mine > KEPT_PER_USER
-            && let Some(oldest) = kept
-                .histograms
-                .iter()
-                .position(|h| h.owner_uid == owner_uid)
-        {
-            kept.histograms.remove(oldest);
-        }
-        while kept.histograms.len() > KEPT_TOTAL {
-            kept.histograms.pop_front();
+        while let Some(uid) = kept.over_share(owner_uid) {
+            kept.drop_oldest_of(uid);
         }
     }
 
     /// The histogram `id`, if `caller` may see it (its own; any for root).
     pub fn get(&self, caller: Caller, id: u64) -> Result<Arc<HeapHistogram>, HeapError> {
         let kept = self.lock();
-        let found = kept
-            .histograms
+        // Another user's histogram is as if absent, with the same message: which ids exist
+        // is none of the caller's business.
+        kept.histograms
             .iter()
-            .find(|h| h.histogram.id == id)
+            .find(|h| h.histogram.id == id && (caller.is_root() || h.owner_uid == caller.uid))
+            .map(|h| h.histogram.clone())
             .ok_or_else(|| {
                 HeapError::NotFound(format!(
-                    "no heap histogram {id}: the daemon keeps each user's newest {KEPT_PER_USER}"
+                    "no heap histogram {id} of yours: the daemon keeps each user's newest \
+                     {KEPT_PER_USER}"
                 ))
-            })?;
-        if !caller.is_root() && found.owner_uid != caller.uid {
-            // As if absent: another user's histograms are none of the caller's business.
-            return Err(HeapError::NotFound(format!(
-                "no heap histogram {id} of yours (uid {})",
-                caller.uid
-            )));
-        }
-        Ok(found.histogram.clone())
+            })
     }
 
     /// Histograms kept now.
@@ -340,6 +383,46 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(heaps.kept(), KEPT_PER_USER + 1);
+    }
+
+    #[test]
+    fn a_users_bytes_are_bounded_and_its_oldest_go_first() {
+        let heaps = Heaps::default();
+        let big = |id, owner| {
+            let class = vmscope_model::heap::ClassCount {
+                name: "x".repeat(1 << 20),
+                ..Default::default()
+            };
+            let histogram = HeapHistogram {
+                id,
+                classes: vec![class; 8],
+                ..HeapHistogram::default()
+            };
+            heaps.keep(owner, Arc::new(histogram));
+        };
+        keep(&heaps, 1, 1001);
+        // 8 MiB each: the user's 64 MiB hold 7 of them, and the oldest go first.
+        for id in 2..=12 {
+            big(id, 1000);
+        }
+        let user = Caller {
+            uid: 1000,
+            pid: None,
+        };
+        assert!(heaps.get(user, 5).is_err(), "the oldest went");
+        assert!(heaps.get(user, 6).is_ok() && heaps.get(user, 12).is_ok());
+        assert!(
+            heaps
+                .get(
+                    Caller {
+                        uid: 1001,
+                        pid: None
+                    },
+                    1
+                )
+                .is_ok(),
+            "another user's stays"
+        );
     }
 
     #[test]

@@ -54,8 +54,9 @@ const MAX_REPLY_BYTES: usize = 1 << 20;
 const HISTOGRAM_REQUEST: &[u8] = b"1\0jcmd\0GC.class_histogram\0\0\0";
 const HISTOGRAM_ALL_REQUEST: &[u8] = b"1\0jcmd\0GC.class_histogram -all\0\0\0";
 
-/// Largest class histogram read: some 100 bytes a class, so room for 600,000 classes.
-pub const MAX_HISTOGRAM_BYTES: usize = 64 << 20;
+/// Largest class histogram read: some 100 bytes a class, so room for 160,000 classes with
+/// instances (a large application server loads some 50,000).
+pub const MAX_HISTOGRAM_BYTES: usize = 16 << 20;
 
 /// Largest `/proc/PID/status` read.
 const MAX_STATUS_BYTES: u64 = 64 << 10;
