@@ -164,6 +164,10 @@ fn a_perf_map_written_at_exit_names_the_samples_marked_as_a_later_snapshot() {
         &daemon,
         &[
             "--no-jvm-attach",
+            // The leaf alone: with stacks, the JVM's stack is copied and its compiled frames
+            // are named by their nmethods (once the code cache is read), not by the perf map.
+            "--call-graph",
+            "none",
             "--",
             "java",
             "-XX:+UnlockDiagnosticVMOptions",

@@ -115,7 +115,8 @@ pub struct HeapCounters {
     pub refused: AtomicU64,
     /// Requests sent whose answer failed (timeouts, malformed answers, the process exited).
     pub failed: AtomicU64,
-    /// Microseconds the targets' threads were stopped for them, in all.
+    /// Microseconds the targets' threads were stopped for them, in all (`heap_pause_ms`: each
+    /// pause added whole, not rounded to milliseconds first).
     pub pause_us: AtomicU64,
 }
 

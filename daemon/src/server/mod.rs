@@ -143,7 +143,7 @@ impl ProfilerService {
             ("heap_histograms_taken", heap.taken.load(Relaxed)),
             ("heap_histograms_refused", heap.refused.load(Relaxed)),
             ("heap_histograms_failed", heap.failed.load(Relaxed)),
-            ("heap_histogram_pause_us", heap.pause_us.load(Relaxed)),
+            ("heap_pause_ms", heap.pause_us.load(Relaxed) / 1000),
         ]);
         gauges.insert("heap_histograms_kept", self.heaps.kept() as u64);
         if let Some(continuous) = &self.continuous {
