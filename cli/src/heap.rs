@@ -53,26 +53,72 @@ pub struct Growth {
     pub classes: Vec<ClassGrowth>,
 }
 
+/// `vmscope heap`: fetches the histogram `which` says and the growth since `since`, and
+/// writes them to `output` (standard output when `None` or `-`): as text with the `top`
+/// classes, or as JSON with all of them.
+pub async fn run(
+    socket: &Path,
+    which: Which,
+    since: Option<u64>,
+    top: usize,
+    json: bool,
+    output: Option<&Path>,
+) -> anyhow::Result<()> {
+    let report = fetch(socket, which, since).await?;
+    let mut out = crate::output::Destination::choose(output, false).open()?;
+    if json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        render_text(&report, top, &mut out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// Fetches the histogram `which` says (taking it if asked), and the growth since `since`.
 pub async fn fetch(socket: &Path, which: Which, since: Option<u64>) -> anyhow::Result<HeapReport> {
+    let (histogram, before) = fetch_pair(socket, which, since).await?;
+    Ok(HeapReport::new(histogram, before))
+}
+
+/// The histogram `which` says, and `since`'s, each fetched once: the earlier first, so that a
+/// typo in its id or another process's histogram costs the JVM no full GC.
+pub async fn fetch_pair(
+    socket: &Path,
+    which: Which,
+    since: Option<u64>,
+) -> anyhow::Result<(HeapHistogram, Option<HeapHistogram>)> {
     let mut client = client::connect(socket).await?;
-    // The earlier histogram first: a typo in its id must not cost the JVM a full GC.
-    let before: Option<HeapHistogram> = match since {
+    let before = match since {
         None => None,
         Some(id) => Some(
-            client
-                .get_heap_histogram(pb::GetHeapHistogramRequest { id })
+            one(&mut client, Which::Kept(id))
                 .await
-                .map_err(client::status_error)
-                .with_context(|| format!("cannot compare with heap histogram {id}"))?
-                .into_inner()
-                .into(),
+                .with_context(|| format!("cannot compare with heap histogram {id}"))?,
         ),
     };
     if let (Some(before), Which::Take { pid, .. }) = (&before, which) {
         same_process(before, pid, "a new histogram")?;
     }
-    let histogram: HeapHistogram = match which {
+    let histogram = one(&mut client, which).await?;
+    if let Some(before) = &before {
+        same_process(
+            before,
+            histogram.pid,
+            &format!("histogram {}", histogram.id),
+        )?;
+    }
+    Ok((histogram, before))
+}
+
+/// The histogram `which` says: a new one, or one the daemon kept.
+pub async fn histogram(socket: &Path, which: Which) -> anyhow::Result<HeapHistogram> {
+    one(&mut client::connect(socket).await?, which).await
+}
+
+async fn one(client: &mut client::Client, which: Which) -> anyhow::Result<HeapHistogram> {
+    let answer = match which {
         Which::Take { pid, all, timeout } => client
             .take_heap_histogram(pb::TakeHeapHistogramRequest {
                 pid,
@@ -86,33 +132,30 @@ pub async fn fetch(socket: &Path, which: Which, since: Option<u64>) -> anyhow::R
             .get_heap_histogram(pb::GetHeapHistogramRequest { id })
             .await
             .map_err(client::status_error)?,
-    }
-    .into_inner()
-    .into();
-    let growth = match before {
-        None => None,
-        Some(before) => {
-            same_process(
-                &before,
-                histogram.pid,
-                &format!("histogram {}", histogram.id),
-            )?;
+    };
+    Ok(answer.into_inner().into())
+}
+
+impl HeapReport {
+    /// `histogram`, with its growth since `before` (of the same process) when given.
+    pub fn new(histogram: HeapHistogram, before: Option<HeapHistogram>) -> HeapReport {
+        let growth = before.map(|before| {
             let seconds = match (before.taken_at, histogram.taken_at) {
                 (Some(a), Some(b)) => b
                     .duration_since(a)
                     .map_or_else(|e| -e.duration().as_secs_f64(), |d| d.as_secs_f64()),
                 _ => 0.0,
             };
-            Some(Growth {
+            Growth {
                 since: before.id,
                 seconds,
                 total_instances: before.total_instances,
                 total_bytes: before.total_bytes,
                 classes: growth(&before, &histogram),
-            })
-        }
-    };
-    Ok(HeapReport { histogram, growth })
+            }
+        });
+        HeapReport { histogram, growth }
+    }
 }
 
 /// Growth compares two histograms of one process: `before` must be of `pid`, the process of

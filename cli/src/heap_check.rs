@@ -8,9 +8,14 @@
 //! collected them all, and the line says the class was not found, with close names, so that a
 //! typo shows.
 
+use std::path::Path;
+
 use vmscope_model::heap::HeapHistogram;
 
-use crate::check::Outcome;
+use crate::{
+    check::Outcome,
+    heap::{Which, fetch_pair},
+};
 
 /// What an assertion measures of its class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +155,38 @@ fn totals(histogram: &HeapHistogram, class: &str) -> Option<(u64, u64)> {
         .filter(|c| c.name == class)
         .map(|c| (c.instances, c.bytes))
         .reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// `vmscope check --heap`'s assertions and the histograms they are judged on.
+#[derive(Debug, Clone, Default)]
+pub struct HeapChecks {
+    /// The assertions.
+    pub assertions: Vec<HeapAssertion>,
+    /// The process to take a new histogram of.
+    pub pid: Option<u32>,
+    /// Or the kept histogram to check.
+    pub id: Option<u64>,
+    /// The earlier histogram growth is measured from.
+    pub since: Option<u64>,
+}
+
+impl HeapChecks {
+    /// Judges the assertions on a new histogram of the pid, or on the kept one.
+    pub async fn judge(&self, socket: &Path) -> anyhow::Result<Vec<Outcome>> {
+        let which = match (self.pid, self.id) {
+            (Some(pid), _) => Which::Take {
+                pid,
+                all: false,
+                timeout: None,
+            },
+            (None, Some(id)) => Which::Kept(id),
+            (None, None) => {
+                anyhow::bail!("--heap checks a heap histogram: give --pid PID or --heap-id ID")
+            }
+        };
+        let (histogram, since) = fetch_pair(socket, which, self.since).await?;
+        judge(&histogram, since.as_ref(), &self.assertions)
+    }
 }
 
 /// Judges `assertions` on `histogram` (and `since`, for growth). An assertion of growth with

@@ -608,42 +608,6 @@ async fn run_diff(
     Ok(0)
 }
 
-/// `vmscope check --heap`'s assertions and the histograms they are judged on.
-struct HeapChecks {
-    assertions: Vec<vmscope::heap_check::HeapAssertion>,
-    pid: Option<u32>,
-    id: Option<u64>,
-    since: Option<u64>,
-}
-
-impl HeapChecks {
-    /// Judges the assertions on a new histogram of the pid, or the kept one.
-    async fn judge(
-        &self,
-        socket: &std::path::Path,
-    ) -> anyhow::Result<Vec<vmscope::check::Outcome>> {
-        use vmscope::heap::{Which, fetch};
-        let which = match (self.pid, self.id) {
-            (Some(pid), _) => Which::Take {
-                pid,
-                all: false,
-                timeout: None,
-            },
-            (None, Some(id)) => Which::Kept(id),
-            (None, None) => {
-                anyhow::bail!("--heap checks a heap histogram: give --pid PID or --heap-id ID")
-            }
-        };
-        // With --since, fetch compares the pids before it takes the new histogram.
-        let report = fetch(socket, which, self.since).await?;
-        let since = match self.since {
-            Some(id) => Some(fetch(socket, Which::Kept(id), None).await?.histogram),
-            None => None,
-        };
-        vmscope::heap_check::judge(&report.histogram, since.as_ref(), &self.assertions)
-    }
-}
-
 /// `vmscope check`: 0 when every assertion holds, 1 when one fails, 2 when it cannot check.
 async fn run_check(
     socket: &std::path::Path,
@@ -651,7 +615,7 @@ async fn run_check(
     new: Option<vmscope::diff::Input>,
     compare: &CompareArgs,
     assertions: vmscope::check::Assertions,
-    heap: HeapChecks,
+    heap: vmscope::heap_check::HeapChecks,
 ) -> i32 {
     let checked = async {
         let mut outcomes = if heap.assertions.is_empty() {
@@ -1058,7 +1022,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 self_time,
                 max_counts,
             },
-            HeapChecks {
+            vmscope::heap_check::HeapChecks {
                 assertions: heap,
                 pid,
                 id: heap_id,
@@ -1125,16 +1089,8 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 (None, Some(id)) => vmscope::heap::Which::Kept(id),
                 (None, None) => unreachable!("clap requires --pid or --id"),
             };
-            let report = vmscope::heap::fetch(&cli.socket, which, since).await?;
-            let mut out = Destination::choose(output.as_deref(), false).open()?;
-            match format {
-                HeapFormat::Text => vmscope::heap::render_text(&report, top, &mut out)?,
-                HeapFormat::Json => {
-                    serde_json::to_writer_pretty(&mut out, &report)?;
-                    writeln!(out)?;
-                }
-            }
-            out.flush()?;
+            let json = format == HeapFormat::Json;
+            vmscope::heap::run(&cli.socket, which, since, top, json, output.as_deref()).await?;
             Ok(0)
         }
         Command::Info { json } => sessions::info(&cli.socket, json, &mut stdout())

@@ -22,6 +22,7 @@ use std::{
 
 use anyhow::Context as _;
 use tonic::Code;
+use vmscope_model::heap::HeapHistogram;
 use vmscope_proto::{
     SOCKET_ENV,
     v1::{self as pb, SessionState},
@@ -231,45 +232,42 @@ pub async fn record(
 /// How many classes that grew `--heap` shows per process.
 const HEAP_TOP: usize = 10;
 
-/// Takes a heap histogram of each of `pids`, before the session: its ids. A target that
-/// cannot answer ends the recording before it starts, with the reason.
-async fn take_heaps(socket: &Path, pids: &[u32]) -> anyhow::Result<Vec<u64>> {
-    let mut ids = Vec::with_capacity(pids.len());
+/// Takes a heap histogram of each of `pids`, before the session. A target that cannot answer
+/// ends the recording before it starts, with the reason.
+async fn take_heaps(socket: &Path, pids: &[u32]) -> anyhow::Result<Vec<HeapHistogram>> {
+    let mut taken = Vec::with_capacity(pids.len());
     for &pid in pids {
         let which = crate::heap::Which::Take {
             pid,
             all: false,
             timeout: None,
         };
-        let report = crate::heap::fetch(socket, which, None)
-            .await
-            .context("--heap: the histogram before the recording failed")?;
-        ids.push(report.histogram.id);
+        taken.push(
+            crate::heap::histogram(socket, which)
+                .await
+                .context("--heap: the histogram before the recording failed")?,
+        );
     }
-    Ok(ids)
+    Ok(taken)
 }
 
 /// After the session, a second histogram of each process `before` has one of, with its
 /// growth since; a process that exited or cannot answer any more says so instead.
 async fn heap_growth(
     socket: &Path,
-    before: &[u64],
+    before: &[HeapHistogram],
 ) -> Vec<Result<crate::heap::HeapReport, (u64, anyhow::Error)>> {
     let mut reports = Vec::with_capacity(before.len());
-    for &id in before {
-        let first = crate::heap::fetch(socket, crate::heap::Which::Kept(id), None).await;
-        let report = match first {
-            Ok(first) => {
-                let which = crate::heap::Which::Take {
-                    pid: first.histogram.pid,
-                    all: false,
-                    timeout: None,
-                };
-                crate::heap::fetch(socket, which, Some(id)).await
-            }
-            Err(e) => Err(e),
+    for first in before {
+        let which = crate::heap::Which::Take {
+            pid: first.pid,
+            all: false,
+            timeout: None,
         };
-        reports.push(report.map_err(|e| (id, e)));
+        let report = crate::heap::histogram(socket, which)
+            .await
+            .map(|after| crate::heap::HeapReport::new(after, Some(first.clone())));
+        reports.push(report.map_err(|e| (first.id, e)));
     }
     reports
 }

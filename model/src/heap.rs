@@ -1,7 +1,10 @@
 //! What fills a process's heap: a class histogram ([`HeapHistogram`]) at one moment, and the
 //! classes that grew between two of them ([`growth`]), the first thing a leak hunter reads.
 
-use std::time::{Duration, SystemTime};
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
 
 use serde::Serialize;
 
@@ -75,31 +78,14 @@ impl ClassGrowth {
 /// are the same when name and module are: classes of one name in two modules stay apart, and
 /// rows of one name and module (one class loaded by two loaders) are added together.
 pub fn growth(before: &HeapHistogram, after: &HeapHistogram) -> Vec<ClassGrowth> {
-    let key = |c: &ClassCount| (c.name.clone(), c.module.clone());
-    let mut was: std::collections::HashMap<(String, String), (u64, u64)> =
-        std::collections::HashMap::with_capacity(before.classes.len());
-    for c in &before.classes {
-        let entry = was.entry(key(c)).or_default();
-        entry.0 += c.instances;
-        entry.1 += c.bytes;
-    }
-    let mut now: std::collections::HashMap<(String, String), (u64, u64)> =
-        std::collections::HashMap::with_capacity(after.classes.len());
-    for c in &after.classes {
-        let entry = now.entry(key(c)).or_default();
-        entry.0 += c.instances;
-        entry.1 += c.bytes;
-    }
-    let mut grown: Vec<ClassGrowth> = now
+    let was = by_class(before);
+    let mut grown: Vec<ClassGrowth> = by_class(after)
         .into_iter()
         .filter_map(|((name, module), (instances, bytes))| {
-            let (i0, b0) = was
-                .get(&(name.clone(), module.clone()))
-                .copied()
-                .unwrap_or_default();
-            (instances > i0 || bytes > b0).then_some(ClassGrowth {
-                name,
-                module,
+            let (i0, b0) = was.get(&(name, module)).copied().unwrap_or_default();
+            (instances > i0 || bytes > b0).then(|| ClassGrowth {
+                name: name.to_owned(),
+                module: module.to_owned(),
                 instances: (i0, instances),
                 bytes: (b0, bytes),
             })
@@ -113,6 +99,19 @@ pub fn growth(before: &HeapHistogram, after: &HeapHistogram) -> Vec<ClassGrowth>
             .then_with(|| a.module.cmp(&b.module))
     });
     grown
+}
+
+/// Instances and bytes per (name, module) of `histogram`, its rows of one class added.
+fn by_class(histogram: &HeapHistogram) -> HashMap<(&str, &str), (u64, u64)> {
+    let mut classes = HashMap::with_capacity(histogram.classes.len());
+    for c in &histogram.classes {
+        let entry: &mut (u64, u64) = classes
+            .entry((c.name.as_str(), c.module.as_str()))
+            .or_default();
+        entry.0 += c.instances;
+        entry.1 += c.bytes;
+    }
+    classes
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@
 
 use std::{
     io::{BufRead, BufReader},
-    path::Path,
     process::{Command, Stdio},
     time::Instant,
 };
@@ -27,18 +26,7 @@ const REPEATS: usize = 3;
 
 pub fn run() -> anyhow::Result<()> {
     let built = demo::build()?;
-    let classes = built.dir.join("java-classes");
-    std::fs::create_dir_all(&classes)?;
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/java/Leaky.java");
-    let javac = Command::new("javac")
-        .arg("-d")
-        .arg(&classes)
-        .arg(&source)
-        .status()
-        .context("run javac")?;
-    if !javac.success() {
-        bail!("javac {} failed", source.display());
-    }
+    let classes = crate::bench_java::compile_fixture(&built, "Leaky.java")?;
     let daemon = Daemon::start_binary(&built.daemon, &built.dir, "heap")?;
     let mut rows = Vec::new();
     for held in HELD {

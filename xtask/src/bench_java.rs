@@ -48,18 +48,7 @@ struct Totals {
 
 pub fn run() -> anyhow::Result<()> {
     let built = demo::build()?;
-    let classes = built.dir.join("java-classes");
-    std::fs::create_dir_all(&classes)?;
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/java/Callers.java");
-    let javac = Command::new("javac")
-        .arg("-d")
-        .arg(&classes)
-        .arg(&source)
-        .status()
-        .context("run javac")?;
-    if !javac.success() {
-        bail!("javac {} failed", source.display());
-    }
+    let classes = compile_fixture(&built, "Callers.java")?;
     let daemons = [
         Daemon::start_binary(&built.daemon, &built.dir, "java-frames")?,
         Daemon::start_binary_with(
@@ -120,6 +109,26 @@ pub fn run() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Compiles tests/fixtures/java/`name` with javac into the build's `java-classes` directory,
+/// which it returns: the benchmarks run their JVMs without the source launcher's compile.
+pub fn compile_fixture(built: &Built, name: &str) -> anyhow::Result<PathBuf> {
+    let classes = built.dir.join("java-classes");
+    std::fs::create_dir_all(&classes)?;
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/java")
+        .join(name);
+    let javac = Command::new("javac")
+        .arg("-d")
+        .arg(&classes)
+        .arg(&source)
+        .status()
+        .context("run javac")?;
+    if !javac.success() {
+        bail!("javac {} failed", source.display());
+    }
+    Ok(classes)
 }
 
 /// What one run of the fixture gave.

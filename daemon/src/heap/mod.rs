@@ -328,6 +328,10 @@ impl Heaps {
 mod tests {
     use super::*;
 
+    fn caller(uid: u32) -> Caller {
+        Caller { uid, pid: None }
+    }
+
     fn keep(heaps: &Heaps, id: u64, owner_uid: u32) {
         let histogram = HeapHistogram {
             id,
@@ -340,17 +344,7 @@ mod tests {
     fn a_user_sees_its_own_histograms_and_root_sees_all() {
         let heaps = Heaps::default();
         keep(&heaps, 1, 1000);
-        let (user, other, root) = (
-            Caller {
-                uid: 1000,
-                pid: None,
-            },
-            Caller {
-                uid: 1001,
-                pid: None,
-            },
-            Caller { uid: 0, pid: None },
-        );
+        let (user, other, root) = (caller(1000), caller(1001), caller(0));
         assert_eq!(heaps.get(user, 1).unwrap().id, 1);
         assert_eq!(heaps.get(root, 1).unwrap().id, 1);
         let err = heaps.get(other, 1).unwrap_err();
@@ -365,24 +359,11 @@ mod tests {
         for id in 2..=(KEPT_PER_USER as u64 + 11) {
             keep(&heaps, id, 1000);
         }
-        let user = Caller {
-            uid: 1000,
-            pid: None,
-        };
+        let user = caller(1000);
         assert!(heaps.get(user, 2).is_err(), "the oldest went");
         assert!(heaps.get(user, 11).is_err());
         assert!(heaps.get(user, 12).is_ok(), "the newest 64 stay: 12 to 75");
-        assert!(
-            heaps
-                .get(
-                    Caller {
-                        uid: 1001,
-                        pid: None
-                    },
-                    1
-                )
-                .is_ok()
-        );
+        assert!(heaps.get(caller(1001), 1).is_ok());
         assert_eq!(heaps.kept(), KEPT_PER_USER + 1);
     }
 
@@ -406,30 +387,16 @@ mod tests {
         for id in 2..=12 {
             big(id, 1000);
         }
-        let user = Caller {
-            uid: 1000,
-            pid: None,
-        };
+        let user = caller(1000);
         assert!(heaps.get(user, 5).is_err(), "the oldest went");
         assert!(heaps.get(user, 6).is_ok() && heaps.get(user, 12).is_ok());
-        assert!(
-            heaps
-                .get(
-                    Caller {
-                        uid: 1001,
-                        pid: None
-                    },
-                    1
-                )
-                .is_ok(),
-            "another user's stays"
-        );
+        assert!(heaps.get(caller(1001), 1).is_ok(), "another user's stays");
     }
 
     #[test]
     fn bad_requests_are_refused_and_counted() {
         let heaps = Heaps::default();
-        let root = Caller { uid: 0, pid: None };
+        let root = caller(0);
         let ask = |pid, timeout| HistogramRequest {
             pid,
             all: false,

@@ -67,12 +67,13 @@ impl Manager {
     /// JVMs among them whose compiled code keeps no frame pointer, so that their Java frames
     /// are unwound by the JVM's own layout. A command recorded from its start maps libjvm.so
     /// only later: [`Manager::copy_new_jvm_stacks`] adds it then.
-    pub(super) fn java_copy_targets(&self, spec: &SessionSpec) -> Vec<u32> {
+    /// `jvms` are the targets that map libjvm.so ([`Manager::jvm_targets`]).
+    pub(super) fn java_copy_targets(&self, spec: &SessionSpec, jvms: &[u32]) -> Vec<u32> {
         if !self.copies_jvm_stacks(spec) {
             return Vec::new();
         }
-        self.jvm_targets(spec)
-            .into_iter()
+        jvms.iter()
+            .copied()
             .filter(|&pid| !keeps_frame_pointers(pid))
             .collect()
     }
@@ -89,15 +90,16 @@ impl Manager {
         if session.state != State::Running || !self.copies_jvm_stacks(&session.spec) {
             return;
         }
+        // Found by `observe_jvms`, which read their mappings and options this tick.
         let found: Vec<u32> = session
             .held_pids()
             .into_iter()
-            .filter(|pid| !session.jvms_decided.contains(pid) && self.maps_libjvm(*pid))
+            .filter(|pid| !session.jvms_decided.contains(pid) && self.jvms.is_jvm(*pid))
             .collect();
         for pid in found {
             let session = self.sessions.get_mut(&id).expect("the session is running");
             session.jvms_decided.push(pid);
-            if keeps_frame_pointers(pid) {
+            if !self.jvms.cuts_stacks(pid) {
                 continue;
             }
             let (owner, before) = (session.owner_uid, session.spec.clone());
@@ -204,7 +206,8 @@ impl Manager {
 }
 
 /// Whether the JVM `pid` runs with `-XX:+PreserveFramePointer`: its compiled frames are then
-/// walked by their frame pointers, with no copy.
+/// walked by their frame pointers, with no copy. (A JVM `observe_jvms` found says so from the
+/// options it read: [`crate::session::jvm::JvmSnapshots::cuts_stacks`].)
 fn keeps_frame_pointers(pid: u32) -> bool {
     crate::jvm::options::read(pid)
         .unwrap_or_default()

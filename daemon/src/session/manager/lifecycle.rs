@@ -44,7 +44,7 @@ impl Manager {
         self.check_unfetched(&caller, now)?;
         let targets = self.identify_targets(&spec, &named, now)?;
         let jvms_decided = self.jvm_targets(&spec);
-        spec.java_copies = self.java_copy_targets(&spec);
+        spec.java_copies = self.java_copy_targets(&spec, &jvms_decided);
         if !spec.java_copies.is_empty()
             && !caller.is_root()
             && let Some(refusal) = self.share_refusal(caller.uid, &spec, None)
