@@ -205,8 +205,8 @@ pub fn render_text(fits: &Fits, main: &str, out: &mut impl Write) -> io::Result<
     writeln!(
         out,
         "models a + b*n + ... by least squares, chosen by leave-one-out error (the simplest \
-         within {:.0}% of the best or below {:.0}% of the largest cost); R^2 of the chosen fit \
-         over every point",
+         within {:.0}% of the best or below {:.0}% of the largest cost, never one falling for \
+         large n); R^2 of the chosen fit over every point",
         (vmscope_report::fit::SIMPLER_WITHIN - 1.0) * 100.0,
         vmscope_report::fit::NOISE_FLOOR * 100.0
     )?;
