@@ -23,6 +23,8 @@
 //!   heap and JIT counters `jstat` reads.
 //! - [`hotspot`]: HotSpot's vmStructs tables, read from a live JVM, and the code heaps and code
 //!   blobs they describe: what the Java unwinder follows.
+//! - [`perf_record`]: the kernel's side-band perf records (mappings, names, forks, exits),
+//!   which outlive the processes they describe.
 //! - [`h2_authority`]: the HTTP/2 bytes a gRPC client sends, with the `:authority` values h2
 //!   refuses (C-core's socket path) replaced by ones it accepts.
 #![deny(missing_docs)]
@@ -44,4 +46,5 @@ pub mod maps;
 #[cfg(test)]
 mod mutations;
 pub mod perf_map;
+pub mod perf_record;
 pub mod stat;
