@@ -248,6 +248,16 @@ pub fn online_cpus() -> u32 {
     u32::try_from(cpus).ok().filter(|&n| n > 0).unwrap_or(1)
 }
 
+/// Bytes of a memory page.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(4096)
+}
+
 /// Effective uid of the daemon.
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -17,6 +17,11 @@
 //! ([`ProcessTable::modules_in_use`]); once a process has exited and every sample it took has
 //! been read, its binaries stay open only if a session has samples in them.
 //!
+//! A process gone before its maps could be read (a program that ran for a few milliseconds,
+//! whose exec event was read from the ring after its end) is known by what the kernel recorded
+//! it mapping since its `execve` ([`mapping_log`], read by [`mmap_events`]): its mappings, its
+//! executable, its name.
+//!
 //! A process is its pid and its start time ([`life`]): a read of `/proc/PID` that finds another
 //! start time is of another process, and never replaces what the table knows of the old one
 //! (whose samples may still be on their way). Once a process is known to have exited (an exit
@@ -35,6 +40,7 @@ use std::{
 
 use vmscope_parse::{
     maps::{self, MapEntry, MapPath},
+    perf_record::Record,
     stat,
 };
 
@@ -49,6 +55,8 @@ use crate::{
 
 pub mod access;
 pub mod life;
+pub mod mapping_log;
+pub mod mmap_events;
 
 pub use access::{AccessCounters, ProcessAccess};
 
@@ -95,6 +103,9 @@ pub struct Process {
     pub has_anonymous_code: bool,
     /// Set once the process could not be read any more.
     pub gone: bool,
+    /// Its mappings are what the kernel recorded it mapping ([`mapping_log`]): it was gone, or
+    /// a zombie, when read.
+    pub from_records: bool,
     /// Its mappings did not answer in time (it holds its own memory lock, see [`access`]):
     /// none are known, and samples that need them say so.
     pub unreadable: bool,
@@ -191,6 +202,8 @@ pub struct ProcessCounters {
     /// Reads of a known pid that found another process (another start time, or a running leader
     /// after the known one exited).
     pub pid_reuses: u64,
+    /// Reads of a process gone (or a zombie) answered by the mappings the kernel recorded.
+    pub maps_from_records: u64,
 }
 
 /// The processes the daemon knows, by pid.
@@ -202,6 +215,8 @@ pub struct ProcessTable {
     modules: Arc<Modules>,
     access: Arc<ProcessAccess>,
     counters: ProcessCounters,
+    /// What the kernel recorded processes mapping, for those gone before they were read.
+    log: mapping_log::MappingLog,
 }
 
 impl ProcessTable {
@@ -218,12 +233,28 @@ impl ProcessTable {
             modules,
             access,
             counters: ProcessCounters::default(),
+            log: mapping_log::MappingLog::default(),
         }
     }
 
     /// The table's counters.
     pub fn counters(&self) -> ProcessCounters {
         self.counters
+    }
+
+    /// Takes in the side-band records read since the last call (in time order): the mappings
+    /// of processes that may be gone by the time their samples are read.
+    pub fn record(&mut self, records: Vec<Record>, now_ns: u64) {
+        self.log.apply(records, now_ns);
+    }
+
+    /// The counters of the log of recorded mappings, and how many processes it follows.
+    pub fn log_counters(&self) -> (mapping_log::MappingLogCounters, usize, usize) {
+        (
+            self.log.counters(),
+            self.log.len(),
+            self.log.total_mappings(),
+        )
     }
 
     /// A known process.
@@ -347,7 +378,7 @@ impl ProcessTable {
                 // What was known stays: it is read again after the same age.
                 let known = self.processes.get_mut(&pid).expect("stale above");
                 known.maps_read_at_ns = now_ns;
-            } else if !fresh.gone {
+            } else if !fresh.gone || fresh.from_records {
                 self.replace_if_same(pid, fresh, now_ns);
             }
         }
@@ -361,7 +392,14 @@ impl ProcessTable {
     /// pid): it replaces the known one all the same, as what holds the pid now, and is returned
     /// for the caller to judge by its start time.
     pub fn exec(&mut self, pid: u32, now_ns: u64, comm: &str) -> &Process {
-        let mut process = self.read_process(pid, now_ns);
+        // What the table knew is from before the exec: recorded mappings older than that read
+        // are the old program's (the kernel lost the exec's records).
+        let before = self
+            .processes
+            .get(&pid)
+            .filter(|known| !known.from_records)
+            .map_or(0, |known| known.maps_read_at_ns);
+        let mut process = self.read_process_since(pid, now_ns, before);
         if process.command.is_empty() {
             process.command = comm.to_owned();
         }
@@ -404,7 +442,7 @@ impl ProcessTable {
         // A miss usually means new code: dlopen, a JIT's new code zone. Re-read, keeping what
         // we knew if the process has gone in the meantime, or did not answer.
         let fresh = self.read_process(pid, now_ns);
-        if fresh.gone || fresh.unreadable {
+        if (fresh.gone && !fresh.from_records) || fresh.unreadable {
             let process = self.processes.get_mut(&pid).expect("observed above");
             process.maps_read_at_ns = now_ns;
             if fresh.unreadable {
@@ -482,7 +520,7 @@ impl ProcessTable {
         let interval = known.caller_refresh_ns;
         self.counters.caller_refreshes += 1;
         let fresh = self.read_process(pid, now_ns);
-        if fresh.gone || fresh.unreadable {
+        if (fresh.gone && !fresh.from_records) || fresh.unreadable {
             let known = self.processes.get_mut(&pid).expect("known above");
             known.maps_read_at_ns = now_ns;
             known.unreadable |= fresh.unreadable;
@@ -574,6 +612,12 @@ impl ProcessTable {
     }
 
     fn read_process(&mut self, pid: u32, now_ns: u64) -> Process {
+        self.read_process_since(pid, now_ns, 0)
+    }
+
+    /// Reads `pid`; if `/proc` no longer describes it, takes the mappings recorded since an
+    /// image (an exec, or a fork) that began after `image_since_ns`.
+    fn read_process_since(&mut self, pid: u32, now_ns: u64, image_since_ns: u64) -> Process {
         let mut process = Process {
             pid,
             command: String::new(),
@@ -581,6 +625,7 @@ impl ProcessTable {
             start_time: None,
             has_anonymous_code: false,
             gone: false,
+            from_records: false,
             unreadable: false,
             exited_at_ns: None,
             exiting_checked_ns: 0,
@@ -614,6 +659,7 @@ impl ProcessTable {
                 self.counters.maps_read_failures += 1;
                 tracing::debug!(pid, "cannot read /proc/{pid}/maps: {e}");
                 process.gone = true;
+                self.place_by_records(&mut process, image_since_ns);
                 return process;
             }
             Err(stalled) => {
@@ -626,14 +672,70 @@ impl ProcessTable {
         self.counters.maps_bad_lines += mappings.bad_lines;
         // A zombie or a kernel thread has no mappings at all.
         process.gone = mappings.none;
-        process.data = mappings.data;
-        process.code_map_files = mappings.code_map_files;
-        process.mappings = mappings.executable;
-        process.has_anonymous_code = process
+        if process.gone {
+            self.place_by_records(&mut process, image_since_ns);
+            return process;
+        }
+        process.set_mappings(mappings);
+        process
+    }
+
+    /// Gives a process that `/proc` no longer describes the mappings the kernel recorded it
+    /// making since its `execve`, if the log followed it from an image that began after
+    /// `image_since_ns`; its name and executable too, and the start time of the process the
+    /// table knew under its pid when the log saw no fork there since (the same process, gone
+    /// before its stat could be read).
+    fn place_by_records(&mut self, process: &mut Process, image_since_ns: u64) {
+        let pid = process.pid;
+        let Some(recorded) = self.log.get(pid).filter(|r| {
+            !r.mappings.is_empty()
+                && r.exec_ns
+                    .or(r.born_ns)
+                    .is_some_and(|began| began >= image_since_ns)
+        }) else {
+            return;
+        };
+        if process.start_time.is_none() {
+            process.start_time = self
+                .processes
+                .get(&pid)
+                .filter(|known| recorded.born_ns.is_none_or(|b| b <= known.maps_read_at_ns))
+                .and_then(|known| known.start_time);
+        }
+        if process.command.is_empty() {
+            process.command.clone_from(&recorded.command);
+        }
+        process.executable = recorded.executable().map(PathBuf::from);
+        let recorded = recorded.mappings.clone();
+        let modules = self.modules.clone();
+        // Registering opens the binaries, which may block (a file system that does not
+        // answer): away from the manager's thread, as a read of the maps is.
+        match self
+            .access
+            .run(pid, move || recorded_mappings(&modules, pid, &recorded))
+        {
+            Ok(mappings) => {
+                self.counters.maps_from_records += 1;
+                process.from_records = true;
+                process.set_mappings(mappings);
+            }
+            Err(stalled) => {
+                self.counters.maps_reads_stalled += 1;
+                tracing::debug!(pid, "recorded mappings not registered: {stalled}");
+            }
+        }
+    }
+}
+
+impl Process {
+    fn set_mappings(&mut self, mappings: Mappings) {
+        self.data = mappings.data;
+        self.code_map_files = mappings.code_map_files;
+        self.mappings = mappings.executable;
+        self.has_anonymous_code = self
             .mappings
             .iter()
             .any(|m| m.kind == MappingKind::Anonymous);
-        process
     }
 }
 
@@ -701,6 +803,59 @@ fn read_mappings(
         code_map_files,
         executable,
     })
+}
+
+/// The mappings the kernel recorded for `pid`, the binaries registered with `modules` (opened
+/// by path, checked against the recorded device and inode, when `/proc/PID/map_files` is gone).
+fn recorded_mappings(
+    modules: &Modules,
+    pid: u32,
+    recorded: &[mapping_log::RecordedMapping],
+) -> Mappings {
+    let mut code_map_files = Vec::new();
+    let mut executable = Vec::new();
+    for mapping in recorded {
+        let path = std::path::Path::new(&*mapping.path);
+        let kind = if mapping.is_anonymous() {
+            MappingKind::Anonymous
+        } else if mapping.is_vdso() {
+            MappingKind::Vdso
+        } else if let Some(id) = mapping.file {
+            if let Some(kind) = MappedFileKind::of(path) {
+                code_map_files.push(MappedCodeMapFile {
+                    path: path.to_owned(),
+                    start: mapping.start,
+                    end: mapping.end,
+                    id,
+                    kind,
+                });
+                continue;
+            }
+            let module = modules.register(id, path, || {
+                sys::open_mapped_file(pid, mapping.start, mapping.end, path, id)
+            });
+            MappingKind::File {
+                module,
+                main: mapping.main,
+            }
+        } else {
+            // A special mapping, or a file named by its build id alone.
+            MappingKind::Pseudo
+        };
+        executable.push(ExecMapping {
+            start: mapping.start,
+            end: mapping.end,
+            offset: mapping.offset,
+            kind,
+        });
+    }
+    Mappings {
+        bad_lines: 0,
+        none: false,
+        data: Vec::new(),
+        code_map_files,
+        executable,
+    }
 }
 
 fn classify(

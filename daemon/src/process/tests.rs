@@ -232,3 +232,80 @@ fn callers_outside_every_mapping_read_the_mappings_again_with_back_off() {
         MIN_REFRESH_INTERVAL_NS
     );
 }
+
+/// A process gone before its first read (reaped here) is known by what the kernel recorded it
+/// mapping: its main executable placed, opened by path and checked by device and inode, its
+/// start time the one the table knew before its exec, its name the exec's.
+#[test]
+fn a_process_gone_before_it_was_read_is_placed_by_its_recorded_mappings() {
+    use vmscope_parse::perf_record::{Mmap, RecordId};
+    let mut child = std::process::Command::new("/bin/sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut table = table();
+    let now = sys::monotonic_ns();
+    let start_time = table.observe(pid, now).start_time.expect("alive");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let exe = std::fs::canonicalize("/bin/true").unwrap();
+    let meta = std::fs::metadata(&exe).unwrap();
+    let id = FileId::from_metadata(&meta);
+    let at = |t: u64| RecordId {
+        pid,
+        tid: pid,
+        time_ns: now + t,
+    };
+    let mmap = |start: u64, path: &str, file: Option<FileId>, t: u64| {
+        Record::Mmap(
+            Mmap {
+                pid,
+                start,
+                len: 0x1000,
+                pgoff: 0x2000,
+                file: file.map(|f| (f.dev_major, f.dev_minor, f.inode)),
+                exec: true,
+                filename: path.into(),
+            },
+            at(t),
+        )
+    };
+    // As if it had exec'd /bin/true after the table read it.
+    table.record(
+        vec![
+            Record::Comm {
+                pid,
+                tid: pid,
+                name: "true".into(),
+                exec: true,
+                id: at(1),
+            },
+            mmap(0x10_0000, exe.to_str().unwrap(), Some(id), 2),
+            mmap(0x20_0000, "//anon", None, 3),
+        ],
+        now + 4,
+    );
+    let process = table.exec(pid, now + 5, "true");
+    assert!(process.gone && process.from_records);
+    assert_eq!(process.start_time, Some(start_time));
+    assert_eq!(process.command, "true");
+    assert_eq!(process.executable.as_deref(), Some(exe.as_path()));
+    assert!(process.has_anonymous_code);
+    let Location::File {
+        offset,
+        main_executable,
+        ..
+    } = table.normalize(pid, 0x10_0010, now + 6)
+    else {
+        panic!("not placed in its executable");
+    };
+    assert_eq!((offset, main_executable), (0x2010, true));
+    assert!(table.get(pid).unwrap().is_anonymous_code(0x20_0010));
+    assert_eq!(
+        table.normalize(pid, 0x30_0000, now + 7),
+        Location::Unmapped(UnmappedReason::ProcessGone)
+    );
+    assert_eq!(table.counters().maps_from_records, 1);
+}

@@ -76,6 +76,7 @@ use crate::{
     process::{
         ProcessAccess, ProcessTable,
         life::{self, AfterExit, Life, StartClock},
+        mmap_events::MmapEvents,
     },
     stats::{
         hotspot::{self, SessionPerfData},
@@ -165,6 +166,10 @@ pub struct ManagerConfig {
     /// What the running sessions of each user other than root may ask of the sampler
     /// together: timer rate and stack copies.
     pub sampling_share: super::shares::SamplingShare,
+    /// Whether the kernel's records of every process's mappings are read (see
+    /// [`crate::process::mmap_events`]): a program that exits before its exec event is read
+    /// still has its samples placed.
+    pub mapping_records: bool,
 }
 
 impl Default for ManagerConfig {
@@ -187,6 +192,7 @@ impl Default for ManagerConfig {
             max_kernel_counter_fds: 16_384,
             max_stacks_per_session: super::stacks::DEFAULT_MAX_STACKS,
             sampling_share: Default::default(),
+            mapping_records: true,
         }
     }
 }
@@ -388,7 +394,21 @@ pub fn spawn_manager(
     let (read_tx, read_replies) = mpsc::unbounded_channel();
     let readers = Readers::threaded(codes, Arc::new(reader::open_mapped), read_tx);
     let process_access = Arc::new(ProcessAccess::default());
+    let mmap_events = config
+        .mapping_records
+        .then(|| {
+            MmapEvents::open()
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "the kernel's mapping records cannot be read ({e}): samples of a program \
+                         that exits before its exec event is read will be unplaced"
+                    )
+                })
+                .ok()
+        })
+        .flatten();
     let manager = Manager {
+        mmap_events,
         jvms: JvmSnapshots::new(jvm_tx),
         kernel_support: kernel::Support::probe(),
         vms: Vms::default(),
@@ -468,6 +488,8 @@ struct Manager {
     stop_waiters: HashMap<u64, Vec<Reply>>,
     snapshot_waiters: Vec<SnapshotWaiter>,
     processes: ProcessTable,
+    /// The kernel's records of mappings, execs and exits, for the process table.
+    mmap_events: Option<MmapEvents>,
     modules: Arc<Modules>,
     codemaps: CodeMaps,
     reader: Arc<ReaderControl>,

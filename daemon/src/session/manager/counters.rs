@@ -2,6 +2,7 @@
 //! (`vmscope info`): every component's counters gathered under their public names.
 
 use super::*;
+use crate::process::mmap_events::MmapEventCounters;
 
 #[derive(Debug, Default)]
 pub(super) struct Counters {
@@ -96,6 +97,16 @@ impl Manager {
     pub(super) fn daemon_counters(&self) -> DaemonCounters {
         let c = &self.counters;
         let p = self.processes.counters();
+        let (log, log_processes, log_mappings) = self.processes.log_counters();
+        let events = match &self.mmap_events {
+            Some(events) => events.counters(),
+            // None could be opened: every CPU failed.
+            None if self.config.mapping_records => MmapEventCounters {
+                open_failures: u64::from(self.online_cpus),
+                ..Default::default()
+            },
+            None => MmapEventCounters::default(),
+        };
         let m = self.modules.counters();
         let l = self.modules.lines().counters();
         let warmer = self.warmer.counters();
@@ -213,6 +224,13 @@ impl Manager {
             ("maps_read_failures", p.maps_read_failures),
             ("maps_reads_for_callers", p.caller_refreshes),
             ("maps_bad_lines", p.maps_bad_lines),
+            ("maps_from_records", p.maps_from_records),
+            ("mapping_records", log.records),
+            ("mapping_records_lost", log.lost),
+            ("mapping_records_dropped", log.dropped),
+            ("mapping_records_malformed", events.malformed),
+            ("mapping_record_cpus_failed", events.open_failures),
+            ("mapping_record_processes_evicted", log.evicted),
             ("processes_exited", p.exits_noticed),
             ("modules_registered", m.registered),
             ("modules_open_failures", m.open_failures),
@@ -289,6 +307,8 @@ impl Manager {
             ("code_map_read_threads", j.read_threads),
             ("process_read_threads", a.threads),
             ("process_reads_stuck", a.stuck),
+            ("mapping_record_processes", log_processes as u64),
+            ("mapping_records_kept", log_mappings as u64),
             ("code_store_codes", store.len() as u64),
             ("code_store_bytes", store.bytes() as u64),
             ("kernel_event_fds", self.kernel_counter_fds() as u64),

@@ -11,6 +11,8 @@ impl Manager {
         self.unwinder.begin_batch(&mut self.process_memory);
         self.counters.events += batch.events.len() as u64;
         self.counters.malformed_events += batch.malformed;
+        // The mappings made up to now, before the batch's samples and exec events look for them.
+        self.read_mapping_records();
         // Sessions whose duration elapsed stop first: a batch's samples past the end of a
         // continuous window then find its successor, not nothing.
         if self
@@ -48,6 +50,14 @@ impl Manager {
         }
         self.apply_thread_counters();
         self.finalize_ready(now);
+    }
+
+    /// Hands the kernel's mapping records read since the last call to the process table.
+    pub(super) fn read_mapping_records(&mut self) {
+        if let Some(events) = &mut self.mmap_events {
+            let records = events.drain();
+            self.processes.record(records, sys::monotonic_ns());
+        }
     }
 
     /// Counts a sample in the sessions that want it: its stack (leaf first) for those that

@@ -103,6 +103,8 @@ impl Ticker {
 
 impl Manager {
     pub(super) fn tick(&mut self) {
+        // Idle, the rings are read here only: they must not fill.
+        self.read_mapping_records();
         self.keep_windows_going();
         let now = sys::monotonic_ns();
         let running: Vec<u64> = self.running().map(|s| s.id).collect();
