@@ -344,7 +344,11 @@ mod tests {
             .collect();
         let fit = fit(&points).unwrap();
         let n_log_n = fit.models.iter().find(|m| m.model == Model::NLogN).unwrap();
-        let linear = fit.models.iter().find(|m| m.model == Model::Linear).unwrap();
+        let linear = fit
+            .models
+            .iter()
+            .find(|m| m.model == Model::Linear)
+            .unwrap();
         // The trap is laid: the falling n log n fits the bend better by more than the margin.
         assert!(n_log_n.coefficients[2] < 0.0, "{fit:#?}");
         assert!(
