@@ -38,7 +38,7 @@ pub struct HeapHistogram {
     pub pause: Option<Duration>,
     /// Only the objects alive after a full collection (false: every object in the heap).
     pub live: bool,
-    /// Who answered: "hotspot".
+    /// Who answered: "hotspot", or the VM's name ("jitvm 0.1").
     pub runtime: String,
     /// Classes by bytes, most first.
     pub classes: Vec<ClassCount>,
@@ -46,6 +46,38 @@ pub struct HeapHistogram {
     pub total_instances: u64,
     /// Their bytes.
     pub total_bytes: u64,
+}
+
+/// One structure of a heap query: the objects reached from its root through members.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StructureCount {
+    /// Its root (a global's name, `Class@0xADDRESS`), or "all".
+    pub root: String,
+    /// Objects in it.
+    pub objects: u64,
+    /// Their bytes (each object's own size).
+    pub bytes: u64,
+}
+
+/// What a VM answered to a structure query (after the memory-profiler DSL's structures).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HeapStructures {
+    /// The process.
+    pub pid: u32,
+    /// Its command when asked.
+    pub command: String,
+    /// When it was asked.
+    pub taken_at: Option<SystemTime>,
+    /// From the request to the end of the answer.
+    pub elapsed: Option<Duration>,
+    /// How long the VM's threads were stopped for it.
+    pub pause: Option<Duration>,
+    /// Only objects alive after a full collection.
+    pub live: bool,
+    /// Who answered.
+    pub runtime: String,
+    /// In the order the VM gave.
+    pub structures: Vec<StructureCount>,
 }
 
 /// How one class changed from one histogram to another.

@@ -1095,6 +1095,56 @@ impl From<v1::HeapHistogram> for m::heap::HeapHistogram {
     }
 }
 
+impl From<m::heap::HeapStructures> for v1::HeapQueryResult {
+    fn from(h: m::heap::HeapStructures) -> Self {
+        v1::HeapQueryResult {
+            pid: h.pid,
+            command: h.command,
+            taken_at: h.taken_at.map(prost_types::Timestamp::from),
+            elapsed: h
+                .elapsed
+                .and_then(|d| prost_types::Duration::try_from(d).ok()),
+            pause: h
+                .pause
+                .and_then(|d| prost_types::Duration::try_from(d).ok()),
+            live: h.live,
+            runtime: h.runtime,
+            structures: h
+                .structures
+                .into_iter()
+                .map(|s| v1::Structure {
+                    root: s.root,
+                    objects: s.objects,
+                    bytes: s.bytes,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<v1::HeapQueryResult> for m::heap::HeapStructures {
+    fn from(h: v1::HeapQueryResult) -> Self {
+        m::heap::HeapStructures {
+            pid: h.pid,
+            command: h.command,
+            taken_at: h.taken_at.and_then(|t| SystemTime::try_from(t).ok()),
+            elapsed: h.elapsed.and_then(|d| Duration::try_from(d).ok()),
+            pause: h.pause.and_then(|d| Duration::try_from(d).ok()),
+            live: h.live,
+            runtime: h.runtime,
+            structures: h
+                .structures
+                .into_iter()
+                .map(|s| m::heap::StructureCount {
+                    root: s.root,
+                    objects: s.objects,
+                    bytes: s.bytes,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
