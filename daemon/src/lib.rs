@@ -205,7 +205,6 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
     let connections = server::Connections::new(connection_limits);
     let held = connections.clone();
     let limits = daemon_limits(&config, connection_limits, kernel_counter_fds);
-    let code_maps = server::CodeMapService::new(manager.clone(), codes);
     let mut service = server::ProfilerService::new(
         manager.clone(),
         symbolizer.clone(),
@@ -214,6 +213,7 @@ pub async fn run(config: DaemonConfig) -> anyhow::Result<()> {
         connections.clone(),
         limits,
     );
+    let code_maps = server::CodeMapService::new(manager.clone(), codes, service.heaps());
     if let Some(config) = config.continuous.clone() {
         tracing::info!(
             frequency_hz = config.frequency_hz,

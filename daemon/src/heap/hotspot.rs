@@ -17,10 +17,9 @@ use vmscope_parse::{
 
 use vmscope_model::heap::ClassCount;
 
-use super::{HeapError, HistogramRequest};
+use super::{Checked, HeapError, HistogramRequest};
 use crate::{
     jvm::attach::{self, AttachError, JvmTarget},
-    session::{Caller, request::may_profile},
     stats::hotspot::PerfDataFile,
     sys,
 };
@@ -51,30 +50,19 @@ pub struct Answer {
     pub total_instances: u64,
     /// Their bytes.
     pub total_bytes: u64,
+    /// Who answered.
+    pub runtime: String,
 }
 
-/// Checks that `caller` may ask process `pid` for its heap, and that it is a HotSpot JVM (it
-/// maps libjvm.so): nothing is sent to any other process, which a SIGQUIT could kill.
-pub fn check(caller: Caller, pid: u32) -> Result<Target, HeapError> {
+/// Checks that the process `caller` may ask (see [`super::check_process`]) is a HotSpot JVM
+/// (it maps libjvm.so): nothing is sent to any other process, which a SIGQUIT could kill.
+pub fn check(process: Checked) -> Result<Target, HeapError> {
+    let Checked {
+        pid,
+        status,
+        start_time,
+    } = process;
     let gone = || HeapError::NotFound(format!("no process {pid}"));
-    let status = sys::read_status(pid).map_err(|_| gone())?;
-    if let Some(tgid) = status.tgid
-        && tgid != pid
-    {
-        return Err(HeapError::InvalidArgument(format!(
-            "{pid} is a thread of process {tgid}: give the process id {tgid}"
-        )));
-    }
-    if !caller.is_root()
-        && let Err(why) = may_profile(caller.uid, &status)
-    {
-        return Err(HeapError::PermissionDenied(format!(
-            "pid {pid} ({}) {why}; you are uid {} and may only ask your own processes for \
-             their heap (or run vmscope as root)",
-            status.name, caller.uid
-        )));
-    }
-    let start_time = sys::read_start_time(pid).ok_or_else(gone)?;
     let maps = sys::read_proc(pid, "maps").map_err(|_| gone())?;
     let is_jvm = parse_maps(&maps).entries.iter().any(|e| match &e.path {
         MapPath::File { path, .. } => path.file_name().is_some_and(|n| n == "libjvm.so"),
@@ -82,8 +70,9 @@ pub fn check(caller: Caller, pid: u32) -> Result<Target, HeapError> {
     });
     if !is_jvm {
         return Err(HeapError::CannotAnswer(format!(
-            "pid {pid} ({}) is not a HotSpot JVM (it maps no libjvm.so): heap histograms come \
-             from HotSpot JVMs",
+            "pid {pid} ({}) is not a HotSpot JVM (it maps no libjvm.so) and serves no heap \
+             stream (CodeMap.ServeHeap): heap histograms come from HotSpot JVMs and from VMs \
+             that serve their heap",
             status.name
         )));
     }
@@ -137,6 +126,7 @@ pub fn take(target: &Target, request: HistogramRequest) -> Result<Answer, HeapEr
             .collect(),
         total_instances: histogram.total_instances,
         total_bytes: histogram.total_bytes,
+        runtime: "hotspot".into(),
     })
 }
 

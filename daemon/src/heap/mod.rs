@@ -10,6 +10,7 @@
 //! [`Heaps::get`], so that growth between two of them can be asked for by id.
 
 pub mod hotspot;
+pub mod vm;
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -20,11 +21,14 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use vmscope_model::heap::HeapHistogram;
+use vmscope_model::heap::{ClassCount, HeapHistogram, HeapStructures, StructureCount};
+
+use vmscope_proto::v1 as pb;
 
 use crate::{
-    session::Caller,
+    session::{Caller, request::may_profile},
     shares::{ShareLimits, Shares},
+    sys,
 };
 
 /// Histograms one user may wait for at once, all users together, everyone.
@@ -115,7 +119,9 @@ pub struct HeapCounters {
     pub refused: AtomicU64,
     /// Requests sent whose answer failed (timeouts, malformed answers, the process exited).
     pub failed: AtomicU64,
-    /// Microseconds the targets' threads were stopped for them, in all (`heap_pause_ms`: each
+    /// Structure queries answered.
+    pub queries: AtomicU64,
+    /// Microseconds the targets' threads were stopped for them (and for queries), in all (`heap_pause_ms`: each
     /// pause added whole, not rounded to milliseconds first).
     pub pause_us: AtomicU64,
 }
@@ -164,9 +170,99 @@ impl Kept {
     }
 }
 
+/// A process the caller may ask for its heap: its status as checked, and its start time.
+#[derive(Debug)]
+pub struct Checked {
+    /// The process.
+    pub pid: u32,
+    /// Its `/proc/PID/status` as checked.
+    pub status: vmscope_parse::stat::ProcStatus,
+    /// Its start time, read after the status.
+    pub start_time: u64,
+}
+
+/// Checks that `caller` may ask process `pid` for its heap: the same rule as a session's
+/// ([`may_profile`]); a thread id is refused with its process's.
+pub fn check_process(caller: Caller, pid: u32) -> Result<Checked, HeapError> {
+    let gone = || HeapError::NotFound(format!("no process {pid}"));
+    let status = sys::read_status(pid).map_err(|_| gone())?;
+    if let Some(tgid) = status.tgid
+        && tgid != pid
+    {
+        return Err(HeapError::InvalidArgument(format!(
+            "{pid} is a thread of process {tgid}: give the process id {tgid}"
+        )));
+    }
+    if !caller.is_root()
+        && let Err(why) = may_profile(caller.uid, &status)
+    {
+        return Err(HeapError::PermissionDenied(format!(
+            "pid {pid} ({}) {why}; you are uid {} and may only ask your own processes for \
+             their heap (or run vmscope as root)",
+            status.name, caller.uid
+        )));
+    }
+    let start_time = sys::read_start_time(pid).ok_or_else(gone)?;
+    Ok(Checked {
+        pid,
+        status,
+        start_time,
+    })
+}
+
+/// What a request waits for: a JVM's attach, or a VM's stream.
+enum Source {
+    Jvm(hotspot::Target),
+    Vm(Checked),
+}
+
+fn check_timeout(timeout: Duration) -> Result<(), HeapError> {
+    if timeout.is_zero() || timeout > MAX_TIMEOUT {
+        return Err(HeapError::InvalidArgument(format!(
+            "a timeout of {timeout:?}: give one above 0 and at most {} s",
+            MAX_TIMEOUT.as_secs()
+        )));
+    }
+    Ok(())
+}
+
+/// A VM that answered with something other than what was asked.
+fn wrong_answer(
+    vm: &str,
+    pid: u32,
+    asked: &str,
+    answer: Option<pb::heap_answer::Answer>,
+) -> HeapError {
+    let what = match answer {
+        None => "nothing",
+        Some(pb::heap_answer::Answer::Ready(_)) => "a second HeapReady",
+        Some(pb::heap_answer::Answer::Histogram(_)) => "a histogram",
+        Some(pb::heap_answer::Answer::Structures(_)) => "structures",
+        Some(pb::heap_answer::Answer::Error(_)) => "an error",
+    };
+    HeapError::Failed(format!(
+        "{vm} (pid {pid}) was asked for {asked} and answered with {what}"
+    ))
+}
+
+/// What a structure query asks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryRequest {
+    /// The process.
+    pub pid: u32,
+    /// The structures.
+    pub query: pb::StructureQuery,
+    /// Count garbage too, with no full collection first.
+    pub all: bool,
+    /// How long to wait for the answer.
+    pub timeout: Duration,
+}
+
 /// The daemon's histograms: taken on request, kept by id.
 #[derive(Debug)]
 pub struct Heaps {
+    /// The VMs serving their heap over a stream.
+    pub vms: Arc<vm::VmLinks>,
     kept: Mutex<Kept>,
     in_flight: Arc<Shares>,
     next_id: AtomicU64,
@@ -177,6 +273,7 @@ pub struct Heaps {
 impl Default for Heaps {
     fn default() -> Self {
         Heaps {
+            vms: Arc::default(),
             kept: Mutex::default(),
             in_flight: Shares::new(IN_FLIGHT),
             next_id: AtomicU64::new(1),
@@ -223,13 +320,7 @@ impl Heaps {
                 "pid 0 is no process: give the pid of a JVM".into(),
             )));
         }
-        if request.timeout.is_zero() || request.timeout > MAX_TIMEOUT {
-            return Err(refused(HeapError::InvalidArgument(format!(
-                "a timeout of {:?}: give one above 0 and at most {} s",
-                request.timeout,
-                MAX_TIMEOUT.as_secs()
-            ))));
-        }
+        check_timeout(request.timeout).map_err(refused)?;
         let _share = self.in_flight.take(caller.uid).map_err(|refusal| {
             refused(HeapError::Busy(format!(
                 "too many heap histograms are being taken ({refusal}): wait for yours to end"
@@ -238,31 +329,32 @@ impl Heaps {
         let pid = request.pid;
         // The caller's rights first: another user's process is none of its business, not even
         // whether a histogram of it is under way.
-        let target = hotspot::check(caller, pid).map_err(refused)?;
-        if !self.lock().in_progress.insert(pid) {
-            return Err(refused(HeapError::Busy(format!(
-                "a heap histogram of pid {pid} is being taken: wait for it, its full GC would \
-                 only be followed by another"
-            ))));
-        }
-        let _in_progress = InProgress { heaps: self, pid };
+        let process = check_process(caller, pid).map_err(refused)?;
+        let command = process.status.name.clone();
+        let source = if self
+            .vms
+            .serves(pid, process.start_time, process.status.uids.effective)
+        {
+            Source::Vm(process)
+        } else {
+            Source::Jvm(hotspot::check(process).map_err(refused)?)
+        };
+        let _in_progress = self.in_progress(pid).map_err(refused)?;
         let taken_at = SystemTime::now();
-        let answer = hotspot::take(&target, request).inspect_err(|e| {
-            let counter = match e {
-                HeapError::CannotAnswer(_) => &self.counters.refused,
-                _ => &self.counters.failed,
-            };
-            counter.fetch_add(1, Relaxed);
-        })?;
+        let answer = match &source {
+            Source::Jvm(target) => hotspot::take(target, request),
+            Source::Vm(process) => self.vm_histogram(process, request),
+        }
+        .inspect_err(|e| self.count_failure(e))?;
         let histogram = Arc::new(HeapHistogram {
             id: self.next_id.fetch_add(1, Relaxed),
             pid,
-            command: target.command.clone(),
+            command,
             taken_at: Some(taken_at),
             elapsed: Some(answer.elapsed),
             pause: answer.pause,
             live: !request.all,
-            runtime: "hotspot".into(),
+            runtime: answer.runtime,
             classes: answer.classes,
             total_instances: answer.total_instances,
             total_bytes: answer.total_bytes,
@@ -282,6 +374,167 @@ impl Heaps {
         );
         self.keep(caller.uid, histogram.clone());
         Ok(histogram)
+    }
+
+    /// Marks `pid` as being asked, until the guard goes: a second full GC queued behind the
+    /// first would double the pause.
+    fn in_progress(&self, pid: u32) -> Result<InProgress<'_>, HeapError> {
+        if !self.lock().in_progress.insert(pid) {
+            return Err(HeapError::Busy(format!(
+                "the heap of pid {pid} is being counted: wait for it, its full GC would only \
+                 be followed by another"
+            )));
+        }
+        Ok(InProgress { heaps: self, pid })
+    }
+
+    fn count_failure(&self, e: &HeapError) {
+        let counter = match e {
+            HeapError::CannotAnswer(_) => &self.counters.refused,
+            _ => &self.counters.failed,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// Asks a VM that serves its heap for its histogram.
+    fn vm_histogram(
+        &self,
+        process: &Checked,
+        request: HistogramRequest,
+    ) -> Result<hotspot::Answer, HeapError> {
+        let ask = pb::HeapRequest {
+            id: 0,
+            full_gc: !request.all,
+            request: Some(pb::heap_request::Request::Histogram(
+                pb::HeapHistogramRequest {},
+            )),
+        };
+        let answered = self.ask_vm(process, ask, request.timeout)?;
+        let vm = answered.vm;
+        let mut classes: Vec<ClassCount> = match answered.answer.answer {
+            Some(pb::heap_answer::Answer::Histogram(h)) => h
+                .classes
+                .into_iter()
+                .map(|c| ClassCount {
+                    name: c.name,
+                    module: String::new(),
+                    instances: c.instances,
+                    bytes: c.bytes,
+                })
+                .collect(),
+            other => return Err(wrong_answer(&vm, process.pid, "a histogram", other)),
+        };
+        classes.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+        Ok(hotspot::Answer {
+            elapsed: answered.elapsed,
+            pause: Some(Duration::from_nanos(answered.answer.pause_ns)),
+            total_instances: classes.iter().map(|c| c.instances).sum(),
+            total_bytes: classes.iter().map(|c| c.bytes).sum(),
+            classes,
+            runtime: vm,
+        })
+    }
+
+    /// Sends `ask` to the VM of `process` and waits for its answer; the process must still be
+    /// the one checked when it comes.
+    fn ask_vm(
+        &self,
+        process: &Checked,
+        ask: pb::HeapRequest,
+        timeout: Duration,
+    ) -> Result<vm::VmAnswer, HeapError> {
+        let pid = process.pid;
+        let answered = self.vms.ask(
+            pid,
+            process.start_time,
+            process.status.uids.effective,
+            ask,
+            timeout,
+        )?;
+        if sys::read_start_time(pid) != Some(process.start_time) {
+            return Err(HeapError::NotFound(format!(
+                "process {pid} exited during the request; the process now at its pid is another"
+            )));
+        }
+        if let Some(pb::heap_answer::Answer::Error(why)) = &answered.answer.answer {
+            return Err(HeapError::CannotAnswer(format!(
+                "{} (pid {pid}) could not answer: {why}",
+                answered.vm
+            )));
+        }
+        Ok(answered)
+    }
+
+    /// Counts the structures `query` describes in the heap of `request.pid`, a VM that serves
+    /// its heap, for `caller`. Blocks for up to the request's timeout.
+    pub fn query(
+        &self,
+        caller: Caller,
+        request: QueryRequest,
+    ) -> Result<HeapStructures, HeapError> {
+        let refused = |e: HeapError| {
+            self.counters.refused.fetch_add(1, Relaxed);
+            e
+        };
+        check_timeout(request.timeout).map_err(refused)?;
+        let _share = self.in_flight.take(caller.uid).map_err(|refusal| {
+            refused(HeapError::Busy(format!(
+                "too many heap requests are being answered ({refusal}): wait for yours to end"
+            )))
+        })?;
+        let pid = request.pid;
+        let process = check_process(caller, pid).map_err(refused)?;
+        if !self
+            .vms
+            .serves(pid, process.start_time, process.status.uids.effective)
+        {
+            return Err(refused(HeapError::CannotAnswer(format!(
+                "pid {pid} ({}) does not serve its heap (CodeMap.ServeHeap): structure queries \
+                 come from VMs that do; HotSpot JVMs answer histograms only",
+                process.status.name
+            ))));
+        }
+        let _in_progress = self.in_progress(pid).map_err(refused)?;
+        let taken_at = SystemTime::now();
+        let ask = pb::HeapRequest {
+            id: 0,
+            full_gc: !request.all,
+            request: Some(pb::heap_request::Request::Query(request.query)),
+        };
+        let answered = self
+            .ask_vm(&process, ask, request.timeout)
+            .inspect_err(|e| self.count_failure(e))?;
+        let structures = match answered.answer.answer {
+            Some(pb::heap_answer::Answer::Structures(s)) => s
+                .structures
+                .into_iter()
+                .map(|s| StructureCount {
+                    root: s.root,
+                    objects: s.objects,
+                    bytes: s.bytes,
+                })
+                .collect(),
+            other => {
+                let e = wrong_answer(&answered.vm, pid, "structures", other);
+                self.count_failure(&e);
+                return Err(e);
+            }
+        };
+        let pause = Duration::from_nanos(answered.answer.pause_ns);
+        self.counters.queries.fetch_add(1, Relaxed);
+        self.counters
+            .pause_us
+            .fetch_add(pause.as_micros() as u64, Relaxed);
+        Ok(HeapStructures {
+            pid,
+            command: process.status.name,
+            taken_at: Some(taken_at),
+            elapsed: Some(answered.elapsed),
+            pause: Some(pause),
+            live: !request.all,
+            runtime: answered.vm,
+            structures,
+        })
     }
 
     /// Keeps `histogram` for `owner`. Past the owner's share ([`KEPT_PER_USER`] histograms,

@@ -103,6 +103,18 @@ pub fn heap_request(request: &pb::TakeHeapHistogramRequest) -> crate::heap::Hist
     }
 }
 
+/// A structure query with the API's defaults filled in, as [`heap_request`].
+pub fn query_request(request: pb::QueryHeapRequest) -> crate::heap::QueryRequest {
+    crate::heap::QueryRequest {
+        pid: request.pid,
+        timeout: request.timeout.map_or(crate::heap::DEFAULT_TIMEOUT, |t| {
+            Duration::try_from(t).unwrap_or(Duration::ZERO)
+        }),
+        query: request.query.unwrap_or_default(),
+        all: request.all,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;

@@ -10,6 +10,7 @@ pub mod authority;
 pub mod builds;
 pub mod connections;
 pub mod convert;
+mod heap_stream;
 mod listen;
 mod publish;
 pub(crate) mod status;
@@ -122,6 +123,11 @@ impl ProfilerService {
         }
     }
 
+    /// The heaps it serves, which VMs' streams reach (see [`CodeMapService`]).
+    pub fn heaps(&self) -> Arc<Heaps> {
+        self.heaps.clone()
+    }
+
     /// The session manager it serves.
     pub fn manager(&self) -> &ManagerHandle {
         &self.manager
@@ -144,8 +150,14 @@ impl ProfilerService {
             ("heap_histograms_refused", heap.refused.load(Relaxed)),
             ("heap_histograms_failed", heap.failed.load(Relaxed)),
             ("heap_pause_ms", heap.pause_us.load(Relaxed) / 1000),
+            ("heap_queries", heap.queries.load(Relaxed)),
+            (
+                "heap_answers_unexpected",
+                self.heaps.vms.unexpected_answers.load(Relaxed),
+            ),
         ]);
         gauges.insert("heap_histograms_kept", self.heaps.kept() as u64);
+        gauges.insert("heap_serving_vms", self.heaps.vms.len() as u64);
         if let Some(continuous) = &self.continuous {
             counters.extend(continuous.counters());
             gauges.extend(continuous.gauges());
@@ -471,6 +483,21 @@ impl pb::profiler_server::Profiler for ProfilerService {
             .await
             .map_err(|e| Status::internal(format!("the heap histogram's thread failed: {e}")))?
             .map(|h| Response::new(pb::HeapHistogram::from(h.as_ref().clone())))
+            .map_err(heap_status)
+    }
+
+    async fn query_heap(
+        &self,
+        request: Request<pb::QueryHeapRequest>,
+    ) -> Result<Response<pb::HeapQueryResult>, Status> {
+        let caller = caller(&request)?;
+        let ask = convert::query_request(request.into_inner());
+        let heaps = self.heaps.clone();
+        // The VM answers at its next safepoint, after its full GC: a blocking thread's wait.
+        tokio::task::spawn_blocking(move || heaps.query(caller, ask))
+            .await
+            .map_err(|e| Status::internal(format!("the heap query's thread failed: {e}")))?
+            .map(|s| Response::new(pb::HeapQueryResult::from(s)))
             .map_err(heap_status)
     }
 

@@ -18,6 +18,7 @@ use crate::{
         refusals::Reason,
         vm::{Accepted, Publication as Checked, Refused},
     },
+    heap::Heaps,
     session::{ManagerHandle, Publication},
     sys,
 };
@@ -35,12 +36,17 @@ const BATCH_WAIT: Duration = Duration::from_millis(2);
 pub struct CodeMapService {
     manager: ManagerHandle,
     codes: Arc<CodeStore>,
+    heaps: Arc<Heaps>,
 }
 
 impl CodeMapService {
     /// A service handing publications to `manager`, interning codes in `codes`.
-    pub fn new(manager: ManagerHandle, codes: Arc<CodeStore>) -> CodeMapService {
-        CodeMapService { manager, codes }
+    pub fn new(manager: ManagerHandle, codes: Arc<CodeStore>, heaps: Arc<Heaps>) -> CodeMapService {
+        CodeMapService {
+            manager,
+            codes,
+            heaps,
+        }
     }
 
     /// Ends the intervals a closing publication left open, and counts each as refused.
@@ -119,6 +125,15 @@ impl Drop for OpenStream {
 
 #[tonic::async_trait]
 impl pb::code_map_server::CodeMap for CodeMapService {
+    type ServeHeapStream = super::heap_stream::Requests;
+
+    async fn serve_heap(
+        &self,
+        request: Request<Streaming<pb::HeapAnswer>>,
+    ) -> Result<Response<Self::ServeHeapStream>, Status> {
+        super::heap_stream::serve(&self.heaps, request).await
+    }
+
     async fn publish(
         &self,
         request: Request<Streaming<CodeMapEvent>>,
