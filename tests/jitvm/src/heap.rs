@@ -183,6 +183,38 @@ impl Heap {
         self.top = self.mark;
     }
 
+    /// Every allocated object, in address order: the heap is a sequence of objects, each its
+    /// header and its slots.
+    pub fn objects(&self) -> impl Iterator<Item = Value> + '_ {
+        let base = self.base.as_ptr() as u64;
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            if at + 2 > self.top {
+                return None;
+            }
+            let v = Value(base + 8 * at as u64);
+            let slots = usize::try_from(self.load_word(at + 1)).unwrap_or(usize::MAX);
+            at = at.saturating_add(2).saturating_add(slots).min(self.top);
+            Some(v)
+        })
+    }
+
+    /// Words allocated: an object's word index ([`Heap::word_of`]) is below.
+    pub fn allocated_words(&self) -> usize {
+        self.top
+    }
+
+    /// The word index of `v` in the heap, if it is an address inside it (not necessarily an
+    /// object's header: [`Heap::objects`] says which are).
+    pub fn word_of(&self, v: Value) -> Option<usize> {
+        self.index_of(v)
+    }
+
+    /// Bytes of an object: its two header words and its slots.
+    pub fn bytes_of(&self, v: Value) -> Option<u64> {
+        Some(8 * (2 + self.size_of(v)? as u64))
+    }
+
     /// Word index of an object, if `v` is the address of an allocated object header.
     fn index_of(&self, v: Value) -> Option<usize> {
         let base = self.base.as_ptr() as u64;

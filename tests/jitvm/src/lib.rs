@@ -35,6 +35,8 @@ pub mod driver;
 pub mod error;
 pub mod gc;
 pub mod heap;
+pub mod heap_census;
+pub mod heap_demo;
 pub mod interp;
 pub mod jit;
 pub mod labels;

@@ -83,6 +83,18 @@ struct Args {
     /// store, for tests of its per-user shares.
     #[arg(long, default_value_t = 0)]
     flood_codes: u64,
+    /// Serve the heap to the vmscope daemon (CodeMap.ServeHeap): class histograms and
+    /// structure queries, answered at safepoints. Needs --publish grpc.
+    #[arg(long)]
+    serve_heap: bool,
+    /// Hold a heap of known structures as globals (lists of Nodes, a doubly linked decoy, an
+    /// Order): see `heap_demo.rs`. Implies --serve-heap; `release` on standard input lets the
+    /// Order go.
+    #[arg(long)]
+    heap_demo: bool,
+    /// With --heap-demo: the lengths of the singly linked lists.
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 2500])]
+    heap_demo_lists: Vec<usize>,
 }
 
 fn main() -> ExitCode {
@@ -119,6 +131,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             codemap_dir: args.codemap_dir,
             code_log: args.code_log,
             socket: None,
+            serve_heap: args.serve_heap || args.heap_demo,
         },
         gc: args.eden_kb.map(|kb| GcConfig {
             eden_bytes: kb * 1024,
@@ -129,6 +142,18 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..Config::default()
     };
     let mut heap = Heap::new(config.heap_size).context("object heap")?;
+    let mut prog = prog;
+    // Before the workload's receivers, which make everything so far permanent.
+    let globals = if args.heap_demo {
+        let demo = jitvm::heap_demo::Demo {
+            lists: args.heap_demo_lists.clone(),
+            ..Default::default()
+        };
+        demo.build(&mut prog, &mut heap)
+            .context("object heap too small for --heap-demo")?
+    } else {
+        Vec::new()
+    };
     let mut calls = benchmarks::calls(args.workload, &methods, &mut heap)
         .context("object heap too small for the workload")?;
     if let Some(n) = args.fib_n {
@@ -140,6 +165,20 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         calls[0].expected = benchmarks::fib_reference(n);
     }
     let mut vm = Vm::new(prog, heap, config)?;
+    vm.globals = globals;
+    if args.heap_demo {
+        let release = vm.release_order.clone();
+        std::thread::Builder::new()
+            .name("stdin".into())
+            .spawn(move || {
+                for line in std::io::stdin().lines() {
+                    if line.is_ok_and(|l| l.trim() == "release") {
+                        release.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+            .context("stdin thread")?;
+    }
     let every = args.compact_every_ms.or(compact.then_some(5));
     let cfg = RunConfig {
         workload: args.workload,

@@ -50,6 +50,8 @@ pub struct Class {
     pub name: String,
     /// Slots of its instances.
     pub inst_size: usize,
+    /// Names of its slots, where it names them (heap queries test fields by name).
+    pub fields: Vec<String>,
     /// Its method dictionary.
     pub methods: HashMap<SelId, MethodId>,
 }
@@ -137,9 +139,22 @@ impl Program {
         self.classes.push(Class {
             name: name.to_owned(),
             inst_size,
+            fields: Vec::new(),
             methods: HashMap::new(),
         });
         ClassId(u32::try_from(self.classes.len() - 1).expect("few classes"))
+    }
+
+    /// Adds a class whose slots are named `fields`, in order.
+    pub fn add_class_with_fields(&mut self, name: &str, fields: &[&str]) -> ClassId {
+        let id = self.add_class(name, fields.len());
+        self.classes[id.0 as usize].fields = fields.iter().map(|&f| f.to_owned()).collect();
+        id
+    }
+
+    /// Every class, by id.
+    pub fn classes(&self) -> &[Class] {
+        &self.classes
     }
 
     fn install(&mut self, m: Method) -> MethodId {

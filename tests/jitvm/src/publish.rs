@@ -27,7 +27,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use vmscope_proto::v1::code_map_client::CodeMapClient;
 use vmscope_proto::v1::code_map_event::Event;
-use vmscope_proto::v1::{CodeMapEvent, Hello, Sync};
+use vmscope_proto::v1::{CodeMapEvent, HeapAnswer, HeapReady, HeapRequest, Hello, Sync};
 
 use crate::codemap_file;
 
@@ -75,6 +75,17 @@ pub struct Config {
     pub code_log: Option<PathBuf>,
     /// The daemon's socket (default: `VMSCOPE_SOCKET`, else `/run/vmscope/vmscoped.sock`).
     pub socket: Option<PathBuf>,
+    /// Also serve the heap to the daemon (`CodeMap.ServeHeap`), with the gRPC publication.
+    pub serve_heap: bool,
+}
+
+/// The VM thread's end of `CodeMap.ServeHeap`: the daemon's requests, and where answers go.
+#[derive(Debug)]
+pub struct HeapService {
+    /// Requests, read at safepoints.
+    pub requests: mpsc::Receiver<HeapRequest>,
+    /// Answers, sent on the stream by the publisher's thread.
+    pub answers: UnboundedSender<HeapAnswer>,
 }
 
 impl Config {
@@ -85,6 +96,7 @@ impl Config {
             codemap_dir: None,
             code_log: None,
             socket: None,
+            serve_heap: false,
         }
     }
 }
@@ -252,6 +264,7 @@ pub struct Publisher {
     shared: Arc<Mutex<Shared>>,
     grpc: Option<GrpcThread>,
     codemap_path: Option<PathBuf>,
+    heap: Option<HeapService>,
 }
 
 impl Publisher {
@@ -321,6 +334,21 @@ impl Publisher {
                 })
                 .context("code map file sync thread")?;
         }
+        let mut heap = None;
+        let mut heap_thread_end = None;
+        if rx.is_some() && config.serve_heap {
+            let (requests_tx, requests) = mpsc::channel();
+            let (answers, answers_rx) = unbounded_channel();
+            // The first message: the daemon registers the stream once it comes.
+            let _ = answers.send(HeapAnswer {
+                answer: Some(vmscope_proto::v1::heap_answer::Answer::Ready(HeapReady {
+                    vm: VM_NAME.into(),
+                })),
+                ..Default::default()
+            });
+            heap = Some(HeapService { requests, answers });
+            heap_thread_end = Some((requests_tx, answers_rx));
+        }
         if let Some(rx) = rx {
             let socket = config.socket.clone().unwrap_or_else(|| {
                 std::env::var_os(vmscope_proto::SOCKET_ENV)
@@ -331,7 +359,7 @@ impl Publisher {
             let handle = std::thread::Builder::new()
                 .name("codemap-publisher".into())
                 .spawn(move || {
-                    grpc_thread(socket, rx, thread_shared);
+                    grpc_thread(socket, rx, thread_shared, heap_thread_end);
                     let _ = done_tx.send(());
                 })
                 .context("publisher thread")?;
@@ -341,7 +369,13 @@ impl Publisher {
             shared,
             grpc,
             codemap_path,
+            heap,
         })
+    }
+
+    /// The VM thread's end of the heap stream, once (`None` unless asked for in grpc mode).
+    pub fn take_heap_service(&mut self) -> Option<HeapService> {
+        self.heap.take()
     }
 
     /// Publishes one event now; answers its timestamp.
@@ -403,11 +437,45 @@ async fn connect(socket: PathBuf) -> Result<Channel, tonic::transport::Error> {
         .await
 }
 
+/// The publisher thread's end of the heap stream: where requests go, what answers come.
+type HeapEnd = (
+    mpsc::Sender<HeapRequest>,
+    tokio::sync::mpsc::UnboundedReceiver<HeapAnswer>,
+);
+
+/// Keeps `CodeMap.ServeHeap` open: answers go up as the VM thread makes them, requests down
+/// to its next safepoint.
+async fn serve_heap(
+    channel: Channel,
+    requests: mpsc::Sender<HeapRequest>,
+    answers: tokio::sync::mpsc::UnboundedReceiver<HeapAnswer>,
+) {
+    let response = CodeMapClient::new(channel)
+        .serve_heap(UnboundedReceiverStream::new(answers))
+        .await;
+    match response {
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            while let Ok(Some(request)) = stream.message().await {
+                if requests.send(request).is_err() {
+                    break;
+                }
+            }
+        }
+        Err(status) => eprintln!(
+            "jitvm: the vmscope daemon takes no heap requests from this VM: {:?}: {}",
+            status.code(),
+            status.message()
+        ),
+    }
+}
+
 /// The publisher thread: connect, stream the channel with a Sync every 20 ms, report.
 fn grpc_thread(
     socket: PathBuf,
     rx: tokio::sync::mpsc::UnboundedReceiver<CodeMapEvent>,
     shared: Arc<Mutex<Shared>>,
+    heap: Option<HeapEnd>,
 ) {
     let stop = |why: String| {
         eprintln!("jitvm: {why}; running unprofiled");
@@ -429,6 +497,9 @@ fn grpc_thread(
                 return stop(format!("no vmscope daemon at {}{cause}", socket.display()));
             }
         };
+        if let Some((requests, answers)) = heap {
+            tokio::spawn(serve_heap(channel.clone(), requests, answers));
+        }
         let ticker_shared = Arc::clone(&shared);
         let ticker = tokio::spawn(async move {
             let mut tick = tokio::time::interval(SYNC_PERIOD);
@@ -488,6 +559,7 @@ mod tests {
             codemap_dir: Some(dir.path().to_owned()),
             code_log: Some(log.clone()),
             socket: None,
+            serve_heap: false,
         };
         let p = Publisher::new(&cfg).unwrap();
         let path = p.codemap_path().unwrap().to_owned();
@@ -520,6 +592,7 @@ mod tests {
             codemap_dir: None,
             code_log: None,
             socket: Some(dir.path().join("nobody.sock")),
+            serve_heap: false,
         };
         let p = Publisher::new(&cfg).unwrap();
         for i in 0..1000 {

@@ -11,6 +11,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vmscope_proto::v1::code_map_event::Event;
@@ -172,6 +173,12 @@ pub struct Vm {
     pub stats: Stats,
     /// When the counters were last published.
     pub(crate) levels_published: Option<std::time::Instant>,
+    /// The VM's named roots: what heap queries start from, and what a full collection keeps.
+    pub globals: Vec<(String, Value)>,
+    /// The daemon's heap requests, answered at safepoints.
+    heap_service: Option<crate::publish::HeapService>,
+    /// Set (by another thread) to make the next safepoint let the global `order` go.
+    pub release_order: Arc<std::sync::atomic::AtomicBool>,
 }
 
 thread_local! {
@@ -242,7 +249,8 @@ impl Vm {
     /// A VM for `prog` with objects in `heap`: maps the code zone, generates the trampolines
     /// and the enilopmart at its start and publishes Hello, the zone and them.
     pub fn new(prog: Program, heap: Heap, config: Config) -> anyhow::Result<Vm> {
-        let publisher = Publisher::new(&config.publish)?;
+        let mut publisher = Publisher::new(&config.publish)?;
+        let heap_service = publisher.take_heap_service();
         let mut zone = CodeZone::new(config.zone_size)?;
         let unwind_cell = Box::new(AtomicU64::new(0));
         let stack_limit = Box::new(AtomicU64::new(u64::MAX));
@@ -311,6 +319,9 @@ impl Vm {
             next_decoy: 0,
             stats: Stats::default(),
             levels_published: None,
+            globals: Vec::new(),
+            heap_service,
+            release_order: Arc::default(),
         };
         if let Some(gc) = vm.config.gc {
             anyhow::ensure!(
@@ -823,11 +834,59 @@ impl Vm {
     pub fn safepoint(&mut self) {
         debug_assert!(!self.in_jit);
         self.collect_if_due();
+        self.serve_heap();
         self.tier_up();
         if self.compaction_wanted || self.zone.free_bytes() < self.zone.size() / 4 {
             self.compact();
         }
         self.publish_levels_if_due();
+    }
+
+    /// Answers the daemon's heap requests that came since the last safepoint, and lets the
+    /// `order` global go if told to. The VM thread is stopped while it counts: that is the
+    /// pause each answer gives.
+    fn serve_heap(&mut self) {
+        if self.release_order.swap(false, Ordering::Relaxed) {
+            let nil = self.heap.nil();
+            for (name, value) in &mut self.globals {
+                if name == "order" {
+                    *value = nil;
+                }
+            }
+            println!("released");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+        }
+        let Some(service) = &self.heap_service else {
+            return;
+        };
+        while let Ok(request) = service.requests.try_recv() {
+            use vmscope_proto::v1::{heap_answer::Answer, heap_request::Request};
+            let started = std::time::Instant::now();
+            let census = crate::heap_census::Census::new(
+                &self.heap,
+                &self.prog,
+                &self.globals,
+                request.full_gc,
+            );
+            let answer = match &request.request {
+                Some(Request::Histogram(_)) => Answer::Histogram(vmscope_proto::v1::HeapClasses {
+                    classes: census.histogram(),
+                }),
+                Some(Request::Query(query)) => match census.structures(query) {
+                    Ok(structures) => {
+                        Answer::Structures(vmscope_proto::v1::HeapStructures { structures })
+                    }
+                    Err(why) => Answer::Error(why),
+                },
+                None => Answer::Error("a request with nothing asked".into()),
+            };
+            let pause_ns = started.elapsed().as_nanos() as u64;
+            let _ = service.answers.send(vmscope_proto::v1::HeapAnswer {
+                id: request.id,
+                pause_ns,
+                answer: Some(answer),
+            });
+        }
     }
 
     /// The class id for a value (for tests and the driver).

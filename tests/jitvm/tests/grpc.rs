@@ -22,6 +22,16 @@ struct Daemon {
 
 #[tonic::async_trait]
 impl CodeMap for Daemon {
+    type ServeHeapStream = tokio_stream::Empty<Result<vmscope_proto::v1::HeapRequest, Status>>;
+
+    /// Not asked for by these runs (no --serve-heap).
+    async fn serve_heap(
+        &self,
+        _request: Request<Streaming<vmscope_proto::v1::HeapAnswer>>,
+    ) -> Result<Response<Self::ServeHeapStream>, Status> {
+        Err(Status::unimplemented("CodeMap.ServeHeap is not here"))
+    }
+
     async fn publish(
         &self,
         request: Request<Streaming<CodeMapEvent>>,
