@@ -1,7 +1,8 @@
 //! `vmscope heap`: what fills a process's heap, and what grew since an earlier histogram.
 //!
-//! The daemon asks the VM (HotSpot's `GC.class_histogram`, through its attach mechanism) and
-//! keeps each histogram under an id; this fetches one, new or kept, and the one it is compared
+//! The daemon asks the VM (HotSpot's `GC.class_histogram`, through its attach mechanism; a VM
+//! that serves its heap over `CodeMap.ServeHeap`, at its next safepoint) and keeps each
+//! histogram under an id; this fetches one, new or kept, and the one it is compared
 //! with, and prints them: growth first, the leak hunter's question, then the heap itself.
 
 use std::{io::Write, path::Path, time::Duration};
@@ -223,10 +224,17 @@ pub fn render_text(report: &HeapReport, top: usize, out: &mut impl Write) -> std
     )?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     match (h.elapsed, h.pause) {
-        (Some(elapsed), Some(pause)) => writeln!(
+        (Some(elapsed), Some(pause)) if h.runtime == "hotspot" => writeln!(
             out,
             "Taken in {:.1} ms; the JVM's threads were stopped {:.1} ms for it (its safepoint time)",
             ms(elapsed),
+            ms(pause)
+        )?,
+        (Some(elapsed), Some(pause)) => writeln!(
+            out,
+            "Taken in {:.1} ms by {}; its threads were stopped {:.1} ms for it",
+            ms(elapsed),
+            h.runtime,
             ms(pause)
         )?,
         (Some(elapsed), None) => writeln!(

@@ -7,10 +7,17 @@
 //! histogram does not list has no instances: a leak assertion `count == 0` holds once the VM
 //! collected them all, and the line says the class was not found, with close names, so that a
 //! typo shows.
+//!
+//! An assertion may measure a structure query instead of a class (`QUERY: count|bytes OP N`,
+//! the query as `vmscope heap --query` reads it: `Order where special == 1 from instances of
+//! Order: count == 0`), from a VM that serves its heap: its objects or bytes over every
+//! structure the query finds. Queries are asked of the process, never of a kept histogram, and
+//! take no growth.
 
 use std::path::Path;
 
 use vmscope_model::heap::HeapHistogram;
+use vmscope_proto::v1 as pb;
 
 use crate::{
     check::Outcome,
@@ -68,8 +75,10 @@ impl Op {
 }
 
 /// One heap assertion.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HeapAssertion {
+    /// A structure query measured instead of the class (`class` is then the query's text).
+    pub query: Option<pb::StructureQuery>,
     /// The class, by its exact name (`Leaky`, `java.lang.String`, `[B`).
     pub class: String,
     /// What is measured.
@@ -91,21 +100,26 @@ pub struct HeapAssertion {
 )]
 pub struct ParseError {
     text: String,
-    why: &'static str,
+    why: String,
 }
 
 /// Reads `CLASS: MEASURE [growth] OP N`.
 pub fn parse(text: &str) -> Result<HeapAssertion, ParseError> {
-    let error = |why| ParseError {
+    let error = |why: &str| ParseError {
         text: text.to_owned(),
-        why,
+        why: why.to_owned(),
     };
     // HotSpot's class names hold no colon: the last one ends the class.
     let (class, rest) = text
         .rsplit_once(':')
         .ok_or_else(|| error("no `:` after the class"))?;
     let class = class.trim();
-    if class.is_empty() || class.contains(char::is_whitespace) {
+    let query = if class.split_whitespace().any(|w| w == "from") {
+        Some(crate::heap_query::parse(class).map_err(|e| error(&e.to_string()))?)
+    } else {
+        None
+    };
+    if query.is_none() && (class.is_empty() || class.contains(char::is_whitespace)) {
         return Err(error("the class must be one name, without spaces"));
     }
     let words: Vec<&str> = rest.split_whitespace().collect();
@@ -115,6 +129,9 @@ pub fn parse(text: &str) -> Result<HeapAssertion, ParseError> {
         _ => return Err(error("the measure is `count` or `bytes`")),
     };
     let (growth, rest) = match rest.split_first() {
+        Some((&"growth", _)) if query.is_some() => {
+            return Err(error("a structure query measures no growth"));
+        }
         Some((&"growth", rest)) => (true, rest),
         _ => (false, rest),
     };
@@ -137,6 +154,7 @@ pub fn parse(text: &str) -> Result<HeapAssertion, ParseError> {
         .filter(|b| growth || *b >= 0)
         .ok_or_else(|| error("the bound is an integer (negative only for a growth)"))?;
     Ok(HeapAssertion {
+        query,
         class: class.to_owned(),
         measure,
         growth,
@@ -171,8 +189,38 @@ pub struct HeapChecks {
 }
 
 impl HeapChecks {
-    /// Judges the assertions on a new histogram of the pid, or on the kept one.
+    /// Judges the assertions on a new histogram of the pid, or on the kept one; those of
+    /// structure queries on the VM's answers (no histogram is taken for them alone: each costs
+    /// the VM a full GC).
     pub async fn judge(&self, socket: &Path) -> anyhow::Result<Vec<Outcome>> {
+        let (queries, classes): (Vec<HeapAssertion>, Vec<HeapAssertion>) = self
+            .assertions
+            .iter()
+            .cloned()
+            .partition(|a| a.query.is_some());
+        let mut outcomes = Vec::new();
+        if !classes.is_empty() {
+            outcomes.extend(self.judge_histogram(socket, &classes).await?);
+        }
+        for a in &queries {
+            let Some(pid) = self.pid else {
+                anyhow::bail!(
+                    "heap assertion {:?} asks a structure query of the VM: give --pid PID",
+                    a.text
+                );
+            };
+            let query = a.query.clone().expect("partitioned above");
+            let answer = crate::heap_query::ask(socket, pid, query, false, None).await?;
+            outcomes.push(judge_query(a, &answer));
+        }
+        Ok(outcomes)
+    }
+
+    async fn judge_histogram(
+        &self,
+        socket: &Path,
+        assertions: &[HeapAssertion],
+    ) -> anyhow::Result<Vec<Outcome>> {
         let which = match (self.pid, self.id) {
             (Some(pid), _) => Which::Take {
                 pid,
@@ -185,7 +233,37 @@ impl HeapChecks {
             }
         };
         let (histogram, since) = fetch_pair(socket, which, self.since).await?;
-        judge(&histogram, since.as_ref(), &self.assertions)
+        judge(&histogram, since.as_ref(), assertions)
+    }
+}
+
+/// Judges an assertion of a structure query on the VM's answer: its objects or bytes over
+/// every structure found.
+pub fn judge_query(a: &HeapAssertion, answer: &vmscope_model::heap::HeapStructures) -> Outcome {
+    let (objects, bytes) = answer
+        .structures
+        .iter()
+        .fold((0u64, 0u64), |(o, b), s| (o + s.objects, b + s.bytes));
+    let (value, unit) = match a.measure {
+        Measure::Count => (objects, "objects"),
+        Measure::Bytes => (bytes, "bytes"),
+    };
+    Outcome {
+        subject: a.class.clone(),
+        held: a.op.holds(i128::from(value), a.bound),
+        line: format!(
+            "{}: {value} {unit} in {} structures, asked {} {} (pid {}, {})",
+            a.class,
+            answer.structures.len(),
+            a.op.text(),
+            a.bound,
+            answer.pid,
+            if answer.live {
+                "live objects after a full GC"
+            } else {
+                "all objects"
+            }
+        ),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod error_text;
 pub mod fit;
 pub mod heap;
 pub mod heap_check;
+pub mod heap_query;
 pub mod output;
 pub mod record;
 pub mod refusal;

@@ -214,8 +214,13 @@ enum Command {
         #[arg(long)]
         id: Option<u64>,
         /// Show the growth since this earlier histogram (of the same process).
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", conflicts_with = "query")]
         since: Option<u64>,
+        /// Ask a VM that serves its heap for structures instead of a histogram: `CLASSES [where
+        /// FIELD == N [and ...]] from globals|global NAME|instances of CLASS [per root]`, e.g.
+        /// 'Node from globals per root' (see docs/heap.md).
+        #[arg(long, requires = "pid", value_name = "QUERY")]
+        query: Option<String>,
         /// Count every object, unreachable ones too, with no full GC first (jmap -histo
         /// without :live): a shorter pause, garbage counted.
         #[arg(long, requires = "pid")]
@@ -1076,8 +1081,35 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Heap {
             pid,
+            query: Some(query),
+            all,
+            timeout,
+            format,
+            output,
+            ..
+        } => {
+            let parsed = vmscope::heap_query::parse(&query)?;
+            let pid = pid.expect("clap requires --pid with --query");
+            let answer = vmscope::heap_query::ask(&cli.socket, pid, parsed, all, timeout).await?;
+            let mut out = vmscope::output::Destination::choose(output.as_deref(), false).open()?;
+            if format == HeapFormat::Json {
+                let report = vmscope::heap_query::QueryReport {
+                    query: &query,
+                    answer: &answer,
+                };
+                serde_json::to_writer_pretty(&mut out, &report)?;
+                writeln!(out)?;
+            } else {
+                vmscope::heap_query::render_text(&query, &answer, &mut out)?;
+            }
+            out.flush()?;
+            Ok(0)
+        }
+        Command::Heap {
+            pid,
             id,
             since,
+            query: None,
             all,
             timeout,
             top,
