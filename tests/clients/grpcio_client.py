@@ -2,6 +2,7 @@
 
     grpcio_client.py SOCKET PID
     grpcio_client.py heap SOCKET JVM_PID   (tests/tests/heap.rs: a heap histogram, kept and got)
+    grpcio_client.py query SOCKET VM_PID   (tests/tests/heap_vm.rs: a structure query)
 
 The channel has no options: grpcio sends the socket path, percent-encoded, as :authority, as
 every gRPC C-core client (Python, Ruby, C++, PHP) does over a Unix socket. Nothing here knows
@@ -64,9 +65,29 @@ def heap(socket, pid):
     print(json.dumps(facts))
 
 
+def query(socket, pid):
+    """Asks VM `pid` for its Node structures, one per global, and prints them."""
+    with grpc.insecure_channel("unix://" + socket) as channel:
+        api = Api(channel)
+        ask = api.method("vmscope.v1.Profiler", "QueryHeap")
+        request = api.message("vmscope.v1.QueryHeapRequest")(pid=pid)
+        request.query.globals.SetInParent()
+        request.query.member.classes.append("Node")
+        request.query.per_root = True
+        answer = ask(request, timeout=60)
+        facts = {
+            "runtime": answer.runtime,
+            "live": answer.live,
+            "structures": [[s.root, s.objects, s.bytes] for s in answer.structures],
+        }
+    print(json.dumps(facts))
+
+
 def main():
     if sys.argv[1] == "heap":
         return heap(sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1] == "query":
+        return query(sys.argv[2], int(sys.argv[3]))
     socket, pid = sys.argv[1], int(sys.argv[2])
     facts = {"grpcio": grpc.__version__}
     with grpc.insecure_channel("unix://" + socket) as channel:

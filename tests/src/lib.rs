@@ -370,6 +370,96 @@ impl Daemon {
         command.env("VMSCOPE_SOCKET", &self.socket);
         command
     }
+
+    /// `vmscope heap ARGS --format json` as root: what it did.
+    pub fn heap_output(&self, args: &[&str]) -> std::process::Output {
+        self.cli()
+            .arg("heap")
+            .args(args)
+            .args(["--format", "json"])
+            .output()
+            .expect("run vmscope heap")
+    }
+
+    /// `vmscope heap ARGS --format json` as root, which must succeed: its JSON.
+    pub fn heap_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.heap_output(args);
+        assert!(
+            out.status.success(),
+            "vmscope heap {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("vmscope heap's JSON")
+    }
+
+    /// `vmscope check ARGS` as root: its exit code, and its standard output then error.
+    pub fn check(&self, args: &[&str]) -> (i32, String) {
+        let out = self
+            .cli()
+            .arg("check")
+            .args(args)
+            .output()
+            .expect("run vmscope check");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+}
+
+/// A child whose standard input and output a test talks to, line by line; killed when
+/// dropped.
+#[derive(Debug)]
+pub struct Conversation {
+    /// The child.
+    pub child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Conversation {
+    /// Spawns `command` with its input and output piped.
+    pub fn spawn(command: &mut Command) -> Conversation {
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {command:?}: {e}"));
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        Conversation {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Its next line, without the line end (empty once it ended).
+    pub fn line(&mut self) -> String {
+        use std::io::BufRead as _;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read the child");
+        line.trim_end().to_owned()
+    }
+
+    /// Sends it `line`.
+    pub fn say(&mut self, line: &str) {
+        use std::io::Write as _;
+        writeln!(self.stdin, "{line}").expect("write to the child");
+    }
+
+    /// Kills it and waits for it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Conversation {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 impl Drop for Daemon {

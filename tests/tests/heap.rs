@@ -7,52 +7,37 @@
 //! `Leaky` on request.
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader},
     os::unix::process::CommandExt as _,
-    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use vmscope_tests::{
-    Daemon, NOBODY, grpcio_python,
+    Conversation, Daemon, NOBODY, grpcio_python,
     java::{clean_jvm, java, java_fixture},
 };
 
 /// Leaky.java running, its input and output held.
-struct Leaky {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+struct Leaky(Conversation);
 
 impl Leaky {
     fn start(flags: &[&str]) -> Leaky {
-        let mut child = Command::new(java())
-            .args(flags)
-            .arg(java_fixture("Leaky.java"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start java");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut leaky = Leaky {
-            child,
-            stdin,
-            stdout,
-        };
+        let mut leaky = Leaky(Conversation::spawn(
+            Command::new(java())
+                .args(flags)
+                .arg(java_fixture("Leaky.java")),
+        ));
         assert_eq!(leaky.line(), "ready 123457");
         leaky
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.0.child.id()
     }
 
     fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read the fixture");
-        line.trim_end().to_owned()
+        self.0.line()
     }
 
     fn more(&mut self, n: u32) -> String {
@@ -61,38 +46,20 @@ impl Leaky {
 
     /// Sends `command` and returns the fixture's answer.
     fn line_after(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").expect("write to the fixture");
+        self.0.say(command);
         self.line()
     }
 
     fn alive(&mut self) -> bool {
-        self.child.try_wait().expect("wait").is_none()
+        self.0.child.try_wait().expect("wait").is_none()
     }
 }
 
 impl Drop for Leaky {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        clean_jvm(self.child.id());
+        self.0.stop();
+        clean_jvm(self.0.child.id());
     }
-}
-
-/// `vmscope heap ARGS --format json`, as root: its JSON.
-fn heap_json(daemon: &Daemon, args: &[&str]) -> serde_json::Value {
-    let out = daemon
-        .cli()
-        .arg("heap")
-        .args(args)
-        .args(["--format", "json"])
-        .output()
-        .expect("run vmscope heap");
-    assert!(
-        out.status.success(),
-        "vmscope heap {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("vmscope heap's JSON")
 }
 
 /// Instances and bytes of `class` in a histogram's JSON.
@@ -134,7 +101,7 @@ fn a_histogram_counts_what_the_program_holds_as_jmap_does_and_growth_shows_what_
     let mut leaky = Leaky::start(&[]);
     let pid = leaky.pid().to_string();
 
-    let first = heap_json(&daemon, &["--pid", &pid]);
+    let first = daemon.heap_json(&["--pid", &pid]);
     let histogram = &first["histogram"];
     let (instances, bytes) = class_of(histogram, "Leaky");
     assert_eq!(instances, 123_457, "{histogram}");
@@ -158,7 +125,7 @@ fn a_histogram_counts_what_the_program_holds_as_jmap_does_and_growth_shows_what_
 
     assert_eq!(leaky.more(1_000), "added 124457");
     let id = first["histogram"]["id"].as_u64().unwrap().to_string();
-    let second = heap_json(&daemon, &["--pid", &pid, "--since", &id]);
+    let second = daemon.heap_json(&["--pid", &pid, "--since", &id]);
     let growth = &second["growth"];
     let top = &growth["classes"][0];
     assert_eq!(top["name"], "Leaky", "the top growth: {growth}");
@@ -188,7 +155,7 @@ fn a_histogram_counts_what_the_program_holds_as_jmap_does_and_growth_shows_what_
     );
 
     // Every object, with no GC: the live ones at least, and the histogram says it is not live.
-    let all = heap_json(&daemon, &["--pid", &pid, "--all"]);
+    let all = daemon.heap_json(&["--pid", &pid, "--all"]);
     assert_eq!(all["histogram"]["live"], false);
     assert!(class_of(&all["histogram"], "Leaky").0 >= 124_457, "{all}");
 
@@ -208,20 +175,6 @@ fn a_histogram_counts_what_the_program_holds_as_jmap_does_and_growth_shows_what_
     assert!(leaky.alive());
 }
 
-/// `vmscope check --heap` as root: its exit code and standard output.
-fn check(daemon: &Daemon, args: &[&str]) -> (i32, String) {
-    let out = daemon
-        .cli()
-        .arg("check")
-        .args(args)
-        .output()
-        .expect("run vmscope check");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
 /// Heap assertions for CI: true while the objects are held, false once they are let go and
 /// the full GC before the count collected them, and the other way round; growth since an
 /// earlier histogram; a typo is not a silent pass.
@@ -230,70 +183,58 @@ fn heap_assertions_follow_what_the_program_holds() {
     let daemon = Daemon::start();
     let mut leaky = Leaky::start(&[]);
     let pid = leaky.pid().to_string();
-    let (code, out) = check(
-        &daemon,
-        &[
-            "--pid",
-            &pid,
-            "--heap",
-            "Leaky: count == 123457",
-            "--heap",
-            "Leaky: count > 0",
-        ],
-    );
+    let (code, out) = daemon.check(&[
+        "--pid",
+        &pid,
+        "--heap",
+        "Leaky: count == 123457",
+        "--heap",
+        "Leaky: count > 0",
+    ]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("ok: Leaky: 123457 instances, asked == 123457"),
         "{out}"
     );
-    let (code, out) = check(&daemon, &["--pid", &pid, "--heap", "Leaky: count == 0"]);
+    let (code, out) = daemon.check(&["--pid", &pid, "--heap", "Leaky: count == 0"]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("FAILED: Leaky: 123457 instances, asked == 0"),
         "{out}"
     );
-    let first = heap_json(&daemon, &["--pid", &pid])["histogram"]["id"].to_string();
+    let first = daemon.heap_json(&["--pid", &pid])["histogram"]["id"].to_string();
 
     assert_eq!(leaky.more(1_000), "added 124457");
-    let (code, out) = check(
-        &daemon,
-        &[
-            "--pid",
-            &pid,
-            "--since",
-            &first,
-            "--heap",
-            "Leaky: count growth <= 0",
-        ],
-    );
+    let (code, out) = daemon.check(&[
+        "--pid",
+        &pid,
+        "--since",
+        &first,
+        "--heap",
+        "Leaky: count growth <= 0",
+    ]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("+1000 instances since histogram"), "{out}");
 
     assert_eq!(leaky.line_after("free"), "freed");
-    let (code, out) = check(
-        &daemon,
-        &[
-            "--pid",
-            &pid,
-            "--heap",
-            "Leaky: count == 0",
-            "--heap",
-            "Leaky: count > 0",
-        ],
-    );
+    let (code, out) = daemon.check(&[
+        "--pid",
+        &pid,
+        "--heap",
+        "Leaky: count == 0",
+        "--heap",
+        "Leaky: count > 0",
+    ]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("ok: Leaky: 0 instances (no such class in the histogram"),
         "{out}"
     );
     assert!(out.contains("FAILED: Leaky: 0 instances"), "{out}");
-    let (code, out) = check(
-        &daemon,
-        &["--pid", &pid, "--heap", "Leaky: count growth == 0"],
-    );
+    let (code, out) = daemon.check(&["--pid", &pid, "--heap", "Leaky: count growth == 0"]);
     assert_eq!(code, 2, "growth needs --since: {out}");
     assert!(out.contains("give --since"), "{out}");
-    let (code, out) = check(&daemon, &["--pid", &pid, "--heap", "Leaky count == 0"]);
+    let (code, out) = daemon.check(&["--pid", &pid, "--heap", "Leaky count == 0"]);
     assert_eq!(code, 2, "a malformed assertion cannot be checked: {out}");
     assert!(out.contains("e.g. 'Leaky: count == 0'"), "{out}");
 }

@@ -159,7 +159,8 @@ enum Task {
         java_stacks: bool,
         /// Instead, what a heap histogram costs the JVM it counts: Leaky.java holding 123,457,
         /// 1,234,567 and 3,999,999 objects, `vmscope heap` after a full GC and with --all, the
-        /// JVM's pause and the round trip, and `jmap -histo:live` beside them.
+        /// JVM's pause and the round trip, and `jmap -histo:live` beside them; then the demo
+        /// VM's pauses for structure queries and histograms, lists of 3,500 to 1,000,000 nodes.
         #[arg(long, conflicts_with_all = ["soak", "lines", "jvm_perfmap", "late_maps", "exit_cost", "attacks", "memory", "stop", "daemon_cpu", "continuous", "baseline", "off_cpu", "counts", "labels", "java_stacks"])]
         heap: bool,
         /// With --off-cpu, instead one off-CPU session of MINUTES on the pair of threads: the
