@@ -49,6 +49,10 @@ pub const API_EDGES: &[(&str, &str)] = &[
         "stats/vm.rs",
         "decodes the statistics events of that publication into the VM's statistics",
     ),
+    (
+        "heap/vm.rs",
+        "speaks a VM's side of CodeMap.ServeHeap: its requests and answers, in the daemon's types for the rest",
+    ),
 ];
 
 /// One place a module names another.

@@ -21,9 +21,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use vmscope_model::heap::{ClassCount, HeapHistogram, HeapStructures, StructureCount};
-
-use vmscope_proto::v1 as pb;
+use vmscope_model::heap::{HeapHistogram, HeapStructures};
 
 use crate::{
     session::{Caller, request::may_profile},
@@ -181,6 +179,13 @@ pub struct Checked {
     pub start_time: u64,
 }
 
+impl Checked {
+    /// Pid, start time and effective uid: who a VM's stream must be of to answer for it.
+    pub fn identity(&self) -> (u32, u64, u32) {
+        (self.pid, self.start_time, self.status.uids.effective)
+    }
+}
+
 /// Checks that `caller` may ask process `pid` for its heap: the same rule as a session's
 /// ([`may_profile`]); a thread id is refused with its process's.
 pub fn check_process(caller: Caller, pid: u32) -> Result<Checked, HeapError> {
@@ -226,32 +231,13 @@ fn check_timeout(timeout: Duration) -> Result<(), HeapError> {
     Ok(())
 }
 
-/// A VM that answered with something other than what was asked.
-fn wrong_answer(
-    vm: &str,
-    pid: u32,
-    asked: &str,
-    answer: Option<pb::heap_answer::Answer>,
-) -> HeapError {
-    let what = match answer {
-        None => "nothing",
-        Some(pb::heap_answer::Answer::Ready(_)) => "a second HeapReady",
-        Some(pb::heap_answer::Answer::Histogram(_)) => "a histogram",
-        Some(pb::heap_answer::Answer::Structures(_)) => "structures",
-        Some(pb::heap_answer::Answer::Error(_)) => "an error",
-    };
-    HeapError::Failed(format!(
-        "{vm} (pid {pid}) was asked for {asked} and answered with {what}"
-    ))
-}
-
 /// What a structure query asks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueryRequest {
     /// The process.
     pub pid: u32,
     /// The structures.
-    pub query: pb::StructureQuery,
+    pub query: vm::Query,
     /// Count garbage too, with no full collection first.
     pub all: bool,
     /// How long to wait for the answer.
@@ -331,10 +317,8 @@ impl Heaps {
         // whether a histogram of it is under way.
         let process = check_process(caller, pid).map_err(refused)?;
         let command = process.status.name.clone();
-        let source = if self
-            .vms
-            .serves(pid, process.start_time, process.status.uids.effective)
-        {
+        let (_, start_time, euid) = process.identity();
+        let source = if self.vms.serves(pid, start_time, euid) {
             Source::Vm(process)
         } else {
             Source::Jvm(hotspot::check(process).map_err(refused)?)
@@ -402,67 +386,19 @@ impl Heaps {
         process: &Checked,
         request: HistogramRequest,
     ) -> Result<hotspot::Answer, HeapError> {
-        let ask = pb::HeapRequest {
-            id: 0,
-            full_gc: !request.all,
-            request: Some(pb::heap_request::Request::Histogram(
-                pb::HeapHistogramRequest {},
-            )),
-        };
-        let answered = self.ask_vm(process, ask, request.timeout)?;
-        let vm = answered.vm;
-        let mut classes: Vec<ClassCount> = match answered.answer.answer {
-            Some(pb::heap_answer::Answer::Histogram(h)) => h
-                .classes
-                .into_iter()
-                .map(|c| ClassCount {
-                    name: c.name,
-                    module: String::new(),
-                    instances: c.instances,
-                    bytes: c.bytes,
-                })
-                .collect(),
-            other => return Err(wrong_answer(&vm, process.pid, "a histogram", other)),
-        };
+        let answered = self
+            .vms
+            .histogram(process.identity(), !request.all, request.timeout)?;
+        let mut classes = answered.value;
         classes.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
         Ok(hotspot::Answer {
             elapsed: answered.elapsed,
-            pause: Some(Duration::from_nanos(answered.answer.pause_ns)),
+            pause: Some(answered.pause),
             total_instances: classes.iter().map(|c| c.instances).sum(),
             total_bytes: classes.iter().map(|c| c.bytes).sum(),
             classes,
-            runtime: vm,
+            runtime: answered.vm,
         })
-    }
-
-    /// Sends `ask` to the VM of `process` and waits for its answer; the process must still be
-    /// the one checked when it comes.
-    fn ask_vm(
-        &self,
-        process: &Checked,
-        ask: pb::HeapRequest,
-        timeout: Duration,
-    ) -> Result<vm::VmAnswer, HeapError> {
-        let pid = process.pid;
-        let answered = self.vms.ask(
-            pid,
-            process.start_time,
-            process.status.uids.effective,
-            ask,
-            timeout,
-        )?;
-        if sys::read_start_time(pid) != Some(process.start_time) {
-            return Err(HeapError::NotFound(format!(
-                "process {pid} exited during the request; the process now at its pid is another"
-            )));
-        }
-        if let Some(pb::heap_answer::Answer::Error(why)) = &answered.answer.answer {
-            return Err(HeapError::CannotAnswer(format!(
-                "{} (pid {pid}) could not answer: {why}",
-                answered.vm
-            )));
-        }
-        Ok(answered)
     }
 
     /// Counts the structures `query` describes in the heap of `request.pid`, a VM that serves
@@ -484,10 +420,8 @@ impl Heaps {
         })?;
         let pid = request.pid;
         let process = check_process(caller, pid).map_err(refused)?;
-        if !self
-            .vms
-            .serves(pid, process.start_time, process.status.uids.effective)
-        {
+        let (_, start_time, euid) = process.identity();
+        if !self.vms.serves(pid, start_time, euid) {
             return Err(refused(HeapError::CannotAnswer(format!(
                 "pid {pid} ({}) does not serve its heap (CodeMap.ServeHeap): structure queries \
                  come from VMs that do; HotSpot JVMs answer histograms only",
@@ -496,31 +430,16 @@ impl Heaps {
         }
         let _in_progress = self.in_progress(pid).map_err(refused)?;
         let taken_at = SystemTime::now();
-        let ask = pb::HeapRequest {
-            id: 0,
-            full_gc: !request.all,
-            request: Some(pb::heap_request::Request::Query(request.query)),
-        };
         let answered = self
-            .ask_vm(&process, ask, request.timeout)
+            .vms
+            .structures(
+                process.identity(),
+                request.query,
+                !request.all,
+                request.timeout,
+            )
             .inspect_err(|e| self.count_failure(e))?;
-        let structures = match answered.answer.answer {
-            Some(pb::heap_answer::Answer::Structures(s)) => s
-                .structures
-                .into_iter()
-                .map(|s| StructureCount {
-                    root: s.root,
-                    objects: s.objects,
-                    bytes: s.bytes,
-                })
-                .collect(),
-            other => {
-                let e = wrong_answer(&answered.vm, pid, "structures", other);
-                self.count_failure(&e);
-                return Err(e);
-            }
-        };
-        let pause = Duration::from_nanos(answered.answer.pause_ns);
+        let pause = answered.pause;
         self.counters.queries.fetch_add(1, Relaxed);
         self.counters
             .pause_us
@@ -533,7 +452,7 @@ impl Heaps {
             pause: Some(pause),
             live: !request.all,
             runtime: answered.vm,
-            structures,
+            structures: answered.value,
         })
     }
 

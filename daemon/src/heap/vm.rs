@@ -6,6 +6,9 @@
 //! asked, and waits for the answer of its id. A VM that never answers costs its caller the
 //! timeout and nothing else: the wait holds one of the caller's in-flight shares, and the
 //! answer slot goes with the wait.
+//!
+//! This file is the daemon's edge with the VMs' side of the protocol: it speaks the API's
+//! messages with them, and answers the rest of the daemon in its own types.
 
 use std::{
     collections::HashMap,
@@ -18,9 +21,33 @@ use std::{
 };
 
 use tokio::sync::mpsc::UnboundedSender;
+use vmscope_model::heap::{ClassCount, StructureCount};
 use vmscope_proto::v1 as pb;
 
 use super::HeapError;
+
+/// A structure query as the API carries it, handed to the VM as it came (the VM judges it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Query(pb::StructureQuery);
+
+impl From<pb::StructureQuery> for Query {
+    fn from(query: pb::StructureQuery) -> Query {
+        Query(query)
+    }
+}
+
+/// What a VM answered, and how long it took.
+#[derive(Debug)]
+pub struct Answered<T> {
+    /// The VM's name.
+    pub vm: String,
+    /// From the request to the answer.
+    pub elapsed: Duration,
+    /// How long the VM's threads were stopped for it, as it measured.
+    pub pause: Duration,
+    /// The answer.
+    pub value: T,
+}
 
 /// A VM's open stream.
 #[derive(Debug)]
@@ -40,15 +67,12 @@ struct Link {
     waiting: Arc<Mutex<HashMap<u64, mpsc::SyncSender<pb::HeapAnswer>>>>,
 }
 
-/// What a VM answered, and how long it took.
+/// What a VM answered, and how long it took, as it came.
 #[derive(Debug)]
-pub struct VmAnswer {
-    /// The VM's name.
-    pub vm: String,
-    /// From the request to the answer.
-    pub elapsed: Duration,
-    /// The answer.
-    pub answer: pb::HeapAnswer,
+struct VmAnswer {
+    vm: String,
+    elapsed: Duration,
+    answer: pb::HeapAnswer,
 }
 
 /// The VMs serving their heap, by pid.
@@ -150,10 +174,100 @@ impl VmLinks {
         self.len() == 0
     }
 
+    /// Asks the VM of `pid` (started at `start_time`, running as `euid`) for its class
+    /// histogram, after a full collection if `full_gc`. Blocks up to `timeout`.
+    pub fn histogram(
+        &self,
+        (pid, start_time, euid): (u32, u64, u32),
+        full_gc: bool,
+        timeout: Duration,
+    ) -> Result<Answered<Vec<ClassCount>>, HeapError> {
+        let request = pb::heap_request::Request::Histogram(pb::HeapHistogramRequest {});
+        let answered = self.ask_checked(pid, start_time, euid, request, full_gc, timeout)?;
+        match answered.answer.answer {
+            Some(pb::heap_answer::Answer::Histogram(h)) => Ok(Answered {
+                vm: answered.vm,
+                elapsed: answered.elapsed,
+                pause: Duration::from_nanos(answered.answer.pause_ns),
+                value: h
+                    .classes
+                    .into_iter()
+                    .map(|c| ClassCount {
+                        name: c.name,
+                        module: String::new(),
+                        instances: c.instances,
+                        bytes: c.bytes,
+                    })
+                    .collect(),
+            }),
+            other => Err(wrong_answer(&answered.vm, pid, "a histogram", other)),
+        }
+    }
+
+    /// Asks the VM of `pid` for the structures `query` describes, as [`VmLinks::histogram`].
+    pub fn structures(
+        &self,
+        (pid, start_time, euid): (u32, u64, u32),
+        query: Query,
+        full_gc: bool,
+        timeout: Duration,
+    ) -> Result<Answered<Vec<StructureCount>>, HeapError> {
+        let request = pb::heap_request::Request::Query(query.0);
+        let answered = self.ask_checked(pid, start_time, euid, request, full_gc, timeout)?;
+        match answered.answer.answer {
+            Some(pb::heap_answer::Answer::Structures(s)) => Ok(Answered {
+                vm: answered.vm,
+                elapsed: answered.elapsed,
+                pause: Duration::from_nanos(answered.answer.pause_ns),
+                value: s
+                    .structures
+                    .into_iter()
+                    .map(|s| StructureCount {
+                        root: s.root,
+                        objects: s.objects,
+                        bytes: s.bytes,
+                    })
+                    .collect(),
+            }),
+            other => Err(wrong_answer(&answered.vm, pid, "structures", other)),
+        }
+    }
+
+    /// [`VmLinks::ask`], then: the process must still be the one asked when the answer comes,
+    /// and an answer that is the VM's error is its refusal.
+    fn ask_checked(
+        &self,
+        pid: u32,
+        start_time: u64,
+        euid: u32,
+        request: pb::heap_request::Request,
+        full_gc: bool,
+        timeout: Duration,
+    ) -> Result<VmAnswer, HeapError> {
+        let request = pb::HeapRequest {
+            id: 0,
+            full_gc,
+            request: Some(request),
+        };
+        let answered = self.ask(pid, start_time, euid, request, timeout)?;
+        if crate::sys::read_start_time(pid) != Some(start_time) {
+            return Err(HeapError::NotFound(format!(
+                "process {pid} exited during the request; the process now at its pid is another"
+            )));
+        }
+        if let Some(pb::heap_answer::Answer::Error(why)) = &answered.answer.answer {
+            return Err(HeapError::CannotAnswer(format!(
+                "{} (pid {pid}) could not answer: {why}",
+                answered.vm
+            )));
+        }
+        Ok(answered)
+    }
+
     /// Sends `request` (its id is set here) to the VM of `pid` started at `start_time` and
     /// running as `euid`, and waits up to `timeout` for its answer. Blocks: call it on a
     /// blocking thread.
-    pub fn ask(
+    fn ask(
         &self,
         pid: u32,
         start_time: u64,
@@ -204,6 +318,25 @@ impl Link {
     fn is(&self, start_time: u64, euid: u32) -> bool {
         self.start_time == start_time && self.owner.is_none_or(|owner| owner == euid)
     }
+}
+
+/// A VM that answered with something other than what was asked.
+fn wrong_answer(
+    vm: &str,
+    pid: u32,
+    asked: &str,
+    answer: Option<pb::heap_answer::Answer>,
+) -> HeapError {
+    let what = match answer {
+        None => "nothing",
+        Some(pb::heap_answer::Answer::Ready(_)) => "a second HeapReady",
+        Some(pb::heap_answer::Answer::Histogram(_)) => "a histogram",
+        Some(pb::heap_answer::Answer::Structures(_)) => "structures",
+        Some(pb::heap_answer::Answer::Error(_)) => "an error",
+    };
+    HeapError::Failed(format!(
+        "{vm} (pid {pid}) was asked for {asked} and answered with {what}"
+    ))
 }
 
 fn not_serving(pid: u32) -> HeapError {

@@ -110,7 +110,7 @@ pub fn query_request(request: pb::QueryHeapRequest) -> crate::heap::QueryRequest
         timeout: request.timeout.map_or(crate::heap::DEFAULT_TIMEOUT, |t| {
             Duration::try_from(t).unwrap_or(Duration::ZERO)
         }),
-        query: request.query.unwrap_or_default(),
+        query: request.query.unwrap_or_default().into(),
         all: request.all,
     }
 }
