@@ -212,18 +212,21 @@ impl VmStructs {
         let offset = exports.layout(mem, "gHotSpotVMStructEntryOffsetOffset")?;
         let address = exports.layout(mem, "gHotSpotVMStructEntryAddressOffset")?;
         for_entries(mem, "struct", base, stride, |mem, entry| {
-            let Some(ty) = names.at(mem, entry + type_name)? else {
+            let Some(ty) = names.at(mem, entry.wrapping_add(type_name))? else {
                 return Ok(false);
             };
             // A type's entry without fields (the SA's own bookkeeping) has no field name.
-            let Some(field) = names.at(mem, entry + field_name)? else {
+            let Some(field) = names.at(mem, entry.wrapping_add(field_name))? else {
                 return Ok(true);
             };
-            let type_string = names.at(mem, entry + type_string)?.unwrap_or_default();
+            let type_string = names
+                .at(mem, entry.wrapping_add(type_string))?
+                .unwrap_or_default();
             let mut flag = [0u8; 4];
-            let is_static = mem.read(entry + is_static, &mut flag) && i32::from_le_bytes(flag) != 0;
-            let offset = read_u64(mem, entry + offset, "a struct entry's offset")?;
-            let address = read_u64(mem, entry + address, "a struct entry's address")?;
+            let is_static =
+                mem.read(entry.wrapping_add(is_static), &mut flag) && i32::from_le_bytes(flag) != 0;
+            let offset = read_u64(mem, entry.wrapping_add(offset), "a struct entry's offset")?;
+            let address = read_u64(mem, entry.wrapping_add(address), "a struct entry's address")?;
             tables.fields.insert(
                 (ty, field),
                 Field {
@@ -242,11 +245,11 @@ impl VmStructs {
         let superclass = exports.layout(mem, "gHotSpotVMTypeEntrySuperclassNameOffset")?;
         let size = exports.layout(mem, "gHotSpotVMTypeEntrySizeOffset")?;
         for_entries(mem, "type", base, stride, |mem, entry| {
-            let Some(ty) = names.at(mem, entry + type_name)? else {
+            let Some(ty) = names.at(mem, entry.wrapping_add(type_name))? else {
                 return Ok(false);
             };
-            let superclass = names.at(mem, entry + superclass)?;
-            let size = read_u64(mem, entry + size, "a type entry's size")?;
+            let superclass = names.at(mem, entry.wrapping_add(superclass))?;
+            let size = read_u64(mem, entry.wrapping_add(size), "a type entry's size")?;
             tables.types.insert(ty, Type { superclass, size });
             Ok(true)
         })?;
@@ -274,14 +277,14 @@ impl VmStructs {
             let name = exports.layout(mem, name)?;
             let value = exports.layout(mem, value)?;
             for_entries(mem, table, base, stride, |mem, entry| {
-                let Some(constant) = names.at(mem, entry + name)? else {
+                let Some(constant) = names.at(mem, entry.wrapping_add(name))? else {
                     return Ok(false);
                 };
                 let mut bytes = [0u8; 8];
-                if !mem.read(entry + value, &mut bytes[..width]) {
+                if !mem.read(entry.wrapping_add(value), &mut bytes[..width]) {
                     return Err(VmStructsError::Unreadable {
                         what: "a constant's value",
-                        addr: entry + value,
+                        addr: entry.wrapping_add(value),
                     });
                 }
                 let v = if width == 4 {
@@ -356,8 +359,11 @@ fn for_entries(
         });
     }
     for i in 0..MAX_ENTRIES as u64 {
-        let entry = base
-            .checked_add(i * stride)
+        // The layout is the process's word: an entry past the end of the address space is no
+        // entry.
+        let entry = i
+            .checked_mul(stride)
+            .and_then(|at| base.checked_add(at))
             .ok_or(VmStructsError::NoEnd(table))?;
         if !each(mem, entry)? {
             return Ok(());
@@ -421,6 +427,31 @@ pub fn read_c_string(mem: &mut dyn Memory, addr: u64, max: usize) -> Option<Stri
 pub(crate) mod tests {
     use super::*;
     use crate::hotspot::Regions;
+
+    /// A fuzzer's input (CI, fuzz target `hotspot`): the exports' words give a struct entry's
+    /// type name offset of 2^64 - 1, whose sum with the entry's address overflowed.
+    #[test]
+    fn offsets_past_the_address_space_read_nothing_and_panic_not() {
+        const BASE: u64 = 0x1000;
+        let data: &[u8] = &[
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0x6d,
+        ];
+        let mut mem = Regions::default();
+        mem.add(BASE, data.to_vec());
+        let exports = Exports::new(
+            EXPORTS
+                .iter()
+                .enumerate()
+                .map(|(i, &name)| (name, BASE + 8 * i as u64)),
+        );
+        assert!(VmStructs::read(&mut mem, &exports).is_err());
+    }
 
     /// Builds tables in memory the way libjvm lays them out, with strides and offsets of its
     /// own choosing, so that the reader is seen to follow the exported layout.
