@@ -97,6 +97,44 @@ pub fn parse(text: &str) -> Result<pb::StructureQuery, QueryError> {
     })
 }
 
+/// What `vmscope heap --query` asks.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask<'a> {
+    /// The VM's process.
+    pub pid: u32,
+    /// The query as written.
+    pub query: &'a str,
+    /// Count garbage too, with no full GC first.
+    pub all: bool,
+    /// How long to wait for the VM (the daemon's default when `None`).
+    pub timeout: Option<Duration>,
+}
+
+/// `vmscope heap --query`: reads the query, asks the VM, and writes its answer to `output`
+/// (standard output when `None` or `-`), as text or JSON.
+pub async fn run(
+    socket: &Path,
+    ask: Ask<'_>,
+    json: bool,
+    output: Option<&Path>,
+) -> anyhow::Result<()> {
+    let query = parse(ask.query)?;
+    let answer = self::ask(socket, ask.pid, query, ask.all, ask.timeout).await?;
+    let mut out = crate::output::Destination::choose(output, false).open()?;
+    if json {
+        let report = QueryReport {
+            query: ask.query,
+            answer: &answer,
+        };
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        render_text(ask.query, &answer, &mut out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// Asks the VM of `pid` for the structures `query` describes.
 pub async fn ask(
     socket: &Path,

@@ -1080,7 +1080,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Heap {
-            pid,
+            pid: Some(pid),
             query: Some(query),
             all,
             timeout,
@@ -1088,28 +1088,21 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             output,
             ..
         } => {
-            let parsed = vmscope::heap_query::parse(&query)?;
-            let pid = pid.expect("clap requires --pid with --query");
-            let answer = vmscope::heap_query::ask(&cli.socket, pid, parsed, all, timeout).await?;
-            let mut out = vmscope::output::Destination::choose(output.as_deref(), false).open()?;
-            if format == HeapFormat::Json {
-                let report = vmscope::heap_query::QueryReport {
-                    query: &query,
-                    answer: &answer,
-                };
-                serde_json::to_writer_pretty(&mut out, &report)?;
-                writeln!(out)?;
-            } else {
-                vmscope::heap_query::render_text(&query, &answer, &mut out)?;
-            }
-            out.flush()?;
+            let json = format == HeapFormat::Json;
+            let ask = vmscope::heap_query::Ask {
+                pid,
+                query: &query,
+                all,
+                timeout,
+            };
+            vmscope::heap_query::run(&cli.socket, ask, json, output.as_deref()).await?;
             Ok(0)
         }
         Command::Heap {
             pid,
             id,
             since,
-            query: None,
+            query: _,
             all,
             timeout,
             top,

@@ -796,6 +796,25 @@ pub fn dump(profile: &Profile) -> String {
 /// xtask/src/setup.rs pins the same.
 pub const GRPCIO_VERSION: &str = "1.85.1";
 
+/// `tests/clients/grpcio_client.py MODE SOCKET PID`, Python's grpcio driving the daemon with its
+/// reflection alone, which must succeed: the JSON object of facts it prints.
+pub fn grpcio_facts(mode: &str, socket: &Path, pid: u32) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/grpcio_client.py");
+    let out = Command::new(grpcio_python())
+        .arg(&script)
+        .arg(mode)
+        .arg(socket)
+        .arg(pid.to_string())
+        .output()
+        .expect("run the grpcio client");
+    assert!(
+        out.status.success(),
+        "the grpcio client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("its JSON")
+}
+
 /// The Python of the virtualenv holding grpcio, installed by `cargo xtask setup`:
 /// `$VMSCOPE_GRPCIO_VENV`, by default `$HOME/.cache/vmscope/grpcio-venv` (xtask/src/setup.rs
 /// computes the same path). Panics, saying to run the setup, when it is missing or holds

@@ -14,7 +14,7 @@ use std::{
 };
 
 use vmscope_tests::{
-    Conversation, Daemon, NOBODY, grpcio_python,
+    Conversation, Daemon, NOBODY, grpcio_facts,
     java::{clean_jvm, java, java_fixture},
 };
 
@@ -352,20 +352,7 @@ fn a_jvm_that_cannot_or_may_not_answer_is_refused_at_once_and_left_alone() {
 fn grpcio_takes_a_heap_histogram_and_gets_it_back_by_its_id() {
     let daemon = Daemon::start();
     let leaky = Leaky::start(&[]);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/grpcio_client.py");
-    let out = Command::new(grpcio_python())
-        .arg(&script)
-        .arg("heap")
-        .arg(&daemon.socket)
-        .arg(leaky.pid().to_string())
-        .output()
-        .expect("run the grpcio client");
-    assert!(
-        out.status.success(),
-        "the grpcio client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let facts: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its JSON");
+    let facts = grpcio_facts("heap", &daemon.socket, leaky.pid());
     assert_eq!(facts["classes"]["Leaky"][0], 123_457, "{facts}");
     assert_eq!(
         facts["same"], true,

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use vmscope_tests::{Conversation, Daemon, NOBODY, binary, grpcio_python};
+use vmscope_tests::{Conversation, Daemon, NOBODY, binary, grpcio_facts};
 
 /// `jitvm loop --heap-demo` running against `daemon`.
 fn start_demo_vm(daemon: &Daemon) -> Conversation {
@@ -92,20 +92,7 @@ fn the_demo_vm_answers_histograms_and_structure_queries_with_what_it_holds() {
     );
     assert_eq!(lists["query"], "Node from globals per root");
     // The same query from Python's grpcio, with the daemon's reflection alone.
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/grpcio_client.py");
-    let out = Command::new(grpcio_python())
-        .arg(&script)
-        .arg("query")
-        .arg(&daemon.socket)
-        .arg(&pid)
-        .output()
-        .expect("run the grpcio client");
-    assert!(
-        out.status.success(),
-        "the grpcio client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let facts: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its JSON");
+    let facts = grpcio_facts("query", &daemon.socket, vm.child.id());
     assert_eq!(
         facts["structures"],
         serde_json::json!([["list1", 1000, 32000], ["list2", 2500, 80000]]),

@@ -139,6 +139,9 @@ pub struct MappingLog {
     total: usize,
     /// Paths seen, shared by the mappings (a fork copies its parent's).
     paths: HashMap<String, Arc<str>, foldhash::fast::RandomState>,
+    /// Exits in the order they came, to forget their processes [`KEEP_EXITED_NS`] later without
+    /// a scan of every process at each batch of records.
+    exits: std::collections::VecDeque<(u64, u32)>,
     counters: MappingLogCounters,
 }
 
@@ -170,18 +173,24 @@ impl MappingLog {
             self.counters.records += 1;
             self.apply_one(record);
         }
-        let before = self.processes.len();
-        let total = &mut self.total;
-        self.processes.retain(|_, p| {
-            let keep = p
-                .exited_ns
-                .is_none_or(|at| now_ns.saturating_sub(at) <= KEEP_EXITED_NS);
-            if !keep {
-                *total -= p.mappings.len();
+        let mut forgot = false;
+        while let Some(&(at, pid)) = self.exits.front() {
+            if now_ns.saturating_sub(at) <= KEEP_EXITED_NS {
+                break;
             }
-            keep
-        });
-        if self.processes.len() < before {
+            self.exits.pop_front();
+            // Unless the pid holds another process since (a fork, an exec after the exit).
+            if self
+                .processes
+                .get(&pid)
+                .is_some_and(|p| p.exited_ns == Some(at))
+                && let Some(gone) = self.processes.remove(&pid)
+            {
+                self.total -= gone.mappings.len();
+                forgot = true;
+            }
+        }
+        if forgot {
             let paths = &mut self.paths;
             paths.retain(|_, path| Arc::strong_count(path) > 1);
         }
@@ -195,6 +204,7 @@ impl MappingLog {
         self.counters.evicted += self.processes.len() as u64;
         self.processes.clear();
         self.paths.clear();
+        self.exits.clear();
         self.total = 0;
     }
 
@@ -247,6 +257,7 @@ impl MappingLog {
             Record::Exit { pid, tid, id } if pid == tid => {
                 if let Some(process) = self.processes.get_mut(&pid) {
                     process.exited_ns = Some(id.time_ns);
+                    self.exits.push_back((id.time_ns, pid));
                 }
             }
             Record::Mmap(mmap, _) => self.mapped(mmap),
