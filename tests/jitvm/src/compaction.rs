@@ -35,10 +35,10 @@ impl Vm {
     /// A compaction, published as an interval of its own.
     fn compact_with(&mut self, everything: bool) {
         let id = self.stats.compactions;
-        let ns = self.interval(IntervalKind::CodeCompaction, id, |vm| {
+        let cost = self.interval(IntervalKind::CodeCompaction, id, |vm| {
             vm.compact_now(everything);
         });
-        self.stats.compaction_ns += ns;
+        self.stats.compaction_ns += cost.ns;
     }
 
     fn compact_now(&mut self, everything: bool) {

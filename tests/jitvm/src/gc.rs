@@ -14,7 +14,6 @@
 
 use vmscope_proto::v1::IntervalKind;
 
-use crate::cpu_time::CpuClock;
 use crate::runtime::Vm;
 
 /// Settings of the GC-heavy mode.
@@ -76,8 +75,7 @@ impl Vm {
         // for the begin anyway, and a wake of its own before it would take the VM's CPU
         // outside the collection (1 run in 6 put the VM thread's sampled share 3 points above
         // its own).
-        let cpu = (CpuClock::Thread.now_ns(), CpuClock::Process.now_ns());
-        let ns = self.interval(kind, collections, |vm| {
+        let cost = self.interval(kind, collections, |vm| {
             vm.publish_young();
             if gc.thread {
                 std::hint::black_box(wait_for_gc(&vm.heap, full));
@@ -86,9 +84,9 @@ impl Vm {
             }
             vm.heap.clear_young();
         });
-        self.stats.gc_ns += ns;
-        self.stats.gc_thread_cpu_ns += CpuClock::Thread.now_ns() - cpu.0;
-        self.stats.gc_process_cpu_ns += CpuClock::Process.now_ns() - cpu.1;
+        self.stats.gc_ns += cost.ns;
+        self.stats.gc_thread_cpu_ns += cost.thread_cpu_ns;
+        self.stats.gc_process_cpu_ns += cost.process_cpu_ns;
         if full {
             self.stats.full_gcs += 1;
         } else {

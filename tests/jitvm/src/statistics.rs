@@ -14,7 +14,20 @@ use vmscope_proto::v1::{
     IntervalBegin, IntervalEnd, IntervalKind, ThreadCounter, configuration,
 };
 
+use crate::cpu_time::{CpuClock, ThreadTimes};
 use crate::runtime::Vm;
+
+/// What an interval took: its published length, and the CPU time of the VM's thread and of
+/// all the process's threads within it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IntervalCost {
+    /// The end's timestamp minus the begin's, in ns.
+    pub ns: u64,
+    /// CPU time of the VM's thread, in ns.
+    pub thread_cpu_ns: u64,
+    /// CPU time of every thread of the process, in ns.
+    pub process_cpu_ns: u64,
+}
 
 fn gauge(name: &str, bytes: usize) -> Event {
     Event::Gauge(GaugeValue {
@@ -153,25 +166,38 @@ impl Vm {
         }
     }
 
-    /// Runs `work` as an interval of `kind`, published with its begin and end; answers the
-    /// interval's length in ns as published (the end's timestamp minus the begin's).
+    /// Runs `work` as an interval of `kind`, published with its begin and end; answers what
+    /// the interval took, by the timestamps published and by the CPU clocks.
+    ///
+    /// The clocks are read right before each timestamp is taken, so that the CPU time covers
+    /// what the samples between the timestamps cover: not the wake of the publisher's thread
+    /// after the end is published (1 point of a debug VM's time in collections), nor anything
+    /// the publisher ran before the begin.
     pub(crate) fn interval(
         &mut self,
         kind: IntervalKind,
         id: u64,
         work: impl FnOnce(&mut Vm),
-    ) -> u64 {
+    ) -> IntervalCost {
+        let threads = ThreadTimes::now();
+        let thread = CpuClock::Thread.now_ns();
         let begin = self.publisher().publish(Event::Begin(IntervalBegin {
             kind: kind as i32,
             name: String::new(),
             id,
         }));
         work(self);
+        let thread_cpu_ns = CpuClock::Thread.now_ns() - thread;
+        let process_cpu_ns = threads.again().since(&threads);
         let end = self.publisher().publish(Event::End(IntervalEnd {
             kind: kind as i32,
             name: String::new(),
             id,
         }));
-        end.saturating_sub(begin)
+        IntervalCost {
+            ns: end.saturating_sub(begin),
+            thread_cpu_ns,
+            process_cpu_ns,
+        }
     }
 }
