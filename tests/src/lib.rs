@@ -61,6 +61,11 @@ pub fn read_code_log(path: &Path) -> jitvm::codelog::History {
 
 /// Path of a workspace binary (`vmscoped`, `vmscope`, `jitvm`), built on first use with the same cargo
 /// and profile as the tests, so that `cargo test` alone is enough.
+///
+/// Built as `cargo test --workspace` builds them (every member, its tests too): cargo unifies
+/// the dependencies' features over the packages and targets it builds, so `-p vmscoped -p
+/// vmscope -p jitvm` made a second set of most crates, 110 s of a fresh clone's CI; built so,
+/// they are the units the test run has already built.
 pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
@@ -73,12 +78,9 @@ pub fn binary(name: &str) -> PathBuf {
                 "--quiet",
                 "--profile",
                 profile,
-                "-p",
-                "vmscoped",
-                "-p",
-                "vmscope",
-                "-p",
-                "jitvm",
+                "--workspace",
+                "--bins",
+                "--tests",
             ])
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .status()
