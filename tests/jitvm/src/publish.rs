@@ -4,7 +4,8 @@
 //! Every event gets its CLOCK_MONOTONIC timestamp and goes to every sink under one lock, so
 //! that no sink ever sees a timestamp earlier than one it already has. The gRPC sink is a
 //! channel drained by a background thread with its own current-thread tokio runtime: the VM
-//! thread never waits for the network. That thread also sends a `Sync` every 20 ms, taking its
+//! thread never waits for the network, but once, as it starts, for its Hello to be sent (at
+//! most [`HELLO_WAIT`]). That thread also sends a `Sync` every 20 ms, taking its
 //! timestamp and enqueuing it under the same lock. Files get each record with one `write()`,
 //! so that a reader of a growing file sees at most its last record torn; the code map file
 //! also gets a `Sync` every 20 ms from a thread of its own, so that the daemon knows it is
@@ -23,6 +24,7 @@ use std::time::Duration;
 use anyhow::Context;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 use vmscope_proto::v1::code_map_client::CodeMapClient;
@@ -35,6 +37,8 @@ use crate::codemap_file;
 pub const VM_NAME: &str = "jitvm 0.1";
 /// Period of `Sync` events on the gRPC stream.
 pub const SYNC_PERIOD: Duration = Duration::from_millis(20);
+/// Longest the VM waits, as it starts, for its Hello to be sent to the daemon.
+pub const HELLO_WAIT: Duration = Duration::from_secs(2);
 
 /// Where the code map goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -355,14 +359,19 @@ impl Publisher {
                     .map_or_else(|| vmscope_proto::DEFAULT_SOCKET.into(), PathBuf::from)
             });
             let (done_tx, done) = mpsc::channel();
+            let (sent_tx, sent) = mpsc::channel();
             let thread_shared = Arc::clone(&shared);
             let handle = std::thread::Builder::new()
                 .name("codemap-publisher".into())
                 .spawn(move || {
-                    grpc_thread(socket, rx, thread_shared, heap_thread_end);
+                    grpc_thread(socket, rx, thread_shared, heap_thread_end, sent_tx);
                     let _ = done_tx.send(());
                 })
                 .context("publisher thread")?;
+            // The VM runs once its Hello is on the wire (or the publisher gave up): a sample
+            // the daemon takes before it knows of the publication cannot wait for its
+            // intervals, and a collection in the VM's first milliseconds would go untagged.
+            let _ = sent.recv_timeout(HELLO_WAIT);
             grpc = Some(GrpcThread { handle, done });
         }
         Ok(Publisher {
@@ -476,6 +485,7 @@ fn grpc_thread(
     rx: tokio::sync::mpsc::UnboundedReceiver<CodeMapEvent>,
     shared: Arc<Mutex<Shared>>,
     heap: Option<HeapEnd>,
+    sent: mpsc::Sender<()>,
 ) {
     let stop = |why: String| {
         eprintln!("jitvm: {why}; running unprofiled");
@@ -513,9 +523,15 @@ fn grpc_thread(
                 s.send(Event::Sync(Sync {}), false);
             }
         });
-        let result = CodeMapClient::new(channel)
-            .publish(UnboundedReceiverStream::new(rx))
-            .await;
+        // Told when the transport takes the first event, the Hello.
+        let mut sent = Some(sent);
+        let events = UnboundedReceiverStream::new(rx).map(move |event| {
+            if let Some(sent) = sent.take() {
+                let _ = sent.send(());
+            }
+            event
+        });
+        let result = CodeMapClient::new(channel).publish(events).await;
         match result {
             Ok(summary) => {
                 let s = summary.into_inner();

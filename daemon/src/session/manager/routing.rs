@@ -233,7 +233,11 @@ impl Manager {
         now_ns: u64,
     ) {
         let first_generated = routed.frames_mut().find(|f| f.is_generated()).copied();
+        // A VM whose publication stream is open publishes even before its first statistics
+        // are applied (they wait in its timeline): its native samples wait for them too, or a
+        // sample in its first collections would be counted before the collection's begin.
         let publishes = self.vms.holds(pid)
+            || self.codemaps.publishing_until(pid).is_some()
             || self.processes.get(pid).is_some_and(|p| {
                 self.codemaps
                     .maps_unread_code_map_file(pid, &p.code_map_files)

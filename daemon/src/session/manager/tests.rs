@@ -1716,6 +1716,70 @@ async fn vm_statistics_are_taken_over_the_session_window() {
     assert_eq!(counters.values.get("vm_stats"), Some(&9));
 }
 
+/// A VM whose stream opened has its native samples wait before any of its statistics came:
+/// a sample of its first collection, read before the VM's Hello and the collection's begin
+/// reached the daemon, is counted in the collection (it was counted at once, untagged).
+#[tokio::test]
+async fn samples_wait_for_a_stream_that_has_published_nothing_yet() {
+    use vmscope_model::IntervalKind::Scavenge;
+    let h = harness();
+    let s = h
+        .manager
+        .start(ROOT, start_request(&[me()], 100))
+        .await
+        .unwrap();
+    let t0 = sys::monotonic_ns();
+    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    let ms = 1_000_000;
+    h.send(
+        vec![
+            sample(me(), 100, t0 + 10 * ms),
+            sample(me(), 100, t0 + 25 * ms),
+        ],
+        t0 + 100 * ms,
+    )
+    .await;
+    let (begin, end) = (
+        StatEvent::Begin {
+            kind: Scavenge,
+            id: 1,
+        },
+        StatEvent::End {
+            kind: Scavenge,
+            id: 1,
+        },
+    );
+    h.manager
+        .publish(
+            me(),
+            Publication::Changes {
+                changes: Vec::new(),
+                stats: vec![
+                    (t0, StatEvent::Vm("jitvm 0.1".into())),
+                    (t0 + 20 * ms, begin),
+                    (t0 + 30 * ms, end),
+                ],
+                until_ns: t0 + 50 * ms,
+                refused: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
+    h.manager.counters().await.unwrap();
+    h.send(Vec::new(), t0 + 110 * ms).await;
+    h.manager.publish(me(), Publication::Closed).await.unwrap();
+    h.stop(s.id).await.unwrap();
+    let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    let mut during: Vec<(Vec<IntervalKind>, u64)> = done
+        .stacks
+        .counts
+        .iter()
+        .map(|&(_, stack, n)| (done.stacks.during_of(stack).to_vec(), n))
+        .collect();
+    during.sort();
+    assert_eq!(during, [(vec![], 1), (vec![Scavenge], 1)]);
+}
+
 /// A VM that publishes has its samples wait for its publication, native code included, and
 /// each is tagged with the intervals under way at its time: a sample read from the kernel
 /// before the scavenge's begin reached the daemon is still counted in it.
