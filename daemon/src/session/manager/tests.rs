@@ -152,6 +152,32 @@ impl Harness {
         stop.await.unwrap()
     }
 
+    /// Ends this process's publication stream after a batch watermarked `watermark_ns`,
+    /// stops session `id`, and answers its profile with its samples per set of interval
+    /// kinds they were taken during (sorted).
+    async fn close_stream_and_stop(
+        &self,
+        id: u64,
+        watermark_ns: u64,
+    ) -> (Snapshot, Vec<(Vec<IntervalKind>, u64)>) {
+        self.manager.counters().await.unwrap();
+        self.send(Vec::new(), watermark_ns).await;
+        self.manager
+            .publish(me(), Publication::Closed)
+            .await
+            .unwrap();
+        self.stop(id).await.unwrap();
+        let done = self.manager.snapshot(ROOT, id).await.unwrap();
+        let mut during: Vec<(Vec<IntervalKind>, u64)> = done
+            .stacks
+            .counts
+            .iter()
+            .map(|&(_, stack, n)| (done.stacks.during_of(stack).to_vec(), n))
+            .collect();
+        during.sort();
+        (done, during)
+    }
+
     fn kernel(&self) -> FakeKernel {
         self.kernel.lock().unwrap().clone()
     }
@@ -1765,18 +1791,7 @@ async fn samples_wait_for_a_stream_that_has_published_nothing_yet() {
         )
         .await
         .unwrap();
-    h.manager.counters().await.unwrap();
-    h.send(Vec::new(), t0 + 110 * ms).await;
-    h.manager.publish(me(), Publication::Closed).await.unwrap();
-    h.stop(s.id).await.unwrap();
-    let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
-    let mut during: Vec<(Vec<IntervalKind>, u64)> = done
-        .stacks
-        .counts
-        .iter()
-        .map(|&(_, stack, n)| (done.stacks.during_of(stack).to_vec(), n))
-        .collect();
-    during.sort();
+    let (_, during) = h.close_stream_and_stop(s.id, t0 + 110 * ms).await;
     assert_eq!(during, [(vec![], 1), (vec![Scavenge], 1)]);
 }
 
@@ -1851,18 +1866,7 @@ async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time(
     )
     .await
     .unwrap();
-    h.manager.counters().await.unwrap();
-    h.send(Vec::new(), t0 + 110 * ms).await;
-    h.manager.publish(me(), Publication::Closed).await.unwrap();
-    h.stop(s.id).await.unwrap();
-    let done = h.manager.snapshot(ROOT, s.id).await.unwrap();
-    let mut during: Vec<(Vec<IntervalKind>, u64)> = done
-        .stacks
-        .counts
-        .iter()
-        .map(|&(_, stack, n)| (done.stacks.during_of(stack).to_vec(), n))
-        .collect();
-    during.sort();
+    let (done, during) = h.close_stream_and_stop(s.id, t0 + 110 * ms).await;
     assert_eq!(
         during,
         [
