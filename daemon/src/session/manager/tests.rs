@@ -152,6 +152,22 @@ impl Harness {
         stop.await.unwrap()
     }
 
+    /// A session at 100 Hz on this process, whose publication stream then opens; answers the
+    /// session's id and the time the stream opened.
+    async fn session_on_a_publishing_vm(&self) -> (u64, u64) {
+        let s = self
+            .manager
+            .start(ROOT, start_request(&[me()], 100))
+            .await
+            .unwrap();
+        let t0 = sys::monotonic_ns();
+        self.manager
+            .publish(me(), Publication::Opened)
+            .await
+            .unwrap();
+        (s.id, t0)
+    }
+
     /// Ends this process's publication stream after a batch watermarked `watermark_ns`,
     /// stops session `id`, and answers its profile with its samples per set of interval
     /// kinds they were taken during (sorted).
@@ -1749,13 +1765,7 @@ async fn vm_statistics_are_taken_over_the_session_window() {
 async fn samples_wait_for_a_stream_that_has_published_nothing_yet() {
     use vmscope_model::IntervalKind::Scavenge;
     let h = harness();
-    let s = h
-        .manager
-        .start(ROOT, start_request(&[me()], 100))
-        .await
-        .unwrap();
-    let t0 = sys::monotonic_ns();
-    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    let (s, t0) = h.session_on_a_publishing_vm().await;
     let ms = 1_000_000;
     h.send(
         vec![
@@ -1791,7 +1801,7 @@ async fn samples_wait_for_a_stream_that_has_published_nothing_yet() {
         )
         .await
         .unwrap();
-    let (_, during) = h.close_stream_and_stop(s.id, t0 + 110 * ms).await;
+    let (_, during) = h.close_stream_and_stop(s, t0 + 110 * ms).await;
     assert_eq!(during, [(vec![], 1), (vec![Scavenge], 1)]);
 }
 
@@ -1802,13 +1812,7 @@ async fn samples_wait_for_a_stream_that_has_published_nothing_yet() {
 async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time() {
     use vmscope_model::IntervalKind::Scavenge;
     let h = harness();
-    let s = h
-        .manager
-        .start(ROOT, start_request(&[me()], 100))
-        .await
-        .unwrap();
-    let t0 = sys::monotonic_ns();
-    h.manager.publish(me(), Publication::Opened).await.unwrap();
+    let (s, t0) = h.session_on_a_publishing_vm().await;
     let publish = |stats: Vec<(u64, StatEvent)>, until_ns| {
         h.manager.publish(
             me(),
@@ -1831,7 +1835,7 @@ async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time(
         t0 + 100 * ms,
     )
     .await;
-    let waiting = h.manager.snapshot(ROOT, s.id).await.unwrap();
+    let waiting = h.manager.snapshot(ROOT, s).await.unwrap();
     assert_eq!(waiting.total_samples, 4);
     assert!(
         waiting.stacks.counts.is_empty(),
@@ -1866,7 +1870,7 @@ async fn samples_of_a_publishing_vm_are_tagged_with_the_intervals_of_their_time(
     )
     .await
     .unwrap();
-    let (done, during) = h.close_stream_and_stop(s.id, t0 + 110 * ms).await;
+    let (done, during) = h.close_stream_and_stop(s, t0 + 110 * ms).await;
     assert_eq!(
         during,
         [
